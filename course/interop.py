@@ -1,0 +1,46 @@
+"""Handing torch tensors to Numba and to CUDA C (PyCUDA), and compiling CUDA C with nvcc.
+
+torch owns the memory in this course; the other tools borrow it without copying.
+"""
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+import torch
+
+from course import runtime
+
+
+def to_numba(t: torch.Tensor):
+    """A Numba device array over `t`'s memory (no copy), or its NumPy view in simulation."""
+    if not runtime.on_gpu():
+        return t.detach().numpy()  # the simulator's "device arrays" are NumPy arrays
+    from numba import cuda
+
+    # sync=False: by default Numba synchronises the stream torch names in the array
+    # interface, which stalls the host on every launch. Both libraries queue on the
+    # default stream here, so their work is already ordered.
+    return cuda.as_cuda_array(t.detach(), sync=False)
+
+
+@functools.cache
+def cuda_module(path: Path):
+    """Compile a .cu file with nvcc for this GPU (once per process) and load it with PyCUDA."""
+    runtime.pycuda_driver()
+    from pycuda.compiler import SourceModule
+
+    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+    return SourceModule(Path(path).read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
+                        options=["-O3", "-lineinfo"], include_dirs=[str(Path(path).parent)])
+
+
+def nvcc_compile(path: Path, arch: str, out_dir: Path) -> subprocess.CompletedProcess:
+    """`nvcc -cubin` for one architecture: checks a .cu file compiles, no GPU needed."""
+    nvcc = runtime.nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("nvcc is not on PATH")
+    cubin = Path(out_dir) / f"{Path(path).stem}.{arch}.cubin"
+    command = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Werror", "all-warnings", "-o", str(cubin), str(path)]
+    return subprocess.run(command, capture_output=True, text=True)

@@ -1,0 +1,150 @@
+"""Where the course's kernels run: a real NVIDIA GPU, or a simulation on the CPU.
+
+Import this module before `triton` or `numba`. Both libraries read their switches once,
+at import (Numba) or when a kernel is decorated (Triton), so the choice must be made first:
+
+* ``gpu``: `torch.cuda.is_available()`; kernels run on the device, tensors live on ``cuda``.
+* ``sim``: no GPU. Triton kernels run in the Triton interpreter (``TRITON_INTERPRET=1``) on
+  CPU tensors and Numba kernels in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+  The results are the same function; the timings mean nothing.
+
+``COURSE_BACKEND=gpu|sim|auto`` (or ``python -m course --backend ...``) overrides the choice;
+``sim`` on a GPU machine is handy for stepping through a Triton kernel with pdb.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import shutil
+import sys
+
+import torch
+
+BACKEND_ENV = "COURSE_BACKEND"
+IMPL_ENV = "COURSE_IMPL"  # "solutions" (default) or "exercises": which code `lesson()` loads
+
+
+def _choose_backend() -> str:
+    wanted = os.environ.get(BACKEND_ENV, "auto").strip().lower()
+    if wanted not in ("auto", "gpu", "sim"):
+        raise ValueError(f"{BACKEND_ENV} must be 'gpu', 'sim' or 'auto', not {wanted!r}")
+    has_gpu = torch.cuda.is_available()
+    if wanted == "gpu" and not has_gpu:
+        raise RuntimeError(f"{BACKEND_ENV}=gpu, but torch sees no CUDA GPU on this machine")
+    if wanted == "auto":
+        return "gpu" if has_gpu else "sim"
+    return wanted
+
+
+def _enter_simulation() -> None:
+    numba_cuda = sys.modules.get("numba.cuda")
+    if numba_cuda is not None and not os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        raise RuntimeError(
+            "numba was imported before course.runtime, so its CUDA simulator cannot be turned "
+            "on any more: import course (or course.runtime) first")
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+BACKEND = _choose_backend()
+if BACKEND == "sim":
+    _enter_simulation()
+
+DEVICE = torch.device("cuda" if BACKEND == "gpu" else "cpu")
+
+
+def on_gpu() -> bool:
+    return BACKEND == "gpu"
+
+
+def pick(gpu, sim):
+    """`gpu` on real hardware, `sim` in simulation: for sizes, which shrink in simulation."""
+    return gpu if on_gpu() else sim
+
+
+def lesson(module: str):
+    """Import a lesson module, or its exercise stub when COURSE_IMPL=exercises.
+
+    ``lesson("week1_cuda_python.vector_add")`` gives ``week1_cuda_python.exercises.vector_add``
+    under ``pytest --impl=exercises``: the same tests then check the learner's code.
+    """
+    impl = os.environ.get(IMPL_ENV, "solutions")
+    if impl not in ("solutions", "exercises"):
+        raise ValueError(f"{IMPL_ENV} must be 'solutions' or 'exercises', not {impl!r}")
+    if impl == "exercises":
+        package, _, name = module.rpartition(".")
+        module = f"{package}.exercises.{name}"
+    return importlib.import_module(module)
+
+
+_pycuda_context = None
+
+
+def pycuda_driver():
+    """`pycuda.driver`, running in the same CUDA context as torch, Triton and Numba.
+
+    `import pycuda.autoinit` would create a second, private context: Numba then finds no
+    context of its own and torch's tensors are not visible to it. Retaining the device's
+    *primary* context (the one the runtime API, and so torch, uses) shares everything.
+    """
+    global _pycuda_context
+    if not on_gpu():
+        raise RuntimeError("PyCUDA launches need a real NVIDIA GPU and its driver; "
+                           f"this run uses the {BACKEND!r} backend")
+    import pycuda.driver as drv
+
+    if _pycuda_context is None:
+        torch.cuda.init()  # makes torch create the primary context first
+        drv.init()
+        _pycuda_context = drv.Device(torch.cuda.current_device()).retain_primary_context()
+        _pycuda_context.push()
+        atexit.register(_pycuda_context.pop)
+    return drv
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc")
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = importlib.import_module(module)
+    except Exception:  # an optional tool that is absent or cannot load here
+        return None
+    version = getattr(mod, "__version__", None) or getattr(mod, "VERSION_TEXT", None)
+    return str(version) if version is not None else "installed"
+
+
+def describe() -> dict:
+    """What runs the kernels: the facts that go into every results file."""
+    info = {
+        "backend": BACKEND,
+        "device": str(DEVICE),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "numba": _version("numba"),
+        "numba_cuda": _version("numba_cuda"),
+        "numpy": _version("numpy"),
+        "pycuda": _version("pycuda") if on_gpu() else None,
+        "nvcc": nvcc_path(),
+    }
+    if on_gpu():
+        props = torch.cuda.get_device_properties(DEVICE)
+        info.update({
+            "gpu": props.name,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "l2_cache_mib": round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
+            "cuda_runtime": torch.version.cuda,
+        })
+    else:
+        info["gpu"] = None
+    return info
+
+
+def sm_count() -> int:
+    """Multiprocessors to fill; a small stand-in in simulation, where there are none."""
+    return torch.cuda.get_device_properties(DEVICE).multi_processor_count if on_gpu() else 2

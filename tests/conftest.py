@@ -1,0 +1,46 @@
+"""The suite's switches: backend (GPU or simulation), --impl, markers, seeds.
+
+`course.runtime` is imported first, before any lesson imports triton or numba, so that
+on a machine without a GPU the Triton interpreter and the Numba simulator are switched on.
+"""
+import hashlib
+import os
+
+import pytest
+
+from course import runtime  # noqa: F401  (import order matters: see the docstring)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl", choices=("solutions", "exercises"), default="solutions",
+                     help="test the course's solutions, or your code in each week's exercises/")
+
+
+def pytest_configure(config):
+    # Read by course.runtime.lesson() when the test modules are imported (collection).
+    os.environ[runtime.IMPL_ENV] = config.getoption("--impl")
+
+
+def pytest_report_header(config):
+    where = runtime.describe().get("gpu") or "no GPU: Triton interpreter + Numba CUDA simulator"
+    return f"course: backend={runtime.BACKEND} ({where}), impl={config.getoption('--impl')}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if runtime.on_gpu():
+        return
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is not None:
+            why = marker.kwargs.get("reason", "a PyCUDA launch needs the CUDA driver")
+            item.add_marker(pytest.mark.skip(reason=f"needs a real NVIDIA GPU ({why}); "
+                                                    "this run simulates on the CPU"))
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    """A different, reproducible random stream for every test (seeded by its name)."""
+    import torch
+
+    seed = int(hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8], 16)
+    torch.manual_seed(seed)

@@ -1,0 +1,42 @@
+// Vector add in CUDA C: out[i] = a[i] + b[i], launched from Python by week1_cuda_python/vector_add.py.
+//
+// Cost model: two 4-byte reads and one 4-byte write per element, one FLOP. At 1/12 FLOP per
+// byte no GPU is compute-bound here: the only question is how close we get to the memory's
+// copy bandwidth.
+//
+// Element counts are 64-bit: 2^31 floats is only 8 GiB, and an int index would wrap.
+
+extern "C" __global__ void vector_add_f32(const float* __restrict__ a,
+                                          const float* __restrict__ b,
+                                          float* __restrict__ out,
+                                          long long n)
+{
+    // Thread i of the grid owns element i. Neighbouring threads of a warp read neighbouring
+    // floats, so the warp's 32 loads coalesce into 128 contiguous bytes.
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {  // the last block hangs past the end whenever n is not a multiple of it
+        out[i] = a[i] + b[i];
+    }
+}
+
+extern "C" __global__ void vector_add_f32x4(const float* __restrict__ a,
+                                            const float* __restrict__ b,
+                                            float* __restrict__ out,
+                                            long long n)
+{
+    // Each thread moves 16 bytes per access (one float4) instead of 4: a quarter of the load
+    // and store instructions for the same bytes, so more bytes are in flight per warp.
+    // The launcher guarantees 16-byte aligned pointers, which float4 accesses require.
+    long long n4 = n / 4;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) {
+        float4 x = reinterpret_cast<const float4*>(a)[i];
+        float4 y = reinterpret_cast<const float4*>(b)[i];
+        reinterpret_cast<float4*>(out)[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+    }
+    // The last n % 4 elements do not fill a float4: the first threads take them one by one.
+    long long tail = 4 * n4 + i;
+    if (tail < n) {
+        out[tail] = a[tail] + b[tail];
+    }
+}

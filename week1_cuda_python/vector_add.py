@@ -1,0 +1,159 @@
+"""Vector add, the "hello world" of GPU programming, in Numba and in CUDA C (PyCUDA).
+
+What it teaches: the thread hierarchy (a grid of blocks of threads), turning a thread's
+coordinates into an element index, guarding the last partial block, and the grid-stride loop.
+
+Cost model for n float32 elements: 12n bytes (read a, read b, write out) and n FLOPs, so
+1/12 FLOP per byte. An H100 does ~50 fp32 TFLOP/s and moves ~3 TB/s: the adds take
+nanoseconds, the bytes take the time. Success is measured in GB/s against the copy
+bandwidth of the same GPU, and the best a kernel can do is match a plain device copy.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import interop, validate
+from course.bench import Benchmark, pow2_label
+from course.check import random_tensor
+
+from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+
+THREADS_PER_BLOCK = 256  # a multiple of the 32-thread warp; 256 keeps 8 warps per block
+CUDA_SOURCE = Path(__file__).parent / "kernels" / "vector_add.cu"
+NUMBA_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64)
+CUDA_C_DTYPES = (torch.float32,)
+
+
+# --- Numba kernels -----------------------------------------------------------------------
+
+@cuda.jit
+def add_kernel(a, b, out):
+    """One thread per element."""
+    i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
+    if i < out.size:  # the last block is partly past the end unless n divides evenly
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def add_grid_stride_kernel(a, b, out):
+    """A fixed grid walks the whole array: any n, launch size chosen for the GPU, not for n."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)  # threads in the whole grid
+    for i in range(start, out.size, stride):
+        out[i] = a[i] + b[i]
+
+
+# --- launchers -----------------------------------------------------------------------------
+
+def _checked(a, b, out, dtypes):
+    validate.tensor(a, "a", dtypes=dtypes)
+    validate.tensor(b, "b", dtypes=dtypes)
+    validate.same_dtype(a=a, b=b)
+    validate.same_shape(a=a, b=b)
+    return validate.output(out, a)
+
+
+def _blocks_for(n: int) -> int:
+    return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+
+
+def vector_add_numba(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = a + b with one Numba thread per element (any shape; same shape and dtype)."""
+    out = _checked(a, b, out, NUMBA_DTYPES)
+    if out.numel() == 0:
+        return out  # a grid of zero blocks is an invalid launch
+    flat = [interop.to_numba(t.view(-1)) for t in (a, b, out)]
+    add_kernel[_blocks_for(out.numel()), THREADS_PER_BLOCK](*flat)
+    return out
+
+
+def vector_add_numba_grid_stride(a: torch.Tensor, b: torch.Tensor,
+                                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = a + b with a grid sized to the GPU (32 blocks per SM), each thread looping."""
+    out = _checked(a, b, out, NUMBA_DTYPES)
+    if out.numel() == 0:
+        return out
+    # Enough blocks to keep every SM's warp slots busy, no more: each extra block only adds
+    # scheduling work, while the loop covers any n.
+    blocks = min(_blocks_for(out.numel()), 32 * runtime.sm_count())
+    flat = [interop.to_numba(t.view(-1)) for t in (a, b, out)]
+    add_grid_stride_kernel[blocks, THREADS_PER_BLOCK](*flat)
+    return out
+
+
+@functools.cache
+def _cuda_c_kernel(name: str):
+    kernel = interop.cuda_module(CUDA_SOURCE).get_function(name)
+    # `prepare` fixes the argument types (3 pointers, one int64) once, so each call packs
+    # them without inspecting Python objects: a few microseconds instead of tens.
+    kernel.prepare("PPPq")
+    return kernel
+
+
+def _launch_cuda_c(kernel_name: str, a, b, out, elements_per_thread: int) -> None:
+    n = out.numel()
+    threads = (n + elements_per_thread - 1) // elements_per_thread
+    grid = (max(1, _blocks_for(threads)), 1)
+    # Stream None is CUDA's legacy default stream, the one torch queues on by default,
+    # so this kernel runs after the torch work that produced a and b.
+    _cuda_c_kernel(kernel_name).prepared_async_call(grid, (THREADS_PER_BLOCK, 1, 1), None,
+                                                    a.data_ptr(), b.data_ptr(), out.data_ptr(), n)
+
+
+def vector_add_cuda(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = a + b with the CUDA C kernel `vector_add_f32` (float32), one thread per element."""
+    out = _checked(a, b, out, CUDA_C_DTYPES)
+    if out.numel() == 0:
+        return out
+    _launch_cuda_c("vector_add_f32", a, b, out, elements_per_thread=1)
+    return out
+
+
+def vector_add_cuda_vec4(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = a + b with `vector_add_f32x4`: 16-byte float4 loads and stores."""
+    out = _checked(a, b, out, CUDA_C_DTYPES)
+    if out.numel() == 0:
+        return out
+    if any(t.data_ptr() % 16 for t in (a, b, out)):
+        # A view that starts mid-allocation (x[1:]) is not 16-byte aligned, and a float4
+        # access there faults. The scalar kernel gives the same answer.
+        _launch_cuda_c("vector_add_f32", a, b, out, elements_per_thread=1)
+    else:
+        _launch_cuda_c("vector_add_f32x4", a, b, out, elements_per_thread=4)
+    return out
+
+
+# --- benchmark -------------------------------------------------------------------------------
+
+def _inputs(n: int):
+    device = runtime.DEVICE
+    return (random_tensor(n, torch.float32, device), random_tensor(n, torch.float32, device),
+            torch.empty(n, device=device))
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="vector_add_week1",
+        title="Vector add, float32 (Numba and CUDA C)",
+        sizes=[1 << 20, 1 << 24, 1 << 26, 1 << 28],
+        sim_sizes=[1 << 10],
+        size_label=pow2_label,
+        make_inputs=_inputs,
+        variants={
+            "torch": lambda a, b, out: torch.add(a, b, out=out),
+            "numba": vector_add_numba,
+            "numba_grid_stride": vector_add_numba_grid_stride,
+            "cuda_c": vector_add_cuda,
+            "cuda_c_vec4": vector_add_cuda_vec4,
+        },
+        gpu_only=("cuda_c", "cuda_c_vec4"),
+        headline=("numba", "numba_grid_stride", "cuda_c", "cuda_c_vec4"),
+        bytes=lambda n: 3 * 4 * n,
+        flops=lambda n: n,
+        notes="bytes = 3 x 4 x n (read a, read b, write out); FLOPs = n",
+    ),
+]

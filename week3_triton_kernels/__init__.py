@@ -1,0 +1,1 @@
+"""Week 3: Triton kernels and the benchmarking framework."""
