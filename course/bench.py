@@ -51,6 +51,7 @@ class Benchmark:
     size_label: Callable = str
     gpu_only: tuple = ()  # variants that cannot run in simulation (PyCUDA launches)
     headline: tuple = ()  # variants whose % of copy bandwidth the README shows
+    compute_dtype: torch.dtype | None = None  # measure torch.matmul in it: the roofline's flat roof
     notes: str = ""
 
     def active_sizes(self) -> list:
@@ -155,7 +156,12 @@ def matmul_tflops(dtype: torch.dtype = torch.bfloat16, n: int = 4096) -> float:
         n = runtime.pick(gpu=n, sim=128)
         a = torch.randn(n, n, device=runtime.DEVICE).to(dtype)
         b = torch.randn(n, n, device=runtime.DEVICE).to(dtype)
-        timing = time_call(torch.matmul, [(a, b)])
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, not TF32 tensor cores
+        try:
+            timing = time_call(torch.matmul, [(a, b)])
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
         _ceilings[key] = 2 * n**3 / (timing.median_ms * 1e-3) / 1e12
     return _ceilings[key]
 
@@ -184,6 +190,8 @@ class Progress:
 def run(bench: Benchmark, progress: Progress | None = None) -> dict:
     """Time every variant of `bench` at every size; return the results record."""
     copy_gbps = copy_bandwidth_gbps()
+    if bench.compute_dtype is not None:
+        matmul_tflops(bench.compute_dtype)
     rows = []
     for size in bench.active_sizes():
         sets = input_sets(bench.make_inputs, size)

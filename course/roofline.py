@@ -29,15 +29,16 @@ def plot(points, *, copy_gbps: float, compute_tflops: dict | None = None, title:
     compute_tflops = compute_tflops or {}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     intensities = [p[1] for p in points] or [1.0]
-    lo = min(intensities + [1e-2]) / 4
-    hi = max(intensities + [1e3]) * 4
-    xs = [lo * (hi / lo) ** (k / 200) for k in range(201)]
     peak = max(compute_tflops.values(), default=None)
+    ridge = peak * 1e3 / copy_gbps if peak else 100.0  # FLOP/byte where the two roofs meet
+    lo = min(intensities + [ridge / 1e3]) / 4
+    hi = max(intensities + [ridge]) * 8
+    xs = [lo * (hi / lo) ** (k / 200) for k in range(201)]
     memory_roof = [copy_gbps * x / 1e3 for x in xs]  # GB/s * FLOP/B = GFLOP/s -> TFLOP/s
     ax.plot(xs, [min(m, peak) if peak else m for m in memory_roof], "k-",
             label=f"copy bandwidth {copy_gbps:.0f} GB/s")
     for name, tflops in compute_tflops.items():
-        ax.axhline(tflops, linestyle="--", linewidth=1, label=f"{name} {tflops:.0f} TFLOP/s")
+        ax.axhline(tflops, linestyle="--", linewidth=1, label=f"{name} {tflops:.3g} TFLOP/s")
     for label, intensity, tflops in points:
         ax.plot([intensity], [tflops], "o", label=f"{label}: {tflops:.3g} TFLOP/s")
     ax.set_xscale("log")

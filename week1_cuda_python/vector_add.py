@@ -154,6 +154,7 @@ BENCHMARKS = [
         headline=("numba", "numba_grid_stride", "cuda_c", "cuda_c_vec4"),
         bytes=lambda n: 3 * 4 * n,
         flops=lambda n: n,
+        compute_dtype=torch.float32,
         notes="bytes = 3 x 4 x n (read a, read b, write out); FLOPs = n",
     ),
 ]

@@ -69,6 +69,7 @@ BENCHMARKS = [
         headline=("triton",),
         bytes=lambda n: 3 * 4 * n,
         flops=lambda n: n,
+        compute_dtype=torch.float32,
         notes="bytes = 3 x 4 x n (read a, read b, write out); FLOPs = n",
     ),
 ]

@@ -59,7 +59,7 @@ def test_empty_input_gives_empty_output(name):
 @pytest.mark.gpu
 def test_vec4_handles_unaligned_views():
     base_a, base_b = random_tensor(4101, torch.float32, DEVICE), random_tensor(4101, torch.float32, DEVICE)
-    a, b = base_a[1:], base_b[3:4100]  # start 4 and 12 bytes into their allocations
+    a, b = base_a[1:4098], base_b[3:4100]  # 4097 elements starting 4 and 12 bytes in
     assert_close(va.vector_add_cuda_vec4(a, b), a + b)
 
 
