@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import pkgutil
 import subprocess
@@ -100,9 +99,10 @@ def headline_rows(result: dict) -> list[str]:
         return []
     largest = timed[-1]["size"]
     gpu = result["machine"].get("gpu") or "simulation"
+    shown = set(result.get("headline") or [r["variant"] for r in timed]) | {"torch"}
     rows = []
     for r in timed:
-        if r["size"] != largest:
+        if r["size"] != largest or r["variant"] not in shown:
             continue
         pct = f"{r['pct_of_copy']:.1f}%" if r.get("pct_of_copy") is not None else "-"
         speed = f"{r['speedup_vs_torch']:.2f}x" if r.get("speedup_vs_torch") else "-"

@@ -50,7 +50,7 @@ class Benchmark:
     flops: Callable = lambda size: 0
     size_label: Callable = str
     gpu_only: tuple = ()  # variants that cannot run in simulation (PyCUDA launches)
-    headline: tuple = ()  # variants whose % of copy bandwidth the README shows
+    headline: tuple = ()  # variants the README's results table shows, beside torch
     compute_dtype: torch.dtype | None = None  # measure torch.matmul in it: the roofline's flat roof
     notes: str = ""
 

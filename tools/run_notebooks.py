@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(paths) -> int:
-    notebooks = [Path(p) for p in paths] or sorted(
+    notebooks = [Path(p).resolve() for p in paths] or sorted(
         p for pattern in ("week*/notebooks/*.ipynb", "capstone/notebooks/*.ipynb") for p in ROOT.glob(pattern))
     failed = 0
     for path in notebooks:
