@@ -17,6 +17,10 @@ status=${PIPESTATUS[0]}
 
 for week in "$@"; do
     python3 -m course bench "$week" 2>&1 | grep -v '^\[' | tee -a "$OUT/bench.txt"
+    package=$(python3 -c "import sys; from course.__main__ import resolve_week; print(resolve_week(sys.argv[1])[1])" "$week")
+    # The test log goes beside the figures: the results/ folder says they come from a green run.
+    { echo "# pytest on the GPU, run by tools/gpu_session.sh; $(sed -n 2p "$OUT/nvidia-smi.txt")"
+      grep -v -E 'NumbaPerformanceWarning|warn\(errors|^tests/.*::|^$|Docs:' "$OUT/pytest.txt"; } > "$package/results/gpu_pytest.log"
 done
 tar czf "$OUT/results.tgz" $(ls -d week*/results capstone/results 2>/dev/null)
 echo "pytest exit status: $status"
