@@ -99,7 +99,7 @@ def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float =
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for i in range(max(1, int(warmup_ms / estimate))):
+    for i in range(min(max(1, int(warmup_ms / estimate)), 500)):
         fn(*sets[i % len(sets)])
     reps = min(max(int(rep_ms / estimate), 10), 1000)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
