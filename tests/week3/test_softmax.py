@@ -1,0 +1,128 @@
+"""week3_triton_kernels.softmax: fused and online softmax against torch.softmax (in float64)."""
+import math
+
+import pytest
+import torch
+
+from course import runtime
+from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+
+sm = runtime.lesson("week3_triton_kernels.softmax")
+DEVICE = runtime.DEVICE
+DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
+
+# Row widths: 1, primes, a power of two, one past it; wide rows only on the GPU (the
+# interpreter runs each program in NumPy, so a 32k-wide row costs seconds there).
+WIDTHS = [1, 7, 64, 127, 129] + runtime.pick(gpu=[1000, 4097, 32768], sim=[])
+ROWS = [1, 3, 17]
+
+
+def reference(x):
+    """torch.softmax in float64, rounded once to x's dtype: the best a kernel can return."""
+    return torch.softmax(x.double(), dim=-1).to(x.dtype)
+
+
+@pytest.mark.parametrize("cols", WIDTHS)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_matches_torch(dtype, rows, cols):
+    x = random_tensor((rows, cols), dtype, DEVICE, scale=3.0)
+    out = poisoned((rows, cols), dtype, DEVICE)
+    assert sm.softmax(x, out=out) is out, "the launcher must write into the `out` it was given"
+    assert_close(out, reference(x))
+
+
+@pytest.mark.parametrize("rows_per_program", [1, 2, 8])
+@pytest.mark.parametrize("cols", [1, 37, 128])
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+def test_one_block_kernels(dtype, cols, rows_per_program):
+    # 13 rows: not a multiple of rows_per_program, so the last program's row mask matters.
+    x = random_tensor((13, cols), dtype, DEVICE, scale=3.0)
+    out = poisoned((13, cols), dtype, DEVICE)
+    sm.softmax_one_block(x, out, rows_per_program=rows_per_program)
+    assert_close(out, reference(x))
+
+
+@pytest.mark.parametrize("block_size", [16, 64])
+@pytest.mark.parametrize("cols", [1, 15, 16, 17, 100, 300])
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+def test_online_softmax_over_many_chunks(dtype, cols, block_size):
+    # A small block forces many chunks, so the running max really changes between them.
+    x = random_tensor((5, cols), dtype, DEVICE, scale=5.0)
+    out = poisoned((5, cols), dtype, DEVICE)
+    sm.softmax_online(x, out, block_size=block_size)
+    assert_close(out, reference(x))
+
+
+@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+def test_large_inputs_do_not_overflow(variant):
+    # exp(1000) overflows fp32; only the max subtraction keeps this finite.
+    x = random_tensor((4, 50), torch.float32, DEVICE) * 10 + 1000.0
+    x[1] -= 2000.0  # and a row far below zero, where exp underflows without it
+    kwargs = {"block_size": 16} if variant == "softmax_online" else {}
+    got = getattr(sm, variant)(x, **kwargs)
+    assert torch.isfinite(got).all()
+    assert_close(got, reference(x))
+
+
+@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+def test_nan_and_inf_rows_like_torch(dtype, variant):
+    x = random_tensor((8, 40), dtype, DEVICE)
+    x[0] = with_specials(x[0])                 # NaN, +inf, -inf in one row: all NaN
+    x[1, 3] = math.nan                          # one NaN poisons its row
+    x[2] = -math.inf                            # all -inf: 0/0 = NaN in torch
+    x[3, :20] = -math.inf                       # masked prefix (a first chunk of only -inf)
+    x[4, 7] = math.inf                          # +inf: inf - inf = NaN
+    x[5, ::2] = -math.inf                       # every other lane masked
+    kwargs = {"block_size": 16} if variant == "softmax_online" else {}
+    got = getattr(sm, variant)(x, **kwargs)
+    assert_close(got, torch.softmax(x.float(), dim=-1).to(dtype))
+
+
+def test_any_leading_shape_and_empty():
+    x = random_tensor((2, 3, 5, 33), torch.float32, DEVICE)
+    assert_close(sm.softmax(x), reference(x))
+    assert sm.softmax(torch.empty(0, 7, device=DEVICE)).shape == (0, 7)
+    assert sm.softmax(torch.empty(3, 0, device=DEVICE)).shape == (3, 0)
+    v = random_tensor(19, torch.float32, DEVICE)  # 1-D: one row
+    assert_close(sm.softmax(v), reference(v))
+
+
+def test_rows_wider_than_one_block_dispatch_to_online():
+    cols = runtime.pick(gpu=sm.MAX_ONE_BLOCK * 2 + 3, sim=sm.MAX_ONE_BLOCK + 1)
+    x = random_tensor((2, cols), torch.float32, DEVICE)
+    with pytest.raises(ValueError, match="more than one block"):
+        sm.softmax_one_block(x)
+    assert_close(sm.softmax(x), reference(x))
+
+
+def bad_inputs():
+    ok = lambda *shape: torch.ones(*(shape or (4, 8)), device=DEVICE)  # noqa: E731
+    yield "not a tensor", TypeError, "must be a torch.Tensor", lambda: ([[1.0]], None)
+    yield "integer dtype", TypeError, "expected one of", lambda: (ok().int(), None)
+    yield "float64", TypeError, "expected one of", lambda: (ok().double(), None)
+    yield "scalar", ValueError, "at least 1 dimension", lambda: (torch.tensor(1.0, device=DEVICE), None)
+    yield "non-contiguous", ValueError, "not contiguous", lambda: (ok(8, 4).t(), None)
+    yield "wrong device", ValueError, "kernels run on", lambda: (torch.ones(4, 8, device="meta"), None)
+    yield "out wrong shape", ValueError, "out has shape", lambda: (ok(), ok(4, 7))
+    yield "out wrong dtype", TypeError, "out has dtype", lambda: (ok(), ok().half())
+
+
+@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+@pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
+def test_rejects_bad_input_before_launch(case, error, message, make, variant):
+    x, out = make()
+    with pytest.raises(error, match=message):
+        getattr(sm, variant)(x, out)
+
+
+@pytest.mark.parametrize("kwargs", [{"block_size": 12}, {"block_size": 8}, {"block_size": "64"}])
+def test_online_rejects_bad_block_size(kwargs):
+    with pytest.raises(ValueError, match="block_size"):
+        sm.softmax_online(torch.ones(2, 8, device=DEVICE), **kwargs)
+
+
+def test_one_block_rejects_bad_rows_per_program():
+    with pytest.raises(ValueError, match="rows_per_program"):
+        sm.softmax_one_block(torch.ones(2, 8, device=DEVICE), rows_per_program=3)

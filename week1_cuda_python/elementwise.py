@@ -1,0 +1,283 @@
+"""Element-wise kernels in Numba: scalar multiply, ReLU, SAXPY, and a 2-D matrix add.
+
+What it teaches: the same one-thread-per-element pattern as vector add, with a scalar
+argument (typed to the array's dtype so float32 stays float32), a data-dependent select
+(ReLU, written so NaN passes through as torch does), a grid-stride SAXPY, and a 2-D grid
+whose x index walks a row so each warp touches 128 contiguous bytes.
+
+Cost model (n elements of b bytes each): scale and ReLU read n and write n: 2nb bytes,
+n FLOPs. SAXPY (out = alpha * x + y) reads 2n and writes n: 3nb bytes, 2n FLOPs. Matrix add
+of two R x C matrices: 3RCb bytes, RC FLOPs. All well under 1 FLOP per byte: memory-bound,
+judged in GB/s against a device-to-device copy measured in the same run.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import interop, validate
+from course.bench import Benchmark, pow2_label
+from course.check import random_tensor
+
+from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+
+THREADS_PER_BLOCK = 256
+BLOCK_2D = (32, 8)  # 32 threads along a row (one warp, 128 contiguous bytes), 8 rows
+DTYPES = (torch.float32, torch.float64)
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+# --- kernels -----------------------------------------------------------------------------
+
+@cuda.jit
+def scale_kernel(x, alpha, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = alpha * x[i]
+
+
+@cuda.jit
+def relu_kernel(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        v = x[i]
+        # `v if v > 0 else 0` would turn NaN into 0 (NaN > 0 is False); torch.relu keeps NaN.
+        out[i] = 0 if v < 0 else v
+
+
+ELEMENTS_PER_THREAD = 4
+
+
+@cuda.jit(device=True)
+def _relu(v):
+    return 0 if v < 0 else v
+
+
+@cuda.jit
+def relu_x4_kernel(x, out):
+    """Four elements per thread, all four loads issued before any store: four independent
+    memory requests in flight per thread instead of one, which is what keeps HBM busy
+    (Little's law: bytes in flight = bandwidth x latency). Accesses stay coalesced: the
+    k-th element of each thread is THREADS_PER_BLOCK apart, so a warp reads 128 contiguous bytes."""
+    n = out.size
+    base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
+    last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
+    if last < n:
+        v0 = x[base]
+        v1 = x[base + THREADS_PER_BLOCK]
+        v2 = x[base + 2 * THREADS_PER_BLOCK]
+        v3 = x[last]
+        out[base] = _relu(v0)
+        out[base + THREADS_PER_BLOCK] = _relu(v1)
+        out[base + 2 * THREADS_PER_BLOCK] = _relu(v2)
+        out[last] = _relu(v3)
+    else:  # the last block: element by element, with the bounds check
+        for k in range(ELEMENTS_PER_THREAD):
+            i = base + k * THREADS_PER_BLOCK
+            if i < n:
+                out[i] = _relu(x[i])
+
+
+@cuda.jit
+def scale_x4_kernel(x, alpha, out):
+    """scale_kernel with four independent loads per thread (see relu_x4_kernel)."""
+    n = out.size
+    base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
+    last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
+    if last < n:
+        v0 = x[base]
+        v1 = x[base + THREADS_PER_BLOCK]
+        v2 = x[base + 2 * THREADS_PER_BLOCK]
+        v3 = x[last]
+        out[base] = alpha * v0
+        out[base + THREADS_PER_BLOCK] = alpha * v1
+        out[base + 2 * THREADS_PER_BLOCK] = alpha * v2
+        out[last] = alpha * v3
+    else:
+        for k in range(ELEMENTS_PER_THREAD):
+            i = base + k * THREADS_PER_BLOCK
+            if i < n:
+                out[i] = alpha * x[i]
+
+
+@cuda.jit
+def saxpy_kernel(alpha, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = alpha * x[i] + y[i]
+
+
+@cuda.jit
+def saxpy_grid_stride_kernel(alpha, x, y, out):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, out.size, stride):
+        out[i] = alpha * x[i] + y[i]
+
+
+@cuda.jit
+def matrix_add_kernel(a, b, out):
+    # x walks columns: the 32 threads of a warp share a row and read 32 neighbouring
+    # elements. With x over rows instead, each thread of a warp would hit a different row.
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        out[row, col] = a[row, col] + b[row, col]
+
+
+# --- launchers -----------------------------------------------------------------------------
+
+def _blocks(n: int) -> int:
+    return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+
+
+def _scalar(alpha, name: str, dtype: torch.dtype):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"{name} must be a Python int or float, got {type(alpha).__name__}")
+    return _NUMPY[dtype](alpha)  # a float64 scalar would promote every float32 multiply
+
+
+def _flat(*tensors):
+    return [interop.to_numba(t.view(-1)) for t in tensors]
+
+
+def scale(x: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = alpha * x, one thread per element."""
+    validate.tensor(x, "x", dtypes=DTYPES)
+    alpha = _scalar(alpha, "alpha", x.dtype)
+    out = validate.output(out, x)
+    if out.numel():
+        x_flat, out_flat = _flat(x, out)
+        scale_kernel[_blocks(out.numel()), THREADS_PER_BLOCK](x_flat, alpha, out_flat)
+    return out
+
+
+def relu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = max(x, 0), NaN kept, one thread per element."""
+    validate.tensor(x, "x", dtypes=DTYPES)
+    out = validate.output(out, x)
+    if out.numel():
+        relu_kernel[_blocks(out.numel()), THREADS_PER_BLOCK](*_flat(x, out))
+    return out
+
+
+def _blocks_x4(n: int) -> int:
+    per_block = THREADS_PER_BLOCK * ELEMENTS_PER_THREAD
+    return (n + per_block - 1) // per_block
+
+
+def scale_x4(x: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = alpha * x, four elements per thread."""
+    validate.tensor(x, "x", dtypes=DTYPES)
+    alpha = _scalar(alpha, "alpha", x.dtype)
+    out = validate.output(out, x)
+    if out.numel():
+        x_flat, out_flat = _flat(x, out)
+        scale_x4_kernel[_blocks_x4(out.numel()), THREADS_PER_BLOCK](x_flat, alpha, out_flat)
+    return out
+
+
+def relu_x4(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = max(x, 0), NaN kept, four elements per thread."""
+    validate.tensor(x, "x", dtypes=DTYPES)
+    out = validate.output(out, x)
+    if out.numel():
+        relu_x4_kernel[_blocks_x4(out.numel()), THREADS_PER_BLOCK](*_flat(x, out))
+    return out
+
+
+def _saxpy_checked(alpha, x, y, out):
+    validate.tensor(x, "x", dtypes=DTYPES)
+    validate.tensor(y, "y", dtypes=DTYPES)
+    validate.same_dtype(x=x, y=y)
+    validate.same_shape(x=x, y=y)
+    return _scalar(alpha, "alpha", x.dtype), validate.output(out, x)
+
+
+def saxpy(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = alpha * x + y ("single-precision a x plus y", BLAS level 1), one thread per element."""
+    alpha, out = _saxpy_checked(alpha, x, y, out)
+    if out.numel():
+        saxpy_kernel[_blocks(out.numel()), THREADS_PER_BLOCK](alpha, *_flat(x, y, out))
+    return out
+
+
+def saxpy_grid_stride(alpha: float, x: torch.Tensor, y: torch.Tensor,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = alpha * x + y on a grid of at most 32 blocks per SM, each thread looping."""
+    alpha, out = _saxpy_checked(alpha, x, y, out)
+    if out.numel():
+        blocks = min(_blocks(out.numel()), 32 * runtime.sm_count())
+        saxpy_grid_stride_kernel[blocks, THREADS_PER_BLOCK](alpha, *_flat(x, y, out))
+    return out
+
+
+def matrix_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = a + b for 2-D tensors, on a 2-D grid of 32 x 8 blocks."""
+    validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
+    validate.tensor(b, "b", dtypes=DTYPES, ndim=2)
+    validate.same_dtype(a=a, b=b)
+    validate.same_shape(a=a, b=b)
+    out = validate.output(out, a)
+    rows, cols = out.shape
+    if out.numel():
+        grid = (math.ceil(cols / BLOCK_2D[0]), math.ceil(rows / BLOCK_2D[1]))
+        if grid[1] > 65535:
+            raise ValueError(f"a has {rows} rows: more than 65535 blocks of {BLOCK_2D[1]} rows in y")
+        matrix_add_kernel[grid, BLOCK_2D](*(interop.to_numba(t) for t in (a, b, out)))
+    return out
+
+
+# --- benchmark -------------------------------------------------------------------------------
+
+def _vectors(count: int):
+    def make(n: int):
+        device = runtime.DEVICE
+        return tuple(random_tensor(n, torch.float32, device) for _ in range(count)) + (torch.empty(n, device=device),)
+    return make
+
+
+def _matrices(n: int):
+    device = runtime.DEVICE
+    return (random_tensor((n, n), torch.float32, device), random_tensor((n, n), torch.float32, device),
+            torch.empty((n, n), device=device))
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="elementwise_unary_week1", title="Scale (2x) and ReLU, float32 (Numba)",
+        sizes=[1 << 24, 1 << 26, 1 << 28], sim_sizes=[1 << 10], size_label=pow2_label,
+        make_inputs=_vectors(1),
+        variants={"torch": lambda x, out: torch.mul(x, 2.0, out=out),
+                  "scale": lambda x, out: scale(x, 2.0, out=out),
+                  "torch_relu": lambda x, out: torch.clamp_min(x, 0.0, out=out),
+                  "relu": relu,
+                  "scale_x4": lambda x, out: scale_x4(x, 2.0, out=out),
+                  "relu_x4": relu_x4},
+        headline=("scale", "relu", "scale_x4", "relu_x4"),
+        bytes=lambda n: 2 * 4 * n, flops=lambda n: n,
+        notes="bytes = 2 x 4 x n (read x, write out); 'torch' is torch.mul(x, 2.0)",
+    ),
+    Benchmark(
+        name="saxpy_week1", title="SAXPY out = a x + y, float32 (Numba)",
+        sizes=[1 << 24, 1 << 26, 1 << 28], sim_sizes=[1 << 10], size_label=pow2_label,
+        make_inputs=_vectors(2),
+        variants={"torch": lambda x, y, out: torch.add(y, x, alpha=2.0, out=out),
+                  "saxpy": lambda x, y, out: saxpy(2.0, x, y, out=out),
+                  "saxpy_grid_stride": lambda x, y, out: saxpy_grid_stride(2.0, x, y, out=out)},
+        headline=("saxpy", "saxpy_grid_stride"),
+        bytes=lambda n: 3 * 4 * n, flops=lambda n: 2 * n,
+        notes="bytes = 3 x 4 x n (read x, y; write out); FLOPs = 2n",
+    ),
+    Benchmark(
+        name="matrix_add_week1", title="2-D matrix add, float32 (Numba, 2-D grid)",
+        sizes=[4096, 8192, 16384], sim_sizes=[32], size_label=lambda n: f"{n}x{n}",
+        make_inputs=_matrices,
+        variants={"torch": lambda a, b, out: torch.add(a, b, out=out), "matrix_add": matrix_add},
+        headline=("matrix_add",),
+        bytes=lambda n: 3 * 4 * n * n, flops=lambda n: n * n,
+        notes="bytes = 3 x 4 x n^2 (read a, b; write out)",
+    ),
+]

@@ -1,0 +1,122 @@
+"""Sum reduction: one atomic per element, a shared-memory tree, and warp shuffles (CUDA C).
+
+What it teaches: thousands of threads must agree on one number. Atomics on one address
+serialise; a tree in shared memory halves the active threads each step (with a
+__syncthreads between steps); warp shuffles do the first five steps inside a warp's
+registers with no shared memory and no barrier. Every version sums many elements per
+thread first (grid-stride), so the combining cost is paid once per thread, not per element.
+
+Cost model: n float32 elements: 4n bytes read, n - 1 additions. Memory-bound; the best
+version should read at the copy bandwidth (bytes counted: the input, read once).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import interop, validate
+from course.bench import Benchmark, pow2_label
+from course.check import random_tensor
+
+from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
+
+THREADS_PER_BLOCK = 256
+CUDA_SOURCE = Path(__file__).parent / "kernels" / "reduction.cu"
+DTYPES = (torch.float32,)
+
+
+@cuda.jit
+def sum_atomic_kernel(x, out):
+    """Every element is one atomic add on out[0]: correct, and as slow as a queue."""
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(out, 0, x[i])
+
+
+@cuda.jit
+def sum_shared_tree_kernel(x, out):
+    """Per-thread partial sums (grid-stride), then a tree in shared memory, one atomic per block."""
+    partial = cuda.shared.array(THREADS_PER_BLOCK, float32)
+    tid = cuda.threadIdx.x
+    acc = float32(0.0)
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        acc += x[i]
+    partial[tid] = acc
+    cuda.syncthreads()
+    # Halve the active threads each step. Sequential addressing (tid + step, not 2 * tid)
+    # keeps the active threads in whole warps and their shared reads in distinct banks.
+    step = THREADS_PER_BLOCK // 2
+    while step > 0:
+        if tid < step:
+            partial[tid] += partial[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    if tid == 0:
+        cuda.atomic.add(out, 0, partial[0])
+
+
+def _checked(x):
+    validate.tensor(x, "x", dtypes=DTYPES)
+    return torch.zeros((), dtype=x.dtype, device=x.device)  # the atomics add into it
+
+
+def _grid(n: int) -> int:
+    # Enough blocks to fill every SM a few times over, then each thread loops.
+    return max(1, min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 8 * runtime.sm_count()))
+
+
+def sum_atomic(x: torch.Tensor) -> torch.Tensor:
+    """x.sum() (0-d float32 tensor) with one atomic add per element (Numba)."""
+    out = _checked(x)
+    if x.numel():
+        blocks = (x.numel() + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        sum_atomic_kernel[blocks, THREADS_PER_BLOCK](interop.to_numba(x.view(-1)), interop.to_numba(out.view(1)))
+    return out
+
+
+def sum_shared_tree(x: torch.Tensor) -> torch.Tensor:
+    """x.sum() with grid-stride partial sums and a shared-memory tree per block (Numba)."""
+    out = _checked(x)
+    if x.numel():
+        sum_shared_tree_kernel[_grid(x.numel()), THREADS_PER_BLOCK](
+            interop.to_numba(x.view(-1)), interop.to_numba(out.view(1)))
+    return out
+
+
+@functools.cache
+def _cuda_c_kernel():
+    kernel = interop.cuda_module(CUDA_SOURCE).get_function("sum_warp_shuffle")
+    kernel.prepare("PPqi")
+    return kernel
+
+
+def sum_warp_shuffle(x: torch.Tensor) -> torch.Tensor:
+    """x.sum() with `sum_warp_shuffle` (CUDA C): float4 loads, __shfl_down_sync, one atomic per block."""
+    out = _checked(x)
+    if x.numel():
+        vectorize = int(x.data_ptr() % 16 == 0)  # a view like x[1:] cannot use float4 loads
+        _cuda_c_kernel().prepared_async_call((_grid(x.numel() // 4 or 1), 1), (THREADS_PER_BLOCK, 1, 1), None,
+                                             x.data_ptr(), out.data_ptr(), x.numel(), vectorize)
+    return out
+
+
+def _inputs(n: int):
+    return (random_tensor(n, torch.float32, runtime.DEVICE),)
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="reduction_week1", title="Sum of a float32 vector: atomics, shared tree (Numba), warp shuffle (CUDA C)",
+        sizes=[1 << 24, 1 << 26], sim_sizes=[1 << 10], size_label=pow2_label,
+        make_inputs=_inputs,
+        variants={"torch": torch.sum, "atomic": sum_atomic, "shared_tree": sum_shared_tree,
+                  "warp_shuffle": sum_warp_shuffle},
+        gpu_only=("warp_shuffle",),
+        headline=("shared_tree", "warp_shuffle"),
+        bytes=lambda n: 4 * n, flops=lambda n: n,
+        notes="bytes = 4 n (the input, read once); FLOPs = n",
+    ),
+]

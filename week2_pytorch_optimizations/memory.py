@@ -1,0 +1,234 @@
+"""Memory: what a tensor is (a view onto storage), what copies, and where the GPU memory goes.
+
+What it teaches:
+* a tensor is (storage, offset, shape, strides). `view`, `transpose`, slicing and `expand`
+  make new tensors over the *same* storage (no bytes move); `contiguous()`, `reshape` of a
+  non-contiguous tensor, `clone` and fancy indexing copy. Kernels that index memory as one
+  dense row-major block need `is_contiguous()`, and a silent `.contiguous()` is a full copy.
+* in-place ops save memory but bump the tensor's version counter; autograd checks the
+  counter of every tensor it saved and refuses to use one that changed (the famous
+  "modified by an inplace operation" error).
+* pinned (page-locked) host memory lets `copy_(non_blocking=True)` run on a copy engine
+  while the SMs compute: the transfer overlaps the work instead of preceding it.
+* the caching allocator: `memory_allocated` (live tensors) vs `memory_reserved` (what the
+  allocator holds from the driver); freed blocks are kept for reuse, not returned.
+* activation checkpointing: keep only each block's input, recompute its insides in
+  backward: less memory for about one more forward pass of compute.
+
+Cost model: a copy of n bytes reads n and writes n (at ~3 TB/s device bandwidth on an
+H100, vs ~25-50 GB/s over PCIe/host links for host-to-device).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn as nn
+
+from course import runtime
+
+
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when `a` and `b` are windows onto the same memory (one is a view of the other)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def layout(t: torch.Tensor) -> dict:
+    return {"shape": tuple(t.shape), "stride": t.stride(), "offset": t.storage_offset(),
+            "contiguous": t.is_contiguous()}
+
+
+def views_and_copies(device=None) -> dict:
+    """For common ops on a (4, 6) tensor: does the result share storage, is it contiguous?"""
+    device = runtime.DEVICE if device is None else device
+    x = torch.arange(24.0, device=device).reshape(4, 6)
+    t = x.t()
+    ops = {
+        "view(6, 4)": x.view(6, 4),
+        "x[1:3]": x[1:3],
+        "x[:, ::2]": x[:, ::2],
+        "t()": t,
+        "expand": x[:1].expand(4, 6),
+        "reshape (contiguous input)": x.reshape(24),
+        "reshape (transposed input)": t.reshape(24),  # cannot be a view: rows are not adjacent
+        "t().contiguous()": t.contiguous(),
+        "clone": x.clone(),
+        "x[[0, 2]] (index)": x[[0, 2]],
+    }
+    return {name: {"view": shares_storage(y, x), **layout(y)} for name, y in ops.items()}
+
+
+def view_fails_on_transposed(device=None) -> str:
+    """`.view` never copies, so it refuses strides it cannot express; the message says so."""
+    device = runtime.DEVICE if device is None else device
+    t = torch.arange(24.0, device=device).reshape(4, 6).t()
+    try:
+        t.view(24)
+    except RuntimeError as error:
+        return str(error).split("\n")[0]
+    raise AssertionError("view of a transposed tensor unexpectedly worked")
+
+
+def inplace_breaks_autograd(device=None) -> dict:
+    """sigmoid saves its output for backward; changing that output in place invalidates it."""
+    device = runtime.DEVICE if device is None else device
+    x = torch.randn(5, device=device, requires_grad=True)
+    y = torch.sigmoid(x)  # backward uses y: d sigmoid = y (1 - y)
+    before = y._version
+    y.mul_(2)  # same storage, version counter + 1
+    after = y._version
+    try:
+        y.sum().backward()
+        message = None
+    except RuntimeError as error:
+        message = str(error).split("\n")[0]
+    # The fix: out of place (y = y * 2) costs one more tensor but keeps the saved one intact.
+    x.grad = None
+    y_ok = torch.sigmoid(x)
+    (y_ok * 2).sum().backward()
+    return {"version_before": before, "version_after": after, "error": message,
+            "grad_out_of_place": x.grad.detach().clone()}
+
+
+def _need_gpu(what: str) -> None:
+    if not runtime.on_gpu():
+        raise ValueError(f"{what} needs a CUDA GPU; this run uses {runtime.DEVICE}")
+
+
+def _cuda_ms(fn) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5) -> dict:
+    """Host-to-device copy from pageable vs pinned memory, and a pinned copy overlapped with compute.
+
+    Returns the median ms of: a pageable copy, a pinned copy, the compute alone (a chain of
+    bf16 matmuls sized to take about as long as the copy), both one after the other, and
+    both at once (the copy on a side stream with non_blocking=True). GPU only.
+    """
+    _need_gpu("pinned_transfer_overlap")
+    n = mib * 2**20 // 4
+    pageable = torch.randn(n)
+    pinned = pageable.pin_memory()
+    dst = torch.empty(n, device="cuda")
+    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+
+    def median(fn):
+        fn()
+        return sorted(_cuda_ms(fn) for _ in range(reps))[reps // 2]
+
+    copy_pageable = median(lambda: dst.copy_(pageable))
+    copy_pinned = median(lambda: dst.copy_(pinned, non_blocking=True))
+    one_mm = median(lambda: a @ a)
+    k = max(1, round(copy_pinned / max(one_mm, 1e-3)))  # make compute about as long as the copy
+
+    def compute():
+        for _ in range(k):
+            a @ a
+
+    compute_ms = median(compute)
+
+    def serial():
+        dst.copy_(pinned, non_blocking=True)
+        compute()
+
+    def overlapped():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            dst.copy_(pinned, non_blocking=True)  # a copy engine moves it; the SMs stay free
+        compute()
+        torch.cuda.current_stream().wait_stream(side)
+
+    serial_ms, overlapped_ms = median(serial), median(overlapped)
+    gbps = lambda ms: mib * 2**20 / (ms * 1e-3) / 1e9  # noqa: E731
+    return {"mib": mib, "pageable_ms": copy_pageable, "pinned_ms": copy_pinned,
+            "pageable_gbps": gbps(copy_pageable), "pinned_gbps": gbps(copy_pinned),
+            "compute_ms": compute_ms, "serial_ms": serial_ms, "overlapped_ms": overlapped_ms,
+            "hidden_fraction": (serial_ms - overlapped_ms) / min(copy_pinned, compute_ms)}
+
+
+def caching_allocator_demo(mib: int = 64) -> dict:
+    """memory_allocated vs memory_reserved around one allocation, its free, and empty_cache."""
+    _need_gpu("caching_allocator_demo")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    mb = lambda b: b / 2**20  # noqa: E731
+    base_alloc, base_res = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    x = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
+    held = (mb(torch.cuda.memory_allocated() - base_alloc), mb(torch.cuda.memory_reserved() - base_res))
+    del x
+    freed = (mb(torch.cuda.memory_allocated() - base_alloc), mb(torch.cuda.memory_reserved() - base_res))
+    torch.cuda.empty_cache()
+    emptied = (mb(torch.cuda.memory_allocated() - base_alloc), mb(torch.cuda.memory_reserved() - base_res))
+    stats = torch.cuda.memory_stats()
+    return {"allocated_reserved_mib_live": held, "after_del": freed, "after_empty_cache": emptied,
+            "num_alloc_retries": stats.get("num_alloc_retries", 0),
+            "segments": stats.get("segment.all.current", 0)}
+
+
+def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> int:
+    """Bytes of tensors saved for backward by one forward (storage counted once); any device.
+
+    What activation checkpointing cuts, measured with saved-tensor hooks instead of the GPU
+    allocator, so the CPU can show it too. Parameters that are saved are not counted.
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen, total = set(), 0
+
+    def pack(t):
+        nonlocal total
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in seen:
+            seen.add(ptr)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)
+        if loss_fn is not None:
+            loss_fn(out)
+    return total
+
+
+def checkpointing_peak_memory(cfg=None, batch: int | None = None) -> dict:
+    """Peak memory of a GPT training step with and without activation checkpointing.
+
+    Returns {"plain_mib", "checkpointed_mib", "plain_ms", "checkpointed_ms", "grad_rel_err"}:
+    peak = torch.cuda.max_memory_allocated during forward + backward, above the weights.
+    GPU only (see `saved_activation_bytes` for the same effect on any device).
+    """
+    _need_gpu("checkpointing_peak_memory")
+    from week2_pytorch_optimizations import models
+
+    cfg = cfg or models.GPT_BENCH
+    batch = batch or 16
+    x, y = models.gpt_batch(cfg, batch, "cuda", generator=torch.Generator().manual_seed(0))
+    out, grads = {}, {}
+    for label, ckpt in (("plain", False), ("checkpointed", True)):
+        torch.manual_seed(0)
+        model = models.GPT(cfg, checkpoint_blocks=ckpt).cuda()
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            models.gpt_loss(model(x), y).backward()
+
+        step()
+        torch.cuda.synchronize()
+        model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        out[f"{label}_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        out[f"{label}_ms"] = sorted(_cuda_ms(step) for _ in range(5))[2]
+        grads[label] = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        del model
+    diff = (grads["plain"] - grads["checkpointed"]).norm() / grads["plain"].norm()
+    out["grad_rel_err"] = float(diff)
+    return out

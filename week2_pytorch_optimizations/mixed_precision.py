@@ -1,0 +1,123 @@
+"""Mixed precision: what autocast changes, where precision is lost, and why fp16 needs a scaler.
+
+What it teaches:
+* the formats: float32 has 24 significant bits and exponents to 1e38; bfloat16 keeps the
+  exponent range with 8 significant bits (unit roundoff 2^-9 = 2e-3); float16 has 11 bits
+  (2^-12 = 2.4e-4) but overflows past 65504 and goes subnormal below 6e-5, zero below 6e-8.
+* `torch.autocast` runs matmuls and convolutions in the low-precision type (tensor cores,
+  half the bytes) and keeps precision-hungry ops (softmax, layer_norm, losses, big sums)
+  in float32 on CUDA; weights and the optimizer stay float32 ("mixed").
+* error grows with the length of a dot product: the low-precision inputs are rounded once
+  each, and tensor cores accumulate in float32, so relative error stays near the input
+  rounding (~2^-9 for bf16) instead of growing like k * eps as a bf16 accumulator would.
+* fp16 gradients underflow: a loss scale (GradScaler) multiplies the loss before backward
+  and divides the gradients after, and skips a step whose gradients overflowed.
+
+Cost model: bf16/fp16 matmuls run at ~16x the non-tensor-core float32 rate on an H100 and
+move half the bytes; elementwise ops only gain the halved bytes.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from course import runtime
+
+LOW = (torch.bfloat16, torch.float16)
+
+
+def format_facts() -> dict:
+    """Significant bits, unit roundoff, largest and smallest normal value of each format."""
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        info = torch.finfo(dtype)
+        out[str(dtype).replace("torch.", "")] = {"bits": info.bits, "mantissa_bits": -round(torch.log2(
+            torch.tensor(info.eps)).item()) + 1, "unit_roundoff": info.eps / 2, "max": info.max,
+            "smallest_normal": info.tiny}
+    return out
+
+
+def autocast_dtypes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Output dtype of every leaf module of `model(x)` under autocast(dtype), and the params' dtype."""
+    if dtype not in LOW:
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    seen, handles = {}, []
+    for name, module in model.named_modules():
+        if not list(module.children()):
+            handles.append(module.register_forward_hook(
+                lambda m, i, o, name=name: seen.__setitem__(name, o.dtype)))
+    try:
+        with torch.autocast(x.device.type, dtype=dtype):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    seen["<parameters>"] = next(model.parameters()).dtype
+    return seen
+
+
+def matmul_error(k: int, dtype: torch.dtype, *, m: int = 64, n: int = 64, device=None, seed: int = 0) -> float:
+    """Relative error (Frobenius norm) of an (m x k) @ (k x n) product in `dtype` vs float64.
+
+    The inputs are drawn in float64 and rounded to `dtype`, as a model's activations are; the
+    error therefore includes the rounding of the inputs, which is the bulk of it.
+    """
+    device = runtime.DEVICE if device is None else device
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(m, k, generator=g, dtype=torch.float64), torch.randn(k, n, generator=g, dtype=torch.float64)
+    exact = a @ b
+    got = (a.to(device=device, dtype=dtype) @ b.to(device=device, dtype=dtype)).to("cpu", torch.float64)
+    return float((got - exact).norm() / exact.norm())
+
+
+def accumulation_error(n: int, dtype: torch.dtype) -> dict:
+    """Summing n copies of 0.01 with a running total kept in `dtype` (what a naive kernel does)
+    against a float32 accumulator over the same rounded inputs: why kernels accumulate in fp32."""
+    value = torch.tensor(0.01, dtype=dtype)
+    total = torch.zeros((), dtype=dtype)
+    for _ in range(n):  # sequential on purpose: torch.sum would accumulate in float32 for us
+        total = total + value
+    exact = n * float(value)
+    return {"low_accumulator": float(total), "fp32_accumulator": float(value.float() * n), "exact": exact,
+            "rel_err": abs(float(total) - exact) / exact}
+
+
+def fp16_underflow_fraction(values: torch.Tensor, scale: float = 1.0) -> float:
+    """Fraction of nonzero float32 `values` that become 0 when stored as float16 after `scale`."""
+    nonzero = values != 0
+    stored = (values.float() * scale).to(torch.float16)
+    return float(((stored == 0) & nonzero).sum()) / max(int(nonzero.sum()), 1)
+
+
+def fp16_step(model: nn.Module, opt: torch.optim.Optimizer, scaler, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """One fp16-autocast training step with a GradScaler; says whether the step was taken."""
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = nn.functional.mse_loss(model(x).float(), y)
+    scale_before = scaler.get_scale()
+    scaler.scale(loss).backward()  # gradients of loss * scale: small ones stay above fp16's floor
+    scaler.step(opt)  # unscales; skips the update if any gradient is inf/NaN
+    scaler.update()  # halves the scale after an overflow, grows it after 2000 clean steps
+    return {"loss": float(loss.detach()), "scale_before": scale_before, "scale_after": scaler.get_scale(),
+            "skipped": scaler.get_scale() < scale_before}
+
+
+def make_scaler(device=None, init_scale: float = 2.0 ** 16):
+    device = runtime.DEVICE if device is None else torch.device(device)
+    return torch.amp.GradScaler(device.type, init_scale=init_scale)
+
+
+def loss_error_vs_fp64(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """Relative error of the MSE loss of `model` in fp32, bf16- and fp16-autocast vs a float64 copy."""
+    import copy
+
+    exact_model = copy.deepcopy(model).double()
+    out = {}
+    with torch.no_grad():
+        exact = float(nn.functional.mse_loss(exact_model(x.double()), y.double()))
+        out["float32"] = abs(float(nn.functional.mse_loss(model(x), y)) - exact) / exact
+        for dtype in LOW:
+            with torch.autocast(x.device.type, dtype=dtype):
+                loss = nn.functional.mse_loss(model(x).float(), y)
+            out[str(dtype).replace("torch.", "")] = abs(float(loss) - exact) / exact
+    return out

@@ -1,0 +1,101 @@
+"""Profiling: where the time of a step goes, read from `torch.profiler`.
+
+What it teaches:
+* the profiler records each op on the CPU (aten::linear, aten::addmm, ...) and, on a GPU,
+  each kernel it launched (`ampere_sgemm...`, `triton_poi_fused...`, `flash_fwd...`).
+  `key_averages().table(sort_by=...)` ranks them; the chrome trace (open it in
+  chrome://tracing or https://ui.perfetto.dev) shows them on a timeline.
+* the *gaps*: where the GPU timeline is empty the GPU waited for the CPU to launch the next
+  kernel. `gpu_busy_fraction` measures it from the trace: the union of kernel intervals
+  over the wall time of the profiled steps. Eager small models are gap-bound (launch
+  overhead); CUDA graphs and torch.compile close the gaps.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from course import runtime
+
+
+def profile_steps(step: Callable, *, steps: int = 3, warmup: int = 2, trace_path=None, label: str = "step"):
+    """Run `step()` `warmup` times, then `steps` times under the profiler; returns the profile.
+
+    Each profiled step is wrapped in `record_function(label)` so it shows as one span.
+    `trace_path` (a .json, or .json.gz to compress it) gets the chrome trace.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    for _ in range(warmup):  # first calls include lazy init, autotuning, compilation
+        step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.on_gpu() else [])
+    if runtime.on_gpu():
+        torch.cuda.synchronize()
+    with profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            with record_function(label):
+                step()
+        if runtime.on_gpu():
+            torch.cuda.synchronize()
+    if trace_path is not None:
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))
+    return prof
+
+
+def top_ops(prof, n: int = 10) -> list[dict]:
+    """The n ops (or, on a GPU, kernels) with the most self time: name, calls, self time in us."""
+    on_gpu = runtime.on_gpu()
+    rows = []
+    for evt in prof.key_averages():
+        self_us = evt.self_device_time_total if on_gpu else evt.self_cpu_time_total
+        if self_us > 0:
+            rows.append({"name": evt.key, "calls": evt.count, "self_us": float(self_us)})
+    return sorted(rows, key=lambda r: r["self_us"], reverse=True)[:n]
+
+
+def table(prof, n: int = 15) -> str:
+    sort = "self_cuda_time_total" if runtime.on_gpu() else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=n)
+
+
+def gpu_busy_fraction(trace_path) -> float | None:
+    """Union of GPU kernel (and memcpy/memset) intervals / the span from first to last one.
+
+    None when the trace holds no GPU activity (a CPU run). 1.0 means no gaps at all.
+    """
+    path = Path(trace_path)
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    events = json.loads(text).get("traceEvents", [])
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    if not spans:
+        return None
+    busy, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
+    for start, end in spans[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    busy += cur_end - cur_start
+    wall = max(e for _, e in spans) - spans[0][0]
+    return busy / wall if wall > 0 else 1.0
+
+
+def profile_config(config: str = "eager", kind: str = "gpt", *, trace_path=None, steps: int = 3, cfg=None,
+                   batch=None) -> dict:
+    """Profile training steps of one compile_benchmark configuration; the numbers the notes quote."""
+    from week2_pytorch_optimizations import compile_benchmark as cb
+
+    task = cb.make_task(kind, cfg, batch)
+    train = cb.make_train_step(task, config)
+    x, y = task.batch
+    prof = profile_steps(lambda: train(x, y), steps=steps, trace_path=trace_path, label=f"train_step[{config}]")
+    return {"config": config, "top": top_ops(prof), "table": table(prof),
+            "gpu_busy_fraction": gpu_busy_fraction(trace_path) if trace_path else None}
