@@ -83,7 +83,8 @@ REFERENCE = "eager"
 # tail), and max-autotune last because its GEMM search takes minutes.
 TRAIN_PLAN = ["eager", "eager+bf16", "cudagraph+bf16", "compile+bf16", "reduce-overhead+bf16",
               "compile+bf16+cudagraph", "compile", "cudagraph", "max-autotune+bf16"]
-INFER_PLAN = ["eager", "eager+bf16", "cudagraph+bf16", "compile+bf16", "reduce-overhead+bf16"]
+INFER_PLAN = ["eager", "eager+bf16", "cudagraph+bf16", "compile+bf16", "reduce-overhead+bf16",
+              "max-autotune+bf16"]
 
 
 def tolerance(config: Config) -> dict:
