@@ -1,0 +1,1 @@
+"""Week 5: integration: profile a real model, swap in kernels, CUDA extensions, inference, scale-out."""
