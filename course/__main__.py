@@ -3,7 +3,10 @@
     python -m course info                 what hardware and which backend this machine uses
     python -m course check week1 [-- ...] run that week's tests (extra args go to pytest)
     python -m course bench week1          time the week's kernels beside torch; save results/
-    python -m course report [--check]     rebuild README's results section from results/ files
+    python -m course report [--check]     rebuild every generated table from the results/ files:
+                                          README's results section, each `<!-- results:NAME -->`
+                                          block in week*/ and capstone/ markdown, and
+                                          week3_triton_kernels/performance_comparisons.md
 
 `--backend gpu|sim` before the command overrides the automatic choice.
 """
@@ -11,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,12 +119,12 @@ def headline_rows(result: dict) -> list[str]:
     return rows
 
 
-def results_section() -> str:
+def results_section(root: Path = ROOT) -> str:
     from course.bench import load_results
 
     parts = []
     for short, package in WEEKS.items():
-        results = [r for r in load_results(ROOT / package / "results") if not r.get("simulated")]
+        results = [r for r in load_results(root / package / "results") if not r.get("simulated")]
         if not results:
             continue
         parts.append(f"\n### {package}\n")
@@ -132,23 +138,355 @@ def results_section() -> str:
     return "\n".join(parts) if parts else "\nNo GPU results yet.\n"
 
 
-def cmd_report(args) -> int:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def readme_text(text: str, root: Path = ROOT) -> str:
+    """README.md with its results section regenerated (ValueError if the markers are missing)."""
     if README_BEGIN not in text or README_END not in text:
-        print("README.md lacks the results markers")
-        return 1
+        raise ValueError("README.md lacks the results markers")
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
-    new = head + README_BEGIN + "\n" + results_section() + "\n" + README_END + tail
+    return head + README_BEGIN + "\n" + results_section(root) + "\n" + README_END + tail
+
+
+# ----------------------------------------------------------------------- results blocks
+# In any markdown file under week*/ or capstone/ (results/ excepted):
+#
+#     <!-- results:BENCH_NAME [headline] [largest] -->
+#     (whatever is here is replaced)
+#     <!-- /results -->
+#
+# is filled with the table of `results/BENCH_NAME.json` of the same week folder (or of another:
+# `results:week1/BENCH_NAME`). `headline` keeps torch and the benchmark's headline variants,
+# `largest` only the largest size. A missing (or simulated) results file gives a line saying
+# how to measure it.
+BLOCK_OPEN = re.compile(r"^<!-- results:(?P<name>[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)?)"
+                        r"(?P<options>(?: +[a-z]+)*) *-->\s*$")
+BLOCK_CLOSE = "<!-- /results -->"
+BLOCK_OPTIONS = ("headline", "largest")
+
+
+def load_result(package: str, name: str, root: Path = ROOT) -> dict | None:
+    """`<package>/results/<name>.json`, or None when absent or measured in simulation."""
+    path = root / package / "results" / f"{name}.json"
+    if not path.is_file():
+        return None
+    from course.bench import is_result
+
+    result = json.loads(path.read_text())
+    if not is_result(result):
+        raise ValueError(f"{path.relative_to(root)} is not a benchmark record (no 'benchmark' and 'rows')")
+    return None if result.get("simulated") else result
+
+
+def not_measured(short: str, name: str) -> str:
+    return f"_Not measured on a GPU yet: run `python -m course bench {short} --only {name}` on a GPU._"
+
+
+def block_body(spec: str, options: list[str], package: str, root: Path = ROOT) -> str:
+    """What goes between a block's markers: the table of results/<name>.json, or how to make it."""
+    from course.bench import markdown_table
+
+    if "/" in spec:
+        week, name = spec.split("/", 1)
+        short, package = resolve_week(week)
+    else:
+        name = spec
+        short = next(s for s, p in WEEKS.items() if p == package)
+    result = load_result(package, name, root)
+    if result is None:
+        return not_measured(short, name)
+    rows = result["rows"]
+    if "headline" in options:
+        shown = set(result.get("headline") or []) | {"torch"}
+        rows = [r for r in rows if r["variant"] in shown]
+    if "largest" in options:
+        timed = [r for r in rows if "ms" in r]
+        largest = timed[-1]["size"] if timed else None
+        rows = [r for r in rows if r["size"] == largest]
+    return markdown_table(result, rows).rstrip("\n")
+
+
+def fill_blocks(text: str, package: str, where: str = "", root: Path = ROOT) -> str:
+    """`text` with every results block regenerated; ValueError naming `where` for a broken one."""
+    lines = text.split("\n")
+    out, i, fence = [], 0, None
+    while i < len(lines):
+        stripped = lines[i].lstrip()
+        if fence is None and stripped[:3] in ("```", "~~~"):
+            fence = stripped[:3]  # markers inside a code block are examples, not blocks
+        elif fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            out.append(lines[i])
+            i += 1
+            continue
+        match = BLOCK_OPEN.match(lines[i])
+        if match is None:
+            if lines[i].strip() == BLOCK_CLOSE:
+                raise ValueError(f"{where}:{i + 1}: `{BLOCK_CLOSE}` without an opening "
+                                 "`<!-- results:NAME -->` above it")
+            out.append(lines[i])
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != BLOCK_CLOSE:
+            if BLOCK_OPEN.match(lines[end]):
+                end = len(lines)  # another block opens first: this one is unclosed
+                break
+            end += 1
+        if end >= len(lines):
+            raise ValueError(f"{where}:{i + 1}: results block `{lines[i].strip()}` has no "
+                             f"`{BLOCK_CLOSE}` line after it")
+        options = match.group("options").split()
+        unknown = [o for o in options if o not in BLOCK_OPTIONS]
+        if unknown:
+            raise ValueError(f"{where}:{i + 1}: unknown option(s) {unknown} in results block; "
+                             f"known: {', '.join(BLOCK_OPTIONS)}")
+        try:
+            body = block_body(match.group("name"), options, package, root)
+        except SystemExit as error:  # resolve_week's message for an unknown week
+            raise ValueError(f"{where}:{i + 1}: {error}") from None
+        out.extend([lines[i], "", body, "", BLOCK_CLOSE])
+        i = end + 1
+    return "\n".join(out)
+
+
+def markdown_files(root: Path = ROOT) -> list[Path]:
+    """Every markdown file of the lesson folders, except measured tables (results/) and hidden ones."""
+    found = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and (p.name in WEEKS.values())):
+        for path in sorted(folder.rglob("*.md")):
+            parts = path.relative_to(folder).parts
+            if "results" in parts[:-1] or any(part.startswith(".") for part in parts):
+                continue
+            found.append(path)
+    return found
+
+
+# ------------------------------------------------------------- performance comparisons
+COMPARISONS_FILE = "week3_triton_kernels/performance_comparisons.md"
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One row of a comparison: `variant` of benchmark `bench` (results/<bench>.json of `week`)."""
+    label: str
+    week: str            # "week1", "week3", ...
+    file: str            # the module (or .cu) it lives in, for the reader
+    bench: str
+    variant: str
+    size: str | None = None     # the row's size label; None: the largest size measured
+    ceiling: str | None = None  # "% of ceiling" for TFLOP/s: this key of the result's ceilings
+    optional: bool = False      # a variant registered only where it can run (e.g. on some Triton versions)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One table: the same operation in several implementations, side by side."""
+    title: str
+    metric: str          # "gbps": memory-bound, % of the copy ceiling; "tflops": % of torch.matmul
+    impls: tuple
+    note: str = ""
+
+
+def _impls(week, file, bench, size, pairs, **kw):
+    return tuple(Impl(label, week, file, bench, variant, size, **kw) for label, variant in pairs)
+
+
+# To compare a new kernel, add its benchmark's (label, variant) pairs to a group or a new group.
+COMPARISONS = (
+    Comparison("Vector add, float32, 2^28 elements", "gbps",
+               _impls("week1", "vector_add.py", "vector_add_week1", "2^28", [
+                   ("torch.add", "torch"), ("Numba", "numba"), ("Numba, grid-stride loop", "numba_grid_stride"),
+                   ("CUDA C (PyCUDA)", "cuda_c"), ("CUDA C, float4", "cuda_c_vec4")])
+               + _impls("week3", "vector_add.py", "vector_add_week3", "2^28", [("Triton", "triton")])),
+    Comparison("Scale by 2, float32, 2^28 elements", "gbps",
+               _impls("week1", "elementwise.py", "elementwise_unary_week1", "2^28", [
+                   ("torch.mul", "torch"), ("Numba", "scale"), ("Numba, 4 per thread", "scale_x4")])),
+    Comparison("SAXPY a*x + y, float32, 2^28 elements", "gbps",
+               _impls("week1", "elementwise.py", "saxpy_week1", "2^28", [
+                   ("torch.add(y, x, alpha=a)", "torch"), ("Numba", "saxpy"),
+                   ("Numba, grid-stride loop", "saxpy_grid_stride")])),
+    Comparison("x * y + z, float32, 2^26 elements", "gbps",
+               _impls("week3", "fused_elementwise.py", "mul_add", "67108864 float32", [
+                   ("torch eager (mul, then add)", "torch"), ("torch.addcmul (fused)", "torch_addcmul"),
+                   ("Triton (fused)", "triton")]),
+               note="GB/s counts the fused traffic (4 x n x 4 bytes) for every row."),
+    Comparison("bias + GELU, float32, 16384 x 8192", "gbps",
+               _impls("week3", "fused_elementwise.py", "bias_gelu", "16384x8192 float32", [
+                   ("torch eager (add, then gelu)", "torch"), ("Triton (fused)", "triton"),
+                   ("torch eager, tanh GELU", "torch_tanh"), ("Triton, tanh GELU", "triton_tanh")]),
+               note="GB/s counts the fused traffic for every row; the tanh rows divide by the erf torch row."),
+    Comparison("Transpose, float32, 8192 x 8192", "gbps",
+               _impls("week1", "transpose.py", "transpose_week1", "8192x8192", [
+                   ("torch (out.copy_(x.t()))", "torch"), ("Numba, naive", "naive"),
+                   ("Numba, shared-memory tile", "shared"), ("Numba, padded tile", "padded"),
+                   ("CUDA C, padded tile", "cuda_padded"), ("CUDA C, 64 x 64 tile", "cuda_tile64")])
+               + _impls("week3", "access_patterns.py", "copy2d_week3", "8192x8192", [
+                   ("Triton, 1-D gather", "triton_naive"), ("Triton, 2-D tile", "triton_tiled")])
+               + (Impl("Triton, block pointers", "week3", "access_patterns.py", "copy2d_week3", "triton_block_ptr",
+                       "8192x8192", optional=True),)
+               + _impls("week3", "access_patterns.py", "copy2d_week3", "8192x8192", [
+                   ("Triton, tensor descriptors (TMA)", "triton_descriptor"),
+                   ("torch contiguous copy (the ceiling)", "torch_copy")]),
+               note="Every row moves 2 x 4 x 8192^2 bytes; 'torch contiguous copy' copies without "
+                    "transposing: the most a transpose can hope for."),
+    Comparison("Row softmax, float32, 4096 columns", "gbps",
+               _impls("week3", "softmax.py", "softmax_float32", "cols=4096", [
+                   ("torch.softmax", "torch"), ("Triton (softmax: its dispatch)", "triton"),
+                   ("Triton, one block per row", "triton_one_block"),
+                   ("Triton, 4 rows per program", "triton_4_rows_per_program"),
+                   ("Triton, persistent", "triton_persistent"), ("Triton, online (streaming)", "triton_online")])),
+    Comparison("Row softmax, bfloat16, 4096 columns", "gbps",
+               _impls("week3", "softmax.py", "softmax_bfloat16", "cols=4096", [
+                   ("torch.softmax", "torch"), ("Triton (softmax: its dispatch)", "triton"),
+                   ("Triton, one block per row", "triton_one_block"),
+                   ("Triton, 4 rows per program", "triton_4_rows_per_program"),
+                   ("Triton, persistent", "triton_persistent"), ("Triton, online (streaming)", "triton_online")])),
+    Comparison("Sum of a float32 vector, 2^26 elements", "gbps",
+               _impls("week1", "reduction.py", "reduction_week1", "2^26", [
+                   ("torch.sum", "torch"), ("Numba, one atomic per element", "atomic"),
+                   ("Numba, shared-memory tree", "shared_tree"), ("CUDA C, warp shuffle", "warp_shuffle")])),
+    Comparison("Matmul 4096^3: fp32 CUDA cores (week 1) vs fp16/bf16 tensor cores (week 3)", "tflops",
+               _impls("week1", "matmul.py", "matmul_week1", "4096^3", [
+                   ("torch.matmul fp32 (cuBLAS, TF32 off)", "torch"), ("Numba fp32, naive", "numba_naive"),
+                   ("Numba fp32, shared tiles", "numba_tiled"), ("Numba fp32, register blocking", "numba_regblock"),
+                   ("CUDA C fp32, naive", "cuda_naive"), ("CUDA C fp32, shared tiles", "cuda_shared"),
+                   ("CUDA C fp32, 2-D block tiles", "cuda_blocktile_2d"),
+                   ("CUDA C fp32, warp tiling", "cuda_warptiling")], ceiling="matmul_float32_tflops")
+               + _impls("week1", "matmul_tensor_cores.py", "matmul_tc_week1", "4096^3 f16", [
+                   ("torch.matmul fp16 (cuBLAS)", "torch"), ("CUDA C fp16 WMMA, naive", "wmma_naive"),
+                   ("CUDA C fp16 WMMA, shared tiles", "wmma_shared"),
+                   ("CUDA C fp16 WMMA, cp.async", "wmma_cp_async")], ceiling="matmul_float16_tflops")
+               + _impls("week3", "matmul.py", "matmul_float16", "4096x4096x4096", [
+                   ("torch.matmul fp16 (cuBLAS)", "torch"), ("Triton fp16, autotuned", "triton"),
+                   ("Triton fp16, no grouping", "triton_ungrouped"), ("Triton fp16, persistent", "triton_persistent"),
+                   ("Triton fp16, TMA", "triton_tma")], ceiling="matmul_float16_tflops")
+               + _impls("week3", "matmul.py", "matmul_bfloat16", "4096x4096x4096", [
+                   ("torch.matmul bf16 (cuBLAS)", "torch"), ("Triton bf16, autotuned", "triton")],
+                        ceiling="matmul_bfloat16_tflops"),
+               note="% of cuBLAS divides by torch.matmul in the row's own dtype, measured in the same "
+                    "run; 'vs torch' divides by the torch row of the same benchmark: fp32 rows by fp32 "
+                    "cuBLAS, fp16 rows by fp16 cuBLAS."),
+    Comparison("Dropout p = 0.5, float32, 2^26 elements", "gbps",
+               _impls("week3", "dropout.py", "dropout", "2^26", [
+                   ("torch dropout (writes a mask)", "torch"), ("Triton, seeded (no mask)", "triton")])),
+)
+
+
+def _comparison_row(impl: Impl, metric: str, result: dict | None) -> tuple[list[str], str | None]:
+    """The table cells for one implementation, and why it has no numbers (None if it has)."""
+    where = f"{impl.week} `{impl.file}`"
+    if result is None:
+        return [impl.label, where, impl.size or "-", "not measured yet", "", "", "", ""], None
+    rows = [r for r in result["rows"] if r["variant"] == impl.variant]
+    timed = [r for r in rows if "ms" in r]
+    size = impl.size or (timed[-1]["size"] if timed else None)
+    row = next((r for r in rows if r["size"] == size), None)
+    if row is None or "ms" not in row:
+        why = (f"skipped: {row['skipped']}" if row else
+               f"no {impl.variant!r} at {size} in results/{impl.bench}.json")
+        return [impl.label, where, str(size or "-"), why, "", "", "", ""], why
+    if metric == "gbps":
+        rate, pct = row.get("gbps"), row.get("pct_of_copy")
+        rate_cell = "-" if rate is None else f"{rate:.0f}"
+    else:
+        rate = row.get("tflops")
+        ceilings = result.get("ceilings", {})
+        key = impl.ceiling or next(iter([k for k in ceilings if k.endswith("_tflops")][:1]), None)
+        peak = ceilings.get(key) if key else None
+        pct = 100 * rate / peak if rate and peak else None
+        rate_cell = "-" if rate is None else f"{rate:.1f}"
+    speed = row.get("speedup_vs_torch")
+    return [impl.label, where, str(row["size"]), f"{row['ms']:.4f}", rate_cell,
+            "-" if pct is None else f"{pct:.1f}%", "-" if not speed else f"{speed:.2f}x",
+            "-" if row.get("loc") is None else str(row["loc"])], None
+
+
+def comparison_section(group: Comparison, root: Path = ROOT) -> str:
+    from course.bench import measured_on
+
+    unit = "GB/s" if group.metric == "gbps" else "TFLOP/s"
+    ceiling = "% of copy" if group.metric == "gbps" else "% of cuBLAS"
+    lines = [f"## {group.title}", "",
+             f"| implementation | week / file | size | ms | {unit} | {ceiling} | vs torch | LoC |",
+             "|---|---|---|---|---|---|---|---|"]
+    results, missing = {}, []
+    for impl in group.impls:
+        if impl.bench not in results:
+            results[impl.bench] = load_result(WEEKS[impl.week], impl.bench, root)
+            if results[impl.bench] is None:
+                missing.append(impl)
+        cells, _ = _comparison_row(impl, group.metric, results[impl.bench])
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if group.note:
+        lines += [group.note, ""]
+    measured = [(name, r) for name, r in results.items() if r is not None]
+    if measured:
+        lines += [f"- `{name}`: {measured_on(r)}" for name, r in measured] + [""]
+    lines += [not_measured(impl.week, impl.bench) for impl in missing]
+    if not measured and not missing:
+        lines.append("_No results yet._")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def comparisons_markdown(root: Path = ROOT) -> str:
+    head = f"""# Week 3 · Performance comparisons: one operation, several implementations
+
+<!-- generated by `python -m course report` from the results/ files of each week; do not edit:
+     CI runs `python -m course report --check`. The groups are COMPARISONS in course/__main__.py. -->
+
+Each table puts the same operation side by side as written in PyTorch, in Numba and CUDA C
+(week 1) and in Triton (week 3), measured by `python -m course bench` on a GPU. Columns: **ms**,
+the median time of one call; **GB/s** (bytes each kernel must move at least, divided by its time)
+or **TFLOP/s**; **% of copy**, that rate over a device-to-device copy measured in the same run
+(for matmul, **% of cuBLAS**: over `torch.matmul` in the same dtype); **vs torch**, the speed
+relative to the torch row of the same benchmark run; **LoC**, lines of code of the kernel(s) and
+launcher (non-blank, non-comment, non-docstring lines, counted with `inspect` when the
+benchmark lists them in `sources=`; "-" otherwise). Rows come from different runs when their
+benchmarks differ: the line under each table says which GPU, versions and date.
+"""
+    return head + "".join("\n" + comparison_section(g, root) for g in COMPARISONS)
+
+
+# --------------------------------------------------------------------------- report
+def generated_texts(root: Path = ROOT) -> dict[Path, tuple[str | None, str]]:
+    """{path: (current text or None, generated text)} for every file `report` maintains."""
+    texts = {}
+    readme = root / "README.md"
+    if readme.is_file():
+        old = readme.read_text()
+        texts[readme] = (old, readme_text(old, root))
+    comparisons = root / COMPARISONS_FILE
+    if comparisons.parent.is_dir():
+        texts[comparisons] = (comparisons.read_text() if comparisons.is_file() else None,
+                              comparisons_markdown(root))
+    for path in markdown_files(root):
+        old, current = texts.get(path, (path.read_text(), path.read_text()))
+        package = path.relative_to(root).parts[0]
+        texts[path] = (old, fill_blocks(current, package, str(path.relative_to(root)), root))
+    return texts
+
+
+def cmd_report(args) -> int:
+    root = Path(args.root).resolve() if getattr(args, "root", None) else ROOT
+    try:
+        texts = generated_texts(root)
+    except ValueError as error:
+        print(f"report: {error}")
+        return 1
+    stale = [path for path, (old, new) in texts.items() if old != new]
+    names = [str(p.relative_to(root)) for p in stale]
     if args.check:
-        if new != text:
-            print("README.md's results section is out of date: run `python -m course report`")
+        if stale:
+            print("out of date (run `python -m course report`): " + ", ".join(names))
             return 1
-        print("README.md's results section matches results/")
+        print(f"generated tables match results/ ({len(texts)} files checked: README.md's results "
+              "section, results blocks, performance comparisons)")
         return 0
-    readme.write_text(new)
-    print("README.md results section rewritten")
+    for path in stale:
+        path.write_text(texts[path][1])
+    print("rewrote: " + ", ".join(names) if stale else "every generated table was already up to date")
     return 0
 
 
@@ -166,8 +504,9 @@ def main(argv=None) -> int:
     bench_p.add_argument("--only", nargs="*", help="benchmark names to run")
     bench_p.add_argument("--out", help="where to save results (default: the week's results/ on a GPU)")
     bench_p.add_argument("--no-save", action="store_true", help="print only")
-    report = sub.add_parser("report", help="rebuild README's results section")
-    report.add_argument("--check", action="store_true", help="fail if README is out of date")
+    report = sub.add_parser("report", help="rebuild the generated tables (README, results blocks, comparisons)")
+    report.add_argument("--check", action="store_true", help="fail, naming the files, if any table is out of date")
+    report.add_argument("--root", help=argparse.SUPPRESS)  # another checkout (the kit's tests use a temp dir)
     args = parser.parse_args(argv)
     if args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported

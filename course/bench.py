@@ -10,17 +10,34 @@ How a number is made here:
   read once, each output written once), and "% of copy" divides by a device-to-device
   copy measured in the same run on the same GPU, not by a datasheet.
 
+Two more columns describe a variant beside its speed:
+* "peak MiB": device memory the variant allocated above its inputs while it was timed
+  (`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated
+  before: outputs it allocates, workspaces, temporaries). Compilation and autotuning happen in
+  one untimed call before the reset, so their buffers are not counted. None in simulation.
+* "LoC": lines of code of the kernel(s) and launcher a variant runs, when the benchmark names
+  them in `sources=`: the source of each function (found with `inspect`) or CUDA C function
+  (`c_function(path, name)`), counting every line that holds code, signature and decorators
+  included, but not blank lines, comment-only lines or docstrings. A rough, qualitative
+  measure of effort; helpers shared by several kernels count only where they are listed.
+
 In simulation (no GPU) the same code runs with a host clock and tiny sizes; every table
 then says SIMULATION, because those times measure Python, not a GPU.
 """
 from __future__ import annotations
 
+import ast
 import datetime as _dt
+import inspect
+import io
 import json
 import math
+import re
 import statistics
 import sys
+import textwrap
 import time
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -39,6 +56,8 @@ class Benchmark:
     `variants` maps a label to a callable taking the inputs that `make_inputs(size)`
     returns; the label "torch" is the reference every other variant is divided by.
     `bytes(size)` and `flops(size)` are the minimum traffic and arithmetic of one call.
+    `sources` maps a variant to the function(s) it runs (kernels, launcher; a list, or one
+    callable or `c_function(...)`): their lines of code go in the "LoC" column.
     """
     name: str
     title: str
@@ -53,14 +72,153 @@ class Benchmark:
     headline: tuple = ()  # variants the README's results table shows, beside torch
     compute_dtype: torch.dtype | None = None  # measure torch.matmul in it: the roofline's flat roof
     notes: str = ""
+    sources: dict = field(default_factory=dict)  # variant -> callable(s) whose lines are counted
 
     def active_sizes(self) -> list:
         return runtime.pick(gpu=self.sizes, sim=self.sim_sizes)
+
+    def lines_of_code(self) -> dict:
+        """{variant: lines of code} for the variants named in `sources` (see `count_source_lines`)."""
+        unknown = set(self.sources) - set(self.variants)
+        if unknown:
+            raise ValueError(f"{self.name}: sources= names variants that do not exist: {sorted(unknown)}")
+        return {label: count_source_lines(spec) for label, spec in self.sources.items()}
 
 
 def pow2_label(n: int) -> str:
     """2^26 rather than 67108864 in tables."""
     return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+
+
+# ------------------------------------------------------------------------- lines of code
+@dataclass(frozen=True)
+class CFunction:
+    """A function in a CUDA C (or C) source file, for `Benchmark.sources`."""
+    path: Path
+    name: str
+
+    def source(self) -> str:
+        """The function's text, from its signature (template line included) to its closing brace."""
+        text = Path(self.path).read_text()
+        lines = text.splitlines()
+        code = _strip_c_comments(text)
+        for match in re.finditer(rf"\b{re.escape(self.name)}\s*\(", code):
+            after = _skip_parens(code, match.end() - 1)
+            if not code[after:].lstrip().startswith("{"):
+                continue  # a call or a declaration, not the definition
+            start_line = code.count("\n", 0, match.start())
+            while start_line > 0 and _continues_signature(code.splitlines()[start_line - 1]):
+                start_line -= 1
+            open_at = code.index("{", after)
+            close_at = _matching_brace(code, open_at)
+            end_line = code.count("\n", 0, close_at)
+            return "\n".join(lines[start_line:end_line + 1])
+        raise ValueError(f"no definition of {self.name!r} in {self.path}")
+
+
+def c_function(path, name: str) -> CFunction:
+    """`sources=` entry for a CUDA C kernel: `c_function(HERE / "kernels/vector_add.cu", "vector_add_f32")`."""
+    return CFunction(Path(path), name)
+
+
+def _strip_c_comments(text: str) -> str:
+    """Comments replaced by spaces (newlines kept), so offsets and line numbers still match."""
+    def blank(match):
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return re.sub(r"//[^\n]*|/\*.*?\*/", blank, text, flags=re.S)
+
+
+def _skip_parens(code: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        if depth == 0:
+            return i + 1
+    raise ValueError("unbalanced parentheses")
+
+
+def _matching_brace(code: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError("unbalanced braces")
+
+
+def _continues_signature(line: str) -> bool:
+    """A line just above a function name that belongs to its signature (`template <...>`, a return type)."""
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#") and stripped[-1] not in ";{}"
+
+
+def _count_c_lines(source: str) -> int:
+    return sum(1 for line in _strip_c_comments(source).splitlines() if line.strip())
+
+
+def _python_function(obj):
+    """The plain Python function behind a Triton JITFunction or Autotuner, a Numba kernel, a partial."""
+    for _ in range(10):
+        if inspect.isfunction(obj):
+            return inspect.unwrap(obj)
+        if inspect.ismethod(obj):
+            obj = obj.__func__
+            continue
+        inner = next((getattr(obj, a) for a in ("py_func", "fn", "func", "__wrapped__")
+                      if getattr(obj, a, None) is not None), None)
+        if inner is None or inner is obj:
+            break
+        obj = inner
+    raise TypeError(f"cannot find Python source for {obj!r}: sources= takes functions, Triton or "
+                    "Numba kernels, or c_function(path, name) for CUDA C")
+
+
+def _count_python_lines(source: str) -> int:
+    source = textwrap.dedent(source)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a lambda cut out of a larger expression: count its non-blank lines
+        return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    code = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in skip:
+            code.update(range(token.start[0], token.end[0] + 1))
+    return len(code - docstrings)
+
+
+def count_source_lines(spec) -> int:
+    """Lines of code in `spec`: a function/kernel, a `c_function(...)`, or a list of them.
+
+    Counted: every line holding code, the `def` line, decorators and a multi-line signature
+    included. Not counted: blank lines, comment-only lines, docstrings. Each object counts
+    once even if listed twice.
+    """
+    items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    total, seen = 0, set()
+    for item in items:
+        if isinstance(item, CFunction):
+            key, lines = (str(item.path), item.name), _count_c_lines(item.source())
+        else:
+            fn = _python_function(item)
+            try:
+                source = inspect.getsource(fn)
+            except OSError as error:  # defined in a REPL or exec(): no file to read
+                raise TypeError(f"no source file for {fn!r} in sources=: {error}") from None
+            key, lines = fn, _count_python_lines(source)
+        if key not in seen:
+            seen.add(key)
+            total += lines
+    return total
 
 
 @dataclass
@@ -130,6 +288,24 @@ def time_call(fn: Callable, sets: list) -> Timing:
     return time_gpu(fn, sets) if runtime.on_gpu() else time_host(fn, sets)
 
 
+def time_with_memory(fn: Callable, sets: list) -> tuple[Timing, int | None]:
+    """`time_call`, and the bytes the calls allocated above what was live before (None off-GPU).
+
+    One untimed call first compiles and autotunes (the autotuner allocates its own buffers),
+    then the peak counter is reset, so the figure is what the timed calls themselves need:
+    outputs they allocate, workspaces and temporaries, not the inputs.
+    """
+    if not runtime.on_gpu():
+        return time_host(fn, sets), None
+    fn(*sets[0])
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    timing = time_gpu(fn, sets)
+    torch.cuda.synchronize()
+    return timing, max(0, torch.cuda.max_memory_allocated() - before)
+
+
 _ceilings: dict = {}
 
 
@@ -192,6 +368,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
     copy_gbps = copy_bandwidth_gbps()
     if bench.compute_dtype is not None:
         matmul_tflops(bench.compute_dtype)
+    loc = bench.lines_of_code()
     rows = []
     for size in bench.active_sizes():
         sets = input_sets(bench.make_inputs, size)
@@ -203,7 +380,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
             if label in bench.gpu_only and not runtime.on_gpu():
                 rows.append({"size": bench.size_label(size), "variant": label, "skipped": "needs a GPU"})
                 continue
-            timing = time_call(fn, sets)
+            timing, peak = time_with_memory(fn, sets)
             seconds = timing.median_ms * 1e-3
             by_variant[label] = timing.median_ms
             rows.append({
@@ -213,6 +390,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
                 "gbps": nbytes / seconds / 1e9 if nbytes else None,
                 "tflops": nflops / seconds / 1e12 if nflops else None,
                 "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps if nbytes else None,
+                "peak_mem_bytes": peak, "loc": loc.get(label),
             })
         reference = by_variant.get(REFERENCE)
         for row in rows:
@@ -238,27 +416,65 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def markdown_table(result: dict) -> str:
-    """The results record as a markdown table (also what the CLI prints)."""
-    copy = result["ceilings"].get("copy_gbps")
-    head = ["size", "variant", "ms", "GB/s", "TFLOP/s", "% of copy", "vs torch"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in result["rows"]:
+def _speedup(value) -> str:
+    return "-" if not value else f"{value:.2f}x"
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
+# (header, cell) of each column; a column whose cells are all "-" is left out of the table.
+COLUMNS = [
+    ("size", lambda r: str(r["size"])),
+    ("variant", lambda r: str(r["variant"])),
+    ("ms", lambda r: _fmt(r.get("ms"), ".4f")),
+    ("GB/s", lambda r: _fmt(r.get("gbps"), ".0f")),
+    ("TFLOP/s", lambda r: _fmt(r.get("tflops"), ".2f")),
+    ("% of copy", lambda r: _fmt(r.get("pct_of_copy"), ".1f")),
+    ("vs torch", lambda r: _speedup(r.get("speedup_vs_torch"))),
+    # week 2's compile benchmark records "peak_mib" itself
+    ("peak MiB", lambda r: _mib(r.get("peak_mem_bytes")) if "peak_mib" not in r else _fmt(r["peak_mib"], ".1f")),
+    ("LoC", lambda r: _fmt(r.get("loc"), "d")),
+]
+ALWAYS_SHOWN = ("size", "variant", "ms")
+
+
+def markdown_table(result: dict, rows: list | None = None) -> str:
+    """The results record as a markdown table (also what the CLI prints).
+
+    `rows` (default: all of the record's) picks a subset. A column empty in every row shown
+    (no FLOPs counted, no memory measured in simulation, no `sources=`) is left out.
+    """
+    rows = result["rows"] if rows is None else rows
+    timed = [r for r in rows if "skipped" not in r]
+    columns = [(head, cell) for head, cell in COLUMNS
+               if head in ALWAYS_SHOWN or any(cell(r) != "-" for r in timed)]
+    lines = ["| " + " | ".join(head for head, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
         if "skipped" in row:
-            lines.append(f"| {row['size']} | {row['variant']} | skipped: {row['skipped']} | | | | |")
-            continue
-        lines.append("| " + " | ".join([
-            str(row["size"]), row["variant"], _fmt(row["ms"], ".4f"), _fmt(row["gbps"], ".0f"),
-            _fmt(row["tflops"], ".2f"), _fmt(row["pct_of_copy"], ".1f"),
-            _fmt(row.get("speedup_vs_torch"), ".2f") + ("x" if row.get("speedup_vs_torch") else ""),
-        ]) + " |")
+            cells = [str(row["size"]), str(row["variant"]), f"skipped: {row['skipped']}"]
+            cells += [""] * (len(columns) - 3)
+        else:
+            cells = [cell(row) for _, cell in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + "\n"
+
+
+def measured_on(result: dict) -> str:
+    """'GPU, copy ceiling N GB/s measured in the same run; versions; date': the table's caption."""
     machine = result["machine"]
+    copy = result.get("ceilings", {}).get("copy_gbps")
     where = machine.get("gpu") or "CPU"
-    banner = ("SIMULATION on the CPU: these times measure Python, not a GPU"
-              if result["simulated"] else f"{where}, copy ceiling {copy:.0f} GB/s measured in the same run")
+    if result.get("simulated"):
+        banner = "SIMULATION on the CPU: these times measure Python, not a GPU"
+    elif copy:
+        banner = f"{where}, copy ceiling {copy:.0f} GB/s measured in the same run"
+    else:
+        banner = where
     versions = ", ".join(f"{k} {machine[k]}" for k in ("torch", "triton", "numba", "pycuda", "cuda_runtime")
                          if machine.get(k))
-    return f"**{result['title']}**: {banner}; {versions}; {result['date']}.\n\n" + "\n".join(lines) + "\n"
+    return f"{banner}; {versions}; {result['date']}"
 
 
 def save(result: dict, results_dir: Path) -> list[Path]:
@@ -273,5 +489,11 @@ def save(result: dict, results_dir: Path) -> list[Path]:
     return [base.with_suffix(s) for s in (".json", ".md", ".png")]
 
 
+def is_result(record) -> bool:
+    """A benchmark record as `run` makes it (results/ may hold other json files: measurements, traces)."""
+    return isinstance(record, dict) and "benchmark" in record and isinstance(record.get("rows"), list)
+
+
 def load_results(results_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+    records = (json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json")))
+    return [r for r in records if is_result(r)]

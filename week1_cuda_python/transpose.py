@@ -1,16 +1,29 @@
-"""Matrix transpose in Numba: naive, shared-memory coalesced, and padded against bank conflicts.
+"""Matrix transpose: naive, shared-memory, padded (Numba), then CUDA C with 64 x 64 tiles.
 
 What it teaches: a transpose reads rows and writes columns, so one side of a naive kernel
 is always uncoalesced. Staging a 32x32 tile in shared memory lets both the global read and
 the global write walk rows; padding the tile to 33 columns moves each column of the tile
-into 32 different banks, so the column reads from shared memory stop serialising.
+into 32 different banks, so the column reads from shared memory stop serialising. The last
+rung (`transpose_cuda_tile64`, CUDA C) makes each thread move 16 elements instead of 4 (more
+loads in flight per thread, a quarter of the blocks and barriers per byte) and reads rows as
+8-byte vectors, with the tile split by column parity so that the wider stores into shared
+memory stay free of bank conflicts.
 
-Cost model for an R x C float32 matrix: 8RC bytes (read once, write once), no FLOPs. The
+Cost model for an R x C matrix: 2 R C itemsize bytes (read once, write once), no FLOPs. The
 ceiling is a device-to-device copy of the same bytes.
+
+Launchers: Numba `transpose_naive`, `transpose_shared`, `transpose_padded`; CUDA C
+(`kernels/transpose.cu`, PyCUDA) `transpose_cuda_padded`, `transpose_cuda_tile64`; float32
+and float64. `python -m week1_cuda_python.transpose --sweep` (GPU) times the tile64 block shapes.
 """
 from __future__ import annotations
 
+import argparse
+import functools
 import math
+import sys
+from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -23,7 +36,14 @@ from numba import cuda, float32, float64  # noqa: E402  (after course.runtime on
 
 TILE = 32       # a warp's width: one tile row is 128 contiguous bytes
 BLOCK_ROWS = 8  # 32 x 8 = 256 threads per block; each thread moves TILE / BLOCK_ROWS = 4 elements
+MAX_GRID_Y = 65535
 DTYPES = (torch.float32, torch.float64)
+CUDA_SOURCE = Path(__file__).parent / "kernels" / "transpose.cu"
+TILE64 = 64
+TILE64_ROWS = 8  # threads per block 32 x 8; must match TILE64_ROWS in kernels/transpose.cu
+NUMBA_LAUNCHERS = ("transpose_naive", "transpose_shared", "transpose_padded")
+CUDA_C_LAUNCHERS = ("transpose_cuda_padded", "transpose_cuda_tile64")
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
 @cuda.jit
@@ -83,8 +103,11 @@ def _checked(x, out):
         validate.tensor(out, "out", dtypes=(x.dtype,), ndim=2)
         if tuple(out.shape) != (cols, rows):
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {(cols, rows)} (x transposed)")
-    if math.ceil(max(rows, cols) / TILE) > 65535:
-        raise ValueError(f"x has shape {(rows, cols)}: more than 65535 tiles along one grid axis")
+    # The naive kernel's grid has rows / BLOCK_ROWS blocks in y, at most 65535 in CUDA; the
+    # CUDA C kernels take the sizes as 32-bit ints.
+    if math.ceil(rows / BLOCK_ROWS) > MAX_GRID_Y or cols > 2**31 - 1:
+        raise ValueError(f"x has shape {(rows, cols)}: at most {MAX_GRID_Y * BLOCK_ROWS} rows "
+                         f"(65535 blocks of {BLOCK_ROWS} rows in the grid's y) and 2^31 - 1 columns")
     return out
 
 
@@ -117,6 +140,86 @@ def transpose_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.
     return _tiled("padded", x, out)
 
 
+@functools.cache
+def _module(defines: tuple[str, ...] = ()):
+    """kernels/transpose.cu compiled for this GPU; `defines` (-DTILE64_ROWS=...) for the sweep."""
+    if not defines:
+        return interop.cuda_module(CUDA_SOURCE)
+    runtime.pycuda_driver()
+    from pycuda.compiler import SourceModule
+
+    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
+                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
+
+
+@functools.cache
+def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
+    kernel = _module(defines).get_function(f"transpose_{rung}_{_SUFFIX[dtype]}")
+    kernel.prepare("PPii" if rung == "padded" else "PPiii")  # x, out, rows, cols (, vectorize)
+    return kernel
+
+
+def transpose_cuda_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = x.T with `transpose_padded_*` (CUDA C): the padded 32x33 tile, 32x8 threads."""
+    out = _checked(x, out)
+    if x.numel():
+        rows, cols = x.shape
+        grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
+        # Stream None: the legacy default stream that torch queues on, so ordering holds.
+        _cuda_c_kernel("padded", x.dtype).prepared_async_call(
+            grid, (TILE, BLOCK_ROWS, 1), None, x.data_ptr(), out.data_ptr(), rows, cols)
+    return out
+
+
+def _tile64(x, out, rows_per_block: int = TILE64_ROWS, defines: tuple[str, ...] = ()) -> torch.Tensor:
+    rows, cols = x.shape
+    grid = (math.ceil(cols / TILE64), math.ceil(rows / TILE64))
+    # Reading a row as pairs needs every row start aligned to a pair (2 elements): an even
+    # width and an aligned base. Otherwise the kernel reads element by element.
+    vectorize = int(cols % 2 == 0 and x.data_ptr() % (2 * x.element_size()) == 0)
+    _cuda_c_kernel("tile64", x.dtype, defines).prepared_async_call(
+        grid, (32, rows_per_block, 1), None, x.data_ptr(), out.data_ptr(), rows, cols, vectorize)
+    return out
+
+
+def transpose_cuda_tile64(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = x.T with `transpose_tile64_*` (CUDA C): 64x64 tiles, 16 elements per thread,
+    rows read as 2-element vectors into two padded half-tiles (even and odd columns)."""
+    out = _checked(x, out)
+    if x.numel():
+        _tile64(x, out)
+    return out
+
+
+# --- compute-sanitizer cases ----------------------------------------------------------------------
+
+def _sanitizer_case(launcher: str, dtype: torch.dtype, shape=(193, 130), offset: int = 0) -> None:
+    # 193 x 130: full 64-tiles (the vector path) and partial tiles on both edges; 32-tiles too.
+    rows, cols = shape
+    x = random_tensor(rows * cols + offset, dtype, runtime.DEVICE)[offset:].view(rows, cols)
+    globals()[launcher](x)
+    torch.cuda.synchronize()
+
+
+def _sanitizer_cases() -> dict[str, Callable[[], None]]:
+    cases = {"transpose_naive_kernel": functools.partial(_sanitizer_case, "transpose_naive", torch.float32)}
+    for dtype, suffix in _SUFFIX.items():
+        for kind in ("shared", "padded"):
+            cases[f"transpose_{kind}_kernel_{suffix}"] = functools.partial(_sanitizer_case, f"transpose_{kind}", dtype)
+        cases[f"transpose_padded_{suffix}"] = functools.partial(_sanitizer_case, "transpose_cuda_padded", dtype)
+        cases[f"transpose_tile64_{suffix}"] = functools.partial(_sanitizer_case, "transpose_cuda_tile64", dtype)
+        cases[f"transpose_tile64_{suffix}[odd width, unaligned]"] = functools.partial(
+            _sanitizer_case, "transpose_cuda_tile64", dtype, (130, 67), 1)
+    return cases
+
+
+# One small synchronized launch per kernel (and per dtype), for compute-sanitizer.
+SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
+
+
+# --- benchmark ---------------------------------------------------------------------------------------
+
 def _inputs(n: int):
     device = runtime.DEVICE
     return random_tensor((n, n), torch.float32, device), torch.empty((n, n), device=device)
@@ -124,13 +227,67 @@ def _inputs(n: int):
 
 BENCHMARKS = [
     Benchmark(
-        name="transpose_week1", title="Transpose, float32 (Numba): naive, shared, padded",
+        name="transpose_week1", title="Transpose, float32: naive, shared, padded (Numba); padded, 64x64 tiles (CUDA C)",
         sizes=[4096, 8192, 16384], sim_sizes=[64], size_label=lambda n: f"{n}x{n}",
         make_inputs=_inputs,
         variants={"torch": lambda x, out: out.copy_(x.t()), "naive": transpose_naive,
-                  "shared": transpose_shared, "padded": transpose_padded},
-        headline=("naive", "shared", "padded"),
+                  "shared": transpose_shared, "padded": transpose_padded,
+                  "cuda_padded": transpose_cuda_padded, "cuda_tile64": transpose_cuda_tile64},
+        gpu_only=("cuda_padded", "cuda_tile64"),
+        headline=("naive", "shared", "padded", "cuda_tile64"),
         bytes=lambda n: 2 * 4 * n * n,
         notes="bytes = 2 x 4 x n^2 (read x, write out); 'torch' is out.copy_(x.t())",
     ),
 ]
+
+
+# --- command line: --sweep (GPU) -----------------------------------------------------------------------
+
+def sweep(sizes=(8192, 16384), rows_options=(4, 8, 16, 32)) -> list[dict]:
+    """Time every rung and transpose_tile64 with 32 x rows threads per block (float32, GPU only)."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
+    copy_gbps = bench.copy_bandwidth_gbps()
+    print(f"copy ceiling {copy_gbps:.0f} GB/s; bytes = 8 n^2")
+    print(f"{'n':>6} {'variant':<28} {'ms':>8} {'GB/s':>6} {'% copy':>7} exact")
+    rows = []
+    for n in sizes:
+        x, out = _inputs(n)
+        expected = x.t().contiguous()
+        candidates = {"torch out.copy_(x.t())": lambda: out.copy_(x.t()),
+                      "numba padded": lambda: transpose_padded(x, out),
+                      "cuda padded": lambda: transpose_cuda_padded(x, out)}
+        for block_rows in rows_options:
+            defines = () if block_rows == TILE64_ROWS else (f"-DTILE64_ROWS={block_rows}",)
+            candidates[f"cuda tile64, 32x{block_rows} threads"] = functools.partial(
+                _tile64, x, out, block_rows, defines)
+        for label, call in candidates.items():
+            try:
+                call()
+                exact = bool(torch.equal(out, expected))
+                timing = bench.time_gpu(call, [()])
+            except Exception as error:  # a shape that fails to compile or launch: report, go on
+                print(f"{n:>6} {label:<28} failed: {str(error).splitlines()[0][:60]}")
+                continue
+            gbps = 8 * n * n / (timing.median_ms * 1e-3) / 1e9
+            rows.append({"n": n, "variant": label, "ms": timing.median_ms, "gbps": gbps})
+            print(f"{n:>6} {label:<28} {timing.median_ms:8.3f} {gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
+        del x, out, expected
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="time the transposes' block shapes (GPU)")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 2
+    sweep()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

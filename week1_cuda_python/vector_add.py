@@ -17,7 +17,7 @@ import torch
 
 from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
-from course.bench import Benchmark, pow2_label
+from course.bench import Benchmark, c_function, pow2_label
 from course.check import random_tensor
 
 from numba import cuda  # noqa: E402  (after course.runtime on purpose)
@@ -152,6 +152,12 @@ BENCHMARKS = [
         },
         gpu_only=("cuda_c", "cuda_c_vec4"),
         headline=("numba", "numba_grid_stride", "cuda_c", "cuda_c_vec4"),
+        sources={  # the kernel and its launcher, for the "LoC" column
+            "numba": [add_kernel, vector_add_numba],
+            "numba_grid_stride": [add_grid_stride_kernel, vector_add_numba_grid_stride],
+            "cuda_c": [c_function(CUDA_SOURCE, "vector_add_f32"), vector_add_cuda, _launch_cuda_c],
+            "cuda_c_vec4": [c_function(CUDA_SOURCE, "vector_add_f32x4"), vector_add_cuda_vec4, _launch_cuda_c],
+        },
         bytes=lambda n: 3 * 4 * n,
         flops=lambda n: n,
         compute_dtype=torch.float32,

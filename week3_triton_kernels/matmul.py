@@ -1,4 +1,5 @@
-"""Matrix multiplication in Triton: tiles, tl.dot, grouped program order, autotuning, epilogues.
+"""Matrix multiplication in Triton: tiles, tl.dot, grouped order, autotuning, persistent
+programs, TMA tensor descriptors, fp8, and a fused epilogue.
 
 C (M x N) = A (M x K) @ B (K x N). Each program owns one BLOCK_M x BLOCK_N tile of C and walks
 K in BLOCK_K steps: load a BLOCK_M x BLOCK_K tile of A and a BLOCK_K x BLOCK_N tile of B, and
@@ -6,22 +7,62 @@ K in BLOCK_K steps: load a BLOCK_M x BLOCK_K tile of A and a BLOCK_K x BLOCK_N t
 tiling by hand, with the staging through shared memory, the software pipelining (`num_stages`)
 and the tensor-core layout chosen by the compiler.
 
-* Grouped ordering. Programs that run at the same time should share inputs in L2. In row-major
-  order (GROUP_M = 1) the ~130 concurrent programs cover one or two rows of C tiles: they share
-  one A panel but each reads a different B panel, so all of B streams through L2 for every row
-  of tiles. Grouping GROUP_M rows of tiles and walking down a column first makes concurrent
-  programs form a roughly square patch: each loaded A and B panel is reused ~GROUP_M times.
-* `@triton.autotune` times a few `triton.Config`s (tile shape, warps, pipeline stages) on the
-  first call for each (M, N, K, dtype) and keeps the fastest: no single tile shape wins for
-  every shape and GPU.
-* Epilogue fusion: bias and activation are applied to the fp32 accumulator before the one
-  store, instead of a second and third pass over C in memory.
+The kernels, simplest first (diff them; they share the device helpers `_grouped_tile`,
+`_tile_product` and `_finish_tile`):
+* `matmul_kernel`: one program per C tile, pointer arithmetic. Grouped ordering: in row-major
+  order (GROUP_M = 1) the ~130 concurrent programs cover one or two rows of C tiles and each
+  reads a different B panel, so all of B streams through L2 for every row of tiles; grouping
+  GROUP_M rows of tiles and walking down a column first makes the concurrent programs a squarer
+  patch that reuses each A and B panel from L2 ~GROUP_M times.
+* `matmul_persistent_kernel`: as many programs as SMs, each looping over tiles (same grouped
+  order). The grid is one wave: no tail of a half-empty last wave, one launch's set-up per SM,
+  and with `flatten=True` the compiler may start loading tile i+1 while tile i's epilogue runs.
+* `matmul_tma_kernel`: the persistent kernel with A and B read through tensor descriptors
+  (`TensorDescriptor`): the Hopper TMA engine copies whole tiles from HBM to shared memory,
+  with no address arithmetic or masks in the threads (out-of-bounds parts of a tile are filled
+  with zeros). Needs compute capability >= 9.0 (H100); the Triton interpreter emulates it.
+
+`@triton.autotune` times a few `triton.Config`s (tile shape, warps, pipeline stages) on the first
+call for each (M, N, K, dtype, epilogue) and keeps the fastest; `_prune_configs` drops configs
+that do not fit the GPU's shared memory and, for small problems, all but the smallest tile.
+Epilogue fusion: per-tensor scales, bias and activation (relu, gelu, gelu_tanh, silu) are
+applied to the fp32 accumulator before the one store, instead of more passes over C in memory.
+
+Entry points (all return C and accept `out=`; a, b any strides, the same dtype):
+    matmul(a, b, bias=None, activation=None, out=None, *, pad_strides=True)       fp16/bf16
+    matmul_fixed(a, b, ..., block_m=128, block_n=256, block_k=64, group_m=8, ...)  one config
+    matmul_persistent(a, b, bias=None, activation=None, out=None, *, pad_strides=True)
+    matmul_tma(a, b, bias=None, activation=None, out=None)                          sm_90+
+    matmul_fp8(a, b, a_scale, b_scale, bias=None, activation=None, out=None, *,
+               out_dtype=torch.bfloat16, fast_accum=False, kernel="auto")
+        a (M, K) and b (K, N) in torch.float8_e4m3fn; a_scale, b_scale per-tensor float32
+        scales (0-d or 1-element tensors on the device, or Python floats) such that the real
+        operands are a * a_scale and b * b_scale; returns activation(a_scale * b_scale *
+        (a @ b) + bias) in out_dtype (bf16, fp16 or fp32; bias in out_dtype). b is fastest
+        "column-major" (b = w.t() of a row-major (N, K) weight, which is what
+        torch._scaled_mm requires too); another layout is copied to that one first.
+        fast_accum=False promotes the tensor cores' partial sums to a separate fp32
+        accumulator every BLOCK_K (= 128) products, as torch._scaled_mm(use_fast_accum=False)
+        does; True leaves all of K in the tensor core accumulator (faster, less precise on
+        Hopper). Needs compute capability >= 8.9 (Ada, Hopper): RuntimeError elsewhere.
+        `quantize_fp8(x)` gives (x_fp8, scale) with a per-tensor amax scale.
+
+Odd strides: Triton proves 16-byte alignment from integer arguments that are multiples of 16
+(it compiles a kernel variant for them), and only then loads 8 fp16 values per instruction.
+A row stride of 3000 or 4097 elements defeats that and the kernel falls to 2-byte loads, ~5x
+slower. `pad_strides=True` copies such an operand into a buffer whose row stride is padded to a
+multiple of 16 elements (K padded with zeros, which add nothing to the dot products): (M*K +
+K*N) x 2 bytes read and written again, ~10-40 us, against a matmul of ~0.2 ms or more.
 
 Cost model: 2 * M * N * K FLOPs. Minimum traffic (M*K + K*N + M*N) * itemsize; at 4096^3 fp16
 that is 100 MB for 137 GFLOP, ~1400 FLOPs per byte: compute-bound, so the yardstick is
-TFLOP/s against torch.matmul (cuBLAS) in the same run.
+TFLOP/s against torch.matmul (cuBLAS) and torch._scaled_mm (fp8) in the same run.
 """
 from __future__ import annotations
+
+import argparse
+import sys
+import time
 
 import torch
 
@@ -32,124 +73,421 @@ from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16)
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3}
+FP8_DTYPES = (torch.float8_e4m3fn,)
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 INT32_MAX = 2**31 - 1
+# Triton specialises an integer argument divisible by 16 (and a pointer aligned to 16 bytes):
+# only then can it prove that a row starts on a 16-byte boundary and use vector loads.
+ALIGN = 16
+FP8_BLOCK_K = 128  # fp8 configs' BLOCK_K, and how often fast_accum=False promotes partial sums
+
+
+# ---------------------------------------------------------------------------- device helpers
+@triton.jit
+def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    # Grouped ordering: consecutive tile ids fill a GROUP_M-tall column of tiles, then move
+    # right. With GROUP_M = 1 this is plain row-major order.
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
+    pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr):
-    # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
-    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped ordering: consecutive pids fill a GROUP_M-tall column of tiles, then move right.
-    # With GROUP_M = 1 this is plain row-major order.
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+def _dot(a, b, acc, FP8_PRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
+    if FP8_PRECISE:
+        # Hopper's fp8 wgmma keeps its running sum in reduced precision; max_num_imprecise_acc
+        # = BLOCK_K makes Triton add each BLOCK_K-long partial product into a separate fp32
+        # accumulator with ordinary FADDs (the "promotion" of DeepSeek-V3, sec. 3.3.2).
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+    else:
+        acc = tl.dot(a, b, acc)  # fp16/bf16/fp8 in, fp32 accumulate on the tensor cores
+    return acc
 
-    # Rows/cols past M/N wrap around (% M) instead of being masked: the loads stay unmasked
-    # and aligned, and the wrapped results are never stored.
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+
+@triton.jit
+def _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols,
+                  stride_am, stride_ak, stride_bk, stride_bn, FP8_PRECISE: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Rows/cols past the end wrap around (% a_rows, % b_cols) instead of being masked: the loads
+    # stay unmasked and aligned, and the wrapped results are never stored. When a_rows / b_cols
+    # are multiples of 16 the compiler can still prove that runs of 16 offsets are contiguous.
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % a_rows
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % b_cols
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
-
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         # K is the one dimension that must be masked: a wrapped K would add wrong products.
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc)  # fp16/bf16 in, fp32 accumulate on the tensor cores
+        acc = _dot(a, b, acc, FP8_PRECISE, BLOCK_K)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    return acc
 
+
+@triton.jit
+def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N,
+                 stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Epilogue on the fp32 accumulator, while the tile is still in registers; then one store.
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Epilogue on the fp32 accumulator, while the tile is still in registers.
+    if HAS_SCALE:  # fp8: the operands were stored divided by their scales
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_cn, mask=offs_cn < N, other=0.0).to(tl.float32)
         acc = acc + bias[None, :]
     if ACTIVATION == 1:
-        acc = tl.maximum(acc, 0.0)
+        # propagate_nan: max(NaN, 0) is 0 in hardware (fmax), NaN in torch.relu.
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
     elif ACTIVATION == 2:
         acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
     elif ACTIVATION == 3:
         u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))
+        acc = acc / (1.0 + tl.exp(-2.0 * u))  # 0.5 h (1 + tanh u) = h * sigmoid(2u)
+    elif ACTIVATION == 4:
+        acc = acc / (1.0 + tl.exp(-acc))  # silu(h) = h * sigmoid(h)
     c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-# A small space (each config costs a compile and a timing run on first use of a shape). The
+# ----------------------------------------------------------------------------------- kernels
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K, a_rows, b_cols,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
+                  FP8_PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols, stride_am, stride_ak,
+                        stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
+    _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
+                 stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
+                             a_rows, b_cols, stride_am, stride_ak, stride_bk, stride_bn,
+                             stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                             ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # NUM_SMS programs; program p computes tiles p, p + NUM_SMS, ... in grouped order, so the
+    # tiles in flight at any moment are still a compact patch of C (L2 reuse as before).
+    # flatten=True merges this loop with the K loop inside, so the software pipeline keeps
+    # loading (the next tile's first K steps) across the boundary between tiles.
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols, stride_am, stride_ak,
+                            stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
+        _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
+                     stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
+                      stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                      ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr, B_KMAJOR: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            # One TMA copy per operand tile: the descriptor knows the shape and strides, so
+            # a tile hanging over M, N or K arrives zero-filled, and no thread computes an
+            # address. The copy lands in shared memory in the layout wgmma reads.
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+            if B_KMAJOR:  # b is w.t() of an (N, K) row-major w: load w's tile, use it transposed
+                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K]).T
+            else:
+                b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+            acc = _dot(a, b, acc, FP8_PRECISE, BLOCK_K)
+        # C goes out through ordinary (masked) stores, so `out` may have any strides.
+        _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
+                     stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+
+
+# ------------------------------------------------------------------------------ autotuning
+def _config(bm, bn, bk, stages, warps, group_m=8, **extra):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, **extra},
+                         num_stages=stages, num_warps=warps)
+
+
+# Small spaces (each config costs a compile and a timing run on first use of a shape). The
 # large tiles feed the H100's wgmma well; the small ones win when M or N is small.
 AUTOTUNE_CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
+    _config(128, 256, 64, 3, 8),
+    _config(256, 128, 64, 3, 8),
+    _config(128, 128, 64, 4, 8),
+    _config(128, 128, 64, 4, 4),
+    _config(64, 128, 64, 4, 4),
+]
+PERSISTENT_CONFIGS = [
+    _config(128, 256, 64, 3, 8, FLATTEN=True),
+    _config(128, 256, 64, 4, 8, FLATTEN=True),
+    _config(128, 128, 64, 4, 8, FLATTEN=True),
+    _config(128, 128, 64, 4, 4, FLATTEN=True),
+    _config(64, 128, 64, 4, 4, FLATTEN=True),
+]
+# fp8: twice the values per byte, so BLOCK_K = 128 moves the same bytes per step as 64 in fp16.
+FP8_CONFIGS = [
+    _config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
+    _config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    _config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    _config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
+    _config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
 ]
 SMALL_PROBLEM = 512 * 512  # C this small: tiles of 64 x 128 already give every SM work
 
 
+def _shared_memory_bytes(config, itemsize: int) -> int:
+    kw = config.kwargs
+    return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
+
+
+def _shared_memory_limit() -> int:
+    if not runtime.on_gpu():
+        return 1 << 30
+    props = torch.cuda.get_device_properties(runtime.DEVICE)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
+
+
 def _prune_configs(configs, named_args, **kwargs):
-    # Timing five configs costs five compiles (seconds each); for a small C, where the big
-    # tiles would leave most SMs idle anyway, time only the smallest tile.
+    # Each config is a compile (seconds). Drop those whose pipeline buffers cannot fit the GPU's
+    # shared memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles
+    # would leave most SMs idle anyway, time only the smallest tile.
+    operand = named_args.get("a_ptr", named_args.get("a_desc"))
+    itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
+    limit = _shared_memory_limit()
+    fitting = [c for c in configs if _shared_memory_bytes(c, itemsize) <= limit]
+    fitting = fitting or [min(configs, key=lambda c: _shared_memory_bytes(c, itemsize))]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
-        return [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
-    return configs
+        return [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+    return fitting
 
 
-matmul_kernel_autotuned = triton.autotune(
-    configs=AUTOTUNE_CONFIGS, key=["M", "N", "K", "HAS_BIAS", "ACTIVATION"],
-    prune_configs_by={"early_config_prune": _prune_configs})(matmul_kernel)
+def _tma_block_shapes(nargs):
+    # A descriptor's block shape is part of its type: set it from the config being launched.
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk] if nargs["B_KMAJOR"] else [bk, bn]
+
+
+def _with_tma_hook(configs):
+    return [triton.Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages,
+                          pre_hook=_tma_block_shapes) for c in configs]
+
+
+KEY = ["M", "N", "K", "HAS_BIAS", "HAS_SCALE", "ACTIVATION", "FP8_PRECISE"]
+PRUNE = {"early_config_prune": _prune_configs}
+matmul_kernel_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_kernel)
+matmul_persistent_autotuned = triton.autotune(configs=PERSISTENT_CONFIGS, key=KEY,
+                                              prune_configs_by=PRUNE)(matmul_persistent_kernel)
+matmul_tma_autotuned = triton.autotune(configs=_with_tma_hook(PERSISTENT_CONFIGS), key=KEY + ["B_KMAJOR"],
+                                       prune_configs_by=PRUNE)(matmul_tma_kernel)
+# fp8 has its own tuners: C is bf16 like a bf16 matmul's, so the key alone would not tell them apart.
+matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=KEY,
+                                                  prune_configs_by=PRUNE)(matmul_persistent_kernel)
+matmul_tma_fp8_autotuned = triton.autotune(configs=_with_tma_hook(FP8_CONFIGS), key=KEY + ["B_KMAJOR"],
+                                           prune_configs_by=PRUNE)(matmul_tma_kernel)
 # The interpreter cannot time configs (no device clock); it runs this small one instead.
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
 
 
-def _check(a, b, bias, activation, out):
-    validate.tensor(a, "a", dtypes=DTYPES, ndim=2, contiguous=False)  # any strides: we pass them
-    validate.tensor(b, "b", dtypes=DTYPES, ndim=2, contiguous=False)
+# ------------------------------------------------------------------------- input handling
+def device_capability() -> tuple[int, int] | None:
+    """(major, minor) of the GPU, or None in simulation (the interpreter runs any kernel)."""
+    return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
+
+
+def _require_capability(minimum: tuple[int, int], what: str, instead: str) -> None:
+    capability = device_capability()
+    if capability is not None and capability < minimum:
+        name = torch.cuda.get_device_name(runtime.DEVICE) if runtime.on_gpu() else "simulated"
+        raise RuntimeError(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
+                           f"({name}) is {capability[0]}.{capability[1]}: {instead}")
+
+
+def _check(a, b, bias, activation, out, dtypes=DTYPES, out_dtype=None):
+    validate.tensor(a, "a", dtypes=dtypes, ndim=2, contiguous=False)  # any strides: we pass them
+    validate.tensor(b, "b", dtypes=dtypes, ndim=2, contiguous=False)
     validate.same_dtype(a=a, b=b)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
                          "(a's columns must equal b's rows)")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+    out_dtype = out_dtype or a.dtype
     M, K = a.shape
     N = b.shape[1]
     if bias is not None:
-        validate.tensor(bias, "bias", dtypes=DTYPES, ndim=1)
-        validate.same_dtype(a=a, bias=bias)
+        validate.tensor(bias, "bias", dtypes=(out_dtype,), ndim=1)
         if bias.shape[0] != N:
             raise ValueError(f"bias has {bias.shape[0]} elements; expected N = {N} (one per column of c)")
     for name, t in (("a", a), ("b", b)):
         if max((s - 1) * st for s, st in zip(t.shape, t.stride())) > INT32_MAX:
             raise ValueError(f"{name} spans more than 2^31 elements: the kernel's offsets are int32")
     if out is None:
-        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
     else:
-        validate.tensor(out, "out", dtypes=(a.dtype,), ndim=2, contiguous=False)
+        validate.tensor(out, "out", dtypes=(out_dtype,), ndim=2, contiguous=False)
         if tuple(out.shape) != (M, N):
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {(M, N)}")
     return M, N, K, out
 
 
-def _launch(kernel, a, b, bias, activation, out, M, N, K, **config):
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _aligned(t: torch.Tensor, row_major: bool) -> bool:
+    """Rows (row_major) or columns start on 16-element boundaries and the base is 16-byte aligned."""
+    inner, outer = (1, 0) if row_major else (0, 1)
+    return (t.stride(inner) == 1 and (t.stride(outer) % ALIGN == 0 or t.shape[outer] == 1)
+            and t.data_ptr() % 16 == 0)
+
+
+def padded_copy(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """t (r x c) copied into a row-major buffer with row stride round_up(cols, 16), rows >= r.
+
+    Returns the (rows x cols) view. Rows r..rows and columns c..cols are zeros (padding K with
+    zeros adds nothing to a dot product); the columns past `cols` in each row are not touched.
+    """
+    r, c = t.shape
+    buffer = t.new_empty((rows, _round_up(cols, ALIGN)))
+    view = buffer[:, :cols]
+    view[:r, :c].copy_(t)
+    if rows > r:
+        view[r:].zero_()
+    if cols > c:
+        view[:r, c:].zero_()
+    return view
+
+
+def pad_for_vector_loads(a: torch.Tensor, b: torch.Tensor, k_major_b: bool = False):
+    """(a, b, K, a_rows, b_cols) arranged so the pointer kernels can use 16-byte loads.
+
+    A's loads are vectors along its contiguous dimension, B's likewise; that needs aligned
+    strides and, along the vectorised dimension, an extent that is a multiple of 16 (K for the
+    masked K loop, M or N for the % wrap-around). Operands that fail are copied (`padded_copy`):
+    K is padded with zeros in both, B's columns to a multiple of 16 (b_cols: computed, never
+    stored). Operands that pass are used in place, whatever their layout. `k_major_b` (fp8)
+    makes a copied B column-major, the layout fp8 tensor cores read.
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    k_pad = _round_up(K, ALIGN)
+    a_rows, b_cols = M, N
+    a_ok = k_pad == K and (_aligned(a, row_major=True) or (_aligned(a, row_major=False) and M % ALIGN == 0))
+    if not a_ok:
+        a = padded_copy(a, M, k_pad)
+    b_ok = k_pad == K and (_aligned(b, row_major=False) or
+                           (not k_major_b and _aligned(b, row_major=True) and N % ALIGN == 0))
+    if not b_ok and k_major_b:
+        b = padded_copy(b.t(), N, k_pad).t()  # (k_pad, N), column-major
+    elif not b_ok:
+        b_cols = _round_up(N, ALIGN)
+        b = padded_copy(b, k_pad, b_cols)
+    return a, b, k_pad, a_rows, b_cols
+
+
+def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config):
+    M, K = a.shape
+    N = b.shape[1]
+    if pad_strides:
+        a, b, K, a_rows, b_cols = pad_for_vector_loads(a, b, k_major_b=scales is not None)
+    else:
+        a_rows, b_cols = M, N
+    a_scale, b_scale = scales if scales is not None else (out, out)
+    args = (a, b, out, bias if bias is not None else out, a_scale, b_scale, M, N, K, a_rows, b_cols,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
+    meta = dict(HAS_BIAS=bias is not None, HAS_SCALE=scales is not None,
+                ACTIVATION=ACTIVATIONS[activation], FP8_PRECISE=fp8_precise)
+    tiles = lambda m: triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])  # noqa: E731
+    if kind == "tiled":
+        kernel = matmul_kernel_autotuned if config is None else matmul_kernel
+        kernel[lambda m: (tiles(m),)](*args, **meta, **(config or {}))
+        return out
+    sms = runtime.sm_count()
+    tuned = matmul_persistent_fp8_autotuned if scales is not None else matmul_persistent_autotuned
+    kernel = tuned if config is None else matmul_persistent_kernel
+    kernel[lambda m: (min(sms, tiles(m)),)](*args, **meta, NUM_SMS=sms, **(config or {}))
+    return out
+
+
+def _tma_operands(a, b):
+    """A row-major and B either way round, both with 16-byte aligned strides (TMA's rule)."""
+    itemsize = a.element_size()
+    step = 16 // itemsize  # elements per 16 bytes
+    M, K = a.shape
+    N = b.shape[1]
+
+    def tma_ok(t, row_major):
+        inner, outer = (1, 0) if row_major else (0, 1)
+        return t.stride(inner) == 1 and t.stride(outer) % step == 0 and t.data_ptr() % 16 == 0
+
+    if not tma_ok(a, row_major=True):
+        a = padded_copy(a, M, K)
+    if tma_ok(b, row_major=False):  # K-major B (b = w.t()): the descriptor walks w, (N, K)
+        return a, b.t(), True
+    if a.dtype in FP8_DTYPES:
+        # fp8 wgmma reads B only K-major from shared memory: make that layout once here.
+        return a, padded_copy(b.t(), N, K), True
+    if not tma_ok(b, row_major=True):
+        b = padded_copy(b, K, N)
+    return a, b, False
+
+
+def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config):
+    M, K = a.shape
+    N = b.shape[1]
+    a, b_stored, b_kmajor = _tma_operands(a, b)
+    if config is None and not runtime.on_gpu():
+        config = dict(SIM_CONFIG, FLATTEN=True)
+    bm, bn, bk = ((config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]) if config is not None
+                  else (64, 64, 64))  # placeholder block shapes: the tuner's pre_hook sets them
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b_stored, [bn, bk] if b_kmajor else [bk, bn])
+    a_scale, b_scale = scales if scales is not None else (out, out)
+    sms = runtime.sm_count()
+    args = (a_desc, b_desc, out, bias if bias is not None else out, a_scale, b_scale, M, N, K,
+            out.stride(0), out.stride(1))
+    meta = dict(HAS_BIAS=bias is not None, HAS_SCALE=scales is not None, ACTIVATION=ACTIVATIONS[activation],
+                FP8_PRECISE=fp8_precise, B_KMAJOR=b_kmajor, NUM_SMS=sms)
+    grid = lambda m: (min(sms, triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])),)  # noqa: E731
+    if config is None:
+        tuned = matmul_tma_fp8_autotuned if scales is not None else matmul_tma_autotuned
+        tuned[grid](*args, **meta)
+    else:
+        matmul_tma_kernel[grid](*args, **meta, **config)
+    return out
+
+
+def _run(kind, a, b, bias, activation, out, M, N, K, *, scales=None, fp8_precise=False,
+         pad_strides=True, config=None):
+    """Launch `kind` ("tiled", "persistent", "tma"); config=None: autotuned (GPU) or SIM_CONFIG."""
     if M == 0 or N == 0:
         return out
     if K == 0:
@@ -157,38 +495,114 @@ def _launch(kernel, a, b, bias, activation, out, M, N, K, **config):
         acc = torch.zeros((M, N), dtype=torch.float32, device=a.device)
         out.copy_(_epilogue_torch(acc, bias, activation))
         return out
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    kernel[grid](a, b, out, bias if bias is not None else out, M, N, K,
-                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-                 HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], **config)
-    return out
+    if kind == "tma":
+        return _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config)
+    if config is None and not runtime.on_gpu():
+        config = dict(SIM_CONFIG, **({"FLATTEN": True} if kind == "persistent" else {}))
+    return _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config)
 
 
-def matmul_fixed(a, b, bias=None, activation=None, out=None, *, block_m=128, block_n=256, block_k=64,
-                 group_m=8, num_warps=8, num_stages=3):
-    """The kernel with one hand-picked config: for experiments (GROUP_M = 1 vs 8, tile sizes)."""
-    M, N, K, out = _check(a, b, bias, activation, out)
+# ------------------------------------------------------------------------------- launchers
+def _check_blocks(block_m, block_n, block_k, group_m):
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if not isinstance(v, int) or v < 16 or v & (v - 1):
             raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {v!r}")
     if not isinstance(group_m, int) or group_m < 1:
         raise ValueError(f"group_m must be a positive int, got {group_m!r}")
-    return _launch(matmul_kernel, a, b, bias, activation, out, M, N, K, BLOCK_M=block_m, BLOCK_N=block_n,
-                   BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+
+
+def matmul_fixed(a, b, bias=None, activation=None, out=None, *, block_m=128, block_n=256, block_k=64,
+                 group_m=8, num_warps=8, num_stages=3, pad_strides=True):
+    """The tiled kernel with one hand-picked config: for experiments (GROUP_M = 1 vs 8, tiles)."""
+    M, N, K, out = _check(a, b, bias, activation, out)
+    _check_blocks(block_m, block_n, block_k, group_m)
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+                  num_warps=num_warps, num_stages=num_stages)
+    return _run("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides, config=config)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-           activation: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+           activation: str | None = None, out: torch.Tensor | None = None, *,
+           pad_strides: bool = True) -> torch.Tensor:
     """activation(a @ b + bias): fp16/bf16 in, fp32 accumulation, autotuned on the GPU.
 
-    `activation` is None, "relu", "gelu" (exact erf) or "gelu_tanh"; `bias` has N elements.
+    `activation` is None, "relu", "gelu" (exact erf), "gelu_tanh" or "silu"; `bias` has N
+    elements. `pad_strides` copies operands whose strides defeat 16-byte loads (module docstring).
     """
     M, N, K, out = _check(a, b, bias, activation, out)
-    if runtime.on_gpu():
-        return _launch(matmul_kernel_autotuned, a, b, bias, activation, out, M, N, K)
-    return _launch(matmul_kernel, a, b, bias, activation, out, M, N, K, **SIM_CONFIG)
+    return _run("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
 
 
+def matmul_persistent(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                      activation: str | None = None, out: torch.Tensor | None = None, *,
+                      pad_strides: bool = True) -> torch.Tensor:
+    """`matmul` with one program per SM looping over the tiles (`matmul_persistent_kernel`)."""
+    M, N, K, out = _check(a, b, bias, activation, out)
+    return _run("persistent", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
+
+
+def matmul_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+               activation: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`matmul_persistent` reading A and B through TMA tensor descriptors (compute capability >= 9.0).
+
+    TMA needs 16-byte aligned row strides: other operands are copied first (`padded_copy`).
+    """
+    M, N, K, out = _check(a, b, bias, activation, out)
+    _require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
+    return _run("tma", a, b, bias, activation, out, M, N, K)
+
+
+def _scale_tensor(scale, name):
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return torch.full((1,), float(scale), dtype=torch.float32, device=runtime.DEVICE)
+    validate.tensor(scale, name, dtypes=(torch.float32,))
+    if scale.numel() != 1:
+        raise ValueError(f"{name} must hold one value (a per-tensor scale), got shape {tuple(scale.shape)}")
+    return scale
+
+
+FP8_KERNELS = ("auto", "tma", "persistent")
+
+
+def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.Tensor | None = None,
+               activation: str | None = None, out: torch.Tensor | None = None, *,
+               out_dtype: torch.dtype = torch.bfloat16, fast_accum: bool = False,
+               kernel: str = "auto") -> torch.Tensor:
+    """activation(a_scale * b_scale * (a @ b) + bias) for float8_e4m3fn a, b; see the module docstring.
+
+    kernel: "tma" (sm_90), "persistent" (pointer loads, sm_89+), "auto" = tma where available.
+    """
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {[str(d).replace('torch.', '') for d in FP8_OUT_DTYPES]}, "
+                        f"got {out_dtype}")
+    if kernel not in FP8_KERNELS:
+        raise ValueError(f"kernel must be one of {FP8_KERNELS}, got {kernel!r}")
+    M, N, K, out = _check(a, b, bias, activation, out, dtypes=FP8_DTYPES, out_dtype=out_dtype)
+    scales = (_scale_tensor(a_scale, "a_scale"), _scale_tensor(b_scale, "b_scale"))
+    _require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
+                        "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
+    capability = device_capability()
+    if kernel == "auto":
+        kernel = "tma" if capability is None or capability >= (9, 0) else "persistent"
+    if kernel == "tma":
+        _require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
+    return _run(kernel, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum)
+
+
+def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_fp8, scale): x / scale in float8_e4m3fn with scale = amax(|x|) / 448 (float32, 0-d).
+
+    Per-tensor scaling maps the largest |x| to e4m3's largest finite value, so nothing overflows
+    and the 3-bit mantissa's relative error (<= 2^-4) is spread over the whole range.
+    """
+    if x.numel() == 0:
+        return x.to(torch.float8_e4m3fn), torch.ones((), dtype=torch.float32, device=x.device)
+    amax = x.detach().abs().amax().float().clamp_min(1e-12)  # an all-zero x: any scale will do
+    scale = amax / FP8_MAX
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+
+
+# -------------------------------------------------------------------------------- references
 def _epilogue_torch(acc, bias, activation):
     if bias is not None:
         acc = acc + bias.to(acc.dtype)
@@ -196,6 +610,8 @@ def _epilogue_torch(acc, bias, activation):
         acc = torch.relu(acc)
     elif activation in ("gelu", "gelu_tanh"):
         acc = torch.nn.functional.gelu(acc, approximate="tanh" if activation == "gelu_tanh" else "none")
+    elif activation == "silu":
+        acc = torch.nn.functional.silu(acc)
     return acc
 
 
@@ -205,35 +621,180 @@ def matmul_torch(a, b, bias=None, activation=None):
     return _epilogue_torch(acc, None if bias is None else bias.double(), activation).to(a.dtype)
 
 
+def matmul_fp8_torch(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=torch.bfloat16):
+    """The fp8 reference, in float64 from the fp8 values themselves, rounded once to out_dtype."""
+    scale = float(a_scale) * float(b_scale)
+    acc = (a.double() @ b.double()) * scale
+    return _epilogue_torch(acc, None if bias is None else bias.double(), activation).to(out_dtype)
+
+
 # ---------------------------------------------------------------------------------- benchmarks
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000), (4097, 4097, 4097)]
+FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
+
+
 def _inputs(size):
     M, N, K, dtype = size
     d = runtime.DEVICE
     return random_tensor((M, K), dtype, d), random_tensor((K, N), dtype, d, scale=max(K, 1) ** -0.5)
 
 
+def _fp8_inputs(size):
+    M, N, K = size
+    d = runtime.DEVICE
+    a, a_scale = quantize_fp8(random_tensor((M, K), torch.float32, d))
+    w, b_scale = quantize_fp8(random_tensor((N, K), torch.float32, d, scale=max(K, 1) ** -0.5))
+    return a, w.t(), a_scale, b_scale  # b = w.t(): column-major, as torch._scaled_mm requires
+
+
+def _has(minimum) -> bool:
+    capability = device_capability()
+    return capability is None or capability >= minimum  # the interpreter emulates everything
+
+
 def _matmul_benchmark(dtype):
     short = str(dtype).replace("torch.", "")
-    shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000), (4097, 4097, 4097)]
+    variants = {
+        "torch": torch.matmul,
+        "triton": matmul,
+        "triton_ungrouped": lambda a, b: matmul_fixed(a, b, group_m=1),
+        "triton_unpadded": lambda a, b: matmul(a, b, pad_strides=False),
+        "triton_persistent": matmul_persistent,
+        "triton_tma": matmul_tma,
+    }
+    if not _has((9, 0)):
+        del variants["triton_tma"]  # no TMA before Hopper: the table simply has no such row
     return Benchmark(
         name=f"matmul_{short}",
         title=f"Matmul, {short} in, fp32 accumulate (Triton vs cuBLAS)",
-        sizes=[(*s, dtype) for s in shapes],
+        sizes=[(*s, dtype) for s in SHAPES],
         sim_sizes=[(64, 64, 64, torch.float16)],
         size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}",
         make_inputs=_inputs,
-        variants={
-            "torch": torch.matmul,
-            "triton": matmul,
-            "triton_ungrouped": lambda a, b: matmul_fixed(a, b, group_m=1),
-        },
-        headline=("triton",),
+        variants=variants,
+        headline=("triton", "triton_tma"),
         bytes=lambda s: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * 2,
         flops=lambda s: 2 * s[0] * s[1] * s[2],
         compute_dtype=dtype,
         notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton_ungrouped is "
-              "the 128x256x64 config with GROUP_M = 1 (row-major program order)",
+              "the 128x256x64 config with GROUP_M = 1 (row-major program order); triton_unpadded "
+              "skips the padded-stride copy of odd-strided operands (pad_strides=False); the "
+              "padded variants' times include that copy",
     )
 
 
-BENCHMARKS = [_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16)]
+def _fp8_benchmark():
+    def scaled_mm(fast):
+        return lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    return Benchmark(
+        name="matmul_fp8",
+        title="Matmul, float8_e4m3fn in (per-tensor scales), fp32 accumulate, bf16 out "
+              "(Triton vs torch._scaled_mm / cuBLASLt)",
+        sizes=FP8_SHAPES,
+        sim_sizes=[(64, 64, 64)],
+        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}",
+        make_inputs=_fp8_inputs,
+        variants={
+            "torch": scaled_mm(False),
+            "torch_fast_accum": scaled_mm(True),
+            "triton": lambda a, b, sa, sb: matmul_fp8(a, b, sa, sb),
+            "triton_fast_accum": lambda a, b, sa, sb: matmul_fp8(a, b, sa, sb, fast_accum=True),
+        },
+        headline=("triton", "triton_fast_accum"),
+        bytes=lambda s: s[0] * s[2] + s[2] * s[1] + 2 * s[0] * s[1],
+        flops=lambda s: 2 * s[0] * s[1] * s[2],
+        notes="flops = 2 M N K; bytes = MK + KN (fp8) + 2 MN (bf16 C); b is column-major (w.t()); "
+              "`torch`/`triton` promote partial sums to fp32 every 128 products, the *_fast_accum "
+              "variants accumulate all of K in the tensor cores",
+    )
+
+
+BENCHMARKS = [_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16)] + (
+    [_fp8_benchmark()] if _has((8, 9)) else [])  # fp8 tensor cores: Ada and Hopper
+
+
+# --------------------------------------------------------------------------------- the sweep
+def sweep_configs(kind: str, fp8: bool = False) -> list[dict]:
+    """Launch configs `--sweep` times for one kernel: its autotuning space, and for the persistent
+    kernels the first config also without `flatten` (what merging the loops is worth)."""
+    configs = FP8_CONFIGS if fp8 else (AUTOTUNE_CONFIGS if kind == "tiled" else PERSISTENT_CONFIGS)
+    out = [dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
+    if kind != "tiled":
+        out.append(dict(out[0], FLATTEN=False))
+    return out
+
+
+def _label(config: dict) -> str:
+    flat = "" if "FLATTEN" not in config else (" flat" if config["FLATTEN"] else " nofl")
+    return (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} g{config['GROUP_M']} "
+            f"w{config['num_warps']} s{config['num_stages']}{flat}")
+
+
+def sweep(dtypes=("float16", "fp8"), shapes=SHAPES) -> None:
+    """Time every config of every kernel at each shape beside torch; print TFLOP/s (GPU)."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
+    started = time.perf_counter()
+    for name in dtypes:
+        fp8 = name == "fp8"
+        for M, N, K in (FP8_SHAPES if fp8 else shapes):
+            flops = 2 * M * N * K
+            if fp8:
+                a, b, sa, sb = _fp8_inputs((M, N, K))
+                out = torch.empty((M, N), dtype=torch.bfloat16, device=runtime.DEVICE)
+                want = matmul_fp8_torch(a, b, sa, sb).float()
+                refs = {"torch._scaled_mm": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+                        "torch._scaled_mm fast": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                                          use_fast_accum=True)}
+            else:
+                dtype = getattr(torch, name)
+                a, b = _inputs((M, N, K, dtype))
+                out = torch.empty((M, N), dtype=dtype, device=runtime.DEVICE)
+                want = (a.float() @ b.float())
+                refs = {"torch.matmul": lambda: torch.matmul(a, b)}
+            tflops = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
+            print(f"\n{name} {M}x{N}x{K}")
+            base = None
+            for label, fn in refs.items():
+                ms = bench.time_gpu(fn, [()], warmup_ms=10, rep_ms=60).median_ms
+                base = base or ms
+                print(f"  {label:<44} {ms:8.3f} ms {tflops(ms):7.1f} TFLOP/s")
+            kinds = ("persistent", "tma") if fp8 else ("tiled", "persistent", "tma")
+            for kind in kinds:
+                for config in sweep_configs(kind, fp8):
+                    if fp8:
+                        fn = lambda: _run(kind, a, b, None, None, out, M, N, K, scales=(sa, sb),  # noqa: E731
+                                          fp8_precise=True, config=config)
+                    else:
+                        fn = lambda: _run(kind, a, b, None, None, out, M, N, K, config=config)  # noqa: E731
+                    try:
+                        ms = bench.time_gpu(fn, [()], warmup_ms=10, rep_ms=60).median_ms
+                    except Exception as error:  # a config that does not compile or fit: say so
+                        print(f"  {kind:<10} {_label(config):<33} failed: {str(error).splitlines()[0][:60]}")
+                        continue
+                    err = float((out.float() - want).abs().max() / want.abs().max())
+                    flag = f"  WRONG (rel err {err:.2g})" if err > 2e-2 else ""
+                    print(f"  {kind:<10} {_label(config):<33} {ms:8.3f} ms {tflops(ms):7.1f} TFLOP/s "
+                          f"{base / ms:5.2f}x torch{flag}")
+            del a, b, out, want
+            torch.cuda.empty_cache()
+    print(f"\nswept in {time.perf_counter() - started:.0f} s")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="time each kernel's configs per shape (GPU)")
+    parser.add_argument("--dtypes", nargs="*", default=["float16", "fp8"],
+                        help="float16, bfloat16 and/or fp8 (default: float16 fp8)")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 2
+    sweep(args.dtypes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

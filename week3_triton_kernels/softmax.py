@@ -1,16 +1,19 @@
-"""Softmax in Triton: one fused pass per row, and an online (streaming) version for wide rows.
+"""Softmax in Triton: one fused pass per row, a persistent version, and an online version.
 
 softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max_j x_j. Subtracting the row
 maximum changes nothing mathematically (it cancels) but keeps exp() from overflowing: without
 it a row holding 100.0 in fp32 gives inf / inf = NaN.
 
-What it teaches:
+What it teaches, kernel by kernel (diff them in this order):
 * `softmax_row_kernel`: one program per row, the whole row in one block of registers. The
   row is read from HBM once and written once; max, exp, sum and divide all happen on-chip.
   PyTorch's eager `x - x.max(); e = x.exp(); e / e.sum()` would move the row ~8 times.
-* `softmax_rows_kernel`: the same, with several short rows per program (a 2-D block): the
-  usual fix when one row is too little work per program. On the H100 it did not pay for 1k-2k
-  rows (one row per program already reached ~96% of copy in fp32), so it is opt-in.
+* `softmax_rows_kernel`: the same, with several short rows per program (a 2-D block), for
+  rows too short to give one program enough bytes to move.
+* `softmax_persistent_kernel`: a fixed grid of (programs resident per SM) x (SMs) programs,
+  each looping over blocks of rows. Launch and tail costs are paid once per program instead
+  of once per row, and `tl.range(..., num_stages=2)` lets the compiler issue the loads of the
+  next block while the current one is reduced: more bytes in flight per SM.
 * `softmax_online_kernel`: for rows wider than one block. The running maximum `m` and the
   running sum `d` are updated chunk by chunk (d <- d * exp(m_old - m_new) + sum exp(x - m_new),
   Milakov & Gimelshein 2018), so the statistics need ONE read of the row instead of two (max,
@@ -21,10 +24,24 @@ write y); the online kernel reads x twice, 3 * rows * cols * s, though the secon
 hits L2. About 5 FLOPs per element (sub, exp, add, mul, max): ~1 FLOP/byte in fp32, so every
 version is memory-bound and "% of copy bandwidth" is the yardstick.
 
-bf16 inputs are loaded as bf16, converted to fp32 in registers, and the result is rounded back
-to bf16 only on the store: the arithmetic is fp32, the traffic is bf16.
+Keeping HBM busy (Little's law): bytes in flight = bandwidth x latency ~ 3 TB/s x ~1 us = ~3 MB,
+~25 KB per SM. A program holds its row in registers from load to store, so the bytes it has in
+flight are its block's bytes only while it loads; the rest of the time it reduces. bf16 rows are
+half the bytes of fp32 rows for the same reductions and the same registers (arithmetic is fp32),
+so each bf16 program brings half as many bytes per unit of work: it needs more rows per program,
+or overlap between blocks (the persistent kernel), to keep as many bytes in flight.
+
+`softmax` picks the kernel and its launch settings per (dtype size, padded row width) from
+`TUNED_H100` (printed by `python -m week3_triton_kernels.softmax --sweep` on an H100) and
+falls back to `heuristic_config` elsewhere. bf16 inputs are loaded as bf16, converted to fp32 in
+registers, and rounded back to bf16 only on the store: fp32 arithmetic, bf16 traffic.
 """
 from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
 
 import torch
 
@@ -37,15 +54,14 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# Widest row that `softmax_one_block` accepts: 32k fp32 values is 128 KB of registers per
+# Widest row that the one-block kernels accept: 32k fp32 values is 128 KB of registers per
 # program, already one program per SM at 16 warps. Wider rows must stream (online softmax).
 MAX_ONE_BLOCK = 32768
-# Where `softmax` switches from the one-block kernel to the online kernel.
+# Where `softmax` switches from the one-block kernels to the online kernel.
 AUTO_ONE_BLOCK = 32768
 ONLINE_BLOCK = 4096  # chunk the online kernel streams through per step
-# Rows per program by default. Packing 1k-2k rows 4 or 2 to a program gained nothing on the
-# H100 in fp32 (within 0.3%) and looked worse in bf16, so one row per program is the default;
-# `rows_per_program=` keeps the 2-D kernel to experiment with.
+# Rows per program when `softmax_one_block` is not told: one. Packing 1k-2k fp32 rows 4 or 2 to a
+# program gained nothing on the H100 (within 0.3%), one row already reached ~96% of copy.
 DEFAULT_ROWS_PER_PROGRAM = 1
 
 
@@ -67,8 +83,8 @@ def softmax_row_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
                         BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    # BLOCK_ROWS rows per program: a 1k-wide fp32 row is only 4 KB per program; packing rows
-    # gives each program more loads in flight (the H100 had enough programs resident anyway).
+    # BLOCK_ROWS rows per program: a 1k-wide bf16 row is only 2 KB per program; packing rows
+    # gives each program more bytes to load at once.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
@@ -80,6 +96,31 @@ def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_st
     y = num * (1.0 / den)[:, None]
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :],
              y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_persistent_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
+                              BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                              NUM_STAGES: tl.constexpr):
+    # The grid is sized to what the GPU holds at once (see `_resident_programs_per_sm`); each
+    # program strides through the row blocks: program p takes blocks p, p + P, p + 2P, ...
+    n_blocks = tl.cdiv(n_rows, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_SIZE)
+    col_mask = cols < n_cols
+    # num_stages on tl.range pipelines the loop's loads (cp.async into shared memory): block
+    # i + 1 is being fetched while block i is reduced, so the SM never waits with nothing in flight.
+    for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=NUM_STAGES):
+        # Row numbers fit int32 (they are < n_rows); row * stride may not: int64 before multiplying.
+        rows = (block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)
+        mask = (rows[:, None] < n_rows) & col_mask[None, :]
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask,
+                    other=-float("inf")).to(tl.float32)
+        z = x - tl.max(x, axis=1)[:, None]
+        num = tl.exp(z)
+        den = tl.sum(num, axis=1)
+        y = num * (1.0 / den)[:, None]
+        tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :],
+                 y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -113,47 +154,192 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
         tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+# ------------------------------------------------------------------------ launch settings
+@dataclass(frozen=True)
+class SoftmaxConfig:
+    """How `softmax` launches for one (dtype size, row width): which kernel and its knobs.
+
+    persistent: a grid of resident programs looping over row blocks (`softmax_persistent_kernel`)
+    instead of one program per row block (`softmax_row_kernel` / `softmax_rows_kernel`).
+    rows: rows per program block; num_warps: threads per program / 32;
+    num_stages: loads in flight in the persistent loop (1 = no pipelining; ignored otherwise).
+    """
+    persistent: bool
+    rows: int
+    num_warps: int
+    num_stages: int = 1
+
+    def label(self) -> str:
+        kind = f"persistent s{self.num_stages}" if self.persistent else "grid of blocks"
+        return f"{kind:<15} rows={self.rows:<2} warps={self.num_warps:<2}"
+
+
 def _num_warps(elements_per_program: int) -> int:
     # ~16 fp32 values per thread keeps registers low enough for two or more programs per SM.
     return max(4, min(16, triton.next_power_of_2(elements_per_program) // (32 * 16)))
 
 
+# Pipelined loads (num_stages=2) land in shared memory: two blocks must fit in the 227 KB an H100
+# program may use, with room to spare for the reductions' scratch space.
+STAGED_BYTES = 160 * 1024
+
+
+def _two_stages_fit(block_bytes: int) -> bool:
+    return 2 * block_bytes <= STAGED_BYTES
+
+
+def heuristic_config(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
+    """The launch settings used where no measurement says better (any GPU, any width).
+
+    fp32: one row per program, ~16 values per thread (measured at 90-96% of copy on the H100
+    in the development run of 2026-11-22). 16-bit: rows packed until a block holds >= 8 KB,
+    persistent, with a second block's loads in flight whenever two blocks fit in shared memory
+    (a prediction until the sweep has run: see the README).
+    """
+    block = triton.next_power_of_2(max(n_cols, 1))
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if itemsize >= 4:
+        return SoftmaxConfig(persistent=False, rows=1, num_warps=_num_warps(block))
+    rows = max(1, 8192 // (block * itemsize))
+    return SoftmaxConfig(persistent=True, rows=rows, num_warps=_num_warps(rows * block),
+                         num_stages=2 if _two_stages_fit(rows * block * itemsize) else 1)
+
+
+# Measured by `python -m week3_triton_kernels.softmax --sweep` on the H100 (the fastest config per
+# (itemsize, padded width)); paste the dict the sweep prints here. Empty: `heuristic_config`.
+TUNED_H100: dict[tuple[int, int], SoftmaxConfig] = {}
+
+
+def config_for(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
+    """The launch settings `softmax` uses: the H100 table where it has an entry, else the heuristic."""
+    key = (torch.empty((), dtype=dtype).element_size(), triton.next_power_of_2(max(n_cols, 1)))
+    if runtime.on_gpu() and key in TUNED_H100 and "H100" in torch.cuda.get_device_name(runtime.DEVICE):
+        return TUNED_H100[key]
+    return heuristic_config(n_cols, dtype)
+
+
+_resident_cache: dict = {}
+
+
+def _resident_programs_per_sm(compiled, num_warps: int) -> int:
+    """How many copies of a compiled kernel one SM holds at once: the tightest of its limits.
+
+    Registers: 64K 32-bit registers per SM, allocated per warp in steps of 256 (8 per thread);
+    threads: 2048 per SM; shared memory: ~228 KB per SM; and at most 32 programs per SM.
+    """
+    props = torch.cuda.get_device_properties(runtime.DEVICE)
+    regs = max(8, -(-int(compiled.n_regs) // 8) * 8)
+    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // (regs * 32 * num_warps)
+    by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (32 * num_warps)
+    smem = int(compiled.metadata.shared)
+    by_smem = getattr(props, "shared_memory_per_multiprocessor", 233472) // smem if smem else 32
+    return max(1, min(by_regs, by_threads, by_smem, 32))
+
+
+def _persistent_grid(x, out, n_rows, n_cols, rows, block, num_warps, num_stages) -> int:
+    n_blocks = triton.cdiv(n_rows, rows)
+    if not runtime.on_gpu():
+        return min(n_blocks, 2 * runtime.sm_count())  # the interpreter runs programs one by one
+    key = (x.dtype, rows, block, num_warps, num_stages)
+    if key not in _resident_cache:
+        # Compile without running (the official Triton softmax tutorial does the same) and ask
+        # the compiled kernel how many registers and how much shared memory it needs.
+        compiled = softmax_persistent_kernel.warmup(
+            x, out, n_rows, n_cols, n_cols, n_cols, BLOCK_ROWS=rows, BLOCK_SIZE=block,
+            NUM_STAGES=num_stages, num_warps=num_warps, grid=(1,))
+        compiled._init_handles()
+        _resident_cache[key] = _resident_programs_per_sm(compiled, num_warps)
+    return min(n_blocks, _resident_cache[key] * runtime.sm_count())
+
+
+# ------------------------------------------------------------------------------- launchers
 def _prepare(x, out):
     validate.tensor(x, "x", dtypes=DTYPES)
     if x.dim() == 0:
         raise ValueError("x must have at least 1 dimension (softmax runs over the last one), got a scalar")
     out = validate.output(out, x)
-    n_cols = x.shape[-1] if x.dim() else 1
+    n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     return out, n_rows, n_cols
 
 
-def softmax_one_block(x: torch.Tensor, out: torch.Tensor | None = None, *,
-                      rows_per_program: int | None = None) -> torch.Tensor:
-    """Softmax over the last dimension, each row held in one block (cols <= MAX_ONE_BLOCK).
+def _check_power_of_two(name, value, low, high=None):
+    if value is None:
+        return
+    if (not isinstance(value, int) or isinstance(value, bool) or value < low or value & (value - 1)
+            or (high is not None and value > high)):
+        limit = f" and <= {high}" if high is not None else ""
+        raise ValueError(f"{name} must be a power of two >= {low}{limit}, got {value!r}")
 
-    `rows_per_program` > 1 packs several narrow rows into each program (`softmax_rows_kernel`);
-    by default one row per program (`softmax_row_kernel`).
-    """
-    out, n_rows, n_cols = _prepare(x, out)
+
+def _check_one_block(n_cols):
     if n_cols > MAX_ONE_BLOCK:
         raise ValueError(f"x has rows of {n_cols} elements, more than one block holds "
                          f"(MAX_ONE_BLOCK = {MAX_ONE_BLOCK}): use softmax_online or softmax")
-    if rows_per_program is not None and (not isinstance(rows_per_program, int) or rows_per_program < 1
-                                         or rows_per_program & (rows_per_program - 1)):
-        raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows_per_program!r}")
-    if out.numel() == 0:
-        return out
+
+
+def _launch_blocks(x, out, n_rows, n_cols, rows, num_warps):
     block = triton.next_power_of_2(n_cols)
-    rows = rows_per_program or DEFAULT_ROWS_PER_PROGRAM
     rows = min(rows, triton.next_power_of_2(n_rows))
+    num_warps = num_warps or _num_warps(rows * block)
     if rows == 1:
         softmax_row_kernel[(n_rows,)](x, out, n_cols, n_cols, n_cols, BLOCK_SIZE=block,
-                                      num_warps=_num_warps(block))
+                                      num_warps=num_warps)
     else:
         softmax_rows_kernel[(triton.cdiv(n_rows, rows),)](x, out, n_rows, n_cols, n_cols, n_cols,
                                                          BLOCK_ROWS=rows, BLOCK_SIZE=block,
-                                                         num_warps=_num_warps(rows * block))
+                                                         num_warps=num_warps)
+
+
+def _launch_persistent(x, out, n_rows, n_cols, rows, num_warps, num_stages):
+    block = triton.next_power_of_2(n_cols)
+    rows = min(rows, triton.next_power_of_2(n_rows))
+    grid = _persistent_grid(x, out, n_rows, n_cols, rows, block, num_warps, num_stages)
+    softmax_persistent_kernel[(grid,)](x, out, n_rows, n_cols, n_cols, n_cols, BLOCK_ROWS=rows,
+                                       BLOCK_SIZE=block, NUM_STAGES=num_stages, num_warps=num_warps)
+
+
+def softmax_one_block(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                      rows_per_program: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """Softmax over the last dimension, each row held in one block (cols <= MAX_ONE_BLOCK).
+
+    `rows_per_program` > 1 packs several narrow rows into each program (`softmax_rows_kernel`);
+    by default one row per program (`softmax_row_kernel`). `num_warps` defaults to ~16 values
+    per thread.
+    """
+    out, n_rows, n_cols = _prepare(x, out)
+    _check_one_block(n_cols)
+    _check_power_of_two("rows_per_program", rows_per_program, 1)
+    _check_power_of_two("num_warps", num_warps, 1, 32)
+    if out.numel() == 0:
+        return out
+    _launch_blocks(x, out, n_rows, n_cols, rows_per_program or DEFAULT_ROWS_PER_PROGRAM, num_warps)
+    return out
+
+
+def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                       rows_per_program: int | None = None, num_warps: int | None = None,
+                       num_stages: int | None = None) -> torch.Tensor:
+    """Softmax over the last dimension with a persistent grid (cols <= MAX_ONE_BLOCK).
+
+    As many programs as the GPU holds at once loop over blocks of `rows_per_program` rows,
+    with `num_stages` blocks' loads in flight. Unset knobs come from `heuristic_config`.
+    """
+    out, n_rows, n_cols = _prepare(x, out)
+    _check_one_block(n_cols)
+    _check_power_of_two("rows_per_program", rows_per_program, 1)
+    _check_power_of_two("num_warps", num_warps, 1, 32)
+    if num_stages is not None and (not isinstance(num_stages, int) or isinstance(num_stages, bool)
+                                   or not 1 <= num_stages <= 4):
+        raise ValueError(f"num_stages must be an int from 1 to 4, got {num_stages!r}")
+    if out.numel() == 0:
+        return out
+    guess = heuristic_config(n_cols, x.dtype)
+    rows = rows_per_program or guess.rows
+    block = triton.next_power_of_2(n_cols)
+    _launch_persistent(x, out, n_rows, n_cols, rows,
+                       num_warps or _num_warps(min(rows, triton.next_power_of_2(n_rows)) * block),
+                       num_stages or guess.num_stages)
     return out
 
 
@@ -171,19 +357,31 @@ def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, *,
     return out
 
 
+def _launch_config(x, out, config: SoftmaxConfig):
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols
+    if config.persistent:
+        _launch_persistent(x, out, n_rows, n_cols, config.rows, config.num_warps, config.num_stages)
+    else:
+        _launch_blocks(x, out, n_rows, n_cols, config.rows, config.num_warps)
+    return out
+
+
 def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """torch.softmax(x, dim=-1): one block per row when it fits, the online kernel otherwise."""
-    validate.tensor(x, "x", dtypes=DTYPES)
-    if x.dim() >= 1 and x.shape[-1] <= AUTO_ONE_BLOCK:
-        return softmax_one_block(x, out)
-    return softmax_online(x, out)
+    """torch.softmax(x, dim=-1): the tuned one-block kernel when a row fits, online otherwise."""
+    out, n_rows, n_cols = _prepare(x, out)
+    if out.numel() == 0:
+        return out
+    if n_cols > AUTO_ONE_BLOCK:
+        return softmax_online(x, out)
+    return _launch_config(x, out, config_for(n_cols, x.dtype))
 
 
 # ---------------------------------------------------------------------------------- benchmarks
-# 128 MB per input whatever the dtype (2^25 fp32, 2^26 bf16): 2.5x the H100's L2, so HBM is
-# measured, and long enough (~90 us) that Python's launch cost does not set the pace. At 2^25
-# bf16 elements (64 MB, ~45 us of traffic) the first H100 run was launch-bound and noisy.
-INPUT_BYTES = 1 << 27
+# 256 MB per input whatever the dtype (2^26 fp32, 2^27 bf16): 5x the H100's L2, so HBM is
+# measured, and ~170 us of traffic per call, far above Python's launch cost. At 64 MB per bf16
+# input (~45 us) the first H100 run was launch-bound and noisy.
+INPUT_BYTES = 1 << 28
 WIDTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 
 
@@ -220,14 +418,112 @@ def _softmax_benchmark(dtype: torch.dtype) -> Benchmark:
             "triton": softmax,
             "triton_one_block": softmax_one_block,
             "triton_4_rows_per_program": lambda x, out: softmax_one_block(x, out, rows_per_program=4),
+            "triton_persistent": softmax_persistent,
             "triton_online": softmax_online,
         },
         headline=("triton",),
         bytes=_bytes,
         flops=lambda size: 0,
         notes="bytes = 2 x rows x cols x itemsize (read x once, write y once); the online "
-              "kernel actually reads x twice, so its % of copy is an under-count of its traffic",
+              "kernel actually reads x twice, so its % of copy is an under-count of its traffic; "
+              "`triton` is `softmax` (TUNED_H100, else heuristic_config); `triton_persistent` uses "
+              "heuristic_config's rows/warps/stages with a persistent grid",
     )
 
 
 BENCHMARKS = [_softmax_benchmark(torch.float32), _softmax_benchmark(torch.bfloat16)]
+
+
+# --------------------------------------------------------------------------------- the sweep
+SWEEP_BYTES = 1 << 27  # 128 MB per input: still 2.5x L2, half the time of the benchmark size
+
+
+def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
+    """The configs `--sweep` times for one (width, dtype): few on purpose (each is a compile).
+
+    One row per program on a grid of rows (the baseline kernel), and the persistent kernel with
+    1 to 16 KB of input per block (or one row), without and with a second block in flight (when
+    two fit in shared memory); each with ~16 and ~8 values per thread (w0 and 2 w0 warps).
+    """
+    block = triton.next_power_of_2(n_cols)
+    itemsize = _itemsize(dtype)
+    configs = []
+    rows = 1
+    while rows == 1 or rows * block * itemsize <= 16384:
+        w0 = _num_warps(rows * block)
+        for warps in (w0, 2 * w0):
+            if warps > 32 or rows * block < 4 * 32 * warps:  # fewer than 4 values per thread
+                continue
+            if rows == 1:
+                configs.append(SoftmaxConfig(persistent=False, rows=1, num_warps=warps))
+            for stages in (1, 2):
+                if stages == 1 or _two_stages_fit(rows * block * itemsize):
+                    configs.append(SoftmaxConfig(persistent=True, rows=rows, num_warps=warps, num_stages=stages))
+        rows *= 2
+    return configs
+
+
+def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16)) -> dict:
+    """Time every config of `sweep_configs` against torch.softmax; print GB/s; return the best."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
+    started = time.perf_counter()
+    copy = bench.copy_bandwidth_gbps()
+    print(f"copy ceiling {copy:.0f} GB/s; {SWEEP_BYTES >> 20} MB per input; GB/s = 2 x bytes / time")
+    best: dict[tuple[int, int], tuple[float, SoftmaxConfig]] = {}
+    for dtype in dtypes:
+        for width in widths:
+            rows_total = SWEEP_BYTES // _itemsize(dtype) // width
+            x = random_tensor((rows_total, width), dtype, runtime.DEVICE)
+            out = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            want = torch.softmax(x.float(), dim=-1)
+
+            def rate(fn):
+                timing = bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30)
+                return nbytes / (timing.median_ms * 1e-3) / 1e9
+
+            torch_gbps = rate(lambda: torch.softmax(x, dim=-1))
+            short = str(dtype).replace("torch.", "")
+            print(f"\n{short} cols={width}: torch {torch_gbps:.0f} GB/s ({100 * torch_gbps / copy:.1f}% of copy)")
+            for config in sweep_configs(width, dtype):
+                try:
+                    gbps = rate(lambda: _launch_config(x, out, config))
+                except Exception as error:  # a config that does not compile or fit: say so, go on
+                    print(f"  {config.label()}  failed: {str(error).splitlines()[0][:70]}")
+                    continue
+                err = float((out.float() - want).abs().max())
+                wrong = "  WRONG (max err %.2g)" % err if err > 1e-2 else ""
+                print(f"  {config.label()}  {gbps:6.0f} GB/s {100 * gbps / copy:5.1f}% of copy "
+                      f"{gbps / torch_gbps:5.2f}x torch{wrong}")
+                key = (x.element_size(), triton.next_power_of_2(width))
+                if not wrong and gbps > best.get(key, (0.0, None))[0]:
+                    best[key] = (gbps, config)
+            del x, out, want
+            torch.cuda.empty_cache()
+    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (itemsize, width), for TUNED_H100:")
+    print("TUNED_H100 = {")
+    for key, (gbps, c) in sorted(best.items()):
+        print(f"    {key}: SoftmaxConfig(persistent={c.persistent}, rows={c.rows}, num_warps={c.num_warps}, "
+              f"num_stages={c.num_stages}),  # {gbps:.0f} GB/s, {100 * gbps / copy:.1f}% of copy")
+    print("}")
+    return {key: config for key, (_, config) in best.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="time launch configs per width and dtype (GPU)")
+    parser.add_argument("--widths", type=int, nargs="*", default=WIDTHS, help="row widths for --sweep")
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], help="dtypes for --sweep")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 2
+    sweep(args.widths, [getattr(torch, d) for d in args.dtypes])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

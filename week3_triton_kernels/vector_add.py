@@ -67,6 +67,7 @@ BENCHMARKS = [
             "triton": vector_add,
         },
         headline=("triton",),
+        sources={"triton": [add_kernel, vector_add]},
         bytes=lambda n: 3 * 4 * n,
         flops=lambda n: n,
         compute_dtype=torch.float32,

@@ -1,4 +1,6 @@
-"""week1_cuda_python.transpose: naive, shared-memory and padded transposes against x.T."""
+"""week1_cuda_python.transpose: every transpose rung (Numba and CUDA C) against x.T, exactly."""
+import re
+
 import pytest
 import torch
 
@@ -8,10 +10,20 @@ from course.check import assert_close, poisoned, random_tensor, with_specials
 tr = runtime.lesson("week1_cuda_python.transpose")
 
 DEVICE = runtime.DEVICE
-LAUNCHERS = ["transpose_naive", "transpose_shared", "transpose_padded"]
-# 1, primes, one past a tile, tall and wide; in simulation a few tiles at most.
-SHAPES = runtime.pick(gpu=[(1, 1), (1, 1000), (1000, 1), (31, 33), (257, 129), (4097, 1025)],
+NUMBA = list(tr.NUMBA_LAUNCHERS)
+CUDA_C = list(tr.CUDA_C_LAUNCHERS)
+# 1, primes, one past a tile (32 and 64), odd and even widths, tall and wide; in simulation a
+# few tiles at most.
+SHAPES = runtime.pick(gpu=[(1, 1), (1, 1000), (1000, 1), (31, 33), (64, 64), (65, 63), (128, 192), (257, 129),
+                           (4097, 1025), (1030, 4096)],
                       sim=[(1, 1), (1, 40), (40, 1), (33, 31)])
+
+
+def launchers(gpu_only_marked=True):
+    return [pytest.param(n, marks=pytest.mark.gpu if gpu_only_marked and n in CUDA_C else ()) for n in NUMBA + CUDA_C]
+
+
+LAUNCHERS = launchers()
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -41,9 +53,30 @@ def bad_inputs():
     yield "out dtype", TypeError, "out has dtype", lambda: (ok(2, 3), ok(3, 2).double())
 
 
-@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize("name", launchers(gpu_only_marked=False))
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(name, case, error, message, make):
     x, out = make()
     with pytest.raises(error, match=message):
         getattr(tr, name)(x, out=out)
+
+
+@pytest.mark.gpu(reason="the CUDA C 64x64-tile kernel through PyCUDA")
+@pytest.mark.parametrize("dtype", [pytest.param(d, id=str(d)[6:]) for d in tr.DTYPES])
+def test_tile64_unaligned_views_fall_back_to_element_loads(dtype):
+    base = random_tensor(130 * 128 + 1, dtype, DEVICE)
+    x = base[1:].view(130, 128)  # even width, but every row starts one element off a pair
+    assert_close(tr.transpose_cuda_tile64(x), x.t().contiguous(), rtol=0, atol=0)
+
+
+def test_too_many_rows_for_the_grid_are_refused():
+    tall = torch.empty(tr.MAX_GRID_Y * tr.BLOCK_ROWS + 1, 1, device=DEVICE)
+    for name in NUMBA + CUDA_C:
+        with pytest.raises(ValueError, match="at most"):
+            getattr(tr, name)(tall)
+
+
+def test_cuda_source_constants_match_python():
+    source = tr.CUDA_SOURCE.read_text()
+    match = re.search(r"#define TILE64_ROWS (\d+)", source)
+    assert match and int(match.group(1)) == tr.TILE64_ROWS, "TILE64_ROWS in transpose.cu != transpose.py"

@@ -1,21 +1,45 @@
-"""week3_triton_kernels.matmul: tiled tl.dot matmul (and its epilogue) against a float64 reference.
+"""week3_triton_kernels.matmul: tiled, persistent, TMA and fp8 matmuls (and their epilogue) against float64.
 
-Inputs: A ~ N(0, 1), B ~ N(0, 1/K), so every output is O(1) whatever K is (as in a real layer);
-then fp32 accumulation error (~sqrt(K) * 2^-24) stays far below the default atol and the only
-visible error is the final rounding to fp16/bf16, which the default rtol covers.
+Inputs: A ~ N(0, 1), B ~ N(0, 1/K), so every output is O(1) whatever K is (as in a real layer).
+
+Error model, fp16/bf16 in, fp32 accumulate, fp16/bf16 out: a product of two fp16 (or bf16) values
+is exact in fp32; the K-term fp32 sum errs by at most gamma_K * sum_k |a_k b_k| (Higham's gamma_K =
+K u / (1 - K u), u = 2^-24) and typically by ~sqrt(K) u |c|: ~1e-6 for K <= 1024, far below the one
+rounding to fp16 (2^-11 |c|) or bf16 (2^-8 |c|) that the default rtol covers. So those tests use the
+default tolerances, which a wrong tile, a missing K step or a wrong scale all exceed by far.
+
+fp8 (e4m3) in: the products are exact in fp32 again, but Hopper's tensor cores add fp8 products
+keeping only ~14 significant bits (DeepSeek-V3 report, arXiv:2412.19437, sec. 3.3.2). We bound a
+tensor-core partial sum of n products by n * 2^-13 * sum |a b| (worst case: every add loses a unit
+of the 14th bit), with n = 128 for fast_accum=False (the kernel moves partial sums to an fp32
+accumulator every BLOCK_K = 128 products) and n = K for fast_accum=True, then add gamma for the
+fp32 sums of the partials. The interpreter sums in NumPy fp32: n u with u = 2^-24 there. This bound
+is loose (it is a worst case) but still far below the O(1) errors of a wrong tile or a lost scale;
+the exact K-loop bookkeeping is checked tightly by the fp16 tests and by the fp8 tests with fp32
+output in simulation, which run the same code.
 """
+import math
+
 import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+from course.check import TOLERANCES, assert_close, dtype_params, poisoned, random_tensor, with_specials
 
 mm = runtime.lesson("week3_triton_kernels.matmul")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float16, torch.bfloat16])
+CAPABILITY = torch.cuda.get_device_capability() if runtime.on_gpu() else None
+needs_tma = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (9, 0),
+                               reason="TMA tensor descriptors need compute capability >= 9.0 (Hopper)")
+needs_fp8 = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (8, 9),
+                               reason="fp8 tensor cores need compute capability >= 8.9 (Ada, Hopper)")
+VARIANTS = ["matmul", "matmul_persistent", pytest.param("matmul_tma", marks=needs_tma)]
 # (M, N, K): ones, primes, shapes that are not multiples of any block (sim: 32; GPU: 64..256).
 SHAPES = [(1, 1, 1), (17, 33, 20), (31, 7, 45), (64, 32, 16), (3, 65, 97)] + runtime.pick(
     gpu=[(127, 255, 129), (1000, 513, 777), (1024, 1024, 1024)], sim=[])
+TC_UNIT = 2.0**-13 if runtime.on_gpu() else 2.0**-24  # unit roundoff of the fp8 product sums
+FP32_UNIT = 2.0**-24
 
 
 def inputs(M, N, K, dtype):
@@ -24,20 +48,33 @@ def inputs(M, N, K, dtype):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matmul_matches_torch(dtype, shape):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matmul_matches_torch(variant, dtype, shape):
     a, b = inputs(*shape, dtype)
     out = poisoned((shape[0], shape[1]), dtype, DEVICE)
-    assert mm.matmul(a, b, out=out) is out
+    assert getattr(mm, variant)(a, b, out=out) is out
     assert_close(out, mm.matmul_torch(a, b))
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_bias_and_activation(dtype, activation):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fused_bias_and_activation(variant, dtype, activation):
     a, b = inputs(37, 50, 41, dtype)
     bias = random_tensor(50, dtype, DEVICE)
-    assert_close(mm.matmul(a, b, bias, activation), mm.matmul_torch(a, b, bias, activation))
-    assert_close(mm.matmul(a, b, activation=activation), mm.matmul_torch(a, b, activation=activation))
+    run = getattr(mm, variant)
+    assert_close(run(a, b, bias, activation), mm.matmul_torch(a, b, bias, activation))
+    assert_close(run(a, b, activation=activation), mm.matmul_torch(a, b, activation=activation))
+
+
+def test_silu_epilogue_is_x_times_sigmoid_x():
+    # silu(h) = h * sigmoid(h): near 0 it is h/2, for large |h| it is relu(h); the fused kernel
+    # computes h / (1 + exp(-h)), which must not overflow into NaN for very negative h.
+    a = torch.tensor([[-200.0], [-20.0], [-1.0], [0.0], [1e-3], [3.0], [60000.0]], device=DEVICE).half()
+    b = torch.ones(1, 16, dtype=torch.float16, device=DEVICE)
+    got = mm.matmul(a, b, activation="silu")
+    assert torch.isfinite(got).all()
+    assert_close(got, torch.nn.functional.silu(a.double() @ b.double()).half())
 
 
 @pytest.mark.parametrize("group_m", [1, 2, 8])
@@ -50,39 +87,116 @@ def test_fixed_configs_and_grouping(blocks, group_m):
     assert_close(got, mm.matmul_torch(a, b))
 
 
-def test_strided_and_transposed_inputs():
-    # The kernel takes strides, so a transposed view (column-major B) needs no copy.
+@pytest.mark.parametrize("variant", ["matmul_persistent", pytest.param("matmul_tma", marks=needs_tma)])
+def test_persistent_programs_loop_over_many_tiles(variant):
+    # More tiles than programs (132 SMs on an H100, 2 programs in simulation): each program
+    # takes several tiles, and the last ones are partial in both M and N.
+    M, N, K = runtime.pick(gpu=(2065, 2081, 96), sim=(70, 100, 33))
+    a, b = inputs(M, N, K, torch.float16)
+    out = poisoned((M, N), torch.float16, DEVICE)
+    getattr(mm, variant)(a, b, out=out)
+    assert_close(out, mm.matmul_torch(a, b))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_strided_and_transposed_inputs(variant):
+    # The kernels take strides, so a transposed view (column-major B) and a strided `out` work.
+    run = getattr(mm, variant)
     a = random_tensor((40, 24), torch.float16, DEVICE)
-    bt = random_tensor((30, 24), torch.float16, DEVICE, scale=24 ** -0.5)
-    out = torch.full((40, 60), float("nan"), dtype=torch.float16, device=DEVICE)[:, ::2]
-    mm.matmul(a, bt.t(), out=out)
+    bt = random_tensor((32, 24), torch.float16, DEVICE, scale=24 ** -0.5)
+    out = torch.full((40, 64), float("nan"), dtype=torch.float16, device=DEVICE)[:, ::2]
+    run(a, bt.t(), out=out)
     assert_close(out, mm.matmul_torch(a, bt.t()))
     wide = random_tensor((40, 48), torch.float16, DEVICE)[:, ::2]  # row stride 48, col stride 2
-    assert_close(mm.matmul(wide, bt.t()), mm.matmul_torch(wide, bt.t()))
+    assert_close(run(wide, bt.t()), mm.matmul_torch(wide, bt.t()))
+    assert_close(run(a.t().contiguous().t(), bt.t()), mm.matmul_torch(a, bt.t()))  # column-major A
 
 
-def test_nan_and_inf_propagate_like_torch():
+# ------------------------------------------------------------------------------ odd strides
+ODD = [(33, 50, 45), (20, 19, 16), (16, 32, 17)] + runtime.pick(gpu=[(517, 3000, 400), (129, 4097, 97)], sim=[])
+
+
+@pytest.mark.parametrize("rows, cols", [(5, 3), (16, 16), (7, 45)])
+def test_padded_copy(rows, cols):
+    t = random_tensor((rows, cols), torch.float16, DEVICE)
+    padded = mm.padded_copy(t, rows + 2, cols + 5)
+    assert padded.shape == (rows + 2, cols + 5)
+    assert padded.stride() == (math.ceil((cols + 5) / 16) * 16, 1)
+    assert padded.data_ptr() % 16 == 0
+    assert_close(padded[:rows, :cols], t)
+    assert (padded[rows:] == 0).all() and (padded[:, cols:] == 0).all()
+
+
+@pytest.mark.parametrize("shape", ODD, ids=str)
+def test_pad_for_vector_loads_aligns_and_keeps_values(shape):
+    M, N, K = shape
+    a, b = inputs(M, N, K, torch.float16)
+    a2, b2, k2, a_rows, b_cols = mm.pad_for_vector_loads(a, b)
+    assert k2 % 16 == 0 and k2 >= K and a_rows == M
+    assert b_cols == N or (b_cols % 16 == 0 and b2.stride(0) >= b_cols)  # padded columns: inside the rows
+    for t in (a2, b2):
+        assert t.data_ptr() % 16 == 0
+        assert t.stride(1) == 1 and t.stride(0) % 16 == 0 or t.stride(0) == 1 and t.stride(1) % 16 == 0
+    assert_close(a2[:, :K], a)
+    assert_close(b2[:K, :N], b)
+    assert (a2[:, K:] == 0).all() and (b2[K:, :N] == 0).all()  # zeros in K add nothing
+    assert_close(mm.matmul_torch(a2, b2[:, :N]), mm.matmul_torch(a, b))
+
+
+def test_pad_for_vector_loads_leaves_aligned_operands_alone():
+    a, b = inputs(64, 48, 32, torch.float16)
+    a2, b2, k2, a_rows, b_cols = mm.pad_for_vector_loads(a, b)
+    assert (a2.data_ptr(), b2.data_ptr(), k2, a_rows, b_cols) == (a.data_ptr(), b.data_ptr(), 32, 64, 48)
+    bt = random_tensor((48, 32), torch.float16, DEVICE).t()  # column-major, aligned: no copy either
+    assert mm.pad_for_vector_loads(a, bt)[1].data_ptr() == bt.data_ptr()
+
+
+@pytest.mark.parametrize("pad_strides", [True, False])
+@pytest.mark.parametrize("shape", ODD, ids=str)
+@pytest.mark.parametrize("variant", ["matmul", "matmul_persistent"])
+def test_odd_strides_with_and_without_padding(variant, shape, pad_strides):
+    M, N, K = shape
+    a, b = inputs(M, N, K, torch.float16)
+    bias = random_tensor(N, torch.float16, DEVICE)
+    out = poisoned((M, N + 3), torch.float16, DEVICE)[:, :N]  # an output row stride of N + 3 too
+    getattr(mm, variant)(a, b, bias, "silu", out=out, pad_strides=pad_strides)
+    assert_close(out, mm.matmul_torch(a, b, bias, "silu"))
+
+
+# ------------------------------------------------------------------------ specials and edges
+@pytest.mark.parametrize("activation", [None, "relu", "silu"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_nan_and_inf_propagate_like_torch(variant, activation):
     a, b = inputs(20, 24, 18, torch.float16)
     a = with_specials(a)
-    want = (a.float() @ b.float()).half()
-    assert_close(mm.matmul(a, b), want, rtol=1e-3, atol=1e-3)  # fp32 sums in a different order
+    acc = a.float() @ b.float()
+    want = {None: acc, "relu": torch.relu(acc), "silu": torch.nn.functional.silu(acc)}[activation].half()
+    # fp32 sums in a different order: ~K u |c| apart before the fp16 rounding, well inside 1e-3.
+    assert_close(getattr(mm, variant)(a, b, activation=activation), want, rtol=1e-3, atol=1e-3)
 
 
-def test_empty_dimensions():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_empty_dimensions(variant):
+    run = getattr(mm, variant)
     a, b = inputs(5, 6, 0, torch.float16)
-    assert_close(mm.matmul(a, b), torch.zeros(5, 6, dtype=torch.float16, device=DEVICE))
+    assert_close(run(a, b), torch.zeros(5, 6, dtype=torch.float16, device=DEVICE))
     bias = random_tensor(6, torch.float16, DEVICE)
-    assert_close(mm.matmul(a, b, bias, "relu"), torch.relu(bias).expand(5, 6).contiguous())
-    assert mm.matmul(*inputs(0, 6, 3, torch.float16)).shape == (0, 6)
-    assert mm.matmul(*inputs(4, 0, 3, torch.float16)).shape == (4, 0)
+    assert_close(run(a, b, bias, "relu"), torch.relu(bias).expand(5, 6).contiguous())
+    assert run(*inputs(0, 6, 3, torch.float16)).shape == (0, 6)
+    assert run(*inputs(4, 0, 3, torch.float16)).shape == (4, 0)
 
 
 @pytest.mark.gpu(reason="autotuning times configs on the device")
-def test_autotuner_picked_a_config():
+@pytest.mark.parametrize("variant, tuner, configs", [
+    ("matmul", "matmul_kernel_autotuned", "AUTOTUNE_CONFIGS"),
+    ("matmul_persistent", "matmul_persistent_autotuned", "PERSISTENT_CONFIGS"),
+    pytest.param("matmul_tma", "matmul_tma_autotuned", "PERSISTENT_CONFIGS", marks=needs_tma)])
+def test_autotuner_picked_a_config(variant, tuner, configs):
     a, b = inputs(1024, 768, 256, torch.float16)  # above SMALL_PROBLEM: every config is timed
-    assert_close(mm.matmul(a, b), mm.matmul_torch(a, b))
-    assert mm.matmul_kernel_autotuned.best_config in mm.AUTOTUNE_CONFIGS
-    assert 4 <= len(mm.AUTOTUNE_CONFIGS) <= 6
+    assert_close(getattr(mm, variant)(a, b), mm.matmul_torch(a, b))
+    space = getattr(mm, configs)
+    assert getattr(mm, tuner).best_config.kwargs in [c.kwargs for c in space]
+    assert 4 <= len(space) <= 6
 
 
 def bad_inputs():
@@ -93,18 +207,20 @@ def bad_inputs():
     yield "1-D", ValueError, "must have 2 dimension", lambda: (h(4), h(4, 2), None, None, None)
     yield "inner dims", ValueError, "inner dimensions differ", lambda: (h(2, 3), h(4, 2), None, None, None)
     yield "bias length", ValueError, "bias has 3 elements", lambda: (h(2, 4), h(4, 2), h(3), None, None)
-    yield "bias dtype", TypeError, "dtypes must match", lambda: (h(2, 4), h(4, 2), h(2).bfloat16(), None, None)
+    yield "bias dtype", TypeError, "bias has dtype bfloat16", lambda: (h(2, 4), h(4, 2), h(2).bfloat16(), None, None)
     yield "activation", ValueError, "activation must be", lambda: (h(2, 4), h(4, 2), None, "tanh", None)
     yield "wrong device", ValueError, "kernels run on", lambda: (h(2, 4), torch.ones(4, 2, device="meta").half(),
                                                                  None, None, None)
     yield "out shape", ValueError, "out has shape", lambda: (h(2, 4), h(4, 2), None, None, h(2, 3))
+    yield "out dtype", TypeError, "out has dtype", lambda: (h(2, 4), h(4, 2), None, None, h(2, 2).bfloat16())
 
 
+@pytest.mark.parametrize("variant", ["matmul", "matmul_persistent", "matmul_tma"])
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
-def test_rejects_bad_input_before_launch(case, error, message, make):
+def test_rejects_bad_input_before_launch(case, error, message, make, variant):
     a, b, bias, activation, out = make()
     with pytest.raises(error, match=message):
-        mm.matmul(a, b, bias, activation, out=out)
+        getattr(mm, variant)(a, b, bias, activation, out=out)
 
 
 def test_fixed_rejects_bad_blocks():
@@ -113,3 +229,125 @@ def test_fixed_rejects_bad_blocks():
         mm.matmul_fixed(a, b, block_k=8)
     with pytest.raises(ValueError, match="group_m"):
         mm.matmul_fixed(a, b, group_m=0)
+
+
+# ---------------------------------------------------------------------------------------- fp8
+def fp8_inputs(M, N, K, *, k_major=True):
+    a, a_scale = mm.quantize_fp8(random_tensor((M, K), torch.float32, DEVICE))
+    w, b_scale = mm.quantize_fp8(random_tensor((N, K), torch.float32, DEVICE, scale=max(K, 1) ** -0.5))
+    b = w.t() if k_major else w.t().contiguous()
+    return a, b, a_scale, b_scale
+
+
+def fp8_atol(a, b, a_scale, b_scale, out_dtype, products_per_partial):
+    """Default atol of out_dtype plus the worst-case error of the fp8 product sums (module docstring)."""
+    K = a.shape[1]
+    n = max(1, min(K, products_per_partial))
+    gamma = n * TC_UNIT + math.ceil(K / n) * FP32_UNIT
+    worst = float((a.double().abs() @ b.double().abs()).max()) * float(a_scale) * float(b_scale)
+    return TOLERANCES[out_dtype][1] + gamma * worst
+
+
+FP8_KERNELS = [pytest.param("tma", marks=needs_tma), "persistent"]
+FP8_OUT = dtype_params([torch.float32, torch.float16, torch.bfloat16])
+
+
+@needs_fp8
+@pytest.mark.parametrize("k_major", [True, False], ids=["b=w.t()", "b row-major"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("out_dtype", FP8_OUT)
+@pytest.mark.parametrize("kernel", FP8_KERNELS)
+def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
+    M, N, K = shape
+    a, b, sa, sb = fp8_inputs(M, N, K, k_major=k_major)
+    out = poisoned((M, N), out_dtype, DEVICE)
+    assert mm.matmul_fp8(a, b, sa, sb, out=out, out_dtype=out_dtype, kernel=kernel) is out
+    want = mm.matmul_fp8_torch(a, b, sa, sb, out_dtype=out_dtype)
+    assert_close(out, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm.FP8_BLOCK_K))
+
+
+@needs_fp8
+@pytest.mark.parametrize("shape", [(33, 40, 64), (64, 48, 129)] + runtime.pick(gpu=[(512, 384, 256)], sim=[]),
+                         ids=str)
+@pytest.mark.parametrize("kernel", FP8_KERNELS)
+def test_fp8_fast_accum(kernel, shape):
+    M, N, K = shape
+    a, b, sa, sb = fp8_inputs(M, N, K)
+    got = mm.matmul_fp8(a, b, sa, sb, out_dtype=torch.float32, fast_accum=True, kernel=kernel)
+    want = mm.matmul_fp8_torch(a, b, sa, sb, out_dtype=torch.float32)
+    assert_close(got, want, atol=fp8_atol(a, b, sa, sb, torch.float32, K))  # all K in the tensor core
+
+
+@needs_fp8
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("out_dtype", dtype_params([torch.float16, torch.bfloat16]))
+def test_fp8_bias_and_activation(out_dtype, activation):
+    a, b, sa, sb = fp8_inputs(37, 50, 41)
+    bias = random_tensor(50, out_dtype, DEVICE)
+    got = mm.matmul_fp8(a, b, float(sa), sb, bias, activation, out_dtype=out_dtype)  # a Python float scale too
+    want = mm.matmul_fp8_torch(a, b, sa, sb, bias, activation, out_dtype=out_dtype)
+    assert_close(got, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm.FP8_BLOCK_K))
+
+
+@needs_fp8
+def test_fp8_empty_dimensions():
+    a, b, sa, sb = fp8_inputs(5, 6, 0)
+    assert_close(mm.matmul_fp8(a, b, sa, sb), torch.zeros(5, 6, dtype=torch.bfloat16, device=DEVICE))
+    assert mm.matmul_fp8(*fp8_inputs(0, 6, 3)).shape == (0, 6)
+
+
+def test_quantize_fp8_scales_to_the_e4m3_range():
+    x = random_tensor((64, 33), torch.float32, DEVICE) * 7.0
+    q, scale = mm.quantize_fp8(x)
+    assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and scale.dim() == 0
+    assert float(q.float().abs().max()) == mm.FP8_MAX  # amax lands on the largest finite e4m3
+    # e4m3 keeps 3 mantissa bits: rounding errs by <= 2^-4 relative, or half the subnormal
+    # spacing 2^-9 (in units of the scale) near zero.
+    err = (q.double() * float(scale) - x.double()).abs()
+    assert (err <= 2.0**-4 * x.double().abs() + 2.0**-10 * float(scale)).all()
+
+
+@pytest.mark.parametrize("capability, call, message", [
+    ((7, 5), "fp8", "compute capability >= 8.9"),
+    ((8, 0), "fp8", "compute capability >= 8.9"),
+    ((8, 9), "fp8_tma", "compute capability >= 9.0"),
+    ((8, 0), "tma", "compute capability >= 9.0"),
+])
+def test_refuses_gpus_without_the_hardware(monkeypatch, capability, call, message):
+    monkeypatch.setattr(mm, "device_capability", lambda: capability)
+    a, b, sa, sb = fp8_inputs(16, 16, 16)
+    h = random_tensor((16, 16), torch.float16, DEVICE)
+    run = {"fp8": lambda: mm.matmul_fp8(a, b, sa, sb),
+           "fp8_tma": lambda: mm.matmul_fp8(a, b, sa, sb, kernel="tma"),
+           "tma": lambda: mm.matmul_tma(h, h)}[call]
+    try:
+        run()
+    except NotImplementedError:  # a RuntimeError too: an unfinished exercise must say so, not pass
+        raise
+    except RuntimeError as error:
+        assert message in str(error), str(error)
+    else:
+        pytest.fail(f"no RuntimeError on a GPU of compute capability {capability}")
+
+
+def fp8_bad_inputs():
+    a, b, sa, sb = fp8_inputs(4, 6, 8)
+    yield "fp16 a", TypeError, "expected one of: float8_e4m3fn", dict(a=a.half())
+    yield "e5m2 b", TypeError, "expected one of: float8_e4m3fn", dict(b=b.to(torch.float8_e5m2))
+    yield "two scales", ValueError, "one value", dict(a_scale=torch.ones(2, device=DEVICE))
+    yield "fp16 scale", TypeError, "b_scale has dtype float16", dict(b_scale=sb.half())
+    yield "fp8 out", TypeError, "out_dtype must be", dict(out_dtype=torch.float8_e4m3fn)
+    yield "kernel", ValueError, "kernel must be", dict(kernel="tiled")
+    h = lambda *s: torch.ones(*s, dtype=torch.float16, device=DEVICE)  # noqa: E731
+    yield "bias dtype", TypeError, "bias has dtype float16", dict(bias=h(6))
+    yield "out dtype", TypeError, "out has dtype float16", dict(out=h(4, 6))
+    yield "inner dims", ValueError, "inner dimensions differ", dict(b=b[:7])
+
+
+@pytest.mark.parametrize("case, error, message, change", [pytest.param(*c, id=c[0]) for c in fp8_bad_inputs()])
+def test_fp8_rejects_bad_input_before_launch(case, error, message, change):
+    a, b, sa, sb = fp8_inputs(4, 6, 8)
+    kwargs = dict(a=a, b=b, a_scale=sa, b_scale=sb)
+    kwargs.update(change)
+    with pytest.raises(error, match=message):
+        mm.matmul_fp8(**kwargs)

@@ -1,4 +1,4 @@
-"""week3_triton_kernels.softmax: fused and online softmax against torch.softmax (in float64)."""
+"""week3_triton_kernels.softmax: fused, persistent and online softmax against torch.softmax (in float64)."""
 import math
 
 import pytest
@@ -43,6 +43,55 @@ def test_one_block_kernels(dtype, cols, rows_per_program):
     assert_close(out, reference(x))
 
 
+@pytest.mark.parametrize("num_stages", [1, 2])
+@pytest.mark.parametrize("rows_per_program", [1, 4])
+@pytest.mark.parametrize("cols", [1, 37, 128])
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
+def test_persistent_kernel(dtype, cols, rows_per_program, num_stages):
+    # More row blocks than the GPU holds programs (<= 32 per SM; 4 programs in simulation), so
+    # every program loops over several blocks; a prime row count leaves the last block partial.
+    rows = runtime.pick(gpu=20011, sim=29)
+    x = random_tensor((rows, cols), dtype, DEVICE, scale=3.0)
+    out = poisoned((rows, cols), dtype, DEVICE)
+    sm.softmax_persistent(x, out, rows_per_program=rows_per_program, num_stages=num_stages)
+    assert_close(out, reference(x))
+
+
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16]))
+def test_every_swept_config_computes_softmax(dtype):
+    # The sweep may pick any of these for `softmax`; each must be right, not only fast.
+    # Narrowest swept width; 1000 columns also exercises the column mask of a 1024 block.
+    x = random_tensor((37, 1000), dtype, DEVICE, scale=3.0)
+    for config in sm.sweep_configs(1024, dtype):
+        out = poisoned((37, 1000), dtype, DEVICE)
+        if config.persistent:
+            sm.softmax_persistent(x, out, rows_per_program=config.rows, num_warps=config.num_warps,
+                                  num_stages=config.num_stages)
+        else:
+            sm.softmax_one_block(x, out, rows_per_program=config.rows, num_warps=config.num_warps)
+        assert_close(out, reference(x), name=config.label())
+
+
+def test_tuned_table_is_well_formed_and_correct():
+    # TUNED_H100 is pasted from the sweep's output: every entry must be a launchable config
+    # and give the right answer at its width.
+    for (itemsize, width), config in sm.TUNED_H100.items():
+        assert itemsize in (2, 4) and width & (width - 1) == 0 and width <= sm.MAX_ONE_BLOCK
+        assert config.rows >= 1 and config.num_warps in (1, 2, 4, 8, 16, 32) and config.num_stages in (1, 2, 3, 4)
+        dtype = torch.float32 if itemsize == 4 else torch.float16
+        x = random_tensor((3, width - 1), dtype, DEVICE, scale=3.0)
+        assert_close(sm.softmax(x), reference(x), name=f"TUNED_H100[{(itemsize, width)}]")
+
+
+def test_config_for_falls_back_to_the_heuristic():
+    for dtype in (torch.float32, torch.bfloat16):
+        for cols in (1, 1000, 4096, 32768):
+            config = sm.config_for(cols, dtype)
+            assert isinstance(config, sm.SoftmaxConfig)
+            if not runtime.on_gpu():
+                assert config == sm.heuristic_config(cols, dtype)
+
+
 @pytest.mark.parametrize("block_size", [16, 64])
 @pytest.mark.parametrize("cols", [1, 15, 16, 17, 100, 300])
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
@@ -54,7 +103,10 @@ def test_online_softmax_over_many_chunks(dtype, cols, block_size):
     assert_close(out, reference(x))
 
 
-@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+VARIANTS = ["softmax", "softmax_one_block", "softmax_persistent", "softmax_online"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_large_inputs_do_not_overflow(variant):
     # exp(1000) overflows fp32; only the max subtraction keeps this finite.
     x = random_tensor((4, 50), torch.float32, DEVICE) * 10 + 1000.0
@@ -65,7 +117,7 @@ def test_large_inputs_do_not_overflow(variant):
     assert_close(got, reference(x))
 
 
-@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
 def test_nan_and_inf_rows_like_torch(dtype, variant):
     x = random_tensor((8, 40), dtype, DEVICE)
@@ -85,6 +137,8 @@ def test_any_leading_shape_and_empty():
     assert_close(sm.softmax(x), reference(x))
     assert sm.softmax(torch.empty(0, 7, device=DEVICE)).shape == (0, 7)
     assert sm.softmax(torch.empty(3, 0, device=DEVICE)).shape == (3, 0)
+    assert sm.softmax_persistent(torch.empty(0, 7, device=DEVICE)).shape == (0, 7)
+    assert_close(sm.softmax_persistent(x), reference(x))
     v = random_tensor(19, torch.float32, DEVICE)  # 1-D: one row
     assert_close(sm.softmax(v), reference(v))
 
@@ -94,6 +148,8 @@ def test_rows_wider_than_one_block_dispatch_to_online():
     x = random_tensor((2, cols), torch.float32, DEVICE)
     with pytest.raises(ValueError, match="more than one block"):
         sm.softmax_one_block(x)
+    with pytest.raises(ValueError, match="more than one block"):
+        sm.softmax_persistent(x)
     assert_close(sm.softmax(x), reference(x))
 
 
@@ -109,7 +165,7 @@ def bad_inputs():
     yield "out wrong dtype", TypeError, "out has dtype", lambda: (ok(), ok().half())
 
 
-@pytest.mark.parametrize("variant", ["softmax", "softmax_one_block", "softmax_online"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(case, error, message, make, variant):
     x, out = make()
@@ -123,6 +179,17 @@ def test_online_rejects_bad_block_size(kwargs):
         sm.softmax_online(torch.ones(2, 8, device=DEVICE), **kwargs)
 
 
-def test_one_block_rejects_bad_rows_per_program():
-    with pytest.raises(ValueError, match="rows_per_program"):
-        sm.softmax_one_block(torch.ones(2, 8, device=DEVICE), rows_per_program=3)
+@pytest.mark.parametrize("variant", ["softmax_one_block", "softmax_persistent"])
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rows_per_program": 3}, "rows_per_program"), ({"rows_per_program": 0}, "rows_per_program"),
+    ({"num_warps": 6}, "num_warps"), ({"num_warps": 64}, "num_warps"), ({"num_warps": 4.0}, "num_warps"),
+], ids=str)
+def test_one_block_launchers_reject_bad_knobs(variant, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(sm, variant)(torch.ones(2, 8, device=DEVICE), **kwargs)
+
+
+@pytest.mark.parametrize("num_stages", [0, 5, 1.5, True])
+def test_persistent_rejects_bad_num_stages(num_stages):
+    with pytest.raises(ValueError, match="num_stages"):
+        sm.softmax_persistent(torch.ones(2, 8, device=DEVICE), num_stages=num_stages)

@@ -1,0 +1,289 @@
+"""The kit itself: results blocks and comparisons made by `python -m course report`, the markdown
+table, lines-of-code counting and the benchmark records (no GPU needed: results files are faked)."""
+import copy
+import json
+import textwrap
+
+import pytest
+import torch
+
+from course import bench
+from course import __main__ as cli
+
+MACHINE = {"backend": "gpu", "device": "cuda", "python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0",
+           "numba": "0.68.0", "gpu": "NVIDIA H100 80GB HBM3", "cuda_runtime": "13.0"}
+
+
+def fake_result(name, sizes=("2^20", "2^24"), variants=("torch", "triton"), headline=("triton",), **extra):
+    rows = []
+    for k, size in enumerate(sizes):
+        for j, variant in enumerate(variants):
+            ms = 0.5 * (k + 1) * (1 + j / 10)
+            rows.append({"size": size, "variant": variant, "ms": ms, "ms_min": ms, "reps": 10,
+                         "bytes": 12_000_000, "flops": 0, "gbps": 12_000_000 / (ms * 1e-3) / 1e9, "tflops": None,
+                         "pct_of_copy": 40.0 + j, "speedup_vs_torch": 0.5 * (k + 1) / ms,
+                         **extra.get(variant, {})})
+    return {"benchmark": name, "title": f"Fake {name}", "notes": "", "headline": list(headline),
+            "simulated": False, "date": "2026-11-22 22:51 UTC", "machine": dict(MACHINE),
+            "ceilings": {"copy_gbps": 3000.0}, "rows": rows}
+
+
+def write_result(root, package, result):
+    folder = root / package / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{result['benchmark']}.json").write_text(json.dumps(result))
+
+
+def report(root, *flags):
+    return cli.main(["report", *flags, "--root", str(root)])
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A checkout with one week folder, a notes file holding two blocks, and one result."""
+    week = tmp_path / "week3_triton_kernels"
+    week.mkdir()
+    (week / "notes.md").write_text(textwrap.dedent("""\
+        # Notes
+        <!-- results:fake_add -->
+        stale text
+        <!-- /results -->
+        between
+        <!-- results:not_run_yet -->
+        <!-- /results -->
+        end
+        """))
+    write_result(tmp_path, "week3_triton_kernels", fake_result("fake_add"))
+    return tmp_path
+
+
+# ----------------------------------------------------------------------------- blocks
+def test_report_fills_blocks_and_check_passes_afterwards(tree, capsys):
+    assert report(tree, "--check") == 1
+    assert "week3_triton_kernels/notes.md" in capsys.readouterr().out
+    assert report(tree) == 0
+    text = (tree / "week3_triton_kernels" / "notes.md").read_text()
+    result = json.loads((tree / "week3_triton_kernels/results/fake_add.json").read_text())
+    assert bench.markdown_table(result).strip() in text
+    assert "stale text" not in text
+    assert ("_Not measured on a GPU yet: run `python -m course bench week3 --only not_run_yet` on a GPU._"
+            in text)
+    assert text.startswith("# Notes\n<!-- results:fake_add -->\n") and text.endswith("-->\nend\n")
+    assert report(tree, "--check") == 0
+    assert report(tree) == 0
+    assert "already up to date" in capsys.readouterr().out
+
+
+def test_check_names_the_file_whose_block_went_stale(tree, capsys):
+    report(tree)
+    changed = fake_result("fake_add")
+    changed["rows"][0]["ms"] = 9.0
+    write_result(tree, "week3_triton_kernels", changed)
+    capsys.readouterr()
+    assert report(tree, "--check") == 1
+    out = capsys.readouterr().out
+    assert "week3_triton_kernels/notes.md" in out and "out of date" in out
+
+
+def test_simulated_results_count_as_not_measured(tree):
+    simulated = fake_result("fake_add")
+    simulated["simulated"] = True
+    write_result(tree, "week3_triton_kernels", simulated)
+    report(tree)
+    text = (tree / "week3_triton_kernels" / "notes.md").read_text()
+    assert "--only fake_add` on a GPU" in text
+
+
+def test_results_folders_and_other_top_level_folders_are_left_alone(tree):
+    block = "<!-- results:fake_add -->\nkeep\n<!-- /results -->\n"
+    for path in (tree / "week3_triton_kernels/results/fake_add.md", tree / "docs/notes.md"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(block)
+    report(tree)
+    assert (tree / "week3_triton_kernels/results/fake_add.md").read_text() == block
+    assert (tree / "docs/notes.md").read_text() == block
+
+
+def test_block_options_and_another_weeks_results(tmp_path):
+    write_result(tmp_path, "week1_cuda_python", fake_result("w1", variants=("torch", "numba", "cuda_c"),
+                                                            headline=("cuda_c",)))
+    notes = tmp_path / "capstone" / "README.md"
+    notes.parent.mkdir()
+    notes.write_text("<!-- results:week1/w1 headline largest -->\n<!-- /results -->\n")
+    assert report(tmp_path) == 0
+    table = notes.read_text()
+    assert "| 2^24 | torch |" in table and "| 2^24 | cuda_c |" in table
+    assert "| numba |" not in table and "2^20" not in table
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- results:fake_add -->\nno end\n", "notes.md:1: results block"),
+    ("a\n<!-- results:fake_add -->\n<!-- results:other -->\n<!-- /results -->\n", "notes.md:2"),
+    ("text\n<!-- /results -->\n", "notes.md:2: `<!-- /results -->` without an opening"),
+    ("<!-- results:fake_add sideways -->\n<!-- /results -->\n", "unknown option"),
+    ("<!-- results:week9/fake_add -->\n<!-- /results -->\n", "unknown week"),
+])
+def test_broken_blocks_fail_naming_file_and_line(tree, capsys, text, message):
+    (tree / "week3_triton_kernels" / "notes.md").write_text(text)
+    assert report(tree, "--check") == 1
+    assert message in capsys.readouterr().out
+
+
+def test_markers_inside_code_fences_are_examples(tree):
+    example = "```\n<!-- results:fake_add -->\n   <!-- /results -->\n```\n"
+    (tree / "week3_triton_kernels" / "notes.md").write_text(example)
+    assert report(tree) == 0
+    assert (tree / "week3_triton_kernels" / "notes.md").read_text() == example
+
+
+def test_readme_section_is_rebuilt_in_the_same_run(tree):
+    readme = tree / "README.md"
+    readme.write_text(f"intro\n{cli.README_BEGIN}\nold\n{cli.README_END}\noutro\n")
+    report(tree)
+    text = readme.read_text()
+    assert "| fake_add | triton | 2^24 |" in text and "old" not in text and text.endswith("outro\n")
+
+
+# --------------------------------------------------------------------- comparisons
+def test_comparisons_file_is_generated_from_results(tree):
+    write_result(tree, "week3_triton_kernels",
+                 fake_result("vector_add_week3", sizes=("2^28",), extra={}, triton={"loc": 17}))
+    report(tree)
+    text = (tree / cli.COMPARISONS_FILE).read_text()
+    triton_row = next(line for line in text.splitlines() if line.startswith("| Triton | week3 `vector_add.py`"))
+    assert "| 2^28 |" in triton_row and "| 17 |" in triton_row and "41.0%" in triton_row
+    assert "`vector_add_week3`: NVIDIA H100 80GB HBM3" in text
+    assert "run `python -m course bench week1 --only vector_add_week1` on a GPU" in text
+    assert report(tree, "--check") == 0
+
+
+def test_every_comparison_names_a_torch_row_and_known_units():
+    for group in cli.COMPARISONS:
+        assert group.metric in ("gbps", "tflops"), group.title
+        assert any(impl.variant == "torch" for impl in group.impls), group.title
+        assert all(impl.week in cli.WEEKS for impl in group.impls), group.title
+
+
+def test_every_comparison_row_names_a_registered_benchmark_and_variant():
+    registered = {}
+    for short, package in cli.WEEKS.items():
+        if (cli.ROOT / package).is_dir():
+            registered.update({(short, b.name): b for b in cli.find_benchmarks(package)})
+    for group in cli.COMPARISONS:
+        for impl in group.impls:
+            found = registered.get((impl.week, impl.bench))
+            assert found is not None, f"{group.title}: no benchmark {impl.bench!r} in {impl.week}"
+            assert impl.optional or impl.variant in found.variants, \
+                f"{group.title}: {impl.bench} has no variant {impl.variant!r} (has {list(found.variants)})"
+            assert impl.size is None or impl.size in [found.size_label(s) for s in found.sizes], \
+                f"{group.title}: {impl.bench} measures no size {impl.size!r} on a GPU"
+
+
+def test_comparison_of_missing_variant_says_so(tmp_path):
+    (tmp_path / "week3_triton_kernels").mkdir()
+    write_result(tmp_path, "week3_triton_kernels", fake_result("vector_add_week3", sizes=("2^28",),
+                                                              variants=("torch",)))
+    section = cli.comparison_section(cli.COMPARISONS[0], tmp_path)
+    assert "no 'triton' at 2^28 in results/vector_add_week3.json" in section
+
+
+# ------------------------------------------------------------------ markdown table
+def test_markdown_table_leaves_out_empty_columns_and_shows_memory_and_loc():
+    plain = fake_result("t")
+    head = bench.markdown_table(plain).splitlines()[2]
+    assert head == "| size | variant | ms | GB/s | % of copy | vs torch |"  # no TFLOP/s, memory, LoC
+    rich = fake_result("t", triton={"peak_mem_bytes": 3 * 2**20, "loc": 12, "tflops": 1.5})
+    rich["rows"].append({"size": "2^24", "variant": "cuda_c", "skipped": "needs a GPU"})
+    lines = bench.markdown_table(rich).splitlines()
+    assert lines[2] == "| size | variant | ms | GB/s | TFLOP/s | % of copy | vs torch | peak MiB | LoC |"
+    assert lines[5].endswith("| 3.0 | 12 |") and lines[4].endswith("| - | - |")
+    assert lines[-1] == "| 2^24 | cuda_c | skipped: needs a GPU |  |  |  |  |  |  |"
+    assert "NVIDIA H100 80GB HBM3, copy ceiling 3000 GB/s" in lines[0]
+
+
+# ------------------------------------------------------------------- lines of code
+def sample(x):
+    """A docstring:
+
+    two lines of it, not counted."""
+    # a comment, not counted
+
+    y = x + 1  # counted
+    return (y,
+            y)  # a statement over two lines counts two
+
+
+def test_count_source_lines_skips_blanks_comments_and_docstrings():
+    assert bench.count_source_lines(sample) == 4  # def, y =, return, continuation
+    assert bench.count_source_lines([sample, sample]) == 4  # counted once
+    import functools
+    assert bench.count_source_lines(functools.partial(sample, 1)) == 4
+
+
+def test_count_source_lines_reads_triton_and_cuda_c(tmp_path):
+    from week3_triton_kernels import vector_add
+
+    assert bench.count_source_lines(vector_add.add_kernel) == 8  # @triton.jit, def and 6 statements
+    cu = tmp_path / "k.cu"
+    cu.write_text(textwrap.dedent("""\
+        // a file comment
+        __device__ float helper(float x) { return x; }
+        template <int N>
+        __global__ void kern(float* out,
+                             int n)
+        {
+            /* a block
+               comment */
+            int i = helper(threadIdx.x);  // trailing comment
+
+            if (i < n) { out[i] = 0.f; }
+        }
+        void host() { kern<1><<<1, 1>>>(nullptr, 0); }
+        """))
+    assert bench.count_source_lines(bench.c_function(cu, "kern")) == 7
+    with pytest.raises(ValueError, match="no definition"):
+        bench.count_source_lines(bench.c_function(cu, "missing"))
+    with pytest.raises(TypeError, match="cannot find Python source"):
+        bench.count_source_lines(42)
+
+
+# -------------------------------------------------------------------- benchmark run
+def tiny_benchmark(**kw):
+    def add(a, b):
+        return a + b
+
+    return bench.Benchmark(name="tiny", title="tiny", sizes=[8], sim_sizes=[8],
+                           make_inputs=lambda n: (torch.ones(n), torch.ones(n)),
+                           variants={"torch": torch.add, "mine": add}, bytes=lambda n: 12 * n, **kw)
+
+
+def test_run_records_memory_and_loc_columns():
+    result = bench.run(tiny_benchmark(sources={"mine": sample}))
+    mine = next(r for r in result["rows"] if r["variant"] == "mine")
+    assert mine["loc"] == 4 and mine["peak_mem_bytes"] is None  # no GPU memory off the GPU
+    assert next(r for r in result["rows"] if r["variant"] == "torch")["loc"] is None
+    assert "| LoC |" in bench.markdown_table(result)
+
+
+def test_sources_for_unknown_variant_are_refused():
+    with pytest.raises(ValueError, match="sources= names variants that do not exist"):
+        tiny_benchmark(sources={"theirs": sample}).lines_of_code()
+
+
+def test_benchmark_keeps_its_fields_without_sources():
+    b = tiny_benchmark()
+    assert b.sources == {} and b.lines_of_code() == {}
+    assert copy.copy(b).name == "tiny"
+
+
+def test_every_registered_benchmark_is_well_formed():
+    seen = {}
+    for short, package in cli.WEEKS.items():
+        if not (cli.ROOT / package).is_dir():
+            continue
+        for b in cli.find_benchmarks(package):
+            assert b.name not in seen, f"benchmark name {b.name!r} in {package} and {seen.get(b.name)}"
+            seen[b.name] = package
+            assert "torch" in b.variants, f"{b.name} has no 'torch' reference variant"
+            counts = b.lines_of_code()  # every sources= entry must be readable
+            assert all(n > 0 for n in counts.values()), (b.name, counts)

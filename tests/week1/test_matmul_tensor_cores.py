@@ -1,0 +1,270 @@
+"""week1_cuda_python.matmul_tensor_cores: the WMMA rungs against a float64 reference.
+
+Error model (why these tolerances, not check.py's defaults). The inputs are exact fp16/bf16
+values and each product a_ik * b_kj is exact in fp32 (11 + 11 significant bits fit in 24), so
+all the error comes from two places:
+* the K-term fp32 accumulation. Each step changes the running sum s_k by at most one fp32 ulp
+  (2u |s_k|, u = 2^-24): a full ulp, not half, because studies of tensor cores (Fasi, Higham,
+  Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) found the
+  additions inside one mma truncate rather than round, so the errors need not cancel. For
+  random-sign products |s_k| grows like sqrt(k) * rms(product) <= sqrt(K) * mean|product| *
+  (a modest factor), so the total is bounded by ~ 2u * sqrt(K) * sum_k |a_ik b_kj|. We allow
+  twice that: atol = 4 u sqrt(K) max_ij (|A| @ |B|)_ij. At K = 4096 with unit-normal inputs
+  that is ~0.04 on outputs of size ~64: a dropped 16-wide k-slice (~4) or a wrong tile
+  (order 64) fails by orders of magnitude, and an unwritten output stays NaN (poison).
+* the one rounding of the fp32 sum to the output type: rtol = 2^-11 (fp16) or 2^-8 (bf16),
+  plus half the smallest fp16 subnormal for results that land there.
+"""
+import math
+import re
+import subprocess
+
+import pytest
+import torch
+
+from course import runtime
+from course.check import assert_close, poisoned, random_tensor
+
+tc = runtime.lesson("week1_cuda_python.matmul_tensor_cores")
+
+DEVICE = runtime.DEVICE
+U32 = 2.0**-24
+ROUNDING = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 0.0}
+SUBNORMAL = {torch.float16: 2.0**-25, torch.bfloat16: 0.0, torch.float32: 0.0}
+LAUNCHERS = list(tc.WMMA_LAUNCHERS)
+gpu = pytest.mark.gpu(reason="PyCUDA launches of the WMMA kernels")
+
+
+def tolerance(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) from the error model in the module docstring."""
+    k = a.shape[1]
+    products = (a.double().abs() @ b.double().abs()).max().item() if a.numel() and b.numel() else 0.0
+    accumulation = 4 * U32 * math.sqrt(k) * products
+    rtol = ROUNDING[out_dtype]
+    return rtol, accumulation * (1 + rtol) + SUBNORMAL[out_dtype]
+
+
+def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    rtol, atol = tolerance(a, b, c.dtype)
+    assert_close(c.double(), a.double() @ b.double(), rtol=rtol, atol=atol, name="C")
+
+
+def type_cases():
+    """(input dtype, output dtype): C in the inputs' type, or in fp32."""
+    return [pytest.param(d, o, id=f"{tc.TYPE_SUFFIX[d]}->{tc.TYPE_SUFFIX[o]}")
+            for d in tc.DTYPES for o in (d, torch.float32)]
+
+
+# (M, N, K): multiples of 16 and of the 128x128x32 block tile, and shapes that are neither
+# (ones, primes, one past a tile), up to a K long enough for the accumulation to matter.
+SHAPES = [(16, 16, 16), (128, 128, 128), (256, 128, 64), (1, 1, 1), (1, 129, 7), (31, 17, 5),
+          (127, 129, 131), (257, 511, 67), (1000, 1024, 999), (2048, 1024, 4096)]
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype, out_dtype", type_cases())
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_matches_float64_reference(name, dtype, out_dtype, shape):
+    m, n, k = shape
+    a, b = random_tensor((m, k), dtype, DEVICE), random_tensor((k, n), dtype, DEVICE)
+    out = poisoned((m, n), out_dtype, DEVICE)
+    result = getattr(tc, name)(a, b, out=out)
+    assert result is out, "the launcher must write into the `out` it was given"
+    check(out, a, b)
+
+
+@gpu
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_allocates_output_in_the_requested_dtype(name):
+    a = random_tensor((33, 48), torch.float16, DEVICE)
+    b = random_tensor((48, 20), torch.float16, DEVICE)
+    c16 = getattr(tc, name)(a, b)
+    c32 = getattr(tc, name)(a, b, out_dtype=torch.float32)
+    assert c16.dtype == torch.float16 and c32.dtype == torch.float32 and c32.shape == (33, 20)
+    check(c16, a, b)
+    check(c32, a, b)
+
+
+@gpu
+@pytest.mark.parametrize("dtype, out_dtype", type_cases())
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_nan_and_inf_propagate_like_torch(name, dtype, out_dtype):
+    m, n, k = 7, 5, 6
+    a, b = random_tensor((m, k), dtype, DEVICE), random_tensor((k, n), dtype, DEVICE)
+    a[0, 0] = math.nan    # row 0 of C: all NaN
+    a[2, 1] = math.inf    # row 2: +-Inf (by the sign of b[1, j]) ...
+    b[1, 3] = -math.inf   # ... and b[1, 3] makes C[:, 3] +-Inf, C[2, 3] = inf * -inf = -Inf
+    b[4, 4] = math.inf
+    a[3, 4] = -math.inf   # C[3, 4] meets -inf * inf
+    c = getattr(tc, name)(a, b, out_dtype=out_dtype)
+    expected = a.double().cpu() @ b.double().cpu()
+    finite_a, finite_b = a.nan_to_num(0, 0, 0), b.nan_to_num(0, 0, 0)
+    rtol, atol = tolerance(finite_a, finite_b, out_dtype)
+    assert_close(c.double(), expected.to(c.device), rtol=rtol, atol=atol, name="C")
+
+
+@gpu
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_fp16_output_overflows_where_the_fp32_accumulator_does_not(name):
+    """C = 512 * 256 * 1 = 131072 > 65504, fp16's largest finite value: an fp16 C holds +Inf
+    (as torch.matmul's does), an fp32 C the exact value, because the sum itself is fp32."""
+    a = torch.full((32, 512), 256.0, dtype=torch.float16, device=DEVICE)
+    b = torch.ones((512, 48), dtype=torch.float16, device=DEVICE)
+    c16 = getattr(tc, name)(a, b)
+    c32 = getattr(tc, name)(a, b, out_dtype=torch.float32)
+    assert torch.isinf(c16).all() and (c16 > 0).all()
+    assert torch.equal(torch.isinf(torch.matmul(a, b)), torch.isinf(c16))
+    assert_close(c32, torch.full((32, 48), 131072.0, device=DEVICE), rtol=0, atol=0)
+
+
+@gpu
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_unaligned_views(name):
+    """Operands starting 2 bytes into their storage: wmma loads need 32-byte alignment."""
+    base = random_tensor(1 + 64 * 48, torch.float16, DEVICE)
+    a = base[1:].view(64, 48)
+    b = random_tensor((48, 40), torch.float16, DEVICE)
+    out = torch.empty(1 + 64 * 40, dtype=torch.float16, device=DEVICE)[1:].view(64, 40)
+    getattr(tc, name)(a, b, out=out)
+    check(out, a, b)
+
+
+@gpu
+def test_sanitizer_cases_run():
+    for name, case in tc.SANITIZER_CASES.items():
+        if "bf16" in name and torch.cuda.get_device_capability() < (8, 0):
+            continue  # bf16 tensor cores start at sm_80: the launcher refuses them (tested below)
+        case()
+
+
+# --- anywhere: input checks, shapes, padding, names ------------------------------------------------
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize("shape", [(0, 4, 3), (4, 0, 3), (3, 4, 0)], ids=["M=0", "N=0", "K=0"])
+def test_empty_dimensions(name, shape):
+    m, n, k = shape
+    a = torch.randn(m, k, device=DEVICE).half()
+    b = torch.randn(k, n, device=DEVICE).half()
+    c = getattr(tc, name)(a, b, out=poisoned((m, n), torch.float16, DEVICE))
+    assert c.shape == (m, n)
+    assert_close(c, torch.zeros(m, n, dtype=torch.float16, device=DEVICE))  # empty sums are 0
+
+
+def bad_inputs():
+    ok = lambda *s: torch.ones(*s, device=DEVICE, dtype=torch.float16)  # noqa: E731
+    yield "a not a tensor", TypeError, "a must be a torch.Tensor", lambda: ([[1.0]], ok(1, 1), None, None)
+    yield "a float32", TypeError, "a has dtype float32", lambda: (ok(2, 3).float(), ok(3, 2), None, None)
+    yield "b int8", TypeError, "b has dtype int8", lambda: (ok(2, 3), ok(3, 2).to(torch.int8), None, None)
+    yield "dtypes differ", TypeError, "dtypes must match", lambda: (ok(2, 3), ok(3, 2).bfloat16(), None, None)
+    yield "a 1-D", ValueError, "a must have 2 dimension", lambda: (ok(3), ok(3, 2), None, None)
+    yield "b 3-D", ValueError, "b must have 2 dimension", lambda: (ok(2, 3), ok(1, 3, 2), None, None)
+    yield "inner dims", ValueError, "inner dimensions must match", lambda: (ok(2, 3), ok(4, 2), None, None)
+    yield "a transposed", ValueError, "a is not contiguous", lambda: (ok(3, 2).t(), ok(3, 2), None, None)
+    yield "wrong device", ValueError, "kernels run on", \
+        lambda: (torch.ones(2, 3, device="meta", dtype=torch.float16), ok(3, 2), None, None)
+    yield "out wrong shape", ValueError, "out has shape", lambda: (ok(2, 3), ok(3, 2), ok(2, 3), None)
+    yield "out float64", TypeError, "out has dtype float64", lambda: (ok(2, 3), ok(3, 2), ok(2, 2).double(), None)
+    yield "out_dtype bf16 for fp16", TypeError, "out_dtype", lambda: (ok(2, 3), ok(3, 2), None, torch.bfloat16)
+    yield "out and out_dtype differ", TypeError, "out_dtype", \
+        lambda: (ok(2, 3), ok(3, 2), ok(2, 2), torch.float32)
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
+def test_rejects_bad_input_before_launch(name, case, error, message, make):
+    a, b, out, out_dtype = make()
+    with pytest.raises(error, match=message):
+        getattr(tc, name)(a, b, out=out, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_refuses_bf16_below_sm80(name, monkeypatch):
+    """A T4 (sm_75) has fp16 tensor cores but no bf16 ones: refused with a sentence, not a trap."""
+    monkeypatch.setattr(tc, "_capability", lambda: (7, 5))
+    a = torch.ones(16, 16, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="bf16 tensor cores need compute capability 8.0"):
+        getattr(tc, name)(a, a.clone())
+
+
+@pytest.mark.parametrize("rung", list(tc.RUNGS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (17, 129, 33), (128, 128, 32), (4096, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_padded_shape_covers_the_tiles(rung, shape):
+    m, n, k = shape
+    mp, np_, kp = tc.padded_shape(rung, m, n, k)
+    tm, tn, tk = tc.RUNGS[rung].tiles()
+    assert (mp % tm, np_ % tn, kp % tk) == (0, 0, 0)
+    assert 0 <= mp - m < tm and 0 <= np_ - n < tn and 0 <= kp - k < tk  # no more than one tile
+    grid, block = tc.launch_geometry(rung, m, n)
+    block_m, block_n = tc.NAIVE_BLOCK if rung == "naive" else (tc.DEFAULT_TILES.bm, tc.DEFAULT_TILES.bn)
+    assert grid[0] * block_n >= n and grid[1] * block_m >= m  # every output has a block
+    assert (grid[0] - 1) * block_n < n and (grid[1] - 1) * block_m < m  # and no block is idle
+    if rung != "naive":
+        assert (grid[1] * block_m, grid[0] * block_n) == (mp, np_)  # blocks read only padded rows
+    assert block[0] == (tc.NAIVE_THREADS if rung == "naive" else tc.DEFAULT_TILES.threads)
+
+
+def test_zero_padding_is_exact():
+    """Small integers are exact in fp16 and in float64 sums: padded or not, the same product."""
+    m, n, k = 37, 53, 29
+    a = torch.randint(-8, 9, (m, k)).to(torch.float16)
+    b = torch.randint(-8, 9, (k, n)).to(torch.float16)
+    mp, np_, kp = tc.padded_shape("shared", m, n, k)
+    a_p, b_p = tc.padded(a, mp, kp), tc.padded(b, kp, np_)
+    assert a_p.shape == (mp, kp) and b_p.shape == (kp, np_)
+    assert torch.equal(a_p[:m, :k], a) and not a_p[m:].any() and not a_p[:, k:].any()
+    assert torch.equal((a_p.double() @ b_p.double())[:m, :n], a.double() @ b.double())
+
+
+def test_padded_leaves_aligned_operands_alone():
+    a = torch.ones(128, 64, dtype=torch.float16)
+    assert tc.padded(a, 128, 64) is a  # the 4096^3 benchmark copies nothing
+    view = torch.ones(1 + 128 * 64, dtype=torch.float16)[1:].view(128, 64)  # 2 bytes in: misaligned
+    copy = tc.padded(view, 128, 64)
+    assert copy is not view and copy.data_ptr() % tc.ALIGNMENT == 0 and torch.equal(copy, view)
+
+
+def test_default_tiles_match_the_cuda_source():
+    source = tc.CUDA_SOURCE.read_text()
+    for name in ("bm", "bn", "bk", "wm", "wn", "stages"):
+        found = re.search(rf"#define TC_{name.upper()} (\d+)", source)
+        assert found, f"TC_{name.upper()} is not defined in {tc.CUDA_SOURCE.name}"
+        assert int(found.group(1)) == getattr(tc.DEFAULT_TILES, name), f"TC_{name.upper()} differs"
+    assert tc.DEFAULT_TILES.problems() == []
+    assert tc.TileConfig(128, 256, 32, 64, 64, 2).problems()  # 54 KB of static shared memory
+    assert tc.TileConfig(128, 128, 24, 64, 64, 2).problems()  # not a multiple of 16
+
+
+def test_sanitizer_cases_name_every_kernel():
+    names = {tc.kernel_name(r, d, o) for r in tc.RUNGS for d in tc.DTYPES for o in (d, torch.float32)}
+    assert set(tc.SANITIZER_CASES) == names and len(names) == 12
+
+
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+def test_every_kernel_name_exists_in_the_source(tmp_path):
+    """The launcher looks kernels up by name: each must be an entry point of the compiled source."""
+    ptx = tmp_path / "tc.ptx"
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=sm_90", "-o", str(ptx), str(tc.CUDA_SOURCE)],
+                   check=True, capture_output=True)
+    entries = set(re.findall(r"\.entry (\w+)\(", ptx.read_text()))
+    for name in tc.SANITIZER_CASES:
+        assert name in entries, f"kernel {name} is not defined in {tc.CUDA_SOURCE.name}"
+
+
+def test_sass_opcode_counts_parses_cuobjdump_output():
+    sass = """
+        Function : wmma_shared_f16_f16
+        /*0100*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0110*/              @!PT LDS RZ, [RZ] ;
+        /*0120*/                   HMMA.16816.F32 R8, R4, R6, R8 ;
+        /*0130*/              @P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;
+        Function : wmma_naive_f16_f16
+        /*0100*/                   HMMA.16816.F32 R8, R4, R6, R8 ;
+    """
+    counts = tc.sass_opcode_counts(sass)
+    assert counts["wmma_shared_f16_f16"]["HMMA"] == 1 and counts["wmma_shared_f16_f16"]["LDSM"] == 1
+    assert counts["wmma_shared_f16_f16"]["LDGSTS"] == 1 and counts["wmma_shared_f16_f16"]["LDS"] == 1
+    assert counts["wmma_naive_f16_f16"]["HMMA"] == 1 and counts["wmma_naive_f16_f16"]["LDSM"] == 0

@@ -1,0 +1,305 @@
+"""Hello, GPU: every thread writes down who it is, and what the GPU it runs on has.
+
+What it teaches: the thread hierarchy made visible. A launch `kernel[blocks, threads]` starts
+a grid of blocks of threads; each thread reads its coordinates (`cuda.blockIdx`,
+`cuda.threadIdx`, `cuda.blockDim`) and from them computes everything else: its global index
+(`cuda.grid`), its warp (threads are grouped into warps of 32 consecutive *linear* thread
+ids, x varying fastest) and its lane inside the warp (`cuda.laneid`). The kernels below
+store those numbers in an output tensor, one row per element, so a test can check every one
+of them, including the threads of the last block that must do nothing (`if i < n`).
+`device_facts()` lists what the GPU has (SMs, memory, caches, registers, limits), from
+torch's and Numba's device queries, beside one measured figure: copy bandwidth.
+
+Cost model: none worth the name. Each thread writes 5 (1-D) or 8 (2-D) int32 values:
+20n or 32n bytes, no FLOPs. The point is the indices, not the speed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import interop
+from course.bench import copy_bandwidth_gbps
+
+from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+
+THREADS_PER_BLOCK = 256  # 8 warps; any multiple of 32 up to 1024 works
+BLOCK_2D = (16, 16)
+MAX_THREADS_PER_BLOCK = 1024  # every GPU since Fermi (compute capability 2.0)
+MAX_GRID_Y = 65535
+# Column meanings of the outputs: out[..., WHO_1D.index("lane")] is a thread's lane id.
+WHO_1D = ("block", "thread", "global", "warp", "lane")
+WHO_2D = ("block_x", "block_y", "thread_x", "thread_y", "col", "row", "warp", "lane")
+WHO_GRID_STRIDE = ("thread", "step")  # which global thread handled element i, on which trip
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+@cuda.jit
+def hello_1d_kernel(out):
+    """Thread i of the grid writes row i: its block, thread, global index, warp and lane."""
+    i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
+    # The grid is rounded up to whole blocks, so the last block has threads past the end:
+    # without this guard they would write into memory that is not ours.
+    if i < out.shape[0]:
+        t = cuda.threadIdx.x
+        out[i, 0] = cuda.blockIdx.x
+        out[i, 1] = t
+        out[i, 2] = i
+        out[i, 3] = t // cuda.warpsize  # warps are consecutive runs of 32 threads of a block
+        out[i, 4] = cuda.laneid  # read from the hardware: equals t % 32
+
+
+@cuda.jit
+def hello_2d_kernel(out):
+    """A 2-D grid over a (rows, cols) table: x is the column, y the row."""
+    col, row = cuda.grid(2)  # x first: (blockIdx.x * blockDim.x + threadIdx.x, ... y ...)
+    if row < out.shape[0] and col < out.shape[1]:
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        # Warps are cut from the *linear* thread id, x fastest: with a 16 x 16 block, warp 0
+        # is rows 0 and 1 of the block. That is why x should walk contiguous memory.
+        linear = ty * cuda.blockDim.x + tx
+        out[row, col, 0] = cuda.blockIdx.x
+        out[row, col, 1] = cuda.blockIdx.y
+        out[row, col, 2] = tx
+        out[row, col, 3] = ty
+        out[row, col, 4] = col
+        out[row, col, 5] = row
+        out[row, col, 6] = linear // cuda.warpsize
+        out[row, col, 7] = cuda.laneid
+
+
+@cuda.jit
+def hello_grid_stride_kernel(out):
+    """A fixed grid walks any n: element i is handled by thread i % gridsize, on trip i // gridsize."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)  # blocks * threads per block
+    step = 0
+    for i in range(start, out.shape[0], stride):
+        out[i, 0] = start
+        out[i, 1] = step
+        step += 1
+
+
+@cuda.jit
+def hello_print_kernel():
+    """printf from the GPU: lines arrive in whatever order the warps ran (and only at a sync)."""
+    print("hello from block", cuda.blockIdx.x, "thread", cuda.threadIdx.x)
+
+
+# --- launchers ---------------------------------------------------------------------------------
+
+def _count(value, name: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ValueError(f"{name} must be at least {minimum}{upper}, got {value}")
+    return value
+
+
+def _output(out, shape: tuple) -> torch.Tensor:
+    if out is None:
+        return torch.empty(shape, dtype=torch.int32, device=runtime.DEVICE)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != torch.int32:
+        raise TypeError(f"out has dtype {str(out.dtype).replace('torch.', '')}; expected int32")
+    if out.device.type != runtime.DEVICE.type:
+        raise ValueError(f"out is on {out.device}, but kernels run on {runtime.DEVICE}")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
+    if not out.is_contiguous():
+        raise ValueError("out is not contiguous: pass a freshly allocated tensor")
+    return out
+
+
+def who_am_i_1d(n: int, threads_per_block: int = THREADS_PER_BLOCK,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """An (n, 5) int32 table: row i says which block, thread, global id, warp and lane wrote it."""
+    n = _count(n, "n")
+    threads_per_block = _count(threads_per_block, "threads_per_block", minimum=1,
+                               maximum=MAX_THREADS_PER_BLOCK)
+    out = _output(out, (n, len(WHO_1D)))
+    if n:  # a grid of zero blocks is an invalid launch
+        blocks = math.ceil(n / threads_per_block)
+        hello_1d_kernel[blocks, threads_per_block](interop.to_numba(out))
+    return out
+
+
+def who_am_i_2d(rows: int, cols: int, block: tuple = BLOCK_2D,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """A (rows, cols, 8) int32 table: entry (r, c) says which 2-D block and thread wrote it."""
+    rows, cols = _count(rows, "rows"), _count(cols, "cols")
+    if not (isinstance(block, tuple) and len(block) == 2):
+        raise TypeError(f"block must be a tuple (threads in x, threads in y), got {block!r}")
+    bx = _count(block[0], "block[0]", minimum=1, maximum=MAX_THREADS_PER_BLOCK)
+    by = _count(block[1], "block[1]", minimum=1, maximum=MAX_THREADS_PER_BLOCK)
+    if bx * by > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block {block} has {bx * by} threads; at most {MAX_THREADS_PER_BLOCK} per block")
+    grid = (math.ceil(cols / bx), math.ceil(rows / by))
+    if grid[1] > MAX_GRID_Y:
+        raise ValueError(f"{rows} rows need {grid[1]} blocks in y; at most {MAX_GRID_Y}")
+    out = _output(out, (rows, cols, len(WHO_2D)))
+    if rows and cols:
+        hello_2d_kernel[grid, (bx, by)](interop.to_numba(out))
+    return out
+
+
+def who_am_i_grid_stride(n: int, blocks: int, threads_per_block: int = THREADS_PER_BLOCK,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """An (n, 2) int32 table: (global thread that handled element i, loop trip it was on)."""
+    n = _count(n, "n")
+    blocks = _count(blocks, "blocks", minimum=1, maximum=2**31 - 1)
+    threads_per_block = _count(threads_per_block, "threads_per_block", minimum=1,
+                               maximum=MAX_THREADS_PER_BLOCK)
+    out = _output(out, (n, len(WHO_GRID_STRIDE)))
+    if n:
+        hello_grid_stride_kernel[blocks, threads_per_block](interop.to_numba(out))
+    return out
+
+
+def hello_print(blocks: int = 2, threads_per_block: int = 4) -> None:
+    """Every thread prints a line (device printf). Keep it small: it is one line per thread."""
+    blocks = _count(blocks, "blocks", minimum=1, maximum=64)
+    threads_per_block = _count(threads_per_block, "threads_per_block", minimum=1, maximum=64)
+    hello_print_kernel[blocks, threads_per_block]()
+    cuda.synchronize()  # device printf is flushed to stdout at synchronisation points
+
+
+# --- what the GPU has ------------------------------------------------------------------------
+
+# (key, Numba/driver attribute name): the driver's own answers, where torch's properties have none.
+_DRIVER_ATTRIBUTES = (
+    ("max_threads_per_block", "MAX_THREADS_PER_BLOCK"),
+    ("max_threads_per_sm", "MAX_THREADS_PER_MULTIPROCESSOR"),
+    ("max_blocks_per_sm", "MAX_BLOCKS_PER_MULTIPROCESSOR"),
+    ("registers_per_block", "MAX_REGISTERS_PER_BLOCK"),
+    ("registers_per_sm", "MAX_REGISTERS_PER_MULTIPROCESSOR"),
+    ("shared_memory_per_block_bytes", "MAX_SHARED_MEMORY_PER_BLOCK"),
+    ("shared_memory_per_block_optin_bytes", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+    ("shared_memory_per_sm_bytes", "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+    ("constant_memory_bytes", "TOTAL_CONSTANT_MEMORY"),
+    ("l2_cache_bytes", "L2_CACHE_SIZE"),
+    ("warp_size", "WARP_SIZE"),
+    ("sm_clock_khz", "CLOCK_RATE"),
+    ("memory_clock_khz", "MEMORY_CLOCK_RATE"),
+    ("memory_bus_width_bits", "GLOBAL_MEMORY_BUS_WIDTH"),
+    ("async_copy_engines", "ASYNC_ENGINE_COUNT"),
+    ("max_grid_x", "MAX_GRID_DIM_X"),
+    ("max_grid_y", "MAX_GRID_DIM_Y"),
+)
+
+
+def _driver_attribute(device, name: str):
+    try:
+        return int(getattr(device, name))
+    except Exception:  # an attribute this driver no longer reports (CUDA 13 dropped some clocks)
+        return None
+
+
+def _simulator_facts() -> dict:
+    return {
+        "simulated": True,
+        "name": "Numba CUDA simulator (no GPU: every figure here is the simulator's, not hardware's)",
+        "compute_capability": "{}.{}".format(*cuda.get_current_device().compute_capability),
+        "sm_count": runtime.sm_count(),  # a stand-in the course uses to size grids
+        "warp_size": 32,  # the simulator's cuda.laneid is the linear thread id % 32, as on hardware
+        "max_threads_per_block": MAX_THREADS_PER_BLOCK,
+        "global_memory_bytes": None,
+        "copy_bandwidth_gbps": None,
+    }
+
+
+def device_facts(measure: bool = True) -> dict:
+    """What this GPU has, from torch and the driver; with `measure`, also its copy bandwidth.
+
+    In simulation, the simulator's few facts, with "simulated": True.
+    """
+    if not runtime.on_gpu():
+        return _simulator_facts()
+    props = torch.cuda.get_device_properties(runtime.DEVICE)
+    facts = {
+        "simulated": False,
+        "name": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "global_memory_bytes": props.total_memory,
+    }
+    device = cuda.get_current_device()
+    for key, attribute in _DRIVER_ATTRIBUTES:
+        facts[key] = _driver_attribute(device, attribute)
+    if facts["l2_cache_bytes"] is None:
+        facts["l2_cache_bytes"] = getattr(props, "L2_cache_size", None)
+    if facts["max_threads_per_sm"] and facts["warp_size"]:
+        facts["max_warps_per_sm"] = facts["max_threads_per_sm"] // facts["warp_size"]
+    if facts["memory_clock_khz"] and facts["memory_bus_width_bits"]:
+        # Double data rate: two transfers per clock, bus_width / 8 bytes each. The datasheet's
+        # figure; a real copy reaches 85-95% of it.
+        facts["peak_memory_bandwidth_gbps"] = (
+            2 * facts["memory_clock_khz"] * 1e3 * facts["memory_bus_width_bits"] / 8 / 1e9)
+    facts["copy_bandwidth_gbps"] = copy_bandwidth_gbps() if measure else None
+    return facts
+
+
+def _human(key: str, value) -> str:
+    if value is None:
+        return "n/a"
+    if key.endswith("_bytes"):
+        for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if value >= size:
+                return f"{value / size:.4g} {unit}"
+        return f"{value} B"
+    if key.endswith("_khz"):
+        return f"{value / 1e3:.0f} MHz"
+    if key.endswith("_gbps"):
+        return f"{value:.0f} GB/s"
+    return str(value)
+
+
+def facts_table(facts: dict) -> str:
+    """`device_facts()` as a markdown table, sizes in KiB/MiB/GiB, clocks in MHz."""
+    banner = ("SIMULATION: the Numba CUDA simulator, no GPU; these are not hardware figures"
+              if facts.get("simulated") else f"{facts['name']}")
+    lines = [f"**Device facts**: {banner}.", "", "| fact | value |", "|---|---|"]
+    for key, value in facts.items():
+        if key in ("simulated", "name"):
+            continue
+        label = key.replace("_bytes", "").replace("_khz", "").replace("_gbps", "").replace("_", " ")
+        if key == "copy_bandwidth_gbps":
+            label += " (measured: device-to-device copy, read + write)"
+        elif key == "peak_memory_bandwidth_gbps":
+            label += " (from memory clock x bus width)"
+        lines.append(f"| {label} | {_human(key, value)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _sync() -> None:
+    cuda.synchronize()
+
+
+# One small launch of every kernel, sizes that leave partial blocks (for compute-sanitizer).
+SANITIZER_CASES = {
+    "hello_1d_kernel": lambda: (who_am_i_1d(1000, 256), _sync()),
+    "hello_2d_kernel": lambda: (who_am_i_2d(37, 45, (16, 8)), _sync()),
+    "hello_grid_stride_kernel": lambda: (who_am_i_grid_stride(5000, 3, 128), _sync()),
+    "hello_print_kernel": lambda: hello_print(1, 2),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="print what this GPU has (python -m week1_cuda_python.hello_gpu)")
+    parser.add_argument("--no-measure", action="store_true", help="skip the copy-bandwidth measurement")
+    args = parser.parse_args(argv)
+    print(facts_table(device_facts(measure=not args.no_measure)))
+    print("who_am_i_1d(40, threads_per_block=16), columns", WHO_1D)
+    print(who_am_i_1d(40, 16).cpu())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

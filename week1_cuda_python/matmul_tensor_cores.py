@@ -1,0 +1,483 @@
+"""The top of the matmul ladder: tensor cores, programmed through WMMA in CUDA C (PyCUDA).
+
+The fp32 ladder (`matmul.py`) ends close to cuBLAS fp32: the CUDA cores' roof. The tensor cores
+are a different unit: one warp-wide instruction multiplies a 16x16 tile of fp16 (or bf16) values
+by another and adds the product into an fp32 tile, 4096 multiply-adds at once. The H100 SXM
+datasheet gives 989 dense fp16 TFLOP/s on them against 67 fp32 TFLOP/s on the CUDA cores, ~15x.
+This lesson reaches for them with `nvcuda::wmma`, CUDA C++'s portable tensor-core API:
+
+  rung            kernel (kernels/matmul_tc.cu)   what it adds
+  wmma_naive      wmma_naive_<in>_<out>           a warp per 16x16 tile of C, fragments from global memory
+  wmma_shared     wmma_shared_<in>_<out>          128x128 block tiles in skewed shared memory; 64x64 warp tiles
+  wmma_cp_async   wmma_cp_async_<in>_<out>        a 2-stage cp.async pipeline: next tile copied during the mmas
+
+What it teaches: fragments and warp-wide operations; that the tensor cores make the *same*
+data-reuse problem as the fp32 ladder ~15x harder (every byte must feed ~15x more FLOPs to keep
+up); shared-memory bank conflicts and the skew that removes them; asynchronous copies and
+software pipelining; and reading SASS (`--sass`) to see what the compiler really emitted.
+
+Cost model for A (M x K) @ B (K x N): 2*M*N*K FLOPs; at least 2*(M*K + K*N) + s*M*N bytes
+(s = 2 for an fp16/bf16 C, 4 for fp32). At 4096^3 with an fp16 C: 137 GFLOP on 101 MB,
+~1360 FLOP/byte: compute-bound on any GPU. What limits the rungs is on-chip traffic:
+
+  wmma_naive     each mma_sync (8192 FLOPs) loads two fresh 512-byte fragments through L1/L2:
+                 8 FLOP/byte of cache traffic. At the L2's few TB/s: tens of TFLOP/s at best.
+  wmma_shared    a 128x128x32 block tile moves 16 KB from L2 for 1 MFLOP (64 FLOP/byte); each
+                 fragment read from shared memory feeds 4 mma_syncs (64x64 warp tiles).
+                 Copies and mmas alternate, so the tensor cores idle during every copy.
+  wmma_cp_async  same traffic, but the copy of tile t+1 overlaps the mmas on tile t.
+
+Numerics (week 3's precision lesson has the whole story): inputs are exact fp16/bf16 values,
+their products are exact in fp32 (11 + 11 significant bits < 24), and the K-term sum is
+accumulated in fp32 (relative rounding u = 2^-24 per addition); the result is rounded once to
+the output type (u = 2^-11 for fp16, 2^-8 for bf16), or kept in fp32 (`out_dtype=torch.float32`).
+
+Shapes: the kernels never bounds-check their loads, so the launcher pads A and B with zeros to
+multiples of the block tile (exact: padded k add 0 * 0, padded rows and columns of C are never
+stored); the stores are bounds-checked, so C is written in place. At 4096^3 nothing is padded.
+Colab's T4 (sm_75) has fp16 tensor cores but no bf16 ones and no cp.async: bf16 is refused
+there, and the cp.async rung falls back to synchronous copies (the speed of wmma_shared).
+
+Command line (GPU): `python -m week1_cuda_python.matmul_tensor_cores --sweep` times block /
+warp tile shapes and pipeline depths at 4096^3; `--sass` prints the instruction mix of every
+kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async) from `cuobjdump -sass`.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from course import runtime  # first: chooses the GPU or simulation
+from course import interop, validate
+from course.bench import Benchmark, c_function
+from course.check import poisoned, random_tensor
+
+CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul_tc.cu"
+DTYPES = (torch.float16, torch.bfloat16)
+FRAGMENT = 16  # WMMA's m16n16k16: every tile size is a multiple of it
+ALIGNMENT = 32  # bytes: wmma::load_matrix_sync needs 256-bit aligned pointers
+MAX_GRID_Y = 65535
+INT32_MAX = 2**31 - 1
+TYPE_SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Block tile BM x BN x BK, warp tile WM x WN, cp.async pipeline depth (kernels/matmul_tc.cu)."""
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    wm: int = 64
+    wn: int = 64
+    stages: int = 2
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def stage_bytes(self, itemsize: int = 2) -> int:
+        """One stage of shared memory: A and B tiles with rows skewed by 8 elements."""
+        skew = 8
+        return (self.bm * (self.bk + skew) + self.bk * (self.bn + skew)) * itemsize
+
+    def shared_bytes(self, rung: str) -> int:
+        return self.stage_bytes() * (self.stages if rung == "cp_async" else 1)
+
+    def problems(self) -> list[str]:
+        """Why the kernels cannot be built with these tiles (empty when they can)."""
+        found = []
+        if any(v % FRAGMENT for v in (self.bm, self.bn, self.bk, self.wm, self.wn)):
+            found.append("every tile size must be a multiple of 16")
+        elif self.bm % self.wm or self.bn % self.wn:
+            found.append("the warp tile must divide the block tile")
+        elif (self.bm * self.bk // 8) % self.threads or (self.bk * self.bn // 8) % self.threads:
+            found.append("the 16-byte copies of a tile must split evenly over the threads")
+        if self.stages < 2:
+            found.append("the cp.async pipeline needs at least 2 stages")
+        if self.threads > 1024:
+            found.append("more than 1024 threads per block")
+        if self.shared_bytes("cp_async") > 48 * 1024:
+            found.append(f"{self.shared_bytes('cp_async')} bytes of static shared memory (max 48 KB)")
+        return found
+
+    def defines(self) -> list[str]:
+        return [f"-DTC_{name.upper()}={getattr(self, name)}" for name in ("bm", "bn", "bk", "wm", "wn", "stages")]
+
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk} warp {self.wm}x{self.wn} ({self.warps} warps) stages {self.stages}"
+
+
+# Must match the TC_* defaults at the top of kernels/matmul_tc.cu.
+DEFAULT_TILES = TileConfig()
+NAIVE_BLOCK = (32, 32)  # the naive rung: 2 x 2 warps, one 16x16 tile of C each
+NAIVE_THREADS = 128
+
+
+@dataclass(frozen=True)
+class Rung:
+    kernel: str  # prefix of the extern "C" names: <kernel>_<in>_<out>
+    what: str
+
+    def tiles(self, config: TileConfig = DEFAULT_TILES) -> tuple[int, int, int]:
+        """Multiples (M, N, K) the operands are padded to."""
+        if self.kernel == "wmma_naive":
+            return FRAGMENT, FRAGMENT, FRAGMENT
+        return config.bm, config.bn, config.bk
+
+
+RUNGS = {
+    "naive": Rung("wmma_naive", "one warp per 16x16 tile of C, fragments loaded from global memory"),
+    "shared": Rung("wmma_shared", "block tiles in skewed shared memory, 64x64 warp tiles of 4x4 fragments"),
+    "cp_async": Rung("wmma_cp_async", "as wmma_shared, with a cp.async pipeline (double buffering)"),
+}
+WMMA_LAUNCHERS = tuple(f"matmul_wmma_{rung}" for rung in RUNGS)
+
+
+# --- shapes, padding and launch geometry (plain torch: these run on the CPU too) ------------
+
+def _round_up(x: int, multiple: int) -> int:
+    return (x + multiple - 1) // multiple * multiple
+
+
+def kernel_name(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> str:
+    """The extern "C" kernel for a rung and a pair of types, e.g. wmma_shared_f16_f32."""
+    return f"{RUNGS[rung].kernel}_{TYPE_SUFFIX[in_dtype]}_{TYPE_SUFFIX[out_dtype]}"
+
+
+def padded_shape(rung: str, m: int, n: int, k: int, tiles: TileConfig = DEFAULT_TILES) -> tuple[int, int, int]:
+    """(Mp, Np, Kp): M, N, K rounded up to the multiples the rung's kernel assumes."""
+    tm, tn, tk = RUNGS[rung].tiles(tiles)
+    return _round_up(m, tm), _round_up(n, tn), _round_up(k, tk)
+
+
+def padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """`t` itself if it already is rows x cols and 32-byte aligned, else a zero-padded copy."""
+    if tuple(t.shape) == (rows, cols) and t.data_ptr() % ALIGNMENT == 0:
+        return t
+    out = torch.zeros((rows, cols), dtype=t.dtype, device=t.device)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out
+
+
+def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES):
+    """(grid, block) covering an M x N output: blockIdx.x walks N, blockIdx.y walks M."""
+    if rung == "naive":
+        block_m, block_n = NAIVE_BLOCK
+        threads = NAIVE_THREADS
+    else:
+        block_m, block_n = tiles.bm, tiles.bn
+        threads = tiles.threads
+    return (math.ceil(n / block_n), math.ceil(m / block_m)), (threads, 1, 1)
+
+
+# --- launchers ---------------------------------------------------------------------------------
+
+def _capability() -> tuple[int, int] | None:
+    """The GPU's compute capability, or None in simulation (nothing is launched there)."""
+    return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
+
+
+def _checked(a, b, out, out_dtype):
+    """Validate A (M x K), B (K x N) and the output; return (out, M, N, K)."""
+    validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
+    validate.tensor(b, "b", dtypes=DTYPES, ndim=2)
+    validate.same_dtype(a=a, b=b)
+    if a.device != b.device:
+        raise ValueError(f"a is on {a.device} but b is on {b.device}: put both on the same GPU")
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k != k_b:
+        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k_b} x {n} "
+                         f"(a.shape[1] = {k} != b.shape[0] = {k_b})")
+    capability = _capability()
+    if a.dtype == torch.bfloat16 and capability is not None and capability < (8, 0):
+        raise TypeError(f"a has dtype bfloat16, but bf16 tensor cores need compute capability 8.0 "
+                        f"(Ampere) or newer; this GPU is {capability[0]}.{capability[1]}: use float16")
+    allowed = (a.dtype, torch.float32)
+    if out is None:
+        out_dtype = a.dtype if out_dtype is None else out_dtype
+        if out_dtype not in allowed:
+            raise TypeError(f"out_dtype is {out_dtype}; expected {a.dtype} (like the inputs) or torch.float32")
+        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    else:
+        validate.tensor(out, "out", dtypes=allowed, ndim=2)
+        if out_dtype is not None and out_dtype != out.dtype:
+            raise TypeError(f"out has dtype {out.dtype} but out_dtype is {out_dtype}: give one of them")
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected {(m, n)}")
+        if out.device != a.device:
+            raise ValueError(f"out is on {out.device} but a is on {a.device}")
+    for name, size in (("M", m), ("N", n), ("K", k)):
+        if size > INT32_MAX - 256:
+            raise ValueError(f"{name} = {size} is too large: the kernels take sizes as 32-bit ints")
+    if math.ceil(m / min(NAIVE_BLOCK[0], DEFAULT_TILES.bm)) > MAX_GRID_Y:
+        raise ValueError(f"a has {m} rows: the grid would need more than {MAX_GRID_Y} blocks in y")
+    return out, m, n, k
+
+
+@functools.cache
+def _module(defines: tuple[str, ...] = ()):
+    """kernels/matmul_tc.cu compiled for this GPU; `defines` (-DTC_BM=...) for the sweep."""
+    if not defines:
+        return interop.cuda_module(CUDA_SOURCE)
+    runtime.pycuda_driver()
+    from pycuda.compiler import SourceModule
+
+    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
+                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
+
+
+@functools.cache
+def _kernel(name: str, defines: tuple[str, ...] = ()):
+    kernel = _module(defines).get_function(name)
+    kernel.prepare("PPPiiiii")  # A, B, C, then M, N, K (padded), lda, ldb as 32-bit ints
+    return kernel
+
+
+def _launch(rung: str, a, b, out, out_dtype, tiles: TileConfig = DEFAULT_TILES):
+    out, m, n, k = _checked(a, b, out, out_dtype)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()  # every dot product is empty: C = 0, as torch gives
+    mp, np_, kp = padded_shape(rung, m, n, k, tiles)
+    a_p, b_p = padded(a, mp, kp), padded(b, kp, np_)
+    grid, block = launch_geometry(rung, m, n, tiles)
+    defines = () if tiles == DEFAULT_TILES else tuple(tiles.defines())
+    # Stream None: the legacy default stream that torch queues on, so ordering holds.
+    _kernel(kernel_name(rung, a.dtype, out.dtype), defines).prepared_async_call(
+        grid, block, None, a_p.data_ptr(), b_p.data_ptr(), out.data_ptr(), m, n, kp, kp, np_)
+    return out
+
+
+def matmul_wmma_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """C = A @ B on the tensor cores, one warp per 16x16 tile of C (`wmma_naive_*`).
+
+    a, b: fp16 (or bf16 on sm_80+), 2-D, contiguous, same device. C is written in the inputs'
+    type, or in fp32 with `out_dtype=torch.float32` (or an fp32 `out`).
+    """
+    return _launch("naive", a, b, out, out_dtype)
+
+
+def matmul_wmma_shared(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """C = A @ B with 128x128x32 shared-memory block tiles and 64x64 warp tiles (`wmma_shared_*`)."""
+    return _launch("shared", a, b, out, out_dtype)
+
+
+def matmul_wmma_cp_async(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                         out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """C = A @ B as `matmul_wmma_shared`, tiles copied by a cp.async pipeline (`wmma_cp_async_*`)."""
+    return _launch("cp_async", a, b, out, out_dtype)
+
+
+def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The exact product (float64) rounded once to `out_dtype` (default: the inputs' dtype)."""
+    return (a.double() @ b.double()).to(out_dtype or a.dtype)
+
+
+# --- compute-sanitizer cases ------------------------------------------------------------------
+
+def _sanitizer_case(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> None:
+    # Sizes that are not multiples of any tile: the padding and the bounds-checked stores run.
+    a = random_tensor((70, 40), in_dtype, runtime.DEVICE)
+    b = random_tensor((40, 50), in_dtype, runtime.DEVICE)
+    _launch(rung, a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
+    torch.cuda.synchronize()
+
+
+# One small synchronized launch per kernel, for `compute-sanitizer` (memcheck, racecheck,
+# synccheck). The bf16 cases need sm_80 or newer.
+SANITIZER_CASES: dict[str, Callable[[], None]] = {
+    kernel_name(rung, in_dtype, out_dtype): functools.partial(_sanitizer_case, rung, in_dtype, out_dtype)
+    for rung in RUNGS for in_dtype in DTYPES for out_dtype in (in_dtype, torch.float32)
+}
+
+
+# --- benchmark ---------------------------------------------------------------------------------
+
+def _inputs(size):
+    n, dtype = size
+    device = runtime.DEVICE
+    # B scaled by 1/sqrt(n) keeps C ~ N(0, 1): no fp16 overflow however large n is.
+    return (random_tensor((n, n), dtype, device), random_tensor((n, n), dtype, device, scale=n**-0.5),
+            torch.empty((n, n), dtype=dtype, device=device))
+
+
+def _size_label(size) -> str:
+    n, dtype = size
+    return f"{n}^3 {TYPE_SUFFIX[dtype]}"
+
+
+def _c(*names):
+    return [c_function(CUDA_SOURCE, name) for name in names]
+
+
+# What each variant runs, for the LoC column: the kernel body, its device helpers, the launcher.
+_SHARED_HELPERS = ("mma_warp_tile", "load_shared", "store_warp_tile", "store_fragment")
+_SOURCES = {
+    "wmma_naive": _c("wmma_naive_body", "store_fragment") + [_launch],
+    "wmma_shared": _c("wmma_shared_body", "copy_tile_sync", *_SHARED_HELPERS) + [_launch],
+    "wmma_cp_async": _c("wmma_cp_async_body", "copy_tile_async", "copy16_async", "copy_commit", "copy_wait",
+                        *_SHARED_HELPERS) + [_launch],
+}
+
+BENCHMARKS = [
+    Benchmark(
+        name="matmul_tc_week1",
+        title="Matmul on tensor cores, WMMA in CUDA C (fp16/bf16 in, fp32 accumulate) vs cuBLAS",
+        # The last size is the headline (README table and roofline): 4096^3 fp16.
+        sizes=[(2048, torch.float16), (8192, torch.float16), (4096, torch.bfloat16), (4096, torch.float16)],
+        sim_sizes=[(32, torch.float16)],
+        size_label=_size_label,
+        make_inputs=_inputs,
+        variants={
+            "torch": lambda a, b, out: torch.matmul(a, b, out=out),
+            **{f"wmma_{rung}": (lambda rung: lambda a, b, out: _launch(rung, a, b, out, None))(rung)
+               for rung in RUNGS},
+        },
+        gpu_only=tuple(f"wmma_{rung}" for rung in RUNGS),
+        headline=tuple(f"wmma_{rung}" for rung in RUNGS),
+        bytes=lambda size: 3 * 2 * size[0] ** 2,
+        flops=lambda size: 2 * size[0] ** 3,
+        compute_dtype=torch.float16,
+        sources=_SOURCES,
+        notes="FLOPs = 2 n^3; bytes = 2 (n^2 A + n^2 B + n^2 C), each matrix once; torch = "
+              "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype",
+    ),
+]
+
+
+# --- command line: --sweep (GPU), --sass (nvcc + cuobjdump) ------------------------------------
+
+SWEEP_CONFIGS = [
+    TileConfig(128, 128, 32, 64, 64, 2),  # the default
+    TileConfig(128, 128, 32, 64, 32, 2),  # 8 warps, smaller warp tiles
+    TileConfig(128, 128, 32, 32, 64, 2),
+    TileConfig(64, 128, 32, 32, 64, 2),
+    TileConfig(128, 128, 16, 64, 64, 3),  # shallower k slices buy pipeline depth within 48 KB
+    TileConfig(128, 128, 16, 64, 64, 4),
+    TileConfig(128, 256, 16, 64, 64, 2),  # 8 warps on a wider tile: more reuse per L2 byte
+    TileConfig(128, 256, 16, 64, 64, 3),
+    TileConfig(256, 128, 16, 64, 64, 2),
+    TileConfig(64, 64, 32, 32, 32, 2),
+]
+
+
+def sweep(n: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
+    """Time wmma_shared and wmma_cp_async for each tile configuration at n^3 fp16 (GPU only)."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
+    a, b, out = _inputs((n, torch.float16))
+    flops = 2 * n**3
+    reference = a.double() @ b.double()
+    cublas = bench.time_gpu(lambda: torch.matmul(a, b, out=out), [()])
+    cublas_tflops = flops / (cublas.median_ms * 1e-3) / 1e12
+    print(f"torch.matmul fp16 (cuBLAS) {n}^3: {cublas.median_ms:.3f} ms, {cublas_tflops:.1f} TFLOP/s")
+    print(f"{'tiles':<48} {'rung':<9} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'max rel err':>11}")
+    rows = []
+    for config in configs:
+        problems = config.problems()
+        if problems:
+            print(f"{config.label():<48} skipped: {'; '.join(problems)}")
+            continue
+        for rung in ("shared", "cp_async"):
+            try:
+                timing = bench.time_gpu(lambda: _launch(rung, a, b, out, None, config), [()])
+            except Exception as error:  # a config that fails to compile or launch: report, go on
+                print(f"{config.label():<48} {rung:<9} failed: {str(error).splitlines()[0][:80]}")
+                continue
+            err = float(((out.double() - reference).abs().max() / reference.abs().max()))
+            tflops = flops / (timing.median_ms * 1e-3) / 1e12
+            rows.append({"tiles": config, "rung": rung, "ms": timing.median_ms, "tflops": tflops})
+            print(f"{config.label():<48} {rung:<9} {timing.median_ms:8.3f} {tflops:8.1f} "
+                  f"{tflops / cublas_tflops:8.1%} {err:11.2e}")
+    return rows
+
+
+SASS_OPCODES = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDS", "LDG", "LD", "STS", "STG", "BAR")
+_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def sass_opcode_counts(sass: str) -> dict[str, dict[str, int]]:
+    """{kernel: {opcode family: count}} from `cuobjdump -sass` text (static instruction counts)."""
+    counts: dict[str, dict[str, int]] = {}
+    current = None
+    for line in sass.splitlines():
+        if "Function :" in line:
+            current = line.split("Function :")[1].strip()
+            counts[current] = dict.fromkeys(SASS_OPCODES, 0)
+            continue
+        match = _SASS_LINE.search(line)
+        if current is not None and match and match.group(1) in counts[current]:
+            counts[current][match.group(1)] += 1
+    return counts
+
+
+def dump_sass(arch: str = "sm_90", out_dir: Path | None = None, full: bool = False) -> Path:
+    """Compile kernels/matmul_tc.cu for `arch`, print each kernel's instruction mix, save the SASS."""
+    import shutil
+
+    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="matmul_tc_sass_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    compiled = interop.nvcc_compile(CUDA_SOURCE, arch, out_dir)
+    if compiled.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {arch}:\n{compiled.stderr}")
+    cubin = out_dir / f"{CUDA_SOURCE.stem}.{arch}.cubin"
+    if shutil.which("cuobjdump") is None:
+        raise RuntimeError("cuobjdump (CUDA toolkit) is not on PATH: cannot disassemble " + str(cubin))
+    sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    path = out_dir / f"{CUDA_SOURCE.stem}.{arch}.sass"
+    path.write_text(sass)
+    if full:
+        print(sass)
+    counts = sass_opcode_counts(sass)
+    print(f"static instruction counts per kernel ({arch}); full SASS in {path}")
+    print(f"{'kernel':<26}" + "".join(f"{op:>7}" for op in SASS_OPCODES))
+    for kernel in sorted(counts):
+        print(f"{kernel:<26}" + "".join(f"{counts[kernel][op]:>7}" for op in SASS_OPCODES))
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="time tile shapes at n^3 fp16 (GPU)")
+    parser.add_argument("--size", type=int, default=4096, help="n for --sweep (default 4096)")
+    parser.add_argument("--sass", action="store_true", help="instruction mix of every kernel (cuobjdump)")
+    parser.add_argument("--arch", default=None, help="for --sass: sm_75, sm_90, ... (default: this GPU, else sm_90)")
+    parser.add_argument("--full", action="store_true", help="with --sass: print the whole SASS listing")
+    parser.add_argument("--out", default=None, help="with --sass: folder for the cubin and .sass files")
+    args = parser.parse_args(argv)
+    if not (args.sweep or args.sass):
+        parser.print_help()
+        return 2
+    if args.sass:
+        arch = args.arch
+        if arch is None:
+            major, minor = _capability() or (9, 0)
+            arch = f"sm_{major}{minor}"
+        dump_sass(arch, Path(args.out) if args.out else None, full=args.full)
+    if args.sweep:
+        sweep(args.size)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,494 @@
+"""Prefix sum (scan): Hillis-Steele, Blelloch, multi-block, and a single pass with look-back.
+
+What it teaches: an operation where every output depends on every input before it, done by
+thousands of threads at once. Within one block, two classic trees: Hillis-Steele (log2 n steps,
+each adding the element 2^d to the left: O(n log n) additions, simple) and Blelloch
+(an up-sweep that builds partial sums and a down-sweep that distributes them: O(n) additions,
+with padding against shared-memory bank conflicts). Across blocks, the question is how each
+block learns the sum of everything before it, and that decides the memory traffic:
+
+  approach                          bytes moved (float32)     predicted % of copy
+  scan-then-propagate (rung 3)      4n + 4n + 8n = 16n        ~50%  (out written twice)
+  reduce-then-scan (not built)      4n + 4n + 4n = 12n        ~67%  (x read twice)
+  single pass, decoupled look-back  4n + 4n = 8n              ~90%+ (each byte once)
+
+The single pass (`scan_cuda_lookback`, after Merrill and Garland, "Single-pass Parallel Prefix
+Scan with Decoupled Look-back", NVIDIA NVR-2016-002, 2016) lets each block publish its own total
+as soon as it has it, and look back over its predecessors' totals until it meets one that has
+published its full prefix: x is read once and out written once.
+
+Cost model: n elements of 4 bytes: 8n bytes (read x once, write out once), n - 1 additions
+(1/8 FLOP per byte: memory-bound). The ceiling is a device-to-device copy of the same bytes.
+
+Semantics: 1-D float32 or int32 x; out[i] = x[0] + ... + x[i] (inclusive, as torch.cumsum) or,
+with exclusive=True, x[0] + ... + x[i-1] (out[0] = 0). int32 sums wrap modulo 2^32, as
+torch.cumsum(x, 0, dtype=torch.int32) does. float32 sums are added in a different order than a
+sequential loop, so they differ from torch.cumsum by rounding (see tests/week1/test_scan.py).
+Launchers: Numba `scan_numba_hillis_steele`, `scan_numba_blelloch` (one block: n <= 1024 and
+2048), `scan_numba_multiblock` (any n); CUDA C (`kernels/scan.cu`, PyCUDA) the same three as
+`scan_cuda_*`, and `scan_cuda_lookback` (any n, the fast one).
+`python -m week1_cuda_python.scan --sweep` (GPU) times the look-back kernel's block shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import interop, validate
+from course.bench import Benchmark, pow2_label
+from course.check import random_tensor
+
+from numba import cuda, float32, int32  # noqa: E402  (after course.runtime on purpose)
+
+CUDA_SOURCE = Path(__file__).parent / "kernels" / "scan.cu"
+DTYPES = (torch.float32, torch.int32)
+HILLIS_STEELE_MAX = 1024  # one block, one element per thread (HILLIS_STEELE_MAX in scan.cu)
+BLELLOCH_MAX = 2048       # one block of 1024 threads, two elements each (BLELLOCH_MAX in scan.cu)
+LOG_BANKS = 5             # 32 shared-memory banks
+# Multi-block tiles: 2 x threads elements per block. In simulation every thread is a Python
+# thread, so the blocks are tiny there: the tests then cross many tile boundaries (and recurse
+# over the tile totals) at sizes the simulator runs in seconds.
+MULTIBLOCK_THREADS = runtime.pick(gpu=512, sim=16)
+CUDA_MULTIBLOCK_THREADS = 512
+# Must match LOOKBACK_THREADS and LOOKBACK_VECTORS in kernels/scan.cu (tests check they do).
+LOOKBACK_THREADS = 256
+LOOKBACK_VECTORS = 4  # 16-byte vectors per thread
+LOOKBACK_TILE = LOOKBACK_THREADS * LOOKBACK_VECTORS * 4
+NUMBA_LAUNCHERS = ("scan_numba_hillis_steele", "scan_numba_blelloch", "scan_numba_multiblock")
+CUDA_C_LAUNCHERS = ("scan_cuda_hillis_steele", "scan_cuda_blelloch", "scan_cuda_multiblock", "scan_cuda_lookback")
+# Largest n each launcher takes (None: any n).
+MAX_ELEMENTS = {"scan_numba_hillis_steele": HILLIS_STEELE_MAX, "scan_numba_blelloch": BLELLOCH_MAX,
+                "scan_numba_multiblock": None, "scan_cuda_hillis_steele": HILLIS_STEELE_MAX,
+                "scan_cuda_blelloch": BLELLOCH_MAX, "scan_cuda_multiblock": None, "scan_cuda_lookback": None}
+_SUFFIX = {torch.float32: "f32", torch.int32: "i32"}
+
+
+# --- Numba kernels -------------------------------------------------------------------------------
+
+def _hillis_steele_kernel(dtype):
+    """One block, one element per thread; a (2, MAX) shared array is the double buffer."""
+
+    @cuda.jit
+    def kernel(x, out, exclusive):
+        buffer = cuda.shared.array((2, HILLIS_STEELE_MAX), dtype)
+        t = cuda.threadIdx.x
+        n = x.size
+        # Exclusive = inclusive scan of x shifted right by one place, with 0 shifted in.
+        src = t - 1 if exclusive else t
+        if t < n and src >= 0:
+            buffer[0, t] = x[src]
+        else:
+            buffer[0, t] = 0
+        cuda.syncthreads()
+        current = 0
+        offset = 1
+        while offset < n:
+            # Read the old buffer, write the other one: in place, thread t would read
+            # element t - offset after its owner had already updated it in this step.
+            value = buffer[current, t]
+            if t >= offset:
+                value = buffer[current, t - offset] + value
+            buffer[1 - current, t] = value
+            current = 1 - current
+            cuda.syncthreads()  # nobody overwrites a buffer that a slower warp still reads
+            offset *= 2
+        if t < n:
+            out[t] = buffer[current, t]
+
+    return kernel
+
+
+scan_hillis_steele_kernel_f32 = _hillis_steele_kernel(float32)
+scan_hillis_steele_kernel_i32 = _hillis_steele_kernel(int32)
+
+
+@cuda.jit(device=True)
+def padded(i):
+    """Index i after inserting one padding word every 32: spreads strided accesses over banks."""
+    return i + (i >> LOG_BANKS)
+
+
+def _blelloch_kernel(dtype):
+    """Each block scans a tile of m = 2 * blockDim.x elements (m a power of two) in O(m) work."""
+
+    @cuda.jit
+    def kernel(x, out, block_sums, exclusive):
+        tree = cuda.shared.array(BLELLOCH_MAX + BLELLOCH_MAX // 32, dtype)
+        t = cuda.threadIdx.x
+        m = 2 * cuda.blockDim.x
+        base = cuda.blockIdx.x * m
+        n = x.size
+        # Thread t owns elements t and t + m/2: both loads coalesce across a warp.
+        a = t
+        b = t + m // 2
+        # Past the end, 0. Reading the values back from shared memory types them as the
+        # tile's dtype (a Python 0 beside a float32 would make Numba add in float64).
+        if base + a < n:
+            tree[padded(a)] = x[base + a]
+        else:
+            tree[padded(a)] = 0
+        if base + b < n:
+            tree[padded(b)] = x[base + b]
+        else:
+            tree[padded(b)] = 0
+        xa = tree[padded(a)]
+        xb = tree[padded(b)]
+        stride = 1
+        active = m // 2
+        while active > 0:  # up-sweep: partial sums of 2, 4, 8, ... elements
+            cuda.syncthreads()
+            if t < active:
+                left = stride * (2 * t + 1) - 1
+                right = stride * (2 * t + 2) - 1
+                tree[padded(right)] = tree[padded(left)] + tree[padded(right)]
+            stride *= 2
+            active //= 2
+        cuda.syncthreads()
+        if t == 0:
+            block_sums[cuda.blockIdx.x] = tree[padded(m - 1)]  # the root: this tile's total
+            tree[padded(m - 1)] = 0  # the identity at the root starts the exclusive scan
+        active = 1
+        while active < m:  # down-sweep: each node passes its prefix to both children
+            stride //= 2
+            cuda.syncthreads()
+            if t < active:
+                left = stride * (2 * t + 1) - 1
+                right = stride * (2 * t + 2) - 1
+                from_left = tree[padded(left)]
+                tree[padded(left)] = tree[padded(right)]
+                tree[padded(right)] = tree[padded(right)] + from_left
+            active *= 2
+        cuda.syncthreads()
+        # The tree holds the exclusive scan; the inclusive one adds each element once more.
+        if base + a < n:
+            out[base + a] = tree[padded(a)] if exclusive else tree[padded(a)] + xa
+        if base + b < n:
+            out[base + b] = tree[padded(b)] if exclusive else tree[padded(b)] + xb
+
+    return kernel
+
+
+scan_blelloch_kernel_f32 = _blelloch_kernel(float32)
+scan_blelloch_kernel_i32 = _blelloch_kernel(int32)
+
+
+@cuda.jit
+def scan_add_offsets_kernel(out, offsets, tile):
+    """out[i] += offsets[i // tile]: the sum of all tiles before element i's tile."""
+    i = cuda.grid(1)
+    block = i // tile
+    if i < out.size and block > 0:
+        out[i] = offsets[block] + out[i]
+
+
+_NUMBA = {("hillis_steele", torch.float32): scan_hillis_steele_kernel_f32,
+          ("hillis_steele", torch.int32): scan_hillis_steele_kernel_i32,
+          ("blelloch", torch.float32): scan_blelloch_kernel_f32,
+          ("blelloch", torch.int32): scan_blelloch_kernel_i32}
+
+
+# --- launchers ---------------------------------------------------------------------------------
+
+def _checked(x, out, exclusive, launcher: str) -> torch.Tensor:
+    """Validate x (1-D, float32 or int32), `out` and the element limit; return out."""
+    validate.tensor(x, "x", dtypes=DTYPES, ndim=1)
+    if not isinstance(exclusive, bool):
+        raise TypeError(f"exclusive must be True or False, got {exclusive!r}")
+    limit = MAX_ELEMENTS[launcher]
+    if limit is not None and x.numel() > limit:
+        raise ValueError(f"x has {x.numel()} elements; {launcher} scans within one block, at most "
+                         f"{limit}: use scan_numba_multiblock or scan_cuda_lookback for longer inputs")
+    return validate.output(out, x)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def scan_numba_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                             exclusive: bool = False) -> torch.Tensor:
+    """Scan of x (n <= 1024) in one Numba block: log2(n) steps, a shared double buffer."""
+    out = _checked(x, out, exclusive, "scan_numba_hillis_steele")
+    n = x.numel()
+    if n:
+        kernel = _NUMBA["hillis_steele", x.dtype]
+        kernel[1, n](interop.to_numba(x), interop.to_numba(out), int(exclusive))
+    return out
+
+
+def scan_numba_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                        exclusive: bool = False) -> torch.Tensor:
+    """Scan of x (n <= 2048) in one Numba block: Blelloch up-sweep and down-sweep."""
+    out = _checked(x, out, exclusive, "scan_numba_blelloch")
+    n = x.numel()
+    if n:
+        scratch = torch.empty(1, dtype=x.dtype, device=x.device)  # the block total, unused here
+        threads = max(1, _next_pow2(n) // 2)
+        _NUMBA["blelloch", x.dtype][1, threads](interop.to_numba(x), interop.to_numba(out),
+                                                interop.to_numba(scratch), int(exclusive))
+    return out
+
+
+def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool) -> None:
+    tile = 2 * MULTIBLOCK_THREADS
+    blocks = math.ceil(x.numel() / tile)
+    totals = torch.empty(blocks, dtype=x.dtype, device=x.device)
+    _NUMBA["blelloch", x.dtype][blocks, MULTIBLOCK_THREADS](
+        interop.to_numba(x), interop.to_numba(out), interop.to_numba(totals), int(exclusive))
+    if blocks > 1:
+        # Each tile needs the sum of the tiles before it: an exclusive scan of the tile totals,
+        # itself a (1/tile times shorter) scan, hence the recursion.
+        offsets = torch.empty_like(totals)
+        _numba_multiblock(totals, offsets, exclusive=True)
+        scan_add_offsets_kernel[math.ceil(x.numel() / MULTIBLOCK_THREADS), MULTIBLOCK_THREADS](
+            interop.to_numba(out), interop.to_numba(offsets), tile)
+
+
+def scan_numba_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                          exclusive: bool = False) -> torch.Tensor:
+    """Scan of any length (Numba): Blelloch per tile, scan of tile totals, add them back."""
+    out = _checked(x, out, exclusive, "scan_numba_multiblock")
+    if x.numel():
+        _numba_multiblock(x, out, exclusive)
+    return out
+
+
+# CUDA C: argument formats for PyCUDA's prepared calls (P pointer, i int32, q int64).
+_FORMATS = {"hillis_steele": "PPii", "blelloch": "PPPqi", "add_offsets": "PPqi", "lookback": "PPqPPii"}
+
+
+@functools.cache
+def _module(defines: tuple[str, ...] = ()):
+    """kernels/scan.cu compiled for this GPU; `defines` (-DLOOKBACK_THREADS=...) for the sweep."""
+    if not defines:
+        return interop.cuda_module(CUDA_SOURCE)
+    runtime.pycuda_driver()
+    from pycuda.compiler import SourceModule
+
+    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
+                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
+
+
+@functools.cache
+def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
+    kernel = _module(defines).get_function(f"scan_{rung}_{_SUFFIX[dtype]}")
+    kernel.prepare(_FORMATS[rung])
+    return kernel
+
+
+def scan_cuda_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                            exclusive: bool = False) -> torch.Tensor:
+    """Scan of x (n <= 1024) with `scan_hillis_steele_*` (CUDA C), one block."""
+    out = _checked(x, out, exclusive, "scan_cuda_hillis_steele")
+    n = x.numel()
+    if n:
+        # Stream None: the legacy default stream that torch queues on, so ordering holds.
+        _cuda_c_kernel("hillis_steele", x.dtype).prepared_async_call(
+            (1, 1), (n, 1, 1), None, x.data_ptr(), out.data_ptr(), n, int(exclusive))
+    return out
+
+
+def scan_cuda_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                       exclusive: bool = False) -> torch.Tensor:
+    """Scan of x (n <= 2048) with `scan_blelloch_*` (CUDA C), one block."""
+    out = _checked(x, out, exclusive, "scan_cuda_blelloch")
+    n = x.numel()
+    if n:
+        threads = max(1, _next_pow2(n) // 2)
+        _cuda_c_kernel("blelloch", x.dtype).prepared_async_call(
+            (1, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), 0, n, int(exclusive))
+    return out
+
+
+def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool) -> None:
+    threads = CUDA_MULTIBLOCK_THREADS
+    tile = 2 * threads
+    n = x.numel()
+    blocks = math.ceil(n / tile)
+    totals = torch.empty(blocks, dtype=x.dtype, device=x.device)
+    _cuda_c_kernel("blelloch", x.dtype).prepared_async_call(
+        (blocks, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), totals.data_ptr(), n, int(exclusive))
+    if blocks > 1:
+        offsets = torch.empty_like(totals)
+        _cuda_multiblock(totals, offsets, exclusive=True)
+        _cuda_c_kernel("add_offsets", x.dtype).prepared_async_call(
+            (math.ceil(n / threads), 1), (threads, 1, 1), None, out.data_ptr(), offsets.data_ptr(), n, tile)
+
+
+def scan_cuda_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                         exclusive: bool = False) -> torch.Tensor:
+    """Scan of any length (CUDA C): `scan_blelloch_*` per tile, recursion, `scan_add_offsets_*`."""
+    out = _checked(x, out, exclusive, "scan_cuda_multiblock")
+    if x.numel():
+        _cuda_multiblock(x, out, exclusive)
+    return out
+
+
+def _lookback(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, vectors: int = LOOKBACK_VECTORS,
+              defines: tuple[str, ...] = ()) -> torch.Tensor:
+    n = x.numel()
+    if n == 0:
+        return out
+    tile = threads * vectors * 4
+    tiles = math.ceil(n / tile)
+    # Word 0: the counter that hands out tile numbers; words 1..tiles: each tile's status
+    # (flag and value in one 64-bit word). Zeroed on every call: all flags NOT_READY.
+    work = torch.zeros(tiles + 1, dtype=torch.int64, device=x.device)
+    # 16-byte vector loads need 16-byte aligned addresses; views such as x[1:] are not.
+    vectorize = int(x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+    _cuda_c_kernel("lookback", x.dtype, defines).prepared_async_call(
+        (tiles, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), n,
+        work.data_ptr() + 8, work.data_ptr(), int(exclusive), vectorize)
+    return out
+
+
+def scan_cuda_lookback(x: torch.Tensor, out: torch.Tensor | None = None, *,
+                       exclusive: bool = False) -> torch.Tensor:
+    """Scan of any length in ONE pass (`scan_lookback_*`, CUDA C): 16 elements per thread
+    in 16-byte vectors, warp-shuffle scans, decoupled look-back between tiles."""
+    out = _checked(x, out, exclusive, "scan_cuda_lookback")
+    return _lookback(x, out, exclusive)
+
+
+def torch_scan(x: torch.Tensor, exclusive: bool = False) -> torch.Tensor:
+    """The reference: torch.cumsum in x's dtype (int32 wraps), shifted right for exclusive."""
+    inclusive = torch.cumsum(x, 0, dtype=x.dtype)
+    if not exclusive:
+        return inclusive
+    return torch.cat([torch.zeros(min(1, x.numel()), dtype=x.dtype, device=x.device), inclusive[:-1]])
+
+
+# --- compute-sanitizer cases ----------------------------------------------------------------------
+
+def _sanitizer_case(launcher: str, dtype: torch.dtype, n: int, exclusive: bool = False,
+                    offset: int = 0) -> None:
+    x = random_tensor(n + offset, dtype, runtime.DEVICE)[offset:]
+    globals()[launcher](x, exclusive=exclusive)
+    torch.cuda.synchronize()
+
+
+def _sanitizer_cases() -> dict[str, Callable[[], None]]:
+    # Sizes that leave partial blocks and tiles; the multi-block sizes recurse over tile totals.
+    cases = {}
+    for dtype, suffix in _SUFFIX.items():
+        case = functools.partial
+        cases[f"scan_hillis_steele_kernel_{suffix}"] = case(_sanitizer_case, "scan_numba_hillis_steele", dtype, 1000)
+        cases[f"scan_blelloch_kernel_{suffix}"] = case(_sanitizer_case, "scan_numba_blelloch", dtype, 2000, True)
+        cases[f"scan_add_offsets_kernel[{suffix}]"] = case(_sanitizer_case, "scan_numba_multiblock", dtype,
+                                                            3 * 2 * MULTIBLOCK_THREADS + 17)
+        cases[f"scan_hillis_steele_{suffix}"] = case(_sanitizer_case, "scan_cuda_hillis_steele", dtype, 1000)
+        cases[f"scan_blelloch_{suffix}"] = case(_sanitizer_case, "scan_cuda_blelloch", dtype, 2000, True)
+        cases[f"scan_add_offsets_{suffix}"] = case(_sanitizer_case, "scan_cuda_multiblock", dtype,
+                                                   2 * CUDA_MULTIBLOCK_THREADS * 1100 + 17)
+        cases[f"scan_lookback_{suffix}"] = case(_sanitizer_case, "scan_cuda_lookback", dtype, 5 * LOOKBACK_TILE + 37)
+        cases[f"scan_lookback_{suffix}[unaligned, exclusive]"] = case(
+            _sanitizer_case, "scan_cuda_lookback", dtype, 3 * LOOKBACK_TILE + 5, True, 1)
+    return cases
+
+
+# One small synchronized launch per kernel (and per dtype), for compute-sanitizer.
+SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
+
+
+# --- benchmark ---------------------------------------------------------------------------------------
+
+def _inputs(size):
+    n, dtype = size
+    device = runtime.DEVICE
+    return random_tensor(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
+
+
+def _size_label(size) -> str:
+    n, dtype = size
+    return f"{pow2_label(n)} {_SUFFIX[dtype]}"
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="scan_week1",
+        title="Inclusive prefix sum: multi-block (Numba, CUDA C) and single-pass look-back (CUDA C) vs torch.cumsum",
+        # The last size is the headline: 2^28 float32 (1 GiB in, 1 GiB out).
+        sizes=[(1 << 24, torch.float32), (1 << 26, torch.int32), (1 << 28, torch.int32),
+               (1 << 26, torch.float32), (1 << 28, torch.float32)],
+        sim_sizes=[(300, torch.float32)],
+        size_label=_size_label,
+        make_inputs=_inputs,
+        variants={
+            "torch": lambda x, out: torch.cumsum(x, 0, dtype=x.dtype, out=out),
+            "numba_multiblock": lambda x, out: scan_numba_multiblock(x, out),
+            "cuda_multiblock": lambda x, out: scan_cuda_multiblock(x, out),
+            "cuda_lookback": lambda x, out: scan_cuda_lookback(x, out),
+        },
+        gpu_only=("cuda_multiblock", "cuda_lookback"),
+        headline=("numba_multiblock", "cuda_multiblock", "cuda_lookback"),
+        bytes=lambda size: 2 * 4 * size[0],
+        flops=lambda size: size[0],
+        notes="bytes = 8 n (x read once, out written once: the minimum); FLOPs = n additions; "
+              "torch = torch.cumsum(x, 0, dtype=x.dtype, out=out)",
+    ),
+]
+
+
+# --- command line: --sweep (GPU) -----------------------------------------------------------------------
+
+SWEEP_SHAPES = [(threads, vectors) for threads in (128, 256, 512) for vectors in (2, 4, 8)]
+
+
+def sweep(sizes=(1 << 26, 1 << 28)) -> list[dict]:
+    """Time scan_lookback_f32 for each (threads, vectors per thread) at `sizes` (GPU only)."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
+    copy_gbps = bench.copy_bandwidth_gbps()
+    print(f"copy ceiling {copy_gbps:.0f} GB/s; bytes = 8 n; 'exact' = integer-valued input matches float64 cumsum")
+    print(f"{'n':>6} {'threads':>7} {'vectors':>7} {'tile':>6} {'ms':>8} {'GB/s':>6} {'% copy':>7} exact")
+    rows = []
+    for n in sizes:
+        x = random_tensor(n, torch.float32, runtime.DEVICE)
+        small_ints = torch.randint(-2, 3, (n,), device=runtime.DEVICE).float()
+        expected = torch.cumsum(small_ints.double(), 0).float()
+        out = torch.empty_like(x)
+        timing = bench.time_gpu(lambda: torch.cumsum(x, 0, out=out), [()])
+        gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
+        print(f"{pow2_label(n):>6} {'torch.cumsum':>15} {'':>6} {timing.median_ms:8.3f} {gbps:6.0f} "
+              f"{100 * gbps / copy_gbps:6.1f}%")
+        for threads, vectors in SWEEP_SHAPES:
+            defines = (f"-DLOOKBACK_THREADS={threads}", f"-DLOOKBACK_VECTORS={vectors}")
+            try:
+                _lookback(small_ints, out, False, threads, vectors, defines)
+                exact = bool(torch.equal(out, expected))
+                timing = bench.time_gpu(lambda: _lookback(x, out, False, threads, vectors, defines), [()])
+            except Exception as error:  # a shape that fails to compile or launch: report, go on
+                print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} failed: {str(error).splitlines()[0][:70]}")
+                continue
+            gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
+            rows.append({"n": n, "threads": threads, "vectors": vectors, "ms": timing.median_ms, "gbps": gbps})
+            print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} {threads * vectors * 4:>6} {timing.median_ms:8.3f} "
+                  f"{gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
+        del x, small_ints, expected, out
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="time the look-back kernel's block shapes (GPU)")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 2
+    sweep()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,570 @@
+"""Memory access patterns in Triton: the bytes the hardware moves versus the bytes you use.
+
+DRAM and L2 never deliver one element. A warp's load is cut into 32-byte *sectors* (four per
+128-byte cache line), and every sector it touches is fetched whole. Thirty-two threads reading
+32 consecutive fp32 values touch 4 sectors: every byte fetched is used ("coalesced"). The same
+threads reading every 8th value touch 32 sectors, and 7/8 of each is thrown away.
+
+What it teaches, kernel by kernel (cost model: n elements of `itemsize` bytes):
+* `strided_copy_kernel`: out[i] = x[i * s], a 1-D view with stride s. Useful traffic is
+  2 n itemsize (read n, write n); the read fetches n * itemsize * min(s, 32 / itemsize) bytes
+  (`read_amplification`), so past s = 8 (fp32) each useful 4 bytes cost a 32-byte sector and the
+  useful bandwidth should fall to ~2/9 of the copy rate (read 8x, write 1x) and stay there.
+* 2-D copies of any strided view, `out = x.contiguous()` done by a kernel that follows x's
+  strides (a transpose is the copy of `x.t()`):
+  - `copy2d_gather_kernel`: one program per block of *output* elements in row-major order, each
+    computing (row, col) and gathering x[row, col]. Writes coalesce; reads of a transposed view
+    stride by a whole row (week 1's naive transpose, in Triton).
+  - `copy2d_tiled_kernel`: one program per 2-D tile, addresses `rows * stride_r + cols * stride_c`.
+    Triton specialises an integer argument equal to 1 into a compile-time constant, so it knows
+    which dimension of x is contiguous; it lays out the load along that dimension, the store
+    along out's rows, and converts between the two layouts through shared memory: week 1's
+    shared-memory transpose, written by the compiler.
+  - `copy2d_block_ptr_kernel`: the same tile with `tl.make_block_ptr` (shape, strides, offsets,
+    `boundary_check` instead of masks). Triton 3.6 rewrites block pointers into the pointer
+    arithmetic above, so expect the same speed; Triton 3.8 removed them (the CPU interpreter
+    here is Triton 3.9), so this version runs only where `BLOCK_PTR_SUPPORTED`.
+  - `copy2d_descriptor_kernel`: tensor descriptors (`triton.tools.tensor_descriptor`), built on
+    the host: on Hopper (sm_90) loads and stores become TMA bulk copies between global and
+    shared memory, issued by one thread; older GPUs get ordinary loads (compiled for sm_75: scalar
+    4-byte ones, so prefer `copy2d` there). TMA needs a unit-stride
+    last dimension, 16-byte aligned base and strides: a transposed view is read through a
+    descriptor of the underlying row-major matrix and the tile is transposed on-chip (`tl.trans`).
+* `copy_kernel` / `copy_persistent_kernel`: a plain copy whose launch parameters (BLOCK_SIZE,
+  `num_warps`, `num_stages`, number of programs) `python -m week3_triton_kernels.access_patterns
+  --sweep` measures. 2 n itemsize bytes, 0 FLOPs: the copy rate is the ceiling of everything here.
+
+Every kernel is a copy: 0 FLOPs, so "% of copy bandwidth" is the only yardstick, and the results
+must be bit-exact (NaN payloads and -0.0 included).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import validate
+from course.bench import Benchmark
+from course.check import random_tensor
+
+import triton  # noqa: E402  (after course.runtime on purpose)
+import triton.language as tl  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+          torch.int8, torch.int16, torch.int32, torch.int64)
+SECTOR_BYTES = 32  # the unit in which L1 and L2 track and fetch memory (NVIDIA GPUs since Maxwell)
+BLOCK_SIZE = 1024  # 1-D kernels: 4 warps x 32 threads x 8 fp32 = two 16-byte accesses per thread
+TILE = (64, 64)    # 2-D kernels: 16 KB of fp32 per program, 32 values per thread at 4 warps
+TILE_WARPS = 4
+# Triton 3.8 removed block pointers; its tl.make_block_ptr only raises (the docstring says so).
+BLOCK_PTR_SUPPORTED = "removed" not in (tl.make_block_ptr.__doc__ or "")
+
+
+def read_amplification(stride: int, itemsize: int, sector_bytes: int = SECTOR_BYTES) -> float:
+    """Bytes fetched per useful byte when a warp reads every `stride`-th element.
+
+    Each useful element drags in its whole sector; consecutive useful elements share a sector
+    while stride * itemsize < sector_bytes. So: min(stride, sector_bytes / itemsize).
+    """
+    if not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+    return min(stride * itemsize, sector_bytes) / itemsize
+
+
+# ------------------------------------------------------------------------------------ kernels
+@triton.jit
+def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    # With stride == 1 Triton compiles a specialised kernel (the argument becomes the constant 1)
+    # and proves the addresses contiguous: 16-byte vector loads. Any other stride: one 4-byte
+    # load per element, and one sector per element once stride * itemsize >= 32 bytes.
+    x = tl.load(x_ptr + offs * stride, mask=mask)
+    tl.store(out_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def copy2d_gather_kernel(x_ptr, out_ptr, n, n_cols, stride_r, stride_c, BLOCK_SIZE: tl.constexpr):
+    # Walk the OUTPUT in row-major order: the store is coalesced, and the load goes wherever
+    # x's strides send it. For x = a.t(), neighbouring lanes read addresses a whole row apart.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    rows = offs // n_cols
+    cols = offs % n_cols
+    x = tl.load(x_ptr + rows * stride_r + cols * stride_c, mask=mask)
+    tl.store(out_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def _tile_coords(n_cols, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # A 1-D grid cut into (row tile, column tile): no 65535 limit on grid axis 1.
+    pid = tl.program_id(0)
+    tiles_c = tl.cdiv(n_cols, BLOCK_C)
+    return pid // tiles_c, pid % tiles_c
+
+
+@triton.jit
+def copy2d_tiled_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_stride_r,
+                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    tl.static_assert(BLOCK_R * BLOCK_C <= 128 * 128, "a larger tile spills registers")
+    tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
+    rows = tile_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tile_c.to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    # When stride_r == 1 (a transposed view) the compiler reads the tile down its columns and
+    # writes it along its rows, converting the register layout through shared memory between.
+    tile = tl.load(x_ptr + rows[:, None] * stride_r + cols[None, :] * stride_c, mask=mask)
+    tl.store(out_ptr + rows[:, None] * out_stride_r + cols[None, :], tile, mask=mask)
+
+
+@triton.jit
+def copy2d_block_ptr_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_stride_r,
+                            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, X_COLUMN_MAJOR: tl.constexpr):
+    tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
+    # `order` lists the dimensions from fastest-varying in memory to slowest.
+    if X_COLUMN_MAJOR:
+        src = tl.make_block_ptr(x_ptr, shape=(n_rows, n_cols), strides=(stride_r, stride_c),
+                                offsets=(tile_r * BLOCK_R, tile_c * BLOCK_C),
+                                block_shape=(BLOCK_R, BLOCK_C), order=(0, 1))
+    else:
+        src = tl.make_block_ptr(x_ptr, shape=(n_rows, n_cols), strides=(stride_r, stride_c),
+                                offsets=(tile_r * BLOCK_R, tile_c * BLOCK_C),
+                                block_shape=(BLOCK_R, BLOCK_C), order=(1, 0))
+    dst = tl.make_block_ptr(out_ptr, shape=(n_rows, n_cols), strides=(out_stride_r, 1),
+                            offsets=(tile_r * BLOCK_R, tile_c * BLOCK_C),
+                            block_shape=(BLOCK_R, BLOCK_C), order=(1, 0))
+    # boundary_check replaces the masks: the block pointer knows the shape it lives in.
+    tile = tl.load(src, boundary_check=(0, 1))
+    tl.store(dst, tile, boundary_check=(0, 1))
+
+
+@triton.jit
+def copy2d_descriptor_kernel(x_desc, out_desc, n_cols,
+                             BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, TRANSPOSED: tl.constexpr):
+    tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
+    r0 = tile_r * BLOCK_R
+    c0 = tile_c * BLOCK_C
+    if TRANSPOSED:
+        # x_desc describes x.t(), which is row-major: fetch its [BLOCK_C, BLOCK_R] tile whole
+        # (one TMA copy on Hopper) and transpose it on-chip.
+        tile = tl.trans(x_desc.load([c0, r0]))
+    else:
+        tile = x_desc.load([r0, c0])
+    # Out-of-bounds parts of a tile are not written: the descriptor knows out's shape.
+    out_desc.store([r0, c0], tile)
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def copy_persistent_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    # A fixed number of programs loop over the blocks (a grid-stride loop). Only a loop gives
+    # num_stages something to do: the compiler may issue the next blocks' loads before the
+    # current block is stored (software pipelining), if its pipeliner takes this loop.
+    for block in range(tl.program_id(0), tl.cdiv(n, BLOCK_SIZE), tl.num_programs(0)):
+        # tl.cast, not block.to(): in the interpreter the loop variable is a plain Python int.
+        offs = tl.cast(block, tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+# ---------------------------------------------------------------------------------- launchers
+def _checked_input(x, ndim: int) -> torch.Tensor:
+    # contiguous=False: following arbitrary strides is the point of these kernels.
+    return validate.tensor(x, "x", dtypes=DTYPES, ndim=ndim, contiguous=False)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last) byte addresses `t` can touch."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _checked_output(out, x: torch.Tensor, shape) -> torch.Tensor:
+    if out is None:
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+    validate.tensor(out, "out", dtypes=(x.dtype,))
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    (x0, x1), (o0, o1) = _span(x), _span(out)
+    if x.numel() and x0 < o1 and o0 < x1:
+        raise ValueError("out overlaps x in memory: programs run in no fixed order, so a copy "
+                         "onto itself would read elements already overwritten; pass a separate out")
+    return out
+
+
+def strided_copy(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = x.contiguous() for a 1-D view x of any stride (x = base[::s] reads every s-th element)."""
+    x = _checked_input(x, 1)
+    out = _checked_output(out, x, x.shape)
+    n = x.numel()
+    if n == 0:
+        return out  # a grid of zero programs is an invalid launch
+    strided_copy_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, x.stride(0), BLOCK_SIZE=BLOCK_SIZE,
+                                                      num_warps=4)
+    return out
+
+
+def copy2d_gather(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = x.contiguous() for any 2-D view, one program per BLOCK_SIZE output elements."""
+    x = _checked_input(x, 2)
+    out = _checked_output(out, x, x.shape)
+    n = x.numel()
+    if n == 0:
+        return out
+    copy2d_gather_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, x.shape[1], x.stride(0), x.stride(1),
+                                                       BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
+    return out
+
+
+def _tile_args(tile, num_warps):
+    block_r, block_c = TILE if tile is None else tile
+    for name, value in (("tile[0]", block_r), ("tile[1]", block_c)):
+        if not isinstance(value, int) or value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two >= 1, got {value!r}")
+    num_warps = TILE_WARPS if num_warps is None else num_warps
+    if num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+    return block_r, block_c, num_warps
+
+
+def copy2d(x: torch.Tensor, out: torch.Tensor | None = None, *, tile=None, num_warps=None) -> torch.Tensor:
+    """out = x.contiguous() for any 2-D view (transposed, sliced, stepped, broadcast), in 2-D tiles.
+
+    `tile` = (rows, cols) of each program's tile (default `TILE`); `num_warps` default `TILE_WARPS`.
+    """
+    x = _checked_input(x, 2)
+    block_r, block_c, num_warps = _tile_args(tile, num_warps)
+    out = _checked_output(out, x, x.shape)
+    n_rows, n_cols = x.shape
+    if out.numel() == 0:
+        return out
+    grid = (triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c),)
+    copy2d_tiled_kernel[grid](x, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                              BLOCK_R=block_r, BLOCK_C=block_c, num_warps=num_warps)
+    return out
+
+
+def copy2d_block_ptr(x: torch.Tensor, out: torch.Tensor | None = None, *, tile=None,
+                     num_warps=None) -> torch.Tensor:
+    """`copy2d` written with block pointers (`tl.make_block_ptr`); Triton <= 3.7 only."""
+    if not BLOCK_PTR_SUPPORTED:
+        raise RuntimeError(f"Triton {triton.__version__} removed tl.make_block_ptr (block pointers went "
+                           "in Triton 3.8): use copy2d (pointer arithmetic) or copy2d_descriptor")
+    x = _checked_input(x, 2)
+    block_r, block_c, num_warps = _tile_args(tile, num_warps)
+    out = _checked_output(out, x, x.shape)
+    n_rows, n_cols = x.shape
+    if out.numel() == 0:
+        return out
+    grid = (triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c),)
+    copy2d_block_ptr_kernel[grid](x, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                                  BLOCK_R=block_r, BLOCK_C=block_c,
+                                  X_COLUMN_MAJOR=x.stride(0) < x.stride(1), num_warps=num_warps)
+    return out
+
+
+def _descriptor(t: torch.Tensor, block_shape) -> TensorDescriptor:
+    """A host-side tensor descriptor of a 2-D view whose last stride is 1 (checked by the caller).
+
+    A dimension of size 1 is never stepped over, so its stride is free: give it an aligned one
+    (torch reports the row length, which need not be a multiple of 16 bytes).
+    """
+    rows, cols = t.shape
+    row_stride = t.stride(0) if rows > 1 else triton.cdiv(cols * t.element_size(), 16) * 16 // t.element_size()
+    return TensorDescriptor(t, [rows, cols], [row_stride, 1], list(block_shape))
+
+
+def _descriptor_view(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(row-major view to describe, whether it is x transposed); ValueError if TMA cannot read x."""
+    rows, cols = x.shape
+    if x.stride(1) == 1 or cols == 1:
+        view, transposed = x, False
+    elif x.stride(0) == 1 or rows == 1:
+        view, transposed = x.t(), True
+    else:
+        raise ValueError(f"x has strides {x.stride()}: a tensor descriptor needs one dimension of "
+                         "stride 1 (TMA copies rows of contiguous bytes); use copy2d")
+    if view.shape[0] > 1 and view.stride(0) == 0:
+        raise ValueError("x is a broadcast view (stride 0): a tensor descriptor cannot describe it; use copy2d")
+    itemsize = x.element_size()
+    if view.shape[0] > 1 and (view.stride(0) * itemsize) % 16:
+        raise ValueError(f"x's rows are {view.stride(0) * itemsize} bytes apart; a tensor descriptor "
+                         "(TMA) needs a multiple of 16 bytes: use copy2d, or pad the rows")
+    if x.data_ptr() % 16:
+        raise ValueError("x does not start on a 16-byte boundary (a view like a[1:]?); a tensor "
+                         "descriptor needs 16-byte alignment: use copy2d")
+    return view, transposed
+
+
+def copy2d_descriptor(x: torch.Tensor, out: torch.Tensor | None = None, *, tile=None,
+                      num_warps=None) -> torch.Tensor:
+    """`copy2d` through tensor descriptors: TMA bulk copies on Hopper, plain loads elsewhere.
+
+    x needs one unit-stride dimension (a row-major view, or the transpose of one), 16-byte
+    aligned start and row pitch; out's rows too. `tile` defaults to `TILE`; its rows must be
+    at least 16 bytes long (TMA's smallest box row).
+    """
+    x = _checked_input(x, 2)
+    block_r, block_c, num_warps = _tile_args(tile, num_warps)
+    if min(block_r, block_c) * x.element_size() < 16:
+        raise ValueError(f"tile {(block_r, block_c)} has rows of fewer than 16 bytes of "
+                         f"{str(x.dtype).replace('torch.', '')}: a tensor descriptor needs at least 16")
+    out = _checked_output(out, x, x.shape)
+    n_rows, n_cols = x.shape
+    if out.numel() == 0:
+        return out
+    view, transposed = _descriptor_view(x)
+    if n_rows > 1 and (n_cols * x.element_size()) % 16:
+        raise ValueError(f"out's rows are {n_cols * x.element_size()} bytes long; a tensor descriptor "
+                         "(TMA) needs a multiple of 16 bytes: use copy2d")
+    if out.data_ptr() % 16:
+        raise ValueError("out does not start on a 16-byte boundary; a tensor descriptor needs it")
+    x_desc = _descriptor(view, (block_c, block_r) if transposed else (block_r, block_c))
+    out_desc = _descriptor(out, (block_r, block_c))
+    grid = (triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c),)
+    copy2d_descriptor_kernel[grid](x_desc, out_desc, n_cols, BLOCK_R=block_r, BLOCK_C=block_c,
+                                   TRANSPOSED=transposed, num_warps=num_warps)
+    return out
+
+
+def transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = x.T as a new row-major matrix: the tiled copy of the view x.t() (no .contiguous())."""
+    x = _checked_input(x, 2)
+    return copy2d(x.t(), out)
+
+
+def copy(x: torch.Tensor, out: torch.Tensor | None = None, *, block_size: int = BLOCK_SIZE,
+         num_warps: int = 4, num_stages: int | None = None, programs: int | None = None) -> torch.Tensor:
+    """out = x for contiguous x, with every launch parameter exposed (for the sweep).
+
+    `programs=None`: one program per block (`copy_kernel`); an int: that many programs loop
+    over the blocks (`copy_persistent_kernel`), where `num_stages` can pipeline the loads.
+    """
+    x = validate.tensor(x, "x", dtypes=DTYPES)
+    if not isinstance(block_size, int) or block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two >= 16, got {block_size!r}")
+    if num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+    if num_stages is not None and (not isinstance(num_stages, int) or num_stages < 1):
+        raise ValueError(f"num_stages must be an integer >= 1, got {num_stages!r}")
+    if programs is not None and (not isinstance(programs, int) or programs < 1):
+        raise ValueError(f"programs must be an integer >= 1, got {programs!r}")
+    out = _checked_output(out, x, x.shape)
+    n = x.numel()
+    if n == 0:
+        return out
+    options = {"num_warps": num_warps} | ({"num_stages": num_stages} if num_stages else {})
+    if programs is None:
+        copy_kernel[(triton.cdiv(n, block_size),)](x, out, n, BLOCK_SIZE=block_size, **options)
+    else:
+        programs = min(programs, triton.cdiv(n, block_size))
+        copy_persistent_kernel[(programs,)](x, out, n, BLOCK_SIZE=block_size, **options)
+    return out
+
+
+# --------------------------------------------------------------------------------- benchmarks
+STRIDED_N = 1 << 24  # useful fp32 elements: 64 MB read + 64 MB written, the stride-32 base 2 GB
+STRIDES = [1, 2, 4, 8, 16, 32]
+
+
+def _strided_inputs(stride: int):
+    n = runtime.pick(gpu=STRIDED_N, sim=1 << 10)
+    base = random_tensor(n * stride, torch.float32, runtime.DEVICE)
+    return base[::stride], torch.empty(n, device=runtime.DEVICE)
+
+
+def _square_inputs(n: int):
+    return random_tensor((n, n), torch.float32, runtime.DEVICE), torch.empty((n, n), device=runtime.DEVICE)
+
+
+def _copy2d_variants() -> dict:
+    variants = {
+        "torch": lambda x, out: out.copy_(x.t()),
+        "triton_naive": lambda x, out: copy2d_gather(x.t(), out),
+        "triton_tiled": lambda x, out: copy2d(x.t(), out),
+        "triton_block_ptr": lambda x, out: copy2d_block_ptr(x.t(), out),
+        "triton_descriptor": lambda x, out: copy2d_descriptor(x.t(), out),
+        "torch_copy": lambda x, out: out.copy_(x),
+        "triton_copy": lambda x, out: copy2d(x, out),
+    }
+    if not BLOCK_PTR_SUPPORTED:
+        del variants["triton_block_ptr"]
+    return variants
+
+
+_COPY2D_SOURCES = {
+    "triton_naive": [copy2d_gather_kernel, copy2d_gather],
+    "triton_tiled": [copy2d_tiled_kernel, _tile_coords, copy2d],
+    "triton_block_ptr": [copy2d_block_ptr_kernel, _tile_coords, copy2d_block_ptr],
+    "triton_descriptor": [copy2d_descriptor_kernel, _tile_coords, copy2d_descriptor, _descriptor,
+                          _descriptor_view],
+    "triton_copy": [copy2d_tiled_kernel, _tile_coords, copy2d],
+}
+
+BENCHMARKS = [
+    Benchmark(
+        name="strided_read_week3",
+        title=f"Strided read out[i] = x[i * stride], float32, {STRIDED_N >> 20}M useful elements",
+        sizes=STRIDES,
+        sim_sizes=[1, 8],
+        size_label=lambda s: f"stride={s}",
+        make_inputs=_strided_inputs,
+        variants={
+            "torch": lambda x, out: out.copy_(x),
+            "triton": strided_copy,
+        },
+        headline=("triton",),
+        bytes=lambda s: 2 * 4 * runtime.pick(gpu=STRIDED_N, sim=1 << 10),
+        sources={"triton": [strided_copy_kernel, strided_copy]},
+        notes="bytes = useful traffic 2 x 4 x n (read n elements, write n); the read actually "
+              "fetches n x 4 x min(stride, 8) bytes in 32-byte sectors, so GB/s here is the "
+              "useful rate and falls with the stride",
+    ),
+    Benchmark(
+        name="copy2d_week3",
+        title="Transpose (copy of the view x.t()), float32: gather, 2-D tiles, block pointers, TMA",
+        sizes=[4096, 8192, 16384],
+        sim_sizes=[64],
+        size_label=lambda n: f"{n}x{n}",
+        make_inputs=_square_inputs,
+        variants=_copy2d_variants(),
+        headline=("triton_tiled", "triton_descriptor"),
+        bytes=lambda n: 2 * 4 * n * n,
+        sources={k: v for k, v in _COPY2D_SOURCES.items() if k in _copy2d_variants()},
+        notes="bytes = 2 x 4 x n^2 (read x, write out); torch_copy and triton_copy copy x without "
+              "transposing it: the same bytes, the ceiling a transpose can reach",
+    ),
+]
+
+
+# -------------------------------------------------------------------------------------- sweep
+def _time_ms(fn, *args) -> float:
+    from course.bench import time_call
+
+    return time_call(lambda *a: fn(*a), [args]).median_ms
+
+
+def _gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def _try(fn, *args):
+    """Time fn, or return the first line of why it failed (a config the compiler refuses)."""
+    try:
+        return _time_ms(fn, *args)
+    except Exception as error:  # noqa: BLE001  (a sweep reports failures instead of stopping)
+        return f"error: {type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
+
+
+def _cell(result, nbytes, copy_gbps) -> str:
+    if isinstance(result, str):
+        return result
+    return f"{result:9.4f} ms {_gbps(nbytes, result):7.0f} GB/s {100 * _gbps(nbytes, result) / copy_gbps:6.1f}%"
+
+
+def sweep_strided(copy_gbps: float) -> None:
+    n = runtime.pick(gpu=STRIDED_N, sim=1 << 10)
+    print(f"\nStrided read, float32, {n} useful elements (GB/s counts useful bytes: 8 per element)")
+    print(f"{'stride':>6} | {'triton':>36} | {'torch':>36} | fetched/useful (32 B sectors) | predicted GB/s")
+    for stride in STRIDES:
+        x, out = _strided_inputs(stride)
+        amp = read_amplification(stride, 4)
+        # time = (read amp*4n + write 4n) / copy rate, so useful rate = 8n / time = 2 * copy / (amp + 1)
+        predicted = 2 * copy_gbps / (amp + 1)
+        print(f"{stride:>6} | {_cell(_try(strided_copy, x, out), 8 * n, copy_gbps):>36} | "
+              f"{_cell(_try(lambda a, o: o.copy_(a), x, out), 8 * n, copy_gbps):>36} | "
+              f"{amp:>29.0f} | {predicted:>14.0f}")
+        del x, out
+
+
+def sweep_launch(copy_gbps: float) -> None:
+    n = runtime.pick(gpu=1 << 26, sim=1 << 12)
+    x = random_tensor(n, torch.float32, runtime.DEVICE)
+    out = torch.empty_like(x)
+    sms = runtime.sm_count()
+    print(f"\nCopy of {n} float32 ({2 * 4 * n >> 20} MB moved): one program per block")
+    print(f"{'BLOCK_SIZE':>10} {'num_warps':>9} | result")
+    for block in (256, 1024, 4096, 16384):
+        for warps in (1, 4, 8, 16):
+            run = _try(lambda a, o, b=block, w=warps: copy(a, o, block_size=b, num_warps=w), x, out)
+            print(f"{block:>10} {warps:>9} | {_cell(run, 8 * n, copy_gbps)}")
+    print(f"\nPersistent copy (programs loop over blocks; {sms} SMs), num_warps=4")
+    print(f"{'BLOCK_SIZE':>10} {'programs':>9} {'num_stages':>10} | result")
+    for block in (1024, 4096):
+        for programs in (sms, 4 * sms):
+            for stages in (1, 2, 3, 4):
+                run = _try(lambda a, o, b=block, p=programs, s=stages:
+                           copy(a, o, block_size=b, programs=p, num_stages=s), x, out)
+                print(f"{block:>10} {programs:>9} {stages:>10} | {_cell(run, 8 * n, copy_gbps)}")
+
+
+def sweep_tiles(copy_gbps: float) -> None:
+    n = runtime.pick(gpu=8192, sim=64)
+    x, out = _square_inputs(n)
+    print(f"\nTranspose {n}x{n} float32 (copy of x.t()): tile shape and num_warps")
+    print(f"{'kernel':>11} {'tile':>10} {'warps':>5} | result")
+    for tile in ((32, 32), (64, 64), (128, 32), (32, 128), (128, 128)):
+        for warps in (4, 8):
+            run = _try(lambda a, o, t=tile, w=warps: copy2d(a.t(), o, tile=t, num_warps=w), x, out)
+            print(f"{'tiled':>11} {str(tile):>10} {warps:>5} | {_cell(run, 8 * n * n, copy_gbps)}")
+    for tile in ((32, 32), (64, 64), (64, 32), (128, 64)):
+        run = _try(lambda a, o, t=tile: copy2d_descriptor(a.t(), o, tile=t), x, out)
+        print(f"{'descriptor':>11} {str(tile):>10} {4:>5} | {_cell(run, 8 * n * n, copy_gbps)}")
+    run = _try(lambda a, o: copy2d_gather(a.t(), o), x, out)
+    print(f"{'gather':>11} {'1-D':>10} {4:>5} | {_cell(run, 8 * n * n, copy_gbps)}")
+
+
+SWEEPS = {"strided": sweep_strided, "launch": sweep_launch, "tiles": sweep_tiles}
+
+
+def profile_once() -> None:
+    """One launch of each strided copy and each transpose: cheap to run under a profiler, e.g.
+    ncu --clock-control none -k regex:"strided_copy|copy2d" --metrics dram__bytes_read.sum,dram__bytes_write.sum
+    """
+    for stride in STRIDES:
+        strided_copy(*_strided_inputs(stride))
+    x, out = _square_inputs(runtime.pick(gpu=8192, sim=64))
+    for name in ("triton_naive", "triton_tiled", "triton_block_ptr", "triton_descriptor"):
+        if name in _copy2d_variants():
+            _copy2d_variants()[name](x, out)
+    if runtime.on_gpu():
+        torch.cuda.synchronize()
+    print("profiled: strided_copy at strides", STRIDES, "and the transposes of an", tuple(x.shape), "matrix")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Measure access patterns and launch parameters.")
+    parser.add_argument("--sweep", nargs="*", choices=sorted(SWEEPS), metavar="PART",
+                        help=f"parts to run (default all): {', '.join(SWEEPS)}")
+    parser.add_argument("--profile", action="store_true",
+                        help="launch each strided copy and transpose once (run under ncu)")
+    args = parser.parse_args(argv)
+    if args.profile:
+        profile_once()
+        return 0
+    if args.sweep is None:
+        parser.print_help()
+        return 0
+    from course.bench import copy_bandwidth_gbps
+
+    where = runtime.describe().get("gpu") or "SIMULATION on the CPU: these times measure Python, not a GPU"
+    copy_gbps = copy_bandwidth_gbps()
+    print(f"{where}; triton {triton.__version__}; copy ceiling {copy_gbps:.0f} GB/s measured now")
+    for part in args.sweep or list(SWEEPS):
+        SWEEPS[part](copy_gbps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
