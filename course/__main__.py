@@ -177,8 +177,22 @@ def load_result(package: str, name: str, root: Path = ROOT) -> dict | None:
     return None if result.get("simulated") else result
 
 
+# Records written by a lesson's own runner rather than by `course bench`: the command that makes each.
+RUNNER_COMMANDS = {
+    "profile_week5": "python -m week5_integration.profile_model --out week5_integration/results",
+    "swaps_week5": "python -m week5_integration.profile_model --out week5_integration/results",
+    "compile_reading_week5": "python -m week5_integration.compile_reading --out week5_integration/results",
+    "kv_cache_week5": "python -m week5_integration.inference --out week5_integration/results",
+    "finetune_week5": "python -m week5_integration.finetune --config gpt2 --out week5_integration/results",
+    "fsdp_week5": "python -m week5_integration.distributed --gpus 2 --out week5_integration/results",
+    "capstone_train": "python -m capstone.measure --out capstone/results",
+    "capstone_decode": "python -m capstone.measure --out capstone/results",
+}
+
+
 def not_measured(short: str, name: str) -> str:
-    return f"_Not measured on a GPU yet: run `python -m course bench {short} --only {name}` on a GPU._"
+    command = RUNNER_COMMANDS.get(name, f"python -m course bench {short} --only {name}")
+    return f"_Not measured on a GPU yet: run `{command}` on a GPU._"
 
 
 def block_body(spec: str, options: list[str], package: str, root: Path = ROOT) -> str:

@@ -52,6 +52,14 @@ DTYPES = (torch.float32, torch.int32)
 HILLIS_STEELE_MAX = 1024  # one block, one element per thread (HILLIS_STEELE_MAX in scan.cu)
 BLELLOCH_MAX = 2048       # one block of 1024 threads, two elements each (BLELLOCH_MAX in scan.cu)
 LOG_BANKS = 5             # 32 shared-memory banks
+# The Blelloch tree's shared array: BLELLOCH_MAX words plus one padding word every 32
+# (padded(BLELLOCH_MAX - 1) = 2110 is the last index used). It must be a plain module-level int:
+# Numba's CUDA target needs a shared-array shape it can read as a literal at compile time, and an
+# expression such as `BLELLOCH_MAX + BLELLOCH_MAX // 32` written inside the kernel is an int64
+# computed at run time ("No implementation of function shared.array found for signature
+# array(int64, ...)"). The CUDA simulator accepts either, so only a GPU shows the difference.
+BLELLOCH_SHARED = 2112
+assert BLELLOCH_SHARED >= BLELLOCH_MAX + ((BLELLOCH_MAX - 1) >> LOG_BANKS)
 # Multi-block tiles: 2 x threads elements per block. In simulation every thread is a Python
 # thread, so the blocks are tiny there: the tests then cross many tile boundaries (and recurse
 # over the tile totals) at sizes the simulator runs in seconds.
@@ -120,7 +128,7 @@ def _blelloch_kernel(dtype):
 
     @cuda.jit
     def kernel(x, out, block_sums, exclusive):
-        tree = cuda.shared.array(BLELLOCH_MAX + BLELLOCH_MAX // 32, dtype)
+        tree = cuda.shared.array(BLELLOCH_SHARED, dtype)
         t = cuda.threadIdx.x
         m = 2 * cuda.blockDim.x
         base = cuda.blockIdx.x * m

@@ -94,7 +94,7 @@ def tolerance(config: Config) -> dict:
     and re-associates the reductions of LayerNorm, softmax, cross-entropy and bias
     gradients): rounding noise, a few hundred float32 ulps after several layers, so 1e-4
     relative. bf16 autocast rounds every matmul input to 8 significant bits (unit
-    roundoff 2^-9 = 0.2%) and those errors add up through the layers: 2e-2 relative on the
+    roundoff 2^-8 = 0.4%) and those errors add up through the layers: 2e-2 relative on the
     loss and 5e-2 in the norm of the gradient, a real precision change, not noise.
     """
     if config.amp:

@@ -2,14 +2,14 @@
 
 What it teaches:
 * the formats: float32 has 24 significant bits and exponents to 1e38; bfloat16 keeps the
-  exponent range with 8 significant bits (unit roundoff 2^-9 = 2e-3); float16 has 11 bits
-  (2^-12 = 2.4e-4) but overflows past 65504 and goes subnormal below 6e-5, zero below 6e-8.
+  exponent range with 8 significant bits (unit roundoff 2^-8 = 3.9e-3); float16 has 11 bits
+  (2^-11 = 4.9e-4) but overflows past 65504 and goes subnormal below 6e-5, zero below 6e-8.
 * `torch.autocast` runs matmuls and convolutions in the low-precision type (tensor cores,
   half the bytes) and keeps precision-hungry ops (softmax, layer_norm, losses, big sums)
   in float32 on CUDA; weights and the optimizer stay float32 ("mixed").
 * error grows with the length of a dot product: the low-precision inputs are rounded once
   each, and tensor cores accumulate in float32, so relative error stays near the input
-  rounding (~2^-9 for bf16) instead of growing like k * eps as a bf16 accumulator would.
+  rounding (~2^-8 for bf16) instead of growing like k * eps as a bf16 accumulator would.
 * fp16 gradients underflow: a loss scale (GradScaler) multiplies the loss before backward
   and divides the gradients after, and skips a step whose gradients overflowed.
 

@@ -61,6 +61,7 @@ TFLOP/s against torch.matmul (cuBLAS) and torch._scaled_mm (fp8) in the same run
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -85,6 +86,9 @@ INT32_MAX = 2**31 - 1
 # only then can it prove that a row starts on a 16-byte boundary and use vector loads.
 ALIGN = 16
 FP8_BLOCK_K = 128  # fp8 configs' BLOCK_K, and how often fast_accum=False promotes partial sums
+# Hopper's fp8 tensor cores keep ~14 significant bits of their running sum (DeepSeek-V3 report,
+# arXiv:2412.19437, sec. 3.3.2): an addition may lose up to 2^-13 of the partial sum.
+FP8_TENSOR_CORE_UNIT = 2.0**-13
 
 
 # ---------------------------------------------------------------------------- device helpers
@@ -626,6 +630,27 @@ def matmul_fp8_torch(a, b, a_scale, b_scale, bias=None, activation=None, out_dty
     scale = float(a_scale) * float(b_scale)
     acc = (a.double() @ b.double()) * scale
     return _epilogue_torch(acc, None if bias is None else bias.double(), activation).to(out_dtype)
+
+
+def fp8_sum_error_bound(a, b, a_scale, b_scale, products_per_partial: int,
+                        unit: float = FP8_TENSOR_CORE_UNIT) -> float:
+    """Worst-case |error| of a_scale * b_scale * (a @ b) (fp8 a, b) summed as fp8 tensor cores do.
+
+    Each product of two fp8 values is exact. The tensor core adds them into a partial sum that
+    loses up to `unit` (2^-13: ~14 bits kept) of itself at each addition, so a partial of n
+    products errs by at most n * unit * sum |a_k b_k| (Higham's recursive-summation bound with
+    `unit` for u); the ceil(K / n) partials are then added in fp32 (u = 2^-24). Hence
+        |error_ij| <= (n * unit + ceil(K / n) * 2^-24) * sum_k |a_ik b_kj| * a_scale * b_scale,
+    returned for the worst (i, j). n = products_per_partial, capped at K: BLOCK_K when partial
+    sums are promoted to an fp32 accumulator every BLOCK_K products, K when they never are. A
+    worst case (every addition losing its most): random data err hundreds of times less. Pass unit=2^-24 for
+    a sum done wholly in fp32 (the Triton interpreter, a CPU emulation).
+    """
+    K = a.shape[1]
+    n = max(1, min(K, products_per_partial))
+    gamma = n * unit + math.ceil(K / n) * 2.0**-24
+    worst = float((a.double().abs() @ b.double().abs()).max()) if a.numel() and b.numel() else 0.0
+    return gamma * worst * float(a_scale) * float(b_scale)
 
 
 # ---------------------------------------------------------------------------------- benchmarks

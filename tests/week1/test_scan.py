@@ -9,10 +9,12 @@ Three kinds of check.
 * Rounding (random normal float32): a scan's output i is a sum of i + 1 terms. If no term
   passes through more than D additions on its way to out[i] (the depth of the summation tree),
   then |out[i] - s_i| <= gamma_D * A_i with gamma_D = D u / (1 - D u) ~ D u, u = 2^-24, and
-  A_i = |x_0| + ... + |x_i| (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
-  sec. 4.2: each addition rounds a partial sum, and each term sits in at most D of them). The
-  test divides both sides by A_i and uses atol = D u with D counted for each algorithm below;
-  every other comparison would be tighter than the data justifies or meaninglessly loose.
+  A_i the sum of |x_j| over the terms out[i] is made of: |x_0| + ... + |x_i| (inclusive),
+  |x_0| + ... + |x_{i-1}| (exclusive) (Higham, Accuracy and Stability of Numerical Algorithms,
+  2nd ed., sec. 4.2: each addition rounds a partial sum, and each term sits in at most D of
+  them). The test divides both sides by A_i and uses atol = D u with D counted for each
+  algorithm below; every other comparison would be tighter than the data justifies or
+  meaninglessly loose.
 * NaN/Inf: from the first NaN on, every output is NaN; an Inf makes the rest Inf until a
   -Inf turns them NaN, as in torch.cumsum (any order of additions agrees on that).
 """
@@ -94,7 +96,13 @@ def depth(name: str, n: int) -> int:
 
 def check_rounding(out: torch.Tensor, x: torch.Tensor, exclusive: bool, name: str) -> None:
     expected = reference(x, exclusive)
-    scale = torch.cumsum(x.detach().cpu().double().abs(), 0)   # A_i (>= the exclusive A_{i-1})
+    # A_i over exactly the terms of out[i]: for exclusive, the shifted sum A_{i-1}, never x[i].
+    # (Using the inclusive A_i for both broke at an injected NaN/Inf: its own exclusive output is
+    # a finite sum of i terms, but A_i was NaN/Inf there and fell back to 1, a bound ~i times
+    # too tight; every kernel computes exclusive out[i] from x[0..i-1] only.)
+    scale = reference(x.detach().abs(), exclusive)
+    # Where A_i is NaN/Inf the output is too and assert_close compares those exactly; where it
+    # is 0 every term is 0 and so is the output.
     scale = torch.where(torch.isfinite(scale) & (scale > 0), scale, torch.ones_like(scale))
     assert_close(out.detach().cpu().double() / scale, expected / scale, rtol=0,
                  atol=depth(name, x.numel()) * U, name="out / sum|x|")

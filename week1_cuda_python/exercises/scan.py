@@ -26,6 +26,9 @@ DTYPES = (torch.float32, torch.int32)
 HILLIS_STEELE_MAX = 1024
 BLELLOCH_MAX = 2048
 LOG_BANKS = 5
+# The padded tree's size, a plain int: Numba on a GPU needs a literal shared-array shape (an
+# expression like BLELLOCH_MAX + BLELLOCH_MAX // 32 inside the kernel is refused there).
+BLELLOCH_SHARED = 2112
 MULTIBLOCK_THREADS = runtime.pick(gpu=512, sim=16)  # tiles of 2 x threads elements
 CUDA_MULTIBLOCK_THREADS = 512
 LOOKBACK_THREADS = 256  # keep equal to the #defines in kernels/scan.cu
@@ -56,9 +59,10 @@ scan_hillis_steele_kernel_i32 = _hillis_steele_kernel(int32)
 def _blelloch_kernel(dtype):
     @cuda.jit
     def kernel(x, out, block_sums, exclusive):
-        # TODO: a tile of m = 2 * blockDim.x elements from blockIdx.x * m (0 past the end) in a
-        # shared array padded by one word every 32; up-sweep (tree of partial sums), write the
-        # root to block_sums[blockIdx.x], set it to 0, down-sweep; out = tree (+ x if inclusive).
+        # TODO: a tile of m = 2 * blockDim.x elements from blockIdx.x * m (0 past the end) in
+        # cuda.shared.array(BLELLOCH_SHARED, dtype), padded by one word every 32; up-sweep (tree
+        # of partial sums), write the root to block_sums[blockIdx.x], set it to 0, down-sweep;
+        # out = tree (+ x if inclusive).
         pass
 
     return kernel

@@ -7,7 +7,8 @@ The pipeline: for each chunk (lo, hi) of chunk_bounds(n, chunks), on stream c % 
 copy a[lo:hi] and b[lo:hi] in (drv.memcpy_htod_async(device_ptr + 4 * lo, a_numpy[lo:hi],
 stream)), launch busy_add_f32 on the chunk, copy out[lo:hi] back (drv.memcpy_dtoh_async);
 then synchronise the streams before returning. drv = runtime.pycuda_driver(); streams are
-drv.Stream(); host tensors must be float32, on the CPU, contiguous, same shape, and pinned.
+drv.Stream(); host tensors must be float32, on the CPU, contiguous, same shape, and pinned
+(except empty ones: they hold no memory to pin, and the pipeline returns an empty out).
 Input errors: TypeError/ValueError naming the argument; RuntimeError without a GPU.
 """
 from __future__ import annotations

@@ -58,9 +58,18 @@ def memory_snapshot(stage):
 
 def memory_footprint(nbytes=256 * MIB):
     """Six snapshots: start, after torch.empty(nbytes), after del, after torch.cuda.empty_cache(),
-    after a Numba cuda.device_array of nbytes, after deleting it (and flushing
-    cuda.current_context().deallocations). RuntimeError("... needs a GPU ...") in simulation."""
+    after a Numba cuda.device_array of nbytes, after deleting it and calling flush_numba_frees().
+    RuntimeError("... needs a GPU ...") in simulation."""
     raise NotImplementedError("not implemented yet: memory_footprint (week1 exercise)")
+
+
+def flush_numba_frees():
+    """Given (not an exercise): free now what Numba queued. A dead Numba device array's cuMemFree
+    waits in its memory manager's queue (flushed every 10 frees or 20% of the GPU's memory);
+    cuda.current_context().deallocations is another queue (streams, events, modules)."""
+    context = cuda.current_context()
+    context.memory_manager.deallocations.clear()
+    context.deallocations.clear()
 
 
 def footprint_table(rows):

@@ -71,8 +71,19 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_gradients(fn, x: torch.Tensor, *, double_backward: bool = True) -> bool:
-    """torch.autograd.gradcheck (and gradgradcheck) of fn at a float64 copy of x that requires grad."""
-    raise NotImplementedError("not implemented yet: check_gradients (week2 exercise)")
+    """Given (read it): gradcheck (and gradgradcheck) of fn at a float64 copy of x.
+
+    gradcheck perturbs each input element by +-eps and compares the finite differences with the
+    Jacobian your backward computes; it raises "Jacobian mismatch" when they differ. It runs in
+    float64 because float32 finite differences are only good to about sqrt(eps32) ~ 3e-4.
+    (It is given rather than a stub because a test hands it a deliberately wrong backward and
+    expects gradcheck's own RuntimeError, and NotImplementedError is a RuntimeError too.)
+    """
+    x64 = x.detach().to(torch.float64).requires_grad_(True)
+    ok = torch.autograd.gradcheck(fn, (x64,), eps=1e-6, atol=1e-5, rtol=1e-4)
+    if double_backward:
+        ok = ok and torch.autograd.gradgradcheck(fn, (x64,), eps=1e-6, atol=1e-5, rtol=1e-4)
+    return ok
 
 
 def saved_bytes(fn, x: torch.Tensor) -> int:

@@ -18,6 +18,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402, F401
 
+# Given: the fp8 tensor cores' worst-case summation error, the tests' tolerance.
+from week3_triton_kernels.matmul import FP8_TENSOR_CORE_UNIT, fp8_sum_error_bound  # noqa: E402, F401
+
 DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn,)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

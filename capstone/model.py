@@ -1,0 +1,128 @@
+"""The capstone model: one GPT, two sets of operations, and the ladder between them.
+
+The model is week 5's `GPT` (week5_integration/model.py): a LLaMA-style GPT whose hot operations
+are called through an `Ops` record. The capstone adds nothing to the architecture; it fixes the
+configurations, names the two twins and the steps between them:
+
+* the **reference twin** runs `TORCH_OPS`: nothing but PyTorch (SDPA, F.rms_norm, the rotate-half
+  RoPE, silu(g) * u, a full-logits cross-entropy). It is what a learner would write.
+* the **fast model** runs `FAST_OPS` = week 5's `COURSE_OPS`: the week-4 Triton kernels, each with
+  its own backward: FlashAttention-2 (forward + backward), RMSNorm, RoPE, SwiGLU, and the fused
+  linear + cross-entropy that never materializes the (tokens x vocab) logits.
+
+Both are the same `nn.Module` class with the same parameters, so `reference_twin(fast)` is a
+state_dict copy and any difference between them is the kernels'.
+
+`LADDER` turns the reference into the fast model one group of kernels at a time (eager ->
++flash attention -> +fused norms/RoPE/SwiGLU -> +fused CE), so a benchmark can show what each
+step buys in the whole training step (measure.py; the cost model of each step is in README.md).
+
+Vocabulary. The corpus is generated text tokenized as bytes (week5_integration/data.py: 256
+ids, nothing to download or train). `tiny` uses exactly those 256. `gpt2_124m` uses GPT-2's
+padded vocabulary, 50304 (= 50257 rounded up to a multiple of 128), with the bytes as ids
+0..255 and the rest never seen in the data. Why not 256? Because the point of the headline
+configuration is GPT-2 small's *cost profile*: with V = 50304 the LM head is 38.6 M of the
+124 M parameters and ~25 % of the matmul FLOPs, and the logits of a 8 x 1024 batch are 8192 x
+50304 values, 1.6 GB in fp32: the tensor the fused cross-entropy exists to avoid. With V = 256
+the logits are 8 MB and the fused loss would be measured on a problem it does not address.
+The unused rows still cost what they cost in GPT-2 (their logits are computed and pushed down
+by the softmax), so the throughput numbers are those of a 124 M GPT-2-small-shaped model.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from course import runtime  # noqa: F401  before triton: GPU or the Triton interpreter
+from week5_integration import data
+from week5_integration import model as m
+
+GPTConfig, GPT, KVCache, TORCH_OPS = m.GPTConfig, m.GPT, m.KVCache, m.TORCH_OPS
+
+PRESETS = {
+    # CPU tests: the Triton kernels run in the interpreter, so everything is tiny. Head dim 32
+    # is one the flash-attention kernel supports (16, 32, 64, 128).
+    "tiny": GPTConfig(vocab_size=data.VOCAB_SIZE, max_seq_len=32, d_model=64, n_heads=2, n_layers=2),
+    # A quick GPU run (a loss curve in a minute): bytes vocabulary, 8 layers of 512.
+    "small": GPTConfig(vocab_size=data.VOCAB_SIZE, max_seq_len=512, d_model=512, n_heads=8, n_layers=8),
+    # The headline: GPT-2 small's shape, 12 x 768, 12 heads of 64, 1024 context, V = 50304 (see above).
+    "gpt2_124m": GPTConfig(vocab_size=50304, max_seq_len=1024, d_model=768, n_heads=12, n_layers=12),
+}
+
+
+def preset(name: str | GPTConfig, **changes) -> GPTConfig:
+    """A preset by name (or a config passed through), with some fields changed."""
+    if isinstance(name, GPTConfig):
+        cfg = name
+    elif name in PRESETS:
+        cfg = PRESETS[name]
+    else:
+        raise ValueError(f"config must be one of {sorted(PRESETS)} or a GPTConfig, got {name!r}")
+    if cfg.vocab_size < data.VOCAB_SIZE:
+        raise ValueError(f"the corpus is bytes: vocab_size must be >= {data.VOCAB_SIZE}, got {cfg.vocab_size}")
+    return m.config(cfg, **changes) if changes else cfg
+
+
+def fast_ops() -> m.Ops:
+    """The course's kernels in the Ops record (imported lazily: Triton compiles on first use)."""
+    from week5_integration.kernels import COURSE_OPS
+    return dataclasses.replace(COURSE_OPS, name="fast")
+
+
+def ladder() -> list[m.Ops]:
+    """[eager, +flash attention, +fused norms/RoPE/SwiGLU, +fused CE (= fast)]: each rung adds
+    one group of course kernels to the one before, the order the README's table follows."""
+    fast = fast_ops()
+    groups = [("+flash_attention", ("attention",)),
+              ("+fused_norm_rope_swiglu", ("norm", "rope", "swiglu")),
+              ("+fused_ce", ("linear_cross_entropy",))]
+    rungs, current = [dataclasses.replace(TORCH_OPS, name="eager")], {}
+    for name, fields in groups:
+        current.update({f: getattr(fast, f) for f in fields})
+        rungs.append(dataclasses.replace(TORCH_OPS, name=name, **current))
+    return rungs
+
+
+OPS_NAMES = ("reference", "fast")
+
+
+def resolve_ops(ops: str | m.Ops) -> m.Ops:
+    if isinstance(ops, m.Ops):
+        return ops
+    if ops == "reference":
+        return dataclasses.replace(TORCH_OPS, name="reference")
+    if ops == "fast":
+        return fast_ops()
+    raise ValueError(f"ops must be one of {OPS_NAMES} or an Ops record, got {ops!r}")
+
+
+def build(config: str | GPTConfig = "tiny", ops: str | m.Ops = "fast", *, seed: int = 0, device=None,
+          dtype: torch.dtype | None = None) -> GPT:
+    """A seeded GPT on `device` (default: the course's) running `ops`; same seed, same weights
+    whatever the ops (the weights are drawn on the CPU, then moved)."""
+    cfg = preset(config)
+    model = GPT(cfg)
+    model.reset_parameters(seed)
+    model = model.to(runtime.DEVICE if device is None else device)
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.use_ops(resolve_ops(ops))
+
+
+def reference_twin(model: GPT) -> GPT:
+    """A pure-PyTorch copy of `model`: same config, same weights (a state_dict load), TORCH_OPS."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a week5 GPT, got {type(model).__name__}")
+    weight = model.tok.weight
+    twin = GPT(model.cfg).to(device=weight.device, dtype=weight.dtype)
+    twin.load_state_dict(model.state_dict())
+    return twin.use_ops(resolve_ops("reference"))
+
+
+def count_parameters(cfg: str | GPTConfig) -> int:
+    with torch.device("meta"):
+        return m.count_parameters(GPT(preset(cfg)))
+
+
+flops_per_token = m.flops_per_token

@@ -1,0 +1,40 @@
+"""capstone.measure: the summary compares each target with the right rows (no GPU needed)."""
+from capstone import measure
+
+
+def record(rows):
+    return {"rows": rows, "machine": {"gpu": "H100 (made up for the test)", "torch": "x"}, "date": "today"}
+
+
+def test_summary_reads_the_targets_from_the_rows():
+    train = record([
+        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0, "peak_mib": 9000.0},
+        {"size": "s", "variant": "torch.compile", "ms": 30.0, "tokens_per_s": 133.0, "peak_mib": 8000.0},
+        {"size": "s", "variant": "fast", "ms": 25.0, "tokens_per_s": 160.0, "peak_mib": 5000.0},
+        {"size": "s", "variant": "fast+compile", "skipped": "failed: x"},
+    ])
+    decode = record([
+        {"size": "B=1, context 960+64", "variant": "torch no_cache", "ms": 6.0, "tokens_per_s": 166.0},
+        {"size": "B=1, context 960+64", "variant": "fast cache+graph", "ms": 1.5, "tokens_per_s": 666.0},
+    ])
+    loss = {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "step0_abs_diff": 0.001,
+            "moving_avg_max_abs_diff": 0.2, "max_abs_diff": 0.3, "within_tolerance": False}
+    text = measure.summary_markdown(train, decode, loss)
+    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "1.60x | yes" in lines["| training tokens/s >= 1.5x the eager twin"]
+    assert "1.20x | yes" in lines["| training tokens/s >= 1.0x the compiled twin"]
+    assert "| yes |" in lines["| peak memory <= the eager twin's"]
+    assert "4.0x | NO" in next(v for k, v in lines.items() if "decode tokens/s" in k)
+    assert "| NO |" in next(v for k, v in lines.items() if "loss over 200 steps" in k)
+    assert "pending" in next(v for k, v in lines.items() if "FSDP" in k)
+    assert "H100 (made up for the test)" in text
+
+
+def test_summary_without_measurements_says_so():
+    text = measure.summary_markdown(None, None, None)
+    assert text.count("not measured") >= 5 and "SIMULATION" in text
+
+
+def test_train_variants_follow_the_ladder():
+    names = [name for name, _, _ in measure.train_variants()]
+    assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "torch.compile", "fast+compile"]

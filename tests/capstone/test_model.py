@@ -1,0 +1,130 @@
+"""capstone.model: the fast model (course kernels) is the reference twin, up to float32 rounding.
+
+Error model: both models compute in float32 from the same weights. The course kernels reorder
+reductions (RMSNorm over d = 64, attention's online softmax over T = 32 keys, the chunked loss
+over V = 256 classes, dW over B x T rows), each a few float32 roundings (2^-24 ~ 6e-8) of the
+magnitudes summed; two layers of forward and backward compound that to ~1e-6 of a tensor's
+largest value. The tolerances below (1e-4 relative plus 1e-5 of the largest magnitude, the
+bound week 5's swap tests use) keep a 10x margin and are 100x under a real bug (a wrong eps
+moves these N(0, 0.02) activations by ~1e-2; a wrong mask or a dropped term by O(1)).
+"""
+import dataclasses
+
+import pytest
+import torch
+
+from course import runtime
+from course.check import assert_close
+from capstone import model as cm
+from capstone.train import Trainer
+from week5_integration.train import TrainConfig
+
+DEVICE = runtime.DEVICE
+RTOL, ATOL_OF_MAX = 1e-4, 1e-5
+
+
+def close(got, want, name):
+    assert_close(got, want, rtol=RTOL, atol=ATOL_OF_MAX * float(want.detach().abs().max()) + 1e-30, name=name)
+
+
+@pytest.fixture(scope="module")
+def twins():
+    fast = cm.build("tiny", "fast", seed=3)
+    return fast, cm.reference_twin(fast)
+
+
+def batch(cfg, b=2, t=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    t = t or cfg.max_seq_len
+    x = torch.randint(0, cfg.vocab_size, (b, t), generator=gen)
+    y = torch.randint(0, cfg.vocab_size, (b, t), generator=gen)
+    return x.to(DEVICE), y.to(DEVICE)
+
+
+def test_presets_and_the_headline_size():
+    assert cm.count_parameters("gpt2_124m") == pytest.approx(124e6, rel=0.01)
+    big = cm.preset("gpt2_124m")
+    assert (big.n_layers, big.d_model, big.n_heads, big.max_seq_len) == (12, 768, 12, 1024)
+    assert big.vocab_size % 64 == 0 and big.vocab_size >= 50257  # GPT-2's vocabulary, padded
+    for name in cm.PRESETS:  # every preset reads the byte corpus
+        assert cm.preset(name).vocab_size >= 256
+
+
+def test_twin_has_the_same_weights_and_only_torch_ops(twins):
+    fast, ref = twins
+    assert fast.ops.name == "fast" and ref.ops.name == "reference"
+    assert fast.state_dict().keys() == ref.state_dict().keys()
+    for (name, a), b in zip(fast.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert ref.head.weight is ref.tok.weight  # tying survives the copy
+    assert all(f.__module__ == "week5_integration.model" for f in
+               (ref.ops.norm, ref.ops.rope, ref.ops.attention, ref.ops.swiglu, ref.ops.linear_cross_entropy))
+
+
+def test_ladder_adds_one_group_at_a_time():
+    rungs = cm.ladder()
+    assert [r.name for r in rungs] == ["eager", "+flash_attention", "+fused_norm_rope_swiglu", "+fused_ce"]
+    fast, torch_ops = cm.fast_ops(), cm.TORCH_OPS
+    fields = [f.name for f in dataclasses.fields(torch_ops) if f.name != "name"]
+    swapped = [{f for f in fields if getattr(r, f) is getattr(fast, f) and getattr(fast, f) is not getattr(torch_ops, f)}
+               for r in rungs]
+    assert swapped == [set(), {"attention"}, {"attention", "norm", "rope", "swiglu"},
+                       {"attention", "norm", "rope", "swiglu", "linear_cross_entropy"}]
+
+
+def test_logits_match(twins):
+    fast, ref = twins
+    x, _ = batch(fast.cfg, b=2, t=fast.cfg.max_seq_len)
+    with torch.no_grad():
+        got, want = fast(x), ref(x)
+    assert got.shape == (2, fast.cfg.max_seq_len, fast.cfg.vocab_size) and bool(torch.isfinite(got).all())
+    close(got, want, "logits")
+
+
+def test_loss_and_every_gradient_match(twins):
+    fast, ref = twins
+    x, y = batch(fast.cfg, b=2, t=24, seed=1)  # 24: not a multiple of the 16/32-row tiles
+    for model in (fast, ref):
+        model.zero_grad(set_to_none=True)
+    want = ref.loss(x, y)
+    want.backward()
+    got = fast.loss(x, y)
+    got.backward()
+    close(got.detach(), want.detach(), "loss")
+    for (name, p), q in zip(ref.named_parameters(), fast.parameters()):
+        assert q.grad is not None and p.grad is not None, name
+        close(q.grad, p.grad, f"grad of {name}")
+
+
+def test_one_optimizer_step_matches():
+    tc = TrainConfig(steps=1, batch=2, seq_len=32, warmup=1, corpus_bytes=1 << 14)
+    fast, ref = Trainer("tiny", tc, ops="fast"), Trainer("tiny", tc, ops="reference")
+    start = fast.parameters_flat()
+    assert torch.equal(start, ref.parameters_flat())  # same seed: same initial weights
+    got, want = fast.run(), ref.run()
+    assert_close(torch.tensor(got[0]["loss"]), torch.tensor(want[0]["loss"]), rtol=RTOL, atol=0, name="loss")
+    assert_close(torch.tensor(got[0]["grad_norm"]), torch.tensor(want[0]["grad_norm"]), rtol=RTOL, atol=0,
+                 name="gradient norm")
+    # AdamW's first step moves each weight by ~lr * sign(g) (m / sqrt(v) = g / |g|): a gradient
+    # error e of a weight with |g| >> eps changes the update by ~0; |g| ~ eps = 1e-8 is where
+    # rounding can flip a step, so compare the updates with lr-scaled absolute slack on few weights.
+    moved_fast, moved_ref = fast.parameters_flat() - start, ref.parameters_flat() - start
+    assert float(moved_ref.abs().max()) > 0.5 * tc.lr  # the step did move the weights
+    wrong = (moved_fast - moved_ref).abs() > 1e-3 * tc.lr
+    assert int(wrong.sum()) <= max(1, moved_ref.numel() // 10_000), f"{int(wrong.sum())} updates differ"
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="config must be one of"):
+        cm.preset("gpt5")
+    with pytest.raises(ValueError, match="vocab_size must be >= 256"):
+        cm.preset(cm.GPTConfig(vocab_size=96, max_seq_len=32, d_model=32, n_heads=2, n_layers=1))
+    with pytest.raises(ValueError, match="ops must be one of"):
+        cm.build("tiny", "cuda_c")
+    with pytest.raises(TypeError, match="model must be a week5 GPT"):
+        cm.reference_twin(torch.nn.Linear(2, 2))
+    model = cm.build("tiny", "reference")
+    with pytest.raises(ValueError, match="exceed max_seq_len"):
+        model(torch.zeros(1, model.cfg.max_seq_len + 1, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(torch.zeros(1, 4, device=DEVICE))

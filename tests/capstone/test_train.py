@@ -1,0 +1,87 @@
+"""capstone.train: exact resume, the log, the plot, the command line, refusals.
+
+Resume must be exact, not close: "train N steps" and "train k, save, start a new process's worth
+of objects, load, train N - k" run the same float operations on the same values in the same
+order, so weights and losses are compared bit for bit (torch.equal).
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from capstone import train as ct
+from week5_integration.train import TrainConfig
+
+N, K = 5, 2
+
+
+def config(**changes):
+    return TrainConfig(**{"steps": N, "batch": 2, "seq_len": 16, "warmup": 2, "corpus_bytes": 1 << 14, **changes})
+
+
+@pytest.mark.parametrize("ops, n, k", [("reference", N, K), ("fast", 3, 1)])
+def test_resume_is_exact(tmp_path, ops, n, k):
+    tc = config(steps=n)
+    straight = ct.Trainer("tiny", tc, ops=ops)
+    want = straight.run()
+    first = ct.Trainer("tiny", tc, ops=ops)
+    got = first.run(k)
+    first.save(tmp_path / "ck.pt")
+    first.run(n)  # the interrupted run goes on too: the checkpoint must not share its tensors
+    second = ct.Trainer("tiny", tc, ops=ops)
+    second.load(tmp_path / "ck.pt")
+    assert second.step == k
+    got += second.run()
+    assert [r["step"] for r in got] == list(range(n))
+    assert [r["loss"] for r in got] == [r["loss"] for r in want]
+    assert [r["lr"] for r in got] == [r["lr"] for r in want]
+    assert torch.equal(second.parameters_flat(), straight.parameters_flat())
+    assert not torch.equal(straight.parameters_flat(), ct.Trainer("tiny", tc, ops=ops).parameters_flat())
+
+
+def test_checkpoint_from_another_config_is_refused(tmp_path):
+    ct.Trainer("tiny", config()).save(tmp_path / "ck.pt")
+    with pytest.raises(ValueError, match="another train_config.*steps"):
+        ct.Trainer("tiny", config(steps=N + 1)).load(tmp_path / "ck.pt")
+    with pytest.raises(ValueError, match="another config"):
+        ct.Trainer("small", config()).load(tmp_path / "ck.pt")
+
+
+def test_command_line_trains_pauses_resumes_and_plots(tmp_path):
+    out = tmp_path / "run"
+    base = [sys.executable, "-m", "capstone.train", "--config", "tiny", "--ops", "reference", "--steps", "6",
+            "--batch", "2", "--seq-len", "16", "--corpus-bytes", "16384", "--log-every", "2", "--out", str(out)]
+    subprocess.run(base + ["--stop-after", "4", "--quiet"], check=True, timeout=120)
+    assert [r["step"] for r in ct.read_log(out / ct.LOG)] == [0, 1, 2, 3]
+    done = subprocess.run(base + ["--resume"], check=True, timeout=120, capture_output=True, text=True)
+    log = ct.read_log(out / ct.LOG)
+    assert [r["step"] for r in log] == list(range(6))
+    assert "6/6" in done.stderr  # the progress bar reached the end
+    summary = json.loads((out / ct.SUMMARY).read_text())
+    assert summary["steps_done"] == 6 and summary["last_loss"] == log[-1]["loss"]
+    assert (out / ct.PLOT).stat().st_size > 1000
+    # The same 6 steps in one go: identical log (losses, learning rates).
+    once = tmp_path / "once"
+    subprocess.run(base[:-1] + [str(once), "--quiet", "--no-plot"], check=True, timeout=120)
+    assert [r["loss"] for r in ct.read_log(once / ct.LOG)] == [r["loss"] for r in log]
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(RuntimeError, match="process group"):
+        ct.Trainer("tiny", config(), fsdp=True)
+    with pytest.raises(TypeError, match="TrainConfig"):
+        ct.Trainer("tiny", {"steps": 3})
+    with pytest.raises(ValueError, match="exceeds the model's max_seq_len"):
+        ct.Trainer("tiny", config(seq_len=33))
+    with pytest.raises(ValueError, match="ops must be one of"):
+        ct.Trainer("tiny", config(), ops="cuda")
+    trainer = ct.Trainer("tiny", config())
+    with pytest.raises(ValueError, match="until must be in"):
+        trainer.run(N + 1)
+    with pytest.raises(FileNotFoundError):
+        trainer.load(tmp_path / "missing.pt")
+    rc = subprocess.run([sys.executable, "-m", "capstone.train", "--fsdp", "--out", str(tmp_path / "x")],
+                        capture_output=True, text=True, timeout=60)
+    assert rc.returncode == 2 and "torchrun" in rc.stderr

@@ -1,0 +1,346 @@
+"""week4_triton_dl.flash_attention: the fused forward and backward against float64 torch.
+
+Outputs, log-sum-exp and gradients are compared with `attention_reference` (softmax(QK^T scale
++ mask) V in float64, and float64 autograd of it) within the element-wise bounds of the error
+model in `attention_error_bounds` (its docstring states it: fp32 scores, P rounded to the input
+dtype for P @ V and dS for dQ/dK, final rounding). gradcheck runs on the float64 kernels.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course import runtime
+from course.check import assert_close, dtype_params, poisoned, random_tensor
+
+fa = runtime.lesson("week4_triton_dl.flash_attention")
+an = runtime.lesson("week4_triton_dl.attention_naive")
+DEVICE = runtime.DEVICE
+DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
+# (Sq, Sk), none a multiple of the simulator's 16/32 blocks except 64: one token, primes, more
+# queries than keys and fewer (top-left causal), an exact multiple; long ones on the GPU only
+# (there the autotuned kernels with 64/128 blocks run: 1000 and 4097 leave ragged last blocks).
+# On the GPU, lengths up to 512 run one small config (no autotuning, see SHORT_SEQUENCE);
+# the long ones, which go through the autotuner, are in test_long_sequences_autotuned.
+FWD_SHAPES = [(1, 1), (37, 37), (20, 45), (50, 19), (64, 64)] + runtime.pick(gpu=[(300, 300), (129, 500)], sim=[])
+BWD_SHAPES = [(37, 37), (20, 45), (50, 19)] + runtime.pick(gpu=[(300, 300), (500, 129)], sim=[])
+# D = 128 costs no more than 64 in the interpreter per block, but the matrix of cases is long:
+# in simulation it runs on the two ragged shapes, on the GPU on all of them.
+WIDE_SHAPES = runtime.pick(gpu=FWD_SHAPES, sim=[(37, 37), (50, 19)])
+
+
+def qkv(B, H, Sq, Sk, D, dtype, requires_grad=False):
+    q = random_tensor((B, H, Sq, D), dtype, DEVICE)
+    k = random_tensor((B, H, Sk, D), dtype, DEVICE)
+    v = random_tensor((B, H, Sk, D), dtype, DEVICE)
+    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
+
+
+def assert_within(actual, expected, bound, name):
+    """|actual - expected| <= bound element-wise; NaN must meet NaN and inf the same inf."""
+    assert_close(actual.double() / bound, expected.double() / bound, rtol=0.0, atol=1.0,
+                 name=f"{name} (in units of its error bound)")
+
+
+def reference_grads(q, k, v, do, causal, sm_scale=None, key_lengths=None):
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = an.attention_reference(qd, kd, vd, causal, sm_scale, key_lengths=key_lengths)
+    return torch.autograd.grad(out, (qd, kd, vd), do.double())
+
+
+def check_grads(grads, q, k, v, do, causal, sm_scale=None, key_lengths=None):
+    bounds = an.attention_error_bounds(q, k, v, do, causal, sm_scale, key_lengths=key_lengths)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, do, causal, sm_scale, key_lengths)):
+        assert got.dtype == q.dtype and got.shape == want.shape
+        assert_within(got, want, bounds[name], name)
+
+
+# ------------------------------------------------------------------------------ forward
+@pytest.mark.parametrize("head_dim, seq_q, seq_k", [(64, *s) for s in FWD_SHAPES] + [(128, *s) for s in WIDE_SHAPES])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_and_lse_match_float64(dtype, causal, seq_q, seq_k, head_dim):
+    q, k, v = qkv(1, 1, seq_q, seq_k, head_dim, dtype)
+    out = poisoned(q.shape, dtype, DEVICE)
+    got, lse = fa.flash_attention_forward(q, k, v, causal, out=out)
+    assert got is out, "the launcher must write into the `out` it was given"
+    want, want_lse = an.attention_reference(q, k, v, causal, return_lse=True)
+    bounds = an.attention_error_bounds(q, k, v, None, causal)
+    assert_within(got, want, bounds["out"], "out")
+    assert_within(lse, want_lse, bounds["lse"], "lse")
+
+
+def test_float64_forward_and_explicit_scale():
+    q, k, v = qkv(2, 2, 23, 41, 32, torch.float64)
+    for causal in (False, True):
+        got, lse = fa.flash_attention_forward(q, k, v, causal, 0.37)
+        want, want_lse = an.attention_reference(q, k, v, causal, 0.37, return_lse=True)
+        bounds = an.attention_error_bounds(q, k, v, None, causal, 0.37)
+        assert_within(got, want, bounds["out"], "out")
+        assert_within(lse, want_lse, bounds["lse"], "lse")
+
+
+def test_reference_is_torch_sdpa():
+    # What the tests trust is F.scaled_dot_product_attention itself (top-left causal, scale=).
+    q, k, v = qkv(2, 2, 9, 13, 16, torch.float64)
+    for causal in (False, True):
+        assert_close(an.attention_reference(q, k, v, causal, 0.3),
+                     F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.3))
+
+
+@pytest.mark.parametrize("block_m, block_n", [(16, 16), (16, 32), (32, 16), (64, 16)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_forward_block_shapes(causal, block_m, block_n):
+    # The causal split into unmasked and diagonal key blocks must hold whichever tile is larger.
+    q, k, v = qkv(1, 2, 45, 38, 32, torch.float16)
+    got, _ = fa.flash_attention_forward(q, k, v, causal, config={"BLOCK_M": block_m, "BLOCK_N": block_n})
+    assert_within(got, an.attention_reference(q, k, v, causal),
+                  an.attention_error_bounds(q, k, v, None, causal)["out"], "out")
+
+
+# ------------------------------------------------------------------------------ backward
+@pytest.mark.parametrize("head_dim", [64] + runtime.pick(gpu=[128], sim=[]))
+@pytest.mark.parametrize("seq_q, seq_k", BWD_SHAPES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_match_float64(dtype, causal, seq_q, seq_k, head_dim):
+    q, k, v = qkv(1, 1, seq_q, seq_k, head_dim, dtype, requires_grad=True)
+    out = fa.flash_attention(q, k, v, causal)
+    do = random_tensor(out.shape, dtype, DEVICE)
+    out.backward(do)
+    check_grads((q.grad, k.grad, v.grad), q, k, v, do, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_head_dim_128(dtype, causal):
+    # One shape at D = 128 in simulation (the parametrized test above adds it on the GPU).
+    q, k, v = qkv(1, 1, 29, 35, 128, dtype, requires_grad=True)
+    out = fa.flash_attention(q, k, v, causal)
+    do = random_tensor(out.shape, dtype, DEVICE)
+    check_grads(torch.autograd.grad(out, (q, k, v), do), q, k, v, do, causal)
+
+
+@pytest.mark.parametrize("strategy", ["split", "atomic"])
+@pytest.mark.parametrize("blocks", [(16, 32, 32, 16), (32, 16, 16, 32)],
+                         ids=lambda b: "kv{}x{}-q{}x{}".format(*b))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_backward_strategies_and_block_shapes(causal, blocks, strategy):
+    # key padding too: a ragged last key block is where the atomic dQ must mask padding keys
+    B, H, Sq, Sk, D = 2, 1, 35, 37, 32
+    q, k, v = qkv(B, H, Sq, Sk, D, torch.float32)
+    lengths = torch.tensor([Sk, 22], device=DEVICE)
+    do = random_tensor(q.shape, torch.float32, DEVICE)
+    out, lse = fa.flash_attention_forward(q, k, v, causal, key_lengths=lengths)
+    grads = tuple(poisoned(t.shape, t.dtype, DEVICE) for t in (q, k, v))
+    kv_m, kv_n, q_m, q_n = blocks
+    got = fa.flash_attention_backward(do, q, k, v, out, lse, causal, key_lengths=lengths, strategy=strategy,
+                                      kv_config={"BLOCK_M": kv_m, "BLOCK_N": kv_n},
+                                      q_config={"BLOCK_M": q_m, "BLOCK_N": q_n}, grads=grads)
+    assert all(g is w for g, w in zip(got, grads)), "the launcher must write into the `grads` it was given"
+    check_grads(got, q, k, v, do, causal, key_lengths=lengths)
+
+
+@pytest.mark.parametrize("strategy, causal, padded", [("split", False, False), ("split", True, True),
+                                                      ("atomic", True, False), ("atomic", False, True)])
+def test_gradcheck_float64(strategy, causal, padded):
+    # fast_mode checks v^T J u for random u, v against finite differences: the full Jacobian
+    # would take ~1000 interpreted forward calls here.
+    q, k, v = qkv(2, 1, 19, 23, 16, torch.float64, requires_grad=True)
+    lengths = torch.tensor([23, 9], device=DEVICE) if padded else None
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: fa.flash_attention(q, k, v, causal, key_lengths=lengths, strategy=strategy),
+        (q, k, v), fast_mode=True)
+
+
+# Long sequences go through the autotuner (every config of the (dtype, D, causal) key is compiled
+# and timed once: ~20 compiles per case), so the GPU cases are a curated few, not a full grid.
+LONG_CASES = [
+    pytest.param(torch.bfloat16, 128, True, 4097, 4097, "split", id="bf16-d128-causal-4097"),
+    pytest.param(torch.bfloat16, 128, False, 129, 2055, "atomic", id="bf16-d128-full-129x2055-atomic"),
+    pytest.param(torch.bfloat16, 64, True, 1000, 1000, "split", id="bf16-d64-causal-1000"),
+    pytest.param(torch.float16, 128, False, 1000, 1000, "split", id="fp16-d128-full-1000"),
+    pytest.param(torch.float16, 64, True, 2055, 129, "split", id="fp16-d64-causal-2055x129"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.gpu(reason="long sequences through the autotuner: the interpreter would take minutes per case")
+@pytest.mark.parametrize("dtype, head_dim, causal, seq_q, seq_k, strategy", LONG_CASES)
+def test_long_sequences_autotuned(dtype, head_dim, causal, seq_q, seq_k, strategy):
+    q, k, v = qkv(2, 3, seq_q, seq_k, head_dim, dtype, requires_grad=True)
+    out = fa.flash_attention(q, k, v, causal, strategy=strategy)
+    do = random_tensor(out.shape, dtype, DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    assert_within(out, an.attention_reference(q, k, v, causal),
+                  an.attention_error_bounds(q, k, v, None, causal)["out"], "out")
+    check_grads(grads, q, k, v, do, causal)
+
+
+# ------------------------------------------------------------------------------ masks, specials
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_key_padding_and_fully_masked_rows_like_sdpa(causal):
+    # key_lengths[0] = 0: every key of batch 0 is padding. torch's SDPA gives zeros there (not
+    # NaN); so does the fused kernel (l = 0 -> out 0, lse -inf), with zero gradients.
+    B, H, S, D = 3, 1, 21, 16
+    q, k, v = qkv(B, H, S, S, D, torch.float32, requires_grad=True)
+    lengths = torch.tensor([0, 6, S], device=DEVICE)
+    out = fa.flash_attention(q, k, v, causal, key_lengths=lengths)
+    mask = an.allowed_keys(S, S, causal, lengths, batch=B, device=DEVICE)
+    want = F.scaled_dot_product_attention(q.detach().double(), k.detach().double(), v.detach().double(),
+                                          attn_mask=mask)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert_within(out, want, an.attention_error_bounds(q, k, v, None, causal, key_lengths=lengths)["out"], "out")
+    _, lse = fa.flash_attention_forward(q.detach(), k.detach(), v.detach(), causal, key_lengths=lengths)
+    assert torch.equal(lse[0], torch.full_like(lse[0], -math.inf))
+    do = random_tensor(out.shape, torch.float32, DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    for g in grads:
+        assert torch.equal(g[0], torch.zeros_like(g[0])), "no visible key: no gradient"
+    assert torch.equal(grads[1][1, :, 6:], torch.zeros_like(grads[1][1, :, 6:])), "padding keys get dK = 0"
+    check_grads(grads, q, k, v, do, causal, key_lengths=lengths)
+
+
+def test_padding_may_hold_garbage():
+    # Keys past key_lengths are never used: NaN or inf there must not leak into anything.
+    q, k, v = qkv(1, 2, 30, 30, 32, torch.float32)
+    lengths = torch.tensor([17], device=DEVICE)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 17:] = math.nan
+    v2[:, :, 17:] = math.inf
+    got, _ = fa.flash_attention_forward(q, k2, v2, False, key_lengths=lengths)
+    assert_within(got, an.attention_reference(q, k, v, key_lengths=lengths),
+                  an.attention_error_bounds(q, k, v, key_lengths=lengths)["out"], "out")
+
+
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_large_scores_stay_finite(causal, dtype):
+    # Scores ~ 7e3 (q.k ~ 64 * 30 * 30 / 8): exp() overflows unless the running max is subtracted
+    # before every exponential, and rescaling must not produce inf - inf.
+    q, k, v = qkv(1, 1, 35, 35, 64, torch.float32, requires_grad=False)
+    q, k, v = (q + 30.0).to(dtype), (k + 30.0).to(dtype), v.to(dtype)
+    q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    out = fa.flash_attention(q, k, v, causal)
+    do = random_tensor(out.shape, dtype, DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    assert_within(out, an.attention_reference(q, k, v, causal),
+                  an.attention_error_bounds(q, k, v, None, causal)["out"], "out")
+    check_grads(grads, q, k, v, do, causal)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_nan_propagates_like_sdpa(where):
+    # Non-causal: every backend of torch agrees. NaN in q row 5 spoils that row; in k row 5,
+    # every row of the head; in v[5, 3], column 3 of every row of the head.
+    q, k, v = qkv(1, 2, 12, 12, 16, torch.float32)
+    bound = an.attention_error_bounds(q, k, v)["out"]
+    {"q": q, "k": k, "v": v}[where][0, 1, 5, 3] = math.nan
+    got, _ = fa.flash_attention_forward(q, k, v)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    rows = [5] if where == "q" else list(range(12))
+    cols = [3] if where == "v" else list(range(16))
+    expected_nan = torch.zeros_like(got, dtype=torch.bool)
+    expected_nan[0, 1, torch.tensor(rows)[:, None], torch.tensor(cols)[None, :]] = True
+    assert torch.equal(torch.isnan(got), expected_nan)
+    assert_within(got, want, bound, "out")
+
+
+def test_nan_key_with_causal_mask_reaches_only_later_queries():
+    # A NaN key 7 is seen by queries 7.. only; earlier queries mask it out (where(), not + -inf),
+    # as torch's fused CPU and FlashAttention kernels do. (torch's MATH backend adds a -inf
+    # bias, NaN + -inf = NaN, and so spoils every row: backends differ here.)
+    q, k, v = qkv(1, 1, 40, 40, 16, torch.float32)
+    bound = an.attention_error_bounds(q, k, v, None, True)["out"]
+    k[0, 0, 7, 0] = math.nan
+    got, _ = fa.flash_attention_forward(q, k, v, True)
+    assert torch.isnan(got[0, 0, 7:]).all() and not torch.isnan(got[0, 0, :7]).any()
+    assert_within(got, an.attention_reference(q, k, v, True), bound, "out")
+
+
+# ------------------------------------------------------------------------------ layouts, sizes
+def test_strided_inputs_and_gradient():
+    # (B, S, H, D) storage viewed as (B, H, S, D), the layout after a fused QKV projection, and a
+    # non-contiguous upstream gradient: strides are passed to the kernels, nothing is copied.
+    B, S, H, D = 2, 27, 3, 64
+    base = random_tensor((B, S, 3, H, D), torch.float16, DEVICE).requires_grad_(True)
+    q, k, v = (base[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    out = fa.flash_attention(q, k, v, True)
+    do = random_tensor((B, S, H, D), torch.float16, DEVICE).transpose(1, 2)
+    (grad,) = torch.autograd.grad(out, base, do)
+    bounds = an.attention_error_bounds(q, k, v, do, True)
+    assert_within(out, an.attention_reference(q, k, v, True), bounds["out"], "out")
+    want = reference_grads(q, k, v, do, True)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        assert_within(grad[:, :, i].transpose(1, 2), want[i], bounds[name], name)
+
+
+def test_batch_one_single_token_and_empty():
+    q, k, v = qkv(1, 1, 1, 1, 16, torch.float32, requires_grad=True)
+    out = fa.flash_attention(q, k, v, True)
+    assert_close(out, v.detach())  # one key: softmax = 1
+    for B, Sq, Sk in ((0, 4, 4), (1, 0, 4)):
+        q, k, v = qkv(B, 2, Sq, Sk, 16, torch.float32, requires_grad=True)
+        out = fa.flash_attention(q, k, v)
+        assert out.shape == (B, 2, Sq, 16)
+        grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    q, k, v = qkv(1, 2, 5, 0, 16, torch.float32, requires_grad=True)  # no keys: zeros, like SDPA
+    out = fa.flash_attention(q, k, v)
+    assert torch.equal(out, torch.zeros_like(out))
+    dq, _, _ = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert torch.equal(dq, torch.zeros_like(dq))
+
+
+def test_split_backward_is_deterministic():
+    q, k, v = qkv(1, 1, 45, 45, 32, torch.float16, requires_grad=True)
+    do = random_tensor(q.shape, torch.float16, DEVICE)
+    first = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
+    second = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def bad_inputs():
+    def ok(*shape, dtype=torch.float32):
+        return torch.ones(*(shape or (1, 2, 8, 16)), dtype=dtype, device=DEVICE)
+    yield "not a tensor", TypeError, "must be a torch.Tensor", lambda: ([[1.0]], ok(), ok(), {})
+    yield "integer dtype", TypeError, "expected one of", lambda: (ok(dtype=torch.int64), ok(), ok(), {})
+    yield "mixed dtypes", TypeError, "dtypes must match", lambda: (ok(), ok(), ok(dtype=torch.float64), {})
+    yield "3-D", ValueError, "4 dimension", lambda: (ok(2, 8, 16), ok(), ok(), {})
+    yield "head dim 96", ValueError, "head dimension", lambda: (ok(1, 2, 8, 96), ok(1, 2, 8, 96), ok(1, 2, 8, 96), {})
+    yield "head dim 256", ValueError, "head dimension", lambda: (ok(1, 1, 8, 256), ok(1, 1, 8, 256),
+                                                                 ok(1, 1, 8, 256), {})
+    yield "q k head dims", ValueError, "same head dimension", lambda: (ok(1, 2, 8, 32), ok(), ok(), {})
+    yield "k v differ", ValueError, "same shape", lambda: (ok(), ok(), ok(1, 2, 9, 16), {})
+    yield "batch differs", ValueError, "batch and heads", lambda: (ok(2, 2, 8, 16), ok(), ok(), {})
+    yield "wrong device", ValueError, "kernels run on", lambda: (ok(), torch.ones(1, 2, 8, 16, device="meta"), ok(), {})
+    yield "scale nan", ValueError, "sm_scale", lambda: (ok(), ok(), ok(), {"sm_scale": math.nan})
+    yield "causal str", TypeError, "causal", lambda: (ok(), ok(), ok(), {"causal": "yes"})
+    lengths_2d = torch.ones(1, 1, dtype=torch.int32, device=DEVICE)
+    yield "lengths 2-D", ValueError, "1 dimension", lambda: (ok(), ok(), ok(), {"key_lengths": lengths_2d})
+    yield "strategy", ValueError, "strategy", lambda: (ok(), ok(), ok(), {"strategy": "fast"})
+
+
+@pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
+def test_rejects_bad_input_before_launch(case, error, message, make):
+    q, k, v, kwargs = make()
+    with pytest.raises(error, match=message):
+        fa.flash_attention(q, k, v, **kwargs)
+
+
+def test_forward_and_backward_reject_bad_outputs_and_configs():
+    q, k, v = qkv(1, 2, 8, 8, 16, torch.float32)
+    with pytest.raises(ValueError, match="out has shape"):
+        fa.flash_attention_forward(q, k, v, out=torch.empty(1, 2, 7, 16, device=DEVICE))
+    with pytest.raises(ValueError, match="power of two"):
+        fa.flash_attention_forward(q, k, v, config={"BLOCK_M": 24, "BLOCK_N": 16})
+    out, lse = fa.flash_attention_forward(q, k, v)
+    with pytest.raises(TypeError, match="lse has dtype"):
+        fa.flash_attention_backward(q, q, k, v, out, lse.double())
+    with pytest.raises(ValueError, match="do has shape"):
+        fa.flash_attention_backward(q[:, :1], q, k, v, out, lse)
+    with pytest.raises(TypeError, match="dk has dtype"):
+        fa.flash_attention_backward(q, q, k, v, out, lse, grads=(torch.empty_like(q), k.half(), torch.empty_like(v)))

@@ -1,0 +1,367 @@
+"""week4_triton_dl.layernorm: forward, backward (dx, dw, db) and autograd against float64 torch."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course import runtime
+from course.check import assert_close, dtype_params, poisoned, random_tensor
+
+ln = runtime.lesson("week4_triton_dl.layernorm")
+DEVICE = runtime.DEVICE
+DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
+# The big shape matrices leave fp64 out: on a GPU every dtype is another set of compiles, and
+# fp64 is there for gradcheck, which has its own tests (and a small fp64 matrix below).
+MATRIX_DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
+# Row widths: 1, primes, a power of two and its neighbours; wide rows only on the GPU (the
+# interpreter runs every program in NumPy). One column: var = 0, rstd = 1/sqrt(eps) ~ 316 and dx
+# is exactly 0; any inconsistency in computing g = dy * w shows at 316x (layernorm._row_grads).
+WIDTHS = [1, 7, 64, 127, 129] + runtime.pick(gpu=[4097, 8192], sim=[])
+ROWS = [1, 3, 17]
+EPS = 1e-5
+
+
+def acc_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def make(rows, cols, dtype, *, affine=True):
+    x = random_tensor((rows, cols), dtype, DEVICE, scale=2.0) + 0.5  # a non-zero mean to remove
+    w = random_tensor(cols, dtype, DEVICE) if affine else None
+    b = random_tensor(cols, dtype, DEVICE) if affine else None
+    return x, w, b
+
+
+def reference(x, w, b, eps=EPS):
+    """F.layer_norm in float64, rounded once to x's dtype: the best a kernel can return."""
+    d = lambda t: None if t is None else t.double()  # noqa: E731
+    return F.layer_norm(x.double(), (x.shape[-1],), d(w), d(b), eps).to(x.dtype)
+
+
+def reference_grads(x, w, b, dy, eps=EPS):
+    """(dx, dw, db, dw_scale, db_scale) from float64 autograd; the scales feed the error model."""
+    leaf = lambda t: None if t is None else t.detach().double().clone().requires_grad_(True)  # noqa: E731
+    xr, wr, br = leaf(x), leaf(w), leaf(b)
+    F.layer_norm(xr, (x.shape[-1],), wr, br, eps).backward(dy.double())
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    rstd = (xd.var(-1, unbiased=False, keepdim=True) + eps).rsqrt()
+    # A term dy * xhat is computed from x - mean, so its rounding error scales with
+    # |dy| (|x| + |mean|) rstd, not with |dy * xhat| (which cancels to ~0 when N = 1).
+    return (xr.grad, None if wr is None else wr.grad, None if br is None else br.grad,
+            dy.double().abs() * (xd.abs() + mean.abs()) * rstd, dy.double())
+
+
+def column_sum_atol(terms, dtype):
+    """Error model for dw/db, column sums over M rows accumulated in fp32 (fp64 for fp64).
+
+    Each term carries a few rounding errors (xhat from fp32 mean/rstd) and a recursive sum of M
+    terms adds at most M more: |error| <= (M + 4) u max_j sum_i |term_ij| (Higham, Accuracy and
+    Stability of Numerical Algorithms, 2nd ed., sec. 4.2), u the accumulator's unit roundoff,
+    |term| bounded by `terms` (see reference_grads). A missing or doubled row is off by a whole
+    term (~1): far outside this.
+    """
+    u = torch.finfo(acc_dtype(dtype)).eps / 2
+    return (terms.shape[0] + 4) * u * float(terms.abs().sum(0).max()) + torch.finfo(acc_dtype(dtype)).tiny
+
+
+def assert_grads(got, want, dtype, name):
+    """got: (dx, dw, db) from the kernels; want: reference_grads(...)."""
+    dx, dw, db = got
+    rdx, rdw, rdb, dw_terms, db_terms = want
+    assert_close(dx, rdx.to(dtype), name=f"{name} dx")
+    for label, value, ref, terms in (("dw", dw, rdw, dw_terms), ("db", db, rdb, db_terms)):
+        if ref is None:
+            assert value is None, f"{name} {label}: expected None (no such parameter)"
+        else:
+            assert_close(value, ref.to(dtype), atol=column_sum_atol(terms, dtype), name=f"{name} {label}")
+
+
+# -------------------------------------------------------------------------------------- forward
+@pytest.mark.parametrize("kernel", ["persistent", "row"])
+@pytest.mark.parametrize("cols", WIDTHS)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("dtype", MATRIX_DTYPES)
+def test_forward_matches_float64(dtype, rows, cols, kernel):
+    x, w, b = make(rows, cols, dtype)
+    out = poisoned((rows, cols), dtype, DEVICE)
+    y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS, out=out, kernel=kernel)
+    assert y is out, "the launcher must write into the `out` it was given"
+    assert_close(y, reference(x, w, b))
+    xd = x.double()
+    assert_close(mean, xd.mean(-1).to(acc_dtype(dtype)), name="mean")
+    assert_close(rstd, (xd.var(-1, unbiased=False) + EPS).rsqrt().to(acc_dtype(dtype)), name="rstd")
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "weight+bias"])
+@pytest.mark.parametrize("kernel", ["persistent", "row"])
+def test_forward_without_weight_or_bias(kernel, affine):
+    x, w, b = make(5, 33, torch.float32)
+    w = w if affine != "none" else None
+    b = b if affine == "weight+bias" else None
+    y, _, _ = ln.layer_norm_forward(x, w, b, EPS, kernel=kernel)
+    assert_close(y, reference(x, w, b))
+
+
+@pytest.mark.parametrize("num_stages", [1, 2, 3])
+@pytest.mark.parametrize("num_programs", [1, 3, 13, 100])
+@pytest.mark.parametrize("block_m", [1, 2, 8])
+def test_persistent_forward_any_split_of_rows(block_m, num_programs, num_stages):
+    # 13 rows: a prime, so runs of rows and steps of block_m never divide it evenly.
+    x, w, b = make(13, 37, torch.float32)
+    y, mean, _ = ln.layer_norm_forward(x, w, b, EPS, block_m=block_m, num_programs=num_programs,
+                                       num_stages=num_stages, out=poisoned((13, 37), torch.float32, DEVICE))
+    assert_close(y, reference(x, w, b))
+    assert_close(mean, x.double().mean(-1).float(), name="mean")
+
+
+def test_large_mean_does_not_cancel():
+    # sum(x^2)/N - mean^2 would lose every digit here (mean 1e4, std 1); two passes do not.
+    x = random_tensor((4, 300), torch.float32, DEVICE) + 1e4
+    y, _, _ = ln.layer_norm_forward(x, None, None, EPS)
+    assert_close(y, reference(x, None, None), atol=1e-3, rtol=1e-3)  # x itself is only known to 1e4 * 6e-8
+
+
+# ------------------------------------------------------------------------------------- backward
+@pytest.mark.parametrize("cols", WIDTHS)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("dtype", MATRIX_DTYPES)
+def test_backward_matches_float64(dtype, rows, cols):
+    x, w, b = make(rows, cols, dtype)
+    dy = random_tensor((rows, cols), dtype, DEVICE)
+    _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True)
+    assert_grads(got, reference_grads(x, w, b, dy), dtype, "partials")
+
+
+@pytest.mark.parametrize("kernel", ["persistent", "row"])
+@pytest.mark.parametrize("cols", [1, 7, 129])
+def test_float64_forward_and_backward(cols, kernel):
+    x, w, b = make(5, cols, torch.float64)
+    y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS, kernel=kernel)
+    assert_close(y, reference(x, w, b))
+    dy = random_tensor((5, cols), torch.float64, DEVICE)
+    assert_grads(ln.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy),
+                 torch.float64, "float64")
+
+
+@pytest.mark.parametrize("cols", [1, 7, 129])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_atomic_backward_matches_float64(dtype, cols):
+    x, w, b = make(17, cols, dtype)
+    dy = random_tensor((17, cols), dtype, DEVICE)
+    _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="atomic")
+    assert_grads(got, reference_grads(x, w, b, dy), dtype, "atomic")
+
+
+@pytest.mark.parametrize("num_stages", [1, 2])
+@pytest.mark.parametrize("num_partials", [1, 2, 5, 13, 100])
+@pytest.mark.parametrize("block_m", [1, 4])
+def test_backward_any_partial_buffer_size(block_m, num_partials, num_stages):
+    x, w, b = make(13, 37, torch.float32)
+    dy = random_tensor((13, 37), torch.float32, DEVICE)
+    _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    config = dict(block_m=block_m, num_partials=num_partials, num_stages=num_stages)
+    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
+    assert_grads(got, reference_grads(x, w, b, dy), torch.float32, f"P={num_partials}")
+    again = ln.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
+    # Fixed partial rows, fixed order: the two-stage reduction gives the same bits every time.
+    for first, second in zip(got, again):
+        assert torch.equal(first, second), "the partials reduction must be deterministic"
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "weight+bias"])
+def test_backward_without_weight_or_bias(affine):
+    x, w, b = make(6, 20, torch.float32)
+    w = w if affine != "none" else None
+    b = b if affine == "weight+bias" else None
+    dy = random_tensor((6, 20), torch.float32, DEVICE)
+    _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    got = ln.layer_norm_backward(dy, x, mean, rstd, w, b is not None)
+    assert_grads(got, reference_grads(x, w, b, dy), torch.float32, affine)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 64), (100, 7), (33, 65)])
+def test_column_sums(shape):
+    partials = random_tensor(shape, torch.float32, DEVICE)
+    got = ln.column_sums(partials, torch.float32)
+    want = partials.double().sum(0)
+    assert_close(got, want.float(), atol=column_sum_atol(partials.double(), torch.float32))
+
+
+# ------------------------------------------------------------------------------------- autograd
+@pytest.mark.parametrize("affine", ["none", "weight", "weight+bias"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 2, 5)])
+def test_gradcheck_float64(shape, affine):
+    x = random_tensor(shape, torch.float64, DEVICE).requires_grad_(True)
+    n = shape[-1]
+    params = []
+    if affine != "none":
+        params.append(random_tensor(n, torch.float64, DEVICE).requires_grad_(True))
+    if affine == "weight+bias":
+        params.append(random_tensor(n, torch.float64, DEVICE).requires_grad_(True))
+
+    def fn(x, *p):
+        return ln.layer_norm(x, (n,), *p, eps=EPS)
+
+    assert torch.autograd.gradcheck(fn, (x, *params))
+
+
+def test_autograd_through_functional_matches_torch():
+    # Two normalized dimensions, flattened into rows of 4 x 6 = 24, and a 3-D batch: 6 rows.
+    x, w, b = (random_tensor(s, torch.float32, DEVICE) for s in ((2, 3, 4, 6), (4, 6), (4, 6)))
+    leaves = [t.clone().requires_grad_(True) for t in (x, w, b)]
+    dy = random_tensor(x.shape, torch.float32, DEVICE)
+    y = ln.layer_norm(leaves[0], (4, 6), leaves[1], leaves[2], EPS)
+    y.backward(dy)
+    assert_close(y, reference(x.reshape(6, 24), w.reshape(24), b.reshape(24)).reshape(x.shape))
+    got = (leaves[0].grad.reshape(6, 24), leaves[1].grad.reshape(24), leaves[2].grad.reshape(24))
+    want = reference_grads(x.reshape(6, 24), w.reshape(24), b.reshape(24), dy.reshape(6, 24))
+    assert_grads(got, want, torch.float32, "autograd")
+
+
+def test_module_is_a_drop_in_for_nn_layernorm():
+    ours, theirs = ln.TritonLayerNorm((4, 6), eps=1e-6), nn.LayerNorm((4, 6), eps=1e-6)
+    ours, theirs = ours.to(DEVICE), theirs.to(DEVICE)
+    assert isinstance(ours, nn.LayerNorm)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert torch.equal(ours.weight, torch.ones(4, 6, device=DEVICE))
+    assert torch.equal(ours.bias, torch.zeros(4, 6, device=DEVICE))
+    with torch.no_grad():
+        theirs.weight.normal_()
+        theirs.bias.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    x = random_tensor((3, 5, 4, 6), torch.float32, DEVICE)
+    assert_close(ours(x), theirs(x))
+    # A non-contiguous input works (copied first, as torch's own kernel does).
+    xt = random_tensor((3, 4, 6), torch.float32, DEVICE).transpose(1, 2)
+    lin = ln.TritonLayerNorm(4).to(DEVICE)
+    assert_close(lin(xt), nn.LayerNorm(4).to(DEVICE)(xt))
+    for kwargs in ({"elementwise_affine": False}, {"bias": False}):
+        a, b = ln.TritonLayerNorm(6, **kwargs).to(DEVICE), nn.LayerNorm(6, **kwargs).to(DEVICE)
+        assert a.state_dict().keys() == b.state_dict().keys()
+        assert_close(a(x), b(x))
+
+
+def test_module_gradients_match_nn_layernorm():
+    ours, theirs = ln.TritonLayerNorm(24).to(DEVICE), nn.LayerNorm(24).to(DEVICE)
+    with torch.no_grad():
+        theirs.weight.normal_()
+        theirs.bias.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    x = random_tensor((4, 5, 24), torch.float32, DEVICE)
+    x1, x2 = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ours(x1).square().sum().backward()
+    theirs(x2).square().sum().backward()
+    assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5, name="dx")  # two fp32 implementations
+    assert_close(ours.weight.grad, theirs.weight.grad, rtol=1e-5, atol=1e-4, name="dw")  # 20-row sums
+    assert_close(ours.bias.grad, theirs.bias.grad, rtol=1e-5, atol=1e-4, name="db")
+
+
+# ------------------------------------------------------------------------------- special values
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf - inf, in NumPy
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_and_inf_rows_like_torch(dtype):
+    x, w, b = make(7, 40, dtype)
+    x[0, 3] = math.nan                # one NaN: its row's mean is NaN, so the whole row is
+    x[1, 5] = math.inf                # inf - inf = NaN in the variance: the whole row is NaN
+    x[2, 0] = -math.inf
+    x[3, 7] = -0.0                    # an ordinary zero
+    # Large but finite: stays finite (fp16's max squared is 4e9, fine in fp32; bf16's max would
+    # overflow fp32's squares, as it would in torch's fp32 kernel, so 1e15 stands in for it).
+    x[4] = 60000.0 if dtype == torch.float16 else 1e15
+    x[4, ::2] *= -1
+    y, _, _ = ln.layer_norm_forward(x, w, b, EPS)
+    assert_close(y, reference(x, w, b))
+
+
+def test_nan_row_in_backward_like_torch():
+    x, w, b = make(5, 16, torch.float32)
+    x[2, 4] = math.nan
+    dy = random_tensor((5, 16), torch.float32, DEVICE)
+    _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    dx, dw, db = ln.layer_norm_backward(dy, x, mean, rstd, w, True)
+    rdx, rdw, rdb, _, db_terms = reference_grads(x, w, b, dy)
+    assert_close(dx, rdx.float(), name="dx")   # NaN row 2, the other rows untouched
+    assert_close(dw, rdw.float(), name="dw")   # every column meets row 2's NaN
+    assert_close(db, rdb.float(), atol=column_sum_atol(db_terms, torch.float32), name="db")  # dy only
+
+
+def test_empty_inputs():
+    w, b = (random_tensor(8, torch.float32, DEVICE) for _ in range(2))
+    x = torch.empty(0, 8, device=DEVICE)
+    y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    assert y.shape == (0, 8) and mean.shape == (0,) and rstd.shape == (0,)
+    dx, dw, db = ln.layer_norm_backward(x, x, mean, rstd, w, True)
+    assert dx.shape == (0, 8)
+    assert torch.equal(dw, torch.zeros(8, device=DEVICE)) and torch.equal(db, torch.zeros(8, device=DEVICE))
+    m = ln.TritonLayerNorm(8).to(DEVICE)
+    m(torch.empty(2, 0, 8, device=DEVICE, requires_grad=True)).sum().backward()
+    assert torch.equal(m.weight.grad, torch.zeros(8, device=DEVICE))
+
+
+@pytest.mark.gpu(reason="rows of 20k-32k columns take minutes in the interpreter")
+@pytest.mark.parametrize("dtype, cols", [(torch.float32, 20011), (torch.bfloat16, ln.MAX_N)])
+def test_wide_rows(dtype, cols):
+    x, w, b = make(5, cols, dtype)
+    dy = random_tensor((5, cols), dtype, DEVICE)
+    y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
+    assert_close(y, reference(x, w, b))
+    assert_grads(ln.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy), dtype, "wide")
+
+
+# ---------------------------------------------------------------------------------- bad inputs
+def bad_forward_inputs():
+    ok = lambda *shape: torch.ones(*(shape or (4, 8)), device=DEVICE)  # noqa: E731
+    vec = lambda n=8, dtype=torch.float32: torch.ones(n, device=DEVICE, dtype=dtype)  # noqa: E731
+    yield "not a tensor", TypeError, "must be a torch.Tensor", lambda: ([[1.0]], None, None, {})
+    yield "integer dtype", TypeError, "expected one of", lambda: (ok().int(), None, None, {})
+    yield "scalar", ValueError, "at least 1 dimension", lambda: (torch.tensor(1.0, device=DEVICE), None, None, {})
+    yield "non-contiguous", ValueError, "not contiguous", lambda: (ok(8, 4).t(), None, None, {})
+    yield "wrong device", ValueError, "kernels run on", lambda: (torch.ones(4, 8, device="meta"), None, None, {})
+    yield "weight wrong shape", ValueError, "weight has shape", lambda: (ok(), vec(7), None, {})
+    yield "bias wrong shape", ValueError, "bias has shape", lambda: (ok(), vec(), vec(9), {})
+    yield "weight dtype", TypeError, "weight has dtype", lambda: (ok(), vec(dtype=torch.float16), None, {})
+    yield "bias dtype", TypeError, "bias has dtype", lambda: (ok(), None, vec(dtype=torch.float64), {})
+    yield "too wide", ValueError, "more than one block", lambda: (ok(1, ln.MAX_N + 1), None, None, {})
+    yield "negative eps", ValueError, "eps", lambda: (ok(), None, None, {"eps": -1.0})
+    yield "out shape", ValueError, "out has shape", lambda: (ok(), None, None, {"out": ok(4, 7)})
+    yield "unknown kernel", ValueError, "kernel must be", lambda: (ok(), None, None, {"kernel": "fast"})
+    yield "block_m not 2^k", ValueError, "block_m", lambda: (ok(), None, None, {"block_m": 3})
+    yield "num_programs 0", ValueError, "num_programs", lambda: (ok(), None, None, {"num_programs": 0})
+
+
+@pytest.mark.parametrize("case, error, message, make_args", [pytest.param(*c, id=c[0]) for c in bad_forward_inputs()])
+def test_forward_rejects_bad_input_before_launch(case, error, message, make_args):
+    x, w, b, kwargs = make_args()
+    with pytest.raises(error, match=message):
+        ln.layer_norm_forward(x, w, b, **kwargs)
+
+
+def bad_backward_inputs():
+    x = lambda: torch.ones(4, 8, device=DEVICE)  # noqa: E731
+    stat = lambda n=4, dtype=torch.float32: torch.ones(n, device=DEVICE, dtype=dtype)  # noqa: E731
+    yield "dy shape", ValueError, "shapes must match", lambda: (x()[:, :7].contiguous(), x(), stat(), stat(), {})
+    yield "dy dtype", TypeError, "dtypes must match", lambda: (x().half(), x(), stat(), stat(), {})
+    yield "mean shape", ValueError, "mean has shape", lambda: (x(), x(), stat(5), stat(), {})
+    yield "rstd dtype", TypeError, "rstd has dtype", lambda: (x(), x(), stat(), stat(dtype=torch.float16), {})
+    yield "unknown kernel", ValueError, "kernel must be", lambda: (x(), x(), stat(), stat(), {"kernel": "x"})
+    yield "num_partials 0", ValueError, "num_partials", lambda: (x(), x(), stat(), stat(), {"num_partials": 0})
+
+
+@pytest.mark.parametrize("case, error, message, make_args", [pytest.param(*c, id=c[0]) for c in bad_backward_inputs()])
+def test_backward_rejects_bad_input_before_launch(case, error, message, make_args):
+    dy, x, mean, rstd, kwargs = make_args()
+    with pytest.raises(error, match=message):
+        ln.layer_norm_backward(dy, x, mean, rstd, **kwargs)
+
+
+def test_functional_checks_normalized_shape():
+    x = torch.ones(2, 3, 4, device=DEVICE)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        ln.layer_norm(x, (3,))
+    with pytest.raises(ValueError, match="weight has shape"):
+        ln.layer_norm(x, (3, 4), torch.ones(12, device=DEVICE))

@@ -1,0 +1,173 @@
+"""Exercise: FlashAttention-2 forward and backward in Triton. Same names as
+week4_triton_dl/flash_attention.py.
+
+Check your work with `pytest tests/week4/test_flash_attention.py --impl=exercises`. Do the
+naive exercise first (`attention_naive.py`): the first kernel here is its two kernels fused.
+Suggested order: the forward kernel with no mask at all (full blocks only), then the masked
+second loop (ragged last block, causal diagonal, key padding), then the delta kernel, the dK/dV
+kernel and the dQ kernel, then the autograd Function.
+"""
+from __future__ import annotations
+
+import torch
+
+from course import runtime  # noqa: F401  before triton: GPU or interpreter
+from course import validate  # noqa: F401
+from week4_triton_dl.attention_naive import check_attention_inputs, check_out, dot_precision  # noqa: F401
+
+import triton  # noqa: E402, F401
+import triton.language as tl  # noqa: E402
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HEAD_DIMS = (16, 32, 64, 128)
+BWD_STRATEGIES = ("split", "atomic")
+DEFAULT_BWD_STRATEGY = "split"
+LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(LOG2E)  # kernels may only read tl.constexpr globals
+_LN2 = tl.constexpr(0.6931471805599453)
+SIM_FWD = {"BLOCK_M": 32, "BLOCK_N": 16}
+SIM_BWD_KV = {"BLOCK_M": 16, "BLOCK_N": 32}
+SIM_BWD_Q = {"BLOCK_M": 32, "BLOCK_N": 16}
+SIM_DELTA_BLOCK = 16
+DELTA_BLOCK = 64
+
+
+@triton.jit
+def _visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS: tl.constexpr):
+    """seq_k, or key_lengths[b] clamped to [0, seq_k]."""
+    # TODO
+    pass
+
+
+@triton.jit
+def _query_block_key_range(m_start, n_keys, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr):
+    """(full_hi, hi): key blocks [0, full_hi) need no mask for queries [m_start, m_start + BLOCK_M)."""
+    # TODO: non-causal: hi = n_keys, full_hi = n_keys rounded down to BLOCK_N. Causal (key j
+    # visible to query i iff j <= i): hi = min(m_start + BLOCK_M, n_keys); a key block
+    # [n, n + BLOCK_N) is visible to every row iff n + BLOCK_N - 1 <= m_start.
+    pass
+
+
+@triton.jit
+def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_keys, qk_scale,
+                    stride_ks, stride_kd, stride_vs, stride_vd,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Online-softmax update of (acc, m_i, l_i) over the key blocks [start, stop), base 2."""
+    # TODO: for each block: qk = q @ k^T; (MASKED: s = where(keep, qk * qk_scale, -inf))
+    # m_new = max(m_i, rowmax(s)); p = exp2(s - m_new); alpha = exp2(m_i - m_new);
+    # l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p.to(v.dtype) @ v; m_i = m_new.
+    # Careful: a row with no visible key yet has m_new = -inf, and -inf - -inf = NaN.
+    pass
+
+
+@triton.jit
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
+                               n_heads, seq_q, seq_k, qk_scale, seq_bucket,
+                               stride_qb, stride_qh, stride_qs, stride_qd,
+                               stride_kb, stride_kh, stride_ks, stride_kd,
+                               stride_vb, stride_vh, stride_vs, stride_vd,
+                               stride_ob, stride_oh, stride_os, stride_od,
+                               CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr,
+                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per (query block, batch * head): out and the natural-log lse of its rows."""
+    # TODO: load the Q tile once; m_i = -inf, l_i = 0, acc = 0 (fp32, or fp64 for fp64
+    # inputs: use lse_ptr.dtype.element_ty); the unmasked loop
+    # over [0, full_hi), the masked loop over [full_hi, hi); out = acc / l (0 where l == 0),
+    # lse = (m_i + log2(l)) * ln 2 (-inf where l == 0).
+    pass
+
+
+@triton.jit
+def flash_attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, n_heads, seq_q,
+                                     stride_ob, stride_oh, stride_os, stride_od,
+                                     stride_dob, stride_doh, stride_dos, stride_dod,
+                                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """D_i = sum_d dO_id * O_id."""
+    # TODO
+    pass
+
+
+@triton.jit
+def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                               start, stop, n_keys, seq_q, sm_scale, qk_scale,
+                               stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs,
+                               MASKED: tl.constexpr, CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """dK, dV of one key block, accumulated over the query blocks [start, stop)."""
+    # TODO: p^T = exp2(K Q^T * qk_scale - lse * log2 e); dV += p^T dO; dp^T = V dO^T;
+    # ds^T = p^T (dp^T - D); dK += ds^T Q. With ATOMIC_DQ also atomically add scale * ds K to dQ.
+    pass
+
+
+@triton.jit
+def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                                    dq_acc_ptr, key_len_ptr, n_heads, seq_q, seq_k, sm_scale, qk_scale,
+                                    seq_bucket,
+                                    stride_qb, stride_qh, stride_qs, stride_qd,
+                                    stride_kb, stride_kh, stride_ks, stride_kd,
+                                    stride_vb, stride_vh, stride_vs, stride_vd,
+                                    stride_dob, stride_doh, stride_dos, stride_dod,
+                                    stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                                    stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                                    CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                    ATOMIC_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                    HEAD_DIM: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of keys: its dK (times scale) and dV; padding keys get 0."""
+    # TODO
+    pass
+
+
+@triton.jit
+def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, start, stop, n_keys, qk_scale,
+                                stride_ks, stride_kd, stride_vs, stride_vd,
+                                MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dQ of one query block, accumulated over the key blocks [start, stop)."""
+    # TODO
+    pass
+
+
+@triton.jit
+def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, key_len_ptr,
+                                  n_heads, seq_q, seq_k, sm_scale, qk_scale, seq_bucket,
+                                  stride_qb, stride_qh, stride_qs, stride_qd,
+                                  stride_kb, stride_kh, stride_ks, stride_kd,
+                                  stride_vb, stride_vh, stride_vs, stride_vd,
+                                  stride_dob, stride_doh, stride_dos, stride_dod,
+                                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
+                                  CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                  DOT_PRECISION: tl.constexpr,
+                                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of queries: its dQ (times scale)."""
+    # TODO
+    pass
+
+
+def flash_attention_forward(q, k, v, causal=False, sm_scale=None, *, key_lengths=None, config=None, out=None):
+    """Returns (out, lse), lse the natural-log log-sum-exp (B, H, Sq)."""
+    raise NotImplementedError("not implemented yet: flash_attention_forward (week4 exercise)")
+
+
+def flash_attention_backward(do, q, k, v, out, lse, causal=False, sm_scale=None, *, key_lengths=None,
+                             strategy=DEFAULT_BWD_STRATEGY, kv_config=None, q_config=None, grads=None):
+    """Returns (dq, dk, dv)."""
+    raise NotImplementedError("not implemented yet: flash_attention_backward (week4 exercise)")
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, key_lengths, strategy):
+        raise NotImplementedError("not implemented yet: FlashAttentionFunction.forward (week4 exercise)")
+
+    @staticmethod
+    def backward(ctx, do):
+        raise NotImplementedError("not implemented yet: FlashAttentionFunction.backward (week4 exercise)")
+
+
+def flash_attention(q, k, v, causal=False, sm_scale=None, *, key_lengths=None, strategy=DEFAULT_BWD_STRATEGY):
+    """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale), fused."""
+    raise NotImplementedError("not implemented yet: flash_attention (week4 exercise)")

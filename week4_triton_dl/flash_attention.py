@@ -1,0 +1,1077 @@
+"""FlashAttention-2 in Triton: fused attention, forward and backward, that never stores the scores.
+
+    O = softmax(Q K^T * scale + mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
+
+`attention_naive.py` computes this in three kernels and keeps the B*H*Sq*Sk scores in HBM.
+Here one kernel does everything for a block of BLOCK_M queries of one (batch, head): it keeps
+its Q tile on-chip, streams K and V through in blocks of BLOCK_N keys and never writes a score.
+The ideas, in the order the kernels use them:
+
+* Online softmax (Milakov & Gimelshein 2018; used for attention by Rabe & Staats 2021 and by
+  FlashAttention, Dao et al. 2022). For each query row keep a running max m, a running sum
+  l = sum exp(s - m) and an unnormalised output acc = sum exp(s - m) v. A new block of scores
+  with a larger max m' rescales both by alpha = exp(m - m'), then adds its own terms. One
+  division by l at the end gives exactly softmax(s) V. Nothing of size S^2 ever exists.
+* exp2 instead of exp: exp(x) = 2^(x log2 e), and the GPU's fast exponential is a base-2
+  instruction (MUFU.EX2), so log2(e) is folded into the score scale once (`qk_scale`) and the
+  inner loop calls `tl.exp2` with no extra multiply.
+* Masking only where needed. A block of keys entirely visible to every query of the program
+  (left of the causal diagonal, fully inside the sequence) needs no mask at all; the diagonal
+  blocks and the ragged last block (S not a multiple of BLOCK_N) go through a second copy of
+  the loop that masks. So the common block pays nothing for causality or odd lengths.
+* The log-sum-exp L = m + log(l) of each row is the only statistic saved for the backward
+  (B*H*Sq floats): P = exp(s - L) can be recomputed exactly from Q, K and L.
+* Backward (FlashAttention-2, Dao 2023): with dP = dO V^T and D_i = rowsum(dO_i * O_i),
+  dS = P * (dP - D) and dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO. A small kernel first
+  computes D (`flash_attention_bwd_delta_kernel`). Then, by default ("split"), one kernel owns
+  a block of keys and loops over all queries, accumulating its dK and dV on-chip, and a second
+  kernel owns a block of queries and accumulates its dQ: every output is written once, no
+  atomics, deterministic, at the price of recomputing P (and dP) twice: 7 block matmuls
+  instead of 5. The "atomic" strategy computes dQ inside the dK/dV kernel and adds each
+  partial dQ tile into an fp32 buffer with atomics (5 matmuls, but traffic to L2 and a
+  result that is not bit-reproducible). `--sweep` measures both.
+
+Cost model, per (batch, head), S = Sq = Sk, itemsize s:
+* FLOPs: forward 4 S^2 D (QK^T and PV, 2 FLOPs per multiply-add), halved for causal;
+  backward counted as 2.5x the forward (5 matmuls instead of 2; the recomputation of the
+  split backward is not counted, as every FlashAttention paper and benchmark counts it).
+* HBM traffic, forward: Q, K, V read and O written once, 4 S D s bytes, plus L (4 S bytes):
+  that is all, since scores never leave the chip. K and V are re-read by every query block
+  (S / BLOCK_M times), but the programs of one head run together and those re-reads are served
+  from L2. Compare the naive version's 16 S^2 bytes of score traffic: at S = 4096, D = 128 bf16,
+  4.2 MB versus 268 MB per head. The fused kernel does 4 S^2 D FLOPs on 4 S D s bytes: S/s
+  FLOPs per byte, ~2000 at S = 4096, far above the H100's ridge point (~240 FLOPs/byte for bf16
+  tensor cores against 3 TB/s): compute-bound, so the yardstick is TFLOP/s against SDPA's
+  FlashAttention-2 and cuDNN backends.
+
+Inputs are (B, H, S, D) tensors with any strides (so q.transpose(1, 2) of a (B, S, H, D)
+tensor works without a copy), fp16 or bf16 (fp32 accumulation), fp32 (exact fp32 products, for
+checking), or fp64 (all arithmetic in fp64, so `torch.autograd.gradcheck` can test the
+backward). Head dims 16, 32, 64, 128. Causal masks are top-left aligned like torch's
+`is_causal`. `key_lengths` (B,) marks keys at positions >= key_lengths[b] as padding; a query
+row with no visible key (key_lengths[b] == 0, or Sk == 0) gives zeros, as torch's SDPA does.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import validate
+from course.bench import Benchmark
+from course.check import random_tensor
+
+import triton  # noqa: E402  (after course.runtime on purpose)
+import triton.language as tl  # noqa: E402
+
+from week4_triton_dl.attention_naive import (  # noqa: E402
+    attention_naive, check_attention_inputs, check_out, dot_precision)
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HEAD_DIMS = (16, 32, 64, 128)
+BWD_STRATEGIES = ("split", "atomic")
+DEFAULT_BWD_STRATEGY = "split"  # deterministic; switch if the sweep shows "atomic" clearly faster
+LOG2E = 1.4426950408889634  # host side: folded into the scale passed to the kernels
+# Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
+_LOG2E = tl.constexpr(LOG2E)
+_LN2 = tl.constexpr(0.6931471805599453)
+
+# Configs the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
+# the causal bounds are exercised with both orders of tile sizes across the tests.
+SIM_FWD = {"BLOCK_M": 32, "BLOCK_N": 16}
+SIM_BWD_KV = {"BLOCK_M": 16, "BLOCK_N": 32}
+SIM_BWD_Q = {"BLOCK_M": 32, "BLOCK_N": 16}
+SIM_DELTA_BLOCK = 16
+DELTA_BLOCK = 64
+
+
+# =============================================================================== forward
+@triton.jit
+def _visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS: tl.constexpr):
+    """Keys 0 .. n_keys-1 exist for batch b: all of them, or key_lengths[b] clamped to [0, Sk]."""
+    n_keys = seq_k
+    if HAS_KEY_LENGTHS:
+        n_keys = tl.minimum(tl.maximum(tl.load(key_len_ptr + b).to(tl.int32), 0), seq_k)
+    return n_keys
+
+
+@triton.jit
+def _query_block_key_range(m_start, n_keys, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr):
+    """Keys a block of queries [m_start, m_start + BLOCK_M) must visit: [0, hi).
+
+    Blocks in [0, full_hi) are visible to every query of the block and lie inside the
+    sequence: no mask. [full_hi, hi) holds the causal diagonal and/or the ragged last block.
+    """
+    if CAUSAL:
+        # Key j is visible to query i when j <= i. A key block [n, n + BLOCK_N) is visible to
+        # every row of the block iff n + BLOCK_N - 1 <= m_start.
+        hi = tl.minimum(m_start + BLOCK_M, n_keys)
+        full_hi = tl.minimum((m_start + 1) // BLOCK_N, n_keys // BLOCK_N) * BLOCK_N
+    else:
+        hi = n_keys
+        full_hi = n_keys // BLOCK_N * BLOCK_N
+    return full_hi, hi
+
+
+@triton.jit
+def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_keys, qk_scale,
+                    stride_ks, stride_kd, stride_vs, stride_vd,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Online-softmax update of (acc, m_i, l_i) with the key blocks [start, stop).
+
+    Scores are kept in base 2: s2 = q.k * scale * log2(e), so p = exp2(s2 - m).
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k_ptrs = k_base + (start + offs_n)[:, None] * stride_ks + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + (start + offs_n)[:, None] * stride_vs + offs_d[None, :] * stride_vd
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        if MASKED:
+            # Padding keys are loaded as 0 (they may hold anything, even NaN) and masked below.
+            k = tl.load(k_ptrs, mask=cols[:, None] < n_keys, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if MASKED:
+            keep = cols[None, :] < n_keys
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            s = tl.where(keep, qk * qk_scale, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row that has seen no visible key yet has m = -inf; -inf - -inf would be NaN, so
+            # shift by 0 there: its p and its rescale factor are then exp2(-inf) = 0, as they must.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            p = tl.exp2(s - shift[:, None])
+            alpha = tl.exp2(m_i - shift)
+        else:
+            # Unmasked: take the max of the raw products and scale it once (scale > 0), so the
+            # exponent below is one fused multiply-add per score.
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_keys, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        # P is rounded to the input dtype for the tensor cores; the sum is accumulated in fp32.
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_ks
+        v_ptrs += BLOCK_N * stride_vs
+    return acc, m_i, l_i
+
+
+@triton.jit
+def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
+                               n_heads, seq_q, seq_k, qk_scale, seq_bucket,
+                               stride_qb, stride_qh, stride_qs, stride_qd,
+                               stride_kb, stride_kh, stride_ks, stride_kd,
+                               stride_vb, stride_vh, stride_vs, stride_vd,
+                               stride_ob, stride_oh, stride_os, stride_od,
+                               CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr,
+                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # seq_bucket (next power of two of the longer sequence) is not used here: it is the
+    # autotuner's key, so one tuning serves every length in the bucket.
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # Causal query blocks near the end do the most work; starting them first leaves the
+        # short ones to fill the last wave (better balance across the SMs).
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    n_keys = _visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+
+    m_start = pid_m * BLOCK_M
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    # The Q tile is loaded once and stays on-chip for the whole sweep over the keys.
+    q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+    # Statistics and accumulator in fp32 (fp64 for fp64 inputs): the type of the lse buffer.
+    acc_ty = lse_ptr.dtype.element_ty
+    m_i = tl.full([BLOCK_M], -float("inf"), acc_ty)
+    l_i = tl.zeros([BLOCK_M], acc_ty)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], acc_ty)
+
+    full_hi, hi = _query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
+    acc, m_i, l_i = _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, 0, full_hi, n_keys, qk_scale,
+                                    stride_ks, stride_kd, stride_vs, stride_vd,
+                                    False, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    acc, m_i, l_i = _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, full_hi, hi, n_keys, qk_scale,
+                                    stride_ks, stride_kd, stride_vs, stride_vd,
+                                    True, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+
+    # l = 0 only for a row that saw no visible key at all: define its output as 0 (torch's
+    # SDPA does the same) and its log-sum-exp as -inf (the log of an empty sum).
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / l_safe)[:, None]
+    lse = tl.where(empty, -float("inf"), (m_i + tl.log2(l_safe)) * _LN2)  # natural log, like torch
+    tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
+
+
+# =============================================================================== backward
+@triton.jit
+def flash_attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, n_heads, seq_q,
+                                     stride_ob, stride_oh, stride_os, stride_od,
+                                     stride_dob, stride_doh, stride_dos, stride_dod,
+                                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """D_i = sum_d dO_id * O_id: the row term of dS = P * (dP - D), computed once per row."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    acc_ty = delta_ptr.dtype.element_ty
+    o = tl.load(o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+                + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od, mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+                 + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(acc_ty) * do.to(acc_ty), 1)
+    tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, delta, mask=row_ok)
+
+
+@triton.jit
+def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                               start, stop, n_keys, seq_q, sm_scale, qk_scale,
+                               stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs,
+                               MASKED: tl.constexpr, CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Accumulate dK, dV of one key block over the query blocks [start, stop).
+
+    Works with transposed tiles (keys along rows): s^T = K Q^T, so every product below is a
+    plain tl.dot of on-chip tiles and dK, dV come out in their own row order.
+    """
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = q_base + (start + offs_m0)[:, None] * stride_qs + offs_d[None, :] * stride_qd
+    do_ptrs = do_base + (start + offs_m0)[:, None] * stride_dos + offs_d[None, :] * stride_dod
+    for start_m in range(start, stop, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        rows = start_m + offs_m0
+        if MASKED:
+            row_ok = rows < seq_q
+            q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None], other=0.0)
+            # +inf for rows past the end: p = exp2(s - inf) = 0, so they add nothing.
+            lse2 = tl.load(lse_base + rows, mask=row_ok, other=float("inf")) * _LOG2E
+            delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
+        else:
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+            lse2 = tl.load(lse_base + rows) * _LOG2E
+            delta = tl.load(delta_base + rows)
+        s_t = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        # Recompute P from the saved log-sum-exp: exact softmax probabilities, no S^2 storage.
+        p_t = tl.exp2(s_t * qk_scale - lse2[None, :])
+        if MASKED:
+            keep = (rows[None, :] < seq_q) & (offs_n[:, None] < n_keys)
+            if CAUSAL:
+                keep = keep & (offs_n[:, None] <= rows[None, :])
+            p_t = tl.where(keep, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+        if ATOMIC_DQ:
+            # This key block's share of dQ for these rows, added into the fp32 buffer. Every key
+            # block adds to the same rows: atomics make the sum order, so the last bits, vary.
+            dq_part = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION) * sm_scale
+            dq_ptrs = dq_base + rows[:, None] * stride_dqs + offs_d[None, :]
+            if MASKED:
+                tl.atomic_add(dq_ptrs, dq_part, mask=rows[:, None] < seq_q)
+            else:
+                tl.atomic_add(dq_ptrs, dq_part)
+        q_ptrs += BLOCK_M * stride_qs
+        do_ptrs += BLOCK_M * stride_dos
+    return dk, dv
+
+
+@triton.jit
+def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                                    dq_acc_ptr, key_len_ptr, n_heads, seq_q, seq_k, sm_scale, qk_scale,
+                                    seq_bucket,
+                                    stride_qb, stride_qh, stride_qs, stride_qd,
+                                    stride_kb, stride_kh, stride_ks, stride_kd,
+                                    stride_vb, stride_vh, stride_vs, stride_vd,
+                                    stride_dob, stride_doh, stride_dos, stride_dod,
+                                    stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                                    stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                                    CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                    ATOMIC_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                    HEAD_DIM: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of BLOCK_N keys of one (batch, head): its dK and dV (and, with
+    ATOMIC_DQ, its contributions to dQ)."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    n_keys = _visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+    n_start = pid_n * BLOCK_N
+    offs_n = n_start + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_ok = offs_n < n_keys
+    k = tl.load(k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+                + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd, mask=key_ok[:, None], other=0.0)
+    v = tl.load(v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+                + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd, mask=key_ok[:, None], other=0.0)
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    do_base = do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+    lse_base = lse_ptr + bh.to(tl.int64) * seq_q
+    delta_base = delta_ptr + bh.to(tl.int64) * seq_q
+    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)  # fp32 (fp64 for fp64 inputs)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)
+
+    # Query blocks to visit: [q_lo, q_end). Unmasked: [u_lo, u_hi), blocks entirely below the
+    # causal diagonal and inside the sequence. Masked: [q_lo, u_lo) (the diagonal) and
+    # [u_hi, q_end) (the ragged last block).
+    q_end = tl.where(n_start < n_keys, seq_q, 0)  # a block of padding keys has no gradient
+    q_ceil = tl.cdiv(seq_q, BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        q_lo = n_start // BLOCK_M * BLOCK_M
+        u_lo = tl.cdiv(n_start + BLOCK_N - 1, BLOCK_M) * BLOCK_M
+    else:
+        q_lo = 0
+        u_lo = 0
+    if ATOMIC_DQ:
+        # dQ sums over keys, so padding keys must be masked in every step of a partial block.
+        u_lo = tl.where(n_start + BLOCK_N > n_keys, q_ceil, u_lo)
+    u_hi = tl.maximum(seq_q // BLOCK_M * BLOCK_M, u_lo)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        q_lo, tl.minimum(u_lo, q_end), n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        True, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        u_lo, tl.minimum(u_hi, q_end), n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        False, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        u_hi, q_end, n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        True, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    # Padding keys (past key_lengths[b]) get exactly zero gradient.
+    dk = tl.where(key_ok[:, None], dk * sm_scale, 0.0)
+    dv = tl.where(key_ok[:, None], dv, 0.0)
+    store_ok = offs_n[:, None] < seq_k
+    tl.store(dk_ptr + b.to(tl.int64) * stride_dkb + h.to(tl.int64) * stride_dkh
+             + offs_n[:, None] * stride_dks + offs_d[None, :] * stride_dkd, dk.to(dk_ptr.dtype.element_ty),
+             mask=store_ok)
+    tl.store(dv_ptr + b.to(tl.int64) * stride_dvb + h.to(tl.int64) * stride_dvh
+             + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd, dv.to(dv_ptr.dtype.element_ty),
+             mask=store_ok)
+
+
+@triton.jit
+def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, start, stop, n_keys, qk_scale,
+                                stride_ks, stride_kd, stride_vs, stride_vd,
+                                MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Accumulate dQ of one query block over the key blocks [start, stop)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k_ptrs = k_base + (start + offs_n)[:, None] * stride_ks + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + (start + offs_n)[:, None] * stride_vs + offs_d[None, :] * stride_vd
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[:, None] < n_keys, other=0.0)
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_keys, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        p = tl.exp2(s * qk_scale - lse2[:, None])
+        if MASKED:
+            keep = cols[None, :] < n_keys
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+        k_ptrs += BLOCK_N * stride_ks
+        v_ptrs += BLOCK_N * stride_vs
+    return dq
+
+
+@triton.jit
+def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, key_len_ptr,
+                                  n_heads, seq_q, seq_k, sm_scale, qk_scale, seq_bucket,
+                                  stride_qb, stride_qh, stride_qs, stride_qd,
+                                  stride_kb, stride_kh, stride_ks, stride_kd,
+                                  stride_vb, stride_vh, stride_vs, stride_vd,
+                                  stride_dob, stride_doh, stride_dos, stride_dod,
+                                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
+                                  CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                  DOT_PRECISION: tl.constexpr,
+                                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of BLOCK_M queries: its dQ, sweeping the keys like the forward."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    n_keys = _visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+    m_start = pid_m * BLOCK_M
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+                + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+                 + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
+    lse2 = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=float("inf")) * _LOG2E
+    delta = tl.load(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=0.0)
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], lse_ptr.dtype.element_ty)
+    full_hi, hi = _query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
+    dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 0, full_hi, n_keys, qk_scale,
+                                     stride_ks, stride_kd, stride_vs, stride_vd,
+                                     False, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, full_hi, hi, n_keys, qk_scale,
+                                     stride_ks, stride_kd, stride_vs, stride_vd,
+                                     True, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    tl.store(dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
+             + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
+             (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+# =============================================================================== autotuning
+def _config(block_m, block_n, warps, stages, max_head_dim=128):
+    config = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+    config.max_head_dim = max_head_dim  # larger D would spill: the accumulators outgrow the registers
+    return config
+
+
+# The space the sweep measures and the autotuner picks from (16-bit inputs). BLOCK_M = 128
+# gives each program 128 rows of Q against which every K/V block is reused (the arithmetic
+# intensity of the inner loop); 8 warps split a 128-row tile into 16-row wgmma slices.
+# num_stages is how many K/V blocks the compiler prefetches ahead (cp.async pipelining).
+# The max_head_dim=64 entries were seen to spill registers at D = 128 when compiled for sm_90
+# (Triton 3.9, ptxas): a 128 x 128 fp32 accumulator is 128 registers per thread at 4 warps.
+# The first entries of each list are the ones `--sweep --quick` measures.
+FWD_CONFIGS = [
+    _config(128, 64, 8, 3), _config(128, 128, 8, 2), _config(64, 64, 4, 3), _config(128, 64, 8, 4),
+    _config(128, 128, 8, 3), _config(64, 64, 4, 4), _config(64, 128, 4, 3), _config(128, 32, 8, 4),
+    _config(128, 64, 4, 3, max_head_dim=64), _config(128, 32, 4, 4, max_head_dim=64),
+]
+# dK/dV kernel: BLOCK_N keys per program (their dK, dV accumulators live in registers: 2 x
+# BLOCK_N x D fp32, so D = 128 with 128 keys wants 8 warps), BLOCK_M query rows per step.
+BWD_KV_CONFIGS = [
+    _config(32, 128, 8, 3), _config(64, 128, 8, 2), _config(32, 64, 4, 3), _config(64, 128, 8, 3),
+    _config(32, 64, 4, 2), _config(64, 64, 8, 3), _config(32, 128, 8, 2),
+    _config(32, 128, 4, 3, max_head_dim=64), _config(64, 64, 4, 3, max_head_dim=64),
+    _config(16, 128, 4, 4, max_head_dim=64),
+]
+# dQ kernel: BLOCK_M queries per program, BLOCK_N keys per step.
+BWD_Q_CONFIGS = [
+    _config(128, 64, 8, 3), _config(128, 32, 8, 3), _config(64, 64, 4, 3), _config(128, 64, 8, 2),
+    _config(64, 32, 4, 4), _config(64, 32, 4, 2), _config(128, 32, 4, 3, max_head_dim=64),
+]
+# For fp32/fp64 (no 16-bit tensor cores: FMA or fp64 MMA) and short sequences: one small tile.
+SMALL_FWD, SMALL_BWD_KV, SMALL_BWD_Q = _config(64, 64, 4, 2), _config(32, 64, 4, 2), _config(64, 32, 4, 2)
+WIDE_DTYPE_CONFIG = _config(32, 32, 4, 2)
+SHORT_SEQUENCE = 512  # below this (bucket), tuning costs more than it can win
+
+
+def configs_for(configs, head_dim):
+    return [c for c in configs if head_dim <= c.max_head_dim]
+
+
+def _pruner(small):
+    def prune(configs, named_args, **kwargs):
+        if named_args["q_ptr"].dtype in (torch.float32, torch.float64):
+            return [WIDE_DTYPE_CONFIG]
+        if named_args["seq_bucket"] <= SHORT_SEQUENCE:
+            return [small]
+        head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
+        return configs_for(configs, head_dim) if head_dim is not None else configs
+    return prune
+
+
+_AUTOTUNE_KEY = ["seq_bucket", "HEAD_DIM", "CAUSAL", "HAS_KEY_LENGTHS"]
+flash_attention_fwd_autotuned = triton.autotune(
+    configs=FWD_CONFIGS, key=_AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": _pruner(SMALL_FWD)})(flash_attention_fwd_kernel)
+flash_attention_bwd_dkdv_autotuned = triton.autotune(
+    configs=BWD_KV_CONFIGS, key=_AUTOTUNE_KEY + ["ATOMIC_DQ"], reset_to_zero=["dq_acc_ptr"],
+    prune_configs_by={"early_config_prune": _pruner(SMALL_BWD_KV)})(flash_attention_bwd_dkdv_kernel)
+flash_attention_bwd_dq_autotuned = triton.autotune(
+    configs=BWD_Q_CONFIGS, key=_AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": _pruner(SMALL_BWD_Q)})(flash_attention_bwd_dq_kernel)
+
+
+def _as_kwargs(config) -> dict:
+    """A triton.Config or a plain dict {'BLOCK_M', 'BLOCK_N'[, 'num_warps', 'num_stages']}."""
+    if isinstance(config, triton.Config):
+        return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
+        raise ValueError(f"config must be a triton.Config or a dict with BLOCK_M and BLOCK_N, got {config!r}")
+    for name in ("BLOCK_M", "BLOCK_N"):
+        value = config[name]
+        if not isinstance(value, int) or value < 16 or value & (value - 1):
+            raise ValueError(f"config {name} must be a power of two >= 16 (tl.dot's minimum), got {value!r}")
+    return dict(config)
+
+
+def _pick(autotuned, plain, config, sim_config):
+    """(kernel, launch kwargs): an explicit config, else the autotuner on a GPU, else the sim one."""
+    if config is not None:
+        return plain, _as_kwargs(config)
+    if runtime.on_gpu():
+        return autotuned, {}
+    return plain, dict(sim_config)
+
+
+# =============================================================================== launchers
+def _stats_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _seq_bucket(seq_q, seq_k):
+    return triton.next_power_of_2(max(seq_q, seq_k, 1))
+
+
+def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    if out is None:
+        out = torch.empty((B, H, Sq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Sq), dtype=_stats_dtype(q.dtype), device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    kernel, kwargs = _pick(flash_attention_fwd_autotuned, flash_attention_fwd_kernel, config, SIM_FWD)
+    grid = lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)  # noqa: E731
+    kernel[grid](q, k, v, out, lse, key_lengths if key_lengths is not None else lse,
+                 H, Sq, Sk, scale * LOG2E, _seq_bucket(Sq, Sk),
+                 *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                 CAUSAL=causal, HAS_KEY_LENGTHS=key_lengths is not None,
+                 DOT_PRECISION=dot_precision(q.dtype), HEAD_DIM=D, **kwargs)
+    return out, lse
+
+
+def _delta(out, do, lse_dtype):
+    B, H, Sq, D = out.shape
+    delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
+    block = DELTA_BLOCK if runtime.on_gpu() else SIM_DELTA_BLOCK
+    flash_attention_bwd_delta_kernel[(triton.cdiv(Sq, block), B * H)](
+        out, do, delta, H, Sq, *out.stride(), *do.stride(), HEAD_DIM=D, BLOCK_M=block, num_warps=4)
+    return delta
+
+
+def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config=None, q_config=None,
+              grads=None):
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    if grads is None:
+        grads = (torch.empty((B, H, Sq, D), dtype=q.dtype, device=q.device),
+                 torch.empty((B, H, Sk, D), dtype=k.dtype, device=k.device),
+                 torch.empty((B, H, Sk, D), dtype=v.dtype, device=v.device))
+    dq, dk, dv = grads
+    if B * H == 0 or D == 0:
+        return dq, dk, dv
+    if Sq == 0 or Sk == 0:  # no pair of query and key: every gradient is an empty sum
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = _delta(out, do, lse.dtype)
+    common = dict(CAUSAL=causal, HAS_KEY_LENGTHS=key_lengths is not None,
+                  DOT_PRECISION=dot_precision(q.dtype), HEAD_DIM=D)
+    lengths = key_lengths if key_lengths is not None else lse
+    atomic = strategy == "atomic"
+    # The autotuner zeroes dq_acc before every trial (reset_to_zero): without atomics it must
+    # be a throwaway buffer, never a tensor that holds data (such as lse).
+    dq_acc = torch.zeros((B, H, Sq, D) if atomic else (1,), dtype=lse.dtype, device=q.device)
+    kernel, kwargs = _pick(flash_attention_bwd_dkdv_autotuned, flash_attention_bwd_dkdv_kernel, kv_config, SIM_BWD_KV)
+    kernel[lambda meta: (triton.cdiv(Sk, meta["BLOCK_N"]), B * H)](
+        q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E, _seq_bucket(Sq, Sk),
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+        ATOMIC_DQ=atomic, **common, **kwargs)
+    if atomic:
+        dq.copy_(dq_acc)
+        return dq, dk, dv
+    kernel, kwargs = _pick(flash_attention_bwd_dq_autotuned, flash_attention_bwd_dq_kernel, q_config, SIM_BWD_Q)
+    kernel[lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)](
+        q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, _seq_bucket(Sq, Sk),
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), **common, **kwargs)
+    return dq, dk, dv
+
+
+def _check(q, k, v, causal, sm_scale, key_lengths):
+    return check_attention_inputs(q, k, v, causal, sm_scale, key_lengths, dtypes=DTYPES, head_dims=HEAD_DIMS)
+
+
+def _check_strategy(strategy):
+    if strategy not in BWD_STRATEGIES:
+        raise ValueError(f"strategy must be one of {list(BWD_STRATEGIES)}, got {strategy!r}")
+
+
+def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                            sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
+                            config=None, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused forward: (out, lse), lse = log-sum-exp of each row's scaled scores (B, H, Sq).
+
+    `config` (a dict with BLOCK_M, BLOCK_N, num_warps, num_stages, or a triton.Config) skips the
+    autotuner: for experiments and the sweep. No autograd: use `flash_attention` for that.
+    """
+    scale = _check(q, k, v, causal, sm_scale, key_lengths)
+    out = check_out(out, q.shape, q.dtype)
+    if config is not None:
+        _as_kwargs(config)
+    return _forward(q, k, v, causal, scale, key_lengths, config, out)
+
+
+def flash_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             out: torch.Tensor, lse: torch.Tensor, causal: bool = False,
+                             sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
+                             strategy: str = DEFAULT_BWD_STRATEGY, kv_config=None, q_config=None,
+                             grads: tuple | None = None):
+    """(dq, dk, dv) from the forward's out and lse: P is recomputed, never loaded.
+
+    `grads=(dq, dk, dv)` writes into given tensors; `kv_config`/`q_config` fix the block sizes
+    of the dK/dV kernel and the dQ kernel (dicts or triton.Configs) instead of autotuning.
+    """
+    scale = _check(q, k, v, causal, sm_scale, key_lengths)
+    _check_strategy(strategy)
+    validate.tensor(do, "do", dtypes=(q.dtype,), ndim=4, contiguous=False)
+    validate.tensor(out, "out", dtypes=(q.dtype,), ndim=4, contiguous=False)
+    validate.tensor(lse, "lse", dtypes=(_stats_dtype(q.dtype),), ndim=3)
+    for name, t in (("do", do), ("out", out)):
+        if t.shape != q.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected q's shape {tuple(q.shape)}")
+    if lse.shape != q.shape[:3]:
+        raise ValueError(f"lse has shape {tuple(lse.shape)}; expected (B, H, Sq) = {tuple(q.shape[:3])}")
+    for config in (kv_config, q_config):
+        if config is not None:
+            _as_kwargs(config)
+    if grads is not None:
+        if not isinstance(grads, (tuple, list)) or len(grads) != 3:
+            raise TypeError("grads must be a tuple (dq, dk, dv) of tensors")
+        grads = tuple(check_out(g, like.shape, like.dtype, name)
+                      for g, like, name in zip(grads, (q, k, v), ("dq", "dk", "dv")))
+    return _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config, q_config, grads)
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Autograd glue: the forward saves q, k, v, out and the log-sum-exp (not P)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, key_lengths, strategy):
+        out, lse = _forward(q, k, v, causal, scale, key_lengths)
+        ctx.save_for_backward(q, k, v, out, lse, key_lengths)
+        ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        q, k, v, out, lse, key_lengths = ctx.saved_tensors
+        dq, dk, dv = _backward(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
+                    strategy: str = DEFAULT_BWD_STRATEGY) -> torch.Tensor:
+    """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale), fused.
+
+    q (B, H, Sq, D), k and v (B, H, Sk, D), any strides; fp16, bf16, fp32 or fp64; D in 16,
+    32, 64, 128. `key_lengths` (B,) int: keys at positions >= key_lengths[b] are padding.
+    Differentiable in q, k and v; `strategy` picks the backward ("split" or "atomic").
+    """
+    scale = _check(q, k, v, causal, sm_scale, key_lengths)
+    _check_strategy(strategy)
+    return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy)
+
+
+# =============================================================================== benchmarks
+# Tokens x heads held constant: B * H * S = 2^18 with H = 16, so every size launches the same
+# number of query-block programs (2048 of 128 rows: ~15 waves over 132 SMs) and moves the same
+# 64 MB per input tensor at D = 128, while the FLOPs grow with S.
+HEADS = 16
+TOKENS = 1 << 18
+SEQ_LENS = [1024, 2048, 4096, 8192, 16384]
+
+
+def _batch(seq):
+    return max(1, TOKENS // (HEADS * seq))
+
+
+def _sdpa(backend=None):
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def _backends():
+    from torch.nn.attention import SDPBackend
+    return {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_math": SDPBackend.MATH}
+
+
+def _inputs(size, requires_grad):
+    seq, head_dim, dtype = size
+    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
+    d = runtime.DEVICE
+    q, k, v = (random_tensor((batch, heads, seq, head_dim), dtype, d).requires_grad_(requires_grad)
+               for _ in range(3))
+    if requires_grad:
+        return q, k, v, random_tensor((batch, heads, seq, head_dim), dtype, d)
+    return q, k, v
+
+
+def _forward_only(fn, causal):
+    def run(q, k, v):
+        with torch.no_grad():
+            return fn(q, k, v, causal)
+    return run
+
+
+def _forward_backward(fn, causal):
+    def run(q, k, v, do):
+        out = fn(q, k, v, causal)
+        return torch.autograd.grad(out, (q, k, v), do)
+    return run
+
+
+def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False):
+    """4 B H Sq Sk D for the forward (halved when causal); the backward counts 2.5x that."""
+    fwd = 4 * batch * heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0)
+    return fwd * 3.5 if backward else fwd
+
+
+def _size_numbers(size):
+    seq, head_dim, dtype = size
+    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
+    return batch, heads, seq, head_dim, torch.empty((), dtype=dtype).element_size()
+
+
+def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
+    short = str(dtype).replace("torch.", "")
+    kind = "fwdbwd" if backward else "fwd"
+    name = f"attention_{kind}{'_causal' if causal else ''}_{short}_d{head_dim}"
+    wrap = _forward_backward if backward else _forward_only
+    ours = lambda q, k, v, c: flash_attention(q, k, v, c)  # noqa: E731
+    variants = {"torch": wrap(_sdpa(), causal)}
+    for label in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
+        variants[label] = wrap(_sdpa(_backends()[label]), causal)
+    variants["triton_flash"] = wrap(ours, causal)
+
+    def flops(size):
+        b, h, s, d, _ = _size_numbers(size)
+        return attention_flops(b, h, s, s, d, causal, backward)
+
+    def nbytes(size):
+        b, h, s, d, item = _size_numbers(size)
+        return (12 if backward else 4) * b * h * s * d * item
+
+    return Benchmark(
+        name=name,
+        title=(f"Attention {'forward + backward' if backward else 'forward'}, {'causal' if causal else 'non-causal'}, "
+               f"{short}, D = {head_dim}, B*H*S = {TOKENS} (H = {HEADS})"),
+        sizes=[(s, head_dim, dtype) for s in SEQ_LENS],
+        sim_sizes=[(48, head_dim, torch.float16)],
+        size_label=lambda size: f"S={size[0]}",
+        make_inputs=lambda size: _inputs(size, backward),
+        variants=variants,
+        gpu_only=("sdpa_cudnn", "sdpa_efficient"),
+        headline=("triton_flash", "sdpa_flash", "sdpa_cudnn"),
+        bytes=nbytes,
+        flops=flops,
+        compute_dtype=dtype,
+        notes=("flops = 4 B H S^2 D for the forward, halved when causal; forward + backward counts 3.5x "
+               "that (backward = 2.5x forward; recomputation not counted). bytes = q, k, v read and o "
+               "written once (forward), plus q, k, v, o, dO read and dq, dk, dv written once (backward). "
+               "'torch' is SDPA's default choice of backend."),
+    )
+
+
+def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
+    short = str(dtype).replace("torch.", "")
+    variants = {
+        "torch": _forward_only(_sdpa(), False),
+        "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
+        "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
+        "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False),
+    }
+
+    def nbytes(size):
+        b, h, s, d, item = _size_numbers(size)
+        return 4 * b * h * s * d * item
+
+    def flops(size):
+        b, h, s, d, _ = _size_numbers(size)
+        return attention_flops(b, h, s, s, d, False)
+
+    return Benchmark(
+        name=f"attention_naive_vs_fused_{short}_d{head_dim}",
+        title=f"Unfused vs fused attention forward, non-causal, {short}, D = {head_dim}, B*H*S = {TOKENS}",
+        sizes=[(s, head_dim, dtype) for s in SEQ_LENS[:4]],
+        sim_sizes=[(48, head_dim, torch.float16)],
+        size_label=lambda size: f"S={size[0]}",
+        make_inputs=lambda size: _inputs(size, False),
+        variants=variants,
+        headline=("triton_naive", "triton_flash"),
+        bytes=nbytes,
+        flops=flops,
+        compute_dtype=dtype,
+        notes=("bytes counts only q, k, v, o (the fused minimum): the naive version also writes and reads "
+               "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses."),
+    )
+
+
+BENCHMARKS = [
+    _attention_benchmark(128, False, False), _attention_benchmark(128, True, False),
+    _attention_benchmark(128, False, True), _attention_benchmark(128, True, True),
+    _attention_benchmark(64, False, False), _attention_benchmark(64, True, False),
+    _attention_benchmark(64, False, True), _attention_benchmark(64, True, True),
+    _naive_benchmark(),
+]
+
+
+# =============================================================================== sweep
+def _time_ms(fn, warmup=10, rep=40):
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
+
+
+def _cfg_label(cfg):
+    kw = _as_kwargs(cfg)
+    return f"M{kw['BLOCK_M']:>3} N{kw['BLOCK_N']:>3} w{kw.get('num_warps', 4)} s{kw.get('num_stages', 3)}"
+
+
+def _try(fn):
+    try:
+        return fn(), None
+    except Exception as error:  # a config that does not compile (shared memory, registers) is a result
+        return None, f"{type(error).__name__}: {str(error).splitlines()[0][:60] if str(error) else ''}"
+
+
+def _sdpa_times(label, q, k, v, do, causal):
+    fn = _sdpa(_backends()[label])
+    fwd, err = _try(lambda: _time_ms(lambda: fn(q, k, v, causal)))
+    if err:
+        return None, None, err
+    out = fn(q, k, v, causal)
+    bwd, err = _try(lambda: _time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)))
+    return fwd, bwd, err
+
+
+def _max_err(got, want):
+    return max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want))
+
+
+class _Problem:
+    """One (causal, S) point of the sweep: inputs, FLOP counts, and launchers for each kernel."""
+
+    def __init__(self, seq, head_dim, dtype, causal):
+        self.seq, self.head_dim, self.causal = seq, head_dim, causal
+        self.batch = _batch(seq)
+        shape = (self.batch, HEADS, seq, head_dim)
+        self.q, self.k, self.v, self.do = (random_tensor(shape, dtype, runtime.DEVICE) for _ in range(4))
+        for t in (self.q, self.k, self.v):
+            t.requires_grad_(True)
+        self.scale = 1 / math.sqrt(head_dim)
+        self.flops_fwd = attention_flops(self.batch, HEADS, seq, seq, head_dim, causal)
+        self.flops_bwd = 2.5 * self.flops_fwd
+        self.tag = f"{'causal' if causal else 'full  '} S={seq:>5} B={self.batch:>3}"
+        self.dq, self.dk, self.dv = (torch.empty_like(t) for t in (self.q, self.k, self.v))
+        self.dq_acc = torch.zeros(shape, dtype=torch.float32, device=runtime.DEVICE)
+
+    def forward(self, cfg):
+        return _forward(self.q, self.k, self.v, self.causal, self.scale, None, cfg)
+
+    def prepare_backward(self, cfg):
+        with torch.no_grad():
+            self.out, self.lse = self.forward(cfg)
+        self.delta = _delta(self.out, self.do, self.lse.dtype)
+
+    def _common(self):
+        return dict(CAUSAL=self.causal, HAS_KEY_LENGTHS=False, DOT_PRECISION="tf32", HEAD_DIM=self.head_dim)
+
+    def kv(self, cfg, atomic=False):
+        kw = _as_kwargs(cfg)
+        q, k, v, S = self.q, self.k, self.v, self.seq
+        if atomic:
+            self.dq_acc.zero_()
+        flash_attention_bwd_dkdv_kernel[(triton.cdiv(S, kw["BLOCK_N"]), self.batch * HEADS)](
+            q, k, v, self.do, self.lse, self.delta, self.dk, self.dv, self.dq_acc,
+            self.lse, HEADS, S, S, self.scale, self.scale * LOG2E, 0,
+            *q.stride(), *k.stride(), *v.stride(), *self.do.stride(), *self.dk.stride(), *self.dv.stride(),
+            ATOMIC_DQ=atomic, **self._common(), **kw)
+        if atomic:
+            self.dq.copy_(self.dq_acc)
+
+    def dq_kernel(self, cfg):
+        kw = _as_kwargs(cfg)
+        q, k, v, S = self.q, self.k, self.v, self.seq
+        flash_attention_bwd_dq_kernel[(triton.cdiv(S, kw["BLOCK_M"]), self.batch * HEADS)](
+            q, k, v, self.do, self.lse, self.delta, self.dq, self.lse, HEADS, S, S, self.scale,
+            self.scale * LOG2E, 0, *q.stride(), *k.stride(), *v.stride(), *self.do.stride(), *self.dq.stride(),
+            **self._common(), **kw)
+
+
+def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quick=False, stream=sys.stdout):
+    """Time every config of every kernel beside SDPA's flash and cuDNN backends; print a table.
+
+    At the first sequence length each config's result is also compared with SDPA's flash
+    backend (output for the forward, dQ/dK/dV for the backward kernels): `err` is the largest
+    absolute difference, which should be ~1e-2 or less in bf16 for unit-variance inputs.
+    """
+    if not runtime.on_gpu():
+        raise SystemExit("--sweep times kernels on a GPU; this machine runs the Triton interpreter")
+    import time
+
+    t0 = time.time()
+    say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
+    tflops = lambda flops, ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
+    fwd_cfgs, kv_cfgs, q_cfgs = (configs_for(c, head_dim) for c in (FWD_CONFIGS, BWD_KV_CONFIGS, BWD_Q_CONFIGS))
+    if quick:
+        fwd_cfgs, kv_cfgs, q_cfgs = fwd_cfgs[:4], kv_cfgs[:3], q_cfgs[:3]
+    atomic_cfgs = kv_cfgs[:3]  # the atomic kernel is the dK/dV kernel plus one matmul: its best tiles
+    props = torch.cuda.get_device_properties(0)
+    say(f"# flash attention sweep: {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"{str(dtype).replace('torch.', '')}, D={head_dim}, B*H*S={TOKENS}, H={HEADS}")
+    say("# TFLOP/s: fwd 4BHS^2D (x0.5 causal); bwd 2.5x fwd. err: max |ours - sdpa_flash| (first S only)")
+    summary = []
+    for causal in (False, True):
+        for seq in seq_lens:
+            pb = _Problem(seq, head_dim, dtype, causal)
+            check = seq == seq_lens[0]
+            base = {}
+            for label in ("sdpa_flash", "sdpa_cudnn"):
+                fwd, bwd, err = _sdpa_times(label, pb.q, pb.k, pb.v, pb.do, causal)
+                base[label] = (fwd, bwd)
+                if err:
+                    say(f"{pb.tag} {label:<12} failed: {err}")
+                else:
+                    say(f"{pb.tag} {label:<12} fwd {fwd:8.3f} ms {tflops(pb.flops_fwd, fwd):6.1f} TFLOP/s | "
+                        f"bwd {bwd:8.3f} ms {tflops(pb.flops_bwd, bwd):6.1f} TFLOP/s")
+            if check:
+                ref_out = _sdpa(_backends()["sdpa_flash"])(pb.q, pb.k, pb.v, causal)
+                ref_grads = torch.autograd.grad(ref_out, (pb.q, pb.k, pb.v), pb.do)
+                ref_out = ref_out.detach()
+            err_text = lambda e: f"err {e:.1e}" if check else ""  # noqa: E731
+
+            best_fwd = (math.inf, None)
+            for cfg in fwd_cfgs:
+                ms, err = _try(lambda: _time_ms(lambda: pb.forward(cfg)))
+                if err:
+                    say(f"{pb.tag} fwd    {_cfg_label(cfg)} failed: {err}")
+                    continue
+                e = _max_err([pb.forward(cfg)[0]], [ref_out]) if check else 0.0
+                best_fwd = min(best_fwd, (ms, cfg), key=lambda x: x[0])
+                say(f"{pb.tag} fwd    {_cfg_label(cfg)} {ms:8.3f} ms {tflops(pb.flops_fwd, ms):6.1f} TFLOP/s  "
+                    f"{err_text(e)}")
+            if best_fwd[1] is None:
+                continue
+            pb.prepare_backward(best_fwd[1])
+            ms_delta = _time_ms(lambda: _delta(pb.out, pb.do, pb.lse.dtype))
+            best = {}
+            for kind, cfgs, launch, outputs in (
+                    ("bwd_kv", kv_cfgs, lambda c: pb.kv(c), lambda: ((pb.dk, pb.dv), ref_grads[1:] if check else None)),
+                    ("bwd_q", q_cfgs, pb.dq_kernel, lambda: ((pb.dq,), ref_grads[:1] if check else None)),
+                    ("atomic", atomic_cfgs, lambda c: pb.kv(c, atomic=True),
+                     lambda: ((pb.dq, pb.dk, pb.dv), ref_grads if check else None))):
+                best[kind] = (math.inf, None)
+                for cfg in cfgs:
+                    ms, err = _try(lambda: _time_ms(lambda: launch(cfg)))
+                    if err:
+                        say(f"{pb.tag} {kind:<6} {_cfg_label(cfg)} failed: {err}")
+                        continue
+                    e = 0.0
+                    if check:
+                        launch(cfg)
+                        got, want = outputs()
+                        e = _max_err(got, want)
+                    best[kind] = min(best[kind], (ms, cfg), key=lambda x: x[0])
+                    note = " (zero + kernel + fp32->bf16 copy)" if kind == "atomic" else ""
+                    say(f"{pb.tag} {kind:<6} {_cfg_label(cfg)} {ms:8.3f} ms  {err_text(e)}{note}")
+            split_ms = ms_delta + best["bwd_kv"][0] + best["bwd_q"][0]
+            atomic_ms = ms_delta + best["atomic"][0]
+            flash_f, flash_b = base["sdpa_flash"]
+            cudnn_f, cudnn_b = base["sdpa_cudnn"]
+            ratio = lambda ours, theirs: f"{theirs / ours:.2f}x" if theirs and ours < math.inf else "-"  # noqa: E731
+            rate = lambda flops, ms: f"{tflops(flops, ms):6.1f}" if ms and ms < math.inf else "     -"  # noqa: E731
+            summary.append(
+                f"{pb.tag} fwd {rate(pb.flops_fwd, best_fwd[0])} TFLOP/s ({_cfg_label(best_fwd[1])}) "
+                f"= {ratio(best_fwd[0], flash_f)} flash, {ratio(best_fwd[0], cudnn_f)} cudnn | "
+                f"bwd split {rate(pb.flops_bwd, split_ms)} = {ratio(split_ms, flash_b)} flash "
+                f"[kv {_cfg_label(best['bwd_kv'][1]) if best['bwd_kv'][1] else '-'}; "
+                f"q {_cfg_label(best['bwd_q'][1]) if best['bwd_q'][1] else '-'}], "
+                f"atomic {rate(pb.flops_bwd, atomic_ms)} = {ratio(atomic_ms, flash_b)} flash, "
+                f"cudnn bwd {rate(pb.flops_bwd, cudnn_b)} TFLOP/s; delta kernel {ms_delta:.3f} ms")
+            del pb
+            torch.cuda.empty_cache()
+    say("\n# summary (targets: fwd >= 1.00x sdpa_flash, bwd >= 0.80x sdpa_flash); bwd = delta + kernels")
+    for line in summary:
+        say(line)
+    _memory_line(head_dim, dtype, say)
+    say(f"# sweep took {time.time() - t0:.0f} s")
+
+
+def _memory_line(head_dim, dtype, say, seq=4096):
+    """Peak extra memory of the naive and the fused forward, measured, beside the model."""
+    from week4_triton_dl.attention_naive import naive_scores_bytes
+
+    batch = _batch(seq)
+    q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, runtime.DEVICE) for _ in range(3))
+    results = {}
+    for label, fn in (("naive", lambda: attention_naive(q, k, v)), ("fused", lambda: flash_attention(q, k, v))):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        results[label] = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
+        del out
+    say(f"# extra memory at S={seq}, B*H={batch * HEADS}: naive {results['naive'] / 2**30:.2f} GiB "
+        f"(model {naive_scores_bytes(batch, HEADS, seq, seq) / 2**30:.2f} GiB of fp32 scores), "
+        f"fused {results['fused'] / 2**20:.2f} MiB (log-sum-exp: {batch * HEADS * seq * 4 / 2**20:.2f} MiB)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="time every config beside SDPA (GPU)")
+    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
+    parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--quick", action="store_true", help="a few configs only")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 0
+    sweep(head_dim=args.head_dim, dtype=getattr(torch, args.dtype), seq_lens=tuple(args.seq), quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

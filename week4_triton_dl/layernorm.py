@@ -1,0 +1,716 @@
+"""LayerNorm in Triton, forward and backward, wired into autograd as a drop-in `nn.LayerNorm`.
+
+y = (x - mean) * rstd * w + b over the last dimension of x (rows, N), with
+mean = sum(x) / N, var = sum((x - mean)^2) / N and rstd = 1 / sqrt(var + eps).
+
+What it teaches:
+* Forward, one fused pass: a row is loaded once into registers, its mean and variance are two
+  on-chip reductions, and y is written once. `layernorm_fwd_row_kernel` gives each row its own
+  program; `layernorm_fwd_persistent_kernel` gives each program a run of rows, so the weight and
+  bias are loaded into registers once per program instead of once per row (at N = 8192 in bf16
+  they are 32 KB, twice the row itself: re-reading them per row costs L2 bandwidth), and its
+  row loop is software-pipelined (`tl.range(num_stages=2)`): the next row loads while this one
+  is reduced.
+  The forward saves mean and rstd (8 bytes per row) so the backward need not recompute them.
+* Backward: with xhat = (x - mean) * rstd and g = dy * w,
+      dx = rstd * (g - mean(g) - xhat * mean(g * xhat))     (per row: two row reductions)
+      dw = sum over rows of dy * xhat,   db = sum over rows of dy   (per column: over ALL rows)
+  dx is row-local, like the forward. dw and db are column sums over every row, the transposed
+  reduction, and that is the interesting part:
+  - `layernorm_bwd_atomic_kernel`: each row's program adds its dy * xhat into one fp32 row of N
+    with `tl.atomic_add`. Every program hits the same N addresses, and the L2 applies the
+    updates to one address one after another (read-modify-write), so M rows mean M queued
+    updates per address: the atomics serialize. The result also depends on the order the
+    programs happen to arrive in (fp32 addition is not associative): not reproducible.
+  - `layernorm_bwd_kernel` + `partial_sum_kernel`: a two-stage reduction. Stage 1: P programs,
+    each owning a contiguous run of rows, compute dx row by row and accumulate dw, db in
+    registers, then write ONE row of a (P, N) fp32 "partials" buffer: no two programs write the
+    same address, so no atomics and no contention. Stage 2: a small kernel sums the P rows of
+    each column. P is chosen to fill the GPU (a few programs per SM, enough to hide memory
+    latency) and no larger: each extra partial row is 4N bytes written and read again, and
+    the P x N buffer must stay small next to x (P = 264, N = 8192: 8.6 MB per buffer against
+    128 MB for x in bf16). Fixed P and fixed order: the same bits every run.
+
+Cost model (M rows, N columns, itemsize s; the minimum traffic):
+* forward: read x (MNs), write y (MNs), read w, b (2Ns), write mean, rstd (8M): ~2MNs bytes.
+  ~8 FLOPs per element: ~2 FLOP/byte in bf16, far left of the H100's ridge point
+  (~240 FLOP/byte for bf16 tensor cores, ~20 for fp32 CUDA cores): memory-bound, so the
+  yardstick is % of copy bandwidth.
+* backward: read x, dy (2MNs), mean, rstd (8M), w (Ns); write dx (MNs), dw, db (2Ns): ~3MNs,
+  plus the partials (2 x P x N x 4 bytes written and read: a few % at N = 8192).
+  torch's CUDA backward launches one kernel for dx and another for dw/db that reads x and dy
+  again: ~5MNs bytes, so a one-pass backward can approach 5/3 = 1.67x at equal bandwidth.
+* unfused eager (`layer_norm_unfused`: upcast, mean, subtract, square, mean, rsqrt, three
+  element-wise ops, downcast): ~10 kernels and ~60 bytes per bf16 element against the fused
+  kernel's 4 (15x). F.layer_norm is already one fused kernel, so beating it means beating its
+  bandwidth, not its byte count.
+
+bf16/fp16 inputs are computed in fp32 (loaded narrow, converted in registers, rounded once
+on the store); fp64 inputs are computed in fp64, so `torch.autograd.gradcheck` can check the
+hand-written backward. `python -m week4_triton_dl.layernorm --sweep` times the configurations
+(num_warps, rows per step, programs per SM = partial-buffer size) on a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import validate
+from course.bench import Benchmark
+from course.check import random_tensor
+
+import triton  # noqa: E402  (after course.runtime on purpose)
+import triton.language as tl  # noqa: E402
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Widest row held in one block of registers (as in week 3's softmax). The backward keeps x,
+# dy, w and the two dw/db accumulators of a row live at once: past ~16k columns they no longer
+# fit in registers and spill to local memory (correct, slower). Wider rows would need a
+# kernel that streams each row in chunks.
+MAX_N = 32768
+KERNELS_FORWARD = ("persistent", "row")
+KERNELS_BACKWARD = ("partial", "atomic")
+# Programs per SM for the persistent kernels: enough resident programs that while one is
+# reducing, another's loads are in flight. Sweep: `python -m week4_triton_dl.layernorm --sweep`.
+FWD_PROGRAMS_PER_SM = 4
+BWD_PROGRAMS_PER_SM = 2
+# Loop steps in flight (tl.range num_stages; 1 = no software pipelining). Each extra stage
+# buffers one step's loads in shared memory, so wide rows fall back to 1 (`_stages`).
+FWD_NUM_STAGES = 2
+BWD_NUM_STAGES = 2
+PIPELINE_SMEM_BYTES = 128 * 1024  # of the H100's 227 KB per block; leaves room for reductions
+# `layer_norm_forward`'s default, the winner of the H100 run (results/layernorm_fwd_week4.md,
+# 2026-11-23): the row kernel beat the persistent one at all three sizes (1.31x torch and ~80% of
+# copy at 8192 x 8192 bf16, against 0.97x). The sweep and both benchmark variants keep comparing.
+FORWARD_KERNEL = "row"
+# No FMA contraction in the backward (see `_row_grads`): g is rounded once and used as such, so
+# one column gives dx = 0 exactly. The FMAs lost are a few per element of a memory-bound kernel.
+_BWD_COMPILE = dict(enable_fp_fusion=False)
+PARTIAL_BLOCK_P, PARTIAL_BLOCK_N = 32, 64  # stage-2 tile: 32 partial rows x 64 columns
+
+
+# ------------------------------------------------------------------------------------ forward
+@triton.jit
+def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
+                             HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                             BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(ACC)
+    mean = tl.sum(x, axis=0) / N
+    # Two passes over registers (mean, then centred squares), not sum(x^2) - mean^2: the
+    # latter cancels catastrophically when |mean| >> std. Padding lanes must not add (0-mean)^2.
+    xc = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / N
+    rstd = 1.0 / tl.sqrt(var + eps)  # sqrt.rn.f64 for fp64; fp64 rsqrt would be approximate
+    y = xc * rstd
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
+    tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr,
+                                    M, N, rows_per_program, eps,
+                                    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    ACC: tl.constexpr, NUM_STAGES: tl.constexpr):
+    first = tl.program_id(0).to(tl.int64) * rows_per_program
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    # Loaded once per program and kept in registers for all its rows (not once per row).
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    # BLOCK_M rows per step: narrow rows give a program too little to load at once otherwise.
+    # tl.range(num_stages=2) software-pipelines the loop: the next step's rows are loaded (via
+    # shared memory) while this step reduces, so the memory system never waits on arithmetic.
+    for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
+        rows = first + step + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        offsets = rows[:, None] * N + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(ACC)
+        mean = tl.sum(x, axis=1) / N
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        var = tl.sum(xc * xc, axis=1) / N
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = xc * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * w[None, :]
+        if HAS_BIAS:
+            y = y + b[None, :]
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(mean_ptr + rows, mean, mask=row_mask)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+
+
+# ----------------------------------------------------------------------------------- backward
+@triton.jit
+def _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT: tl.constexpr):
+    """dx of a [BLOCK_M, BLOCK_N] tile of rows, and xhat for the weight gradient.
+
+    g must be ONE number in both places it is used: mean(g) is summed from the rounded g, so
+    `g - ... - mean(g)` must subtract it from that same rounded g. With FMA contraction on, the
+    compiler turns `dy * w - ...` into fma(dy, w, ...), which uses the EXACT product: dx then
+    carries g's rounding error times rstd. With N = 1, var = 0 and rstd = 1/sqrt(eps) ~ 316, so
+    that is ~3e-5 where the answer is exactly 0 (one column: y = b whatever x is). Hence the
+    backward kernels are compiled with enable_fp_fusion=False (`_BWD_COMPILE`).
+    """
+    xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+    if HAS_WEIGHT:
+        g = dy * w[None, :]
+    else:
+        g = dy
+    c1 = tl.sum(xhat * g, axis=1) / N  # mean(g * xhat)
+    c2 = tl.sum(g, axis=1) / N         # mean(g)
+    dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+    return dx, xhat
+
+
+@triton.jit
+def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
+                                N, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                                BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    # The simple, slow way (kept to be measured): one row per program, dw/db by atomics.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = col_mask[None, :]
+    offsets = row * N + cols[None, :]
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + offsets, mask=mask, other=0.0).to(ACC)
+    w = cols  # unused unless HAS_WEIGHT (a constexpr: the branch is compiled out)
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    mean = tl.load(mean_ptr + row + tl.arange(0, 1))
+    rstd = tl.load(rstd_ptr + row + tl.arange(0, 1))
+    dx, xhat = _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT)
+    tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    # Every program adds into the same N addresses: M updates per address, one at a time.
+    if HAS_WEIGHT:
+        tl.atomic_add(dw_ptr + cols, tl.sum(dy * xhat, axis=0), mask=col_mask)
+    if HAS_BIAS:
+        tl.atomic_add(db_ptr + cols, tl.sum(dy, axis=0), mask=col_mask)
+
+
+@triton.jit
+def layernorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
+                         dw_partial_ptr, db_partial_ptr, M, N, rows_per_program,
+                         HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                         NUM_STAGES: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    first = pid * rows_per_program
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    w = cols  # unused unless HAS_WEIGHT
+    if HAS_WEIGHT:  # loaded once per program, kept in registers for all its rows
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    # Stage 1 of the dw/db reduction: this program's share, in registers, [BLOCK_M, BLOCK_N]
+    # so a step adds element-wise and the cross-row sum happens once, at the end.
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    # Pipelined like the forward: the next rows' x and dy load while this row reduces.
+    for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
+        rows = first + step + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        offsets = rows[:, None] * N + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(ACC)
+        dy = tl.load(dy_ptr + offsets, mask=mask, other=0.0).to(ACC)
+        mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        dx, xhat = _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT)
+        tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            dw_acc += dy * xhat
+        if HAS_BIAS:
+            db_acc += dy
+    # One row of the partials buffer per program: no other program writes it, so no atomics.
+    if HAS_WEIGHT:
+        tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+    if HAS_BIAS:
+        tl.store(db_partial_ptr + pid * N + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def partial_sum_kernel(partial_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Stage 2: column sums of the (P, N) partials. Each program owns BLOCK_N columns and walks
+    # down all P rows; a tile row is BLOCK_N contiguous floats, so the loads coalesce.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=partial_ptr.dtype.element_ty)
+    for start in range(0, P, BLOCK_P):
+        rows = start + tl.arange(0, BLOCK_P)
+        mask = (rows < P)[:, None] & col_mask[None, :]
+        acc += tl.load(partial_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+# ---------------------------------------------------------------------------------- launchers
+def _acc(dtype: torch.dtype):
+    """Arithmetic type: fp64 for fp64 inputs (gradcheck), fp32 for everything else."""
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _acc_torch(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _num_warps(elements: int) -> int:
+    # ~16 values per thread per tensor: registers stay low enough for several programs per SM.
+    return max(4, min(16, triton.next_power_of_2(max(elements, 1)) // 512))
+
+
+def _stages(wanted: int, step_bytes: int) -> int:
+    """`wanted` pipeline stages if their shared-memory buffers fit the budget, else none."""
+    return wanted if wanted * step_bytes <= PIPELINE_SMEM_BYTES else 1
+
+
+def _default_block_m(block_n: int) -> int:
+    # Rows of 1024+ fill a program on their own; narrower rows are packed up to ~1k elements.
+    return max(1, min(64, 1024 // block_n))
+
+
+def _check_power_of_two(value, name: str, *, low: int = 1, high: int | None = None):
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or value & (value - 1) \
+            or (high is not None and value > high):
+        bound = f" and <= {high}" if high is not None else ""
+        raise ValueError(f"{name} must be a power of two >= {low}{bound}, got {value!r}")
+
+
+def _check_positive_int(value, name: str):
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_eps(eps) -> float:
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite real number >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _check_vector(t, name: str, x: torch.Tensor):
+    """weight/bias: None, or a contiguous (N,) tensor of x's dtype on x's device."""
+    if t is None:
+        return None
+    validate.tensor(t, name, dtypes=DTYPES)
+    if tuple(t.shape) != (x.shape[-1],):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected ({x.shape[-1]},), the size "
+                         f"of x's last dimension (x has shape {tuple(x.shape)})")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{name} has dtype {str(t.dtype).replace('torch.', '')} but x has "
+                        f"{str(x.dtype).replace('torch.', '')}: cast one of them (e.g. module.to(x.dtype))")
+    return t
+
+
+def _check_rows(x: torch.Tensor, name: str = "x") -> tuple[int, int]:
+    validate.tensor(x, name, dtypes=DTYPES)
+    if x.dim() == 0:
+        raise ValueError(f"{name} must have at least 1 dimension (normalized over the last one), got a scalar")
+    n = x.shape[-1]
+    if n > MAX_N:
+        raise ValueError(f"{name} has rows of {n} elements, more than one block holds (MAX_N = {MAX_N})")
+    return (x.numel() // n if n else 0), n
+
+
+def _programs(M: int, block_m: int, programs_per_sm: int, num_programs: int | None) -> tuple[int, int]:
+    """(rows per program, programs): P programs covering M rows, rows a multiple of block_m."""
+    steps = triton.cdiv(M, block_m)
+    wanted = num_programs if num_programs is not None else runtime.sm_count() * programs_per_sm
+    programs = max(1, min(wanted, steps))
+    rows_per_program = triton.cdiv(steps, programs) * block_m
+    return rows_per_program, triton.cdiv(M, rows_per_program)
+
+
+def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                       eps: float = 1e-5, *, out: torch.Tensor | None = None, kernel: str | None = None,
+                       block_m: int | None = None, num_programs: int | None = None,
+                       num_warps: int | None = None, num_stages: int | None = None):
+    """LayerNorm over the last dimension of a contiguous x: returns (y, mean, rstd).
+
+    mean and rstd have one fp32 value per row (fp64 for fp64 x), shape x.shape[:-1].
+    `kernel="row"`: one program per row; `"persistent"`: `num_programs` programs (default: a few
+    per SM) each normalise a run of rows, `block_m` rows per step, `num_stages` steps in flight.
+    """
+    M, N = _check_rows(x)
+    weight, bias = _check_vector(weight, "weight", x), _check_vector(bias, "bias", x)
+    eps = _check_eps(eps)
+    kernel = FORWARD_KERNEL if kernel is None else kernel
+    _check_positive_int(num_stages, "num_stages")
+    if kernel not in KERNELS_FORWARD:
+        raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
+    _check_power_of_two(block_m, "block_m", high=64)
+    _check_positive_int(num_programs, "num_programs")
+    _check_power_of_two(num_warps, "num_warps", high=32)
+    out = validate.output(out, x)
+    stats = x.shape[:-1]
+    mean = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
+    rstd = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
+    if M == 0 or N == 0:
+        return out, mean.fill_(math.nan), rstd.fill_(math.nan)  # no rows, or rows of nothing
+    block_n = triton.next_power_of_2(N)
+    common = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n,
+                  ACC=_acc(x.dtype))
+    # Absent weight/bias: pass x as a dummy pointer; HAS_* (constexpr) compiles the loads out.
+    w, b = (weight if weight is not None else x), (bias if bias is not None else x)
+    if kernel == "row":
+        layernorm_fwd_row_kernel[(M,)](x, w, b, out, mean, rstd, N, eps,
+                                       num_warps=num_warps or _num_warps(block_n), **common)
+        return out, mean, rstd
+    block_m = min(block_m or _default_block_m(block_n), triton.next_power_of_2(M))
+    rows_per_program, programs = _programs(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    layernorm_fwd_persistent_kernel[(programs,)](
+        x, w, b, out, mean, rstd, M, N, rows_per_program, eps, BLOCK_M=block_m,
+        NUM_STAGES=num_stages or _stages(FWD_NUM_STAGES, block_m * block_n * x.element_size()),
+        num_warps=num_warps or _num_warps(block_m * block_n), **common)
+    return out, mean, rstd
+
+
+def _check_stats(t, name: str, x: torch.Tensor) -> torch.Tensor:
+    validate.tensor(t, name, dtypes=(_acc_torch(x.dtype),))
+    if t.numel() != (x.numel() // x.shape[-1] if x.shape[-1] else 0) or t.shape != x.shape[:-1]:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {tuple(x.shape[:-1])} "
+                         "(one value per row of x, as layer_norm_forward returns it)")
+    return t
+
+
+def column_sums(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Stage 2: sum a (P, N) partials buffer over its rows, rounded once to `dtype`."""
+    P, N = partials.shape
+    out = torch.empty(N, dtype=dtype, device=partials.device)
+    if N == 0:
+        return out
+    if P == 0:
+        return out.zero_()
+    partial_sum_kernel[(triton.cdiv(N, PARTIAL_BLOCK_N),)](partials, out, P, N, BLOCK_P=PARTIAL_BLOCK_P,
+                                                           BLOCK_N=PARTIAL_BLOCK_N, num_warps=4)
+    return out
+
+
+def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                        weight: torch.Tensor | None = None, has_bias: bool = False, *,
+                        kernel: str = "partial", block_m: int | None = None,
+                        num_partials: int | None = None, num_warps: int | None = None,
+                        num_stages: int | None = None):
+    """Gradients of LayerNorm: returns (dx, dweight or None, dbias or None).
+
+    `kernel="partial"`: `num_partials` programs (default: a few per SM), each writing one row of
+    a (num_partials, N) fp32 buffer of dw/db partial sums, summed by `partial_sum_kernel`.
+    `kernel="atomic"`: one program per row, dw/db accumulated with atomics (slow; for study).
+    """
+    M, N = _check_rows(x)
+    validate.tensor(dy, "dy", dtypes=DTYPES)
+    validate.same_shape(dy=dy, x=x)
+    validate.same_dtype(dy=dy, x=x)
+    mean, rstd = _check_stats(mean, "mean", x), _check_stats(rstd, "rstd", x)
+    weight = _check_vector(weight, "weight", x)
+    if kernel not in KERNELS_BACKWARD:
+        raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
+    _check_power_of_two(block_m, "block_m", high=64)
+    _check_positive_int(num_partials, "num_partials")
+    _check_power_of_two(num_warps, "num_warps", high=32)
+    _check_positive_int(num_stages, "num_stages")
+    has_weight = weight is not None
+    dx = torch.empty_like(x)
+    acc_dtype = _acc_torch(x.dtype)
+    if M == 0 or N == 0:  # sums over no rows are zero, as in torch
+        zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
+        return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
+    block_n = triton.next_power_of_2(N)
+    common = dict(HAS_WEIGHT=has_weight, HAS_BIAS=bool(has_bias), BLOCK_N=block_n, ACC=_acc(x.dtype))
+    w = weight if has_weight else x
+    if kernel == "atomic":
+        dw = torch.zeros(N, dtype=acc_dtype, device=x.device)
+        db = torch.zeros(N, dtype=acc_dtype, device=x.device)
+        layernorm_bwd_atomic_kernel[(M,)](dy, x, w, mean, rstd, dx, dw, db, N,
+                                          num_warps=num_warps or _num_warps(block_n), **common, **_BWD_COMPILE)
+        return dx, (dw.to(x.dtype) if has_weight else None), (db.to(x.dtype) if has_bias else None)
+    block_m = min(block_m or _default_block_m(block_n), triton.next_power_of_2(M))
+    rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+    stages = num_stages or _stages(BWD_NUM_STAGES, 2 * block_m * block_n * x.element_size())  # x and dy
+    dw_partial = torch.empty((programs, N), dtype=acc_dtype, device=x.device) if has_weight else dx
+    db_partial = torch.empty((programs, N), dtype=acc_dtype, device=x.device) if has_bias else dx
+    layernorm_bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, dw_partial, db_partial, M, N,
+                                      rows_per_program, BLOCK_M=block_m,
+                                      NUM_STAGES=stages,
+                                      num_warps=num_warps or _num_warps(block_m * block_n), **common,
+                                      **_BWD_COMPILE)
+    dw = column_sums(dw_partial, x.dtype) if has_weight else None
+    db = column_sums(db_partial, x.dtype) if has_bias else None
+    return dx, dw, db
+
+
+# ----------------------------------------------------------------------------------- autograd
+class LayerNormFunction(torch.autograd.Function):
+    """y = layer_norm(x) over the last dimension; the backward is the Triton kernel above."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, mean, rstd = layer_norm_forward(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)  # mean/rstd: 8 bytes per row, not recomputed
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        # Gradients can arrive with any strides (y.sum() gives an expanded tensor of ones).
+        dx, dw, db = layer_norm_backward(dy.contiguous(), x, mean, rstd, weight, ctx.has_bias)
+        return dx, dw, db, None
+
+
+def _normalized_shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(int(n) for n in normalized_shape)
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """`torch.nn.functional.layer_norm`, computed by the Triton kernels, differentiable.
+
+    The normalized dimensions are flattened into one row of N = prod(normalized_shape). A
+    non-contiguous x is copied first, as torch's own kernel does.
+    """
+    shape = _normalized_shape(normalized_shape)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    k = len(shape)
+    if k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
+        raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
+    n = math.prod(shape)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape):
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} has shape {got}; expected normalized_shape {shape}")
+    x2 = x.contiguous().reshape(*x.shape[:x.dim() - k], n)
+    w = weight.reshape(n) if weight is not None else None
+    b = bias.reshape(n) if bias is not None else None
+    return LayerNormFunction.apply(x2, w, b, eps).reshape(x.shape)
+
+
+class TritonLayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` with the Triton kernels: same arguments, parameters, init and state_dict."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+# ------------------------------------------------------------------------- torch references
+def layer_norm_unfused(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                       eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm written out in eager ops (fp32 math): one kernel and one HBM round trip each."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    xc = xf - mean
+    y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.float()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------- benchmarks
+EPS = 1e-5
+# bf16, 128 MB per input at every shape (2.5x the H100's L2), 8192 x 8192 last: the headline.
+SIZES = [(65536, 1024), (16384, 4096), (8192, 8192)]
+SIM_SIZES = [(64, 256)]
+_compiled: dict = {}
+
+def bench_dtype() -> torch.dtype:
+    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
+    if not runtime.on_gpu():
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+
+
+def _compile(fn):
+    """torch.compile(fn), compiled on its first call (the benchmark's warm-up, not timed)."""
+    def run(*args):
+        if fn not in _compiled:
+            _compiled[fn] = torch.compile(fn, dynamic=False)  # one kernel per shape, as in training
+        return _compiled[fn](*args)
+    return run
+
+
+def torch_forward(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, EPS)
+
+
+def torch_backward(dy, x, w, b, mean, rstd):
+    """What autograd runs for F.layer_norm's backward (dx kernel + a dw/db kernel)."""
+    return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b,
+                                                     [True, True, True])
+
+
+_torch_backward_compiled = _compile(torch_backward)
+
+
+def _forward_inputs(size):
+    M, N = size
+    dtype = bench_dtype()
+    x = random_tensor((M, N), dtype, runtime.DEVICE)
+    return x, random_tensor(N, dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
+
+
+def _backward_inputs(size):
+    x, w, b = _forward_inputs(size)
+    dy = random_tensor(x.shape, x.dtype, runtime.DEVICE)
+    _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, EPS)
+    _, mean, rstd = layer_norm_forward(x, w, b, EPS)
+    return dy, x, w, b, mean_t, rstd_t, mean, rstd
+
+
+def _itemsize():
+    return bench_dtype().itemsize
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="layernorm_fwd_week4",
+        title="LayerNorm forward, bf16 (fp16 before sm_80, fp32 in simulation), rows x N",
+        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_forward_inputs,
+        variants={
+            "torch": torch_forward,
+            "torch_compile": _compile(torch_forward),
+            "torch_unfused": lambda x, w, b: layer_norm_unfused(x, w, b, EPS),
+            "triton": lambda x, w, b: layer_norm_forward(x, w, b, EPS)[0],  # FORWARD_KERNEL: row
+            "triton_persistent": lambda x, w, b: layer_norm_forward(x, w, b, EPS, kernel="persistent")[0],
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 2 * s[0] * s[1] * _itemsize() + 2 * s[1] * _itemsize() + 8 * s[0],
+        flops=lambda s: 8 * s[0] * s[1],
+        notes="bytes = read x + write y (+ w, b, mean, rstd); torch = F.layer_norm (one fused "
+              "kernel); torch_unfused = the formula in eager ops (~14 x M x N x s bytes moved)",
+    ),
+    Benchmark(
+        name="layernorm_bwd_week4",
+        title="LayerNorm backward (dx, dw, db), bf16 (fp16 before sm_80, fp32 in simulation), rows x N",
+        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_backward_inputs,
+        variants={
+            "torch": lambda dy, x, w, b, mt, rt, m, r: torch_backward(dy, x, w, b, mt, rt),
+            "torch_compile": lambda dy, x, w, b, mt, rt, m, r: _torch_backward_compiled(dy, x, w, b, mt, rt),
+            "triton": lambda dy, x, w, b, mt, rt, m, r: layer_norm_backward(dy, x, m, r, w, True),
+            "triton_atomic": lambda dy, x, w, b, mt, rt, m, r: layer_norm_backward(
+                dy, x, m, r, w, True, kernel="atomic"),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 3 * s[0] * s[1] * _itemsize() + 3 * s[1] * _itemsize() + 8 * s[0],
+        flops=lambda s: 12 * s[0] * s[1],
+        notes="bytes = read x, dy + write dx (+ mean, rstd, w, dw, db): the minimum; the partials "
+              "buffer (2 x P x N x 4 bytes, each way) is not counted; torch's backward reads x "
+              "and dy twice (~5 x M x N x s)",
+    ),
+]
+
+
+# -------------------------------------------------------------------------------------- sweep
+def sweep_configs(N: int, itemsize: int, loaded_per_step: int):
+    """(num_warps, rows per step, pipeline stages) worth timing at row width N, on this backend."""
+    block_n = triton.next_power_of_2(N)
+    for nw in runtime.pick(gpu=(4, 8, 16), sim=(4,)):
+        for bm in ((1, 2) if N >= 1024 else (1, 4, 16)):
+            if bm * block_n > nw * 32 * 64:
+                continue  # > 64 values per thread per tensor: registers spill; not worth a compile
+            for stages in (1, 2):
+                if _stages(stages, loaded_per_step * bm * block_n * itemsize) == stages:
+                    yield nw, bm, stages
+
+
+def timed(fn) -> float:
+    """Median ms of fn(): CUDA events on a GPU (short budget), the host clock in simulation."""
+    from course import bench
+
+    if runtime.on_gpu():
+        return bench.time_gpu(lambda: fn(), [()], warmup_ms=10, rep_ms=60).median_ms
+    return bench.time_host(lambda: fn(), [()], budget_s=0.05).median_ms
+
+
+def sweep(M: int, N: int, dtype: torch.dtype) -> None:
+    """Time each launch configuration at one shape and print a table (for the GPU)."""
+    from course import bench
+
+    sms = runtime.sm_count()
+    x, w, b = (random_tensor(s, dtype, runtime.DEVICE) for s in ((M, N), N, N))
+    dy = random_tensor((M, N), dtype, runtime.DEVICE)
+    _, mean, rstd = layer_norm_forward(x, w, b, EPS)
+    _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [N], w, b, EPS)
+    copy = bench.copy_bandwidth_gbps()
+    fwd_bytes, bwd_bytes = 2 * M * N * x.element_size(), 3 * M * N * x.element_size()
+    per_sm = runtime.pick(gpu=(1, 2, 4), sim=(1, 2))
+    fwd = lambda **kw: timed(lambda: layer_norm_forward(x, w, b, EPS, **kw))  # noqa: E731
+    bwd = lambda **kw: timed(lambda: layer_norm_backward(dy, x, mean, rstd, w, True, **kw))  # noqa: E731
+
+    rows = [("forward", "torch F.layer_norm", "-", "-", "-", "-", timed(lambda: torch_forward(x, w, b)),
+             fwd_bytes),
+            ("forward", f"default ({FORWARD_KERNEL})", "-", "-", "-", "-", fwd(), fwd_bytes)]
+    for nw in runtime.pick(gpu=(4, 8, 16), sim=(4,)):
+        rows.append(("forward", "row", nw, 1, "-", M, fwd(kernel="row", num_warps=nw), fwd_bytes))
+    for nw, bm, stages in sweep_configs(N, x.element_size(), 1):
+        for k in per_sm:
+            rows.append(("forward", "persistent", nw, bm, stages, k * sms, fwd(
+                kernel="persistent", block_m=bm, num_programs=k * sms, num_warps=nw, num_stages=stages), fwd_bytes))
+    rows += [("backward", "torch native_layer_norm_backward", "-", "-", "-", "-",
+              timed(lambda: torch_backward(dy, x, w, b, mean_t, rstd_t)), bwd_bytes),
+             ("backward", "default (partial)", "-", "-", "-", "-", bwd(), bwd_bytes),
+             ("backward", "atomic", "-", 1, "-", M, bwd(kernel="atomic"), bwd_bytes)]
+    for nw, bm, stages in sweep_configs(N, x.element_size(), 2):
+        for k in per_sm:
+            rows.append(("backward", "partial", nw, bm, stages, k * sms, bwd(
+                block_m=bm, num_partials=k * sms, num_warps=nw, num_stages=stages), bwd_bytes))
+    print_sweep(f"LayerNorm {M}x{N} {str(dtype).replace('torch.', '')}, {sms} SMs, copy {copy:.0f} GB/s",
+                rows, copy)
+
+
+def print_sweep(title: str, rows: list, copy_gbps: float) -> None:
+    print(f"\n{title}{'' if runtime.on_gpu() else ' (SIMULATION: times measure Python)'}")
+    print("| pass | kernel | num_warps | rows/step | stages | programs (= partial rows) | ms | GB/s | % of copy | vs torch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    reference = {}
+    for pass_, kernel, nw, bm, stages, programs, ms, nbytes in rows:
+        reference.setdefault(pass_, ms)  # the first row of each pass is torch's
+        gbps = nbytes / (ms * 1e-3) / 1e9
+        print(f"| {pass_} | {kernel} | {nw} | {bm} | {stages} | {programs} | {ms:.4f} | {gbps:.0f} | "
+              f"{100 * gbps / copy_gbps:.1f} | {reference[pass_] / ms:.2f}x |")
+
+
+def _sweep_cli(module_name: str, run) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {module_name}")
+    parser.add_argument("--sweep", action="store_true", help="time launch configurations")
+    parser.add_argument("--shape", default=None, help="MxN (default 8192x8192 on a GPU, 64x256 simulated)")
+    parser.add_argument("--dtype", default=None, choices=("bfloat16", "float16", "float32"))
+    args = parser.parse_args()
+    if not args.sweep:
+        parser.print_help()
+        return
+    shape = args.shape or runtime.pick(gpu="8192x8192", sim="64x256")
+    M, N = (int(v) for v in shape.lower().split("x"))
+    dtype = getattr(torch, args.dtype or runtime.pick(gpu="bfloat16", sim="float32"))
+    run(M, N, dtype)
+
+
+if __name__ == "__main__":
+    _sweep_cli("week4_triton_dl.layernorm", sweep)

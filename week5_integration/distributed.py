@@ -1,0 +1,435 @@
+"""Data parallelism across processes: DDP, ZeRO-1, and FSDP (ZeRO-2/3), the same step each way.
+
+N processes (one per GPU; or per CPU core with the gloo backend) each hold a model and take a
+1/N shard of every global batch. After backward the gradients must be averaged across processes,
+so that every copy takes the same optimizer step as one process would on the whole batch. The
+strategies differ in what each process keeps, and so in what they must communicate:
+
+* ``ddp`` (`DistributedDataParallel`): every process keeps everything (parameters, gradients,
+  optimizer state); backward all-reduces the gradients in buckets, overlapped with the rest of
+  backward. With Adam in mixed precision that is 16 bytes per parameter on every GPU
+  (bf16 weights 2 + bf16 grads 2 + fp32 master weights, m and v 12; Rajbhandari et al. 2020).
+* ``zero1`` (DDP + `ZeroRedundancyOptimizer`): the optimizer state is sharded, each process
+  updates only its 1/N of the parameters, then broadcasts them (ZeRO stage 1).
+* ``fsdp_grad_op`` (`fully_shard(..., reshard_after_forward=False)`): parameters, gradients and
+  optimizer state are sharded at rest; a layer's parameters are all-gathered for its forward
+  and kept until its backward, and gradients are reduce-scattered (ZeRO stage 2 / FSDP's
+  SHARD_GRAD_OP).
+* ``fsdp`` (`fully_shard(...)`): the same, but the gathered parameters are freed after each
+  layer's forward and gathered again for its backward (ZeRO stage 3 / FULL_SHARD): the least
+  memory, 1.5x DDP's communication.
+
+`fully_shard` is FSDP2 (`torch.distributed.fsdp.fully_shard`, public since torch 2.6, in both the
+2.11 and 2.13 this course runs): each `Block` is its own unit, then the root module takes the rest
+(embedding, tied head, final norm). Units are what gets gathered at once, so peak memory holds one
+block's full parameters, not the model's.
+
+Correctness: with equal shards, the mean of the per-shard mean losses is the global mean loss,
+and averaging gradients across processes gives the global batch's gradient. So every strategy
+must reproduce the single-process losses and weights up to float32 reduction order
+(`tests/week5/test_distributed.py` checks it with 2 gloo processes on the CPU).
+
+Byte counts (`zero_memory_per_gpu`, `zero_comm_bytes_per_gpu`, `tensor_parallel_comm_bytes_per_gpu`;
+the lesson's notes work them out for the 124M model): ring all-reduce sends and receives
+2 (N-1)/N x M bytes per process, a reduce-scatter or an all-gather (N-1)/N x M. DDP, ZeRO-1 and
+ZeRO-2 move 2 Psi values per step (reduce-scatter + all-gather = all-reduce), ZeRO-3 3 Psi.
+Megatron-style tensor parallelism (Shoeybi et al. 2019) splits every weight matrix instead and
+all-reduces activations: 4 all-reduces of B x T x d values per layer per step.
+
+    python -m week5_integration.distributed --gpus 2 --steps 20     # NCCL: tokens/s per strategy
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+from week5_integration import data
+from week5_integration import model as m
+
+STRATEGIES = ("ddp", "zero1", "fsdp_grad_op", "fsdp")
+ZERO_STAGE = {"ddp": 0, "zero1": 1, "fsdp_grad_op": 2, "fsdp": 3}
+BENCHMARK_NAME = "fsdp_week5"
+ROOT = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------------ byte counts
+def _check_counts(**values):
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def zero_memory_per_gpu(params: float, world: int, stage: int, *, param_bytes: int = 2, grad_bytes: int = 2,
+                        optimizer_bytes: int = 12) -> float:
+    """Bytes of model state per GPU under ZeRO stage 0 (DDP) to 3 (Rajbhandari et al. 2020, Fig. 1).
+
+    Mixed-precision Adam: `param_bytes` (bf16 weights) + `grad_bytes` (bf16 grads) +
+    `optimizer_bytes` (K = 12: fp32 master weights, m, v) per parameter. Stage 1 shards the
+    optimizer state over `world` GPUs, 2 the gradients too, 3 the weights too. Activations,
+    buffers and fragmentation are not included.
+    """
+    _check_counts(params=params, world=world)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    total = param_bytes + grad_bytes + optimizer_bytes
+    sharded = sum([optimizer_bytes, grad_bytes, param_bytes][:stage])  # stage 1 shards the first, ...
+    return params * (total - sharded + sharded / world)
+
+
+def ring_bytes(collective: str, nbytes: float, world: int) -> float:
+    """Bytes each process sends (and receives) in a ring collective over `nbytes` of data."""
+    _check_counts(world=world)
+    factor = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+    if collective not in factor:
+        raise ValueError(f"collective must be one of {sorted(factor)}, got {collective!r}")
+    return factor[collective] * (world - 1) / world * nbytes
+
+
+def zero_comm_bytes_per_gpu(params: float, world: int, stage: int, *, value_bytes: int = 2) -> float:
+    """Bytes each GPU sends per training step for data parallelism at ZeRO `stage`.
+
+    Stage 0 (DDP): all-reduce the gradients. 1 and 2: reduce-scatter the gradients, all-gather
+    the updated weights: the same bytes as the all-reduce. 3: all-gather the weights for the
+    forward, again for the backward, reduce-scatter the gradients: 1.5x.
+    """
+    _check_counts(params=params)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    size = params * value_bytes
+    if stage == 0:
+        return ring_bytes("all_reduce", size, world)
+    gathers = 2 if stage == 3 else 1
+    return ring_bytes("reduce_scatter", size, world) + gathers * ring_bytes("all_gather", size, world)
+
+
+def tensor_parallel_comm_bytes_per_gpu(cfg: m.GPTConfig, *, batch: int, seq_len: int, tp: int,
+                                       value_bytes: int = 2) -> float:
+    """Bytes each GPU sends per step under Megatron-style tensor parallelism of degree `tp`.
+
+    Per layer: attention (QKV column-parallel by heads, output projection row-parallel) and the
+    MLP (up column-parallel, down row-parallel) each end in one all-reduce of the (B, T, d)
+    activations in the forward and need one of the gradient in the backward: 4 all-reduces per
+    layer (Shoeybi et al. 2019, Sec. 3). The vocabulary-parallel embedding/head adds a few more
+    (left out: one layer's worth).
+    """
+    _check_counts(batch=batch, seq_len=seq_len, tp=tp)
+    activation = batch * seq_len * cfg.d_model * value_bytes
+    return cfg.n_layers * 4 * ring_bytes("all_reduce", activation, tp)
+
+
+# ----------------------------------------------------------------------------- the step
+class LossModel(nn.Module):
+    """GPT + loss in one forward, so DDP/FSDP see the whole step through `forward` (DDP prepares
+    its gradient reduction in forward; calling `model.loss` on the inner module would bypass it)."""
+
+    def __init__(self, gpt: m.GPT):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, x, y):
+        return self.gpt.loss(x, y)
+
+
+def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
+    """This rank's contiguous 1/world of the global batch (rows), inputs and targets."""
+    if not isinstance(world, int) or world < 1 or not isinstance(rank, int) or not 0 <= rank < world:
+        raise ValueError(f"need 0 <= rank < world, got rank={rank!r}, world={world!r}")
+    if x.shape[0] % world:
+        raise ValueError(f"global batch of {x.shape[0]} rows does not split evenly over {world} processes: "
+                         "unequal shards would weight their tokens unequally in the averaged gradient")
+    rows = x.shape[0] // world
+    return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+
+
+def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
+    """(module to call, optimizer) for a strategy; the model is already on `device`."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    module = LossModel(gpt)
+    ids = [device.index] if device.type == "cuda" else None
+    if strategy == "single":
+        return module, torch.optim.AdamW(module.parameters(), lr=lr)
+    if strategy == "ddp":
+        wrapped = DDP(module, device_ids=ids)
+        return wrapped, torch.optim.AdamW(wrapped.parameters(), lr=lr)
+    if strategy == "zero1":
+        wrapped = DDP(module, device_ids=ids)
+        return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)
+    reshard = strategy == "fsdp"
+    for block in gpt.blocks:
+        fully_shard(block, reshard_after_forward=reshard)
+    fully_shard(module, reshard_after_forward=reshard)  # the root: embedding, tied head, final norm
+    return module, torch.optim.AdamW(module.parameters(), lr=lr)
+
+
+def full_parameters(module: nn.Module) -> torch.Tensor:
+    """Every parameter, unsharded, flattened into one float32 vector (a collective under FSDP:
+    every rank must call it)."""
+    parts = []
+    for p in module.parameters():
+        t = p.detach()
+        if hasattr(t, "full_tensor"):  # a DTensor shard (FSDP2): gather the whole tensor
+            t = t.full_tensor()
+        parts.append(t.float().reshape(-1).cpu())
+    return torch.cat(parts)
+
+
+def global_batches(cfg: m.GPTConfig, global_batch: int, seq_len: int, seed: int):
+    """The same batches, in the same order, in every process (the corpus and Batches are seeded)."""
+    tokens = data.encode(data.corpus("stories", 40_000, seed=seed))
+    return data.Batches(tokens, global_batch, seq_len, seed=seed)
+
+
+def train(strategy: str, *, rank: int = 0, world: int = 1, cfg: m.GPTConfig | None = None, steps: int = 3,
+          global_batch: int = 4, seq_len: int | None = None, seed: int = 0, lr: float = 1e-3,
+          device=None, amp: bool = False, warmup: int = 0, return_params: bool = True) -> dict:
+    """Train `steps` steps with `strategy` ("single" without a process group); return
+    {"losses": global mean loss per step, "local_losses": this rank's shard's, "params": final weights (flat fp32; None unless
+    return_params), "step_ms": median step time after `warmup` extra steps, "peak_mib": peak
+    GPU memory or None}. Rank r takes rows [r B/N, (r+1) B/N) of each global batch of B rows.
+    """
+    if strategy != "single" and strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be 'single' or one of {STRATEGIES}, got {strategy!r}")
+    if strategy != "single" and not dist.is_initialized():
+        raise RuntimeError(f"strategy {strategy!r} needs a process group: run it through `launch`")
+    cfg = cfg or m.config(m.GPT_TINY, vocab_size=data.VOCAB_SIZE)
+    seq_len = seq_len or cfg.max_seq_len
+    device = torch.device("cpu") if device is None else torch.device(device)
+    torch.manual_seed(seed)  # the same initial weights in every process (FSDP does not broadcast)
+    gpt = m.GPT(cfg).to(device)
+    module, opt = _wrap(strategy, gpt, lr, device)
+    batches = global_batches(cfg, global_batch, seq_len, seed)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else nullcontext()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, local_losses, times = [], [], []
+    for step in range(warmup + steps):
+        x, y = batches.next()
+        x, y = (t.to(device) for t in shard_batch(x, y, rank, world))
+        _sync(device)
+        t0 = time.perf_counter()
+        with autocast:
+            loss = module(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss = loss.detach().float()
+        local = float(loss)  # this rank's shard mean, before averaging
+        if world > 1:
+            dist.all_reduce(loss)  # sum of the shard means; / world = the global mean (equal shards)
+            loss /= world
+        _sync(device)
+        if step >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+            losses.append(float(loss))
+            local_losses.append(local)
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    params = full_parameters(module) if return_params else None
+    return {"losses": losses, "local_losses": local_losses, "params": params, "step_ms": statistics.median(times),
+            "peak_mib": peak}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------- launching
+def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -> None:
+    if backend == "gloo":
+        torch.set_num_threads(1)  # N processes on a few cores: one thread each, no oversubscription
+    device_id = None
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device_id = torch.device("cuda", rank)
+    # The processes meet through a file in the launcher's temporary folder (a FileStore) rather
+    # than a TCP port: no race with other programs for a "free" port between choosing and binding.
+    # NCCL and gloo still make their own connections for the collectives.
+    dist.init_process_group(backend, init_method=f"file://{os.path.join(out_dir, 'rendezvous')}", rank=rank,
+                            world_size=world, device_id=device_id)
+    try:
+        result = fn(rank, world, *args)
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
+    """Run `fn(rank, world_size, *args)` in `world_size` new processes; return each rank's result.
+
+    `fn` must be a module-level function (the processes are spawned: fresh interpreters that
+    import it by name). Backend: "nccl" (one GPU per rank) or "gloo" (CPU); default nccl when
+    there are enough GPUs. Each rank's return value travels back through a file (torch.save),
+    not a pipe, so a large result cannot deadlock a process at exit.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = backend or ("nccl" if gpus >= world_size else "gloo")
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(f"nccl needs one GPU per process: {world_size} processes, {gpus} GPU(s) here")
+    with tempfile.TemporaryDirectory() as out_dir:
+        try:
+            mp.start_processes(_entry, args=(world_size, backend, out_dir, fn, args),
+                               nprocs=world_size, join=True, start_method="spawn")
+        except mp.ProcessRaisedException as error:
+            last = str(error).strip().splitlines()[-1]
+            raise RuntimeError(f"a worker process failed: {last}\n{error}") from None
+        except mp.ProcessExitedException as error:  # died without a Python exception (killed, OOM)
+            raise RuntimeError(f"a worker process died: {error}") from None
+        return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]
+
+
+def _compare_worker(rank: int, world: int, strategies: tuple, kwargs: dict) -> dict:
+    device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    results = {}
+    for strategy in strategies:
+        results[strategy] = train(strategy, rank=rank, world=world, device=device, **kwargs)
+        dist.barrier()
+    return results
+
+
+def run_strategies(strategies=STRATEGIES, *, world_size: int = 2, backend: str | None = None, **kwargs) -> dict:
+    """{strategy: [rank 0's result, rank 1's, ...]}: each strategy trained in the same
+    `world_size` processes one after the other (one spawn for all). kwargs go to `train`."""
+    strategies = tuple(strategies)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategies {unknown}; choose from {STRATEGIES}")
+    per_rank = launch(_compare_worker, world_size, strategies, kwargs, backend=backend)
+    return {s: [r[s] for r in per_rank] for s in strategies}
+
+
+# ------------------------------------------------------------------------------ throughput
+def _throughput_worker(rank: int, world: int, plan: dict) -> dict:
+    device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    common = dict(cfg=plan["cfg"], steps=plan["steps"], seq_len=plan["seq_len"], amp=plan["amp"],
+                  warmup=plan["warmup"], device=device, lr=1e-4, return_params=False)
+    rows = {}
+    if rank == 0:  # one process alone, the same per-process batch: the scaling baseline
+        rows["single"] = train("single", global_batch=plan["batch"], **common)
+    dist.barrier()
+    for strategy in plan["strategies"]:
+        got = train(strategy, rank=rank, world=world, global_batch=plan["batch"] * world, **common)
+        # The slowest rank sets the pace; the largest peak is what must fit.
+        stats = torch.tensor([got["step_ms"], got["peak_mib"] or 0.0], device=device)
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        rows[strategy] = {"step_ms": float(stats[0]), "peak_mib": float(stats[1]) or None,
+                          "losses": got["losses"]}
+        dist.barrier()
+    return rows
+
+
+def throughput(world_size: int, *, steps: int = 20, batch: int | None = None, seq_len: int | None = None,
+               cfg: m.GPTConfig | None = None, strategies=STRATEGIES, backend: str | None = None) -> dict:
+    """Tokens/s of every strategy on `world_size` processes; the results record (fsdp_week5)."""
+    from course import bench, runtime
+
+    on_gpu = torch.cuda.is_available() and backend != "gloo"
+    cfg = cfg or (m.GPT2_SMALL if on_gpu else m.config(m.GPT_TINY, vocab_size=data.VOCAB_SIZE))
+    plan = {"cfg": cfg, "steps": steps, "batch": batch or (8 if on_gpu else 2),
+            "seq_len": seq_len or cfg.max_seq_len, "amp": on_gpu, "warmup": 3 if on_gpu else 1,
+            "strategies": tuple(strategies)}
+    per_rank = launch(_throughput_worker, world_size, plan, backend=backend)
+    tokens_single = plan["batch"] * plan["seq_len"]
+    rows = []
+    single = per_rank[0]["single"]
+    label = f"{world_size} procs, B={plan['batch']}/proc x T={plan['seq_len']}"
+    rows.append({"size": label, "variant": "single (1 process)", "ms": single["step_ms"],
+                 "tokens_per_s": tokens_single / (single["step_ms"] * 1e-3), "peak_mib": single["peak_mib"]})
+    for strategy in plan["strategies"]:
+        got = per_rank[0][strategy]
+        tokens = tokens_single * world_size
+        tps = tokens / (got["step_ms"] * 1e-3)
+        rows.append({"size": label, "variant": strategy, "zero_stage": ZERO_STAGE[strategy], "ms": got["step_ms"],
+                     "tokens_per_s": tps, "peak_mib": got["peak_mib"],
+                     "scaling_efficiency": tps / (world_size * rows[0]["tokens_per_s"])})
+    params = _count_params(cfg)
+    return {
+        "benchmark": BENCHMARK_NAME,
+        "title": (f"Data-parallel training step, GPT d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size} "
+                  f"({params / 1e6:.3g}M parameters), AdamW{', bf16 autocast' if plan['amp'] else ''}"),
+        "notes": (f"ms = median step over {steps} steps after {plan['warmup']} warm-up, slowest rank; tokens/s = "
+                  "global batch tokens / ms; peak = largest torch.cuda.max_memory_allocated over ranks; "
+                  "scaling efficiency = tokens/s / (N x one process's tokens/s at the same per-process batch)"),
+        "headline": ["ddp", "fsdp"],
+        "simulated": not on_gpu,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {**runtime.describe(), "processes": world_size,
+                    "backend": "nccl" if on_gpu else "gloo",
+                    "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0},
+        "ceilings": {"copy_gbps": bench.copy_bandwidth_gbps()},
+        "params": params,
+        "rows": rows,
+    }
+
+
+def _count_params(cfg: m.GPTConfig) -> int:
+    with torch.device("meta"):
+        return m.count_parameters(m.GPT(cfg))
+
+
+def markdown_table(result: dict) -> str:
+    from course.bench import measured_on
+
+    head = ["size", "strategy", "ZeRO stage", "ms / step", "tokens/s", "peak MiB", "scaling efficiency"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        cells = [r["size"], r["variant"], str(r.get("zero_stage", "-")), f"{r['ms']:.2f}",
+                 f"{r['tokens_per_s']:,.0f}", "-" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f}",
+                 "-" if r.get("scaling_efficiency") is None else f"{100 * r['scaling_efficiency']:.0f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
+
+
+def save(result: dict, results_dir) -> list[Path]:
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    base = results_dir / result["benchmark"]
+    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    base.with_suffix(".md").write_text(markdown_table(result))
+    return [base.with_suffix(".json"), base.with_suffix(".md")]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="processes, one per GPU (default: every GPU; without GPUs: 2 gloo processes)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per strategy")
+    parser.add_argument("--batch", type=int, default=None, help="sequences per process (default 8 on GPUs)")
+    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), help=f"subset of {STRATEGIES}")
+    parser.add_argument("--out", default=None, help="results folder (default: week5_integration/results on GPUs)")
+    args = parser.parse_args(argv)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    world = args.gpus or gpus or 2
+    backend = "nccl" if gpus and world <= gpus else "gloo"
+    result = throughput(world, steps=args.steps, batch=args.batch, strategies=args.strategies, backend=backend)
+    print(markdown_table(result))
+    out = args.out or (ROOT / "results" if backend == "nccl" else None)
+    if out:
+        for path in save(result, out):
+            print("wrote", path)
+    else:
+        print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

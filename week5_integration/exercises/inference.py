@@ -1,0 +1,485 @@
+"""Exercise: KV-cache cost model and a fixed-shape (CUDA-graph-ready) decode step.
+
+Same names as week5_integration/inference.py (read its docstring first). Yours to write:
+`decode_step_bytes`, `generation_flops`, `predict_decode` (the cost model) and
+`StaticDecoder._attention` / `StaticDecoder._step` (one decode step with fixed shapes).
+The measuring harness below them is given. Check your work with
+`pytest tests/week5/test_inference.py --impl=exercises`.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: F401  (the solution uses it)
+
+from course import bench, runtime
+from week5_integration import model as m
+
+BENCHMARK_NAME = "kv_cache_week5"
+VARIANTS = ("no_cache", "cache", "cache_graph")
+# Assumed per-op costs for the launch-bound predictions (the GPU run measures the real ones):
+# eager PyTorch spends ~10 us of CPU per op (Python, dispatcher, launch); a kernel replayed
+# from a CUDA graph costs ~3 us (launch latency, ramp-up and tail of a small grid).
+EAGER_US_PER_OP = 10.0
+GRAPH_US_PER_KERNEL = 3.0
+
+
+# ------------------------------------------------------------------------------ cost model
+def _check_positive(**values):
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def matmul_weights(cfg: m.GPTConfig) -> int:
+    """Weights every position multiplies by: the blocks' linear layers and the LM head."""
+    d, L = cfg.d_model, cfg.n_layers
+    mlp = (3 if cfg.mlp == "swiglu" else 2) * d * cfg.hidden
+    return L * (4 * d * d + mlp) + cfg.vocab_size * d
+
+
+def weights_read_per_step(cfg: m.GPTConfig, batch: int = 1) -> int:
+    """Parameters a forward step reads: matmul weights, norm weights, and one embedding row per
+    sequence (a lookup, not the table; the head reads the whole V x d table even when tied)."""
+    norm = cfg.d_model * (2 if cfg.norm == "layernorm" else 1)
+    embedding_rows = batch * cfg.d_model * (2 if cfg.pos == "learned" else 1)
+    return matmul_weights(cfg) + (2 * cfg.n_layers + 1) * norm + embedding_rows
+
+
+def decode_step_bytes(cfg: m.GPTConfig, *, batch: int, context: int, itemsize: int = 2) -> int:
+    """Least bytes one cached decode step moves: weights once, the KV cache of `context`
+    positions per sequence (K and V, every layer) read, one new K and V written. Activations
+    (a few d-vectors per sequence) are left out: kilobytes against megabytes."""
+    # TODO: weights_read_per_step(cfg, batch) values, plus K and V (2 x n_layers x batch x d_model
+    #       values) for each of the `context` cached positions read and for the one new position
+    #       written; everything times itemsize.
+    raise NotImplementedError("not implemented yet: decode_step_bytes (week5 exercise)")
+
+
+def decode_step_flops(cfg: m.GPTConfig, *, batch: int, context: int, attention: bool = True) -> int:
+    """FLOPs of one cached decode step: 2 per weight per sequence, plus (attention=True) one
+    query against `context` keys (q.k and p.v: 4 d per key per layer)."""
+    _check_positive(batch=batch, context=context)
+    return batch * (2 * matmul_weights(cfg) + attention * 4 * cfg.n_layers * context * cfg.d_model)
+
+
+def forward_flops(cfg: m.GPTConfig, *, batch: int, length: int, attention: bool = True) -> int:
+    """FLOPs of a full causal forward over `length` positions (the uncached step)."""
+    _check_positive(batch=batch, length=length)
+    # Causal attention: query i meets i + 1 keys; sum 4 d (i + 1) = 2 d T (T + 1).
+    causal = 2 * cfg.n_layers * cfg.d_model * length * (length + 1)
+    return batch * (2 * matmul_weights(cfg) * length + attention * causal)
+
+
+def generation_flops(cfg: m.GPTConfig, *, prompt: int, new_tokens: int, use_cache: bool, batch: int = 1,
+                     attention: bool = True) -> int:
+    """Total FLOPs of `generate(model, prompt, new_tokens)`: n model calls.
+
+    Without the cache call t (t = 0..n-1) is a full forward over P + t positions; with it,
+    call 0 is the prefill over P positions and call t >= 1 feeds one position that attends to
+    P + t keys (the prompt, the t - 1 fed tokens and itself). attention=False counts the
+    weight matmuls only (what `torch.utils.flop_counter` sees on the CPU).
+    """
+    # TODO: without the cache: sum of forward_flops over lengths prompt + t, t = 0..n-1;
+    #       with it: forward_flops over the prompt, then decode_step_flops at context prompt + t
+    #       for t = 1..n-1. Pass `attention` through.
+    raise NotImplementedError("not implemented yet: generation_flops (week5 exercise)")
+
+
+def predict_decode(cfg: m.GPTConfig, *, batch: int, context: int, copy_gbps: float,
+                   tflops: float | None = None, itemsize: int = 2) -> dict:
+    """The roofline's answer for one cached decode step: max(bytes / bandwidth, FLOPs / peak).
+
+    Returns bytes, flops, ms_memory, ms_compute, ms (the larger) and tokens_per_s (batch
+    tokens per step). `copy_gbps` in GB/s (1e9 bytes/s), `tflops` the matmul peak (None:
+    memory only).
+    """
+    # TODO: bytes and flops from decode_step_bytes / decode_step_flops; ms_memory = bytes / (GB/s x 1e9)
+    #       in ms, ms_compute = flops / (TFLOP/s x 1e12) in ms (0 when tflops is None); ms = the larger;
+    #       tokens_per_s = batch / seconds. Refuse copy_gbps <= 0 with a ValueError naming copy_gbps.
+    raise NotImplementedError("not implemented yet: predict_decode (week5 exercise)")
+
+
+def ops_per_decode_step(model: m.GPT, *, batch: int = 1, context: int = 8) -> dict:
+    """Count the torch operations of one cached decode step (runs it once, on the model's device).
+
+    Returns {"ops": all aten ops, "kernels": those that are not views (a view launches nothing)}:
+    multiply by a per-op cost for the launch-bound floors of the module docstring.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    _check_positive(batch=batch, context=context)
+    if context + 1 > model.cfg.max_seq_len:
+        raise ValueError(f"context {context} + 1 exceeds max_seq_len {model.cfg.max_seq_len}")
+    device, dtype = model.tok.weight.device, model.tok.weight.dtype
+    cache = m.KVCache(model.cfg, batch, device=device, dtype=dtype)
+    prompt = torch.zeros(batch, context, dtype=torch.int64, device=device)
+    token = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.views = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            self.views += bool(getattr(func, "is_view", False))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        model(prompt, cache=cache)
+        cache.length = context
+        with Count() as count:
+            model(token, start=context, cache=cache)
+    return {"ops": count.ops, "kernels": count.ops - count.views}
+
+
+# ------------------------------------------------------------------- fixed-shape decoding
+class StaticDecoder:
+    """Greedy decoding whose decode step has fixed shapes and addresses (CUDA-graph ready).
+
+    The prompt is prefilled through the model as usual (`model(idx, cache=...)`); each decode
+    step then reads the token in `self.token` at the position in the device tensor `self.pos`,
+    writes its K and V into the cache at that position (`index_copy_`), attends over the whole
+    cache buffer with positions > pos masked out, and leaves the next token (argmax) in
+    `self.token` and the logits in `self.logits`. Nothing in the step depends on a Python
+    number that changes, so `cuda_graph=True` records it once and replays it every step.
+    The cache holds `max_len` positions (default: the model's max_seq_len): every step reads
+    all of them, so size it to prompt + new tokens.
+    """
+
+    def __init__(self, model: m.GPT, batch: int, *, max_len: int | None = None, cuda_graph: bool = False):
+        if not isinstance(model, m.GPT):
+            raise TypeError(f"model must be a week5 GPT, got {type(model).__name__}")
+        cfg = model.cfg
+        max_len = cfg.max_seq_len if max_len is None else max_len
+        _check_positive(batch=batch, max_len=max_len)
+        if max_len > cfg.max_seq_len:
+            raise ValueError(f"max_len {max_len} exceeds the model's max_seq_len {cfg.max_seq_len}")
+        device, dtype = model.tok.weight.device, model.tok.weight.dtype
+        if cuda_graph and device.type != "cuda":
+            raise ValueError(f"cuda_graph=True needs the model on a CUDA GPU; it is on {device}")
+        self.model, self.batch, self.max_len = model, batch, max_len
+        self.cache = m.KVCache(m.config(cfg, max_seq_len=max_len), batch, device=device, dtype=dtype)
+        self.token = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+        self.pos = torch.zeros(1, dtype=torch.int64, device=device)
+        self.logits = torch.zeros(batch, cfg.vocab_size, dtype=dtype, device=device)
+        self.key_positions = torch.arange(max_len, device=device)
+        self.rope = model.rope_tables(0, max_len) if model.pos is None else None
+        self.graph = self._capture() if cuda_graph else None
+
+    def _attention(self, block: m.Block, h: torch.Tensor, rope, visible, layer: int) -> torch.Tensor:
+        # TODO: qkv projection of h (B, 1, d), split and reshape to (B, H, 1, Dh); rope if given;
+        #       write k, v into self.cache.k[layer] / .v[layer] at self.pos (index_copy_ along dim 2);
+        #       SDPA of q against the WHOLE cache with attn_mask=visible (shaped to broadcast);
+        #       output projection back to (B, 1, d).
+        raise NotImplementedError("not implemented yet: StaticDecoder._attention (week5 exercise)")
+
+    def _step(self) -> None:
+        # TODO: embed self.token (+ model.pos(self.pos) for learned positions); rope tables = rows
+        #       self.pos of self.rope (index_select); visible = self.key_positions <= self.pos;
+        #       the blocks (x + attention(norm1 x); x + mlp(norm2 x)), final norm, head; copy the
+        #       logits into self.logits and their argmax into self.token; self.pos += 1, in place.
+        raise NotImplementedError("not implemented yet: StaticDecoder._step (week5 exercise)")
+
+    def _capture(self):
+        # The recipe of the PyTorch CUDA-graphs docs: warm up on a side stream (cuBLAS
+        # workspaces, lazy inits), then record one step. Recording runs nothing, so only the
+        # warm-up's writes (cache position 0..1, pos) need undoing; prefill overwrites the cache.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            self._step()
+        self.pos.zero_()
+        self.token.zero_()
+        return graph
+
+    @torch.no_grad()
+    def prefill(self, idx: torch.Tensor) -> None:
+        """Run the prompt (B, P) through the model into the cache; the first new token is then
+        in `self.token` and its logits in `self.logits`."""
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != self.batch:
+            raise ValueError(f"idx must be a ({self.batch}, prompt) tensor of token ids, got "
+                             f"{tuple(getattr(idx, 'shape', ()))}")
+        if idx.shape[1] > self.max_len:
+            raise ValueError(f"prompt of {idx.shape[1]} positions leaves no room in a cache of {self.max_len}")
+        self.cache.length = 0
+        logits = self.model(idx, cache=self.cache)
+        self.cache.length = idx.shape[1]
+        self.logits.copy_(logits[:, -1])
+        self.token.copy_(self.logits.argmax(dim=-1, keepdim=True))
+        self.pos.fill_(idx.shape[1])
+
+    @torch.no_grad()
+    def step(self) -> torch.Tensor:
+        """Feed `self.token` at `self.pos`; returns `self.token`, now the next token."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step()
+        return self.token
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Greedy: the same tokens as `model.generate(model, idx, max_new_tokens)`."""
+        _check_positive(max_new_tokens=max_new_tokens)
+        P = idx.shape[1]
+        if P + max_new_tokens > self.max_len + 1:
+            raise ValueError(f"prompt ({P}) + max_new_tokens ({max_new_tokens}) needs a cache of "
+                             f"{P + max_new_tokens - 1} positions; this one holds {self.max_len}")
+        out = torch.empty(idx.shape[0], P + max_new_tokens, dtype=torch.int64, device=idx.device)
+        out[:, :P] = idx
+        self.prefill(idx)
+        out[:, P] = self.token[:, 0]
+        for i in range(1, max_new_tokens):
+            out[:, P + i] = self.step()[:, 0]
+        return out
+
+
+# ------------------------------------------------------------------------------ measuring
+def static_cache_len(prompt: int, new_tokens: int, max_seq_len: int) -> int:
+    """Positions a `StaticDecoder` needs (prompt + new - 1), rounded up to a multiple of 16.
+
+    16 positions keep each row of the attention mask 16-byte aligned, which the fused SDPA
+    kernels want (otherwise torch pads the mask: one more copy per layer and step).
+    """
+    return min(-(-(prompt + new_tokens - 1) // 16) * 16, max_seq_len)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, variant: str = "cache"):
+    """`generate`'s greedy loop with the prefill (first call) and the decode steps timed apart.
+
+    Returns (tokens, prefill_s, decode_s). Variants: "no_cache" (every call re-runs the whole
+    sequence), "cache" (`KVCache`, eager) and "cache_graph" (`StaticDecoder`, a CUDA graph on
+    the GPU; eager fixed shapes elsewhere). The clock is the host's around synchronised work:
+    the steps themselves synchronise anyway (the next token decides the next input).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    _check_positive(max_new_tokens=max_new_tokens)
+    device = idx.device
+    if variant == "cache_graph":
+        max_len = static_cache_len(idx.shape[1], max_new_tokens, model.cfg.max_seq_len)
+        decoder = StaticDecoder(model, idx.shape[0], max_len=max_len, cuda_graph=device.type == "cuda")
+        out = torch.empty(idx.shape[0], idx.shape[1] + max_new_tokens, dtype=torch.int64, device=device)
+        out[:, :idx.shape[1]] = idx
+        _sync(device)
+        t0 = time.perf_counter()
+        decoder.prefill(idx)
+        out[:, idx.shape[1]] = decoder.token[:, 0]
+        _sync(device)
+        t1 = time.perf_counter()
+        for i in range(1, max_new_tokens):
+            out[:, idx.shape[1] + i] = decoder.step()[:, 0]
+        _sync(device)
+        return out, t1 - t0, time.perf_counter() - t1
+    use_cache = variant == "cache"
+    if idx.shape[1] + max_new_tokens > model.cfg.max_seq_len:
+        raise ValueError(f"prompt ({idx.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
+                         f"max_seq_len {model.cfg.max_seq_len}")
+    cache = m.KVCache(model.cfg, idx.shape[0], device=device, dtype=model.tok.weight.dtype) if use_cache else None
+    out, step_input, start = idx, idx, 0
+    _sync(device)
+    t0 = t1 = time.perf_counter()
+    for i in range(max_new_tokens):
+        if use_cache:
+            logits = model(step_input, start=start, cache=cache)
+            start = cache.length = start + step_input.shape[1]
+        else:
+            logits = model(out)
+        step_input = m.pick_token(logits[:, -1].float(), 0.0)
+        out = torch.cat((out, step_input), dim=1)
+        if i == 0:
+            _sync(device)
+            t1 = time.perf_counter()
+    _sync(device)
+    return out, t1 - t0, time.perf_counter() - t1
+
+
+def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, variant: str,
+                     repeats: int = 3, seed: int = 0) -> dict:
+    """Median prefill and per-step decode times of `repeats` runs (after one warm-up run).
+
+    Returns {"prefill_ms", "ms" (one decode step: one new token per sequence), "tokens_per_s"
+    (batch / step time), "tokens"} for a random prompt (batch, prompt).
+    """
+    _check_positive(batch=batch, prompt=prompt, new_tokens=new_tokens, repeats=repeats)
+    if new_tokens < 2:
+        raise ValueError("new_tokens must be >= 2: the first new token comes from the prefill")
+    device = model.tok.weight.device
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, model.cfg.vocab_size, (batch, prompt), generator=gen).to(device)
+    timed_generate(model, idx, new_tokens, variant=variant)  # warm-up: allocator, cuBLAS, graphs
+    prefill, decode, tokens = [], [], None
+    for _ in range(repeats):
+        tokens, p, d = timed_generate(model, idx, new_tokens, variant=variant)
+        prefill.append(p)
+        decode.append(d / (new_tokens - 1))
+    step = statistics.median(decode)
+    return {"prefill_ms": statistics.median(prefill) * 1e3, "ms": step * 1e3,
+            "tokens_per_s": batch / step, "tokens": tokens}
+
+
+# --------------------------------------------------------------------------- the benchmark
+def benchmark_plan() -> dict:
+    """Model, batches, prompts and new tokens: GPT-2-small-sized in bf16 on the GPU (prompts
+    128..1024), a small fp32 model in simulation."""
+    new = runtime.pick(gpu=64, sim=8)
+    prompts = runtime.pick(gpu=[128, 256, 512, 1024], sim=[16, 64])
+    base = runtime.pick(gpu=m.GPT2_SMALL, sim=m.config(m.GPT_SMALL, d_model=128, n_heads=4, n_layers=2))
+    return {"cfg": m.config(base, max_seq_len=max(prompts) + new), "batches": runtime.pick(gpu=[1, 16], sim=[1, 4]),
+            "prompts": prompts, "new_tokens": new, "dtype": runtime.pick(gpu=torch.bfloat16, sim=torch.float32),
+            "repeats": runtime.pick(gpu=3, sim=1)}
+
+
+def _row(cfg, variant, batch, prompt, new, measured, copy_gbps, tflops, itemsize, ops) -> dict:
+    steps = range(1, new)  # decode calls: context P + t, or a forward over P + t positions
+    mean_context = prompt + sum(steps) / len(steps)
+    if variant == "no_cache":
+        flops = statistics.mean(forward_flops(cfg, batch=batch, length=prompt + t) for t in steps)
+        nbytes = weights_read_per_step(cfg, batch) * itemsize  # weights once; activations left out
+    else:
+        context = static_cache_len(prompt, new, cfg.max_seq_len) if variant == "cache_graph" else round(mean_context)
+        flops = decode_step_flops(cfg, batch=batch, context=context)
+        nbytes = decode_step_bytes(cfg, batch=batch, context=context, itemsize=itemsize)
+    seconds = measured["ms"] * 1e-3
+    roof = predict_decode(cfg, batch=batch, context=round(mean_context), copy_gbps=copy_gbps,
+                          tflops=tflops, itemsize=itemsize)
+    per_op = GRAPH_US_PER_KERNEL * ops["kernels"] if variant == "cache_graph" else EAGER_US_PER_OP * ops["ops"]
+    return {"size": f"B={batch} prompt={prompt}", "variant": variant, "batch": batch, "prompt": prompt,
+            "new_tokens": new, "ms": measured["ms"], "prefill_ms": measured["prefill_ms"],
+            "tokens_per_s": measured["tokens_per_s"], "bytes": nbytes, "flops": flops,
+            "gbps": nbytes / seconds / 1e9, "tflops": flops / seconds / 1e12,
+            "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps,
+            "predicted_tokens_per_s": roof["tokens_per_s"],
+            "predicted_launch_bound_tokens_per_s": batch / max(per_op * 1e-6, roof["ms"] * 1e-3)}
+
+
+def kv_cache_benchmark(plan: dict | None = None, *, variants=VARIANTS, progress: bool = True) -> dict:
+    """Time every (batch, prompt, variant) of `plan`; return the results record."""
+    plan = plan or benchmark_plan()
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")
+    cfg, dtype = plan["cfg"], plan["dtype"]
+    torch.manual_seed(0)
+    model = m.GPT(cfg).to(runtime.DEVICE, dtype).eval()
+    copy_gbps = bench.copy_bandwidth_gbps()
+    tflops = bench.matmul_tflops(dtype) if runtime.on_gpu() else None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    rows, started = [], time.perf_counter()
+    for batch in plan["batches"]:
+        ops = ops_per_decode_step(model, batch=batch)
+        for prompt in plan["prompts"]:
+            reference = None
+            for variant in variants:
+                if progress:
+                    print(f"[{time.perf_counter() - started:6.1f} s] B={batch} prompt={prompt} {variant}",
+                          file=sys.stderr, flush=True)
+                try:
+                    got = measure_generate(model, batch=batch, prompt=prompt, new_tokens=plan["new_tokens"],
+                                           variant=variant, repeats=plan["repeats"])
+                except Exception as error:  # one failing variant must not lose the table
+                    rows.append({"size": f"B={batch} prompt={prompt}", "variant": variant,
+                                 "skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"})
+                    continue
+                row = _row(cfg, variant, batch, prompt, plan["new_tokens"], got, copy_gbps, tflops, itemsize, ops)
+                # Greedy tokens must not depend on the variant (bf16 rounding may flip a near-tie:
+                # recorded, not asserted; the tests assert it in fp32).
+                if reference is None:
+                    reference = got["tokens"]
+                row["same_tokens_as_first_variant"] = bool(torch.equal(got["tokens"], reference))
+                rows.append(row)
+        for row in rows:
+            if row.get("batch") == batch and "ms" in row:
+                base = next((r for r in rows if r.get("batch") == batch and r.get("prompt") == row["prompt"]
+                             and r["variant"] == "no_cache" and "ms" in r), None)
+                if base:
+                    row["speedup_vs_no_cache"] = base["ms"] / row["ms"]
+    ceilings = {"copy_gbps": copy_gbps}
+    if tflops:
+        ceilings[f"matmul_{str(dtype).replace('torch.', '')}_tflops"] = tflops
+    return {
+        "benchmark": BENCHMARK_NAME,
+        "title": (f"KV-cache decoding: GPT d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size} "
+                  f"{str(dtype).replace('torch.', '')}, {plan['new_tokens']} new tokens, ms per decode step"),
+        "notes": ("ms = one decode step (one new token per sequence), median of runs, prefill excluded; "
+                  "tokens/s = batch / ms; bytes: cached = weights + KV cache read (cache_graph reads the whole "
+                  "fixed buffer), no_cache = weights only; predicted = bytes / copy bandwidth (roofline); "
+                  f"launch-bound = ops x {EAGER_US_PER_OP:g} us (eager) or kernels x {GRAPH_US_PER_KERNEL:g} us (graph)"),
+        "headline": ["cache", "cache_graph"],
+        "simulated": not runtime.on_gpu(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": runtime.describe(),
+        "ceilings": ceilings,
+        "ops_per_step": ops,
+        "rows": rows,
+    }
+
+
+def _f(value, spec) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(result: dict) -> str:
+    head = ["size", "variant", "ms / step", "tokens/s", "predicted (bytes)", "predicted (launches)",
+            "GB/s", "% of copy", "vs no cache", "prefill ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        if "skipped" in r:
+            lines.append(f"| {r['size']} | {r['variant']} | skipped: {r['skipped']} |" + " |" * (len(head) - 3))
+            continue
+        speed = f"{r['speedup_vs_no_cache']:.2f}x" if r.get("speedup_vs_no_cache") else "-"
+        lines.append("| " + " | ".join([
+            r["size"], r["variant"], _f(r["ms"], ".3f"), _f(r["tokens_per_s"], ",.0f"),
+            _f(r.get("predicted_tokens_per_s"), ",.0f"), _f(r.get("predicted_launch_bound_tokens_per_s"), ",.0f"),
+            _f(r.get("gbps"), ".0f"), _f(r.get("pct_of_copy"), ".1f"), speed, _f(r.get("prefill_ms"), ".2f")]) + " |")
+    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
+
+
+def save(result: dict, results_dir) -> list[Path]:
+    """`kv_cache_week5.json` (the record), `.md` (its table), `.png` (roofline of the rows)."""
+    from course import roofline
+
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    base = results_dir / result["benchmark"]
+    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    base.with_suffix(".md").write_text(markdown_table(result))
+    roofline.plot_result(result, base.with_suffix(".png"))
+    return [base.with_suffix(s) for s in (".json", ".md", ".png")]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", help="folder for kv_cache_week5.json|md|png (default: print only)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), help=f"subset of {VARIANTS}")
+    args = parser.parse_args(argv)
+    result = kv_cache_benchmark(variants=args.variants)
+    print(markdown_table(result))
+    if args.out:
+        for path in save(result, args.out):
+            print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+// Exercise: RMSNorm forward and backward in C++ and CUDA. Same names as week5_integration/kernels/rmsnorm_ext.cu.
+//
+//   y = x * rstd * w,  rstd = 1 / sqrt(mean(x^2) + eps)           (over the last dimension, N)
+//   dx = rstd * (g - xhat * mean(g * xhat)),  g = dy * w, xhat = x * rstd
+//   dw = sum over rows of dy * xhat                                (P partial rows, summed in Python)
+//
+// No torch header may appear here: the file compiles alone (nvcc -cubin, tests/test_cuda_sources.py)
+// and g++ compiles its first half (no __CUDACC__) for the CPU build of the extension. Write the C++
+// loops first (they are what runs without a GPU), then the CUDA kernels. The launchers are given.
+
+#include <cmath>
+#include <cstdint>
+
+// ---------------------------------------------------------------------------- plain C++ (CPU)
+// T is float or double; sums are accumulated in T (float for float, as the CUDA kernels do).
+template <typename T>
+void rmsnorm_forward_cpu(const T* x, const T* w, T* y, T* rstd, int64_t M, int64_t N, double eps) {
+    // TODO: for each row r: sum_sq of x over the row (in T), inv = 1 / sqrt(sum_sq / N + eps),
+    // rstd[r] = inv, y[r * N + c] = x * inv * w[c].
+}
+
+// Row r is handled by "program" r % P; each program adds its rows' dy * xhat into its own row
+// of dw_partial (P x N), so no two programs ever write the same element: the CUDA grid below does
+// exactly this with P thread blocks running at once.
+template <typename T>
+void rmsnorm_backward_cpu(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw_partial,
+                          int64_t M, int64_t N, int64_t P) {
+    // TODO: zero dw_partial (P x N); for each row r (program r % P): inv = rstd[r],
+    // mean = sum_c(dy * w * x * inv) / N, dx = inv * (dy * w - xhat * mean), and add dy * xhat
+    // into row r % P of dw_partial.
+}
+
+// ---------------------------------------------------------------------------------- CUDA (GPU)
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace rmsnorm_ext {
+
+// Storage types in, fp32 arithmetic inside: 16-bit inputs are widened once per element.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Sum of one float per thread over the whole block, returned to every thread. Inside a warp the
+// 32 lanes add through register shuffles (no shared memory, no __syncthreads); one partial per warp
+// then goes through shared memory and warp 0 adds those. blockDim.x must be a multiple of 32.
+__device__ float block_sum(float v) {
+    // TODO: add v across the warp with __shfl_xor_sync (offsets 16, 8, 4, 2, 1), one partial per warp
+    // into a __shared__ float[32], __syncthreads, warp 0 adds the partials, broadcast the total through
+    // shared memory to every thread (and __syncthreads before returning: the next call reuses it).
+    return v;
+}
+
+// One block per row. Thread t reads columns t, t + blockDim.x, ...: consecutive threads read
+// consecutive addresses, so each warp's loads coalesce into full 128-byte transactions. The row is
+// read twice (sum of squares, then the output); the second read mostly hits L1/L2.
+template <typename T>
+__global__ void rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                                   float* __restrict__ rstd, int64_t N, float eps) {
+    // TODO: one block per row (blockIdx.x); each thread strides over the columns by blockDim.x
+    // (coalesced); sum of squares in fp32 -> block_sum -> inv = rsqrtf(sum / N + eps); thread 0 writes
+    // rstd[row]; every thread writes its y elements (from_float<T>).
+}
+
+// A fixed grid of P blocks; block b handles rows b, b + P, ... and accumulates dy * xhat for its
+// columns in shared memory (N floats: thread t owns columns t, t + blockDim.x, ..., so no two
+// threads touch the same element and no atomics are needed). At the end each block writes its
+// partial row of dW; the binding sums the P rows (stage two). P ~ 2 blocks per SM keeps every SM
+// busy while P x N stays small.
+template <typename T>
+__global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                                   const float* __restrict__ rstd, T* __restrict__ dx,
+                                   float* __restrict__ dw_partial, int64_t M, int64_t N) {
+    // TODO: extern __shared__ float dw_acc[] (N floats, zeroed by each thread for its own columns);
+    // loop rows blockIdx.x, blockIdx.x + gridDim.x, ...: mean = block_sum(sum of dy * w * xhat) / N,
+    // dx = inv * (dy * w - xhat * mean), dw_acc[c] += dy * xhat; finally write dw_acc into row
+    // blockIdx.x of dw_partial.
+}
+
+// ~8 elements per thread, a power of two between one warp and 1024 threads.
+inline int threads_for(int64_t N) {
+    int threads = 32;
+    while (threads < 1024 && threads * 8 < N) threads *= 2;
+    return threads;
+}
+
+template <typename T>
+int launch_forward(const void* x, const void* w, void* y, float* rstd, int64_t M, int64_t N, float eps,
+                   cudaStream_t stream) {
+    rmsnorm_fwd_kernel<T><<<static_cast<unsigned>(M), threads_for(N), 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rstd, N, eps);
+    return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int launch_backward(const void* dy, const void* x, const void* w, const float* rstd, void* dx,
+                    float* dw_partial, int64_t M, int64_t N, int64_t programs, cudaStream_t stream) {
+    const size_t smem = static_cast<size_t>(N) * sizeof(float);
+    rmsnorm_bwd_kernel<T><<<static_cast<unsigned>(programs), threads_for(N), smem, stream>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(w), rstd,
+        static_cast<T*>(dx), dw_partial, M, N);
+    return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace rmsnorm_ext
+
+// The launchers the binding calls. dtype: 0 float32, 1 float16, 2 bfloat16. The stream arrives as
+// void* so the binding needs no CUDA header. Returns a cudaError_t code (0: launched).
+int rmsnorm_ext_forward_cuda(int dtype, const void* x, const void* w, void* y, float* rstd, int64_t M,
+                             int64_t N, float eps, void* stream) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (dtype == 0) return rmsnorm_ext::launch_forward<float>(x, w, y, rstd, M, N, eps, s);
+    if (dtype == 1) return rmsnorm_ext::launch_forward<__half>(x, w, y, rstd, M, N, eps, s);
+    if (dtype == 2) return rmsnorm_ext::launch_forward<__nv_bfloat16>(x, w, y, rstd, M, N, eps, s);
+    return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int rmsnorm_ext_backward_cuda(int dtype, const void* dy, const void* x, const void* w, const float* rstd,
+                              void* dx, float* dw_partial, int64_t M, int64_t N, int64_t programs,
+                              void* stream) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (dtype == 0) return rmsnorm_ext::launch_backward<float>(dy, x, w, rstd, dx, dw_partial, M, N, programs, s);
+    if (dtype == 1) return rmsnorm_ext::launch_backward<__half>(dy, x, w, rstd, dx, dw_partial, M, N, programs, s);
+    if (dtype == 2)
+        return rmsnorm_ext::launch_backward<__nv_bfloat16>(dy, x, w, rstd, dx, dw_partial, M, N, programs, s);
+    return static_cast<int>(cudaErrorInvalidValue);
+}
+
+const char* rmsnorm_ext_error_string(int code) {
+    return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+#endif  // __CUDACC__

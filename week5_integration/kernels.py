@@ -1,0 +1,211 @@
+"""The course's kernels, wired into the week-5 model: `COURSE_OPS`, and one swap at a time.
+
+`model.GPT` calls its hot operations through an `Ops` record (model.py); `TORCH_OPS` is the
+pure-PyTorch twin. This module builds the same record from the kernels written in weeks 3 and 4:
+
+    Ops field              course kernel (module)                         replaces (torch)
+    norm                   rmsnorm.rms_norm / layernorm.layer_norm (wk 4)  F.rms_norm / F.layer_norm
+    rope                   rope.apply_rope, layout "bhsd" (wk 4)           rotate-half in eager ops
+    attention              flash_attention.flash_attention (wk 4)          F.scaled_dot_product_attention
+    swiglu                 swiglu.swiglu (wk 4)                            F.silu(gate) * up
+    gelu                   fused_elementwise.bias_gelu (wk 3) forward,     F.gelu(approximate="tanh")
+                           fused_mlp.act_backward (wk 4) backward
+    linear_cross_entropy   cross_entropy.fused_linear_cross_entropy (wk 4) h @ W^T, then F.cross_entropy
+
+`swap_plan(cfg)` lists the torch twin, then the twin with ONE field swapped for each field the
+config uses, then all of them: a benchmark over that list measures what each kernel buys in the
+whole model, separately, which is the only honest way to attribute a speed-up (two swaps can
+interact: a faster norm may just expose a launch gap).
+
+What the adapters below do beyond calling the kernel, and why:
+* autocast. Under `torch.autocast(dtype=bf16)` torch's F.linear casts its inputs to bf16 by
+  itself; a custom autograd Function does not. The fused loss therefore casts h and W to the
+  autocast dtype explicitly (what F.linear would have done) and runs with autocast off, so its
+  chunk matmuls run on bf16 tensor cores, as torch's LM head does. The loss is returned in fp32,
+  like torch's `F.cross_entropy(logits.float(), ...)` in the twin.
+* fallbacks, counted. The course's attention kernel aligns its causal mask top-left (query i
+  sees keys 0..i), which is right when Tq == Tk (training, a prompt without cache). The model's
+  KV-cache path calls attention with Tq < Tk, queries aligned with the END of the keys (query i
+  is position Tk - Tq + i), and decoding with Tq == 1. For Tq != Tk the course op hands the
+  call to torch (SDPA has decode kernels; a 1-row query would waste a 64-row tile here), and
+  for head dimensions the kernel does not support (16, 32, 64, 128 only) too. Every such call
+  is counted in `FALLBACKS` with its reason, so a benchmark can say "no fallback happened".
+* the attention kernel is imported guarded: if `week4_triton_dl.flash_attention` cannot be
+  imported, `HAS_FLASH_ATTENTION` is False, the course op is torch's, and every call is counted
+  as a fallback with the import error as reason.
+
+Cost model: the swaps change no FLOPs of the model except the loss (the fused linear + CE does
+the same 6 N V d matmul FLOPs) and move fewer bytes per layer; `profile_model.group_costs`
+counts both per training step.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
+from week3_triton_kernels import fused_elementwise
+from week4_triton_dl import cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
+from week4_triton_dl import rope as rope_module
+from week5_integration import model as m
+
+try:  # written beside this lesson: used if present, else the op is torch's and says so
+    from week4_triton_dl.flash_attention import HEAD_DIMS as FLASH_HEAD_DIMS
+    from week4_triton_dl.flash_attention import flash_attention
+    HAS_FLASH_ATTENTION, FLASH_IMPORT_ERROR = True, None
+except ImportError as error:  # pragma: no cover - depends on the week-4 files present
+    flash_attention, FLASH_HEAD_DIMS = None, ()
+    HAS_FLASH_ATTENTION, FLASH_IMPORT_ERROR = False, f"{type(error).__name__}: {error}"
+
+# (op, reason) -> number of calls the course op handed to torch.
+FALLBACKS: collections.Counter = collections.Counter()
+
+
+def reset_fallbacks() -> None:
+    FALLBACKS.clear()
+
+
+def _fallback(op: str, reason: str) -> None:
+    FALLBACKS[(op, reason)] += 1
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast casts matmul inputs to on this device, or None when autocast is off."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return None
+
+
+# --- the adapters: Ops signatures -> course kernels -----------------------------------------
+
+def course_norm(x, weight, bias, eps: float, kind: str):
+    """Triton RMSNorm / LayerNorm (week 4), forward and backward; x (..., d), weight (d,)."""
+    if kind == "rmsnorm":
+        return rmsnorm.rms_norm(x, (x.shape[-1],), weight, eps)
+    if kind == "layernorm":
+        return layernorm.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    raise ValueError(f"kind must be one of {m.NORMS}, got {kind!r}")
+
+
+def course_rope(q, k, cos, sin):
+    """Triton RoPE on (B, H, T, Dh) q and k; cos/sin (T, Dh/2) fp32 are the rows of these positions."""
+    return rope_module.apply_rope(q, k, cos, sin, 0, "bhsd")
+
+
+def _attention_fallback_reason(q, k) -> str | None:
+    if not HAS_FLASH_ATTENTION:
+        return f"week4_triton_dl.flash_attention is not importable ({FLASH_IMPORT_ERROR})"
+    if q.shape[2] != k.shape[2]:
+        return ("Tq != Tk (KV-cache prefill or decode): the kernel's causal mask is top-left aligned, "
+                "the model's queries are the LAST Tq positions")
+    if q.shape[-1] not in FLASH_HEAD_DIMS:
+        return f"head dim {q.shape[-1]} is not one the kernel supports {tuple(FLASH_HEAD_DIMS)}"
+    return None
+
+
+def course_attention(q, k, v, causal: bool):
+    """FlashAttention-2 in Triton (week 4) when Tq == Tk; torch's SDPA otherwise (counted)."""
+    reason = _attention_fallback_reason(q, k)
+    if reason is not None:
+        _fallback("attention", reason)
+        return m.torch_attention(q, k, v, causal)
+    return flash_attention(q, k, v, causal=causal)
+
+
+def course_swiglu(gate, up):
+    """silu(gate) * up, forward and backward one Triton kernel each (week 4)."""
+    return swiglu.swiglu(gate, up)
+
+
+class GeluTanhFunction(torch.autograd.Function):
+    """gelu_tanh(x): week 3's bias_gelu kernel with a zero bias forward, week 4's act_backward backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        zero_bias = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)  # d elements: negligible
+        return fused_elementwise.bias_gelu(x, zero_bias, "tanh")
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return fused_mlp.act_backward(dy.contiguous(), x, "gelu_tanh")
+
+
+def course_gelu(x):
+    """gelu(x, approximate="tanh"), forward and backward one Triton kernel each."""
+    return GeluTanhFunction.apply(x.contiguous())
+
+
+def course_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
+    """mean CE of hidden @ weight^T, chunked: the (N, V) logits never exist (week 4)."""
+    dtype = autocast_dtype(hidden.device)
+    if dtype is not None:  # what F.linear does under autocast, done by hand (see the docstring)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    with torch.autocast(hidden.device.type, enabled=False):
+        loss = cross_entropy.fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index)
+    return loss.float()
+
+
+def course_mlp(x, w_up, w_down, kind: str):
+    """The whole MLP with week 4's fused kernels: (x, up weight (k h, d), down weight (d, h)) -> y.
+
+    SwiGLU: `fused_mlp.swiglu_mlp`, one dual-GEMM kernel for gate and up with silu(g) * u in
+    its epilogue (the model stores W_up as [W_gate; W_up], the layout that kernel takes).
+    GELU: the GEMMs stay torch's and the activation is `course_gelu`.
+    Not wired into `COURSE_OPS`: model.Ops has no `mlp` field yet (the MLP module calls the
+    up and down projections itself). `swap_plan` picks it up once the field exists.
+    """
+    if kind == "gelu":
+        return F.linear(course_gelu(F.linear(x, w_up)), w_down)
+    if kind != "swiglu":
+        raise ValueError(f"kind must be one of {m.MLPS}, got {kind!r}")
+    dtype = autocast_dtype(x.device)
+    if dtype is not None:
+        x, w_up, w_down = x.to(dtype), w_up.to(dtype), w_down.to(dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        return fused_mlp.swiglu_mlp(x, w_up, w_down)
+
+
+OPS_FIELDS = tuple(f.name for f in dataclasses.fields(m.Ops) if f.name != "name")
+HAS_MLP_OP = "mlp" in OPS_FIELDS  # see course_mlp
+
+COURSE_OPS = m.Ops("course", norm=course_norm, rope=course_rope, attention=course_attention,
+                   swiglu=course_swiglu, gelu=course_gelu, linear_cross_entropy=course_linear_cross_entropy,
+                   **({"mlp": course_mlp} if HAS_MLP_OP else {}))
+COURSE_FUNCTIONS = {"norm": course_norm, "rope": course_rope, "attention": course_attention,
+                    "swiglu": course_swiglu, "gelu": course_gelu,
+                    "linear_cross_entropy": course_linear_cross_entropy, "mlp": course_mlp}
+
+
+# --- which swaps a model uses, one at a time ----------------------------------------------------
+
+def used_fields(cfg: m.GPTConfig | None = None) -> tuple[str, ...]:
+    """The Ops fields a GPT with this config calls (all fields when cfg is None)."""
+    if cfg is None:
+        return OPS_FIELDS
+    used = {"norm", "attention", "linear_cross_entropy", "mlp", cfg.mlp}  # cfg.mlp: "swiglu" or "gelu"
+    if cfg.pos == "rope":
+        used.add("rope")
+    return tuple(f for f in OPS_FIELDS if f in used)
+
+
+def swap_plan(cfg: m.GPTConfig | None = None, course: m.Ops | None = None) -> list[m.Ops]:
+    """[torch twin, torch twin + one course op (one per field cfg uses), all course ops].
+
+    Names: "torch", "+norm", "+rope", ..., "course". `course` defaults to COURSE_OPS.
+    """
+    course = COURSE_OPS if course is None else course
+    if not isinstance(course, m.Ops):
+        raise TypeError(f"course must be an Ops record, got {type(course).__name__}")
+    singles = [dataclasses.replace(m.TORCH_OPS, name=f"+{field}", **{field: getattr(course, field)})
+               for field in used_fields(cfg)]
+    return [m.TORCH_OPS, *singles, dataclasses.replace(course, name="course")]
+
+
+def describe(ops: m.Ops) -> dict:
+    """{field: "module.function"} of an Ops record: which code each hot spot runs."""
+    return {f: f"{getattr(ops, f).__module__}.{getattr(ops, f).__qualname__}" for f in OPS_FIELDS}

@@ -1,0 +1,763 @@
+"""NF4: QLoRA's 4-bit NormalFloat weights, double-quantized scales, and Triton kernels that read them.
+
+QLoRA (Dettmers, Pagnoni, Holtzman, Zettlemoyer 2023, "QLoRA: Efficient Finetuning of Quantized
+LLMs", arXiv:2305.14314) fine-tunes a model whose frozen base weights are stored in 4 bits, with
+LoRA adapters (`lora.py`) in 16 bits on top: the base costs ~0.52 bytes per parameter instead of 2.
+
+The data type. Pre-trained weights are close to normally distributed. A k-bit quantile quantizer
+puts its 2^k levels at quantiles of the data's distribution, so every level is used equally often:
+the information-theoretically optimal code for that distribution (each code carries the full k
+bits). NF4 does this once for N(0, 1) and then normalizes: a block of 64 weights is divided by its
+absolute maximum (absmax) so it lies in [-1, 1], and the 16 levels are N(0, 1) quantiles scaled so
+the outermost is +-1. To represent 0 exactly (padding, zero weights, and a symmetric grid around
+it), the paper builds it asymmetrically: 8 levels from the positive half, 7 from the negative half
+and an exact 0 (`nf4_code_table` derives them; `NF4_TABLE` is the published table).
+
+Block-wise quantization (block 64): absmax_b = max |w| over the block; code = nearest level to
+w / absmax_b; dequant w' = NF4_TABLE[code] * absmax_b. Two codes per byte (the first element of
+each pair in the high nibble, as bitsandbytes packs them).
+
+Double quantization (the paper's section 3): the fp32 absmax constants cost 32 / 64 = 0.5 bits
+per parameter. QLoRA quantizes them again with 8 bits in blocks of 256, after subtracting their
+mean (they are all positive; centred, a symmetric grid fits them): 8 / 64 + 32 / (64 * 256) =
+0.127 bits per parameter, saving 0.373. The paper stores them as 8-bit floats (bitsandbytes'
+dynamic map); here they are 8-bit integers on a linear grid (step = block absmax / 127), so the
+error bound is one line: |absmax' - absmax| <= step / 2, ~0.2% of a scale, far below NF4's own
+error, and the kernels need no second lookup table. Bits per parameter: 4 + 0.127 = 4.127.
+
+Kernels, simplest first:
+* `nf4_dequantize_kernel`: one element per lane; load the byte holding its code (idx >> 1), pick
+  the nibble, look the code up in the 16-entry table (64 bytes, L1-resident after one touch),
+  multiply by the block's scale (dequantized from its int8 code: q * step + mean), store.
+  Memory-bound: reads 0.5 + 1/64 bytes per weight, writes 2 (bf16): `nf4_dequantize_week5`.
+* `nf4_matmul_kernel`: y = x dequant(W)^T, dequantizing each W^T tile inside the K loop (BLOCK_K
+  = 64 = one quantization block, so with K % 64 == 0 a tile row shares one scale) and feeding it
+  to tl.dot: the bf16 weight never exists in memory.
+
+Cost model, x (M x K) bf16, W (N x K): bf16 matmul reads 2NK bytes of weight; dequantize-then-
+matmul reads 0.52NK, writes 2NK, reads 2NK again (4.5NK: slower than bf16); the fused kernel reads
+0.52NK. At decode sizes (M <= 16) the weight bytes are the whole cost, so the prediction there is
+fused ~ 2NK / 0.52NK = up to 3.9x faster than bf16 if it reaches the same bandwidth; its per-weight
+instruction count (byte load, shift, mask, table load, scale, convert: ~10 per weight) caps it
+nearer ~2x. At training sizes (M = 4096) the matmul is compute-bound and every program
+re-dequantizes its W tiles (M / BLOCK_M times): the fused kernel is predicted SLOWER than
+dequantize-once + cuBLAS, which is why `QLoRALinear` (and bitsandbytes) dequantize the whole
+weight into a temporary for training and use the fused kernel only for small M (`FUSED_MAX_M`).
+
+`QLoRALinear`: frozen NF4 base + LoRA adapters. For training it dequantizes W into a temporary,
+runs `lora.py`'s fused kernel, and frees it; the backward dequantizes again instead of keeping the
+bf16 copy (keeping it would bring back all the memory QLoRA saves).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import validate
+from course.bench import Benchmark
+from course.check import random_tensor
+from week5_integration import lora as lora_mod
+from week5_integration.lora import _grouped_tile, _store_tile
+
+import triton  # noqa: E402  (after course.runtime on purpose)
+import triton.language as tl  # noqa: E402
+
+# The 16 NF4 levels, as published (QLoRA, appendix E; bitsandbytes' NF4 map), float32 values.
+NF4_TABLE_VALUES = (
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+)
+NF4_TABLE = torch.tensor(NF4_TABLE_VALUES, dtype=torch.float32)
+# The outermost probability of the quantile construction, as bitsandbytes uses it. Numerically it is
+# the mean of 1 - 1/32 and 1 - 1/30: the centre of the last of 16 (positive side) or of 15
+# (negative side) equal-probability bins.
+NF4_OFFSET = 0.9677083
+BLOCK = 64          # weights per absmax scale
+DQ_BLOCK = 256      # scales per second-level (fp32) scale
+DQ_LEVELS = 127     # int8 grid of the centred scales: -127..127
+X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+MAX_NUMEL = 2**31 - 2**16  # int32 element offsets in the kernels, with room for one block past the end
+FUSED_MAX_M = 64  # QLoRALinear: fused dequant-matmul up to this many rows, dequantize + GEMM above
+
+
+# --------------------------------------------------------------------------- the data type
+def nf4_code_table(offset: float = NF4_OFFSET) -> torch.Tensor:
+    """The NF4 levels from their definition (float64): N(0,1) quantiles, normalized, exact zero.
+
+    Positive half: 8 quantiles at probabilities evenly spaced from `offset` down to (not
+    including) 0.5; negative half: 7 such quantiles, negated; plus 0. Dividing by the largest
+    (the quantile at `offset`) puts the outermost levels at -1 and +1.
+    """
+    positive = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
+    negative = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
+    levels = torch.cat((negative, torch.zeros(1, dtype=torch.float64), positive)).sort().values
+    return levels / levels.max()
+
+
+def nf4_midpoints(table: torch.Tensor = NF4_TABLE) -> torch.Tensor:
+    """The 15 decision boundaries between neighbouring levels: nearest level = bucket index."""
+    return (table[1:] + table[:-1]) / 2
+
+
+# ------------------------------------------------------------------ the reference, from the paper
+def nf4_reference_quantize(weight: torch.Tensor, block: int = BLOCK):
+    """(codes int64 (n,), absmax float64 (blocks,)): the paper's block-wise NF4, in float64.
+
+    Straight from the definition: flatten, split into blocks of `block`, divide by each block's
+    absmax, take the nearest NF4 level (ties to the lower one, as argmin does). A trailing partial
+    block is padded with zeros (which change no absmax).
+    """
+    flat = weight.detach().reshape(-1).double()
+    n = flat.numel()
+    padded = torch.zeros(-(-n // block) * block, dtype=torch.float64, device=flat.device)
+    padded[:n] = flat
+    blocks = padded.view(-1, block)
+    absmax = blocks.abs().amax(dim=1)
+    normalized = blocks / torch.where(absmax > 0, absmax, torch.ones_like(absmax))[:, None]
+    table = NF4_TABLE.double().to(flat.device)
+    codes = (normalized[..., None] - table).abs().argmin(dim=-1)
+    return codes.reshape(-1)[:n], absmax
+
+
+def nf4_reference_dequantize(codes, absmax, shape, block: int = BLOCK) -> torch.Tensor:
+    """float64 weights from `nf4_reference_quantize`'s codes and scales."""
+    table = NF4_TABLE.double().to(codes.device)
+    n = codes.numel()
+    scales = absmax.double().repeat_interleave(block)[:n]
+    return (table[codes] * scales).reshape(shape)
+
+
+def nf4_reference_double_quantize(absmax, block: int = DQ_BLOCK):
+    """(q int64, step float64 per block, mean float64): the centred scales on a linear 8-bit grid."""
+    c = absmax.double()
+    mean = c.mean() if c.numel() else c.new_zeros(())
+    centred = c - mean
+    padded = torch.zeros(-(-c.numel() // block) * block, dtype=torch.float64, device=c.device)
+    padded[:c.numel()] = centred
+    step = padded.view(-1, block).abs().amax(dim=1) / DQ_LEVELS
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round(padded.view(-1, block) / safe[:, None]).reshape(-1)[:c.numel()]
+    return q.long(), step, mean
+
+
+# ------------------------------------------------------------------------- the storage format
+@dataclass
+class NF4Weight:
+    """A weight in NF4: packed codes plus its scales (plain or double-quantized), and its shape.
+
+    packed: uint8 (ceil(n / 2),), two codes per byte, the even element in the high nibble.
+    double_quant=False: absmax float32 (blocks,).
+    double_quant=True: absmax_q int8 (blocks,), absmax_step float32 (ceil(blocks / 256),),
+    absmax_mean float32 (1,): absmax = absmax_q * absmax_step[block // 256] + absmax_mean.
+    """
+    packed: torch.Tensor
+    shape: tuple
+    double_quant: bool
+    absmax: torch.Tensor | None = None
+    absmax_q: torch.Tensor | None = None
+    absmax_step: torch.Tensor | None = None
+    absmax_mean: torch.Tensor | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def device(self):
+        return self.packed.device
+
+    def tensors(self) -> dict:
+        names = ("absmax_q", "absmax_step", "absmax_mean") if self.double_quant else ("absmax",)
+        return {"packed": self.packed, **{name: getattr(self, name) for name in names}}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    def bits_per_parameter(self) -> float:
+        return 8 * self.nbytes / max(self.numel, 1)
+
+    def block_scales(self) -> torch.Tensor:
+        """The per-64 absmax as the kernels use it (float32; dequantized if double-quantized)."""
+        if not self.double_quant:
+            return self.absmax
+        step = self.absmax_step.repeat_interleave(DQ_BLOCK)[:self.absmax_q.numel()]
+        return self.absmax_q.float() * step + self.absmax_mean
+
+
+def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
+    """4-bit codes + the scales' bits per weight; the large-tensor limit when numel is None."""
+    if numel is None:
+        return 4 + (8 / BLOCK + 32 / (BLOCK * DQ_BLOCK) if double_quant else 32 / BLOCK)
+    blocks = -(-numel // BLOCK)
+    scale_bytes = blocks + 4 * -(-blocks // DQ_BLOCK) + 4 if double_quant else 4 * blocks
+    return 8 * (-(-numel // 2) + scale_bytes) / numel
+
+
+def pack_codes(codes: torch.Tensor) -> torch.Tensor:
+    """Two 4-bit codes per uint8 (an odd count gets a zero code at the end)."""
+    if codes.numel() % 2:
+        codes = torch.cat((codes, codes.new_zeros(1)))
+    pairs = codes.reshape(-1, 2).to(torch.uint8)
+    return (pairs[:, 0] << 4) | pairs[:, 1]
+
+
+def unpack_codes(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """int64 codes (numel,) from `pack_codes`' bytes."""
+    pairs = torch.stack(((packed >> 4) & 0xF, packed & 0xF), dim=1)
+    return pairs.reshape(-1)[:numel].long()
+
+
+def _check_weight(weight):
+    validate.tensor(weight, "weight", dtypes=WEIGHT_DTYPES, contiguous=False)
+    if weight.numel() > MAX_NUMEL:
+        raise ValueError(f"weight has {weight.numel()} elements; at most {MAX_NUMEL} (the kernels' offsets are int32)")
+    if weight.numel() and not torch.isfinite(weight).all():
+        raise ValueError("weight holds NaN or Inf: a block's absmax would be Inf/NaN and every weight in it lost")
+
+
+def double_quantize(absmax: torch.Tensor):
+    """(q int8, step float32 per 256, mean float32 (1,)): the scales on a centred 8-bit grid."""
+    mean = absmax.mean().reshape(1) if absmax.numel() else absmax.new_zeros(1)
+    centred = absmax - mean
+    n = centred.numel()
+    padded = torch.zeros(-(-n // DQ_BLOCK) * DQ_BLOCK, dtype=torch.float32, device=absmax.device)
+    padded[:n] = centred
+    step = padded.view(-1, DQ_BLOCK).abs().amax(dim=1) / DQ_LEVELS
+    # An all-equal block has step 0: any divisor gives q = 0, and 0 * step + mean is exact.
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round(padded.view(-1, DQ_BLOCK) / safe[:, None]).clamp_(-DQ_LEVELS, DQ_LEVELS)
+    return q.reshape(-1)[:n].to(torch.int8), step, mean
+
+
+def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weight:
+    """Block-wise (64) absmax NF4 of any float tensor, computed in float32 on its device."""
+    _check_weight(weight)
+    flat = weight.detach().reshape(-1).float()
+    n = flat.numel()
+    padded = torch.zeros(-(-n // BLOCK) * BLOCK, dtype=torch.float32, device=flat.device)
+    padded[:n] = flat
+    blocks = padded.view(-1, BLOCK)
+    absmax = blocks.abs().amax(dim=1)
+    normalized = blocks / torch.where(absmax > 0, absmax, torch.ones_like(absmax))[:, None]
+    # bucketize against the midpoints = nearest level; a value exactly on a midpoint goes to the
+    # lower level, as the reference's argmin does.
+    codes = torch.bucketize(normalized, nf4_midpoints().to(flat.device)).reshape(-1)[:n]
+    stored = NF4Weight(pack_codes(codes), tuple(weight.shape), double_quant)
+    if double_quant:
+        stored.absmax_q, stored.absmax_step, stored.absmax_mean = double_quantize(absmax)
+    else:
+        stored.absmax = absmax
+    return stored
+
+
+def nf4_dequantize_torch(w: NF4Weight, dtype=torch.bfloat16) -> torch.Tensor:
+    """dequant(W) with torch ops: unpack, look up, scale. The reference the kernels are held to."""
+    codes = unpack_codes(w.packed, w.numel)
+    scales = w.block_scales().repeat_interleave(BLOCK)[:w.numel]
+    return (NF4_TABLE.to(w.device)[codes] * scales).to(dtype).reshape(w.shape)
+
+
+# ------------------------------------------------------------------------------- the kernels
+@triton.jit
+def _nf4_levels(packed_ptr, table_ptr, idx, mask):
+    """The NF4 level of element idx (int32): its nibble of byte idx >> 1, looked up in the table."""
+    byte = tl.load(packed_ptr + (idx >> 1), mask=mask, other=0).to(tl.int32)
+    code = (byte >> ((1 - (idx & 1)) * 4)) & 0xF  # even element: high nibble
+    # A 16-entry gather: the 64-byte table stays in L1 after the first touch.
+    return tl.load(table_ptr + code)
+
+
+@triton.jit
+def _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, block, mask, DOUBLE_QUANT: tl.constexpr):
+    """absmax of quantization block(s) `block` (float32), undoing the double quantization."""
+    if DOUBLE_QUANT:
+        q = tl.load(absmax_q_ptr + block, mask=mask, other=0).to(tl.float32)
+        step = tl.load(absmax_step_ptr + (block >> 8), mask=mask, other=0.0)  # 256 scales per step
+        return q * step + mean
+    else:
+        return tl.load(absmax_ptr + block, mask=mask, other=0.0)
+
+
+@triton.jit
+def nf4_dequantize_kernel(packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean_ptr, table_ptr,
+                          out_ptr, n, DOUBLE_QUANT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)  # int32: n < 2^31 is checked
+    mask = offs < n
+    mean = 0.0
+    if DOUBLE_QUANT:
+        mean = tl.load(mean_ptr)
+    level = _nf4_levels(packed_ptr, table_ptr, offs, mask)
+    # 64 neighbouring lanes share a scale: the same address, one transaction per warp.
+    scale = _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, offs >> 6, mask, DOUBLE_QUANT)
+    tl.store(out_ptr + offs, (level * scale).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean_ptr, table_ptr, y_ptr,
+                      M, N, K, stride_xm, stride_xk, stride_ym, stride_yn,
+                      DOUBLE_QUANT: tl.constexpr, ROW_ALIGNED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+    """y = x dequant(W)^T, W (N, K) in NF4; each W^T tile dequantized in registers, in the K loop."""
+    tl.static_assert(BLOCK_K == 64, "one K step = one quantization block of a row")
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped rows: loads need no row mask
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    mean = 0.0
+    if DOUBLE_QUANT:
+        mean = tl.load(mean_ptr)
+    row_start = offs_n * K  # element (n, k) of W is n * K + k (int32: N * K < 2^31 is checked)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_mask = (k0 + offs_k) < K
+        x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
+        idx = row_start[None, :] + (k0 + offs_k)[:, None]  # the W^T tile [BLOCK_K, BLOCK_N]
+        level = _nf4_levels(packed_ptr, table_ptr, idx, k_mask[:, None])
+        if ROW_ALIGNED:
+            # K % 64 == 0: the tile's 64 values of each row form one block: one scale per column.
+            scale = _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, (row_start + k0) >> 6,
+                                  offs_n < N, DOUBLE_QUANT)
+            w = level * scale[None, :]
+        else:
+            # Blocks straddle rows: each element finds its own block.
+            w = level * _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, idx >> 6,
+                                      k_mask[:, None], DOUBLE_QUANT)
+        # Rounded to x's dtype, as a dequantize-then-matmul would store it; zero past K.
+        w = tl.where(k_mask[:, None], w, 0.0).to(x_ptr.dtype.element_ty)
+        acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+    _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+
+
+def _config(bm, bn, stages, warps, group_m=8):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": BLOCK, "GROUP_M": group_m},
+                         num_stages=stages, num_warps=warps)
+
+
+# Decode (M <= 16) wants many narrow column blocks to spread the weight over 132 SMs; training
+# sizes want the big tensor-core tiles. `_prune_matmul_configs` keeps the ones that fit M.
+MATMUL_CONFIGS = [
+    _config(16, 32, 4, 4), _config(16, 64, 4, 4), _config(16, 128, 4, 4),
+    _config(64, 128, 4, 4), _config(128, 128, 3, 8), _config(128, 256, 3, 8),
+]
+SIM_MATMUL_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": BLOCK, "GROUP_M": 4}
+DEQUANT_BLOCK = 1024
+
+
+def _prune_matmul_configs(configs, named_args, **kwargs):
+    m = named_args["M"]
+    if m <= 16:
+        keep = [c for c in configs if c.kwargs["BLOCK_M"] == 16]
+    elif m <= 128:
+        keep = [c for c in configs if c.kwargs["BLOCK_M"] <= 64]
+    else:
+        keep = [c for c in configs if c.kwargs["BLOCK_M"] >= 64]
+    limit = lora_mod._shared_memory_limit()
+    itemsize = named_args["x_ptr"].element_size()
+    keep = [c for c in keep if c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * BLOCK * itemsize <= limit]
+    return keep or [_config(16, 32, 1, 4)]
+
+
+nf4_matmul_autotuned = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "DOUBLE_QUANT", "ROW_ALIGNED"],
+                                       prune_configs_by={"early_config_prune": _prune_matmul_configs})(nf4_matmul_kernel)
+
+
+# ------------------------------------------------------------------------------- launchers
+_tables: dict = {}
+
+
+def _table(device) -> torch.Tensor:
+    key = str(device)
+    if key not in _tables:
+        _tables[key] = NF4_TABLE.to(device)
+    return _tables[key]
+
+
+def _check_nf4(w, name="weight"):
+    if not isinstance(w, NF4Weight):
+        raise TypeError(f"{name} must be an NF4Weight (from nf4_quantize), got {type(w).__name__}")
+    validate.tensor(w.packed, f"{name}.packed", dtypes=(torch.uint8,), ndim=1)
+    for key, t in w.tensors().items():
+        validate.tensor(t, f"{name}.{key}", dtypes=(torch.int8,) if key == "absmax_q" else
+                        ((torch.uint8,) if key == "packed" else (torch.float32,)), ndim=1)
+    if w.packed.numel() != -(-w.numel // 2):
+        raise ValueError(f"{name}.packed has {w.packed.numel()} bytes; {w.numel} codes need {-(-w.numel // 2)}")
+
+
+def _scale_pointers(w: NF4Weight):
+    """(absmax, absmax_q, absmax_step, mean) for the kernels; the unused ones point at packed (never read)."""
+    if w.double_quant:
+        return w.packed, w.absmax_q, w.absmax_step, w.absmax_mean
+    return w.absmax, w.packed, w.packed, w.packed
+
+
+def nf4_dequantize(w: NF4Weight, dtype=torch.bfloat16, *, out=None) -> torch.Tensor:
+    """dequant(W) in `dtype` (w's shape) by the Triton kernel."""
+    _check_nf4(w)
+    if dtype not in WEIGHT_DTYPES:
+        raise TypeError(f"dtype must be one of {WEIGHT_DTYPES}, got {dtype}")
+    if out is None:
+        out = torch.empty(w.shape, dtype=dtype, device=w.device)
+    else:
+        validate.tensor(out, "out", dtypes=(dtype,))
+        if tuple(out.shape) != tuple(w.shape):
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected {tuple(w.shape)}")
+    n = w.numel
+    if n:
+        nf4_dequantize_kernel[(triton.cdiv(n, DEQUANT_BLOCK),)](
+            w.packed, *_scale_pointers(w), _table(w.device), out, n,
+            DOUBLE_QUANT=w.double_quant, BLOCK_SIZE=DEQUANT_BLOCK, num_warps=4)
+    return out
+
+
+def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
+    """x dequant(W)^T for x (..., K), W an NF4Weight of shape (N, K): the fused kernel (no autograd)."""
+    validate.tensor(x, "x", dtypes=X_DTYPES, contiguous=False)
+    _check_nf4(w)
+    if len(w.shape) != 2:
+        raise ValueError(f"weight must be a 2-D (out_features, in_features) matrix, got shape {w.shape}")
+    if x.dim() < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"x's last dimension must equal the weight's in_features: x is {tuple(x.shape)}, "
+                         f"weight is {tuple(w.shape)} (out x in)")
+    N, K = w.shape
+    x2 = x.reshape(math.prod(x.shape[:-1]), K)  # not -1: x may be empty
+    lora_mod._check_int32_span(x2, "x")
+    shape = (*x.shape[:-1], N)
+    if out is None:
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    else:
+        validate.tensor(out, "out", dtypes=(x.dtype,))
+        if tuple(out.shape) != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
+    y = out.view(-1, N)
+    M = x2.shape[0]
+    if M and N:
+        if K == 0:  # empty sums
+            y.zero_()
+        else:
+            _launch_matmul(x2, w, y, M, N, K)
+    return out
+
+
+def _launch_matmul(x2, w, y, M, N, K):
+    args = (x2, w.packed, *_scale_pointers(w), _table(w.device), y, M, N, K,
+            x2.stride(0), x2.stride(1), y.stride(0), y.stride(1))
+    meta = dict(DOUBLE_QUANT=w.double_quant, ROW_ALIGNED=K % BLOCK == 0,
+                INPUT_PRECISION="ieee" if x2.dtype == torch.float32 else "tf32")
+    if runtime.on_gpu():
+        grid = lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),)  # noqa: E731
+        nf4_matmul_autotuned[grid](*args, **meta)
+    else:
+        c = SIM_MATMUL_CONFIG
+        nf4_matmul_kernel[(triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]),)](*args, **meta, **c)
+
+
+def dequantize_matmul(x, w: NF4Weight, dequantize=nf4_dequantize):
+    """The two-step alternative: dequantize W into a temporary, then torch.matmul (cuBLAS)."""
+    return F.linear(x, dequantize(w, x.dtype))
+
+
+# ------------------------------------------------------------------------------- QLoRA
+def _dequantize(w: NF4Weight, dtype, kernel: str):
+    return nf4_dequantize(w, dtype) if kernel == "triton" else nf4_dequantize_torch(w, dtype)
+
+
+class QLoRAFunction(torch.autograd.Function):
+    """LoRA over an NF4 base: the bf16 weight exists only inside forward and inside backward."""
+
+    @staticmethod
+    def forward(ctx, x2, lora_a, lora_b, scale, x_in, meta, *stored):
+        shape, double_quant, kernel = meta
+        w = NF4Weight(stored[0], shape, double_quant, **dict(zip(_scale_names(double_quant), stored[1:])))
+        weight = _dequantize(w, x2.dtype, kernel)
+        if kernel == "triton":
+            if x_in is None:
+                y, xa = lora_mod.lora_forward(x2, weight, lora_a, lora_b, scale)
+            else:
+                xa = (x_in @ lora_a.t()) * scale
+                y = lora_mod.lora_epilogue(x2, weight, xa, lora_b)
+        else:
+            xa = ((x2 if x_in is None else x_in) @ lora_a.t()) * scale
+            y = torch.addmm(x2 @ weight.t(), xa, lora_b.t())
+        del weight  # freed here: keeping it for the backward would undo the 4-bit saving
+        ctx.save_for_backward(x2 if x_in is None else x_in, xa, lora_a, lora_b, *stored)
+        ctx.scale, ctx.meta, ctx.dropout = scale, meta, x_in is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_in, xa, lora_a, lora_b, *stored = ctx.saved_tensors
+        shape, double_quant, kernel = ctx.meta
+        w = NF4Weight(stored[0], shape, double_quant, **dict(zip(_scale_names(double_quant), stored[1:])))
+        weight = _dequantize(w, dy.dtype, kernel)  # again, rather than kept since the forward
+        needs_dx = ctx.needs_input_grad[0] or ctx.needs_input_grad[4]
+        dy = dy.contiguous()
+        if kernel == "triton":
+            dx, dx_in, d_a, d_b = lora_mod.lora_backward(dy, x_in, xa, weight, lora_a, lora_b, ctx.scale,
+                                                         needs_dx=needs_dx, fused_dx=not ctx.dropout)
+        else:
+            g = (dy @ lora_b) * ctx.scale
+            dx = dx_in = None
+            if needs_dx:
+                dx = dy @ weight
+                if ctx.dropout:
+                    dx_in = g @ lora_a
+                else:
+                    dx.addmm_(g, lora_a)
+            d_a, d_b = g.t() @ x_in, dy.t() @ xa
+        return (dx if ctx.needs_input_grad[0] else None, d_a if ctx.needs_input_grad[1] else None,
+                d_b if ctx.needs_input_grad[2] else None, None,
+                dx_in if ctx.needs_input_grad[4] else None, None) + (None,) * len(stored)
+
+
+def _scale_names(double_quant):
+    return ("absmax_q", "absmax_step", "absmax_mean") if double_quant else ("absmax",)
+
+
+def qlora_linear(x, w: NF4Weight, lora_a, lora_b, scale, *, adapter_input=None, kernel="triton"):
+    """x dequant(W)^T + scale (x A^T) B^T, W in NF4 (frozen), autograd for x, lora_a, lora_b.
+
+    Without autograd and with at most FUSED_MAX_M rows, the base product runs in the fused
+    dequant-matmul kernel; otherwise W is dequantized into a temporary for one GEMM (`QLoRAFunction`).
+    """
+    _check_nf4(w)
+    if kernel not in ("triton", "torch"):
+        raise ValueError(f"kernel must be 'triton' or 'torch', got {kernel!r}")
+    validate.tensor(x, "x", dtypes=X_DTYPES, contiguous=False)
+    if len(w.shape) != 2 or x.dim() < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"x (..., in_features) and weight (out, in) do not match: x {tuple(x.shape)}, "
+                         f"weight {tuple(w.shape)}")
+    N, K = w.shape
+    x2 = x.reshape(math.prod(x.shape[:-1]), K)
+    for t, name in ((lora_a, "lora_a"), (lora_b, "lora_b")):
+        validate.tensor(t, name, dtypes=(x.dtype,), ndim=2, contiguous=False)
+    if lora_a.shape[1] != K or tuple(lora_b.shape) != (N, lora_a.shape[0]):
+        raise ValueError(f"lora_a must be (r, {K}) and lora_b ({N}, r); got {tuple(lora_a.shape)} and "
+                         f"{tuple(lora_b.shape)}")
+    lora_mod._check_rank(lora_a.shape[0])
+    scale = lora_mod._check_scale(scale)
+    x_in = None
+    if adapter_input is not None:
+        validate.tensor(adapter_input, "adapter_input", dtypes=(x.dtype,), contiguous=False)
+        if adapter_input.shape != x.shape:
+            raise ValueError(f"adapter_input must have x's shape {tuple(x.shape)}, got {tuple(adapter_input.shape)}")
+        x_in = adapter_input.reshape(x2.shape)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, lora_a, lora_b))
+    if not grad and kernel == "triton" and x_in is None and x2.shape[0] <= FUSED_MAX_M:
+        y = nf4_matmul(x2, w)
+        y.addmm_(x2 @ lora_a.t(), lora_b.t(), alpha=scale)
+    else:
+        meta = (tuple(w.shape), w.double_quant, kernel)
+        y = QLoRAFunction.apply(x2, lora_a, lora_b, scale, x_in, meta, *w.tensors().values())
+    return y.reshape(*x.shape[:-1], N)
+
+
+class QLoRALinear(nn.Module):
+    """A frozen NF4 base (buffers) plus trainable LoRA adapters (fp32 masters, computed in bf16)."""
+
+    def __init__(self, in_features: int, out_features: int, r: int = 8, alpha: float = 16.0,
+                 dropout: float = 0.0, *, double_quant: bool = True, kernel: str = "auto", device=None,
+                 weight: torch.Tensor | None = None):
+        super().__init__()
+        lora_mod._check_hyper(r, alpha, dropout, in_features, out_features)
+        lora_mod.resolve_kernel(kernel)
+        self.in_features, self.out_features = in_features, out_features
+        self.r, self.alpha, self.scaling = r, float(alpha), float(alpha) / r
+        self.dropout, self.kernel, self.double_quant = float(dropout), kernel, double_quant
+        self.lora_a = nn.Parameter(torch.empty(r, in_features, device=device))
+        self.lora_b = nn.Parameter(torch.zeros(out_features, r, device=device))
+        with torch.no_grad():
+            nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        if weight is None:  # a fresh layer: nn.Linear's initialization, then quantized
+            weight = torch.empty(out_features, in_features, device=device)
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        self.set_base(weight)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, r: int = 8, alpha: float = 16.0, dropout: float = 0.0, *,
+                    double_quant: bool = True, kernel: str = "auto") -> "QLoRALinear":
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_linear needs an nn.Linear, got {type(linear).__name__}")
+        if linear.bias is not None:
+            raise ValueError("QLoRALinear has no bias; the week-5 GPT's layers have none")
+        return cls(linear.in_features, linear.out_features, r, alpha, dropout, double_quant=double_quant,
+                   kernel=kernel, device=linear.weight.device, weight=linear.weight.detach())
+
+    @torch.no_grad()
+    def set_base(self, weight: torch.Tensor) -> None:
+        """Quantize `weight` (out, in) into the frozen NF4 buffers."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(f"weight must be {(self.out_features, self.in_features)}, got {tuple(weight.shape)}")
+        stored = nf4_quantize(weight, double_quant=self.double_quant)
+        for name, t in stored.tensors().items():
+            self.register_buffer(f"nf4_{name}", t)
+
+    def nf4_weight(self) -> NF4Weight:
+        names = ("packed",) + _scale_names(self.double_quant)
+        fields = {name: getattr(self, f"nf4_{name}") for name in names}
+        return NF4Weight(shape=(self.out_features, self.in_features), double_quant=self.double_quant, **fields)
+
+    def _apply(self, fn, recurse=True):
+        # model.to(torch.bfloat16) must move the quantization state but never change its dtypes:
+        # rounding the fp32 scales to bf16 would change every weight.
+        before = {name: buf.dtype for name, buf in self._buffers.items() if buf is not None}
+        originals = dict(self._buffers)
+        super()._apply(fn, recurse)
+        for name, dtype in before.items():
+            if self._buffers[name].dtype != dtype:
+                self._buffers[name] = originals[name].to(self._buffers[name].device)
+        return self
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, r={self.r}, "
+                f"alpha={self.alpha:g}, dropout={self.dropout:g}, nf4, double_quant={self.double_quant}, "
+                f"kernel={self.kernel!r}")
+
+    def forward(self, x):
+        dtype = lora_mod.compute_dtype(x)
+        if dtype not in X_DTYPES:
+            dtype = torch.float32
+        x = x.to(dtype)
+        x_in = F.dropout(x, self.dropout, training=True) if self.dropout and self.training else None
+        return qlora_linear(x, self.nf4_weight(), self.lora_a.to(dtype), self.lora_b.to(dtype), self.scaling,
+                            adapter_input=x_in, kernel=lora_mod.resolve_kernel(self.kernel))
+
+    def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
+        return nf4_dequantize_torch(self.nf4_weight(), dtype)
+
+
+def apply_qlora(model: nn.Module, targets=lora_mod.TARGETS, r: int = 8, alpha: float = 16.0, dropout: float = 0.0,
+                *, double_quant: bool = True, kernel: str = "auto") -> nn.Module:
+    """Swap the named nn.Linear layers for QLoRALinear (quantizing their weights); freeze the rest."""
+    lora_mod.resolve_kernel(kernel)
+    lora_mod.replace_linears(model, targets, lambda lin: QLoRALinear.from_linear(
+        lin, r, alpha, dropout, double_quant=double_quant, kernel=kernel))
+    lora_mod.freeze_all_but(model, lora_mod.is_adapter)
+    return model
+
+
+def quantization_error(weight: torch.Tensor, *, double_quant: bool = True) -> dict:
+    """RMS and max |W - dequant(quant(W))|, relative to W's RMS, and the storage's bits per weight."""
+    stored = nf4_quantize(weight, double_quant=double_quant)
+    err = nf4_dequantize_torch(stored, torch.float64) - weight.double()
+    rms = weight.double().pow(2).mean().sqrt().item()
+    return {"rms_rel": err.pow(2).mean().sqrt().item() / rms, "max_rel": err.abs().max().item() / rms,
+            "bits_per_param": stored.bits_per_parameter()}
+
+
+# ---------------------------------------------------------------------------------- benchmarks
+# Decode-sized (16 rows: weight-bandwidth-bound) and training-sized (compute-bound) products.
+MATMUL_SIZES = [(16, 4096, 4096), (16, 11008, 4096), (4096, 2304, 768), (4096, 4096, 4096)]
+
+
+def _matmul_inputs(size):
+    m, n, k = size
+    dev = runtime.DEVICE
+    dtype = torch.bfloat16 if runtime.on_gpu() else torch.float32
+    w = random_tensor((n, k), torch.float32, dev, scale=k ** -0.5)
+    return random_tensor((m, k), dtype, dev), w.to(dtype), nf4_quantize(w)
+
+
+def _nf4_bytes(n, k):
+    return n * k // 2 + -(-n * k // BLOCK) + 4 * -(-n * k // (BLOCK * DQ_BLOCK))
+
+
+def _dequant_inputs(size):
+    n, k = size
+    w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
+    return (nf4_quantize(w),)
+
+
+def _out_dtype():
+    return torch.bfloat16 if runtime.on_gpu() else torch.float32
+
+
+BENCHMARKS = [
+    Benchmark(
+        name="nf4_matmul_week5",
+        title="y = x dequant(W_nf4)^T, bf16: fused dequant-matmul vs dequantize then cuBLAS vs bf16 cuBLAS",
+        sizes=MATMUL_SIZES,
+        sim_sizes=[(5, 40, 64), (17, 33, 70)],
+        size_label=lambda s: f"M={s[0]} N={s[1]} K={s[2]}",
+        make_inputs=_matmul_inputs,
+        variants={
+            "torch": lambda x, w16, q: F.linear(x, w16),
+            "torch_dequant": lambda x, w16, q: dequantize_matmul(x, q, nf4_dequantize_torch),
+            "triton_dequant": lambda x, w16, q: dequantize_matmul(x, q),
+            "triton_fused": lambda x, w16, q: nf4_matmul(x, q),
+        },
+        headline=("triton_fused", "triton_dequant"),
+        sources={"triton_fused": [nf4_matmul_kernel, _nf4_levels, _block_scales, _launch_matmul, nf4_matmul],
+                 "triton_dequant": [nf4_dequantize_kernel, _nf4_levels, _block_scales, nf4_dequantize]},
+        bytes=lambda s: 2 * s[0] * s[2] + _nf4_bytes(s[1], s[2]) + 2 * s[0] * s[1],
+        flops=lambda s: 2 * s[0] * s[1] * s[2],
+        compute_dtype=torch.bfloat16,
+        notes="bytes = the NF4 minimum (x, packed W + double-quantized scales, y) for every variant, so "
+              "GB/s is an effective rate; torch reads a bf16 W (4x the weight bytes)",
+    ),
+    Benchmark(
+        name="nf4_dequantize_week5",
+        title="NF4 (double-quantized) -> bf16 dequantization",
+        sizes=[(4096, 4096), (11008, 4096)],
+        sim_sizes=[(33, 70)],
+        size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_dequant_inputs,
+        variants={
+            "torch": lambda q: nf4_dequantize_torch(q, _out_dtype()),
+            "triton": lambda q: nf4_dequantize(q, _out_dtype()),
+        },
+        headline=("triton",),
+        sources={"triton": [nf4_dequantize_kernel, _nf4_levels, _block_scales, nf4_dequantize]},
+        bytes=lambda s: _nf4_bytes(*s) + 2 * s[0] * s[1],
+        notes="bytes = packed codes + scales read, bf16 weight written",
+    ),
+]
+
+
+# --------------------------------------------------------------------------------- the sweep
+def sweep(n: int = 4096, k: int = 4096, rows=(1, 4, 16, 32, 64, 128, 256, 1024, 4096)) -> None:
+    """Fused dequant-matmul vs dequantize + cuBLAS vs bf16 cuBLAS over M: where the fused kernel stops paying."""
+    from course import bench
+
+    if not runtime.on_gpu():
+        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
+    started = time.perf_counter()
+    w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
+    q, w16 = nf4_quantize(w), w.to(torch.bfloat16)
+    print(f"N={n} K={k} bf16; ms (median); FUSED_MAX_M = {FUSED_MAX_M}")
+    print(f"{'M':>6} {'bf16 cuBLAS':>12} {'dequant+mm':>12} {'fused':>10}  fused vs dequant+mm")
+    for m in rows:
+        x = random_tensor((m, k), torch.bfloat16, runtime.DEVICE)
+        times = [bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40).median_ms
+                 for fn in (lambda: F.linear(x, w16), lambda: dequantize_matmul(x, q), lambda: nf4_matmul(x, q))]
+        print(f"{m:>6} {times[0]:>12.4f} {times[1]:>12.4f} {times[2]:>10.4f}  {times[1] / times[2]:.2f}x")
+    print(f"swept in {time.perf_counter() - started:.0f} s")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", action="store_true", help="fused vs dequantize+matmul over M (GPU)")
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        parser.print_help()
+        return 2
+    sweep()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
