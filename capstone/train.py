@@ -49,7 +49,7 @@ import torch.distributed as dist
 from course import runtime
 from capstone import model as cm
 from week5_integration import data
-from week5_integration.distributed import LossModel, full_parameters, shard_batch
+from week5_integration.distributed import LossModel, fsdp_mesh, full_parameters, shard_batch
 from week5_integration.train import TrainConfig, amp_enabled, lr_at, param_groups
 
 CHECKPOINT = "checkpoint.pt"
@@ -100,9 +100,10 @@ class Trainer:
         self.module = LossModel(self.model)
         if fsdp:
             from torch.distributed.fsdp import fully_shard
+            mesh = fsdp_mesh(self.device)  # gloo on a GPU machine: the CPU, not the default cuda mesh
             for block in self.model.blocks:
-                fully_shard(block)
-            fully_shard(self.module)  # the root: embedding, tied head, final norm
+                fully_shard(block, mesh=mesh)
+            fully_shard(self.module, mesh=mesh)  # the root: embedding, tied head, final norm
         on_cuda = self.device.type == "cuda"
         # fused: one kernel updates every parameter (CUDA, plain tensors); foreach elsewhere and for
         # FSDP's DTensor shards (the multi-tensor path every torch version supports for them).

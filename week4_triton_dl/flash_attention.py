@@ -63,6 +63,7 @@ from course import runtime  # before triton: chooses the GPU or the Triton inter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
+from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -138,7 +139,7 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
             k = tl.load(k_ptrs, mask=cols[:, None] < n_keys, other=0.0)
         else:
             k = tl.load(k_ptrs)
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        qk = dot(q, tl.trans(k), None, DOT_PRECISION)
         if MASKED:
             keep = cols[None, :] < n_keys
             if CAUSAL:
@@ -163,7 +164,7 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
         else:
             v = tl.load(v_ptrs)
         # P is rounded to the input dtype for the tensor cores; the sum is accumulated in fp32.
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        acc = dot(p.to(v.dtype), v, acc, DOT_PRECISION)
         m_i = m_new
         k_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
@@ -281,7 +282,7 @@ def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_ba
             do = tl.load(do_ptrs)
             lse2 = tl.load(lse_base + rows) * _LOG2E
             delta = tl.load(delta_base + rows)
-        s_t = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        s_t = dot(k, tl.trans(q), None, DOT_PRECISION)
         # Recompute P from the saved log-sum-exp: exact softmax probabilities, no S^2 storage.
         p_t = tl.exp2(s_t * qk_scale - lse2[None, :])
         if MASKED:
@@ -289,14 +290,14 @@ def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_ba
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= rows[None, :])
             p_t = tl.where(keep, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        dv = dot(p_t.to(do.dtype), do, dv, DOT_PRECISION)
+        dp_t = dot(v, tl.trans(do), None, DOT_PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)
+        dk = dot(ds_t.to(q.dtype), q, dk, DOT_PRECISION)
         if ATOMIC_DQ:
             # This key block's share of dQ for these rows, added into the fp32 buffer. Every key
             # block adds to the same rows: atomics make the sum order, so the last bits, vary.
-            dq_part = tl.dot(tl.trans(ds_t.to(k.dtype)), k, input_precision=DOT_PRECISION) * sm_scale
+            dq_part = dot(tl.trans(ds_t.to(k.dtype)), k, None, DOT_PRECISION) * sm_scale
             dq_ptrs = dq_base + rows[:, None] * stride_dqs + offs_d[None, :]
             if MASKED:
                 tl.atomic_add(dq_ptrs, dq_part, mask=rows[:, None] < seq_q)
@@ -402,16 +403,16 @@ def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        s = dot(q, tl.trans(k), None, DOT_PRECISION)
         p = tl.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             keep = cols[None, :] < n_keys
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None])
             p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        dp = dot(do, tl.trans(v), None, DOT_PRECISION)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)
+        dq = dot(ds.to(k.dtype), k, dq, DOT_PRECISION)
         k_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
     return dq
@@ -493,9 +494,11 @@ BWD_Q_CONFIGS = [
     _config(128, 64, 8, 3), _config(128, 32, 8, 3), _config(64, 64, 4, 3), _config(128, 64, 8, 2),
     _config(64, 32, 4, 4), _config(64, 32, 4, 2), _config(128, 32, 4, 3, max_head_dim=64),
 ]
-# For fp32/fp64 (no 16-bit tensor cores: FMA or fp64 MMA) and short sequences: one small tile.
+# For short sequences (16-bit inputs): one small tile. fp32 and fp64 take their own below.
 SMALL_FWD, SMALL_BWD_KV, SMALL_BWD_Q = _config(64, 64, 4, 2), _config(32, 64, 4, 2), _config(64, 32, 4, 2)
 WIDE_DTYPE_CONFIG = _config(32, 32, 4, 2)
+# fp64 multiplies by broadcast FMAs (course/tl_dot.py): a (16, D, 16) tile of products in registers.
+FP64_CONFIG = _config(16, 16, 4, 1)
 SHORT_SEQUENCE = 512  # below this (bucket), tuning costs more than it can win
 
 
@@ -505,7 +508,9 @@ def configs_for(configs, head_dim):
 
 def _pruner(small):
     def prune(configs, named_args, **kwargs):
-        if named_args["q_ptr"].dtype in (torch.float32, torch.float64):
+        if named_args["q_ptr"].dtype == torch.float64:
+            return [FP64_CONFIG]
+        if named_args["q_ptr"].dtype == torch.float32:
             return [WIDE_DTYPE_CONFIG]
         if named_args["seq_bucket"] <= SHORT_SEQUENCE:
             return [small]

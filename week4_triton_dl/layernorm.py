@@ -34,7 +34,7 @@ What it teaches:
 Cost model (M rows, N columns, itemsize s; the minimum traffic):
 * forward: read x (MNs), write y (MNs), read w, b (2Ns), write mean, rstd (8M): ~2MNs bytes.
   ~8 FLOPs per element: ~2 FLOP/byte in bf16, far left of the H100's ridge point
-  (~240 FLOP/byte for bf16 tensor cores, ~20 for fp32 CUDA cores): memory-bound, so the
+  (~240 FLOP/byte for bf16 tensor cores, ~17 for fp32 CUDA cores): memory-bound, so the
   yardstick is % of copy bandwidth.
 * backward: read x, dy (2MNs), mean, rstd (8M), w (Ns); write dx (MNs), dw, db (2Ns): ~3MNs,
   plus the partials (2 x P x N x 4 bytes written and read: a few % at N = 8192).

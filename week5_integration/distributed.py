@@ -154,6 +154,16 @@ def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
     return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
 
 
+def fsdp_mesh(device: torch.device):
+    """All the processes of the group as one 1-D mesh on `device`'s type.
+
+    Without a mesh, fully_shard builds one on the machine's accelerator: with gloo processes
+    computing on the CPU of a GPU machine it would move every shard to cuda:0.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+
+
 def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     """(module to call, optimizer) for a strategy; the model is already on `device`."""
     from torch.distributed.fsdp import fully_shard
@@ -171,9 +181,10 @@ def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
         wrapped = DDP(module, device_ids=ids)
         return wrapped, ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)
     reshard = strategy == "fsdp"
+    mesh = fsdp_mesh(device)
     for block in gpt.blocks:
-        fully_shard(block, reshard_after_forward=reshard)
-    fully_shard(module, reshard_after_forward=reshard)  # the root: embedding, tied head, final norm
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(module, mesh=mesh, reshard_after_forward=reshard)  # the root: embedding, tied head, final norm
     return module, torch.optim.AdamW(module.parameters(), lr=lr)
 
 

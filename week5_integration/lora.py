@@ -68,6 +68,7 @@ from course import runtime  # before triton: chooses the GPU or the Triton inter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
+from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -127,7 +128,7 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
         k_left = K - k * BLOCK_K
         x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
+        acc = dot(x, w, acc, INPUT_PRECISION)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     # Epilogue: one more small dot, K = r, on the accumulator still in registers.
@@ -136,7 +137,7 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
                  mask=r_mask[None, :], other=0.0)
     b = tl.load(b_ptr + offs_r[:, None] * stride_br + offs_n[None, :] * stride_bn,
                 mask=r_mask[:, None], other=0.0)
-    acc = tl.dot(xa, b, acc, input_precision=INPUT_PRECISION)
+    acc = dot(xa, b, acc, INPUT_PRECISION)
     _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
 
 
@@ -165,8 +166,8 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
         w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         a = tl.load(a_ptrs, mask=(offs_k[:, None] < k_left) & r_mask[None, :], other=0.0)
         # The x tile, loaded once, feeds both products: the base GEMM and the rank-r projection.
-        acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
-        xa = tl.dot(x, a, xa, input_precision=INPUT_PRECISION)
+        acc = dot(x, w, acc, INPUT_PRECISION)
+        xa = dot(x, a, xa, INPUT_PRECISION)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
         a_ptrs += BLOCK_K * stride_ak
@@ -178,7 +179,7 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
     xa = xa.to(x_ptr.dtype.element_ty)
     b = tl.load(b_ptr + offs_r[:, None] * stride_br + offs_n[None, :] * stride_bn,
                 mask=r_mask[:, None], other=0.0)
-    acc = tl.dot(xa, b, acc, input_precision=INPUT_PRECISION)
+    acc = dot(xa, b, acc, INPUT_PRECISION)
     _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
     if STORE_XA:
         # Every column block computed the same xa for these rows; the first one writes it.
@@ -202,8 +203,10 @@ AUTOTUNE_CONFIGS = [
     _config(128, 64, 64, 4, 4),
     _config(64, 128, 64, 4, 4),
 ]
-# When none fits (fp64 tests; a T4's 64 KB of shared memory): the first of these that does.
+# When none fits (fp32 with a large r; a T4's 64 KB of shared memory): the first of these that does.
 FALLBACK_CONFIGS = [_config(64, 64, 32, 2, 4), _config(32, 32, 32, 1, 4)]
+# fp64 multiplies by broadcast FMAs (course/tl_dot.py): an (M, K, N) tile of products in registers.
+FP64_CONFIG = _config(16, 16, 16, 1, 4)
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}  # the interpreter cannot time configs
 SMALL_PROBLEM = 256 * 256
 
@@ -224,6 +227,8 @@ def _prune_configs(configs, named_args, **kwargs):
     # Drop tiles whose pipeline buffers overflow shared memory (fp32/fp64 tests, a T4's 64 KB);
     # if none fits, one small single-stage tile. For a small output, only the smallest tile.
     itemsize = named_args["x_ptr"].element_size()
+    if named_args["x_ptr"].dtype == torch.float64:
+        return [FP64_CONFIG]
     block_r = kwargs.get("BLOCK_R", 16)
     limit = _shared_memory_limit()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize, block_r) <= limit]

@@ -193,7 +193,10 @@ class NF4Weight:
         if not self.double_quant:
             return self.absmax
         step = self.absmax_step.repeat_interleave(DQ_BLOCK)[:self.absmax_q.numel()]
-        return self.absmax_q.float() * step + self.absmax_mean
+        # Rounded once, as the kernels' tl.fma rounds: q * step is exact in float64 (8 x 24 bits),
+        # so the float64 sum rounded to float32 is the FMA's result (two float32 roundings, as
+        # q.float() * step + mean gives, differ from it in the last bit).
+        return (self.absmax_q.double() * step.double() + self.absmax_mean).float()
 
 
 def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
@@ -285,7 +288,7 @@ def _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, block, mask, 
     if DOUBLE_QUANT:
         q = tl.load(absmax_q_ptr + block, mask=mask, other=0).to(tl.float32)
         step = tl.load(absmax_step_ptr + (block >> 8), mask=mask, other=0.0)  # 256 scales per step
-        return q * step + mean
+        return tl.fma(q, step, mean)  # one rounding, whatever the compiler's FP-contraction default
     else:
         return tl.load(absmax_ptr + block, mask=mask, other=0.0)
 

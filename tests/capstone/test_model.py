@@ -97,7 +97,10 @@ def test_loss_and_every_gradient_match(twins):
 
 
 def test_one_optimizer_step_matches():
-    tc = TrainConfig(steps=1, batch=2, seq_len=32, warmup=1, corpus_bytes=1 << 14)
+    # amp=False: the error model above is float32's. Under bf16 autocast (the GPU default) the two
+    # models' gradients differ by ~1e-2 relative, and AdamW's first step (~lr sign(g)) flips for
+    # the weights whose |g| is below that (~1% if g is roughly normal): far more than allowed below.
+    tc = TrainConfig(steps=1, batch=2, seq_len=32, warmup=1, corpus_bytes=1 << 14, amp=False)
     fast, ref = Trainer("tiny", tc, ops="fast"), Trainer("tiny", tc, ops="reference")
     start = fast.parameters_flat()
     assert torch.equal(start, ref.parameters_flat())  # same seed: same initial weights

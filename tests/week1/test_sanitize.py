@@ -152,6 +152,11 @@ case scan:x: FAILED
 ========= Target application returned an error
 ========= ERROR SUMMARY: 0 errors
 """
+LOOKUP = ('========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to "invalid argument" on CUDA API call '
+          'to cuGetProcAddress_v2.\n=========     Saved host backtrace up to driver entry point at error\n')
+NUMBA_LOOKUPS = "========= COMPUTE-SANITIZER\ncase hello_gpu:hello_1d_kernel: ok (0.2 s)\n" + 3 * LOOKUP + \
+    "========= ERROR SUMMARY: 3 errors\n"
+OTHER_API_ERROR = NUMBA_LOOKUPS.replace("cuGetProcAddress_v2.", "cuMemcpyHtoD_v2.", 1)
 
 
 def test_parse_clean_memcheck():
@@ -166,6 +171,17 @@ def test_parse_memcheck_errors_keeps_the_first_lines():
     assert any("out of bounds" in line for line in o.excerpt)
     assert len(o.excerpt) <= sz.EXCERPT_LINES
     assert not any("SUMMARY" in line or "COMPUTE-SANITIZER" in line for line in o.excerpt)
+
+
+def test_refused_symbol_lookups_are_not_kernel_errors():
+    # numba-cuda's binding probes the driver for entry points it may lack: counted apart, clean.
+    o = sz.parse_report("hello_gpu:hello_1d_kernel", "memcheck", NUMBA_LOOKUPS, sz.ERROR_EXIT)
+    assert o.ok and o.errors == 0 and o.symbol_lookups == 3 and o.status.startswith("clean (3 refused")
+    # Any other failing API call is a finding, and so are lookups mixed with a real error.
+    other = sz.parse_report("hello_gpu:hello_1d_kernel", "memcheck", OTHER_API_ERROR, sz.ERROR_EXIT)
+    assert not other.ok and other.status == "3 errors" and other.symbol_lookups == 0
+    mixed = NUMBA_LOOKUPS.replace("ERROR SUMMARY: 3 errors", "ERROR SUMMARY: 4 errors")
+    assert not sz.parse_report("a:b", "memcheck", mixed, sz.ERROR_EXIT).ok
 
 
 def test_parse_racecheck_hazards_and_clean():

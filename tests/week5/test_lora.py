@@ -3,8 +3,13 @@
 Error model. The kernel accumulates K products in fp32 (fp64 for fp64) and rounds the output once;
 the low-rank term is rounded once more where it is stored (xa in the input dtype, as torch stores
 x A^T). For inputs of size ~1 that is a few units of roundoff u times the largest output, plus
-sqrt(K) u from the sum: outputs are compared with atol = 8 u max|reference|, gradients (two more
-roundings, one more K-sum) with 16 u max|reference|. A missing scale, a transposed operand, an
+~sqrt(n) u from a sum of n products (random-walk rounding): outputs are compared with
+atol = (8 + sqrt(n)) u max|reference|, gradients (two more roundings, one more sum) with
+(16 + sqrt(n)) u max|reference|, n the longest sum of the shape. The sqrt(n) term matters in
+fp32 only. At K = 2048 each output's sum error has a spread of ~u/sqrt(12) sqrt(2048) |partial
+sums| ~ 9 u, and the worst of 200k outputs sits ~4.5 spreads out: ~40 u, past 8 u (the H100 run
+of 2026-11-23 failed that fp32 shape at 8 u and passed K = 768). In fp16/bf16 the one rounding of
+the output dominates. A missing scale, a transposed operand, an
 unmasked tail or an unwritten tile is O(max|reference|) wrong: 10^4-10^6 times over these.
 """
 import copy
@@ -27,8 +32,8 @@ SHAPES = [(1, 1, 1, 1), (7, 33, 17, 3), (37, 64, 129, 8), (65, 100, 48, 16), (3,
     gpu=[(1000, 768, 2304, 16), (257, 2048, 768, 64)], sim=[])
 
 
-def atol(ref, dtype, k):
-    return k * UNIT[dtype] * float(ref.detach().abs().max().clamp_min(1e-30))
+def atol(ref, dtype, k, shape=(1,)):
+    return (k + max(shape) ** 0.5) * UNIT[dtype] * float(ref.detach().abs().max().clamp_min(1e-30))
 
 
 def operands(m, k, n, r, dtype, requires_grad=False):
@@ -58,9 +63,9 @@ def test_fused_forward_matches_float64(dtype, shape):
     y, xa_got = lr.lora_forward(x, w, a, b, 2.0, out=out, xa_out=xa)
     assert y is out and xa_got is xa, "the launcher must write into the buffers it was given"
     want, _ = reference64(x, w, a, b, 2.0)
-    assert_close(y, want.to(dtype), atol=atol(want, dtype, 8), name="y")
+    assert_close(y, want.to(dtype), atol=atol(want, dtype, 8, shape), name="y")
     xa_want = 2.0 * x.double() @ a.double().t()
-    assert_close(xa, xa_want.to(dtype), atol=atol(xa_want, dtype, 8), name="xa = s x A^T")
+    assert_close(xa, xa_want.to(dtype), atol=atol(xa_want, dtype, 8, shape), name="xa = s x A^T")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -72,10 +77,10 @@ def test_gradients_match_float64(dtype, shape):
     dy = random_tensor((m, n), dtype, DEVICE)
     grads = torch.autograd.grad(y, (x, a, b), dy)
     want, leaves = reference64(x, w, a, b, 0.5)
-    assert_close(y, want.to(dtype), atol=atol(want, dtype, 8), name="y")
+    assert_close(y, want.to(dtype), atol=atol(want, dtype, 8, shape), name="y")
     wants = torch.autograd.grad(want, leaves, dy.double())
     for name, got, ref in zip(("dx", "dA", "dB"), grads, wants):
-        assert_close(got, ref.to(dtype), atol=atol(ref, dtype, 16), name=name)
+        assert_close(got, ref.to(dtype), atol=atol(ref, dtype, 16, shape), name=name)
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (13, 40, 70, 5)], ids=str)
@@ -87,10 +92,10 @@ def test_two_pass_kernel_matches_float64(dtype, shape):
     out = poisoned((m, n), dtype, DEVICE)
     assert lr.lora_epilogue(x, w, xa, b, out=out) is out
     want = x.double() @ w.double().t() + xa.double() @ b.double().t()
-    assert_close(out, want.to(dtype), atol=atol(want, dtype, 8))
+    assert_close(out, want.to(dtype), atol=atol(want, dtype, 8, shape))
     got = lr.lora_linear_two_pass(x, w, a, b, 3.0)
     want, _ = reference64(x, w, a, b, 3.0)
-    assert_close(got, want.to(dtype), atol=atol(want, dtype, 8), name="lora_linear_two_pass")
+    assert_close(got, want.to(dtype), atol=atol(want, dtype, 8, shape), name="lora_linear_two_pass")
 
 
 def test_gradcheck_float64():

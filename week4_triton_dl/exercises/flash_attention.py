@@ -14,6 +14,7 @@ import torch
 from course import runtime  # noqa: F401  before triton: GPU or interpreter
 from course import validate  # noqa: F401
 from week4_triton_dl.attention_naive import check_attention_inputs, check_out, dot_precision  # noqa: F401
+from course.tl_dot import dot  # noqa: F401  every product: tl.dot, fp64 as plain FMAs (course/tl_dot.py)
 
 import triton  # noqa: E402, F401
 import triton.language as tl  # noqa: E402
@@ -55,7 +56,7 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
     """Online-softmax update of (acc, m_i, l_i) over the key blocks [start, stop), base 2."""
-    # TODO: for each block: qk = q @ k^T; (MASKED: s = where(keep, qk * qk_scale, -inf))
+    # TODO: for each block: qk = q @ k^T (dot(q, tl.trans(k), None, DOT_PRECISION)); (MASKED: s = where(keep, qk * qk_scale, -inf))
     # m_new = max(m_i, rowmax(s)); p = exp2(s - m_new); alpha = exp2(m_i - m_new);
     # l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p.to(v.dtype) @ v; m_i = m_new.
     # Careful: a row with no visible key yet has m_new = -inf, and -inf - -inf = NaN.

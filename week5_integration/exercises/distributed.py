@@ -111,12 +111,23 @@ def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
     raise NotImplementedError("not implemented yet: shard_batch (week5 exercise)")
 
 
+def fsdp_mesh(device: torch.device):
+    """All the processes of the group as one 1-D mesh on `device`'s type.
+
+    Without a mesh, fully_shard builds one on the machine's accelerator: with gloo processes
+    computing on the CPU of a GPU machine it would move every shard to cuda:0.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+
+
 def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     """(module to call, optimizer) for a strategy; the model is already on `device`."""
     # TODO: module = LossModel(gpt). single: AdamW on it. ddp: DistributedDataParallel(module,
     #       device_ids=[device.index] on CUDA, None on the CPU). zero1: DDP + ZeroRedundancyOptimizer
     #       (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each block, then the
-    #       root module, with reshard_after_forward True / False; AdamW on module.parameters().
+    #       root module, with mesh=fsdp_mesh(device) and reshard_after_forward True / False;
+    #       AdamW on module.parameters().
     raise NotImplementedError("not implemented yet: _wrap (week5 exercise)")
 
 

@@ -24,6 +24,7 @@ from course import runtime  # before triton: chooses the GPU or the Triton inter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
+from course.tl_dot import dot  # noqa: F401  tl.dot, with fp64 as plain FMAs (course/tl_dot.py)
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -70,9 +71,10 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
                          BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
     """y = x W^T + xa B^T with xa (M x R, already scaled by s) read from memory."""
     # TODO: (pid_m, pid_n) = _grouped_tile(...); wrapped row/col offsets (% M, % N);
-    #       loop over K in BLOCK_K steps: acc = tl.dot(x tile [BM, BK], W^T tile [BK, BN], acc)
+    #       loop over K in BLOCK_K steps: acc = dot(x tile [BM, BK], W^T tile [BK, BN], acc,
+    #       INPUT_PRECISION) (course.tl_dot.dot: tl.dot, with fp64 as plain FMAs)
     #       (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T [BLOCK_R, BN] (mask r < R,
-    #       other=0), acc = tl.dot(xa, b, acc); _store_tile(acc, ...).
+    #       other=0), acc = dot(xa, b, acc, INPUT_PRECISION); _store_tile(acc, ...).
     pass
 
 
@@ -85,7 +87,7 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
                       BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
     """y = x W^T + (s x A^T) B^T; xa = s x A^T computed from the same x tiles, kept on chip."""
     # TODO: as lora_epilogue_kernel, but compute xa in the same K loop: also load the A^T tile
-    #       [BK, BLOCK_R] and xa = tl.dot(x, a, xa) with the SAME x tile. After the loop: xa = where(r < R,
+    #       [BK, BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop: xa = where(r < R,
     #       xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one more dot with
     #       B^T, store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R).
     pass
@@ -105,8 +107,10 @@ AUTOTUNE_CONFIGS = [
     _config(128, 64, 64, 4, 4),
     _config(64, 128, 64, 4, 4),
 ]
-# When none fits (fp64 tests; a T4's 64 KB of shared memory): the first of these that does.
+# When none fits (fp32 with a large r; a T4's 64 KB of shared memory): the first of these that does.
 FALLBACK_CONFIGS = [_config(64, 64, 32, 2, 4), _config(32, 32, 32, 1, 4)]
+# fp64 multiplies by broadcast FMAs (course/tl_dot.py): an (M, K, N) tile of products in registers.
+FP64_CONFIG = _config(16, 16, 16, 1, 4)
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}  # the interpreter cannot time configs
 SMALL_PROBLEM = 256 * 256
 
@@ -127,6 +131,8 @@ def _prune_configs(configs, named_args, **kwargs):
     # Drop tiles whose pipeline buffers overflow shared memory (fp32/fp64 tests, a T4's 64 KB);
     # if none fits, one small single-stage tile. For a small output, only the smallest tile.
     itemsize = named_args["x_ptr"].element_size()
+    if named_args["x_ptr"].dtype == torch.float64:
+        return [FP64_CONFIG]
     block_r = kwargs.get("BLOCK_R", 16)
     limit = _shared_memory_limit()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize, block_r) <= limit]

@@ -152,7 +152,10 @@ class NF4Weight:
         if not self.double_quant:
             return self.absmax
         step = self.absmax_step.repeat_interleave(DQ_BLOCK)[:self.absmax_q.numel()]
-        return self.absmax_q.float() * step + self.absmax_mean
+        # Rounded once, as the kernels' tl.fma rounds: q * step is exact in float64 (8 x 24 bits),
+        # so the float64 sum rounded to float32 is the FMA's result (two float32 roundings, as
+        # q.float() * step + mean gives, differ from it in the last bit).
+        return (self.absmax_q.double() * step.double() + self.absmax_mean).float()
 
 
 def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
@@ -215,7 +218,8 @@ def _nf4_levels(packed_ptr, table_ptr, idx, mask):
 @triton.jit
 def _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, block, mask, DOUBLE_QUANT: tl.constexpr):
     """absmax of quantization block(s) `block` (float32), undoing the double quantization."""
-    # TODO: DOUBLE_QUANT: q (int8 -> fp32) * step[block >> 8] + mean; else absmax[block].
+    # TODO: DOUBLE_QUANT: tl.fma(q (int8 -> fp32), step[block >> 8], mean) (one rounding, as
+    #       block_scales computes it); else absmax[block].
     pass
 
 
