@@ -37,6 +37,27 @@ def pytest_collection_modifyitems(config, items):
                                                     "this run simulates on the CPU"))
 
 
+FAILURE_LOG_ENV = "COURSE_FAILURE_LOG"
+FAILURE_LOG_CHARS = 3000
+
+
+def pytest_runtest_logreport(report):
+    """With COURSE_FAILURE_LOG=PATH, append each failure's message to PATH the moment it happens.
+
+    pytest prints the messages in its final summary, which a run killed by a time limit (a
+    device call's budget) never reaches: the log then names the failed tests and nothing else.
+    Under pytest-xdist the reports arrive here in the controller process, so one file holds all.
+    """
+    path = os.environ.get(FAILURE_LOG_ENV)
+    if not path or not report.failed:
+        return
+    text = report.longreprtext
+    if len(text) > FAILURE_LOG_CHARS:  # the assertion message is at the end of the traceback
+        text = "...\n" + text[-FAILURE_LOG_CHARS:]
+    with open(path, "a") as log:
+        log.write(f"==== {report.when} FAILED {report.nodeid}\n{text}\n\n")
+
+
 @pytest.fixture(autouse=True)
 def _seed(request):
     """A different, reproducible random stream for every test (seeded by its name)."""

@@ -288,3 +288,20 @@ def test_every_registered_benchmark_is_well_formed():
             assert "torch" in b.variants, f"{b.name} has no 'torch' reference variant"
             counts = b.lines_of_code()  # every sources= entry must be readable
             assert all(n > 0 for n in counts.values()), (b.name, counts)
+
+
+def test_failure_log_keeps_each_failure_message_as_it_happens(tmp_path, monkeypatch, request):
+    # A GPU run cut off by its time limit never prints pytest's summary: the log must not need it.
+    from types import SimpleNamespace
+    suite_conftest, = (p for p in request.config.pluginmanager.get_plugins() if hasattr(p, "FAILURE_LOG_ENV"))
+    path = tmp_path / "failures.log"
+    monkeypatch.setenv(suite_conftest.FAILURE_LOG_ENV, str(path))
+    failed = SimpleNamespace(failed=True, when="call", nodeid="tests/x.py::test_y",
+                             longreprtext="x" * 5000 + "\nE   AssertionError: 3 of 7 elements differ")
+    suite_conftest.pytest_runtest_logreport(failed)
+    suite_conftest.pytest_runtest_logreport(SimpleNamespace(failed=False, when="call", nodeid="tests/x.py::test_z",
+                                                            longreprtext=""))
+    text = path.read_text()
+    assert text.startswith("==== call FAILED tests/x.py::test_y\n...\n")
+    assert "3 of 7 elements differ" in text and "test_z" not in text
+    assert len(text) < suite_conftest.FAILURE_LOG_CHARS + 200

@@ -7,6 +7,8 @@ set -u
 OUT=${OUT:-/tmp/gpu-run}
 mkdir -p "$OUT/logs"
 export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Every pytest step appends each failure message here as it happens (see tests/conftest.py).
+export COURSE_FAILURE_LOG="${COURSE_FAILURE_LOG:-$OUT/logs/failures.log}"
 deadline=$(( $(date +%s) + $1 )); shift
 finish() {
     tar czf "$OUT/results.tgz" $(ls -d week*/results capstone/results 2>/dev/null) -C "$OUT" logs
