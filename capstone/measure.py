@@ -381,8 +381,7 @@ def _table(record: dict) -> str:
 
 
 def save_record(record: dict, out: Path) -> None:
-    (out / f"{record['benchmark']}.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / f"{record['benchmark']}.md").write_text(_table(record))
+    bench.write_record(record, out, _table(record))
 
 
 def main(argv=None) -> int:

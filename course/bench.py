@@ -477,16 +477,28 @@ def measured_on(result: dict) -> str:
     return f"{banner}; {versions}; {result['date']}"
 
 
+def write_record(result: dict, results_dir, markdown: str, *, json_default=None) -> list[Path]:
+    """Write `<name>.json` (the record) and `<name>.md` (`markdown`: its table) into `results_dir`.
+
+    Every results file goes through here, whatever draws its table; `json_default` is json.dumps's
+    `default` for records holding values JSON lacks.
+    """
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    base = results_dir / result["benchmark"]
+    base.with_suffix(".json").write_text(json.dumps(result, indent=1, default=json_default) + "\n")
+    base.with_suffix(".md").write_text(markdown)
+    return [base.with_suffix(".json"), base.with_suffix(".md")]
+
+
 def save(result: dict, results_dir: Path) -> list[Path]:
     """Write `<name>.json` (the record), `<name>.md` (its table) and `<name>.png` (roofline)."""
     from course import roofline
 
-    results_dir.mkdir(parents=True, exist_ok=True)
-    base = results_dir / result["benchmark"]
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    base.with_suffix(".md").write_text(markdown_table(result))
-    roofline.plot_result(result, base.with_suffix(".png"))
-    return [base.with_suffix(s) for s in (".json", ".md", ".png")]
+    paths = write_record(result, results_dir, markdown_table(result))
+    png = paths[0].with_suffix(".png")
+    roofline.plot_result(result, png)
+    return paths + [png]
 
 
 def is_result(record) -> bool:

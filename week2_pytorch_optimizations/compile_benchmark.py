@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as _dt
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -508,13 +507,10 @@ def plot(result: dict, path: Path) -> Path:
 
 def save(result: dict, results_dir: Path) -> list[Path]:
     """`compile_benchmark.json` (the record), `.md` (the table), `.png` (speedup bars)."""
-    results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    base = results_dir / result["benchmark"]
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    base.with_suffix(".md").write_text(markdown_table(result))
-    plot(result, base.with_suffix(".png"))
-    return [base.with_suffix(s) for s in (".json", ".md", ".png")]
+    paths = bench.write_record(result, results_dir, markdown_table(result))
+    png = paths[0].with_suffix(".png")
+    plot(result, png)
+    return paths + [png]
 
 
 def main(argv=None) -> int:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import functools
-import json
 import random
 import statistics
 import sys
@@ -557,13 +556,10 @@ def _smooth(values, width: int = 5):
 
 
 def save(result: dict, out_dir: Path) -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    base = out_dir / BENCHMARK_NAME
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    base.with_suffix(".md").write_text(markdown_table(result))
-    png = plot(result, out_dir / f"{BENCHMARK_NAME}_loss.png")
-    return [base.with_suffix(".json"), base.with_suffix(".md"), png]
+    from course import bench
+
+    paths = bench.write_record(result, out_dir, markdown_table(result))
+    return paths + [plot(result, Path(out_dir) / f"{BENCHMARK_NAME}_loss.png")]
 
 
 def main(argv=None) -> int:

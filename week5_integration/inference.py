@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import statistics
 import sys
 import time
@@ -514,13 +513,10 @@ def save(result: dict, results_dir) -> list[Path]:
     """`kv_cache_week5.json` (the record), `.md` (its table), `.png` (roofline of the rows)."""
     from course import roofline
 
-    results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    base = results_dir / result["benchmark"]
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    base.with_suffix(".md").write_text(markdown_table(result))
-    roofline.plot_result(result, base.with_suffix(".png"))
-    return [base.with_suffix(s) for s in (".json", ".md", ".png")]
+    paths = bench.write_record(result, results_dir, markdown_table(result))
+    png = paths[0].with_suffix(".png")
+    roofline.plot_result(result, png)
+    return paths + [png]
 
 
 def main(argv=None) -> int:

@@ -456,12 +456,7 @@ def swaps_markdown(record: dict) -> str:
 
 
 def save(record: dict, out: Path, markdown: str) -> list[Path]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / record["benchmark"]
-    base.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str) + "\n")
-    base.with_suffix(".md").write_text(markdown)
-    return [base.with_suffix(".json"), base.with_suffix(".md")]
+    return bench.write_record(record, out, markdown, json_default=str)
 
 
 def main(argv=None) -> int:

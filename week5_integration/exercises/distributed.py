@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import statistics
 import sys
@@ -354,12 +353,9 @@ def markdown_table(result: dict) -> str:
 
 
 def save(result: dict, results_dir) -> list[Path]:
-    results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    base = results_dir / result["benchmark"]
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    base.with_suffix(".md").write_text(markdown_table(result))
-    return [base.with_suffix(".json"), base.with_suffix(".md")]
+    from course import bench
+
+    return bench.write_record(result, results_dir, markdown_table(result))
 
 
 def main(argv=None) -> int:

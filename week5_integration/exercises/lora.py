@@ -28,6 +28,9 @@ from course.tl_dot import dot  # noqa: F401  tl.dot, with fp64 as plain FMAs (co
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
+# Week 3's grouped tile order (concurrent programs cover a squarish patch of output tiles, so
+# the x row panels and W column panels they share are read from L2) and its config maker.
+from week3_triton_kernels.matmul import _config, _grouped_tile  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGETS = ("qkv", "proj", "up", "down")  # the week-5 GPT's nn.Linear layers (head is tied to tok)
@@ -37,21 +40,6 @@ INT32_MAX = 2**31 - 1
 
 
 # ------------------------------------------------------------------------------ the kernels
-@triton.jit
-def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    # Grouped order (week 3): concurrent programs cover a squarish patch of output tiles, so the
-    # x row panels and W column panels they share are read from L2, not HBM.
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
-
-
 @triton.jit
 def _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -94,11 +82,6 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
 
 
 # ------------------------------------------------------------------------------ autotuning
-def _config(bm, bn, bk, stages, warps, group_m=8):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m},
-                         num_stages=stages, num_warps=warps)
-
-
 # Few on purpose: each config is a compile on the first call of every (M, N, K, r). The 128 x 256
 # tile halves the recomputed xa (r / BLOCK_N); the 64-wide ones give small layers enough programs.
 AUTOTUNE_CONFIGS = [
