@@ -1,7 +1,9 @@
 """Where the course's kernels run: a real NVIDIA GPU, or a simulation on the CPU.
 
 Import this module before `triton` or `numba`. Both libraries read their switches once,
-at import (Numba) or when a kernel is decorated (Triton), so the choice must be made first:
+at import (Numba) or when a kernel is decorated (Triton), so the choice must be made first;
+in simulation, importing it after either of them raises a RuntimeError that says so
+(`import course` alone does not import it: `from course import runtime` does):
 
 * ``gpu``: `torch.cuda.is_available()`; kernels run on the device, tensors live on ``cuda``.
 * ``sim``: no GPU. Triton kernels run in the Triton interpreter (``TRITON_INTERPRET=1``) on
@@ -37,14 +39,71 @@ def _choose_backend() -> str:
     return wanted
 
 
+def _triton_made_for_gpu() -> list[str]:
+    """What Triton made for a GPU before the interpreter was switched on: 'module.name's.
+
+    `triton.jit` picks, when it decorates a function, between a GPU kernel (`JITFunction`) and an
+    interpreted one (`TRITON_INTERPRET=1`). That includes Triton's own library (`tl.max`,
+    `tl.sum`, `tl.cdiv`... are @triton.jit functions, decorated when `triton.language` is first
+    imported). Launched where there is no GPU, a GPU kernel fails deep inside Triton with
+    "0 active drivers ([]). There should only be one."; an interpreted kernel that calls a GPU
+    library function fails with "Cannot call @triton.jit'd outside of the scope of a kernel".
+    Only module-level names are looked at (where kernels live, and where a script or notebook
+    defines them); torch's own modules are left alone.
+    """
+    jit = sys.modules.get("triton.runtime.jit")
+    if jit is None or os.environ.get("TRITON_INTERPRET") == "1":
+        return []
+    gpu_kernel, wrapper = jit.JITFunction, jit.KernelInterface
+    language = sys.modules.get("triton.language")
+    found = ["triton.language"] if language is not None and any(
+        isinstance(value, gpu_kernel) for value in vars(language).values()) else []
+    seen = set()
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] in ("triton", "torch"):
+            continue
+        try:
+            names = list(vars(module).items())
+        except TypeError:  # a stand-in without __dict__
+            continue
+        for name, value in names:
+            for _ in range(8):  # autotune(heuristics(jit(f))): unwrap to the function itself
+                if isinstance(value, gpu_kernel):
+                    if id(value) not in seen:  # __main__ is also __mp_main__
+                        seen.add(id(value))
+                        found.append(f"{module_name}.{name}")
+                    break
+                value = getattr(value, "fn", None) if isinstance(value, wrapper) else None
+                if value is None:
+                    break
+    return found
+
+
 def _enter_simulation() -> None:
     numba_cuda = sys.modules.get("numba.cuda")
     if numba_cuda is not None and not os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         raise RuntimeError(
             "numba was imported before course.runtime, so its CUDA simulator cannot be turned "
-            "on any more: import course (or course.runtime) first")
+            "on any more: import course.runtime (`from course import runtime`) first")
+    early = _triton_made_for_gpu()
+    if early:
+        kernels = [name for name in early if name != "triton.language"]
+        what = (f"Triton kernel(s) {', '.join(kernels)} were defined (@triton.jit)" if kernels else
+                "triton was imported")
+        raise RuntimeError(
+            f"{what} before course.runtime was imported, so Triton made GPU code (of your kernels "
+            "and of its own library: tl.max, tl.sum, ...), and this machine has no GPU: a launch "
+            "would fail with \"0 active drivers ([]). There should only be one.\" (or \"Cannot "
+            "call @triton.jit'd outside of the scope of a kernel\"). Put `from course import "
+            "runtime` above `import triton` and every @triton.jit, at the top of the file or "
+            "notebook, and run it again in a fresh process (restart the notebook's kernel); or set "
+            "TRITON_INTERPRET=1 before Python starts.")
     os.environ["TRITON_INTERPRET"] = "1"
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    # Bounds-checked loads/stores (an unmasked tail fails its test instead of aborting Python)
+    # and a once-rounded tl.fma in Triton's interpreter: see course/sim_triton.py.
+    from course import sim_triton
+    sim_triton.install()
 
 
 BACKEND = _choose_backend()

@@ -141,7 +141,45 @@ def test_readme_section_is_rebuilt_in_the_same_run(tree):
     readme.write_text(f"intro\n{cli.README_BEGIN}\nold\n{cli.README_END}\noutro\n")
     report(tree)
     text = readme.read_text()
-    assert "| fake_add | triton | 2^24 |" in text and "old" not in text and text.endswith("outro\n")
+    assert "old" not in text and text.endswith("outro\n")
+    assert "| `week3_triton_kernels` | 1 | NVIDIA H100 80GB HBM3 | 2026-11-22 | " \
+           "[RESULTS.md](RESULTS.md#week3_triton_kernels) |" in text
+    results = (tree / "RESULTS.md").read_text()  # the long table: README's companion, generated whole
+    assert "## week3_triton_kernels" in results and "| fake_add | triton | 2^24 |" in results
+    assert "| fake_add | triton | 2^20 |" not in results  # the largest size only
+    assert report(tree, "--check") == 0
+
+
+def test_results_file_drifting_fails_the_check(tree, capsys):
+    (tree / "README.md").write_text(f"{cli.README_BEGIN}\n{cli.README_END}\n")
+    report(tree)
+    (tree / "RESULTS.md").write_text((tree / "RESULTS.md").read_text().replace("2^24", "2^25"))
+    capsys.readouterr()
+    assert report(tree, "--check") == 1
+    assert "RESULTS.md" in capsys.readouterr().out
+
+
+def test_readme_skips_section_comes_from_the_recorded_run(tree):
+    from course import skips
+
+    readme = tree / "README.md"
+    readme.write_text(f"{cli.README_BEGIN}\n{cli.README_END}\n{cli.SKIPS_BEGIN}\nold\n{cli.SKIPS_END}\n")
+    report(tree)
+    assert "_Not counted yet" in readme.read_text()
+    (tree / "tests").mkdir()
+    (tree / skips.SKIPS_FILE).write_text(json.dumps({
+        "date": "2026-11-26", "command": "pytest -n 2", "cpu_count": 2, "torch": "2.11.0+cu130",
+        "triton": "3.6.0", "totals": {"passed": 90, "skipped": 10, "warnings": 3}, "seconds": 125.4,
+        "reasons": [{"reason": "needs a real NVIDIA GPU (a PyCUDA launch needs the CUDA driver); x",
+                     "category": skips.CATEGORIES[0][0], "tests": 7, "files": ["tests/a.py"]},
+                    {"reason": "this Triton still has tl.make_block_ptr",
+                     "category": skips.NOT_HARDWARE[0][0], "tests": 3, "files": ["tests/b.py"]}]}))
+    report(tree)
+    text = readme.read_text()
+    assert "Without a GPU, 10 of the 100 tests are skipped" in text and "7 of them need a GPU" in text
+    assert f"| {skips.CATEGORIES[0][0]} | 7 |" in text
+    assert "| not hardware: depends on the Triton version (to be removed" in text
+    assert "Counted on 2026-11-26 from a `pytest -n 2` run on 2 CPU cores" in text and "old" not in text
 
 
 # --------------------------------------------------------------------- comparisons

@@ -1,0 +1,75 @@
+"""How long each week's tests take on the GPU: `tests/timings_gpu.json`, made from a timing log.
+
+`pytest -p pytest_timelog` (the plugin in the GPU machine's shared folder) writes one END line
+per test; `python -m course timings LOG --write` sums them per week into the record that
+README's "How long the tests take" section is generated from. The sum of the test durations is
+the week's serial time (one process running the week's tests one after another; measured inside
+an `-n 14` run, where 14 processes share the GPU and the host's compilers, so an upper bound).
+Under xdist both the controller and the worker may write a test's END line: each test is counted
+once, at its longest.
+"""
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+
+TIMINGS_FILE = "tests/timings_gpu.json"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse(log_text: str) -> dict:
+    """{node id: seconds} from a timing log's END lines."""
+    durations: dict = {}
+    for line in log_text.splitlines():
+        parts = line.split(" ", 5)
+        if len(parts) == 6 and parts[0] == "END":
+            node = parts[5].strip()
+            durations[node] = max(durations.get(node, 0.0), float(parts[4]))
+    return durations
+
+
+def per_week(durations: dict) -> dict:
+    """{"week1": {"seconds", "tests", "slowest": [[node, s], ...]}, ..., "kit": ...}."""
+    groups: dict = collections.defaultdict(list)
+    for node, seconds in durations.items():
+        match = re.match(r"tests/(\w+)/", node)
+        groups[match.group(1) if match else "kit"].append((node, seconds))
+    return {week: {"seconds": round(sum(s for _, s in rows), 1), "tests": len(rows),
+                   "slowest": [[n, round(s, 1)] for n, s in sorted(rows, key=lambda r: -r[1])[:5]]}
+            for week, rows in sorted(groups.items())}
+
+
+def record(log_text: str, *, gpu: str, command: str, wall_s: float, versions: dict) -> dict:
+    weeks = per_week(parse(log_text))
+    return {"date": _dt.date.today().isoformat(), "gpu": gpu, "command": command, "wall_s": wall_s,
+            **versions, "weeks": weeks}
+
+
+def load(root: Path = ROOT) -> dict | None:
+    path = root / TIMINGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def section(root: Path = ROOT) -> str:
+    rec = load(root)
+    if rec is None:
+        return "\n_Not measured yet: run the suite on a GPU with `-p pytest_timelog`, then `python -m course timings`._\n"
+    lines = ["\n| tests | serial time on the GPU | tests run | slowest test |", "|---|---|---|---|"]
+    for week, w in rec["weeks"].items():
+        slowest = w["slowest"][0] if w["slowest"] else ["-", 0]
+        lines.append(f"| `tests/{week}` | {w['seconds'] / 60:.1f} min | {w['tests']:,} | "
+                     f"`{slowest[0].split('::', 1)[-1][:60]}` ({slowest[1]:.0f} s) |"
+                     if week != "kit" else
+                     f"| the kit (`tests/*.py`) | {w['seconds'] / 60:.1f} min | {w['tests']:,} | "
+                     f"`{slowest[0].split('::', 1)[-1][:60]}` ({slowest[1]:.0f} s) |")
+    total = sum(w["seconds"] for w in rec["weeks"].values())
+    lines.append(f"\nThe default run (the tests marked slow left out), measured on {rec['date']} on an "
+                 f"{rec['gpu']} (torch {rec['torch']}, triton {rec['triton']}) by `{rec['command']}`: "
+                 f"{rec['wall_s'] / 60:.1f} min of wall time, {total / 60:.0f} min of test time. A week's "
+                 "serial time is the sum of its tests' durations inside that parallel run (14 processes "
+                 f"sharing one GPU and the host's compilers: an upper bound). Every week's five slowest "
+                 f"tests: `{TIMINGS_FILE}`.")
+    return "\n".join(lines) + "\n"
