@@ -73,6 +73,10 @@ class Benchmark:
     compute_dtype: torch.dtype | None = None  # measure torch.matmul in it: the roofline's flat roof
     notes: str = ""
     sources: dict = field(default_factory=dict)  # variant -> callable(s) whose lines are counted
+    # "events": GPU time per call (CUDA events, launches queued ahead); "wall": host cost per
+    # call (wall time of many calls, then one synchronize), for tiny sizes where Python, the
+    # launcher and autograd are the bottleneck and the GPU waits for the host.
+    clock: str = "events"
 
     def active_sizes(self) -> list:
         return runtime.pick(gpu=self.sizes, sim=self.sim_sizes)
@@ -284,24 +288,47 @@ def time_host(fn: Callable, sets: list, *, budget_s: float = 0.5) -> Timing:
     return Timing(statistics.median(samples), min(samples), len(samples), samples)
 
 
+def time_wall(fn: Callable, sets: list, *, calls: int = 300, reps: int = 7) -> Timing:
+    """Host cost per call: the wall time of `calls` back-to-back calls, then one synchronize.
+
+    When a call's GPU work is shorter than its Python (validation, allocation, the launch
+    itself, autograd bookkeeping), the GPU idles between kernels and this is the time a model
+    pays per call. Median over `reps` repetitions.
+    """
+    fn(*sets[0])
+    if runtime.on_gpu():
+        torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+        if runtime.on_gpu():
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e3)
+    return Timing(statistics.median(samples), min(samples), reps * calls, samples)
+
+
 def time_call(fn: Callable, sets: list) -> Timing:
     return time_gpu(fn, sets) if runtime.on_gpu() else time_host(fn, sets)
 
 
-def time_with_memory(fn: Callable, sets: list) -> tuple[Timing, int | None]:
+def time_with_memory(fn: Callable, sets: list, clock: str = "events") -> tuple[Timing, int | None]:
     """`time_call`, and the bytes the calls allocated above what was live before (None off-GPU).
 
     One untimed call first compiles and autotunes (the autotuner allocates its own buffers),
     then the peak counter is reset, so the figure is what the timed calls themselves need:
     outputs they allocate, workspaces and temporaries, not the inputs.
     """
+    if clock not in ("events", "wall"):
+        raise ValueError(f"clock must be 'events' or 'wall', got {clock!r}")
     if not runtime.on_gpu():
-        return time_host(fn, sets), None
+        return (time_wall(fn, sets, calls=20, reps=3) if clock == "wall" else time_host(fn, sets)), None
     fn(*sets[0])
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    timing = time_gpu(fn, sets)
+    timing = time_wall(fn, sets) if clock == "wall" else time_gpu(fn, sets)
     torch.cuda.synchronize()
     return timing, max(0, torch.cuda.max_memory_allocated() - before)
 
@@ -380,7 +407,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
             if label in bench.gpu_only and not runtime.on_gpu():
                 rows.append({"size": bench.size_label(size), "variant": label, "skipped": "needs a GPU"})
                 continue
-            timing, peak = time_with_memory(fn, sets)
+            timing, peak = time_with_memory(fn, sets, bench.clock)
             seconds = timing.median_ms * 1e-3
             by_variant[label] = timing.median_ms
             rows.append({
@@ -403,6 +430,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
         "benchmark": bench.name,
         "title": bench.title,
         "notes": bench.notes,
+        "clock": bench.clock,
         "headline": list(bench.headline),
         "simulated": not runtime.on_gpu(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

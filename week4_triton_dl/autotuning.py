@@ -35,7 +35,7 @@ The workflow, in the order you meet it:
   ~/.triton/cache), so a second process skips compiling but still re-TIMES every config unless
   `TRITON_CACHE_AUTOTUNING=1` (or `cache_results=True`) also stores the timings on disk.
   `TRITON_PRINT_AUTOTUNING=1` prints each tuning: the key, the time it took, the winner.
-* The interpreter (`TRITON_INTERPRET=1`) has no device clock. In Triton 3.9, a tuner with more
+* The interpreter (`TRITON_INTERPRET=1`) has no device clock. In Triton 3.6 (and 3.9), a tuner with more
   than one config left after pruning fails on its first call ("0 active drivers": there is no
   GPU driver to ask for a benchmarker); one config left means no timing and it just runs. So
   this module passes `do_bench=` a host-clock timer in simulation: the workflow runs, the

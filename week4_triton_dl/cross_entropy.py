@@ -9,8 +9,8 @@ model, sets the peak memory of a training step.
 What it teaches:
 * `cross_entropy_fwd_kernel`: one program per row streams the row in BLOCK_V chunks with a
   running max m and running sum d (d <- d * exp(m - m') + sum exp(x - m'), the online softmax
-  of week 3), so logsumexp(x) = m + log d takes ONE read of the row; the loss is
-  lse - x[target]. Label smoothing also needs sum_j x_j, accumulated in the same pass.
+  of week 3), so logsumexp(x) = m + log d takes ONE read of the row. Label smoothing also needs
+  sum_j (x_j - m), accumulated in the same pass.
 * `cross_entropy_bwd_kernel`: d loss / d logits = (softmax(x) - y) * g, y the (smoothed)
   one-hot target and g the incoming gradient; softmax is recomputed from x and the saved lse,
   so nothing of size N x V is saved between forward and backward except the logits themselves.
@@ -24,6 +24,21 @@ What it teaches:
   dW += dlogits_c^T @ h_c. The gradients are therefore finished during the forward pass; the
   backward only multiplies them by grad_output (a scalar: mean or sum reduction). The full
   N x V logits never exist: peak memory is W, dW, and one C x V buffer.
+
+Precision at large logits (a finding of the course's audit: at logits of +-1e4 the first
+version was 2.4% off torch). Computed as lse - x[target], the loss subtracts two numbers near
+1e4 whose fp32 spacing is 2^-10 ~ 1e-3: a small loss (a confident, correct prediction) carries
+an absolute error of that size. Every quantity is therefore kept SHIFTED by the row max m,
+where it is small and exact:
+  loss = log d - (x_t - m)                            (log d in [0, log V]; x_t - m <= 0, and
+                                                       exact when x_t is within 2x of m)
+  smoothed: log d - (1 - eps)(x_t - m) - eps * mean_j (x_j - m)
+Every term is >= 0, so nothing cancels: the loss keeps fp32's relative precision at any
+magnitude. sum_j (x_j - m) is accumulated shifted by each lane's running max (when that max
+rises by delta, the n terms already summed each drop by delta: the additive twin of d's rescale).
+The backward needs softmax = exp(x - lse) with lse = m + log d; one fp32 lse carries the same
+1e-3 rounding at 1e4, so lse is stored in float64 (8 bytes a row, N of them) and each row splits
+it once into fp32 hi + lo: exp((x - hi) - lo), where x - hi is exact near the max.
 
 Cost model (N rows, V classes, d hidden, itemsize s):
 * plain CE on given logits: forward reads N V s; backward reads N V s and writes N V s.
@@ -41,6 +56,26 @@ Cost model (N rows, V classes, d hidden, itemsize s):
   their gradient and the logits' gradient, alive together in the backward; 5.9 GiB here);
   fused: V d s (dW) + C V s (the buffer) + N d s (dh): 1.3 GiB at C = 1024.
 
+As a PyTorch op (the second half of the file). `cross_entropy` and `fused_linear_cross_entropy`
+are what a model calls. In eager mode they run `CrossEntropyFunction` /
+`FusedLinearCrossEntropyFunction` (autograd.Functions: ~8 us cheaper per call than a custom op's
+dispatch, see course/ops.py), or the bare launches when nothing needs a gradient; under
+torch.compile they go through the registered ops `torch.ops.course.cross_entropy_rows` (+ its
+backward op; the reduction stays torch code, which Inductor fuses) and
+`torch.ops.course.fused_linear_cross_entropy`, so a model using them compiles with no graph
+break (`custom_ops.py` is the lesson on how). What keeps a call cheap: launch settings and the
+smoothing coefficients are computed once per vocabulary size and cached; the mean's divisor is
+counted on the device (`cross_entropy_reduce_kernel`, one launch for sum, count and division),
+so the public entries never synchronise with the GPU. That has a consequence: a target outside
+[0, V) cannot raise an exception without a host sync, so the kernels never read it (no
+out-of-bounds access) and that row's loss and gradient are NaN (torch stops the whole CUDA
+context with a device-side assert instead); the launchers (`cross_entropy_forward`, ...) check
+the targets with one sync and raise. The benchmarks `cross_entropy_train_week4` and
+`fused_linear_ce_train_week4` time forward + backward through these entries (autograd and every
+launch included) beside `F.cross_entropy(logits.float(), t)` as training code writes it, eager
+and compiled, with peak memory; `cross_entropy_host_week4` is the host's cost per call at a
+decode-step size (8 x 50304), where the GPU work is a few microseconds.
+
 Arithmetic is fp32 for fp16/bf16/fp32 logits (fp64 for fp64, so gradcheck can run); the
 loss is returned in the logits' dtype, as torch does. reduction "mean" divides by the number
 of rows whose target is not ignore_index (NaN when there are none, as in torch).
@@ -50,8 +85,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
@@ -72,6 +108,10 @@ BLOCK_V = 4096
 # but re-read dW half as often. A prediction: the H100 chunk sweep decides (see the notes).
 DEFAULT_CHUNK_BYTES = 256 << 20
 MATMULS = ("torch", "triton")
+# The reduction kernel: one program sums the per-row losses REDUCE_BLOCK at a time (8192 rows
+# are 2 steps: one program's loop is latency-bound, ~1 us a step, so few wide steps).
+REDUCE_BLOCK = 4096
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -86,12 +126,16 @@ def _to_acc(x, FP64: tl.constexpr):
 
 @triton.jit
 def _row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """Online logsumexp of one row (and the row's sum, for label smoothing), one read of x."""
+    """(m, log d, sum_j (x_j - m)) of one row in ONE read: m the row max, d = sum_j exp(x_j - m).
+
+    logsumexp = m + log d; the third value (for label smoothing) is 0 unless SMOOTHING.
+    """
     cols = tl.arange(0, BLOCK_V)
-    # Per-lane running max and sum: no cross-lane reduction inside the loop, one at the end.
+    # Per-lane running max, sum, shifted x-sum and count: no cross-lane reduction inside the loop.
     m = _to_acc(tl.full([BLOCK_V], -float("inf"), tl.float32), FP64)
     d = _to_acc(tl.zeros([BLOCK_V], tl.float32), FP64)
     s = _to_acc(tl.zeros([BLOCK_V], tl.float32), FP64)
+    n = _to_acc(tl.zeros([BLOCK_V], tl.float32), FP64)
     for start in range(0, n_cols, BLOCK_V):
         offs = start + cols
         mask = offs < n_cols
@@ -101,39 +145,56 @@ def _row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, B
         # -inf - -inf = NaN, so shift by 0 there (its terms are exp(-inf) = 0 anyway).
         shift = tl.where(m_new == -float("inf"), 0.0, m_new)
         d = d * tl.exp(m - shift) + tl.exp(x - shift)
-        m = m_new
         if SMOOTHING:
-            s += tl.where(mask, x, 0.0)
+            # s = sum of (x - shift) over this lane's n elements so far, every term <= 0. When the
+            # lane's max rises, each of the n terms drops by the rise: s + n * (old - new shift).
+            s += n * (tl.where(m == -float("inf"), 0.0, m) - shift) + tl.where(mask, x - shift, 0.0)
+            n += tl.where(mask, 1.0, 0.0)
+        m = m_new
     row_max = tl.max(m, axis=0)
     # NaN anywhere, +inf, or an all -inf row give NaN here: what torch's log_softmax gives.
-    lse = row_max + tl.log(tl.sum(d * tl.exp(m - row_max), axis=0))
-    return lse, tl.sum(s, axis=0)
+    log_sum = tl.log(tl.sum(d * tl.exp(m - row_max), axis=0))
+    if SMOOTHING:
+        # Each lane's terms moved from its own max to the row's: n * (m_lane - row_max) more, <= 0.
+        lane = s + tl.where(n > 0, n * (tl.where(m == -float("inf"), 0.0, m) - row_max), 0.0)
+        shifted_sum = tl.sum(lane, axis=0)
+    else:
+        shifted_sum = tl.zeros_like(log_sum)
+    return row_max, log_sum, shifted_sum
 
 
 @triton.jit
-def _row_loss(x_row, target, valid, lse, x_sum, n_cols, coef_ptr, SMOOTHING: tl.constexpr):
-    # An ignored row's target (-100) is no address: read column 0 instead, and discard it.
-    x_t = tl.load(x_row + tl.where(valid, target, 0)).to(lse.dtype)
+def _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
+              SMOOTHING: tl.constexpr):
+    """The row's loss from its shifted statistics: every term >= 0, so nothing cancels."""
+    # An ignored row's target (-100) is no address, nor is a target outside [0, V): read column 0
+    # instead, and discard it.
+    x_t = tl.load(x_row + tl.where(valid & in_range, target, 0)).to(row_max.dtype)
+    # x_t - m <= 0, exact when x_t is within a factor 2 of m (Sterbenz), one rounding otherwise.
+    t_shift = x_t - row_max
     if SMOOTHING:
-        # (1 - eps) * (lse - x_t) + eps * (lse - mean_j x_j): torch's label smoothing.
-        loss = lse - tl.load(coef_ptr) * x_t - tl.load(coef_ptr + 1) * (x_sum / n_cols)
+        # (1 - eps)(lse - x_t) + eps (lse - mean_j x_j), torch's label smoothing, written shifted.
+        loss = log_sum - tl.load(coef_ptr) * t_shift - tl.load(coef_ptr + 1) * (shifted_sum / n_cols)
     else:
-        loss = lse - x_t
+        loss = log_sum - t_shift
+    loss = tl.where(in_range, loss, float("nan"))  # a target outside [0, V): NaN, not a wild read
     return tl.where(valid, loss, 0.0)
 
 
 @triton.jit
-def _write_row_grad(x_row, g_row, target, lse, g, n_cols, coef_ptr,
+def _write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
                     SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """g_row[j] = (softmax(x)_j - y_j) * g, y the (smoothed) one-hot target; x read again."""
+    """g_row[j] = (softmax(x)_j - y_j) * g, softmax = exp((x - hi) - lo) with hi + lo = lse."""
     cols = tl.arange(0, BLOCK_V)
     on_target = tl.load(coef_ptr)        # 1 - eps
     off_target = tl.load(coef_ptr + 2)   # eps / V
     for start in range(0, n_cols, BLOCK_V):
         offs = start + cols
         mask = offs < n_cols
-        x = tl.load(x_row + offs, mask=mask, other=0.0).to(lse.dtype)
-        p = tl.exp(x - lse)
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(hi.dtype)
+        # x - hi is exact near the max (Sterbenz), where softmax is large; far below it, the
+        # rounding of x - hi moves exp by a relative |x - hi| * 2^-24 of a value ~exp(x - hi).
+        p = tl.exp((x - hi) - lo)
         y = tl.where(offs == target, on_target, 0.0)
         if SMOOTHING:
             y += off_target
@@ -143,37 +204,45 @@ def _write_row_grad(x_row, g_row, target, lse, g, n_cols, coef_ptr,
 
 @triton.jit
 def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols, row_stride,
-                             ignore_index, coef_ptr,
-                             FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
+                             ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
+                             STORE_LSE: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
     valid = target != ignore_index
-    lse, x_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
-    tl.store(loss_ptr + row, _row_loss(x_row, target, valid, lse, x_sum, n_cols, coef_ptr, SMOOTHING))
-    tl.store(lse_ptr + row, lse)
+    in_range = (target >= 0) & (target < n_cols)
+    row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
+    tl.store(loss_ptr + row, _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum,
+                                       n_cols, coef_ptr, SMOOTHING))
+    if STORE_LSE:  # only a backward needs it: without one, neither the store nor the buffer
+        # lse = m + log d in float64, where the sum of two fp32 values is exact: the backward's
+        # softmax then keeps fp32 precision at any magnitude (see the module docstring).
+        tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
 
 
 @triton.jit
 def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits_ptr, n_cols,
-                             row_stride, dlogits_row_stride, ignore_index, coef_ptr,
-                             GRAD_PER_ROW: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
+                             row_stride, dlogits_row_stride, grad_stride, ignore_index, coef_ptr,
+                             FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(targets_ptr + row).to(tl.int64)
+    # The float64 lse, split once per row into hi + lo of the accumulation dtype (lo = 0 in fp64).
     lse = tl.load(lse_ptr + row)
-    # The incoming gradient is read on the device: no host sync to learn its value.
-    if GRAD_PER_ROW:
-        g = tl.load(grad_ptr + row)
-    else:
-        g = tl.load(grad_ptr)
-    g = tl.where(target != ignore_index, g.to(lse.dtype) * tl.load(coef_ptr + 3), 0.0)
-    _write_row_grad(logits_ptr + row * row_stride, dlogits_ptr + row * dlogits_row_stride, target, lse, g,
+    hi = _to_acc(lse, FP64)
+    lo = _to_acc(lse - hi.to(tl.float64), FP64)
+    # The incoming gradient is read on the device (no host sync to learn its value); grad_stride
+    # is 0 for one scalar shared by every row, or the stride of a per-row gradient (reduction
+    # "none"; an expanded one has stride 0 too, and is read without being copied).
+    g = tl.load(grad_ptr + row * grad_stride).to(hi.dtype)
+    g = tl.where((target >= 0) & (target < n_cols), g, float("nan"))
+    g = tl.where(target != ignore_index, g, 0.0)
+    _write_row_grad(logits_ptr + row * row_stride, dlogits_ptr + row * dlogits_row_stride, target, hi, lo, g,
                     n_cols, coef_ptr, SMOOTHING, BLOCK_V)
 
 
 @triton.jit
-def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr, n_cols, row_stride,
-                                  dlogits_row_stride, ignore_index, coef_ptr,
+def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr, scale_ptr, n_cols,
+                                  row_stride, dlogits_row_stride, ignore_index, coef_ptr,
                                   FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
     # Loss and gradient in one program: the second sweep over the row (often still in L2)
     # replaces a whole backward kernel, and dlogits may be the logits buffer itself.
@@ -181,39 +250,225 @@ def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
     valid = target != ignore_index
-    lse, x_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
-    tl.store(loss_ptr + row, _row_loss(x_row, target, valid, lse, x_sum, n_cols, coef_ptr, SMOOTHING))
+    in_range = (target >= 0) & (target < n_cols)
+    row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
+    tl.store(loss_ptr + row, _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum,
+                                       n_cols, coef_ptr, SMOOTHING))
     # In place, the sweep below overwrites x[target]: every warp must have read it first. Warps
     # run independently, so a barrier orders "all reads of x[target]" before "any write".
     tl.debug_barrier()
-    g = tl.where(valid, tl.load(coef_ptr + 3), 0.0)
-    _write_row_grad(x_row, dlogits_ptr + row * dlogits_row_stride, target, lse, g, n_cols, coef_ptr,
-                    SMOOTHING, BLOCK_V)
+    # d(scale * sum of losses)/dx; scale (1 / rows counted, or 1) is read on the device.
+    g = tl.where(in_range, tl.load(scale_ptr).to(row_max.dtype), float("nan"))
+    g = tl.where(valid, g, 0.0)
+    # m and log d are still in registers: softmax = exp((x - m) - log d), the shifted form.
+    _write_row_grad(x_row, dlogits_ptr + row * dlogits_row_stride, target, row_max, log_sum, g, n_cols,
+                    coef_ptr, SMOOTHING, BLOCK_V)
 
 
-# ------------------------------------------------------------------------------ input checks
-def _acc_torch(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
+@triton.jit
+def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, n_rows, ignore_index,
+                                MEAN: tl.constexpr, STORE_COUNT: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: out = sum of the per-row losses (/ rows counted, for MEAN), count = rows counted.
 
-
-def _coefficients(label_smoothing, n_cols, grad_scale, dtype, device):
-    """[1 - eps, eps, eps / V, grad_scale] in the accumulation dtype.
-
-    Passed as a tensor, not as Python floats: Triton types float arguments as fp32, which would
-    round 0.9 or 1/N before an fp64 kernel ever sees them.
+    One launch instead of torch's four (compare, count, sum, divide), and no host sync: the
+    divisor is counted here, on the device. 0 / 0 = NaN when every row is ignored, as in torch.
     """
-    eps = label_smoothing
-    return torch.tensor([1.0 - eps, eps, eps / n_cols, grad_scale], dtype=_acc_torch(dtype), device=device)
+    offs = tl.arange(0, BLOCK)
+    total = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
+    count = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
+    for start in range(0, n_rows, BLOCK):
+        idx = start + offs
+        mask = idx < n_rows
+        total += tl.load(loss_rows_ptr + idx, mask=mask, other=0.0)
+        t = tl.load(targets_ptr + idx, mask=mask, other=ignore_index)
+        count += tl.where(t != ignore_index, 1.0, 0.0)
+    result = tl.sum(total, axis=0)
+    counted = tl.sum(count, axis=0)
+    if MEAN:
+        result = result / counted
+    tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
+    if STORE_COUNT:  # for a backward (the mean's gradient divides by it)
+        tl.store(count_ptr, counted)
+
+
+# ------------------------------------------------------------------------------- launch plans
+# Computed once per vocabulary size and kept: the hot path does a dict lookup, not Triton's
+# jitted helpers (triton.next_power_of_2 and triton.cdiv cost ~2 us each from Python).
+_PLANS: dict = {}
+_COEFFICIENTS: dict = {}
+_ONES: dict = {}
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1), in plain Python."""
+    return 1 << (n - 1).bit_length()
 
 
 def _num_warps(block):
     return max(4, min(16, block // (32 * 16)))
 
 
-def _block(n_cols, block_v):
-    if not isinstance(block_v, int) or block_v < 16 or block_v & (block_v - 1):
+def _plan(n_cols: int, block_v: int = BLOCK_V) -> tuple[int, int]:
+    """(BLOCK_V, num_warps) for rows of n_cols classes: a block no wider than the row needs."""
+    key = (n_cols, block_v)
+    plan = _PLANS.get(key)
+    if plan is None:
+        block = min(block_v, max(16, next_power_of_2(n_cols)))
+        plan = _PLANS[key] = (block, _num_warps(block))
+    return plan
+
+
+def _acc_torch(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _coefficients(label_smoothing: float, n_cols: int, acc: torch.dtype, device) -> torch.Tensor:
+    """[1 - eps, eps, eps / V] in the accumulation dtype, made once per (eps, V, dtype, device).
+
+    A tensor, not Python floats: Triton types float arguments as fp32, which would round 0.9 or
+    1/V before an fp64 kernel ever sees them. Cached: built per call, it would cost a
+    host-to-device copy on every call.
+    """
+    key = (label_smoothing, n_cols, acc, device)
+    coef = _COEFFICIENTS.get(key)
+    if coef is None:
+        eps = label_smoothing
+        coef = _COEFFICIENTS[key] = torch.tensor([1.0 - eps, eps, eps / n_cols], dtype=acc, device=device)
+    return coef
+
+
+def _one(acc: torch.dtype, device) -> torch.Tensor:
+    """A cached 1-element tensor holding 1 (the gradient scale of reduction "sum")."""
+    key = (acc, device)
+    one = _ONES.get(key)
+    if one is None:
+        one = _ONES[key] = torch.ones((), dtype=acc, device=device)
+    return one
+
+
+# ------------------------------------------------------------- the hot path (no checks here)
+def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, need_lse=True):
+    """(loss per row, lse or None) of (N, V) logits with unit column stride: accumulation dtype, float64."""
+    n_rows, n_cols = logits.shape
+    acc = _acc_torch(logits.dtype)
+    loss = torch.empty(n_rows, dtype=acc, device=logits.device)
+    lse = torch.empty(n_rows, dtype=torch.float64, device=logits.device) if need_lse else None
+    if n_rows == 0:
+        return loss, lse
+    block, num_warps = _plan(n_cols, block_v)
+    cross_entropy_fwd_kernel[(n_rows,)](logits, targets, loss, loss if lse is None else lse, n_cols, logits.stride(0),
+                                        ignore_index, _coefficients(label_smoothing, n_cols, acc, logits.device),
+                                        FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0,
+                                        STORE_LSE=need_lse, BLOCK_V=block, num_warps=num_warps)
+    return loss, lse
+
+
+def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=None, block_v=BLOCK_V):
+    """dlogits = (softmax - y) * grad, grad a scalar or one value per row (any stride)."""
+    n_rows, n_cols = logits.shape
+    dlogits = torch.empty((n_rows, n_cols), dtype=logits.dtype, device=logits.device) if out is None else out
+    if n_rows == 0:
+        return dlogits
+    block, num_warps = _plan(n_cols, block_v)
+    acc = _acc_torch(logits.dtype)
+    cross_entropy_bwd_kernel[(n_rows,)](logits, targets, lse, grad, dlogits, n_cols, logits.stride(0),
+                                        dlogits.stride(0), grad.stride(0) if grad.dim() else 0, ignore_index,
+                                        _coefficients(label_smoothing, n_cols, acc, logits.device),
+                                        FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0, BLOCK_V=block,
+                                        num_warps=num_warps)
+    return dlogits
+
+
+def _forward_grad(logits, targets, loss, dlogits, scale, ignore_index, label_smoothing, block_v=BLOCK_V):
+    """Per-row loss into `loss` and (softmax - y) * scale into `dlogits` (which may be `logits`)."""
+    n_rows, n_cols = logits.shape
+    if n_rows == 0:
+        return loss, dlogits
+    block, num_warps = _plan(n_cols, block_v)
+    acc = _acc_torch(logits.dtype)
+    cross_entropy_fwd_grad_kernel[(n_rows,)](logits, targets, loss, dlogits, scale, n_cols, logits.stride(0),
+                                             dlogits.stride(0), ignore_index,
+                                             _coefficients(label_smoothing, n_cols, acc, logits.device),
+                                             FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0,
+                                             BLOCK_V=block, num_warps=num_warps)
+    return loss, dlogits
+
+
+def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True):
+    """(loss in `dtype`, rows counted or None): the reduction of the per-row losses, no host sync."""
+    if reduction == "none":
+        return loss_rows.to(dtype), None
+    n_rows = loss_rows.shape[0]
+    out = torch.empty((), dtype=dtype, device=loss_rows.device)
+    count = torch.empty((), dtype=loss_rows.dtype, device=loss_rows.device) if need_count else None
+    if n_rows == 0:  # no rows: sum 0, mean 0 / 0 = NaN (as torch); nothing to launch on
+        return out.fill_(math.nan if reduction == "mean" else 0.0), (count.zero_() if need_count else None)
+    cross_entropy_reduce_kernel[(1,)](loss_rows, targets, out, out if count is None else count, n_rows,
+                                      ignore_index, MEAN=reduction == "mean", STORE_COUNT=need_count,
+                                      BLOCK=REDUCE_BLOCK, num_warps=8)
+    return out, count
+
+
+def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
+                      need_dh, need_dw, block_v=BLOCK_V):
+    """The chunk loop: (loss, dh or None, dW or None), the gradients for grad_output = 1."""
+    n_rows, n_cols = h.shape[0], weight.shape[0]
+    acc = _acc_torch(h.dtype)
+    loss_rows = torch.empty(n_rows, dtype=acc, device=h.device)
+    dh = torch.empty(h.shape, dtype=h.dtype, device=h.device) if need_dh else None
+    dw = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device) if need_dw else None
+    if n_rows == 0:
+        return _reduce(loss_rows, targets, ignore_index, reduction, h.dtype, need_count=False)[0], dh, dw
+    chunk = max(1, min(chunk_size or default_chunk_size(n_rows, n_cols, h.element_size()), n_rows))
+    # One buffer, reused by every chunk: the allocator sees C x V once, never N x V.
+    buffer = torch.empty((chunk, n_cols), dtype=h.dtype, device=h.device)
+    want_grad = need_dh or need_dw
+    if want_grad:
+        # d mean / d loss_i = 1 / (rows counted): counted on the device, no host sync.
+        scale = (targets != ignore_index).sum(dtype=acc).reciprocal() if reduction == "mean" else _one(acc, h.device)
+    for start in range(0, n_rows, chunk):
+        stop = min(start + chunk, n_rows)
+        h_c, logits = h[start:stop], buffer[: stop - start]
+        _mm(h_c, weight.t(), logits, matmul)
+        if not want_grad:
+            block, num_warps = _plan(n_cols, block_v)
+            cross_entropy_fwd_kernel[(stop - start,)](
+                logits, targets[start:stop], loss_rows[start:stop], loss_rows, n_cols, n_cols, ignore_index,
+                _coefficients(label_smoothing, n_cols, acc, h.device), FP64=acc == torch.float64,
+                SMOOTHING=label_smoothing > 0, STORE_LSE=False, BLOCK_V=block, num_warps=num_warps)
+            continue
+        # The logits become d loss / d logits in place: nobody else holds this buffer.
+        _forward_grad(logits, targets[start:stop], loss_rows[start:stop], logits, scale, ignore_index,
+                      label_smoothing, block_v)
+        if need_dh:
+            _mm(logits, weight, dh[start:stop], matmul)
+        if need_dw:
+            # dW += dlogits^T @ h_c, accumulated in W's dtype: for bf16 that is one rounding per
+            # chunk (N / C of them) where torch rounds once; an fp32 accumulator would double
+            # dW's memory (and torch.addmm_ takes no mixed dtypes on every backend).
+            dw.addmm_(logits.t(), h_c)
+    return _reduce(loss_rows, targets, ignore_index, reduction, h.dtype, need_count=False)[0], dh, dw
+
+
+def _mm(a, b, out, matmul):
+    if matmul == "triton":
+        from week3_triton_kernels import matmul as week3_matmul  # fp16/bf16 tl.dot kernel of week 3
+        return week3_matmul.matmul(a, b, out=out)
+    return torch.mm(a, b, out=out)
+
+
+def default_chunk_size(n_rows: int, n_classes: int, itemsize: int) -> int:
+    """Rows per chunk so that the C x V logits buffer holds about DEFAULT_CHUNK_BYTES."""
+    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, n_classes * itemsize))
+    if rows >= 128:
+        rows -= rows % 128  # whole 128-row tiles for the chunk matmuls
+    return max(1, min(rows, n_rows))
+
+
+# ------------------------------------------------------------------------------ input checks
+def _check_block(block_v):
+    if isinstance(block_v, bool) or not isinstance(block_v, int) or block_v < 16 or block_v & (block_v - 1):
         raise ValueError(f"block_v must be a power of two >= 16, got {block_v!r}")
-    return min(block_v, max(16, triton.next_power_of_2(n_cols)))
 
 
 def _check_options(ignore_index, reduction, label_smoothing, allowed=REDUCTIONS):
@@ -221,20 +476,19 @@ def _check_options(ignore_index, reduction, label_smoothing, allowed=REDUCTIONS)
         raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
     if reduction not in allowed:
         raise ValueError(f"reduction must be one of {list(allowed)}, got {reduction!r}")
-    if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a float in [0, 1], got {label_smoothing!r}")
     return float(label_smoothing)
 
 
 def _check_targets(targets, n_rows, n_cols, ignore_index, name="targets"):
-    """Validate class indices; return how many rows count (target != ignore_index).
+    """Validate class indices (for the launchers); return how many rows count.
 
-    One small reduction and ONE host sync: an index past V would make the kernel read outside
-    the row (on a GPU, an illegal address that kills the process), so it is refused here.
+    One small reduction and ONE host sync: the kernels never read outside a row (a bad target
+    gives a NaN row), but a launcher is where a learner wants the clear message.
     """
-    validate.tensor(targets, name, dtypes=TARGET_DTYPES, ndim=1)
-    if targets.shape[0] != n_rows:
-        raise ValueError(f"{name} has {targets.shape[0]} elements; expected one per row ({n_rows})")
+    _check_target_tensor(targets, n_rows, name)
     if n_rows == 0:
         return 0
     valid = targets != ignore_index
@@ -247,182 +501,210 @@ def _check_targets(targets, n_rows, n_cols, ignore_index, name="targets"):
     return int(n_valid)
 
 
-def _check_logits(logits):
+def _check_target_tensor(targets, n_rows, name="targets"):
+    validate.tensor(targets, name, dtypes=TARGET_DTYPES, ndim=1)
+    if targets.shape[0] != n_rows:
+        raise ValueError(f"{name} has {targets.shape[0]} elements; expected one per row ({n_rows})")
+
+
+def _check_logits(logits, unit_stride=True):
     validate.tensor(logits, "logits", dtypes=DTYPES, ndim=2, contiguous=False)
-    if logits.stride(-1) != 1:
+    if unit_stride and logits.stride(-1) != 1 and logits.shape[1] > 1:
         raise ValueError(f"logits must have unit stride along the classes (strides {logits.stride()}): "
                          "pass .contiguous()")
     if logits.shape[1] == 0:
         raise ValueError("logits has 0 classes: cross-entropy needs at least one")
 
 
-# ------------------------------------------------------------------------- plain cross-entropy
+def _check_same_device(**tensors):
+    devices = {name: t.device for name, t in tensors.items()}
+    if len(set(devices.values())) > 1:
+        raise ValueError("tensors must be on one device: " + ", ".join(f"{k} on {v}" for k, v in devices.items()))
+
+
+def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> None:
+    """The public entry's checks: a few comparisons per call; on failure, the course's messages."""
+    if not (isinstance(logits, torch.Tensor) and isinstance(targets, torch.Tensor) and logits.dim() == 2
+            and logits.dtype in DTYPES and logits.shape[1] > 0 and logits.device.type == runtime.DEVICE.type
+            and targets.dtype in TARGET_DTYPES and targets.dim() == 1 and targets.shape[0] == logits.shape[0]
+            and targets.device == logits.device):
+        _check_logits(logits, unit_stride=False)
+        validate.tensor(targets, "targets", dtypes=TARGET_DTYPES, ndim=1, contiguous=False)
+        if targets.shape[0] != logits.shape[0]:
+            raise ValueError(f"targets has {targets.shape[0]} elements; expected one per row ({logits.shape[0]})")
+        _check_same_device(logits=logits, targets=targets)
+    if not (type(ignore_index) is int and reduction in REDUCTIONS and type(label_smoothing) in (float, int)
+            and 0.0 <= label_smoothing <= 1.0):
+        _check_options(ignore_index, reduction, label_smoothing)
+
+
+# ---------------------------------------------------------------------------------- launchers
 def cross_entropy_forward(logits, targets, *, ignore_index=IGNORE_INDEX, label_smoothing=0.0, block_v=BLOCK_V):
-    """Per-row loss and logsumexp (both in fp32, fp64 for fp64 logits): the kernel, no reduction."""
+    """Per-row loss (fp32, fp64 for fp64 logits) and logsumexp (float64): the kernel, no reduction.
+
+    logits: (N, V), rows at any stride, classes at unit stride. The launcher checks everything,
+    the target values included (one host sync), and raises before launching.
+    """
     _check_logits(logits)
     label_smoothing = _check_options(ignore_index, "none", label_smoothing)
     _check_targets(targets, *logits.shape, ignore_index)
-    return _launch_forward(logits, targets, ignore_index, label_smoothing, block_v)
-
-
-def _launch_forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V):
-    n_rows, n_cols = logits.shape
-    acc = _acc_torch(logits.dtype)
-    loss = torch.empty(n_rows, dtype=acc, device=logits.device)
-    lse = torch.empty(n_rows, dtype=acc, device=logits.device)
-    if n_rows == 0:
-        return loss, lse
-    block = _block(n_cols, block_v)
-    coef = _coefficients(label_smoothing, n_cols, 1.0, logits.dtype, logits.device)
-    cross_entropy_fwd_kernel[(n_rows,)](logits, targets, loss, lse, n_cols, logits.stride(0), ignore_index,
-                                        coef, FP64=logits.dtype == torch.float64, SMOOTHING=label_smoothing > 0,
-                                        BLOCK_V=block, num_warps=_num_warps(block))
-    return loss, lse
+    _check_same_device(logits=logits, targets=targets)
+    _check_block(block_v)
+    return _forward(logits, targets, ignore_index, label_smoothing, block_v)
 
 
 def cross_entropy_backward(logits, targets, lse, grad, *, grad_scale=1.0, ignore_index=IGNORE_INDEX,
                            label_smoothing=0.0, out=None, block_v=BLOCK_V):
-    """dlogits = (softmax(logits) - y) * grad * grad_scale; `grad` is per row (N,) or one scalar."""
+    """dlogits = (softmax(logits) - y) * grad * grad_scale; `grad` is per row (N,) or one scalar.
+
+    lse: the float64 logsumexp `cross_entropy_forward` returned.
+    """
     _check_logits(logits)
     label_smoothing = _check_options(ignore_index, "none", label_smoothing)
     n_rows, n_cols = logits.shape
-    validate.tensor(targets, "targets", dtypes=TARGET_DTYPES, ndim=1)
-    validate.tensor(lse, "lse", dtypes=(_acc_torch(logits.dtype),), ndim=1)
-    validate.tensor(grad, "grad", dtypes=DTYPES)
+    _check_targets(targets, n_rows, n_cols, ignore_index)
+    validate.tensor(lse, "lse", dtypes=(torch.float64,), ndim=1)
+    if lse.shape[0] != n_rows:
+        raise ValueError(f"lse has {lse.shape[0]} elements; expected one per row ({n_rows})")
+    validate.tensor(grad, "grad", dtypes=DTYPES, contiguous=False)
     if grad.numel() not in (1, n_rows) or grad.dim() > 1:
         raise ValueError(f"grad must be a scalar or have one element per row ({n_rows}), got {tuple(grad.shape)}")
+    _check_same_device(logits=logits, targets=targets, lse=lse, grad=grad)
+    _check_block(block_v)
     out = validate.output(out, logits, "out")
-    if n_rows == 0:
-        return out
-    block = _block(n_cols, block_v)
-    coef = _coefficients(label_smoothing, n_cols, float(grad_scale), logits.dtype, logits.device)
-    cross_entropy_bwd_kernel[(n_rows,)](logits, targets, lse, grad, out, n_cols, logits.stride(0), out.stride(0),
-                                        ignore_index, coef,
-                                        GRAD_PER_ROW=grad.dim() == 1 and grad.numel() == n_rows,
-                                        SMOOTHING=label_smoothing > 0, BLOCK_V=block, num_warps=_num_warps(block))
-    return out
+    grad = grad.reshape(()) if grad.numel() == 1 and n_rows != 1 else grad
+    if grad_scale != 1.0:
+        grad = grad.to(_acc_torch(logits.dtype)) * grad_scale
+    return _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=out, block_v=block_v)
 
 
-def _reduce(loss_rows, reduction, n_valid, dtype):
-    if reduction == "none":
-        return loss_rows.to(dtype)
-    total = loss_rows.sum()
-    if reduction == "mean":
-        total = total / n_valid if n_valid else total * math.nan  # 0/0 = NaN, as torch
-    return total.to(dtype)
+def cross_entropy_fwd_grad(logits, targets, *, ignore_index=IGNORE_INDEX, label_smoothing=0.0, grad_scale=1.0,
+                           out=None, block_v=BLOCK_V):
+    """(per-row loss, dlogits) from ONE kernel: dlogits = d(grad_scale * sum_i loss_i)/d logits.
+
+    `out=logits` writes the gradient over the logits, in place (the fused linear loss does that
+    with each chunk); otherwise `out` (or a new tensor) receives it.
+    """
+    _check_logits(logits)
+    label_smoothing = _check_options(ignore_index, "none", label_smoothing)
+    _check_targets(targets, *logits.shape, ignore_index)
+    _check_same_device(logits=logits, targets=targets)
+    _check_block(block_v)
+    if not isinstance(grad_scale, (int, float)) or isinstance(grad_scale, bool):
+        raise TypeError(f"grad_scale must be a float, got {grad_scale!r}")
+    if out is not logits:
+        out = validate.output(out, logits, "out")
+    acc = _acc_torch(logits.dtype)
+    loss = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
+    scale = torch.full((), float(grad_scale), dtype=acc, device=logits.device)
+    return _forward_grad(logits, targets, loss, out, scale, ignore_index, label_smoothing, block_v)
 
 
+# ------------------------------------------------------------------- the op torch.compile sees
+@torch.library.custom_op(f"{NAMESPACE}::cross_entropy_rows", mutates_args=())
+def cross_entropy_rows_op(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int,
+                          label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss per row, lse) of (N, V) logits: the forward kernel as a registered op (see cross_entropy)."""
+    return _forward(logits, targets, ignore_index, label_smoothing)
+
+
+@cross_entropy_rows_op.register_fake
+def _cross_entropy_rows_fake(logits, targets, ignore_index, label_smoothing):
+    # Shapes and dtypes only: what the compiler plans with, without running a kernel.
+    rows = logits.shape[:1]
+    return logits.new_empty(rows, dtype=_acc_torch(logits.dtype)), logits.new_empty(rows, dtype=torch.float64)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::cross_entropy_rows_backward", mutates_args=())
+def cross_entropy_rows_backward_op(grad: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor,
+                                   lse: torch.Tensor, ignore_index: int, label_smoothing: float) -> torch.Tensor:
+    """d(sum_i grad_i loss_i)/d logits = (softmax - y) * grad_i, from the saved lse."""
+    return _backward(grad, logits, targets, lse, ignore_index, label_smoothing)
+
+
+@cross_entropy_rows_backward_op.register_fake
+def _cross_entropy_rows_backward_fake(grad, logits, targets, lse, ignore_index, label_smoothing):
+    return logits.new_empty(logits.shape)  # contiguous, whatever the logits' row stride
+
+
+def _rows_setup_context(ctx, inputs, output):
+    logits, targets, ignore_index, label_smoothing = inputs
+    lse = output[1]
+    ctx.mark_non_differentiable(lse)  # a statistic for the backward, not a result to differentiate
+    ctx.save_for_backward(logits, targets, lse)
+    ctx.options = (ignore_index, label_smoothing)
+
+
+def _rows_backward_formula(ctx, grad_loss, _grad_lse):
+    logits, targets, lse = ctx.saved_tensors
+    # Itself an op: the backward graph holds one opaque node too, not a raw launch.
+    dlogits = cross_entropy_rows_backward_op(grad_loss, logits, targets, lse, *ctx.options)
+    return dlogits, None, None, None
+
+
+cross_entropy_rows_op.register_autograd(_rows_backward_formula, setup_context=_rows_setup_context)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::fused_linear_cross_entropy", mutates_args=())
+def fused_linear_cross_entropy_op(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                                  ignore_index: int, reduction: str, label_smoothing: float,
+                                  chunk_size: int | None, matmul: str, need_dh: bool,
+                                  need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, dh, dW) of CE(h @ W^T) for grad_output = 1, computed chunk by chunk in the forward.
+
+    dh / dW are empty when not asked for (an op returns tensors, never None). The autograd
+    formula scales them by the incoming gradient; nothing is left to compute in the backward.
+    """
+    loss, dh, dw = _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size,
+                                     matmul, need_dh, need_dw)
+    return loss, (dh if dh is not None else h.new_empty(0)), (dw if dw is not None else weight.new_empty(0))
+
+
+@fused_linear_cross_entropy_op.register_fake
+def _fused_linear_cross_entropy_fake(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size,
+                                     matmul, need_dh, need_dw):
+    # dW has the weight's shape and dtype (the gradient autograd hands to W must), dh h's.
+    return (h.new_empty(()), h.new_empty(h.shape) if need_dh else h.new_empty(0),
+            weight.new_empty(weight.shape) if need_dw else weight.new_empty(0))
+
+
+def _linear_setup_context(ctx, inputs, output):
+    _, dh, dw = output
+    ctx.mark_non_differentiable(dh, dw)
+    ctx.save_for_backward(dh, dw)
+    ctx.need = inputs[8], inputs[9]
+
+
+def _linear_backward_formula(ctx, grad_loss, _grad_dh, _grad_dw):
+    dh, dw = ctx.saved_tensors
+    need_dh, need_dw = ctx.need
+    # Out of place (the eager Function scales in place, see there): under torch.compile Inductor
+    # writes the product into the saved buffer when nothing reads it afterwards.
+    return ((dh * grad_loss.to(dh.dtype)) if need_dh else None, (dw * grad_loss.to(dw.dtype)) if need_dw else None,
+            None, None, None, None, None, None, None, None)
+
+
+fused_linear_cross_entropy_op.register_autograd(_linear_backward_formula, setup_context=_linear_setup_context)
+
+
+# ------------------------------------------------------------------- the op eager mode calls
 class CrossEntropyFunction(torch.autograd.Function):
     """CE on given logits: the forward kernel saves lse (N values), the backward kernel recomputes softmax."""
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, label_smoothing):
-        n_valid = _check_targets(targets, *logits.shape, ignore_index)
-        loss_rows, lse = _launch_forward(logits, targets, ignore_index, label_smoothing)
-        ctx.save_for_backward(logits, targets, lse)
-        ctx.options = (ignore_index, reduction, label_smoothing, n_valid)
-        return _reduce(loss_rows, reduction, n_valid, logits.dtype)
+        loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
+        loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
+        ctx.save_for_backward(logits, targets, lse, count)
+        ctx.options = (ignore_index, reduction, label_smoothing)
+        return loss
 
     @staticmethod
     def backward(ctx, grad_output):
-        logits, targets, lse = ctx.saved_tensors
-        ignore_index, reduction, label_smoothing, n_valid = ctx.options
-        scale = 1.0 / n_valid if reduction == "mean" and n_valid else (0.0 if reduction == "mean" else 1.0)
-        dlogits = cross_entropy_backward(logits, targets, lse, grad_output.contiguous(), grad_scale=scale,
-                                         ignore_index=ignore_index, label_smoothing=label_smoothing)
-        return dlogits, None, None, None, None
-
-
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX,
-                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
-    """F.cross_entropy(logits, targets, ...) for logits (N, V), targets (N,), with autograd."""
-    _check_logits(logits)
-    _check_options(ignore_index, reduction, label_smoothing)
-    return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, float(label_smoothing))
-
-
-def cross_entropy_torch(logits, targets, *, ignore_index=IGNORE_INDEX, reduction="mean", label_smoothing=0.0):
-    """The reference, in float64, rounded once to the logits' dtype."""
-    loss = torch.nn.functional.cross_entropy(logits.double(), targets.long(), ignore_index=ignore_index,
-                                             reduction=reduction, label_smoothing=label_smoothing)
-    return loss.to(logits.dtype)
-
-
-# --------------------------------------------------------------------- fused linear + loss
-def default_chunk_size(n_rows: int, n_classes: int, itemsize: int) -> int:
-    """Rows per chunk so that the C x V logits buffer holds about DEFAULT_CHUNK_BYTES."""
-    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, n_classes * itemsize))
-    if rows >= 128:
-        rows -= rows % 128  # whole 128-row tiles for the chunk matmuls
-    return max(1, min(rows, n_rows))
-
-
-def _check_linear(h, weight, targets, chunk_size, matmul):
-    validate.tensor(h, "h", dtypes=DTYPES)
-    validate.tensor(weight, "weight", dtypes=DTYPES, ndim=2)
-    validate.same_dtype(h=h, weight=weight)
-    if h.dim() < 1 or h.shape[-1] != weight.shape[1]:
-        raise ValueError(f"h's last dimension must equal weight's columns (the hidden size): "
-                         f"h is {tuple(h.shape)}, weight is {tuple(weight.shape)} (V x d)")
-    if weight.shape[0] == 0:
-        raise ValueError("weight has 0 rows: cross-entropy needs at least one class")
-    validate.tensor(targets, "targets", dtypes=TARGET_DTYPES)
-    if tuple(targets.shape) != tuple(h.shape[:-1]):
-        raise ValueError(f"targets has shape {tuple(targets.shape)}; expected h's leading shape {tuple(h.shape[:-1])}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive int (rows per chunk) or None, got {chunk_size!r}")
-    if matmul not in MATMULS:
-        raise ValueError(f"matmul must be one of {list(MATMULS)}, got {matmul!r}")
-    if matmul == "triton" and h.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"matmul='triton' (week 3's kernel) takes fp16/bf16, got {str(h.dtype).replace('torch.', '')}")
-
-
-def _mm(a, b, out, matmul):
-    if matmul == "triton":
-        from week3_triton_kernels import matmul as week3_matmul  # fp16/bf16 tl.dot kernel of week 3
-        return week3_matmul.matmul(a, b, out=out)
-    return torch.mm(a, b, out=out)
-
-
-def _linear_ce_chunks(h, weight, targets, n_valid, *, ignore_index, reduction, label_smoothing, chunk_size,
-                      matmul, need_dh, need_dw, block_v=BLOCK_V):
-    """The chunk loop: per-row losses, and (if asked) dh and dW for grad_output = 1."""
-    n_rows, n_cols = h.shape[0], weight.shape[0]
-    chunk = chunk_size or default_chunk_size(n_rows, n_cols, h.element_size())
-    chunk = max(1, min(chunk, n_rows))
-    acc = _acc_torch(h.dtype)
-    loss_rows = torch.empty(n_rows, dtype=acc, device=h.device)
-    dh = torch.empty_like(h) if need_dh else None
-    dw = torch.zeros_like(weight) if need_dw else None
-    if n_rows == 0:
-        return loss_rows, dh, dw
-    # One buffer, reused by every chunk: the allocator sees C x V once, never N x V.
-    buffer = torch.empty((chunk, n_cols), dtype=h.dtype, device=h.device)
-    lse = torch.empty(chunk, dtype=acc, device=h.device)
-    grad_scale = (1.0 / n_valid if n_valid else 0.0) if reduction == "mean" else 1.0
-    coef = _coefficients(label_smoothing, n_cols, grad_scale, h.dtype, h.device)
-    want_grad = need_dh or need_dw
-    block = _block(n_cols, block_v)
-    meta = dict(FP64=h.dtype == torch.float64, SMOOTHING=label_smoothing > 0, BLOCK_V=block, num_warps=_num_warps(block))
-    for start in range(0, n_rows, chunk):
-        stop = min(start + chunk, n_rows)
-        h_c, logits = h[start:stop], buffer[: stop - start]
-        _mm(h_c, weight.t(), logits, matmul)
-        if not want_grad:
-            cross_entropy_fwd_kernel[(stop - start,)](logits, targets[start:stop], loss_rows[start:stop], lse,
-                                                      n_cols, n_cols, ignore_index, coef, **meta)
-            continue
-        # The logits become d loss / d logits in place: nobody else holds this buffer.
-        cross_entropy_fwd_grad_kernel[(stop - start,)](logits, targets[start:stop], loss_rows[start:stop], logits,
-                                                       n_cols, n_cols, n_cols, ignore_index, coef, **meta)
-        if need_dh:
-            _mm(logits, weight, dh[start:stop], matmul)
-        if need_dw:
-            # dW += dlogits^T @ h_c, accumulated in W's dtype: for bf16 that is one rounding per
-            # chunk (N / C of them) where torch rounds once; an fp32 accumulator would double
-            # dW's memory (and torch.addmm_ takes no mixed dtypes on every backend).
-            dw.addmm_(logits.t(), h_c)
-    return loss_rows, dh, dw
+        logits, targets, lse, count = ctx.saved_tensors
+        ignore_index, reduction, label_smoothing = ctx.options
+        grad = grad_output / count if reduction == "mean" else grad_output  # the count never left the GPU
+        return _backward(grad, logits, targets, lse, ignore_index, label_smoothing), None, None, None, None
 
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
@@ -431,13 +713,10 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul):
         need_dh, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        n_valid = _check_targets(targets, h.shape[0], weight.shape[0], ignore_index)
-        loss_rows, dh, dw = _linear_ce_chunks(h, weight, targets, n_valid, ignore_index=ignore_index,
-                                              reduction=reduction, label_smoothing=label_smoothing,
-                                              chunk_size=chunk_size, matmul=matmul, need_dh=need_dh,
-                                              need_dw=need_dw)
+        loss, dh, dw = _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size,
+                                         matmul, need_dh, need_dw)
         ctx.grads = (dh, dw)
-        return _reduce(loss_rows, reduction, n_valid, h.dtype)
+        return loss
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -455,28 +734,94 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return dh, dw, None, None, None, None, None, None
 
 
+# ----------------------------------------------------------------------------- public entries
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = IGNORE_INDEX,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+    """F.cross_entropy(logits, targets, ...) for logits (N, V), targets (N,), with autograd.
+
+    Rows may have any stride (a slice of a wider buffer is read in place); logits whose classes
+    are not at unit stride (a transposed view) are copied first, as torch's softmax kernel does.
+    A target outside [0, V) (and not ignore_index) gives that row a NaN loss and gradient: no
+    host sync, no out-of-bounds read (the launchers raise instead). Eager calls run
+    `CrossEntropyFunction` (or the kernels alone when no gradient is needed); under
+    torch.compile, the registered op `torch.ops.course.cross_entropy_rows` and torch's reduction.
+    """
+    check_call(logits, targets, ignore_index, reduction, label_smoothing)
+    if logits.stride(1) != 1 and logits.shape[1] > 1:
+        logits = logits.contiguous()
+    if not targets.is_contiguous():  # the kernels read one target per row at unit stride
+        targets = targets.contiguous()
+    label_smoothing = float(label_smoothing)
+    if ops.compiling():
+        loss_rows = cross_entropy_rows_op(logits, targets, ignore_index, label_smoothing)[0]
+        if reduction == "none":
+            return loss_rows.to(logits.dtype)
+        total = loss_rows.sum()
+        if reduction == "mean":
+            total = total / (targets != ignore_index).sum()  # a tensor: no .item(), 0 / 0 = NaN as torch
+        return total.to(logits.dtype)
+    if ops.needs_grad(logits):
+        return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, label_smoothing)
+    # No autograd: neither lse nor the count is stored (two allocations fewer, a few us of host time each).
+    loss_rows = _forward(logits, targets, ignore_index, label_smoothing, need_lse=False)[0]
+    return _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype, need_count=False)[0]
+
+
+def cross_entropy_torch(logits, targets, *, ignore_index=IGNORE_INDEX, reduction="mean", label_smoothing=0.0):
+    """The reference, in float64, rounded once to the logits' dtype."""
+    loss = F.cross_entropy(logits.double(), targets.long(), ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=label_smoothing)
+    return loss.to(logits.dtype)
+
+
+# --------------------------------------------------------------------- fused linear + loss
+def _check_linear(h, weight, targets, chunk_size, matmul):
+    validate.tensor(h, "h", dtypes=DTYPES, contiguous=False)
+    validate.tensor(weight, "weight", dtypes=DTYPES, ndim=2, contiguous=False)
+    validate.same_dtype(h=h, weight=weight)
+    if h.dim() < 1 or h.shape[-1] != weight.shape[1]:
+        raise ValueError(f"h's last dimension must equal weight's columns (the hidden size): "
+                         f"h is {tuple(h.shape)}, weight is {tuple(weight.shape)} (V x d)")
+    if weight.shape[0] == 0:
+        raise ValueError("weight has 0 rows: cross-entropy needs at least one class")
+    validate.tensor(targets, "targets", dtypes=TARGET_DTYPES, contiguous=False)
+    if tuple(targets.shape) != tuple(h.shape[:-1]):
+        raise ValueError(f"targets has shape {tuple(targets.shape)}; expected h's leading shape {tuple(h.shape[:-1])}")
+    _check_same_device(h=h, weight=weight, targets=targets)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive int (rows per chunk) or None, got {chunk_size!r}")
+    if matmul not in MATMULS:
+        raise ValueError(f"matmul must be one of {list(MATMULS)}, got {matmul!r}")
+    if matmul == "triton" and h.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"matmul='triton' (week 3's kernel) takes fp16/bf16, got {str(h.dtype).replace('torch.', '')}")
+
+
 def fused_linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
                                ignore_index: int = IGNORE_INDEX, reduction: str = "mean",
                                label_smoothing: float = 0.0, chunk_size: int | None = None,
                                matmul: str = "torch") -> torch.Tensor:
     """F.cross_entropy(h @ weight.T, targets) in row chunks, never holding the N x V logits.
 
-    h: (..., d); weight: (V, d); targets: h's leading shape. reduction "mean" or "sum" ("none"
-    cannot be: dW = sum_i g_i dlogits_i^T h_i needs the per-row g_i, unknown in the forward).
-    chunk_size: rows per chunk (default: a ~DEFAULT_CHUNK_BYTES logits buffer). matmul: "torch"
-    or "triton" (week 3's kernel for the logits and dh; dW always accumulates with torch.addmm_).
+    h: (..., d); weight: (V, d); targets: h's leading shape. reduction "mean" or
+    "sum" ("none" cannot be: dW = sum_i g_i dlogits_i^T h_i needs the per-row g_i, unknown in the
+    forward). chunk_size: rows per chunk (default: a ~DEFAULT_CHUNK_BYTES logits buffer).
+    matmul: "torch" or "triton" (week 3's kernel for the logits and dh; dW always accumulates
+    with torch.addmm_). A target outside [0, V) gives a NaN loss (no host sync). Eager calls
+    run `FusedLinearCrossEntropyFunction`; under torch.compile, the registered op
+    `torch.ops.course.fused_linear_cross_entropy`.
     """
     _check_linear(h, weight, targets, chunk_size, matmul)
     label_smoothing = _check_options(ignore_index, reduction, label_smoothing, allowed=("mean", "sum"))
-    h2, t1 = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
-    if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
+    h2, t1 = h.reshape(-1, h.shape[-1]), targets.reshape(-1).contiguous()  # a view when already contiguous
+    need_dh, need_dw = ops.needs_grad(h), ops.needs_grad(weight)
+    if ops.compiling():
+        return fused_linear_cross_entropy_op(h2, weight, t1, ignore_index, reduction, label_smoothing, chunk_size,
+                                             matmul, need_dh, need_dw)[0]
+    if need_dh or need_dw:
         return FusedLinearCrossEntropyFunction.apply(h2, weight, t1, ignore_index, reduction, label_smoothing,
                                                      chunk_size, matmul)
-    n_valid = _check_targets(t1, h2.shape[0], weight.shape[0], ignore_index)
-    loss_rows, _, _ = _linear_ce_chunks(h2, weight, t1, n_valid, ignore_index=ignore_index, reduction=reduction,
-                                        label_smoothing=label_smoothing, chunk_size=chunk_size, matmul=matmul,
-                                        need_dh=False, need_dw=False)
-    return _reduce(loss_rows, reduction, n_valid, h.dtype)
+    return _linear_ce_chunks(h2, weight, t1, ignore_index, reduction, label_smoothing, chunk_size, matmul,
+                             False, False)[0]
 
 
 class FusedLinearCrossEntropy(torch.nn.Module):
@@ -506,8 +851,8 @@ def linear_cross_entropy_torch(h, weight, targets, *, ignore_index=IGNORE_INDEX,
                                label_smoothing=0.0):
     """What the fused version replaces: the full N x V logits, then F.cross_entropy."""
     logits = h.reshape(-1, h.shape[-1]) @ weight.t()
-    return torch.nn.functional.cross_entropy(logits, targets.reshape(-1).long(), ignore_index=ignore_index,
-                                             reduction=reduction, label_smoothing=label_smoothing)
+    return F.cross_entropy(logits, targets.reshape(-1).long(), ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing)
 
 
 # ------------------------------------------------------------------------- memory measurement
@@ -575,7 +920,7 @@ def _ce_fwd_bwd(fn):
 
 def _ce_compiled(logits, targets):
     if "ce" not in _compiled:
-        _compiled["ce"] = torch.compile(_ce_fwd_bwd(torch.nn.functional.cross_entropy))
+        _compiled["ce"] = torch.compile(_ce_fwd_bwd(F.cross_entropy))
     return _compiled["ce"](logits, targets)
 
 
@@ -596,8 +941,9 @@ BENCHMARKS = [
         gpu_only=("torch_compile",),
         headline=("fused",),
         sources={"fused": [cross_entropy_fwd_grad_kernel, _row_logsumexp, _row_loss, _write_row_grad,
-                           _linear_ce_chunks, FusedLinearCrossEntropyFunction.forward,
-                           FusedLinearCrossEntropyFunction.backward, fused_linear_cross_entropy]},
+                           cross_entropy_reduce_kernel, _forward_grad, _reduce, _linear_ce_chunks,
+                           FusedLinearCrossEntropyFunction.forward, FusedLinearCrossEntropyFunction.backward,
+                           fused_linear_cross_entropy]},
         bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * _itemsize(s[3]),
         flops=lambda s: 6 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
@@ -613,19 +959,144 @@ BENCHMARKS = [
         size_label=lambda s: f"{s[0]}x{s[1]} {str(s[2]).replace('torch.', '')}",
         make_inputs=_logits_inputs,
         variants={
-            "torch": _ce_fwd_bwd(torch.nn.functional.cross_entropy),
+            "torch": _ce_fwd_bwd(F.cross_entropy),
             "torch_compile": _ce_compiled,
             "triton": _ce_fwd_bwd(cross_entropy),
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        sources={"triton": [cross_entropy_fwd_kernel, cross_entropy_bwd_kernel, _row_logsumexp, _row_loss,
-                            _write_row_grad, _launch_forward, cross_entropy_backward, CrossEntropyFunction.forward,
-                            CrossEntropyFunction.backward]},
+        sources={"triton": [cross_entropy_fwd_kernel, cross_entropy_bwd_kernel, cross_entropy_reduce_kernel,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward, _backward, _reduce,
+                            CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
         bytes=lambda s: 3 * s[0] * s[1] * _itemsize(s[2]),
         flops=lambda s: 0,
         notes="bytes = 3 N V s: read the logits in the forward, read them and write their gradient in the "
               "backward (the minimum for a separate forward and backward)",
+    ),
+]
+
+
+# ------------------------------------------------------------------- as a model calls it
+# Tokens x vocabulary: GPT-2's padded vocabulary (50304 = 50257 rounded up to a multiple of 64)
+# and Llama 3's (128256), at 8192 tokens (B = 8 x T = 1024) and 16384; in the model's dtype.
+TRAIN_SIZES = [(8192, 50304), (8192, VOCAB), (16384, 50304)]
+TRAIN_SIM_SIZES = [(16, 300)]
+# (tokens, d, V): GPT-2 small's LM head at B = 8 x T = 1024, and Llama-3-8B's.
+LINEAR_TRAIN_SIZES = [(8192, 768, 50304), (8192, 4096, VOCAB)]
+LINEAR_TRAIN_SIM_SIZES = [(64, 32, 300)]
+HOST_SIZES = [(8, 50304)]  # one decode step of a batch of 8: the host sets the pace
+
+
+def bench_dtype() -> torch.dtype:
+    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
+    if not runtime.on_gpu():
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+
+
+def _compile(fn):
+    """torch.compile(fn), compiled on its first call (the benchmark's warm-up, not timed)."""
+    def run(*args):
+        if fn not in _compiled:
+            _compiled[fn] = torch.compile(fn, dynamic=False)  # one kernel per shape, as in training
+        return _compiled[fn](*args)
+    return run
+
+
+def torch_loss(logits, targets):
+    """Cross-entropy as training code writes it: upcast the logits, then F.cross_entropy."""
+    return F.cross_entropy(logits.float(), targets)
+
+
+def torch_linear_loss(h, weight, targets):
+    """The LM head's loss as training code writes it: the logits, upcast, then F.cross_entropy."""
+    return F.cross_entropy((h @ weight.t()).float(), targets)
+
+
+def _train_inputs(size):
+    n, v = size
+    logits = random_tensor((n, v), bench_dtype(), runtime.DEVICE, scale=2.0).requires_grad_(True)
+    return logits, torch.randint(0, v, (n,), device=runtime.DEVICE)
+
+
+def _linear_train_inputs(size):
+    n, d, v = size
+    return _linear_inputs((n, d, v, bench_dtype()))
+
+
+def _host_inputs(size):
+    n, v = size
+    logits = random_tensor((n, v), bench_dtype(), runtime.DEVICE, scale=2.0)
+    return logits, torch.randint(0, v, (n,), device=runtime.DEVICE)
+
+
+BENCHMARKS += [
+    Benchmark(
+        name="cross_entropy_train_week4",
+        title="Cross-entropy forward + backward through autograd, as a model calls it, bf16 (fp32 in simulation), "
+              "tokens x V",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _ce_fwd_bwd(torch_loss),
+            "torch_compile": _ce_fwd_bwd(_compile(torch_loss)),
+            "triton": _ce_fwd_bwd(cross_entropy),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        sources={"triton": [cross_entropy_fwd_kernel, cross_entropy_bwd_kernel, cross_entropy_reduce_kernel,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward, _backward, _reduce,
+                            CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
+        bytes=lambda s: 3 * s[0] * s[1] * _itemsize(bench_dtype()),
+        flops=lambda s: 0,
+        notes="loss = f(logits, t) (mean), then torch.autograd.grad(loss, logits): the public entry, autograd and "
+              "every launch included; torch = F.cross_entropy(logits.float(), t) (as training code upcasts), "
+              "torch_compile = torch.compile of it (dynamic=False); bytes = 3 N V s (read the logits in the "
+              "forward, read them and write their gradient in the backward: the minimum). Peak MiB above the "
+              "inputs: torch holds fp32 copies of the logits and of their gradient",
+    ),
+    Benchmark(
+        name="fused_linear_ce_train_week4",
+        title="LM head + cross-entropy (h @ W^T, then CE), forward + backward through autograd, bf16 "
+              "(fp32 in simulation)",
+        sizes=LINEAR_TRAIN_SIZES, sim_sizes=LINEAR_TRAIN_SIM_SIZES,
+        size_label=lambda s: f"N={s[0]} d={s[1]} V={s[2]}",
+        make_inputs=_linear_train_inputs,
+        variants={
+            "torch": loss_and_grads(torch_linear_loss),
+            "torch_compile": loss_and_grads(_compile(torch_linear_loss)),
+            "triton": loss_and_grads(fused_linear_cross_entropy),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        sources={"triton": [cross_entropy_fwd_grad_kernel, _row_logsumexp, _row_loss, _write_row_grad,
+                            cross_entropy_reduce_kernel, _forward_grad, _reduce, _linear_ce_chunks,
+                            FusedLinearCrossEntropyFunction.forward, FusedLinearCrossEntropyFunction.backward,
+                            fused_linear_cross_entropy]},
+        bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * _itemsize(bench_dtype()),
+        flops=lambda s: 6 * s[0] * s[1] * s[2],
+        compute_dtype=torch.bfloat16,
+        notes="loss = f(h, W, t) (mean), then torch.autograd.grad(loss, (h, W)); torch = F.cross_entropy((h @ "
+              "W.T).float(), t), torch_compile = torch.compile of it (dynamic=False), triton = "
+              "fused_linear_cross_entropy (default chunk); flops = 6 N d V (logits, dh, dW matmuls); bytes = "
+              "read h, W and write dh, dW once. Peak MiB above the inputs: torch holds the N x V logits (and "
+              "fp32 copies), the fused version dW, dh and one chunk of logits",
+    ),
+    Benchmark(
+        name="cross_entropy_host_week4",
+        title="Cross-entropy forward: host cost per call at a decode-step size, bf16 (fp32 in simulation)",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_host_inputs,
+        variants={"torch": F.cross_entropy, "triton": cross_entropy,
+                  "triton_launcher": lambda logits, t: cross_entropy_forward(logits, t)},
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call (argument "
+              "checks, allocation, the launches), the GPU work being a few us; torch = F.cross_entropy "
+              "(log_softmax + nll_loss); triton = cross_entropy (the public entry: forward kernel + reduction "
+              "kernel, no host sync); triton_launcher = cross_entropy_forward (per-row losses; validates the "
+              "target values, one host sync: the lesson's API, not the hot path)",
     ),
 ]
 

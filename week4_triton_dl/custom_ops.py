@@ -7,113 +7,71 @@ records the torch operations it calls into a graph; anything it cannot follow en
 first on *fake tensors*: tensors with a shape, dtype and device but no data.
 
 A Triton launcher is Python that reaches for raw pointers (`x.data_ptr()`), and a fake tensor
-has none. Three ways to hand one to the compiler, all in this file:
+has none. Three ways to hand one to the compiler:
 
 * `torch.library.custom_op` (+ `register_fake`, + `register_autograd`): the op is OPAQUE. Dynamo
-  records one node `torch.ops.week4.cross_entropy_rows(...)` and never looks inside; the fake
-  function tells the compiler the output shapes and dtypes without running the kernel; the
-  autograd formula (here: a second custom op launching the backward kernel) makes it
-  differentiable. Works for any launcher, in the interpreter too. Inductor cannot fuse
-  across the op: it is a wall, but a wall inside one graph, not a graph break.
+  records one node and never looks inside; the fake function tells the compiler the output
+  shapes and dtypes without running the kernel; the autograd formula makes it differentiable.
+  Works for any launcher, in the interpreter too. Inductor cannot fuse across the op: it is a
+  wall, but a wall inside one graph, not a graph break. The course registers its week-4 ops
+  this way; the example here is the real one, `cross_entropy.py`'s cross-entropy (read its
+  section "the op torch.compile sees"), imported below rather than registered a second time:
+  - `cross_entropy_rows` = `torch.ops.course.cross_entropy_rows(logits, targets, ignore_index,
+    label_smoothing)` -> (loss per row, lse). Its fake returns two (N,) tensors in the dtypes
+    the kernel writes (fp32 loss, float64 lse). Its autograd formula marks lse
+    non-differentiable (a statistic, not a result), saves (logits, targets, lse) and calls...
+  - `cross_entropy_rows_backward`, itself a custom op: the backward graph then holds one
+    opaque node too, instead of a raw launch Dynamo would have to trace.
+  - `cross_entropy_op` = `cross_entropy.cross_entropy`, the public entry a model calls. Under
+    torch.compile (`course.ops.compiling()`) it calls the op and writes the reduction in torch
+    ops, which Inductor fuses around the node; the mean divides by `(targets != ignore_index)
+    .sum()`, a tensor, never `.item()` (a host sync would be a graph break). In eager mode it
+    skips the op's dispatch (~8 us a call on the H100's host, course/ops.py) for an
+    autograd.Function over the same launchers.
+  Rules every registered op of the course follows: it returns tensors (never None, never an
+  input or the same tensor twice: `torch.library.opcheck` checks it); optional tensors are
+  `Tensor | None`; the name is f"{ops.namespace(__name__)}::name", so a learner's exercise copy
+  registers under "course_exercises" beside the solution's "course" (torch refuses a name twice).
 * `torch.library.triton_op` + `wrap_triton(kernel)[grid](...)`: the op is TRANSPARENT. Its body
   must be torch ops plus wrapped Triton launches; the compiler traces through it, derives the
   fake function itself, and Inductor sees the Triton kernel as a node it can schedule (it
-  still does not fuse into it). Needs real `JITFunction`s: under the interpreter the kernel is
-  an `InterpretedFunction` and tracing fails (checked: "Cannot access data pointer of Tensor"),
-  so `bias_gelu_op` compiles only on a GPU; called eagerly it runs anywhere.
+  still does not fuse into it). Needs real `JITFunction`s: in the interpreter the kernel is an
+  `InterpretedFunction`, which torch 2.11's `wrap_triton` refuses even in eager mode ("wrap_triton
+  only works on functions annotated with triton.jit or triton.autotune"; torch 2.13 let an eager
+  call through). So `bias_gelu_op` launches the kernel directly when not on a GPU: eagerly it
+  then runs anywhere, and tracing it in the interpreter fails ("Cannot access data pointer of
+  Tensor", checked with torch 2.11 / Triton 3.6): it compiles only on a GPU.
 * No registration at all: Dynamo recognises a raw `kernel[grid](...)` launch of a `JITFunction`
   (since torch 2.3) and records it as a `triton_kernel_wrapper_mutation` node, so on a GPU a
   plain launcher often compiles with NO graph break. In the interpreter it does not: Dynamo
   does not know the `InterpretedFunction` and tries to trace the interpreter itself, and fails
-  (checked with torch 2.13 / Triton 3.9: `torch._dynamo.explain` raises, `fullgraph=True`
-  raises `Unsupported`). Autograd, fake-tensor shapes and export are yours to solve in that
-  case; the registered ops above carry them.
+  (checked with torch 2.11 / Triton 3.6: `torch._dynamo.explain` raises while running the
+  interpreter's argument copies on fake tensors, `fullgraph=True` raises `Unsupported` on an
+  `UntypedStorage.data_ptr` call). Autograd, fake-tensor shapes and export are yours to solve in
+  that case; the registered ops above carry them.
 
 `compile_report(fn, *args)` runs `torch._dynamo.explain` and says how many graphs and breaks a
 function makes (or the error Dynamo hit): the tests use it to show "one graph, no break".
 
-Both APIs exist in torch 2.11 (the GPU machine) and 2.13 (here): `custom_op`, `register_fake`,
+Both APIs exist in torch 2.11 (the GPU machine) and 2.13: `custom_op`, `register_fake`,
 `register_autograd`, `opcheck` since 2.4, `triton_op` and `wrap_triton` since 2.6.
 """
 from __future__ import annotations
 
 import torch
 
-from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from week3_triton_kernels import fused_elementwise
 from week4_triton_dl import cross_entropy as ce
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-# One namespace per copy of this file: the solution and an exercise copy of it can then both be
-# imported in one process without registering the same op name twice (which torch refuses).
-NAMESPACE = "week4_exercises" if ".exercises." in __name__ else "week4"
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 # ------------------------------------------------------------- custom_op: opaque to the compiler
-@torch.library.custom_op(f"{NAMESPACE}::cross_entropy_rows", mutates_args=())
-def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int,
-                       label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row loss and logsumexp of the week 4 kernel: (N,) each, fp32 (fp64 for fp64)."""
-    return ce.cross_entropy_forward(logits, targets, ignore_index=ignore_index, label_smoothing=label_smoothing)
-
-
-@cross_entropy_rows.register_fake
-def _cross_entropy_rows_fake(logits, targets, ignore_index, label_smoothing):
-    # Shapes and dtypes only: what the compiler needs to plan, without running the kernel.
-    torch._check(logits.dim() == 2, lambda: "logits must be (N, V)")
-    torch._check(targets.shape == logits.shape[:1], lambda: "targets must be (N,)")
-    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    return logits.new_empty(logits.shape[:1], dtype=acc), logits.new_empty(logits.shape[:1], dtype=acc)
-
-
-@torch.library.custom_op(f"{NAMESPACE}::cross_entropy_rows_backward", mutates_args=())
-def cross_entropy_rows_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
-                                grad: torch.Tensor, ignore_index: int, label_smoothing: float) -> torch.Tensor:
-    """d(sum_i grad_i loss_i)/d logits = (softmax - y) * grad_i, from the saved lse."""
-    return ce.cross_entropy_backward(logits, targets, lse, grad.contiguous(), ignore_index=ignore_index,
-                                     label_smoothing=label_smoothing)
-
-
-@cross_entropy_rows_backward.register_fake
-def _cross_entropy_rows_backward_fake(logits, targets, lse, grad, ignore_index, label_smoothing):
-    return torch.empty_like(logits, memory_format=torch.contiguous_format)
-
-
-def _setup_context(ctx, inputs, output):
-    logits, targets, ignore_index, label_smoothing = inputs
-    _, lse = output
-    ctx.mark_non_differentiable(lse)  # a statistic for the backward, not a result to differentiate
-    ctx.save_for_backward(logits, targets, lse)
-    ctx.options = (ignore_index, label_smoothing)
-
-
-def _backward(ctx, grad_loss, _grad_lse):
-    logits, targets, lse = ctx.saved_tensors
-    ignore_index, label_smoothing = ctx.options
-    # The backward is itself a custom op: under torch.compile the backward graph holds one
-    # opaque node too, instead of breaking on a raw launch.
-    dlogits = cross_entropy_rows_backward(
-        logits, targets, lse, grad_loss, ignore_index, label_smoothing)
-    return dlogits, None, None, None
-
-
-cross_entropy_rows.register_autograd(_backward, setup_context=_setup_context)
-
-
-def cross_entropy_op(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = ce.IGNORE_INDEX,
-                     reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
-    """F.cross_entropy through the registered op: the reduction is plain torch, which compiles."""
-    if reduction not in ce.REDUCTIONS:
-        raise ValueError(f"reduction must be one of {list(ce.REDUCTIONS)}, got {reduction!r}")
-    loss_rows, _ = cross_entropy_rows(logits, targets, ignore_index, float(label_smoothing))
-    if reduction == "none":
-        return loss_rows.to(logits.dtype)
-    total = loss_rows.sum()
-    if reduction == "mean":
-        # No .item(): a host sync would be a graph break. 0 / 0 = NaN when every row is ignored, as torch.
-        total = total / (targets != ignore_index).sum()
-    return total.to(logits.dtype)
+# The course's registered cross-entropy, as a model uses it (see the docstring and cross_entropy.py).
+cross_entropy_rows = ce.cross_entropy_rows_op                    # torch.ops.course.cross_entropy_rows
+cross_entropy_rows_backward = ce.cross_entropy_rows_backward_op  # torch.ops.course.cross_entropy_rows_backward
+cross_entropy_op = ce.cross_entropy                              # the public entry: op when compiling
 
 
 # ------------------------------------------------------- triton_op: transparent to the compiler
@@ -125,10 +83,17 @@ def bias_gelu_op(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     n = x.numel()
     if n:
         block = fused_elementwise.BLOCK_SIZE
-        # wrap_triton: under tracing this records the launch as a graph node the compiler can see
-        # (its grid, its arguments); in eager mode it is the plain launch.
-        torch.library.wrap_triton(fused_elementwise.bias_gelu_kernel)[(triton.cdiv(n, block),)](
-            x, bias, out, n, x.shape[-1], TANH=False, BLOCK_SIZE=block)  # default num_warps (4), as week 3
+        grid = (-(-n // block),)  # ceil(n / block) in integers: triton.cdiv is a jitted helper (~2 us)
+        if runtime.on_gpu():
+            # wrap_triton: under tracing this records the launch as a graph node the compiler can
+            # see (its grid, its arguments); in eager mode it is the plain launch.
+            torch.library.wrap_triton(fused_elementwise.bias_gelu_kernel)[grid](
+                x, bias, out, n, x.shape[-1], TANH=False, BLOCK_SIZE=block)  # default num_warps (4), as week 3
+        else:
+            # In the interpreter the kernel is an InterpretedFunction, which torch 2.11's
+            # wrap_triton refuses even in eager mode: launch it directly. Eager calls then work
+            # everywhere; tracing this op still needs a GPU (see the module docstring).
+            fused_elementwise.bias_gelu_kernel[grid](x, bias, out, n, x.shape[-1], TANH=False, BLOCK_SIZE=block)
     return out
 
 

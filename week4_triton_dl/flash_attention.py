@@ -50,6 +50,24 @@ checking), or fp64 (all arithmetic in fp64, so `torch.autograd.gradcheck` can te
 backward). Head dims 16, 32, 64, 128. Causal masks are top-left aligned like torch's
 `is_causal`. `key_lengths` (B,) marks keys at positions >= key_lengths[b] as padding; a query
 row with no visible key (key_lengths[b] == 0, or Sk == 0) gives zeros, as torch's SDPA does.
+
+A kernel a model calls (from "launch plans" down). GPT-2 small calls attention 12 times a step
+each way, and at a short prompt the GPU work is a few us: the call's host cost matters as much
+as the kernel. Measured on the H100 machine (torch 2.11), the first version cost 143 us of host
+time per forward at (1, 12, 64, 64) against 28 us for F.scaled_dot_product_attention, and its
+backward 530-680 us of CPU per call in the capstone's training step: the autotuner's `run`
+rebuilt its key from ~40 arguments on every launch, and every grid was a lambda calling
+`triton.cdiv` (a jitted helper). Now a shape's launch settings are computed once (`_plan`); the
+autotuner runs on an autotune key's first call only and its choice is kept (`_TUNED`); later
+calls launch the plain kernels with tuple grids, after a few comparisons (`_check_call`). Eager
+calls run `FlashAttentionFunction` (or the forward alone when nothing needs a gradient); under
+torch.compile, the registered op `torch.ops.course.flash_attention` (fake function + autograd
+formula, the backward itself an op), so Dynamo records one node and never meets the autotuner,
+whose config list it cannot trace ("ListVariable ... is already tracked for mutation").
+course/ops.py says why two paths, with numbers. `attention_host_week4` times the host cost
+per call (target: at most 2x SDPA's); `attention_train_week4` forward + backward through autograd
+at GPT-2 small's shape against SDPA's default backend (cuDNN on the H100) and its
+FlashAttention-2 backend (no torch.compile row: compiling SDPA does not change its kernel).
 """
 from __future__ import annotations
 
@@ -59,8 +77,9 @@ import sys
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
+from course.launch import launch
 from course.bench import Benchmark
 from course.check import random_tensor
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
@@ -69,12 +88,14 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 from week4_triton_dl.attention_naive import (  # noqa: E402
-    attention_naive, check_attention_inputs, check_out, dot_precision)
+    INT32_MAX, MAX_GRID_Y, attention_naive, check_attention_inputs, check_out, dot_precision, resolve_scale)
+from week4_triton_dl.layernorm import bench_dtype, next_power_of_2  # noqa: E402  (plain Python, no jit)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HEAD_DIMS = (16, 32, 64, 128)
 BWD_STRATEGIES = ("split", "atomic")
 DEFAULT_BWD_STRATEGY = "split"  # deterministic; switch if the sweep shows "atomic" clearly faster
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 LOG2E = 1.4426950408889634  # host side: folded into the scale passed to the kernels
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LOG2E = tl.constexpr(LOG2E)
@@ -506,14 +527,20 @@ def configs_for(configs, head_dim):
     return [c for c in configs if head_dim <= c.max_head_dim]
 
 
+def _fixed_config(small, dtype, seq_bucket):
+    """The one config that fp64, fp32 and short sequences always get (nothing to tune), else None."""
+    if dtype == torch.float64:
+        return FP64_CONFIG
+    if dtype == torch.float32:
+        return WIDE_DTYPE_CONFIG
+    return small if seq_bucket <= SHORT_SEQUENCE else None
+
+
 def _pruner(small):
     def prune(configs, named_args, **kwargs):
-        if named_args["q_ptr"].dtype == torch.float64:
-            return [FP64_CONFIG]
-        if named_args["q_ptr"].dtype == torch.float32:
-            return [WIDE_DTYPE_CONFIG]
-        if named_args["seq_bucket"] <= SHORT_SEQUENCE:
-            return [small]
+        fixed = _fixed_config(small, named_args["q_ptr"].dtype, named_args["seq_bucket"])
+        if fixed is not None:
+            return [fixed]
         head_dim = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         return configs_for(configs, head_dim) if head_dim is not None else configs
     return prune
@@ -544,22 +571,87 @@ def _as_kwargs(config) -> dict:
     return dict(config)
 
 
-def _pick(autotuned, plain, config, sim_config):
-    """(kernel, launch kwargs): an explicit config, else the autotuner on a GPU, else the sim one."""
+# =============================================================================== launch plans
+# The autotuner's `run` rebuilds its key from ~40 arguments and looks it up on EVERY launch, and
+# its grid is a lambda calling `triton.cdiv` (a jitted helper, ~2 us from Python): with three
+# launches per training step that was most of the 143 us a forward cost on the H100's host.
+# So each shape gets a plan once: the kernel, its grid, its constexprs. The autotuner runs
+# only on the first call of an autotune key (seq_bucket, HEAD_DIM, CAUSAL, HAS_KEY_LENGTHS,
+# dtype); its choice goes into _TUNED and every later call launches the plain kernel with it.
+# fp32, fp64 and short sequences have one fixed config and never meet the autotuner.
+_KERNELS = {  # which: (plain kernel, autotuned, simulator config, short-sequence config, grid axis)
+    "fwd": (flash_attention_fwd_kernel, flash_attention_fwd_autotuned, SIM_FWD, SMALL_FWD, "BLOCK_M"),
+    "kv": (flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dkdv_autotuned, SIM_BWD_KV, SMALL_BWD_KV, "BLOCK_N"),
+    "q": (flash_attention_bwd_dq_kernel, flash_attention_bwd_dq_autotuned, SIM_BWD_Q, SMALL_BWD_Q, "BLOCK_M"),
+}
+_TUNED: dict = {}  # (which, seq_bucket, D, causal, has_key_lengths, dtype, atomic) -> launch kwargs
+_PLANS: dict = {}  # (which, Sq, Sk, D, causal, has_key_lengths, dtype, atomic) -> plan
+_DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
+
+
+def _plan(which, Sq, Sk, D, causal, has_kl, dtype, atomic=False, config=None):
+    """(kernel, programs along grid axis 0, seq_bucket, launch kwargs, tune key) of kernel `which`.
+
+    `programs` is None when the autotuner has yet to choose (the plan is then not kept). An
+    explicit `config` (the sweep, the launchers' config=) gives a plan that is not kept either.
+    """
+    key = (which, Sq, Sk, D, causal, has_kl, dtype, atomic)
+    plan = _PLANS.get(key) if config is None else None
+    if plan is not None:
+        return plan
+    plain, autotuned, sim, small, axis = _KERNELS[which]
+    bucket = next_power_of_2(max(Sq, Sk, 1))
+    meta = dict(CAUSAL=causal, HAS_KEY_LENGTHS=has_kl, DOT_PRECISION=dot_precision(dtype), HEAD_DIM=D)
+    if which == "kv":
+        meta["ATOMIC_DQ"] = atomic
+    tune_key = (which, bucket, D, causal, has_kl, dtype, atomic)
     if config is not None:
-        return plain, _as_kwargs(config)
-    if runtime.on_gpu():
-        return autotuned, {}
-    return plain, dict(sim_config)
+        chosen = _as_kwargs(config)
+    elif not runtime.on_gpu():
+        chosen = dict(sim)  # the interpreter cannot time configs
+    else:
+        chosen = _TUNED.get(tune_key)
+        if chosen is None:
+            fixed = _fixed_config(small, dtype, bucket)
+            if fixed is None:
+                return autotuned, None, bucket, meta, tune_key
+            chosen = fixed.all_kwargs()
+    plan = (plain, -(-(Sq if axis == "BLOCK_M" else Sk) // chosen[axis]), bucket, {**meta, **chosen}, tune_key)
+    if config is None:
+        if len(_PLANS) > 4096:  # many distinct lengths (decoding with a growing cache): start over
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
 
 
-# =============================================================================== launchers
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _launch(plan, length, bh, args, key=None):
+    """Launch a plan's kernel; on an autotune key's first call the autotuner's choice is kept.
+
+    With a `key` (the plan's shape key plus every int argument that can vary: the strides),
+    the launch goes through course.launch, which calls the compiled kernel directly after the
+    first time (~14 us of host time instead of ~25 us for these 27-argument kernels, H100).
+    """
+    kernel, programs, _, meta, tune_key = plan
+    if programs is not None:
+        if key is None:
+            kernel[(programs, bh)](*args, **meta)
+        else:
+            options = {name: meta[name] for name in _OPTIONS if name in meta}
+            launch(kernel, (programs, bh), (key, tuple(meta.items())), args,
+                   {k: v for k, v in meta.items() if k not in options}, **options)
+        return
+    axis = _KERNELS[tune_key[0]][4]
+    kernel[lambda m: (-(-length // m[axis]), bh)](*args, **meta)
+    _TUNED[tune_key] = kernel.best_config.all_kwargs()
+
+
+# =============================================================================== the hot path
+# No checks here: the public entry and the launchers below check once, then call these.
 def _stats_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _seq_bucket(seq_q, seq_k):
-    return triton.next_power_of_2(max(seq_q, seq_k, 1))
 
 
 def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
@@ -568,29 +660,28 @@ def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
     if out is None:
         out = torch.empty((B, H, Sq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Sq), dtype=_stats_dtype(q.dtype), device=q.device)
-    if out.numel() == 0:
+    if B * H * Sq == 0 or D == 0:
         return out, lse
-    kernel, kwargs = _pick(flash_attention_fwd_autotuned, flash_attention_fwd_kernel, config, SIM_FWD)
-    grid = lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)  # noqa: E731
-    kernel[grid](q, k, v, out, lse, key_lengths if key_lengths is not None else lse,
-                 H, Sq, Sk, scale * LOG2E, _seq_bucket(Sq, Sk),
-                 *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-                 CAUSAL=causal, HAS_KEY_LENGTHS=key_lengths is not None,
-                 DOT_PRECISION=dot_precision(q.dtype), HEAD_DIM=D, **kwargs)
+    has_kl = key_lengths is not None
+    plan = _plan("fwd", Sq, Sk, D, causal, has_kl, q.dtype, False, config)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
+    _launch(plan, Sq, B * H, (q, k, v, out, lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E, plan[2],
+                              *strides), None if config is not None else ("fwd", q.dtype, key_lengths.dtype if has_kl else None, B, H, Sq, Sk, strides))
     return out, lse
 
 
 def _delta(out, do, lse_dtype):
     B, H, Sq, D = out.shape
     delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
-    block = DELTA_BLOCK if runtime.on_gpu() else SIM_DELTA_BLOCK
-    flash_attention_bwd_delta_kernel[(triton.cdiv(Sq, block), B * H)](
-        out, do, delta, H, Sq, *out.stride(), *do.stride(), HEAD_DIM=D, BLOCK_M=block, num_warps=4)
+    strides = (*out.stride(), *do.stride())
+    launch(flash_attention_bwd_delta_kernel, (-(-Sq // _DELTA_BLOCK), B * H), (out.dtype, do.dtype, B, H, Sq, D, strides),
+           (out, do, delta, H, Sq, *strides), dict(HEAD_DIM=D, BLOCK_M=_DELTA_BLOCK), num_warps=4)
     return delta
 
 
 def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config=None, q_config=None,
               grads=None):
+    """(dq, dk, dv) for dO of any strides (no copy: the kernels take strides)."""
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if grads is None:
@@ -603,28 +694,32 @@ def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_co
     if Sq == 0 or Sk == 0:  # no pair of query and key: every gradient is an empty sum
         return dq.zero_(), dk.zero_(), dv.zero_()
     delta = _delta(out, do, lse.dtype)
-    common = dict(CAUSAL=causal, HAS_KEY_LENGTHS=key_lengths is not None,
-                  DOT_PRECISION=dot_precision(q.dtype), HEAD_DIM=D)
-    lengths = key_lengths if key_lengths is not None else lse
+    has_kl = key_lengths is not None
+    lengths = key_lengths if has_kl else lse
     atomic = strategy == "atomic"
-    # The autotuner zeroes dq_acc before every trial (reset_to_zero): without atomics it must
-    # be a throwaway buffer, never a tensor that holds data (such as lse).
-    dq_acc = torch.zeros((B, H, Sq, D) if atomic else (1,), dtype=lse.dtype, device=q.device)
-    kernel, kwargs = _pick(flash_attention_bwd_dkdv_autotuned, flash_attention_bwd_dkdv_kernel, kv_config, SIM_BWD_KV)
-    kernel[lambda meta: (triton.cdiv(Sk, meta["BLOCK_N"]), B * H)](
-        q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E, _seq_bucket(Sq, Sk),
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-        ATOMIC_DQ=atomic, **common, **kwargs)
+    kv = _plan("kv", Sq, Sk, D, causal, has_kl, q.dtype, atomic, kv_config)
+    # dq_acc is read and written only with ATOMIC_DQ. The autotuner zeroes it before every trial
+    # (reset_to_zero), so then it must be a throwaway buffer, never a tensor that holds data.
+    if atomic:
+        dq_acc = torch.zeros((B, H, Sq, D), dtype=lse.dtype, device=q.device)
+    else:
+        dq_acc = lse if kv[1] is not None else torch.empty(1, dtype=lse.dtype, device=q.device)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    tuned = kv_config is None and q_config is None
+    kv_strides = (*strides, *dk.stride(), *dv.stride())
+    _launch(kv, Sk, B * H, (q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E,
+                            kv[2], *kv_strides), ("kv", q.dtype, lengths.dtype, B, H, Sq, Sk, kv_strides) if tuned else None)
     if atomic:
         dq.copy_(dq_acc)
         return dq, dk, dv
-    kernel, kwargs = _pick(flash_attention_bwd_dq_autotuned, flash_attention_bwd_dq_kernel, q_config, SIM_BWD_Q)
-    kernel[lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)](
-        q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, _seq_bucket(Sq, Sk),
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(), **common, **kwargs)
+    qp = _plan("q", Sq, Sk, D, causal, has_kl, q.dtype, False, q_config)
+    q_strides = (*strides, *dq.stride())
+    _launch(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
+                            *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides) if tuned else None)
     return dq, dk, dv
 
 
+# =============================================================================== launchers
 def _check(q, k, v, causal, sm_scale, key_lengths):
     return check_attention_inputs(q, k, v, causal, sm_scale, key_lengths, dtypes=DTYPES, head_dims=HEAD_DIMS)
 
@@ -680,6 +775,54 @@ def flash_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config, q_config, grads)
 
 
+# ====================================================================== the op torch.compile sees
+# Dynamo records one node per call and never looks inside (so never meets the autotuner, whose
+# config list it cannot trace); the fake functions give it the shapes, strides and dtypes.
+@torch.library.custom_op(f"{NAMESPACE}::flash_attention", mutates_args=())
+def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                       key_lengths: torch.Tensor | None,
+                       strategy: str = DEFAULT_BWD_STRATEGY) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of checked q, k, v (any strides); `strategy` is the backward's (see flash_attention)."""
+    return _forward(q, k, v, causal, scale, key_lengths)
+
+
+@flash_attention_op.register_fake
+def _flash_attention_fake(q, k, v, causal, scale, key_lengths, strategy=DEFAULT_BWD_STRATEGY):
+    B, H, Sq, D = q.shape  # out is a fresh contiguous tensor, whatever the strides of q
+    return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=_stats_dtype(q.dtype))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::flash_attention_backward", mutates_args=())
+def flash_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
+                                key_lengths: torch.Tensor | None,
+                                strategy: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), fresh contiguous tensors; dO may have any strides (it is not copied)."""
+    return _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy)
+
+
+@flash_attention_backward_op.register_fake
+def _flash_attention_backward_fake(do, q, k, v, out, lse, causal, scale, key_lengths, strategy):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, key_lengths, strategy = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], key_lengths)
+    ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
+    ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
+
+
+def _backward_formula(ctx, do, _dlse):
+    q, k, v, out, lse, key_lengths = ctx.saved_tensors
+    dq, dk, dv = flash_attention_backward_op(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
+    return dq, dk, dv, None, None, None, None
+
+
+flash_attention_op.register_autograd(_backward_formula, setup_context=_setup_context)
+
+
+# ========================================================================= the op eager mode calls
 class FlashAttentionFunction(torch.autograd.Function):
     """Autograd glue: the forward saves q, k, v, out and the log-sum-exp (not P)."""
 
@@ -698,6 +841,36 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
+_ON_GPU = runtime.DEVICE.type == "cuda"
+
+
+def _on_device(t) -> bool:  # t.is_cuda costs ~0.15 us, t.device.type ~1.3 us
+    return t.is_cuda if _ON_GPU else t.is_cpu
+
+
+def _span(t, shape) -> bool: # one head indexed in int32 (attention_naive._check_span)
+    stride = t.stride()
+    return (shape[2] - 1) * stride[2] + (shape[3] - 1) * stride[3] <= INT32_MAX
+
+
+def _check_call(q, k, v, causal, sm_scale, key_lengths, strategy) -> float:
+    """The public entry's checks: a few comparisons per call (a quarter of `_check`'s cost on the
+    course's CPU machine); when one fails, `_check` raises the course's message."""
+    if (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and type(causal) is bool and strategy in BWD_STRATEGIES):
+        qs, ks, dtype = q.shape, k.shape, q.dtype
+        if (dtype in DTYPES and k.dtype == dtype and v.dtype == dtype and _on_device(q) and _on_device(k)
+                and _on_device(v) and len(qs) == 4 and len(ks) == 4 and ks == v.shape and qs[0] == ks[0]
+                and qs[1] == ks[1] and qs[3] == ks[3] and qs[3] in HEAD_DIMS and qs[0] * qs[1] <= MAX_GRID_Y
+                and _span(q, qs) and _span(k, ks) and _span(v, ks)
+                and (key_lengths is None or (isinstance(key_lengths, torch.Tensor) and _on_device(key_lengths)
+                                             and key_lengths.dtype in (torch.int32, torch.int64)
+                                             and key_lengths.shape == qs[:1]))):
+            return 1.0 / math.sqrt(qs[3]) if sm_scale is None else resolve_scale(sm_scale, qs[3])
+    _check_strategy(strategy)
+    return _check(q, k, v, causal, sm_scale, key_lengths)
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
                     strategy: str = DEFAULT_BWD_STRATEGY) -> torch.Tensor:
@@ -705,11 +878,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     q (B, H, Sq, D), k and v (B, H, Sk, D), any strides; fp16, bf16, fp32 or fp64; D in 16,
     32, 64, 128. `key_lengths` (B,) int: keys at positions >= key_lengths[b] are padding.
-    Differentiable in q, k and v; `strategy` picks the backward ("split" or "atomic").
+    Differentiable in q, k and v; `strategy` picks the backward ("split" or "atomic"). Eager
+    calls run `FlashAttentionFunction` (or the forward alone when no gradient is needed);
+    under torch.compile, the registered op `torch.ops.course.flash_attention`.
     """
-    scale = _check(q, k, v, causal, sm_scale, key_lengths)
-    _check_strategy(strategy)
-    return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy)
+    scale = _check_call(q, k, v, causal, sm_scale, key_lengths, strategy)
+    if ops.compiling():
+        return flash_attention_op(q, k, v, causal, scale, key_lengths, strategy)[0]
+    if ops.needs_grad(q, k, v):
+        return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy)
+    return _forward(q, k, v, causal, scale, key_lengths)[0]
 
 
 # =============================================================================== benchmarks
@@ -860,6 +1038,70 @@ BENCHMARKS = [
     _attention_benchmark(64, False, False), _attention_benchmark(64, True, False),
     _attention_benchmark(64, False, True), _attention_benchmark(64, True, True),
     _naive_benchmark(),
+]
+
+
+# ------------------------------------------------------------------------ as a model calls it
+# GPT-2 small's attention (B = 8 sequences of S = 1024, H = 12 heads of D = 64, causal), the
+# shape the capstone trains at; (1, 12, 64, 64) is a short prompt, where the host sets the pace.
+# No torch.compile row: compiling SDPA does not change its kernel. The baselines are SDPA's
+# default pick (cuDNN on the H100) and its FlashAttention-2 backend.
+TRAIN_SIZES, TRAIN_SIM_SIZES = [(8, 12, 1024, 64)], [(1, 2, 32, 16)]
+HOST_SIZES, HOST_SIM_SIZES = [(1, 12, 64, 64)], [(1, 2, 16, 16)]
+
+
+def _model_inputs(size, requires_grad):
+    dtype = bench_dtype()
+    q, k, v = (random_tensor(size, dtype, runtime.DEVICE).requires_grad_(requires_grad) for _ in range(3))
+    return (q, k, v, random_tensor(size, dtype, runtime.DEVICE)) if requires_grad else (q, k, v)
+
+
+def _model_label(size):
+    return "x".join(str(n) for n in size)
+
+
+def _public_entry(q, k, v, causal):
+    return flash_attention(q, k, v, causal)
+
+
+BENCHMARKS += [
+    Benchmark(
+        name="attention_train_week4",
+        title="Attention forward + backward through autograd at GPT-2 small's shape, causal, bf16 "
+              "(fp32 in simulation), B x H x S x D",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=_model_label,
+        make_inputs=lambda size: _model_inputs(size, True),
+        variants={"torch": _forward_backward(_sdpa(), True),
+                  "sdpa_flash": _forward_backward(_sdpa(_backends()["sdpa_flash"]), True),
+                  "triton": _forward_backward(_public_entry, True)},
+        headline=("triton", "sdpa_flash"),
+        bytes=lambda s: 12 * math.prod(s) * bench_dtype().itemsize,
+        flops=lambda s: attention_flops(s[0], s[1], s[2], s[2], s[3], True, True),
+        compute_dtype=torch.bfloat16,
+        notes="out = attention(q, k, v), then torch.autograd.grad(out, (q, k, v), dO): the public entry "
+              "(flash_attention / F.scaled_dot_product_attention), autograd and every launch included; "
+              "torch = SDPA's default backend (cuDNN on the H100), sdpa_flash = its FlashAttention-2; "
+              "flops and bytes as in attention_fwdbwd_*. Events time the call as the GPU sees it, host gaps "
+              "included: at this shape the GPU work is ~0.2 ms for triton and cuDNN alike (torch.profiler, "
+              "H100, 2026-11-26), so a call that costs the host more than that (4 launches, and autograd "
+              "handing a Python backward to its CUDA thread) is timed at the host's pace",
+    ),
+    Benchmark(
+        name="attention_host_week4",
+        title="Attention forward: host cost per call at a short-prompt size, causal, bf16 (fp32 in "
+              "simulation), B x H x S x D",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIM_SIZES, size_label=_model_label,
+        make_inputs=lambda size: _model_inputs(size, False),
+        variants={"torch": lambda q, k, v: _sdpa()(q, k, v, True),
+                  "triton": lambda q, k, v: flash_attention(q, k, v, True)},
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
+              "(argument checks, allocation, the launch), the GPU work being a few us; torch = "
+              "F.scaled_dot_product_attention; triton = flash_attention (the public entry; no input "
+              "needs a gradient, so no autograd on either side)",
+    ),
 ]
 
 

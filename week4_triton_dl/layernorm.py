@@ -45,6 +45,22 @@ Cost model (M rows, N columns, itemsize s; the minimum traffic):
   kernel's 4 (15x). F.layer_norm is already one fused kernel, so beating it means beating its
   bandwidth, not its byte count.
 
+Rows wider than a block (`layernorm_fwd_looped_kernel`, `layernorm_bwd_looped_kernel`) are
+streamed in chunks: the forward reads a row three times (sum, centred squares, normalize), the
+backward twice (the two row sums, then dx): every width torch accepts works, the one-pass
+kernels take rows up to MAX_N.
+
+The variance is overflow-safe: in fp32, (x - mean)^2 overflows once |x - mean| nears 1.8e19
+although the variance may not, and rstd = 1/sqrt(inf) = 0 would zero the row (torch's own fp32
+kernel does this). `_rstd` then recomputes the row's squares scaled by its largest |x - mean|:
+the scaled squares are <= 1, and var = max^2 * mean(scaled^2) never forms the overflowing
+number. It costs a max and a multiply per element, in registers, in a memory-bound kernel.
+
+As an op a model calls (the second half of the file): `layer_norm` checks its arguments once,
+the launch settings of a shape are cached (`_forward_plan`, `_backward_plan`), eager calls run
+`LayerNormFunction` (or the launcher alone when no gradient is needed) and torch.compile sees
+the registered op `torch.ops.course.layer_norm`; rmsnorm.py and course/ops.py say why.
+
 bf16/fp16 inputs are computed in fp32 (loaded narrow, converted in registers, rounded once
 on the store); fp64 inputs are computed in fp64, so `torch.autograd.gradcheck` can check the
 hand-written backward. `python -m week4_triton_dl.layernorm --sweep` times the configurations
@@ -60,8 +76,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
+from course.launch import launch
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -71,11 +88,13 @@ import triton.language as tl  # noqa: E402
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Widest row held in one block of registers (as in week 3's softmax). The backward keeps x,
 # dy, w and the two dw/db accumulators of a row live at once: past ~16k columns they no longer
-# fit in registers and spill to local memory (correct, slower). Wider rows would need a
-# kernel that streams each row in chunks.
+# fit in registers and spill to local memory (correct, slower). Wider rows take the looped
+# kernels, which stream each row in chunks of LOOP_BLOCK_N.
 MAX_N = 32768
-KERNELS_FORWARD = ("persistent", "row")
-KERNELS_BACKWARD = ("partial", "atomic")
+LOOP_BLOCK_N = 4096  # 16 elements per thread at 8 warps
+KERNELS_FORWARD = ("persistent", "row", "looped")
+KERNELS_BACKWARD = ("partial", "atomic", "looped")
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # Programs per SM for the persistent kernels: enough resident programs that while one is
 # reducing, another's loads are in flight. Sweep: `python -m week4_triton_dl.layernorm --sweep`.
 FWD_PROGRAMS_PER_SM = 4
@@ -83,7 +102,10 @@ BWD_PROGRAMS_PER_SM = 2
 # Loop steps in flight (tl.range num_stages; 1 = no software pipelining). Each extra stage
 # buffers one step's loads in shared memory, so wide rows fall back to 1 (`_stages`).
 FWD_NUM_STAGES = 2
-BWD_NUM_STAGES = 2
+# Backward: 3 steps in flight and ~4k elements per step (rows_per_step x N), 2 programs per SM:
+# the best of 54 settings on the H100 at 65536 x 768 bf16 (tools/probe_norm_bwd.py, 2026-11-26:
+# 129 us = 78% of copy for LayerNorm, against 284 us with 1 row x 2 stages, and torch's 404 us).
+BWD_NUM_STAGES = 3
 PIPELINE_SMEM_BYTES = 128 * 1024  # of the H100's 227 KB per block; leaves room for reductions
 # `layer_norm_forward`'s default, the winner of the H100 run (results/layernorm_fwd_week4.md,
 # 2026-11-23): the row kernel beat the persistent one at all three sizes (1.31x torch and ~80% of
@@ -97,6 +119,32 @@ PARTIAL_BLOCK_P, PARTIAL_BLOCK_N = 32, 64  # stage-2 tile: 32 partial rows x 64 
 
 # ------------------------------------------------------------------------------------ forward
 @triton.jit
+def _rstd(xc, N, eps, AXIS: tl.constexpr):
+    """1 / sqrt(mean(xc^2) + eps) along AXIS for centred values xc (0 in padding lanes).
+
+    The plain sum of squares overflows to inf once |xc| nears sqrt(float max) (1.8e19 in fp32),
+    even where the variance would fit, and 1/sqrt(inf) = 0 would zero the whole row. Such rows
+    take the scaled sum instead: (xc / m)^2 <= 1 with m = max |xc|, and
+    1/sqrt(var + eps) = (1/m) / sqrt(mean((xc/m)^2) + eps/m^2), where eps/m^2 underflows
+    harmlessly to 0. Only a block holding such a row pays for it (a uniform branch); a row
+    holding a NaN (or an Inf: inf - inf) has var = NaN, not inf, and stays NaN.
+    """
+    var = tl.sum(xc * xc, axis=AXIS) / N
+    rstd = 1.0 / tl.sqrt(var + eps)  # sqrt.rn: fp64 rsqrt would be approximate
+    if AXIS == 0:  # one row: var is a scalar
+        largest = var
+    else:  # a block of rows: any row that overflowed sends the block down the slow path
+        largest = tl.max(var, axis=0)
+    if largest == float("inf"):
+        m = tl.max(tl.abs(xc), axis=AXIS)
+        inv_m = 1.0 / tl.where(m > 0, m, 1.0)
+        scaled = xc * tl.expand_dims(inv_m, AXIS)
+        safe = inv_m / tl.sqrt(tl.sum(scaled * scaled, axis=AXIS) / N + eps * inv_m * inv_m)
+        rstd = tl.where(var == float("inf"), safe, rstd)
+    return rstd
+
+
+@triton.jit
 def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
                              HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
                              BLOCK_N: tl.constexpr, ACC: tl.constexpr):
@@ -108,8 +156,7 @@ def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, 
     # Two passes over registers (mean, then centred squares), not sum(x^2) - mean^2: the
     # latter cancels catastrophically when |mean| >> std. Padding lanes must not add (0-mean)^2.
     xc = tl.where(mask, x - mean, 0.0)
-    var = tl.sum(xc * xc, axis=0) / N
-    rstd = 1.0 / tl.sqrt(var + eps)  # sqrt.rn.f64 for fp64; fp64 rsqrt would be approximate
+    rstd = _rstd(xc, N, eps, 0)
     y = xc * rstd
     if HAS_WEIGHT:
         y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
@@ -145,8 +192,7 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(ACC)
         mean = tl.sum(x, axis=1) / N
         xc = tl.where(mask, x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / N
-        rstd = 1.0 / tl.sqrt(var + eps)
+        rstd = _rstd(xc, N, eps, 1)
         y = xc * rstd[:, None]
         if HAS_WEIGHT:
             y = y * w[None, :]
@@ -155,6 +201,55 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
         tl.store(mean_ptr + rows, mean, mask=row_mask)
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
+                                HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                                BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """A row wider than a block, in chunks: pass 1 the mean, pass 2 the centred squares (and
+    the largest |x - mean|, for rows whose squares overflow: a pass 2b then rescales), pass 3
+    writes y. Three reads of x where the row kernel needs one: the price of a row that does
+    not fit in registers.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * N
+    sums = tl.zeros([BLOCK_N], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        sums += tl.load(x_row + cols, mask=cols < N, other=0.0).to(ACC)
+    mean = tl.sum(sums, axis=0) / N
+    squares = tl.zeros([BLOCK_N], dtype=ACC)
+    largest = tl.zeros([BLOCK_N], dtype=ACC)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        xc = tl.where(mask, tl.load(x_row + cols, mask=mask, other=0.0).to(ACC) - mean, 0.0)
+        squares += xc * xc
+        largest = tl.maximum(largest, tl.abs(xc))
+    var = tl.sum(squares, axis=0) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    if var == float("inf"):  # the squares overflowed: sum them again, scaled (see _rstd)
+        m = tl.max(largest, axis=0)
+        inv_m = 1.0 / m
+        scaled = tl.zeros([BLOCK_N], dtype=ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            s = tl.where(mask, (tl.load(x_row + cols, mask=mask, other=0.0).to(ACC) - mean) * inv_m, 0.0)
+            scaled += s * s
+        rstd = inv_m / tl.sqrt(tl.sum(scaled, axis=0) / N + eps * inv_m * inv_m)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        y = (tl.load(x_row + cols, mask=mask, other=0.0).to(ACC) - mean) * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+        if HAS_BIAS:
+            y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
+        tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -247,6 +342,54 @@ def layernorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
 
 
 @triton.jit
+def layernorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
+                                dw_partial_ptr, db_partial_ptr, M, N, rows_per_program,
+                                HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                                BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """Rows wider than a block: per row, pass 1 reduces mean(g * xhat) and mean(g), pass 2
+    writes dx. The dw/db partials rows (N floats each, too wide for registers) live in global
+    memory; only this program touches them and each thread reads back exactly the elements it
+    wrote (same chunk, same lanes), so no atomics and no barrier (rmsnorm.py has the same).
+    """
+    pid = tl.program_id(0).to(tl.int64)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    for row in range(first, last):
+        offset = row * N
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        c1_terms = tl.zeros([BLOCK_N], dtype=ACC)
+        c2_terms = tl.zeros([BLOCK_N], dtype=ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            xhat = tl.where(mask, (tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(ACC) - mean) * rstd, 0.0)
+            g = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            if HAS_WEIGHT:
+                g = g * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+            c1_terms += xhat * g
+            c2_terms += g
+        c1 = tl.sum(c1_terms, axis=0) / N
+        c2 = tl.sum(c2_terms, axis=0) / N
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            xhat = tl.where(mask, (tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(ACC) - mean) * rstd, 0.0)
+            dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+            tl.store(dx_ptr + offset + cols, ((g - xhat * c1 - c2) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+            keep = mask & (row > first)  # the program's first row starts the sums: never zeroed
+            if HAS_WEIGHT:
+                dw_before = tl.load(dw_partial_ptr + pid * N + cols, mask=keep, other=0.0)
+                tl.store(dw_partial_ptr + pid * N + cols, dw_before + dy * xhat, mask=mask)
+            if HAS_BIAS:
+                db_before = tl.load(db_partial_ptr + pid * N + cols, mask=keep, other=0.0)
+                tl.store(db_partial_ptr + pid * N + cols, db_before + dy, mask=mask)
+
+
+@triton.jit
 def partial_sum_kernel(partial_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     # Stage 2: column sums of the (P, N) partials. Each program owns BLOCK_N columns and walks
     # down all P rows; a tile row is BLOCK_N contiguous floats, so the loads coalesce.
@@ -261,6 +404,12 @@ def partial_sum_kernel(partial_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_
 
 
 # ---------------------------------------------------------------------------------- launchers
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1), in plain Python: `triton.next_power_of_2` is a
+    jitted helper that costs microseconds per call from the host."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def _acc(dtype: torch.dtype):
     """Arithmetic type: fp64 for fp64 inputs (gradcheck), fp32 for everything else."""
     return tl.float64 if dtype == torch.float64 else tl.float32
@@ -272,7 +421,7 @@ def _acc_torch(dtype: torch.dtype) -> torch.dtype:
 
 def _num_warps(elements: int) -> int:
     # ~16 values per thread per tensor: registers stay low enough for several programs per SM.
-    return max(4, min(16, triton.next_power_of_2(max(elements, 1)) // 512))
+    return max(4, min(16, next_power_of_2(max(elements, 1)) // 512))
 
 
 def _stages(wanted: int, step_bytes: int) -> int:
@@ -283,6 +432,19 @@ def _stages(wanted: int, step_bytes: int) -> int:
 def _default_block_m(block_n: int) -> int:
     # Rows of 1024+ fill a program on their own; narrower rows are packed up to ~1k elements.
     return max(1, min(64, 1024 // block_n))
+
+
+def _bwd_block_m(block_n: int) -> int:
+    # The backward streams x and dy: ~4k elements per step keep enough loads in flight.
+    return max(1, min(64, 4096 // block_n))
+
+
+def rows_of(x: torch.Tensor, shape: tuple) -> tuple[int, int]:
+    """(M, N): rows and row length of x normalized over its trailing `shape` (any N, even 0)."""
+    n = shape[0] if len(shape) == 1 else math.prod(shape)
+    if n:
+        return x.numel() // n, n
+    return math.prod(x.shape[:x.dim() - len(shape)]), 0
 
 
 def _check_power_of_two(value, name: str, *, low: int = 1, high: int | None = None):
@@ -322,71 +484,195 @@ def _check_vector(t, name: str, x: torch.Tensor):
 
 
 def _check_rows(x: torch.Tensor, name: str = "x") -> tuple[int, int]:
+    """(rows, N) of a contiguous x normalized over its last dimension (any N: wide rows loop)."""
     validate.tensor(x, name, dtypes=DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{name} must have at least 1 dimension (normalized over the last one), got a scalar")
     n = x.shape[-1]
-    if n > MAX_N:
-        raise ValueError(f"{name} has rows of {n} elements, more than one block holds (MAX_N = {MAX_N})")
-    return (x.numel() // n if n else 0), n
+    return (x.numel() // n if n else math.prod(x.shape[:-1])), n
 
 
 def _programs(M: int, block_m: int, programs_per_sm: int, num_programs: int | None) -> tuple[int, int]:
     """(rows per program, programs): P programs covering M rows, rows a multiple of block_m."""
-    steps = triton.cdiv(M, block_m)
+    steps = -(-M // block_m)
     wanted = num_programs if num_programs is not None else runtime.sm_count() * programs_per_sm
     programs = max(1, min(wanted, steps))
-    rows_per_program = triton.cdiv(steps, programs) * block_m
-    return rows_per_program, triton.cdiv(M, rows_per_program)
+    rows_per_program = max(1, -(-steps // programs)) * block_m  # >= 1 also for M = 0
+    return rows_per_program, max(1, -(-M // rows_per_program))
+
+
+def _rows_view(t: torch.Tensor, M: int, N: int) -> torch.Tensor:
+    """t (contiguous, last dimension N) as (M, N), also when N = 0 (view(-1, 0) is ambiguous)."""
+    return t.view(M, N) if N else t.reshape(M, 0)
+
+
+# ------------------------------------------------------------------------------- launch plans
+# Computed once per shape and kept: the hot path does a dict lookup instead of the arithmetic
+# and Triton helper calls above. A plan's key holds everything the launch depends on, so it also
+# keys the compiled kernel in course.launch (which skips Triton's per-call work).
+_FORWARD_PLANS: dict = {}
+_BACKWARD_PLANS: dict = {}
+
+
+def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, kernel: str | None = None,
+                  block_n: int | None = None, num_warps: int | None = None):
+    """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
+    key = (N, dtype, has_weight, has_bias, kernel, block_n, num_warps)
+    plan = _FORWARD_PLANS.get(key)
+    if plan is None:
+        if kernel == "looped" or (kernel is None and N > MAX_N):
+            launch, block, warps = layernorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
+        else:
+            block = next_power_of_2(N)
+            launch, warps = layernorm_fwd_row_kernel, _num_warps(block)
+        plan = (launch, (has_weight, has_bias, block, _acc(dtype)), dict(num_warps=num_warps or warps), key)
+        _FORWARD_PLANS[key] = plan
+    return plan
+
+
+def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool,
+                   kernel: str | None = None, block_n: int | None = None):
+    """(kernel, programs P, rows per program, constexprs, options, key) of the backward."""
+    key = (M, N, dtype, has_weight, has_bias, kernel, block_n)
+    plan = _BACKWARD_PLANS.get(key)
+    if plan is None:
+        if kernel == "looped" or (kernel is None and N > MAX_N):
+            rows_per_program, programs = _programs(M, 1, BWD_PROGRAMS_PER_SM, None)
+            plan = (layernorm_bwd_looped_kernel, programs, rows_per_program,
+                    (has_weight, has_bias, block_n or LOOP_BLOCK_N, _acc(dtype)),
+                    dict(num_warps=8, **_BWD_COMPILE), key)
+        else:
+            block = next_power_of_2(N)
+            block_m = min(_bwd_block_m(block), next_power_of_2(M))
+            rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, None)
+            stages = _stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+            plan = (layernorm_bwd_kernel, programs, rows_per_program,
+                    (has_weight, has_bias, block_m, block, _acc(dtype), stages),
+                    dict(num_warps=_num_warps(block_m * block), **_BWD_COMPILE), key)
+        if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
+            _BACKWARD_PLANS.clear()
+        _BACKWARD_PLANS[key] = plan
+    return plan
+
+
+def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, num_stages):
+    """A plan with the sweep's overrides (not cached, and not the fast launch path's)."""
+    kernel, programs, rows_per_program, constexprs, options, key = plan
+    if kernel is layernorm_bwd_looped_kernel:  # only the program count and the warps change
+        if num_partials:
+            rows_per_program = -(-max(M, 1) // min(num_partials, max(M, 1)))
+            programs = -(-max(M, 1) // rows_per_program)
+        return kernel, programs, rows_per_program, constexprs, {**options, "num_warps": num_warps or options["num_warps"]}, None
+    has_weight, has_bias, default_block_m, block, acc, _ = constexprs
+    block_m = min(block_m or default_block_m, next_power_of_2(M))
+    rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+    stages = num_stages or _stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+    return (kernel, programs, rows_per_program, (has_weight, has_bias, block_m, block, acc, stages),
+            dict(num_warps=num_warps or _num_warps(block_m * block), **_BWD_COMPILE), None)
+
+
+# ------------------------------------------------------------- the hot path (no checks here)
+# x, dy: contiguous, any shape whose trailing dimensions hold N elements per row (no views made:
+# a view costs host time too); M = rows. mean, rstd: (M,). Callers have checked the arguments.
+def _launch_forward(x, weight, bias, eps, M, N, plan, out=None):
+    """(y, mean, rstd) with a forward plan; y into `out` if given."""
+    y = torch.empty_like(x) if out is None else out
+    mean = torch.empty(M, dtype=_acc_torch(x.dtype), device=x.device)
+    rstd = torch.empty(M, dtype=_acc_torch(x.dtype), device=x.device)
+    if M == 0 or N == 0:
+        return y, mean.fill_(math.nan), rstd.fill_(math.nan)  # no rows, or rows of nothing
+    kernel, constexprs, options, key = plan
+    # Absent weight/bias: pass x as a dummy pointer; HAS_* (constexpr) compiles the loads out.
+    launch(kernel, (M,), key, (x, x if weight is None else weight, x if bias is None else bias, y, mean, rstd,
+                               N, eps, *constexprs), **options)
+    return y, mean, rstd
+
+
+def _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan):
+    """(dx, dw or None, db or None) with a backward plan."""
+    dx = torch.empty_like(x)
+    has_weight = weight is not None
+    if M == 0 or N == 0:  # sums over no rows are zero, as in torch
+        zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
+        return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
+    kernel, programs, rows_per_program, constexprs, options, key = plan
+    acc = _acc_torch(x.dtype)
+    dw_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_weight else dx
+    db_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_bias else dx
+    args = (dy, x, weight if has_weight else x, mean, rstd, dx, dw_partial, db_partial, M, N, rows_per_program,
+            *constexprs)
+    if key is None:
+        kernel[(programs,)](*args, **options)
+    else:
+        launch(kernel, (programs,), key, args, **options)
+    return (dx, column_sums(dw_partial, x.dtype) if has_weight else None,
+            column_sums(db_partial, x.dtype) if has_bias else None)
+
+
+def _forward(x, weight, bias, eps, M, N):
+    """(y, mean, rstd) with the default plan."""
+    return _launch_forward(x, weight, bias, eps, M, N, _forward_plan(N, x.dtype, weight is not None, bias is not None))
+
+
+def _backward(dy, x, mean, rstd, weight, has_bias, M, N):
+    """(dx, dw, db) with the default plan."""
+    plan = _backward_plan(M, N, x.dtype, weight is not None, bool(has_bias))
+    return _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan)
 
 
 def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                        eps: float = 1e-5, *, out: torch.Tensor | None = None, kernel: str | None = None,
                        block_m: int | None = None, num_programs: int | None = None,
-                       num_warps: int | None = None, num_stages: int | None = None):
+                       num_warps: int | None = None, num_stages: int | None = None,
+                       block_n: int | None = None):
     """LayerNorm over the last dimension of a contiguous x: returns (y, mean, rstd).
 
     mean and rstd have one fp32 value per row (fp64 for fp64 x), shape x.shape[:-1].
-    `kernel="row"`: one program per row; `"persistent"`: `num_programs` programs (default: a few
-    per SM) each normalise a run of rows, `block_m` rows per step, `num_stages` steps in flight.
+    `kernel="row"` (default up to MAX_N columns): one program per row; `"looped"` (default
+    above; `block_n` sets its chunk): a row streamed in chunks; `"persistent"`: `num_programs`
+    programs (default: a few per SM) each normalise a run of rows, `block_m` rows per step,
+    `num_stages` steps in flight.
     """
     M, N = _check_rows(x)
     weight, bias = _check_vector(weight, "weight", x), _check_vector(bias, "bias", x)
     eps = _check_eps(eps)
-    kernel = FORWARD_KERNEL if kernel is None else kernel
-    _check_positive_int(num_stages, "num_stages")
-    if kernel not in KERNELS_FORWARD:
+    if kernel is not None and kernel not in KERNELS_FORWARD:
         raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
+    kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
+    _check_positive_int(num_stages, "num_stages")
     _check_power_of_two(block_m, "block_m", high=64)
     _check_positive_int(num_programs, "num_programs")
     _check_power_of_two(num_warps, "num_warps", high=32)
+    _check_power_of_two(block_n, "block_n", low=16)
+    if kernel != "looped" and N > MAX_N:
+        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
+                         f"x has {N}: use kernel='looped' (the default for wide rows)")
     out = validate.output(out, x)
+    if kernel in ("row", "looped"):
+        plan = _forward_plan(N, x.dtype, weight is not None, bias is not None, kernel, block_n, num_warps)
+        _, mean, rstd = _launch_forward(x, weight, bias, eps, M, N, plan, out=out)
+        return out, mean.view(x.shape[:-1]), rstd.view(x.shape[:-1])
+    x2, y2 = _rows_view(x, M, N), _rows_view(out, M, N)
     stats = x.shape[:-1]
     mean = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
     rstd = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
     if M == 0 or N == 0:
-        return out, mean.fill_(math.nan), rstd.fill_(math.nan)  # no rows, or rows of nothing
-    block_n = triton.next_power_of_2(N)
-    common = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n,
-                  ACC=_acc(x.dtype))
-    # Absent weight/bias: pass x as a dummy pointer; HAS_* (constexpr) compiles the loads out.
+        return out, mean.fill_(math.nan), rstd.fill_(math.nan)
+    block = next_power_of_2(N)
     w, b = (weight if weight is not None else x), (bias if bias is not None else x)
-    if kernel == "row":
-        layernorm_fwd_row_kernel[(M,)](x, w, b, out, mean, rstd, N, eps,
-                                       num_warps=num_warps or _num_warps(block_n), **common)
-        return out, mean, rstd
-    block_m = min(block_m or _default_block_m(block_n), triton.next_power_of_2(M))
+    block_m = min(block_m or _default_block_m(block), next_power_of_2(M))
     rows_per_program, programs = _programs(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
     layernorm_fwd_persistent_kernel[(programs,)](
-        x, w, b, out, mean, rstd, M, N, rows_per_program, eps, BLOCK_M=block_m,
-        NUM_STAGES=num_stages or _stages(FWD_NUM_STAGES, block_m * block_n * x.element_size()),
-        num_warps=num_warps or _num_warps(block_m * block_n), **common)
+        x2, w, b, y2, mean, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block, ACC=_acc(x.dtype),
+        NUM_STAGES=num_stages or _stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
+        num_warps=num_warps or _num_warps(block_m * block))
     return out, mean, rstd
 
 
 def _check_stats(t, name: str, x: torch.Tensor) -> torch.Tensor:
     validate.tensor(t, name, dtypes=(_acc_torch(x.dtype),))
-    if t.numel() != (x.numel() // x.shape[-1] if x.shape[-1] else 0) or t.shape != x.shape[:-1]:
+    if t.shape != x.shape[:-1]:
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {tuple(x.shape[:-1])} "
                          "(one value per row of x, as layer_norm_forward returns it)")
     return t
@@ -400,21 +686,23 @@ def column_sums(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return out
     if P == 0:
         return out.zero_()
-    partial_sum_kernel[(triton.cdiv(N, PARTIAL_BLOCK_N),)](partials, out, P, N, BLOCK_P=PARTIAL_BLOCK_P,
-                                                           BLOCK_N=PARTIAL_BLOCK_N, num_warps=4)
+    launch(partial_sum_kernel, (-(-N // PARTIAL_BLOCK_N),), (P, N, partials.dtype, dtype),
+           (partials, out, P, N, PARTIAL_BLOCK_P, PARTIAL_BLOCK_N), num_warps=4)
     return out
 
 
 def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                         weight: torch.Tensor | None = None, has_bias: bool = False, *,
-                        kernel: str = "partial", block_m: int | None = None,
+                        kernel: str | None = None, block_m: int | None = None,
                         num_partials: int | None = None, num_warps: int | None = None,
-                        num_stages: int | None = None):
+                        num_stages: int | None = None, block_n: int | None = None):
     """Gradients of LayerNorm: returns (dx, dweight or None, dbias or None).
 
-    `kernel="partial"`: `num_partials` programs (default: a few per SM), each writing one row of
-    a (num_partials, N) fp32 buffer of dw/db partial sums, summed by `partial_sum_kernel`.
-    `kernel="atomic"`: one program per row, dw/db accumulated with atomics (slow; for study).
+    `kernel="partial"` (default up to MAX_N columns): `num_partials` programs (default: a few
+    per SM), each writing one row of a (num_partials, N) fp32 buffer of dw/db partial sums,
+    summed by `partial_sum_kernel`. `kernel="looped"` (default above): the same for rows
+    streamed in chunks of `block_n`. `kernel="atomic"`: one program per row, dw/db accumulated
+    with atomics (slow, not reproducible; for study).
     """
     M, N = _check_rows(x)
     validate.tensor(dy, "dy", dtypes=DTYPES)
@@ -422,59 +710,101 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
     validate.same_dtype(dy=dy, x=x)
     mean, rstd = _check_stats(mean, "mean", x), _check_stats(rstd, "rstd", x)
     weight = _check_vector(weight, "weight", x)
-    if kernel not in KERNELS_BACKWARD:
+    if kernel is not None and kernel not in KERNELS_BACKWARD:
         raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
     _check_power_of_two(block_m, "block_m", high=64)
     _check_positive_int(num_partials, "num_partials")
     _check_power_of_two(num_warps, "num_warps", high=32)
     _check_positive_int(num_stages, "num_stages")
+    _check_power_of_two(block_n, "block_n", low=16)
+    if kernel in ("partial", "atomic") and N > MAX_N:
+        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
+                         f"x has {N}: use kernel='looped' (the default for wide rows)")
     has_weight = weight is not None
-    dx = torch.empty_like(x)
-    acc_dtype = _acc_torch(x.dtype)
-    if M == 0 or N == 0:  # sums over no rows are zero, as in torch
-        zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
-        return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
-    block_n = triton.next_power_of_2(N)
-    common = dict(HAS_WEIGHT=has_weight, HAS_BIAS=bool(has_bias), BLOCK_N=block_n, ACC=_acc(x.dtype))
-    w = weight if has_weight else x
     if kernel == "atomic":
-        dw = torch.zeros(N, dtype=acc_dtype, device=x.device)
-        db = torch.zeros(N, dtype=acc_dtype, device=x.device)
-        layernorm_bwd_atomic_kernel[(M,)](dy, x, w, mean, rstd, dx, dw, db, N,
-                                          num_warps=num_warps or _num_warps(block_n), **common, **_BWD_COMPILE)
+        dy2, x2, mean2, rstd2 = _rows_view(dy, M, N), _rows_view(x, M, N), mean.reshape(M), rstd.reshape(M)
+        dx = torch.empty_like(x)
+        if M == 0 or N == 0:
+            zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
+            return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
+        block = next_power_of_2(N)
+        dw = torch.zeros(N, dtype=_acc_torch(x.dtype), device=x.device)
+        db = torch.zeros(N, dtype=_acc_torch(x.dtype), device=x.device)
+        layernorm_bwd_atomic_kernel[(M,)](dy2, x2, weight if has_weight else x, mean2, rstd2, _rows_view(dx, M, N),
+                                          dw, db, N, HAS_WEIGHT=has_weight, HAS_BIAS=bool(has_bias), BLOCK_N=block,
+                                          ACC=_acc(x.dtype), num_warps=num_warps or _num_warps(block), **_BWD_COMPILE)
         return dx, (dw.to(x.dtype) if has_weight else None), (db.to(x.dtype) if has_bias else None)
-    block_m = min(block_m or _default_block_m(block_n), triton.next_power_of_2(M))
-    rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-    stages = num_stages or _stages(BWD_NUM_STAGES, 2 * block_m * block_n * x.element_size())  # x and dy
-    dw_partial = torch.empty((programs, N), dtype=acc_dtype, device=x.device) if has_weight else dx
-    db_partial = torch.empty((programs, N), dtype=acc_dtype, device=x.device) if has_bias else dx
-    layernorm_bwd_kernel[(programs,)](dy, x, w, mean, rstd, dx, dw_partial, db_partial, M, N,
-                                      rows_per_program, BLOCK_M=block_m,
-                                      NUM_STAGES=stages,
-                                      num_warps=num_warps or _num_warps(block_m * block_n), **common,
-                                      **_BWD_COMPILE)
-    dw = column_sums(dw_partial, x.dtype) if has_weight else None
-    db = column_sums(db_partial, x.dtype) if has_bias else None
-    return dx, dw, db
+    looped = kernel == "looped" or (kernel is None and N > MAX_N)
+    plan = _backward_plan(M, N, x.dtype, has_weight, bool(has_bias), "looped" if looped else None, block_n)
+    if any(v is not None for v in (block_m, num_partials, num_warps, num_stages)):
+        plan = _tuned_backward_plan(plan, M, N, x.dtype, block_m, num_partials, num_warps, num_stages)
+    return _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan)
 
 
-# ----------------------------------------------------------------------------------- autograd
+# ------------------------------------------------------------------- the op torch.compile sees
+@torch.library.custom_op(f"{NAMESPACE}::layer_norm", mutates_args=())
+def layer_norm_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, mean, rstd) of a contiguous (M, N) x: the forward as a registered op (see layer_norm)."""
+    return _forward(x, weight, bias, eps, x.shape[0], x.shape[1])
+
+
+@layer_norm_op.register_fake
+def _layer_norm_fake(x, weight, bias, eps):
+    stats = x.new_empty(x.shape[:1], dtype=_acc_torch(x.dtype))
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::layer_norm_backward", mutates_args=())
+def layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                           weight: torch.Tensor | None, has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dw, db); dw/db are empty without weight/bias (an op returns tensors, not None)."""
+    dx, dw, db = _backward(dy.contiguous(), x, mean, rstd, weight, has_bias, x.shape[0], x.shape[1])  # any layout in
+    return dx, (x.new_empty(0) if dw is None else dw), (x.new_empty(0) if db is None else db)  # two tensors, never one twice
+
+
+@layer_norm_backward_op.register_fake
+def _layer_norm_backward_fake(dy, x, mean, rstd, weight, has_bias):
+    vector = x.new_empty(x.shape[1:])
+    return torch.empty_like(x), (vector if weight is not None else x.new_empty(0)), \
+        (torch.empty_like(vector) if has_bias else x.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)  # mean/rstd: 8 bytes per row, not recomputed
+    ctx.has_bias = bias is not None
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _backward_formula(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layer_norm_backward_op(dy, x, mean, rstd, weight, ctx.has_bias)
+    return dx, (dw if weight is not None else None), (db if ctx.has_bias else None), None
+
+
+layer_norm_op.register_autograd(_backward_formula, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------- the op eager mode calls
 class LayerNormFunction(torch.autograd.Function):
-    """y = layer_norm(x) over the last dimension; the backward is the Triton kernel above."""
+    """y = layer_norm(x) for a contiguous x of M rows of N elements; the same kernels."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y, mean, rstd = layer_norm_forward(x, weight, bias, eps)
+    def forward(ctx, x, weight, bias, eps, M, N, dims=1):
+        y, mean, rstd = _forward(x, weight, bias, eps, M, N)
         ctx.save_for_backward(x, weight, mean, rstd)  # mean/rstd: 8 bytes per row, not recomputed
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.rows, ctx.dims = bias is not None, (M, N), dims
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
         # Gradients can arrive with any strides (y.sum() gives an expanded tensor of ones).
-        dx, dw, db = layer_norm_backward(dy.contiguous(), x, mean, rstd, weight, ctx.has_bias)
-        return dx, dw, db, None
+        dx, dw, db = _backward(dy.contiguous(), x, mean, rstd, weight, ctx.has_bias, *ctx.rows)
+        shape = x.shape[x.dim() - ctx.dims:]  # the normalized shape: weight's and bias's
+        return dx, (dw if dw is None else dw.view(shape)), (db if db is None else db.view(shape)), None, None, None, None
 
 
 def _normalized_shape(normalized_shape) -> tuple[int, ...]:
@@ -483,28 +813,79 @@ def _normalized_shape(normalized_shape) -> tuple[int, ...]:
     return tuple(int(n) for n in normalized_shape)
 
 
-def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    """`torch.nn.functional.layer_norm`, computed by the Triton kernels, differentiable.
+def normalized_shape_of(normalized_shape) -> tuple[int, ...]:
+    """normalized_shape as a tuple of ints; an int or a 1-tuple of an int (the common case) fast."""
+    kind = type(normalized_shape)
+    if kind is int:
+        return (normalized_shape,)
+    if kind is tuple and len(normalized_shape) == 1 and type(normalized_shape[0]) is int:
+        return normalized_shape
+    return _normalized_shape(normalized_shape)
 
-    The normalized dimensions are flattened into one row of N = prod(normalized_shape). A
-    non-contiguous x is copied first, as torch's own kernel does.
-    """
-    shape = _normalized_shape(normalized_shape)
+
+def check_call(x, shape: tuple, weight=None, bias=None) -> None:
+    """The public entries' checks (layer_norm, rms_norm): a few comparisons per call, so that a
+    call stays cheap; the course's full messages come from `validate` when one fails."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     k = len(shape)
-    if k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
+    if k == 1:
+        if x.dim() < 1 or x.shape[-1] != shape[0]:
+            raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
+    elif k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
         raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
-    n = math.prod(shape)
+    if x.dtype not in DTYPES or x.is_cuda != _ON_GPU:
+        validate.tensor(x, "x", dtypes=DTYPES, contiguous=False)
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.shape != shape:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} has shape {got}; expected normalized_shape {shape}")
-    x2 = x.contiguous().reshape(*x.shape[:x.dim() - k], n)
-    w = weight.reshape(n) if weight is not None else None
-    b = bias.reshape(n) if bias is not None else None
-    return LayerNormFunction.apply(x2, w, b, eps).reshape(x.shape)
+        if t.dtype != x.dtype or t.get_device() != x.get_device():
+            _check_vector(t.reshape(-1), name, x.reshape(-1, t.numel()) if t.numel() else x)
+
+
+_ON_GPU = runtime.on_gpu()
+
+
+def as_rows(x: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """x as a contiguous (rows, prod(shape)) tensor: a view when x is contiguous, else a copy
+    (as torch's own norm kernels make)."""
+    n = shape[0] if len(shape) == 1 else math.prod(shape)
+    if n:
+        return x.contiguous().view(-1, n)
+    return x.reshape(math.prod(x.shape[:x.dim() - len(shape)]), 0)
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """`torch.nn.functional.layer_norm`, computed by the Triton kernels, differentiable, compilable.
+
+    The normalized dimensions are flattened into one row of N = prod(normalized_shape), any N
+    (rows wider than MAX_N take the looped kernels). A non-contiguous x is copied first, as
+    torch's own kernel does. Eager calls run `LayerNormFunction` (or the launcher alone when no
+    gradient is needed); under torch.compile, the registered op `torch.ops.course.layer_norm`.
+    """
+    shape = normalized_shape_of(normalized_shape)
+    check_call(x, shape, weight, bias)
+    eps = eps if type(eps) is float and 0 <= eps < math.inf else _check_eps(eps)
+    if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
+        x2 = as_rows(x, shape)
+        n = x2.shape[1]
+        w = weight if weight is None or weight.dim() == 1 else weight.reshape(n)
+        b = bias if bias is None or bias.dim() == 1 else bias.reshape(n)
+        return layer_norm_op(x2, w, b, eps)[0].view(x.shape)
+    if not x.is_contiguous():
+        x = x.contiguous()  # as torch's own kernel does
+    if weight is not None and not weight.is_contiguous():
+        weight = weight.contiguous()
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    M, N = rows_of(x, shape)
+    if ops.needs_grad(x, weight, bias):
+        return LayerNormFunction.apply(x, weight, bias, eps, M, N, len(shape))
+    return _forward(x, weight, bias, eps, M, N)[0]
 
 
 class TritonLayerNorm(nn.LayerNorm):
@@ -627,12 +1008,77 @@ BENCHMARKS = [
 ]
 
 
+
+# ------------------------------------------------------------------- as a model calls it
+# Tokens x width: GPT-2 small (768), 1024-wide models (BERT-large, GPT-2 medium) and Llama 7B
+# (4096); 8 x 768 is one decode step of a batch of 8: there the host sets the pace.
+TRAIN_SIZES = [(8, 768), (8192, 768), (65536, 768), (16384, 1024), (65536, 1024), (16384, 4096)]
+TRAIN_SIM_SIZES = [(4, 64)]
+HOST_SIZES = [(8, 768)]
+
+
+def _train_inputs(size):
+    M, N = size
+    dtype = bench_dtype()
+    x = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
+    w = random_tensor(N, dtype, runtime.DEVICE).requires_grad_(True)
+    b = random_tensor(N, dtype, runtime.DEVICE).requires_grad_(True)
+    return x, w, b, random_tensor((M, N), dtype, runtime.DEVICE)
+
+
+def _fwd_bwd(norm):
+    """forward + backward through autograd, as a training step runs it: (dx, dw, db)."""
+    return lambda x, w, b, dy: torch.autograd.grad(norm(x, w, b), (x, w, b), dy)
+
+
+def _triton_norm(x, w, b):
+    return layer_norm(x, (x.shape[-1],), w, b, EPS)
+
+
+BENCHMARKS += [
+    Benchmark(
+        name="layernorm_train_week4",
+        title="LayerNorm forward + backward through autograd, as a model calls it, bf16 (fp32 in simulation), rows x N",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _fwd_bwd(torch_forward),
+            "torch_compile": _fwd_bwd(_compile(torch_forward)),
+            "triton": _fwd_bwd(_triton_norm),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 5 * s[0] * s[1] * _itemsize() + 5 * s[1] * _itemsize() + 16 * s[0],
+        flops=lambda s: 20 * s[0] * s[1],
+        notes="y = norm(x, w, b), then torch.autograd.grad(y, (x, w, b), dy): the public entry "
+              "(layer_norm / F.layer_norm), autograd and every launch included; bytes = forward 2MNs "
+              "+ backward 3MNs, the minimum; torch_compile = torch.compile(F.layer_norm) (dynamic=False); "
+              "at 8x768 the host is the bottleneck (see layernorm_host_week4)",
+    ),
+    Benchmark(
+        name="layernorm_host_week4",
+        title="LayerNorm forward: host cost per call at a decode-step size, bf16 (fp32 in simulation)",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_forward_inputs,
+        variants={"torch": torch_forward, "triton": _triton_norm,
+                  "triton_launcher": lambda x, w, b: layer_norm_forward(x, w, b, EPS)},
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
+              "(argument checks, allocation, the launch), the GPU work being ~3 us; torch = "
+              "F.layer_norm; triton = layer_norm (the public entry); triton_launcher = "
+              "layer_norm_forward (checks every tuning argument: the lesson's API, not the hot path)",
+    ),
+]
+
+
 # -------------------------------------------------------------------------------------- sweep
 def sweep_configs(N: int, itemsize: int, loaded_per_step: int):
     """(num_warps, rows per step, pipeline stages) worth timing at row width N, on this backend."""
     block_n = triton.next_power_of_2(N)
     for nw in runtime.pick(gpu=(4, 8, 16), sim=(4,)):
-        for bm in ((1, 2) if N >= 1024 else (1, 4, 16)):
+        for bm in ((1, 2, 4) if N >= 1024 else (1, 2, 4, 16)):
             if bm * block_n > nw * 32 * 64:
                 continue  # > 64 values per thread per tensor: registers spill; not worth a compile
             for stages in (1, 2):
@@ -660,7 +1106,7 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [N], w, b, EPS)
     copy = bench.copy_bandwidth_gbps()
     fwd_bytes, bwd_bytes = 2 * M * N * x.element_size(), 3 * M * N * x.element_size()
-    per_sm = runtime.pick(gpu=(1, 2, 4), sim=(1, 2))
+    per_sm = runtime.pick(gpu=(1, 2, 4, 8), sim=(1, 2))
     fwd = lambda **kw: timed(lambda: layer_norm_forward(x, w, b, EPS, **kw))  # noqa: E731
     bwd = lambda **kw: timed(lambda: layer_norm_backward(dy, x, mean, rstd, w, True, **kw))  # noqa: E731
 

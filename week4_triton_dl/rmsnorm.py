@@ -1,4 +1,4 @@
-"""RMSNorm in Triton, forward and backward, wired into autograd as a drop-in `nn.RMSNorm`.
+"""RMSNorm in Triton, forward and backward, as a PyTorch op: eager, autograd and torch.compile.
 
 y = x * rstd * w over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps): LayerNorm without
 the mean subtraction and without the bias (LLaMA, Mistral, Qwen, Gemma all use it). Diff this
@@ -10,8 +10,23 @@ module reuses: `layernorm.column_sums`):
 * backward, with xhat = x * rstd and g = dy * w:
       dx = rstd * (g - xhat * mean(g * xhat))     (one row reduction instead of two)
       dw = sum over rows of dy * xhat              (the column reduction, via partials)
+* rows wider than a block (`rmsnorm_fwd_looped_kernel`, `rmsnorm_bwd_looped_kernel`): a row
+  that does not fit in registers is streamed in chunks, twice (once to reduce, once to
+  write): 3 reads instead of 2 in the forward, 5 instead of 3 in the backward. Every width
+  torch accepts works; rows up to MAX_N take the one-pass kernels.
 * eps: `nn.RMSNorm(eps=None)` uses the machine epsilon of the type torch computes in (fp32
   for fp16/bf16/fp32 inputs, fp64 for fp64), not that of x's dtype: `default_eps` matches it.
+* a kernel a model can call (the second half of this file). A model calls RMSNorm 25 times a
+  step on small tensors (8192 x 768: ~10 us of GPU work each way), so what the CALL costs on
+  the host is as important as the kernel:
+  - `rms_norm` checks its arguments once, cheaply, and the launch settings of a shape are
+    computed once and cached (`_forward_plan`, `_backward_plan`): no autotuning, no config
+    search, no `triton.cdiv` (a jitted helper, ~2 us a call from Python) on the hot path;
+  - eager calls go through `RMSNormFunction` (an autograd.Function), or straight to the
+    launcher when nothing needs a gradient; under `torch.compile` they go through the
+    registered op `torch.ops.course.rms_norm` (fake function + autograd formula), which
+    Dynamo records as one node, so a model that uses it compiles with no graph break and
+    Inductor fuses the torch code around it. course/ops.py says why two paths, with numbers.
 * which torch to race: written out in eager ops (as many models still do: upcast, pow, mean,
   rsqrt, mul, mul, downcast) RMSNorm is ~7 kernels and ~40 bytes per bf16 element against
   the fused kernel's 4; `torch.nn.RMSNorm` dispatches to a
@@ -33,8 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
+from course.launch import launch
 from course.bench import Benchmark
 from course.check import random_tensor
 from week4_triton_dl import layernorm as ln  # shared checks, launch sizing and the stage-2 sum
@@ -43,15 +59,18 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 DTYPES = ln.DTYPES
-MAX_N = ln.MAX_N
-KERNELS_FORWARD = ("persistent", "row")
+MAX_N = ln.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
+KERNELS_FORWARD = ("persistent", "row", "looped")
+KERNELS_BACKWARD = ("partial", "looped")
 FWD_PROGRAMS_PER_SM = 4
-BWD_PROGRAMS_PER_SM = 2
+BWD_PROGRAMS_PER_SM = ln.BWD_PROGRAMS_PER_SM
 FWD_NUM_STAGES = 2  # loop steps in flight (tl.range num_stages), as in layernorm.py
 BWD_NUM_STAGES = 2
 # The H100 run (results/rmsnorm_fwd_week4.md, 2026-11-23): the row kernel ~95% of copy at every
 # size, the persistent one 61-90%: the row kernel is the default, as in layernorm.py.
 FORWARD_KERNEL = "row"
+LOOP_BLOCK_N = ln.LOOP_BLOCK_N  # chunk of a looped row: 4096 elements, 16 per thread at 8 warps
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -108,6 +127,33 @@ def rmsnorm_fwd_persistent_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, rows_per_
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
 
+@triton.jit
+def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
+                              HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """A row wider than a block, in chunks of BLOCK_N: pass 1 sums the squares, pass 2 writes y.
+
+    x is read twice (the second read often hits L2 for one row, but not for many rows at once):
+    the price of a row that does not fit in registers.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * N
+    y_row = y_ptr + row * N
+    squares = tl.zeros([BLOCK_N], dtype=ACC)  # element-wise partial sums, reduced once at the end
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(ACC)
+        squares += x * x + (x - x)  # + (x - x): NaN for an Inf, as in _rstd
+    rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        y = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC) * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
 # ----------------------------------------------------------------------------------- backward
 @triton.jit
 def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
@@ -143,6 +189,156 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
         tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
 
 
+@triton.jit
+def rmsnorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
+                              M, N, rows_per_program, HAS_WEIGHT: tl.constexpr,
+                              BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """Rows wider than a block: per row, pass 1 reduces mean(g * xhat), pass 2 writes dx.
+
+    dw: this program's partials row is N floats, too wide for registers, so it lives in global
+    memory and is read, added to and written back chunk by chunk. Only this program touches
+    that row, and a thread reads back exactly the elements it wrote (same chunk, same lanes):
+    no atomics, no barrier, and the same bits every run.
+    """
+    pid = tl.program_id(0).to(tl.int64)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    dw_row = dw_partial_ptr + pid * N
+    for row in range(first, last):
+        offset = row * N
+        rstd = tl.load(rstd_ptr + row)
+        c1_terms = tl.zeros([BLOCK_N], dtype=ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            g = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            if HAS_WEIGHT:
+                g = g * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+            c1_terms += x * rstd * g
+        c1 = tl.sum(c1_terms, axis=0) / N
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(ACC)
+            xhat = x * rstd
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
+            tl.store(dx_ptr + offset + cols, ((g - xhat * c1) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                # The program's first row starts the sum (other=0): the buffer is never zeroed.
+                before = tl.load(dw_row + cols, mask=mask & (row > first), other=0.0)
+                tl.store(dw_row + cols, before + dy * xhat, mask=mask)
+
+
+# ------------------------------------------------------------------------------- launch plans
+# Computed once per shape and kept: the hot path does a dict lookup instead of arithmetic on
+# Python ints and calls into Triton helpers. A plan's key holds everything the launch depends
+# on, so it also keys the compiled kernel in course.launch (which skips Triton's per-call work).
+_FORWARD_PLANS: dict = {}
+_BACKWARD_PLANS: dict = {}
+
+
+def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | None = None,
+                  block_n: int | None = None, num_warps: int | None = None):
+    """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
+    key = (N, dtype, has_weight, kernel, block_n, num_warps)
+    plan = _FORWARD_PLANS.get(key)
+    if plan is None:
+        if kernel == "looped" or (kernel is None and N > MAX_N):
+            launch, block, warps = rmsnorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
+        else:
+            block = ln.next_power_of_2(N)
+            launch, warps = rmsnorm_fwd_row_kernel, ln._num_warps(block)
+        plan = (launch, (has_weight, block, ln._acc(dtype)), dict(num_warps=num_warps or warps), key)
+        _FORWARD_PLANS[key] = plan
+    return plan
+
+
+def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, kernel: str | None = None,
+                   block_n: int | None = None):
+    """(kernel, programs P, rows per program, constexprs, options, key) of the backward."""
+    key = (M, N, dtype, has_weight, kernel, block_n)
+    plan = _BACKWARD_PLANS.get(key)
+    if plan is None:
+        if kernel == "looped" or (kernel is None and N > MAX_N):
+            rows_per_program, programs = ln._programs(M, 1, BWD_PROGRAMS_PER_SM, None)
+            plan = (rmsnorm_bwd_looped_kernel, programs, rows_per_program,
+                    (has_weight, block_n or LOOP_BLOCK_N, ln._acc(dtype)), dict(num_warps=8), key)
+        else:
+            block = ln.next_power_of_2(N)
+            block_m = min(ln._bwd_block_m(block), ln.next_power_of_2(M))
+            rows_per_program, programs = ln._programs(M, block_m, BWD_PROGRAMS_PER_SM, None)
+            stages = ln._stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+            plan = (rmsnorm_bwd_kernel, programs, rows_per_program,
+                    (has_weight, block_m, block, ln._acc(dtype), stages), dict(num_warps=ln._num_warps(block_m * block)),
+                    key)
+        if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
+            _BACKWARD_PLANS.clear()
+        _BACKWARD_PLANS[key] = plan
+    return plan
+
+
+def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, num_stages):
+    """A plan with the sweep's overrides (not cached, and not the fast launch path's)."""
+    kernel, programs, rows_per_program, constexprs, options, key = plan
+    if kernel is rmsnorm_bwd_looped_kernel:  # only the program count and the warps change
+        if num_partials:
+            rows_per_program = -(-max(M, 1) // min(num_partials, max(M, 1)))
+            programs = -(-max(M, 1) // rows_per_program)
+        options = dict(num_warps=num_warps or options["num_warps"])
+    else:
+        has_weight, default_block_m, block, acc, stages = constexprs
+        block_m = min(block_m or default_block_m, ln.next_power_of_2(M))
+        rows_per_program, programs = ln._programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+        stages = num_stages or ln._stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+        constexprs = (has_weight, block_m, block, acc, stages)
+        options = dict(num_warps=num_warps or ln._num_warps(block_m * block))
+    return kernel, programs, rows_per_program, constexprs, options, None
+
+
+# ------------------------------------------------------------- the hot path (no checks here)
+# x, dy: contiguous, any shape whose trailing dimensions hold N elements per row (no views made:
+# a view costs host time too); M = rows. rstd: (M,). Callers have checked the arguments.
+def _launch_forward(x, weight, eps, M, N, plan, out=None):
+    """(y, rstd) with a forward plan; y into `out` if given."""
+    y = torch.empty_like(x) if out is None else out
+    rstd = torch.empty(M, dtype=ln._acc_torch(x.dtype), device=x.device)
+    if M == 0 or N == 0:
+        return y, rstd.fill_(math.nan)
+    kernel, constexprs, options, key = plan
+    launch(kernel, (M,), key, (x, x if weight is None else weight, y, rstd, N, eps, *constexprs), **options)
+    return y, rstd
+
+
+def _launch_backward(dy, x, rstd, weight, M, N, plan):
+    """(dx, dw or None) with a backward plan."""
+    dx = torch.empty_like(x)
+    has_weight = weight is not None
+    if M == 0 or N == 0:
+        return dx, (torch.zeros(N, dtype=x.dtype, device=x.device) if has_weight else None)
+    kernel, programs, rows_per_program, constexprs, options, key = plan
+    partial = torch.empty((programs, N), dtype=ln._acc_torch(x.dtype), device=x.device) if has_weight else dx
+    args = (dy, x, weight if has_weight else x, rstd, dx, partial, M, N, rows_per_program, *constexprs)
+    if key is None:
+        kernel[(programs,)](*args, **options)
+    else:
+        launch(kernel, (programs,), key, args, **options)
+    return dx, (ln.column_sums(partial, x.dtype) if has_weight else None)
+
+
+def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: int):
+    """(y, rstd (M,)) with the default plan."""
+    return _launch_forward(x, weight, eps, M, N, _forward_plan(N, x.dtype, weight is not None))
+
+
+def _backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None, M: int, N: int):
+    """(dx, dw or None) with the default plan."""
+    return _launch_backward(dy, x, rstd, weight, M, N, _backward_plan(M, N, x.dtype, weight is not None))
+
+
 # ---------------------------------------------------------------------------------- launchers
 def default_eps(dtype: torch.dtype) -> float:
     """What torch uses for eps=None: the epsilon of its compute type (fp32 for 16-bit inputs)."""
@@ -152,104 +348,166 @@ def default_eps(dtype: torch.dtype) -> float:
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None, *,
                      out: torch.Tensor | None = None, kernel: str | None = None,
                      block_m: int | None = None, num_programs: int | None = None,
-                     num_warps: int | None = None, num_stages: int | None = None):
-    """RMSNorm over the last dimension of a contiguous x: returns (y, rstd), rstd per row."""
+                     num_warps: int | None = None, num_stages: int | None = None,
+                     block_n: int | None = None):
+    """RMSNorm over the last dimension of a contiguous x: returns (y, rstd), rstd per row.
+
+    `kernel`: "row" (default up to MAX_N columns), "looped" (default above; `block_n` sets its
+    chunk, a power of two), or "persistent" (`block_m`, `num_programs`, `num_warps`,
+    `num_stages` set its launch; for the sweep).
+    """
     M, N = ln._check_rows(x)
     weight = ln._check_vector(weight, "weight", x)
     eps = default_eps(x.dtype) if eps is None else ln._check_eps(eps)
-    kernel = FORWARD_KERNEL if kernel is None else kernel
-    ln._check_positive_int(num_stages, "num_stages")
-    if kernel not in KERNELS_FORWARD:
+    if kernel is not None and kernel not in KERNELS_FORWARD:
         raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
+    kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
+    ln._check_positive_int(num_stages, "num_stages")
     ln._check_power_of_two(block_m, "block_m", high=64)
     ln._check_positive_int(num_programs, "num_programs")
     ln._check_power_of_two(num_warps, "num_warps", high=32)
+    ln._check_power_of_two(block_n, "block_n", low=16)
+    if kernel != "looped" and N > MAX_N:
+        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
+                         f"x has {N}: use kernel='looped' (the default for wide rows)")
     out = validate.output(out, x)
+    if kernel in ("row", "looped"):
+        plan = _forward_plan(N, x.dtype, weight is not None, kernel, block_n, num_warps)
+        _, rstd = _launch_forward(x, weight, eps, M, N, plan, out=out)
+        return out, rstd.view(x.shape[:-1])
+    x2, y2 = ln._rows_view(x, M, N), ln._rows_view(out, M, N)
     rstd = torch.empty(x.shape[:-1], dtype=ln._acc_torch(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, rstd.fill_(math.nan)
-    block_n = triton.next_power_of_2(N)
-    common = dict(HAS_WEIGHT=weight is not None, BLOCK_N=block_n, ACC=ln._acc(x.dtype))
     w = weight if weight is not None else x  # a dummy pointer, never read without HAS_WEIGHT
-    if kernel == "row":
-        rmsnorm_fwd_row_kernel[(M,)](x, w, out, rstd, N, eps, num_warps=num_warps or ln._num_warps(block_n),
-                                     **common)
-        return out, rstd
-    block_m = min(block_m or ln._default_block_m(block_n), triton.next_power_of_2(M))
+    block = ln.next_power_of_2(N)
+    block_m = min(block_m or ln._default_block_m(block), ln.next_power_of_2(M))
     rows_per_program, programs = ln._programs(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
-    rmsnorm_fwd_persistent_kernel[(programs,)](x, w, out, rstd, M, N, rows_per_program, eps, BLOCK_M=block_m,
-                                               NUM_STAGES=num_stages or ln._stages(
-                                                   FWD_NUM_STAGES, block_m * block_n * x.element_size()),
-                                               num_warps=num_warps or ln._num_warps(block_m * block_n), **common)
+    rmsnorm_fwd_persistent_kernel[(programs,)](
+        x2, w, y2, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None, BLOCK_M=block_m,
+        BLOCK_N=block, ACC=ln._acc(x.dtype),
+        NUM_STAGES=num_stages or ln._stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
+        num_warps=num_warps or ln._num_warps(block_m * block))
     return out, rstd
 
 
 def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
-                      weight: torch.Tensor | None = None, *, block_m: int | None = None,
-                      num_partials: int | None = None, num_warps: int | None = None,
-                      num_stages: int | None = None):
-    """Gradients of RMSNorm: returns (dx, dweight or None); dw by the two-stage reduction."""
+                      weight: torch.Tensor | None = None, *, kernel: str | None = None,
+                      block_m: int | None = None, num_partials: int | None = None,
+                      num_warps: int | None = None, num_stages: int | None = None,
+                      block_n: int | None = None):
+    """Gradients of RMSNorm: returns (dx, dweight or None); dw by the two-stage reduction.
+
+    `kernel`: "partial" (default up to MAX_N columns; `block_m`, `num_partials`, `num_warps`,
+    `num_stages` override its launch) or "looped" (default above; `block_n` sets its chunk,
+    `num_partials` its number of programs).
+    """
     M, N = ln._check_rows(x)
     validate.tensor(dy, "dy", dtypes=DTYPES)
     validate.same_shape(dy=dy, x=x)
     validate.same_dtype(dy=dy, x=x)
     rstd = ln._check_stats(rstd, "rstd", x)
     weight = ln._check_vector(weight, "weight", x)
+    if kernel is not None and kernel not in KERNELS_BACKWARD:
+        raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
     ln._check_power_of_two(block_m, "block_m", high=64)
     ln._check_positive_int(num_partials, "num_partials")
     ln._check_power_of_two(num_warps, "num_warps", high=32)
     ln._check_positive_int(num_stages, "num_stages")
-    has_weight = weight is not None
-    dx = torch.empty_like(x)
-    if M == 0 or N == 0:
-        return dx, (torch.zeros(N, dtype=x.dtype, device=x.device) if has_weight else None)
-    block_n = triton.next_power_of_2(N)
-    block_m = min(block_m or ln._default_block_m(block_n), triton.next_power_of_2(M))
-    rows_per_program, programs = ln._programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-    stages = num_stages or ln._stages(BWD_NUM_STAGES, 2 * block_m * block_n * x.element_size())  # x and dy
-    dw_partial = (torch.empty((programs, N), dtype=ln._acc_torch(x.dtype), device=x.device)
-                  if has_weight else dx)
-    rmsnorm_bwd_kernel[(programs,)](dy, x, weight if has_weight else x, rstd, dx, dw_partial, M, N,
-                                    rows_per_program, HAS_WEIGHT=has_weight, BLOCK_M=block_m,
-                                    BLOCK_N=block_n, ACC=ln._acc(x.dtype),
-                                    NUM_STAGES=stages,
-                                    num_warps=num_warps or ln._num_warps(block_m * block_n))
-    return dx, (ln.column_sums(dw_partial, x.dtype) if has_weight else None)
+    ln._check_power_of_two(block_n, "block_n", low=16)
+    if kernel == "partial" and N > MAX_N:
+        raise ValueError(f"kernel='partial' holds a row in one block, at most MAX_N = {MAX_N} columns; "
+                         f"x has {N}: use kernel='looped' (the default for wide rows)")
+    looped = kernel == "looped" or (kernel is None and N > MAX_N)
+    plan = _backward_plan(M, N, x.dtype, weight is not None, "looped" if looped else None, block_n)
+    if any(v is not None for v in (block_m, num_partials, num_warps, num_stages)):
+        plan = _tuned_backward_plan(plan, M, N, x.dtype, block_m, num_partials, num_warps, num_stages)
+    return _launch_backward(dy, x, rstd, weight, M, N, plan)
 
 
-# ----------------------------------------------------------------------------------- autograd
+# ------------------------------------------------------------------- the op torch.compile sees
+@torch.library.custom_op(f"{NAMESPACE}::rms_norm", mutates_args=())
+def rms_norm_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, rstd) of a contiguous (M, N) x: the forward as a registered op (see rms_norm)."""
+    return _forward(x, weight, eps, x.shape[0], x.shape[1])
+
+
+@rms_norm_op.register_fake
+def _rms_norm_fake(x, weight, eps):
+    # Shapes and dtypes only: what the compiler plans with, without running a kernel.
+    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=ln._acc_torch(x.dtype))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::rms_norm_backward", mutates_args=())
+def rms_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                         weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, dw); dw is empty when there is no weight (an op returns tensors, not None)."""
+    dx, dw = _backward(dy.contiguous(), x, rstd, weight, x.shape[0], x.shape[1])  # gradients come in any layout
+    return dx, (dw if dw is not None else x.new_empty(0))
+
+
+@rms_norm_backward_op.register_fake
+def _rms_norm_backward_fake(dy, x, rstd, weight):
+    return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.mark_non_differentiable(output[1])  # rstd: a statistic for the backward, not a result
+
+
+def _backward_formula(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_backward_op(dy, x, rstd, weight)  # itself an op: one node in the backward graph
+    return dx, (dw if weight is not None else None), None
+
+
+rms_norm_op.register_autograd(_backward_formula, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------- the op eager mode calls
 class RMSNormFunction(torch.autograd.Function):
-    """y = rms_norm(x) over the last dimension; backward by `rmsnorm_bwd_kernel`."""
+    """y = rms_norm(x) for a contiguous x of M rows of N elements; the same kernels."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps):
-        y, rstd = rms_norm_forward(x, weight, eps)
+    def forward(ctx, x, weight, eps, M, N):
+        y, rstd = _forward(x, weight, eps, M, N)
         ctx.save_for_backward(x, weight, rstd)
+        ctx.rows = (M, N)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(dy.contiguous(), x, rstd, weight)
-        return dx, dw, None
+        dx, dw = _backward(dy.contiguous(), x, rstd, weight, *ctx.rows)
+        return dx, (dw if dw is None else dw.view(weight.shape)), None, None, None
 
 
 def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
              eps: float | None = None) -> torch.Tensor:
-    """`torch.nn.functional.rms_norm`, computed by the Triton kernels, differentiable."""
-    shape = ln._normalized_shape(normalized_shape)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    k = len(shape)
-    if k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
-        raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
-    if weight is not None and (not isinstance(weight, torch.Tensor) or tuple(weight.shape) != shape):
-        got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight has shape {got}; expected normalized_shape {shape}")
-    n = math.prod(shape)
-    x2 = x.contiguous().reshape(*x.shape[:x.dim() - k], n)
-    w = weight.reshape(n) if weight is not None else None
-    return RMSNormFunction.apply(x2, w, eps).reshape(x.shape)
+    """`torch.nn.functional.rms_norm`, computed by the Triton kernels, differentiable, compilable.
+
+    Any x torch accepts: the normalized dimensions are flattened into rows of N = their product
+    (any N: rows wider than MAX_N take the looped kernels); a non-contiguous x is copied first,
+    as torch's own kernel does. Eager calls run `RMSNormFunction` (or the bare launcher when no
+    gradient is needed); under torch.compile, the registered op `torch.ops.course.rms_norm`.
+    """
+    shape = ln.normalized_shape_of(normalized_shape)
+    ln.check_call(x, shape, weight)
+    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else ln._check_eps(eps))
+    if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
+        x2 = ln.as_rows(x, shape)
+        w = weight if weight is None or weight.dim() == 1 else weight.reshape(x2.shape[1])
+        return rms_norm_op(x2, w, eps)[0].view(x.shape)
+    if not x.is_contiguous():
+        x = x.contiguous()  # as torch's own kernel does
+    if weight is not None and not weight.is_contiguous():
+        weight = weight.contiguous()
+    M, N = ln.rows_of(x, shape)
+    if ops.needs_grad(x, weight):
+        return RMSNormFunction.apply(x, weight, eps, M, N)
+    return _forward(x, weight, eps, M, N)[0]
 
 
 class TritonRMSNorm(nn.RMSNorm):
@@ -380,6 +638,73 @@ BENCHMARKS = [
 ]
 
 
+
+# ------------------------------------------------------------------- as a model calls it
+# Tokens x width of GPT-2 small (768), Llama-2 7B's head-free MLP width class (1024 wide rows
+# appear in BERT-large and many 300M models) and Llama 7B (4096); 8 x 768 is a single-token
+# decode step: there the host, not the GPU, sets the pace.
+TRAIN_SIZES = [(8, 768), (8192, 768), (65536, 768), (16384, 1024), (65536, 1024), (16384, 4096)]
+TRAIN_SIM_SIZES = [(4, 64)]
+HOST_SIZES = [(8, 768)]
+
+
+def _train_inputs(size):
+    M, N = size
+    dtype = ln.bench_dtype()
+    x = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
+    w = random_tensor(N, dtype, runtime.DEVICE).requires_grad_(True)
+    return x, w, random_tensor((M, N), dtype, runtime.DEVICE)
+
+
+def _fwd_bwd(norm):
+    """forward + backward through autograd, as a training step runs it: (dx, dw)."""
+    return lambda x, w, dy: torch.autograd.grad(norm(x, w), (x, w), dy)
+
+
+def _triton_norm(x, w):
+    return rms_norm(x, (x.shape[-1],), w, EPS)
+
+
+_compiled_torch_forward = ln._compile(torch_forward)
+
+BENCHMARKS += [
+    Benchmark(
+        name="rmsnorm_train_week4",
+        title="RMSNorm forward + backward through autograd, as a model calls it, bf16 (fp32 in simulation), rows x N",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _fwd_bwd(torch_forward),
+            "torch_compile": _fwd_bwd(_compiled_torch_forward),
+            "triton": _fwd_bwd(_triton_norm),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 5 * s[0] * s[1] * ln._itemsize() + 3 * s[1] * ln._itemsize() + 8 * s[0],
+        flops=lambda s: 12 * s[0] * s[1],
+        notes="y = norm(x, w), then torch.autograd.grad(y, (x, w), dy): the public entry "
+              "(rms_norm / F.rms_norm), autograd and every launch included; bytes = forward 2MNs + "
+              "backward 3MNs, the minimum; torch_compile = torch.compile(F.rms_norm) (dynamic=False), "
+              "its forward and backward graphs; at 8x768 the host is the bottleneck (see rmsnorm_host_week4)",
+    ),
+    Benchmark(
+        name="rmsnorm_host_week4",
+        title="RMSNorm forward: host cost per call at a decode-step size, bf16 (fp32 in simulation)",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_forward_inputs,
+        variants={"torch": torch_forward, "triton": _triton_norm,
+                  "triton_launcher": lambda x, w: rms_norm_forward(x, w, EPS)},
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
+              "(argument checks, allocation, the launch), the GPU work being ~3 us; torch = "
+              "F.rms_norm; triton = rms_norm (the public entry); triton_launcher = "
+              "rms_norm_forward (validates every tuning argument: the lesson's API, not the hot path)",
+    ),
+]
+
+
 # -------------------------------------------------------------------------------------- sweep
 def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     """Time each launch configuration at one shape and print a table (for the GPU)."""
@@ -392,7 +717,7 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     rstd_t = _torch_rstd(x, w)
     copy = bench.copy_bandwidth_gbps()
     fwd_bytes, bwd_bytes = 2 * M * N * x.element_size(), 3 * M * N * x.element_size()
-    per_sm = runtime.pick(gpu=(1, 2, 4), sim=(1, 2))
+    per_sm = runtime.pick(gpu=(1, 2, 4, 8), sim=(1, 2))
     fwd = lambda **kw: ln.timed(lambda: rms_norm_forward(x, w, EPS, **kw))  # noqa: E731
     bwd = lambda **kw: ln.timed(lambda: rms_norm_backward(dy, x, rstd, w, **kw))  # noqa: E731
 

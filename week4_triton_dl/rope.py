@@ -18,10 +18,18 @@ Layouts. The kernel addresses q/k through their strides as (batch, seq, head, di
 only the head dimension to be contiguous, so both common layouts work without a copy:
 * "bhsd" (B, H, S, D), the default: what `F.scaled_dot_product_attention` and the week-4
   attention kernels take;
-* "bshd" (B, S, H, D): what a qkv projection produces before its transpose. Rotating here
-  and then `.transpose(1, 2)` hands SDPA a (B, H, S, D) view, also with no copy.
-One program handles one (batch, position) and a block of heads: it loads that position's cos
-and sin rows once and applies them to every head in the block.
+* "bshd" (B, S, H, D): what a qkv projection produces before its transpose. q and k may be
+  the strided, non-dense views `qkv.view(B, S, 3, H, D)[:, :, 0]` and `[:, :, 1]`: read in
+  place. Rotating here and then `.transpose(1, 2)` hands SDPA a (B, H, S, D) view, no copy.
+The result is always a new tensor, dense and contiguous in the logical layout (`layout`):
+(B, H, S, D) row-major for "bhsd", (B, S, H, D) for "bshd", whatever the input's strides. One
+rule, so the registered op's fake function can state it, and what attention reads next is
+dense. (`rope_forward(..., out=)` writes any `out` whose last dimension is contiguous.)
+
+One launch rotates q AND k: program (b * S + s, j) rotates head block j of q, or, for
+j >= the number of q blocks, head block j - (q blocks) of k. q and k share B, S and D (their
+head counts may differ: grouped-query attention), so one grid covers both, and each program
+loads its position's cos and sin rows once for BLOCK_H heads.
 
 Tables. `rope_tables` precomputes cos and sin once per model, shape (max_seq_len, D/2), fp32:
 half the size of the (S, D) tables with duplicated halves many implementations keep. The
@@ -34,6 +42,24 @@ Cost model (n = elements of q plus k, itemsize s): read q, k and write them rota
 the tables (S x D/2 x 4 bytes x 2) are read by every batch and head but are small and stay in
 L2, so they add little HBM traffic. 6 FLOPs per pair: memory-bound. The eager "rotate half"
 formula `x * cos + rotate_half(x) * sin` runs neg, cat, mul, mul, add: ~10ns bytes, ~5x more.
+The backward moves the same 2ns. torch.compile fuses the rotate-half formula into one kernel
+per pass that moves the same bytes as ours: against it, the race is bandwidth and launches.
+
+As an op a model calls (the second half of this file), following rmsnorm.py: `apply_rope(q, k,
+...)` is ONE call for q and k. Eager calls run `RoPEQKFunction` (an autograd.Function), or the
+bare hot path `_forward` when nothing needs a gradient; under torch.compile they go through the
+registered op `torch.ops.course.rope_qk` (fake function + autograd formula; its backward is the
+op `rope_qk_backward`, the inverse rotation), one node in Dynamo's graph, no graph break.
+`rope(x, ...)` has its own pair, `course::rope` / `course::rope_backward`. The hot path does no
+validation (the public entry checks its arguments with a few comparisons), keeps the launch
+settings of a head count in `_PLANS`, and launches once for q and k: on the H100's host a
+launch costs ~15 us and a custom-op dispatch ~8 us more than an autograd.Function
+(course/ops.py), while a single-token decode step of a batch of 8 moves ~50 KB, well under
+1 us of GPU time: at that size the host is the whole cost, and the eager rotate-half formula
+pays it ten times (10 kernels for q and k). The benchmarks `rope_train_week4` (forward +
+backward through autograd at model shapes, against the eager rotate-half formula and
+torch.compile of it) and `rope_host_week4` (host cost per call at that decode step,
+clock="wall") measure it as a model calls it.
 """
 from __future__ import annotations
 
@@ -41,10 +67,11 @@ import numbers
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
+from week4_triton_dl.layernorm import next_power_of_2  # plain Python: triton's is a jitted helper
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -52,34 +79,119 @@ import triton.language as tl  # noqa: E402
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 LAYOUTS = ("bhsd", "bshd")
 BASE = 10000.0
-TILE = 2048  # elements of each half per program: ~16 per thread at 4 warps
+TILE = 2048  # elements of each half per program at most: 16 per thread at 4 warps
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 @triton.jit
-def rope_kernel(x_ptr, y_ptr, cos_ptr, sin_ptr, S, H, HALF, position_offset,
-                stride_xb, stride_xs, stride_xh, stride_yb, stride_ys, stride_yh,
-                INVERSE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-                ACC: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)  # one (batch, position) per program along axis 0
-    b = pid // S
-    s = pid % S
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+def _rotate(x_ptr, y_ptr, b, s, heads, H, HALF, cos, sin, stride_xb, stride_xs, stride_xh,
+            stride_yb, stride_ys, stride_yh, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """Rotate the rows of `heads` at (b, s): x1 cos - x2 sin, x2 cos + x1 sin."""
     d = tl.arange(0, BLOCK_D)
-    d_mask = d < HALF
-    mask = (heads < H)[:, None] & d_mask[None, :]
-    # This position's row of each table: loaded once, used for every head of the block.
-    pos = position_offset + s
-    cos = tl.load(cos_ptr + pos * HALF + d, mask=d_mask, other=0.0).to(ACC)[None, :]
-    sin = tl.load(sin_ptr + pos * HALF + d, mask=d_mask, other=0.0).to(ACC)[None, :]
-    if INVERSE:  # the backward: R(theta)^T = R(-theta)
-        sin = -sin
-    x_first = x_ptr + b * stride_xb + s * stride_xs + heads[:, None].to(tl.int64) * stride_xh + d[None, :]
-    y_first = y_ptr + b * stride_yb + s * stride_ys + heads[:, None].to(tl.int64) * stride_yh + d[None, :]
+    mask = (heads < H)[:, None] & (d < HALF)[None, :]
+    h = heads[:, None].to(tl.int64)
+    x_first = x_ptr + b * stride_xb + s * stride_xs + h * stride_xh + d[None, :]
+    y_first = y_ptr + b * stride_yb + s * stride_ys + h * stride_yh + d[None, :]
     # Each half-row is D/2 contiguous elements: whole cache lines for D = 128 in 16-bit.
     x1 = tl.load(x_first, mask=mask, other=0.0).to(ACC)
     x2 = tl.load(x_first + HALF, mask=mask, other=0.0).to(ACC)
     tl.store(y_first, (x1 * cos - x2 * sin).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(y_first + HALF, (x2 * cos + x1 * sin).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# position_offset changes every step of a decode loop: without do_not_specialize Triton would
+# compile a variant for offset == 1 and one for offsets divisible by 16 (its integer
+# specializations), each the first time it appears, in the middle of generation.
+@triton.jit(do_not_specialize=["position_offset"])
+def rope_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, S, HQ, HK, HALF, position_offset, q_blocks,
+                stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                stride_qob, stride_qos, stride_qoh, stride_kob, stride_kos, stride_koh,
+                INVERSE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """Program (b * S + s, j): head block j of q, or block j - q_blocks of k, at position s."""
+    pid = tl.program_id(0).to(tl.int64)
+    b = pid // S
+    s = pid % S
+    j = tl.program_id(1)
+    d = tl.arange(0, BLOCK_D)
+    # This position's row of each table: loaded once, used for every head of the block.
+    pos = position_offset + s
+    cos = tl.load(cos_ptr + pos * HALF + d, mask=d < HALF, other=0.0).to(ACC)[None, :]
+    sin = tl.load(sin_ptr + pos * HALF + d, mask=d < HALF, other=0.0).to(ACC)[None, :]
+    if INVERSE:  # the backward: R(theta)^T = R(-theta)
+        sin = -sin
+    if j < q_blocks:
+        _rotate(q_ptr, qo_ptr, b, s, j * BLOCK_H + tl.arange(0, BLOCK_H), HQ, HALF, cos, sin,
+                stride_qb, stride_qs, stride_qh, stride_qob, stride_qos, stride_qoh, BLOCK_D, ACC)
+    else:
+        _rotate(k_ptr, ko_ptr, b, s, (j - q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H), HK, HALF, cos, sin,
+                stride_kb, stride_ks, stride_kh, stride_kob, stride_kos, stride_koh, BLOCK_D, ACC)
+
+
+# ------------------------------------------------------------------------------- launch plans
+# Launch settings per (q heads, k heads, D/2, dtype), computed once and kept: the hot path does a
+# dict lookup, not the arithmetic (nor triton.next_power_of_2 / triton.cdiv, jitted helpers that
+# cost microseconds each from Python).
+_PLANS: dict = {}
+
+
+def _plan(HQ: int, HK: int, half: int, dtype: torch.dtype):
+    """(q blocks, k blocks, constexprs + num_warps) for q and k of HQ and HK heads (HK = 0: q only)."""
+    key = (HQ, HK, half, dtype)
+    plan = _PLANS.get(key)
+    if plan is None:
+        block_d = next_power_of_2(half)
+        # One block size for q and k: a k block of fewer heads (grouped-query attention) runs with
+        # masked lanes, which cost issue slots, not memory traffic.
+        block_h = min(next_power_of_2(max(HQ, HK)), max(1, TILE // block_d))
+        warps = max(1, min(4, block_h * block_d // 256))  # ~8-16 elements of each half per thread
+        plan = (-(-HQ // block_h), -(-HK // block_h),
+                dict(BLOCK_H=block_h, BLOCK_D=block_d, ACC=tl.float64 if dtype == torch.float64 else tl.float32,
+                     num_warps=warps))
+        _PLANS[key] = plan
+    return plan
+
+
+def _bshd_strides(t: torch.Tensor, layout: str):
+    """(batch, seq, head) strides of a 4-D tensor in `layout`."""
+    sb, s1, s2, _ = t.stride()
+    return (sb, s2, s1) if layout == "bhsd" else (sb, s1, s2)
+
+
+# ------------------------------------------------------------- the hot path (no checks here)
+def _launch(q, k, q_out, k_out, cos, sin, position_offset: int, layout: str, inverse: bool) -> None:
+    """Rotate q into q_out and k into k_out (k, k_out None: q only), one launch. Unchecked."""
+    if layout == "bhsd":
+        B, HQ, S, D = q.shape
+    else:
+        B, S, HQ, D = q.shape
+    HK = 0 if k is None else k.shape[1 if layout == "bhsd" else 2]
+    q_blocks, k_blocks, meta = _plan(HQ, HK, D // 2, q.dtype)
+    if B * S == 0 or q_blocks + k_blocks == 0 or D == 0:
+        return
+    if k is None:  # dummies, never read: no program has j >= q_blocks
+        k, k_out = q, q_out
+    rope_kernel[(B * S, q_blocks + k_blocks)](
+        q, k, q_out, k_out, cos, sin, S, HQ, HK, D // 2, position_offset, q_blocks,
+        *_bshd_strides(q, layout), *_bshd_strides(k, layout),
+        *_bshd_strides(q_out, layout), *_bshd_strides(k_out, layout), INVERSE=inverse, **meta)
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """Gradients arrive in any layout (y.sum() sends stride-0 ones): copy only if the kernel must."""
+    return t if t.stride(-1) == 1 or t.numel() == 0 else t.contiguous()
+
+
+def _dense_like(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor of t's shape and dtype, contiguous: what every result of this module is."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)  # ~2x cheaper than t.new_empty(t.shape)
+
+
+def _forward(q, k, cos, sin, position_offset: int, layout: str, inverse: bool = False):
+    """(rotated q, rotated k or None), new tensors contiguous in the logical layout. Unchecked."""
+    q_out = _dense_like(q)
+    k_out = None if k is None else _dense_like(k)
+    _launch(q, k, q_out, k_out, cos, sin, position_offset, layout, inverse)
+    return q_out, k_out
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -100,11 +212,9 @@ def _dims(x: torch.Tensor, layout: str):
     """(B, S, H, D) and the matching strides of x, whatever its layout."""
     if layout == "bhsd":
         B, H, S, D = x.shape
-        sb, sh, ss, _ = x.stride()
     else:
         B, S, H, D = x.shape
-        sb, ss, sh, _ = x.stride()
-    return (B, S, H, D), (sb, ss, sh)
+    return (B, S, H, D), _bshd_strides(x, layout)
 
 
 def _check_inputs(x, cos, sin, position_offset, layout, name="x"):
@@ -124,12 +234,15 @@ def _check_inputs(x, cos, sin, position_offset, layout, name="x"):
                              f"for head dimension {D} (see rope_tables)")
     if cos.shape != sin.shape:
         raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must have the same shape")
-    if not isinstance(position_offset, numbers.Integral) or isinstance(position_offset, bool) \
+    if not isinstance(position_offset, (numbers.Integral, torch.SymInt)) or isinstance(position_offset, bool) \
             or position_offset < 0:
         raise ValueError(f"position_offset must be an int >= 0, got {position_offset!r}")
     if position_offset + S > cos.shape[0]:
         raise ValueError(f"positions {position_offset} .. {position_offset + S - 1} need tables of at least "
                          f"{position_offset + S} rows; cos/sin have {cos.shape[0]}")
+    if x.device != cos.device or x.device != sin.device:
+        raise ValueError(f"{name} ({x.device}) and the tables (cos {cos.device}, sin {sin.device}) "
+                         "must be on the same device")
     return B, S, H, D
 
 
@@ -137,33 +250,122 @@ def rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position
                  layout: str = "bhsd", *, inverse: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rotate x (4-D, `layout`) by the angles of positions offset .. offset + S - 1.
 
-    `inverse=True` rotates by -theta (the backward). The output has x's memory layout when x
-    is dense (`torch.empty_like`), else is contiguous; `out` may be any tensor of x's shape
-    and dtype whose last dimension is contiguous.
+    `inverse=True` rotates by -theta (the backward). x may be any view whose last dimension is
+    contiguous. Without `out` the result is a new tensor, contiguous in the logical layout;
+    `out` may be any tensor of x's shape and dtype whose last dimension is contiguous (another
+    layout's memory, a view into a cache).
     """
-    B, S, H, D = _check_inputs(x, cos, sin, position_offset, layout)
+    _check_inputs(x, cos, sin, position_offset, layout)
     if out is None:
-        out = torch.empty_like(x)
+        out = _dense_like(x)
     else:
         validate.tensor(out, "out", dtypes=(x.dtype,), contiguous=False)
         if out.shape != x.shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {tuple(x.shape)}")
         if out.stride(-1) != 1 and out.numel() > 0:
             raise ValueError(f"out has strides {out.stride()}: its last dimension must be contiguous")
-    if x.numel() == 0:
-        return out
-    _, (sxb, sxs, sxh) = _dims(x, layout)
-    _, (syb, sys_, syh) = _dims(out, layout)
-    block_d = triton.next_power_of_2(D // 2)
-    block_h = min(triton.next_power_of_2(H), max(1, TILE // block_d))
-    grid = (B * S, triton.cdiv(H, block_h))
-    rope_kernel[grid](x, out, cos, sin, S, H, D // 2, int(position_offset), sxb, sxs, sxh, syb, sys_, syh,
-                      INVERSE=bool(inverse), BLOCK_H=block_h, BLOCK_D=block_d,
-                      ACC=tl.float64 if x.dtype == torch.float64 else tl.float32, num_warps=4)
+        if out.device != x.device:
+            raise ValueError(f"out is on {out.device}, x on {x.device}: they must share a device")
+    _launch(x, None, out, None, cos, sin, _as_int(position_offset), layout, bool(inverse))
     return out
 
 
-# ----------------------------------------------------------------------------------- autograd
+# ------------------------------------------------------------------- the op torch.compile sees
+@torch.library.custom_op(f"{NAMESPACE}::rope_qk", mutates_args=())
+def rope_qk_op(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               position_offset: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rotated q, rotated k), one launch; see apply_rope. Outputs contiguous in the logical layout."""
+    return _forward(q, k, cos, sin, position_offset, layout)
+
+
+@rope_qk_op.register_fake
+def _rope_qk_fake(q, k, cos, sin, position_offset, layout):
+    # Shapes, dtypes and strides only: new tensors, contiguous (what _forward allocates).
+    return _dense_like(q), _dense_like(k)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::rope_qk_backward", mutates_args=())
+def rope_qk_backward_op(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                        position_offset: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dq, dk) of the inputs: the gradients rotated by -theta (gradients of any strides)."""
+    return _forward(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin, position_offset, layout, True)
+
+
+@rope_qk_backward_op.register_fake
+def _rope_qk_backward_fake(dq, dk, cos, sin, position_offset, layout):
+    return _dense_like(dq), _dense_like(dk)
+
+
+def _setup_context(ctx, inputs, output):
+    _, _, cos, sin, position_offset, layout = inputs[:6]
+    ctx.save_for_backward(cos, sin)
+    ctx.position_offset, ctx.layout = position_offset, layout
+
+
+def _rope_qk_backward_formula(ctx, dq, dk):
+    cos, sin = ctx.saved_tensors
+    dq, dk = rope_qk_backward_op(dq, dk, cos, sin, ctx.position_offset, ctx.layout)  # one node
+    return dq, dk, None, None, None, None
+
+
+rope_qk_op.register_autograd(_rope_qk_backward_formula, setup_context=_setup_context)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::rope", mutates_args=())
+def rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset: int,
+            layout: str) -> torch.Tensor:
+    """One tensor rotated; see rope."""
+    return _forward(x, None, cos, sin, position_offset, layout)[0]
+
+
+@rope_op.register_fake
+def _rope_fake(x, cos, sin, position_offset, layout):
+    return _dense_like(x)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::rope_backward", mutates_args=())
+def rope_backward_op(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset: int,
+                     layout: str) -> torch.Tensor:
+    return _forward(_last_dim_contiguous(dy), None, cos, sin, position_offset, layout, True)[0]
+
+
+@rope_backward_op.register_fake
+def _rope_backward_fake(dy, cos, sin, position_offset, layout):
+    return _dense_like(dy)
+
+
+def _setup_context_one(ctx, inputs, output):
+    _, cos, sin, position_offset, layout = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.position_offset, ctx.layout = position_offset, layout
+
+
+def _rope_backward_formula(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    return rope_backward_op(dy, cos, sin, ctx.position_offset, ctx.layout), None, None, None, None
+
+
+rope_op.register_autograd(_rope_backward_formula, setup_context=_setup_context_one)
+
+
+# ------------------------------------------------------------------- the op eager mode calls
+class RoPEQKFunction(torch.autograd.Function):
+    """(R(m theta) q, R(m theta) k), one launch each way; no gradient for the tables."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_offset, layout):
+        ctx.save_for_backward(cos, sin)
+        ctx.position_offset, ctx.layout = position_offset, layout
+        return _forward(q, k, cos, sin, position_offset, layout)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        dq, dk = _forward(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin,
+                          ctx.position_offset, ctx.layout, True)
+        return dq, dk, None, None, None, None
+
+
 class RoPEFunction(torch.autograd.Function):
     """y = R(m theta) x; backward dx = R(-m theta) dy (no gradient for the tables)."""
 
@@ -171,27 +373,88 @@ class RoPEFunction(torch.autograd.Function):
     def forward(ctx, x, cos, sin, position_offset, layout):
         ctx.save_for_backward(cos, sin)
         ctx.position_offset, ctx.layout = position_offset, layout
-        return rope_forward(x, cos, sin, position_offset, layout)
+        return _forward(x, None, cos, sin, position_offset, layout)[0]
 
     @staticmethod
     def backward(ctx, dy):
         cos, sin = ctx.saved_tensors
-        if dy.stride(-1) != 1:  # gradients may arrive in any layout; the kernel needs stride 1 last
-            dy = dy.contiguous()
-        dx = rope_forward(dy, cos, sin, ctx.position_offset, ctx.layout, inverse=True)
+        dx = _forward(_last_dim_contiguous(dy), None, cos, sin, ctx.position_offset, ctx.layout, True)[0]
         return dx, None, None, None, None
+
+
+# The public entries' checks: a few comparisons on the hot path (on the CPU machine this was
+# written on, `t.device.type` alone cost ~1 us a call, `t.is_cuda` ~0.1 us); the full checks,
+# with the course's messages, run only when one of these fails.
+_on_device = (lambda t: t.is_cuda) if runtime.DEVICE.type == "cuda" else (lambda t: t.is_cpu)
+
+
+def _tables_ok(cos, sin, D: int, S: int, position_offset) -> bool:
+    if not (isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor) and type(position_offset) is int):
+        return False
+    shape = cos.shape
+    return (len(shape) == 2 and shape == sin.shape and shape[1] * 2 == D and 0 <= position_offset
+            and position_offset + S <= shape[0] and cos.dtype == torch.float32 and sin.dtype == torch.float32)
+
+
+def _fast_ok(x, cos, sin, position_offset, layout) -> bool:
+    """Does rope(x, ...) pass every check of _check_inputs? (x: a tensor on the kernels' device)"""
+    if not (isinstance(x, torch.Tensor) and x.ndim == 4 and layout in LAYOUTS):
+        return False
+    shape = x.shape
+    return (_tables_ok(cos, sin, shape[3], shape[2 if layout == "bhsd" else 1], position_offset)
+            and x.dtype in DTYPES and _on_device(x) and _on_device(cos) and _on_device(sin)
+            and x.get_device() == cos.get_device() == sin.get_device()
+            and (x.stride(3) == 1 or x.numel() == 0))
+
+
+def _qk_fast_ok(q, k, cos, sin, position_offset, layout) -> bool:
+    """Do q and k pass every check, and can they share one launch (dtype, device, B, S, D)?"""
+    if not (_fast_ok(q, cos, sin, position_offset, layout) and isinstance(k, torch.Tensor) and k.ndim == 4):
+        return False
+    qs, ks, t = q.shape, k.shape, 2 if layout == "bhsd" else 1
+    return (qs[0] == ks[0] and qs[t] == ks[t] and qs[3] == ks[3] and k.dtype == q.dtype
+            and k.get_device() == q.get_device() and (k.stride(3) == 1 or k.numel() == 0))
+
+
+def _as_int(n):
+    return n if isinstance(n, torch.SymInt) else int(n)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset: int = 0,
          layout: str = "bhsd") -> torch.Tensor:
-    """RoPE on one tensor (q or k), differentiable."""
-    return RoPEFunction.apply(x, cos, sin, position_offset, layout)
+    """RoPE on one tensor (q or k), differentiable, compilable; a new tensor contiguous in `layout`."""
+    if not _fast_ok(x, cos, sin, position_offset, layout):
+        _check_inputs(x, cos, sin, position_offset, layout)  # raises with the reason
+        position_offset = _as_int(position_offset)  # e.g. a NumPy integer
+    if ops.compiling():
+        return rope_op(x, cos, sin, position_offset, layout)
+    if ops.needs_grad(x):
+        return RoPEFunction.apply(x, cos, sin, position_offset, layout)
+    return _forward(x, None, cos, sin, position_offset, layout)[0]
 
 
 def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                position_offset: int = 0, layout: str = "bhsd"):
-    """(rope(q), rope(k)): q and k may have different head counts (grouped-query attention)."""
-    return rope(q, cos, sin, position_offset, layout), rope(k, cos, sin, position_offset, layout)
+    """(rope(q), rope(k)) in ONE launch (one registered op under torch.compile).
+
+    q and k: 4-D in `layout`, any strides with a contiguous last dimension (views of a fused
+    qkv buffer are read in place); their head counts may differ (grouped-query attention). The
+    results are new tensors, contiguous in `layout`. q and k of different dtypes, devices,
+    batch sizes, lengths or head dimensions are rotated by two calls of `rope` instead.
+    """
+    if not _qk_fast_ok(q, k, cos, sin, position_offset, layout):
+        _check_inputs(q, cos, sin, position_offset, layout, "q")  # raises with the reason
+        _check_inputs(k, cos, sin, position_offset, layout, "k")
+        position_offset = _as_int(position_offset)  # e.g. a NumPy integer
+        t = 2 if layout == "bhsd" else 1
+        if q.dtype != k.dtype or q.device != k.device or q.shape[0] != k.shape[0] or q.shape[t] != k.shape[t] \
+                or q.shape[3] != k.shape[3]:
+            return rope(q, cos, sin, position_offset, layout), rope(k, cos, sin, position_offset, layout)
+    if ops.compiling():
+        return rope_qk_op(q, k, cos, sin, position_offset, layout)
+    if ops.needs_grad(q, k):
+        return RoPEQKFunction.apply(q, k, cos, sin, position_offset, layout)
+    return _forward(q, k, cos, sin, position_offset, layout)
 
 
 # ---------------------------------------------------------------------------- torch references
@@ -241,17 +504,23 @@ def bench_dtype() -> torch.dtype:
     return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
 
 
-def _compiled_rotate_half(*args):
-    if "f" not in _compiled:  # compiled on the first (warm-up) call, never inside the timing
-        _compiled["f"] = torch.compile(rope_rotate_half, dynamic=False)
-    return _compiled["f"](*args)
+def _compile(fn):
+    """torch.compile(fn) (dynamic=False), compiled on its first call: the warm-up, never timed."""
+    def run(*args):
+        if fn not in _compiled:
+            _compiled[fn] = torch.compile(fn, dynamic=False)
+        return _compiled[fn](*args)
+    return run
 
 
-def _inputs(size):
+_compiled_rotate_half = _compile(rope_rotate_half)
+
+
+def _inputs(size, requires_grad: bool = False):
     B, S, Hq, Hkv, D = size
     dtype = bench_dtype()
-    q = random_tensor((B, Hq, S, D), dtype, runtime.DEVICE)
-    k = random_tensor((B, Hkv, S, D), dtype, runtime.DEVICE)
+    q = random_tensor((B, Hq, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
+    k = random_tensor((B, Hkv, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
     cos, sin = rope_tables(S, D)
     cos_full, sin_full = full_tables(cos, sin, S, dtype)
     return q, k, cos, sin, cos_full, sin_full
@@ -274,9 +543,9 @@ BENCHMARKS = [
         variants={
             "torch": lambda q, k, c, s, cf, sf: rope_rotate_half(q, k, cf, sf),
             "torch_compile": lambda q, k, c, s, cf, sf: _compiled_rotate_half(q, k, cf, sf),
-            "triton": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s), rope_forward(k, c, s)),
-            "triton_backward": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s, inverse=True),
-                                                           rope_forward(k, c, s, inverse=True)),
+            "triton": lambda q, k, c, s, cf, sf: apply_rope(q, k, c, s),
+            "triton_backward": lambda q, k, c, s, cf, sf: _forward(q, k, c, s, 0, "bhsd", True),
+            "triton_two_launches": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s), rope_forward(k, c, s)),
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
@@ -284,6 +553,79 @@ BENCHMARKS = [
         flops=lambda s: 3 * s[0] * s[1] * (s[2] + s[3]) * s[4],
         notes="bytes = read q, k + write both (+ the fp32 tables once); torch = x * cos + "
               "rotate_half(x) * sin in eager bf16 ops (neg, cat, mul, mul, add: ~5x the bytes); "
-              "triton_backward is the same kernel rotating by -theta (two launches: q, then k)",
+              "triton = apply_rope (q and k in one launch); triton_backward = the same kernel "
+              "rotating by -theta; triton_two_launches = the validated launcher rope_forward on q, then k",
+    ),
+]
+
+
+# ------------------------------------------------------------------- as a model calls it
+# (B, S, Hq, Hkv, D): GPT-2 small's attention at 8 x 1024 tokens, a Llama-3-8B-like layer
+# (grouped-query attention, 8 key heads) at 4 x 4096, one long 8192-token sequence; and a
+# single-token decode step of a batch of 8 for the host cost.
+TRAIN_SIZES = [(8, 1024, 12, 12, 64), (4, 4096, 32, 8, 128), (1, 8192, 32, 32, 128)]
+TRAIN_SIM_SIZES = [(1, 4, 2, 1, 8)]
+HOST_SIZES = [(8, 1, 12, 12, 64)]
+
+
+def _train_inputs(size):
+    q, k, cos, sin, cos_full, sin_full = _inputs(size, requires_grad=True)
+    dq, dk = (random_tensor(t.shape, t.dtype, runtime.DEVICE) for t in (q, k))
+    return q, k, cos, sin, cos_full, sin_full, dq, dk
+
+
+def _fwd_bwd_torch(rotate):
+    """forward + backward through autograd, as a training step runs it: (dq, dk)."""
+    return lambda q, k, c, s, cf, sf, dq, dk: torch.autograd.grad(rotate(q, k, cf, sf), (q, k), (dq, dk))
+
+
+def _fwd_bwd_triton(q, k, c, s, cf, sf, dq, dk):
+    return torch.autograd.grad(apply_rope(q, k, c, s, 0, "bhsd"), (q, k), (dq, dk))
+
+
+def _train_bytes(size):
+    return 2 * _bytes(size)  # forward: read q, k, write both; backward: read dq', dk', write dq, dk
+
+
+BENCHMARKS += [
+    Benchmark(
+        name="rope_train_week4",
+        title="RoPE on q and k, forward + backward through autograd, as a model calls it, (B, H, S, D), "
+              "bf16 (fp32 in simulation); size = B x S x Hq/Hkv x D",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES,
+        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}/{s[3]}x{s[4]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _fwd_bwd_torch(rope_rotate_half),
+            "torch_compile": _fwd_bwd_torch(_compiled_rotate_half),
+            "triton": _fwd_bwd_triton,
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=_train_bytes,
+        flops=lambda s: 6 * s[0] * s[1] * (s[2] + s[3]) * s[4],
+        notes="(q', k') = rope(q, k), then torch.autograd.grad((q', k'), (q, k), (dq', dk')): the public "
+              "entry (apply_rope: one launch forward, one backward) against the rotate-half formula in "
+              "eager ops with (S, D) bf16 tables made beforehand (rope_rotate_half) and torch.compile of "
+              "it (dynamic=False); bytes = forward 2ns + backward 2ns (+ tables), the minimum",
+    ),
+    Benchmark(
+        name="rope_host_week4",
+        title="RoPE on q and k: host cost per call at a single-token decode step, bf16 (fp32 in simulation)",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIZES,
+        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}/{s[3]}x{s[4]}",
+        make_inputs=_inputs,
+        variants={
+            "torch": lambda q, k, c, s, cf, sf: rope_rotate_half(q, k, cf, sf),
+            "triton": lambda q, k, c, s, cf, sf: apply_rope(q, k, c, s, 0, "bhsd"),
+            "triton_launcher": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s), rope_forward(k, c, s)),
+        },
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
+              "(checks, allocation, launches), the GPU work being ~2 us; torch = the rotate-half formula "
+              "(10 eager kernels for q and k); triton = apply_rope (one launch); triton_launcher = "
+              "rope_forward on q, then k (validated, two launches)",
     ),
 ]

@@ -17,34 +17,60 @@ Backward, with s = sigmoid(a):
     da = dy * b * s * (1 + a * (1 - s))      (d silu / da, the formula torch's silu_backward uses)
 s is recomputed from a, not saved: recomputing costs a few FLOPs, saving it would cost bytes.
 
+The grid is one-dimensional, column blocks fastest: consecutive programs walk a row block from
+left to right, so the GPU streams through memory in address order, as a flat element-wise
+kernel does (a 2-D grid with row blocks fastest jumps a whole row between neighbours).
+
 Cost model (n = elements of y, itemsize s):
 * forward, fused: read a, b, write y: 3ns. Eager `F.silu(a) * b`: silu reads a, writes t (2ns);
   mul reads t, b, writes y (3ns): 5ns, predicted 5/3 = 1.67x slower.
 * backward, fused: read dy, a, b, write da, db: 5ns. Eager autograd: dy * b (3ns), silu_backward
   (3ns), dy * t (3ns, t saved by the forward): 9ns, predicted 1.8x slower.
 ~8 FLOPs per element (exp, add, div, muls) against 6 bytes in bf16: memory-bound.
+torch.compile fuses `F.silu(a) * b` into one kernel each way that moves the same 3ns + 5ns as
+ours (its partitioner saves a and b, not silu(a)): against it the race is bandwidth and host
+time, not bytes.
+
+As an op a model calls (the second half of this file), following rmsnorm.py: `swiglu(a, b)` and
+`swiglu_packed(h)` check their arguments with a few comparisons, run an autograd.Function on
+the bare launch path in eager mode (or the launch alone when no gradient is needed), and under
+torch.compile the registered ops `torch.ops.course.swiglu` / `swiglu_packed`, each with a
+registered backward op, one node each in Dynamo's graph. Launch settings are cached per shape
+(`_PLANS`). Input layouts: rows with any stride are read in place; an input whose last
+dimension is strided, or whose rows are not evenly strided (a transposed view), is COPIED by
+the public entries and the ops (as torch's own kernels copy such inputs), while the launchers
+(`swiglu_forward`, ...) refuse it with a ValueError that says what they need. Gradients arrive
+in any layout (y.sum() sends a stride-0 one): copied only when the kernel cannot read them.
+The benchmarks `swiglu_train_week4` / `swiglu_packed_train_week4` (forward + backward through
+autograd at model shapes, against eager torch and torch.compile of it) and `swiglu_host_week4`
+(host cost per call at a decode step, clock="wall") measure the op as a model calls it.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
+from week4_triton_dl.layernorm import next_power_of_2  # plain Python: triton's is a jitted helper
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TILE = 2048  # elements per program: 16 per thread at 4 warps (2 x 16-byte loads in bf16)
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 @triton.jit
 def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    """This program's (rows, cols, mask): a 1-D grid, column blocks fastest (address order)."""
+    pid = tl.program_id(0).to(tl.int64)
+    col_blocks = tl.cdiv(N, BLOCK_N)
+    rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     return rows[:, None], cols[None, :], mask
 
@@ -74,6 +100,111 @@ def swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, M, N,
     tl.store(da_ptr + rows * stride_da + cols, da.to(da_ptr.dtype.element_ty), mask=mask)
 
 
+# ------------------------------------------------------------------------------- launch plans
+# (grid, constexprs + num_warps) per (M, N, dtype), computed once and kept: the hot path does a
+# dict lookup instead of the arithmetic (and never calls triton.cdiv / triton.next_power_of_2,
+# jitted helpers that cost microseconds each from Python).
+_PLANS: dict = {}
+
+
+def _plan(M: int, N: int, dtype: torch.dtype):
+    key = (M, N, dtype)
+    plan = _PLANS.get(key)
+    if plan is None:
+        block_n = min(next_power_of_2(N), 1024)
+        while block_n > 128 and N % block_n:  # a width that divides N leaves no ragged column block
+            block_n //= 2
+        block_m = min(max(1, TILE // block_n), next_power_of_2(M))
+        grid = (-(-M // block_m) * -(-N // block_n),)
+        plan = (grid, dict(BLOCK_M=block_m, BLOCK_N=block_n,
+                           ACC=tl.float64 if dtype == torch.float64 else tl.float32, num_warps=4))
+        if len(_PLANS) > 4096:  # many distinct token counts (varying batch x length): start over
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+# ------------------------------------------------------------- the hot path (no checks here)
+def _launch_forward(a2, b2, y2) -> None:
+    """y2 = silu(a2) * b2 for (M, N) tensors with a contiguous last dimension (rows any stride)."""
+    M, N = a2.shape
+    grid, meta = _plan(M, N, a2.dtype)
+    swiglu_fwd_kernel[grid](a2, b2, y2, M, N, a2.stride(0), b2.stride(0), y2.stride(0), **meta)
+
+
+def _launch_backward(dy2, a2, b2, da2, db2) -> None:
+    """(da2, db2) of y = silu(a2) * b2 for (M, N) tensors, rows of any stride."""
+    M, N = a2.shape
+    grid, meta = _plan(M, N, a2.dtype)
+    swiglu_bwd_kernel[grid](dy2, a2, b2, da2, db2, M, N, dy2.stride(0), a2.stride(0), b2.stride(0),
+                            da2.stride(0), db2.stride(0), **meta)
+
+
+def _as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """t as (rows, n) with a contiguous last dimension: a view when the kernel can read t in place
+    (contiguous, or halves h[..., :N] of a contiguous h), else a contiguous copy (a transposed view,
+    a stride-0 gradient)."""
+    if t.dim() == 2 and (t.stride(1) == 1 or n == 1):
+        return t
+    try:
+        rows = t.view(-1, n)
+        if rows.stride(1) == 1 or n == 1:
+            return rows
+    except RuntimeError:  # rows not evenly strided
+        pass
+    return t.contiguous().view(-1, n)
+
+
+def _dense_like(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor of t's shape and dtype, contiguous: what every result of this module is."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)  # ~2x cheaper than t.new_empty(t.shape)
+
+
+def _forward(a, b):
+    """silu(a) * b, a new contiguous tensor of a's shape. a, b: same shape and dtype; unchecked."""
+    y = _dense_like(a)
+    n = a.shape[-1]
+    if y.numel() == 0:
+        return y
+    _launch_forward(_as_rows(a, n), _as_rows(b, n), y if y.ndim == 2 else y.view(-1, n))
+    return y
+
+
+def _backward(dy, a, b):
+    """(da, db), new contiguous tensors; dy of any layout. Unchecked."""
+    da, db = _dense_like(a), _dense_like(b)
+    n = a.shape[-1]
+    if da.numel() == 0:
+        return da, db
+    if da.ndim == 2:
+        _launch_backward(_as_rows(dy, n), _as_rows(a, n), _as_rows(b, n), da, db)
+    else:
+        _launch_backward(_as_rows(dy, n), _as_rows(a, n), _as_rows(b, n), da.view(-1, n), db.view(-1, n))
+    return da, db
+
+
+def _packed_forward(h):
+    """silu(h[..., :N]) * h[..., N:], a new contiguous (..., N) tensor. Unchecked."""
+    n = h.shape[-1] // 2
+    y = h.new_empty((*h.shape[:-1], n))
+    if y.numel() == 0:
+        return y
+    h2 = _as_rows(h, 2 * n)
+    _launch_forward(h2[:, :n], h2[:, n:], y if y.ndim == 2 else y.view(-1, n))
+    return y
+
+
+def _packed_backward(dy, h):
+    """dh = [da | db], a new contiguous tensor of h's shape, written by one launch. Unchecked."""
+    n = h.shape[-1] // 2
+    dh = _dense_like(h)
+    if dh.numel() == 0:
+        return dh
+    h2, dh2 = _as_rows(h, 2 * n), (dh if dh.ndim == 2 else dh.view(-1, 2 * n))
+    _launch_backward(_as_rows(dy, n), h2[:, :n], h2[:, n:], dh2[:, :n], dh2[:, n:])
+    return dh
+
+
 # ---------------------------------------------------------------------------------- launchers
 def _rows(t: torch.Tensor, name: str) -> torch.Tensor:
     """t as (rows, N) with evenly strided rows and a contiguous last dimension, or a clear error."""
@@ -86,18 +217,8 @@ def _rows(t: torch.Tensor, name: str) -> torch.Tensor:
         raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) must be a tensor whose "
                          "last dimension is contiguous and whose rows are evenly strided: contiguous, "
                          "or a slice of the last dimension of a contiguous tensor (h[..., :N]); "
-                         "pass .contiguous()")
+                         "pass .contiguous() (the public swiglu / swiglu_packed copy such inputs themselves)")
     return rows
-
-
-def _config(M: int, N: int):
-    block_n = min(triton.next_power_of_2(N), 1024)
-    block_m = min(max(1, TILE // block_n), triton.next_power_of_2(M))
-    return block_m, block_n, (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-
-
-def _acc(dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
 
 
 def _check_pair(a, b):
@@ -107,6 +228,8 @@ def _check_pair(a, b):
     validate.same_dtype(a=a, b=b)
     if a.dim() == 0:
         raise ValueError("a and b must have at least 1 dimension (N, the last), got scalars")
+    if a.device != b.device:
+        raise ValueError(f"a is on {a.device}, b on {b.device}: they must share a device")
 
 
 def _check_out(t, name: str, like: torch.Tensor) -> torch.Tensor:
@@ -124,11 +247,7 @@ def swiglu_forward(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = 
     out = _check_out(out, "out", a)
     if a.numel() == 0:
         return out
-    a2, b2, y2 = _rows(a, "a"), _rows(b, "b"), _rows(out, "out")
-    M, N = a2.shape
-    block_m, block_n, grid = _config(M, N)
-    swiglu_fwd_kernel[grid](a2, b2, y2, M, N, a2.stride(0), b2.stride(0), y2.stride(0),
-                            BLOCK_M=block_m, BLOCK_N=block_n, ACC=_acc(a.dtype), num_warps=4)
+    _launch_forward(_rows(a, "a"), _rows(b, "b"), _rows(out, "out"))
     return out
 
 
@@ -142,13 +261,7 @@ def swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     da, db = _check_out(da, "da", a), _check_out(db, "db", a)
     if a.numel() == 0:
         return da, db
-    dy2, a2, b2 = _rows(dy, "dy"), _rows(a, "a"), _rows(b, "b")
-    da2, db2 = _rows(da, "da"), _rows(db, "db")
-    M, N = a2.shape
-    block_m, block_n, grid = _config(M, N)
-    swiglu_bwd_kernel[grid](dy2, a2, b2, da2, db2, M, N, dy2.stride(0), a2.stride(0), b2.stride(0),
-                            da2.stride(0), db2.stride(0), BLOCK_M=block_m, BLOCK_N=block_n,
-                            ACC=_acc(a.dtype), num_warps=4)
+    _launch_backward(_rows(dy, "dy"), _rows(a, "a"), _rows(b, "b"), _rows(da, "da"), _rows(db, "db"))
     return da, db
 
 
@@ -175,54 +288,144 @@ def swiglu_packed_backward(dy: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return dh
 
 
-# ----------------------------------------------------------------------------------- autograd
-def _dense_rows(dy: torch.Tensor) -> torch.Tensor:
-    """Gradients arrive in any layout (y.sum() gives stride-0 ones): copy only if needed."""
-    try:
-        _rows(dy, "dy")
-        return dy
-    except ValueError:
-        return dy.contiguous()
+# ------------------------------------------------------------------- the ops torch.compile sees
+@torch.library.custom_op(f"{NAMESPACE}::swiglu", mutates_args=())
+def swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """silu(a) * b, a new contiguous tensor (see swiglu)."""
+    return _forward(a, b)
 
 
+@swiglu_op.register_fake
+def _swiglu_fake(a, b):
+    return _dense_like(a)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::swiglu_backward", mutates_args=())
+def swiglu_backward_op(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(da, db), new contiguous tensors; dy of any layout."""
+    return _backward(dy, a, b)
+
+
+@swiglu_backward_op.register_fake
+def _swiglu_backward_fake(dy, a, b):
+    return _dense_like(a), _dense_like(b)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)  # a, b (or h): not silu(a), the backward recomputes it
+
+
+def _swiglu_backward_formula(ctx, dy):
+    a, b = ctx.saved_tensors
+    return swiglu_backward_op(dy, a, b)  # itself an op: one node in the backward graph
+
+
+swiglu_op.register_autograd(_swiglu_backward_formula, setup_context=_setup_context)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::swiglu_packed", mutates_args=())
+def swiglu_packed_op(h: torch.Tensor) -> torch.Tensor:
+    """silu(h[..., :N]) * h[..., N:], a new contiguous (..., N) tensor (see swiglu_packed)."""
+    return _packed_forward(h)
+
+
+@swiglu_packed_op.register_fake
+def _swiglu_packed_fake(h):
+    return h.new_empty((*h.shape[:-1], h.shape[-1] // 2))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::swiglu_packed_backward", mutates_args=())
+def swiglu_packed_backward_op(dy: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """dh = [da | db], a new contiguous tensor of h's shape."""
+    return _packed_backward(dy, h)
+
+
+@swiglu_packed_backward_op.register_fake
+def _swiglu_packed_backward_fake(dy, h):
+    return _dense_like(h)
+
+
+def _swiglu_packed_backward_formula(ctx, dy):
+    (h,) = ctx.saved_tensors
+    return swiglu_packed_backward_op(dy, h)
+
+
+swiglu_packed_op.register_autograd(_swiglu_packed_backward_formula, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------- the ops eager mode calls
 class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)  # not silu(a): the backward recomputes it
-        return swiglu_forward(a, b)
+        return _forward(a, b)
 
     @staticmethod
     def backward(ctx, dy):
         a, b = ctx.saved_tensors
-        return swiglu_backward(_dense_rows(dy), a, b)
+        return _backward(dy, a, b)
 
 
 class SwiGLUPackedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h):
         ctx.save_for_backward(h)
-        return swiglu_packed_forward(h)
+        return _packed_forward(h)
 
     @staticmethod
     def backward(ctx, dy):
         (h,) = ctx.saved_tensors
-        return swiglu_packed_backward(_dense_rows(dy), h)
+        return _packed_backward(dy, h)
+
+
+# The public entries' checks: a few comparisons on the hot path (on the CPU machine this was
+# written on, `t.device.type` alone cost ~1 us a call, `t.is_cuda` ~0.1 us); the full checks,
+# with the course's messages, run only when one of these fails.
+_on_device = (lambda t: t.is_cuda) if runtime.DEVICE.type == "cuda" else (lambda t: t.is_cpu)
+
+
+def _ok(t) -> bool:
+    """A tensor the kernels take (a few comparisons; `validate` says why when one fails)."""
+    return isinstance(t, torch.Tensor) and t.dtype in DTYPES and t.ndim > 0 and _on_device(t)
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """F.silu(a) * b, differentiable, forward and backward each one Triton kernel."""
-    return SwiGLUFunction.apply(a, b)
+    """F.silu(a) * b, differentiable, compilable, forward and backward each one Triton kernel.
+
+    a, b: same shape and dtype; views with strided rows (the halves of h) are read in place,
+    other layouts copied. Returns a new contiguous tensor.
+    """
+    if not (_ok(a) and isinstance(b, torch.Tensor) and b.dtype == a.dtype and a.shape == b.shape
+            and _on_device(b) and a.get_device() == b.get_device()):
+        _check_pair(a, b)  # raises with the reason
+    if ops.compiling():
+        return swiglu_op(a, b)
+    if ops.needs_grad(a, b):
+        return SwiGLUFunction.apply(a, b)
+    return _forward(a, b)
 
 
 def swiglu_packed(h: torch.Tensor) -> torch.Tensor:
-    """F.silu(a) * b with (a, b) = h.chunk(2, -1), differentiable; the gradient is one dh."""
-    return SwiGLUPackedFunction.apply(h)
+    """F.silu(a) * b with (a, b) = h.chunk(2, -1), differentiable, compilable; the gradient is one dh."""
+    if not (_ok(h) and h.shape[-1] % 2 == 0):
+        _halves(h)  # raises with the reason
+    if ops.compiling():
+        return swiglu_packed_op(h)
+    if ops.needs_grad(h):
+        return SwiGLUPackedFunction.apply(h)
+    return _packed_forward(h)
 
 
 # ---------------------------------------------------------------------------- torch references
 def swiglu_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The eager expression the kernel replaces."""
     return F.silu(a) * b
+
+
+def swiglu_packed_reference(h: torch.Tensor) -> torch.Tensor:
+    """What a model with a fused gate/up projection writes."""
+    g, u = h.chunk(2, dim=-1)
+    return F.silu(g) * u
 
 
 def torch_backward(dy, a, b, t):
@@ -313,5 +516,103 @@ BENCHMARKS = [
         flops=lambda s: 12 * s[0] * s[1],
         notes="bytes = read dy, a, b + write da, db; eager autograd moves 9 x M x N x s "
               "(dy * b, silu_backward, dy * silu(a) saved by the forward)",
+    ),
+]
+
+
+# ------------------------------------------------------------------- as a model calls it
+# (tokens, N): a GPT-2-small-sized model's MLP (hidden 2048) at 8192 tokens, Llama-3-8B's
+# (14336) at 8192 tokens, a 1.5B-class model's (5632) at 32768 tokens; (8, 2048) is one decode
+# step of a batch of 8, where the host sets the pace.
+TRAIN_SIZES = [(8192, 2048), (8192, 14336), (32768, 5632)]
+TRAIN_SIM_SIZES = [(4, 48)]
+HOST_SIZES = [(8, 2048)]
+
+
+def _train_inputs(size):
+    M, N = size
+    dtype = bench_dtype()
+    a = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
+    b = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
+    return a, b, random_tensor((M, N), dtype, runtime.DEVICE)
+
+
+def _packed_train_inputs(size):
+    M, N = size
+    dtype = bench_dtype()
+    h = random_tensor((M, 2 * N), dtype, runtime.DEVICE).requires_grad_(True)
+    return h, random_tensor((M, N), dtype, runtime.DEVICE)
+
+
+def _fwd_bwd(fn):
+    """forward + backward through autograd, as a training step runs it: (da, db)."""
+    return lambda a, b, dy: torch.autograd.grad(fn(a, b), (a, b), dy)
+
+
+def _fwd_bwd_packed(fn):
+    """forward + backward through autograd: dh."""
+    return lambda h, dy: torch.autograd.grad(fn(h), (h,), dy)
+
+
+def _host_inputs(size):
+    M, N = size
+    dtype = bench_dtype()
+    return random_tensor((M, N), dtype, runtime.DEVICE), random_tensor((M, N), dtype, runtime.DEVICE)
+
+
+_train_notes = ("then torch.autograd.grad: the public entry, autograd and every launch included; bytes = "
+                "forward 3MNs + backward 5MNs, the minimum (eager torch moves 14MNs); torch_compile = "
+                "torch.compile of the torch form (dynamic=False), its forward and backward graphs")
+
+BENCHMARKS += [
+    Benchmark(
+        name="swiglu_train_week4",
+        title="SwiGLU y = silu(a) * b, forward + backward through autograd, as a model calls it, "
+              "bf16 (fp32 in simulation), tokens x N",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _fwd_bwd(swiglu_reference),
+            "torch_compile": _fwd_bwd(_compiled_forward),
+            "triton": _fwd_bwd(swiglu),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 8 * s[0] * s[1] * _itemsize(),
+        flops=lambda s: 20 * s[0] * s[1],
+        notes="y = swiglu(a, b) / F.silu(a) * b for (M, N) a, b, " + _train_notes,
+    ),
+    Benchmark(
+        name="swiglu_packed_train_week4",
+        title="SwiGLU of a fused gate/up projection h = [a | b], forward + backward through autograd, "
+              "bf16 (fp32 in simulation), tokens x N (h is tokens x 2N)",
+        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_packed_train_inputs,
+        variants={
+            "torch": _fwd_bwd_packed(swiglu_packed_reference),
+            "torch_compile": _fwd_bwd_packed(_compile(swiglu_packed_reference)),
+            "triton": _fwd_bwd_packed(swiglu_packed),
+        },
+        gpu_only=("torch_compile",),
+        headline=("triton",),
+        bytes=lambda s: 8 * s[0] * s[1] * _itemsize(),
+        flops=lambda s: 20 * s[0] * s[1],
+        notes="y = swiglu_packed(h) / (g, u = h.chunk(2, -1); F.silu(g) * u), " + _train_notes
+              + "; eager autograd also concatenates dg and du into dh (+4MNs)",
+    ),
+    Benchmark(
+        name="swiglu_host_week4",
+        title="SwiGLU forward: host cost per call at a decode-step size, bf16 (fp32 in simulation)",
+        sizes=HOST_SIZES, sim_sizes=HOST_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_host_inputs,
+        variants={"torch": swiglu_reference, "triton": swiglu,
+                  "triton_launcher": swiglu_forward},
+        headline=("triton",),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
+              "(checks, allocation, the launch), the GPU work being ~2 us; torch = F.silu(a) * b "
+              "(two kernels); triton = swiglu (the public entry); triton_launcher = swiglu_forward "
+              "(validated: the lesson's API, not the hot path)",
     ),
 ]

@@ -147,7 +147,7 @@ def test_pruning_drops_useless_configs_before_any_compile():
 
 @pytest.mark.skipif(runtime.on_gpu(), reason="how the Triton interpreter's autotuner behaves")
 def test_interpreter_cannot_time_without_a_do_bench():
-    # Triton 3.9's interpreter has no driver to time with: the default benchmarker cannot load.
+    # The interpreter (Triton 3.6, as 3.9) has no driver to time with: the default benchmarker cannot load.
     tuner = triton.autotune(configs=two_configs(), key=["n_cols"], reset_to_zero=["out_ptr"])(at.row_sum_kernel)
     x, out = random_tensor((2, 100), torch.float32, DEVICE), torch.zeros(2, device=DEVICE)
     with pytest.raises(RuntimeError, match="driver"):  # launched directly: the failure is the tuner's

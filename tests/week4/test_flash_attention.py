@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
 
+import triton  # noqa: E402  (after course.runtime: the interpreter switch)
+
 fa = runtime.lesson("week4_triton_dl.flash_attention")
 an = runtime.lesson("week4_triton_dl.attention_naive")
 DEVICE = runtime.DEVICE
@@ -344,3 +346,155 @@ def test_forward_and_backward_reject_bad_outputs_and_configs():
         fa.flash_attention_backward(q[:, :1], q, k, v, out, lse)
     with pytest.raises(TypeError, match="dk has dtype"):
         fa.flash_attention_backward(q, q, k, v, out, lse, grads=(torch.empty_like(q), k.half(), torch.empty_like(v)))
+
+
+# ------------------------------------------------------------------ as a PyTorch op in a model
+def fused_qkv(B, S, H, D, dtype):
+    """q, k, v as a fused QKV projection leaves them: (B, S, 3, H, D) storage, (B, H, S, D) views."""
+    base = random_tensor((B, S, 3, H, D), dtype, DEVICE).requires_grad_(True)
+    return base, tuple(base[:, :, i].transpose(1, 2) for i in range(3))
+
+
+def gradient(layout, B, H, S, D, dtype):
+    """dO as autograd may hand it over: dense, transposed, or broadcast (stride 0, as from .sum())."""
+    if layout == "transposed":
+        return random_tensor((B, S, H, D), dtype, DEVICE).transpose(1, 2)
+    if layout == "expanded":
+        return random_tensor((1, 1, 1, D), dtype, DEVICE).expand(B, H, S, D)
+    return random_tensor((B, H, S, D), dtype, DEVICE)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "expanded"])
+@pytest.mark.parametrize("path", ["function", "op"])
+def test_fused_qkv_views_and_any_gradient_layout(path, layout):
+    # Strides go to the kernels: nothing is copied, neither the views nor dO, on either path.
+    B, S, H, D = 2, 21, 2, 16
+    base, (q, k, v) = fused_qkv(B, S, H, D, torch.float32)
+    assert not q.is_contiguous()
+    if path == "function":
+        out = fa.flash_attention(q, k, v, True)
+    else:
+        out = fa.flash_attention_op(q, k, v, True, 1 / math.sqrt(D), None)[0]
+    do = gradient(layout, B, H, S, D, torch.float32)
+    (grad,) = torch.autograd.grad(out, base, do)
+    bounds = an.attention_error_bounds(q, k, v, do, True)
+    assert_within(out, an.attention_reference(q, k, v, True), bounds["out"], "out")
+    with torch.no_grad():
+        assert torch.equal(fa.flash_attention(q, k, v, True), out), "no-grad path: the same kernel"
+    for i, (name, want) in enumerate(zip(("dq", "dk", "dv"), reference_grads(q, k, v, do, True))):
+        assert_within(grad[:, :, i].transpose(1, 2), want, bounds[name], name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("causal, padded, strategy", [(False, False, "split"), (True, True, "atomic")],
+                         ids=["full", "causal-padded-atomic"])
+def test_registered_ops_pass_opcheck(dtype, causal, padded, strategy):
+    # Schema, fake functions (shapes, strides, dtypes), autograd registration and AOT dispatch,
+    # as torch checks them; q, k, v are views of a fused buffer, dO is transposed.
+    B, Sq, Sk, H, D = 2, 17, 29, 1, 16
+    q = random_tensor((B, Sq, H, D), dtype, DEVICE).transpose(1, 2).requires_grad_(True)
+    _, (_, k, v) = fused_qkv(B, Sk, H, D, dtype)
+    k, v = k.detach().requires_grad_(True), v.detach().requires_grad_(True)
+    lengths = torch.tensor([Sk, 11], device=DEVICE) if padded else None
+    scale = 0.3
+    torch.library.opcheck(fa.flash_attention_op, (q, k, v, causal, scale, lengths, strategy))
+    out, lse = fa.flash_attention_op(q.detach(), k.detach(), v.detach(), causal, scale, lengths, strategy)
+    do = random_tensor((B, Sq, H, D), dtype, DEVICE).transpose(1, 2)
+    torch.library.opcheck(fa.flash_attention_backward_op,
+                          (do, q.detach(), k.detach(), v.detach(), out, lse, causal, scale, lengths, strategy))
+
+
+def test_eager_paths_and_the_registered_op_agree():
+    q, k, v = qkv(2, 2, 21, 30, 16, torch.float32)
+    lengths = torch.tensor([30, 13], device=DEVICE)
+    with torch.no_grad():
+        plain = fa.flash_attention(q, k, v, True, key_lengths=lengths)  # the forward alone
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    tracked = fa.flash_attention(*leaves, True, key_lengths=lengths)  # FlashAttentionFunction
+    op_leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    op = fa.flash_attention_op(*op_leaves, True, 1 / math.sqrt(16), lengths)[0]  # what torch.compile records
+    assert torch.equal(plain, tracked.detach()) and torch.equal(plain, op.detach())
+    do = random_tensor(plain.shape, torch.float32, DEVICE)
+    grads = torch.autograd.grad(tracked, leaves, do)
+    assert all(torch.equal(a, b) for a, b in zip(grads, torch.autograd.grad(op, op_leaves, do)))
+    check_grads(grads, q, k, v, do, True, key_lengths=lengths)
+
+
+def attention_block(attention, heads):
+    """x -> fused QKV projection -> attention on (B, H, S, D) views -> output projection."""
+    def f(x, w_qkv, w_out):
+        B, S, E = x.shape
+        q, k, v = (x @ w_qkv).view(B, S, 3, heads, E // heads).unbind(2)
+        out = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return out.transpose(1, 2).reshape(B, S, E) @ w_out
+    return f
+
+
+@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+def test_attention_block_compiles_with_no_graph_break(dtype):
+    # fullgraph=True raises on any graph break; on the GPU Inductor compiles the projections around
+    # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).
+    torch._dynamo.reset()
+    B, S, H, D = 2, 24, 2, 16
+    ours = attention_block(lambda q, k, v: fa.flash_attention(q, k, v, True), H)
+    compiled = torch.compile(ours, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
+    inputs = (random_tensor((B, S, H * D), dtype, DEVICE), random_tensor((H * D, 3 * H * D), dtype, DEVICE) * 0.2,
+              random_tensor((H * D, H * D), dtype, DEVICE) * 0.2)
+    leaves = [t.clone().requires_grad_(True) for t in inputs]
+    y = compiled(*leaves)
+    dy = random_tensor(y.shape, dtype, DEVICE)
+    grads = torch.autograd.grad(y, leaves, dy)
+    eager_leaves = [t.clone().requires_grad_(True) for t in inputs]
+    y_eager = ours(*eager_leaves)
+    eager_grads = torch.autograd.grad(y_eager, eager_leaves, dy)
+    # The same kernels: only the matmuls and copies around them may round differently once compiled.
+    eps = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}[dtype]
+    assert_close(y, y_eager, rtol=4 * eps, atol=4 * eps * float(y_eager.detach().abs().max()))
+    for name, got, want in zip(("dx", "dw_qkv", "dw_out"), grads, eager_grads):
+        assert_close(got, want, rtol=8 * eps, atol=8 * eps * float(want.abs().max()), name=name)
+    qd = [t.detach().double().requires_grad_(True) for t in inputs]
+    want = attention_block(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), H)(*qd)
+    assert_close(y_eager.double(), want, rtol=16 * eps, atol=16 * eps * float(want.detach().abs().max()),
+                 name="vs sdpa")
+
+
+def test_compiled_graph_holds_the_op_not_its_kernels():
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    f = torch.compile(attention_block(lambda q, k, v: fa.flash_attention(q, k, v, True), 2),
+                      backend=backend, fullgraph=True)
+    f(random_tensor((1, 16, 32), torch.float32, DEVICE), random_tensor((32, 96), torch.float32, DEVICE),
+      random_tensor((32, 32), torch.float32, DEVICE))
+    assert len(graphs) == 1
+    targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert any("flash_attention" in t and fa.NAMESPACE in t for t in targets), targets
+
+
+def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
+    # After the first call of a shape: no full argument check, no triton.cdiv / next_power_of_2
+    # (jitted helpers, ~2 us each from Python), no autotuner run, forward and backward alike. On
+    # the GPU this shape goes through the autotuner once (bucket 1024 > SHORT_SEQUENCE).
+    B, H, S, D, dtype = runtime.pick(gpu=(1, 16, 1024, 64, torch.bfloat16), sim=(1, 2, 40, 16, torch.float32))
+    q, k, v = qkv(B, H, S, S, D, dtype, requires_grad=True)
+    do = random_tensor(q.shape, dtype, DEVICE)
+    first = fa.flash_attention(q, k, v, True)
+    first_grads = torch.autograd.grad(first, (q, k, v), do)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("called on the hot path")
+    for module, name in ((triton, "cdiv"), (triton, "next_power_of_2"), (fa, "_check"),
+                         (fa, "check_attention_inputs")):
+        monkeypatch.setattr(module, name, refuse, raising=False)
+    for name in ("flash_attention_fwd_autotuned", "flash_attention_bwd_dkdv_autotuned",
+                 "flash_attention_bwd_dq_autotuned"):
+        if hasattr(fa, name):  # (an exercise solution may launch without the autotuner)
+            monkeypatch.setattr(getattr(fa, name), "run", refuse)
+    again = fa.flash_attention(q, k, v, True)
+    assert torch.equal(first, again)
+    assert all(torch.equal(a, b) for a, b in zip(first_grads, torch.autograd.grad(again, (q, k, v), do)))
+    if runtime.on_gpu() and hasattr(fa, "_TUNED"):
+        assert {key[0] for key in fa._TUNED} >= {"fwd", "kv", "q"}, "the autotuner's choices are kept"

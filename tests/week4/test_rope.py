@@ -89,7 +89,8 @@ def test_layouts_and_views_agree():
     y = rp.rope_forward(x, cos, sin, 0, "bshd")
     view = x.transpose(1, 2)  # (B, H, S, D) view of bshd memory: not contiguous, no copy needed
     yv = rp.rope_forward(view, cos, sin, 0, "bhsd")
-    assert yv.stride() == view.stride(), "the output keeps the input's memory layout"
+    assert yv.is_contiguous(), "the result is a new tensor, contiguous in the logical layout"
+    assert y.is_contiguous()
     assert torch.equal(yv, y.transpose(1, 2))
     assert torch.equal(rp.rope_forward(x.transpose(1, 2).contiguous(), cos, sin), y.transpose(1, 2))
 
@@ -139,6 +140,15 @@ def test_gradcheck_float64(layout):
     assert torch.autograd.gradcheck(lambda q, k: rp.apply_rope(q, k, cos, sin, 2, layout), (q, k))
 
 
+def test_gradcheck_registered_ops_float64():
+    # The ops' autograd formulas: what a compiled graph differentiates (tiny: 2 x 8 launches each).
+    q = make((1, 2, 1, 4), "bshd", torch.float64).requires_grad_(True)
+    k = make((1, 2, 1, 4), "bshd", torch.float64).requires_grad_(True)
+    cos, sin = tables(3, 4)
+    assert torch.autograd.gradcheck(lambda q, k: rp.rope_qk_op(q, k, cos, sin, 1, "bshd"), (q, k))
+    assert torch.autograd.gradcheck(lambda k: rp.rope_op(k, cos, sin, 1, "bshd"), (k,))
+
+
 def test_gradient_of_any_layout_reaches_the_kernel():
     # y.sum() sends back a stride-0 gradient; a transposed view sends a strided one.
     x = make((2, 4, 3, 8), "bshd", torch.float32).transpose(1, 2).requires_grad_(True)
@@ -147,6 +157,240 @@ def test_gradient_of_any_layout_reaches_the_kernel():
     xr = x.detach().double().requires_grad_(True)
     rp.rope_reference(xr, cos, sin).sum().backward()
     assert_close(x.grad, xr.grad.float())
+
+
+# ------------------------------------------------------------------- strided and non-dense inputs
+def qkv_views_of(qkv, B, S, Hq, Hkv, D):
+    """q and k as a model's qkv projection leaves them, layout bshd: strided, non-dense views.
+
+    Hq == Hkv: `qkv.view(B, S, 3, H, D)`, q = [:, :, 0], k = [:, :, 1]; else (grouped-query
+    attention) the column ranges [0, Hq D) and [Hq D, (Hq + Hkv) D) of one projection."""
+    if Hq == Hkv:
+        heads = qkv.view(B, S, 3, Hq, D)
+        return heads[:, :, 0], heads[:, :, 1]
+    return qkv[..., :Hq * D].view(B, S, Hq, D), qkv[..., Hq * D:(Hq + Hkv) * D].view(B, S, Hkv, D)
+
+
+def qkv_views(B, S, Hq, Hkv, D, dtype, *, requires_grad=False):
+    """(qkv, q, k): a fresh (B, S, (Hq + 2 Hkv) D) projection output and its q, k views."""
+    qkv = random_tensor((B, S, (Hq + 2 * Hkv) * D), dtype, DEVICE, scale=2.0).requires_grad_(requires_grad)
+    return (qkv, *qkv_views_of(qkv, B, S, Hq, Hkv, D))
+
+
+@pytest.mark.parametrize("heads", [(3, 3), (4, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_views_of_a_fused_qkv_buffer_forward_and_backward(dtype, heads):
+    B, S, D, offset = 2, 5, 12, 3
+    qkv, q, k = qkv_views(B, S, *heads, D, dtype, requires_grad=True)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    cos, sin = tables(S + offset, D)
+    yq, yk = rp.apply_rope(q, k, cos, sin, offset, "bshd")
+    assert yq.is_contiguous() and yk.is_contiguous(), "results are dense in the logical layout (bshd)"
+    assert_close(yq, reference(q.detach(), cos, sin, offset, "bshd"), name="q")
+    assert_close(yk, reference(k.detach(), cos, sin, offset, "bshd"), name="k")
+    dq, dk = random_tensor(yq.shape, dtype, DEVICE), random_tensor(yk.shape, dtype, DEVICE)
+    torch.autograd.backward((yq, yk), (dq, dk))
+    ref = qkv.detach().double().requires_grad_(True)
+    rq, rk = qkv_views_of(ref, B, S, *heads, D)
+    torch.autograd.backward((rp.rope_reference(rq, cos, sin, offset, "bshd"),
+                             rp.rope_reference(rk, cos, sin, offset, "bshd")), (dq.double(), dk.double()))
+    assert_close(qkv.grad, ref.grad.to(dtype), name="dqkv")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transposed_views_forward_and_backward(dtype):
+    # bhsd views of bshd memory (what `.transpose(1, 2)` of a projection gives), rotated as bhsd.
+    B, S, Hq, Hkv, D = 2, 6, 3, 1, 8
+    qm = random_tensor((B, S, Hq, D), dtype, DEVICE, scale=2.0).requires_grad_(True)
+    km = random_tensor((B, S, Hkv, D), dtype, DEVICE, scale=2.0).requires_grad_(True)
+    q, k = qm.transpose(1, 2), km.transpose(1, 2)
+    cos, sin = tables(S, D)
+    yq, yk = rp.apply_rope(q, k, cos, sin, 0, "bhsd")
+    assert yq.is_contiguous() and yk.is_contiguous()
+    assert_close(yq, reference(q.detach(), cos, sin), name="q")
+    assert_close(yk, reference(k.detach(), cos, sin), name="k")
+    # Gradients of another layout again: transposed views of bshd memory.
+    dq = random_tensor((B, S, Hq, D), dtype, DEVICE).transpose(1, 2)
+    dk = random_tensor((B, S, Hkv, D), dtype, DEVICE).transpose(1, 2)
+    torch.autograd.backward((yq, yk), (dq, dk))
+    rq, rk = (t.detach().double().requires_grad_(True) for t in (q, k))
+    torch.autograd.backward((rp.rope_reference(rq, cos, sin), rp.rope_reference(rk, cos, sin)),
+                            (dq.double(), dk.double()))
+    assert_close(qm.grad, rq.grad.transpose(1, 2).to(dtype), name="dq")
+    assert_close(km.grad, rk.grad.transpose(1, 2).to(dtype), name="dk")
+
+
+def test_gradients_with_a_strided_last_dimension_are_copied_once():
+    # A gradient whose head dimension is strided (here: a transposed square) cannot be read by the
+    # kernel in place: the backward copies it (the one copy it ever makes), then rotates.
+    q = make((1, 3, 2, 4), "bhsd", torch.float32).requires_grad_(True)
+    k = make((1, 3, 2, 4), "bhsd", torch.float32).requires_grad_(True)
+    cos, sin = tables(3, 4)
+    yq, yk = rp.apply_rope(q, k, cos, sin)
+    dq = random_tensor((1, 2, 4, 3), torch.float32, DEVICE).transpose(-1, -2)  # last stride 3
+    dk = random_tensor((1, 2, 4, 3), torch.float32, DEVICE).transpose(-1, -2)
+    assert dq.stride(-1) != 1
+    gq, gk = torch.autograd.grad((yq, yk), (q, k), (dq, dk))
+    rq = q.detach().double().requires_grad_(True)
+    rk = k.detach().double().requires_grad_(True)
+    want = torch.autograd.grad((rp.rope_reference(rq, cos, sin), rp.rope_reference(rk, cos, sin)),
+                               (rq, rk), (dq.double(), dk.double()))
+    assert_close(gq, want[0].float(), name="dq")
+    assert_close(gk, want[1].float(), name="dk")
+    # y.sum(): stride-0 gradients of ones, through the one-launch path.
+    q.grad = k.grad = None
+    yq, yk = rp.apply_rope(q, k, cos, sin)
+    (yq.sum() + yk.sum()).backward()
+    rq.grad = rk.grad = None
+    (rp.rope_reference(rq, cos, sin).sum() + rp.rope_reference(rk, cos, sin).sum()).backward()
+    assert_close(q.grad, rq.grad.float(), name="dq from sum()")
+    assert_close(k.grad, rk.grad.float(), name="dk from sum()")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_of_another_layout(dtype):
+    # out with the other memory order (a transposed view), and out as a strided slice of a cache.
+    B, S, H, D = 2, 5, 3, 8
+    x = make((B, S, H, D), "bhsd", dtype)
+    cos, sin = tables(S, D)
+    want = reference(x, cos, sin)
+    out = poisoned((B, S, H, D), dtype, DEVICE).transpose(1, 2)
+    assert rp.rope_forward(x, cos, sin, 0, "bhsd", out=out) is out
+    assert_close(out, want)
+    cache = poisoned((B, H, S + 4, D), dtype, DEVICE)
+    rp.rope_forward(x, cos, sin, 0, "bhsd", out=cache[:, :, 2:2 + S])
+    assert_close(cache[:, :, 2:2 + S], want)
+
+
+def test_gradcheck_through_qkv_views_float64():
+    B, S, H, D = 1, 2, 2, 2
+    cos, sin = tables(S + 1, D)
+    qkv = random_tensor((B, S, 3 * H * D), torch.float64, DEVICE).requires_grad_(True)
+    f = lambda t: rp.apply_rope(*qkv_views_of(t, B, S, H, H, D), cos, sin, 1, "bshd")  # noqa: E731
+    assert torch.autograd.gradcheck(f, (qkv,))
+
+
+def test_q_and_k_that_cannot_share_a_launch_take_two():
+    # Different dtypes (or lengths, batches, head dims): apply_rope rotates them one at a time.
+    q = make((1, 4, 2, 8), "bhsd", torch.float32)
+    k = make((1, 4, 1, 8), "bhsd", torch.float64)
+    cos, sin = tables(4, 8)
+    yq, yk = rp.apply_rope(q, k, cos, sin)
+    assert yq.dtype == torch.float32 and yk.dtype == torch.float64
+    assert_close(yq, reference(q, cos, sin), name="q")
+    assert_close(yk, reference(k, cos, sin), name="k")
+
+
+# ------------------------------------------------------------------ as a PyTorch op in a model
+def test_registered_ops_pass_opcheck():
+    # Schema, fake (meta) functions, autograd registration and AOT dispatch, as torch checks them.
+    cos, sin = tables(4, 8)
+    for dtype, layout in ((torch.float32, "bshd"), (torch.float64, "bhsd")):
+        q = make((1, 2, 3, 8), layout, dtype).requires_grad_(True)
+        k = make((1, 2, 1, 8), layout, dtype).requires_grad_(True)
+        rp.rope_qk_op(q.detach(), k.detach(), cos, sin, 1, layout)  # a plain call first: errors as themselves
+        torch.library.opcheck(rp.rope_qk_op, (q, k, cos, sin, 1, layout))
+        torch.library.opcheck(rp.rope_op, (q, cos, sin, 2, layout))
+        dq, dk = random_tensor(q.shape, dtype, DEVICE), random_tensor(k.shape, dtype, DEVICE)
+        torch.library.opcheck(rp.rope_qk_backward_op, (dq, dk, cos, sin, 1, layout))
+        torch.library.opcheck(rp.rope_backward_op, (dq, cos, sin, 1, layout))
+    # Non-dense views of a fused projection (both layouts), and stride-0 gradients.
+    for layout in LAYOUTS:
+        qkv, q, k = qkv_views(1, 2, 2, 2, 8, torch.float32, requires_grad=True)
+        if layout == "bhsd":
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        torch.library.opcheck(rp.rope_qk_op, (q, k, cos, sin, 0, layout))
+    ones = torch.ones((), device=DEVICE).expand(q.shape)
+    torch.library.opcheck(rp.rope_qk_backward_op, (ones, ones, cos, sin, 0, "bhsd"))
+
+
+def test_eager_paths_and_the_registered_ops_agree():
+    q, k = make((2, 5, 3, 8), "bhsd", torch.float32), make((2, 5, 1, 8), "bhsd", torch.float32)
+    cos, sin = tables(7, 8)
+    with torch.no_grad():
+        plain = rp.apply_rope(q, k, cos, sin, 2)  # no autograd: the hot path alone
+    ql, kl = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    tracked = rp.apply_rope(ql, kl, cos, sin, 2)  # RoPEQKFunction
+    op = rp.rope_qk_op(q, k, cos, sin, 2, "bhsd")  # what torch.compile records
+    for a, b, c in zip(plain, tracked, op):
+        assert torch.equal(a, b.detach()) and torch.equal(a, c)
+    assert torch.equal(rp.rope(q, cos, sin, 2), plain[0]) and torch.equal(rp.rope_op(q, cos, sin, 2, "bhsd"), plain[0])
+    assert_close(plain[0], reference(q, cos, sin, 2), name="q")
+    # The two backward paths (the Function's, the op's autograd formula) give the same gradients.
+    dq, dk = random_tensor(q.shape, torch.float32, DEVICE), random_tensor(k.shape, torch.float32, DEVICE)
+    by_function = torch.autograd.grad(tracked, (ql, kl), (dq, dk))
+    qo, ko = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    by_op = torch.autograd.grad(rp.rope_qk_op(qo, ko, cos, sin, 2, "bhsd"), (qo, ko), (dq, dk))
+    assert all(torch.equal(a, b) for a, b in zip(by_function, by_op))
+
+
+H, D = 2, 8
+
+
+def reference_pair(q, k, cos, sin, offset, layout):
+    return rp.rope_reference(q, cos, sin, offset, layout), rp.rope_reference(k, cos, sin, offset, layout)
+
+
+def attention_prologue(rotate, layout):
+    """A model's attention up to the scores: qkv projection, split into heads, RoPE, q k^T."""
+    def f(x, w, cos, sin):
+        B, S, _ = x.shape
+        heads = (x @ w).view(B, S, 3, H, D)
+        q, k = heads[:, :, 0], heads[:, :, 1]  # non-dense (B, S, H, D) views
+        if layout == "bhsd":
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q, k = rotate(q, k, cos, sin, 0, layout)
+        if layout == "bshd":
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        return (q @ k.transpose(-1, -2)).sin() * 0.5
+    return f
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compiles_with_no_graph_break(layout):
+    # fullgraph=True raises on any graph break; on the GPU Inductor compiles the torch ops around
+    # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).
+    torch._dynamo.reset()
+    ours = attention_prologue(rp.apply_rope, layout)
+    x = random_tensor((2, 5, 16), torch.float32, DEVICE)
+    w = random_tensor((16, 3 * H * D), torch.float32, DEVICE, scale=0.25)
+    cos, sin = tables(5, D)
+    eager_leaves = [t.clone().requires_grad_(True) for t in (x, w)]
+    y_eager = ours(*eager_leaves, cos, sin)
+    dy = random_tensor(y_eager.shape, torch.float32, DEVICE)
+    eager_grads = torch.autograd.grad(y_eager, eager_leaves, dy)
+    compiled = torch.compile(ours, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
+    leaves = [t.clone().requires_grad_(True) for t in (x, w)]
+    y = compiled(*leaves, cos, sin)
+    grads = torch.autograd.grad(y, leaves, dy)
+    # The same kernels: only the torch ops around them may round differently once fused.
+    assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
+    for name, got, want in zip(("dx", "dw"), grads, eager_grads):
+        assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()), name=name)
+    # ... and both match the rotate-half formula in float64.
+    ref_leaves = [t.double().requires_grad_(True) for t in (x, w)]
+    y_ref = attention_prologue(reference_pair, layout)(*ref_leaves, cos, sin)
+    # fp32 matmuls around the op: a few ulps of their sums, not of each element.
+    assert_close(y, y_ref.float(), rtol=1e-5, atol=1e-5, name="y vs float64")
+    for name, got, want in zip(("dx", "dw"), grads, torch.autograd.grad(y_ref, ref_leaves, dy.double())):
+        assert_close(got, want.float(), rtol=1e-5, atol=1e-5 * float(want.abs().max()), name=f"{name} vs float64")
+
+
+def test_compiled_graph_holds_the_op_not_its_kernels():
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    f = torch.compile(attention_prologue(rp.apply_rope, "bshd"), backend=backend, fullgraph=True)
+    x = random_tensor((1, 4, 16), torch.float32, DEVICE)
+    w = random_tensor((16, 3 * H * D), torch.float32, DEVICE)
+    cos, sin = tables(4, D)
+    f(x, w, cos, sin)
+    assert len(graphs) == 1
+    targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert sum("rope_qk" in t and rp.NAMESPACE in t for t in targets) == 1, targets
 
 
 # ------------------------------------------------------------------------------ special values

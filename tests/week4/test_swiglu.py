@@ -89,6 +89,9 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(sw.swiglu, (a, b))
     h = random_tensor((2, 8), torch.float64, DEVICE, scale=3.0).requires_grad_(True)
     assert torch.autograd.gradcheck(sw.swiglu_packed, (h,))
+    # The registered ops' autograd formulas: what a compiled graph differentiates.
+    assert torch.autograd.gradcheck(sw.swiglu_op, (a, b))
+    assert torch.autograd.gradcheck(sw.swiglu_packed_op, (h,))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf * 0, in NumPy
@@ -118,6 +121,160 @@ def test_empty_inputs():
         assert sw.swiglu_forward(a, a).shape == shape
         da, db = sw.swiglu_backward(a, a, a)
         assert da.shape == shape and db.shape == shape
+
+
+# ------------------------------------------------------------------- strided and non-dense inputs
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_halves_of_h_through_the_public_entries(dtype):
+    # a, b = h.chunk(2, -1): views with rows strided by 2N, read in place, forward and backward.
+    h = random_tensor((2, 3, 2 * 37), dtype, DEVICE, scale=3.0).requires_grad_(True)
+    a, b = h.chunk(2, dim=-1)
+    y = sw.swiglu(a, b)
+    assert y.is_contiguous() and y.shape == a.shape
+    assert_close(y, reference(a.detach(), b.detach()))
+    dy = random_tensor(y.shape, dtype, DEVICE)
+    y.backward(dy)
+    want = torch.cat(reference_grads(a, b, dy), dim=-1)
+    assert_close(h.grad, want, name="dh through swiglu(a, b)")
+    h.grad = None
+    y = sw.swiglu_packed(h)
+    assert y.is_contiguous()
+    assert_close(y, reference(a.detach(), b.detach()), name="swiglu_packed")
+    y.backward(dy)
+    assert_close(h.grad, want, name="dh through swiglu_packed")
+
+
+def test_stride_zero_gradients():
+    a = random_tensor((5, 33), torch.float32, DEVICE, scale=3.0).requires_grad_(True)
+    b = random_tensor((5, 33), torch.float32, DEVICE).requires_grad_(True)
+    # y.sum(): a gradient of ones expanded from a scalar, strides (0, 0): copied once, then read.
+    sw.swiglu(a, b).sum().backward()
+    want = reference_grads(a, b, torch.ones(5, 33, device=DEVICE))
+    assert_close(a.grad, want[0], name="da from sum()")
+    assert_close(b.grad, want[1], name="db from sum()")
+    # One row broadcast over the tokens, strides (0, 1): read in place.
+    dy = random_tensor(33, torch.float32, DEVICE).expand(5, 33)
+    got = torch.autograd.grad(sw.swiglu(a, b), (a, b), dy)
+    want = reference_grads(a, b, dy.contiguous())
+    assert_close(got[0], want[0], name="da, broadcast row")
+    assert_close(got[1], want[1], name="db, broadcast row")
+
+
+def test_transposed_views_are_copied_by_the_public_entries():
+    # The launchers refuse a strided last dimension (test_rejects_bad_input_before_launch); the
+    # public entries, like torch's own kernels, copy such inputs (and rows not evenly strided).
+    at = random_tensor((33, 5), torch.float32, DEVICE, scale=3.0).requires_grad_(True)
+    bt = random_tensor((33, 5), torch.float32, DEVICE).requires_grad_(True)
+    a, b = at.t(), bt.t()
+    y = sw.swiglu(a, b)
+    assert_close(y, reference(a.detach(), b.detach()))
+    dy = random_tensor(y.shape, torch.float32, DEVICE)
+    y.backward(dy)
+    want = reference_grads(a, b, dy)
+    assert_close(at.grad, want[0].t(), name="da")
+    assert_close(bt.grad, want[1].t(), name="db")
+    h = random_tensor((3, 4, 16), torch.float32, DEVICE, scale=3.0).transpose(0, 1)  # rows not evenly strided
+    assert_close(sw.swiglu_packed(h), reference(*h.chunk(2, dim=-1)), name="swiglu_packed of a transposed h")
+    with pytest.raises(ValueError, match="evenly strided"):
+        sw.swiglu_packed_forward(h)
+
+
+# ------------------------------------------------------------------ as a PyTorch op in a model
+def test_registered_ops_pass_opcheck():
+    # Schema, fake (meta) functions, autograd registration and AOT dispatch, as torch checks them.
+    for dtype in (torch.float32, torch.float64):
+        a = random_tensor((3, 12), dtype, DEVICE, scale=3.0).requires_grad_(True)
+        b = random_tensor((3, 12), dtype, DEVICE).requires_grad_(True)
+        h = random_tensor((3, 24), dtype, DEVICE, scale=3.0).requires_grad_(True)
+        dy = random_tensor((3, 12), dtype, DEVICE)
+        sw.swiglu_op(a.detach(), b.detach())  # a plain call first: errors surface as themselves
+        torch.library.opcheck(sw.swiglu_op, (a, b))
+        torch.library.opcheck(sw.swiglu_op, h.chunk(2, dim=-1))  # strided rows
+        torch.library.opcheck(sw.swiglu_backward_op, (dy, a.detach(), b.detach()))
+        torch.library.opcheck(sw.swiglu_packed_op, (h,))
+        torch.library.opcheck(sw.swiglu_packed_backward_op, (dy, h.detach()))
+    ones = torch.ones((), device=DEVICE).expand(3, 12)  # y.sum()'s gradient
+    torch.library.opcheck(sw.swiglu_packed_backward_op, (ones, h.detach()))
+
+
+def test_eager_paths_and_the_registered_ops_agree():
+    h = random_tensor((6, 2 * 20), torch.float32, DEVICE, scale=3.0)
+    a, b = h.chunk(2, dim=-1)
+    with torch.no_grad():
+        plain = sw.swiglu(a, b)  # no autograd: the launch alone
+        plain_packed = sw.swiglu_packed(h)
+    hl = h.clone().requires_grad_(True)
+    tracked = sw.swiglu(*hl.chunk(2, dim=-1))  # SwiGLUFunction
+    tracked_packed = sw.swiglu_packed(hl)  # SwiGLUPackedFunction
+    for got in (tracked.detach(), tracked_packed.detach(), sw.swiglu_op(a, b), sw.swiglu_packed_op(h), plain_packed):
+        assert torch.equal(got, plain)
+    assert_close(plain, reference(a, b))
+    dy = random_tensor(plain.shape, torch.float32, DEVICE)
+    by_function = torch.autograd.grad(tracked_packed, hl, dy)[0]
+    ho = h.clone().requires_grad_(True)
+    by_op = torch.autograd.grad(sw.swiglu_packed_op(ho), ho, dy)[0]
+    assert torch.equal(by_function, by_op)
+    assert torch.equal(torch.cat(sw.swiglu_backward_op(dy, a, b), dim=-1), by_op)
+
+
+def mlp(packed: bool, act_split, act_packed):
+    """A gated MLP: one up projection to [gate | up], SwiGLU, the down projection."""
+    def f(x, w_up, w_down):
+        h = x @ w_up
+        y = act_packed(h) if packed else act_split(*h.chunk(2, dim=-1))
+        return (y @ w_down).tanh()
+    return f
+
+
+def _torch_packed(h):
+    g, u = h.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["swiglu", "swiglu_packed"])
+def test_compiles_with_no_graph_break(packed):
+    # fullgraph=True raises on any graph break; on the GPU Inductor compiles the matmuls around
+    # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).
+    torch._dynamo.reset()
+    ours = mlp(packed, sw.swiglu, sw.swiglu_packed)
+    x = random_tensor((6, 16), torch.float32, DEVICE)
+    w_up = random_tensor((16, 2 * 24), torch.float32, DEVICE, scale=0.5)
+    w_down = random_tensor((24, 16), torch.float32, DEVICE, scale=0.25)
+    eager_leaves = [t.clone().requires_grad_(True) for t in (x, w_up, w_down)]
+    y_eager = ours(*eager_leaves)
+    dy = random_tensor(y_eager.shape, torch.float32, DEVICE)
+    eager_grads = torch.autograd.grad(y_eager, eager_leaves, dy)
+    compiled = torch.compile(ours, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
+    leaves = [t.clone().requires_grad_(True) for t in (x, w_up, w_down)]
+    y = compiled(*leaves)
+    grads = torch.autograd.grad(y, leaves, dy)
+    # The same kernels: only the torch ops around them may round differently once fused.
+    assert_close(y, y_eager, rtol=1e-5, atol=1e-5)
+    for name, got, want in zip(("dx", "dw_up", "dw_down"), grads, eager_grads):
+        assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()), name=name)
+    ref_leaves = [t.double().requires_grad_(True) for t in (x, w_up, w_down)]
+    y_ref = mlp(packed, lambda g, u: F.silu(g) * u, _torch_packed)(*ref_leaves)
+    # fp32 matmuls around the op: a few ulps of their sums, not of each element.
+    assert_close(y, y_ref.float(), rtol=1e-5, atol=1e-5, name="y vs float64")
+    for name, got, want in zip(("dx", "dw_up", "dw_down"), grads, torch.autograd.grad(y_ref, ref_leaves, dy.double())):
+        assert_close(got, want.float(), rtol=1e-5, atol=1e-5 * float(want.abs().max()), name=f"{name} vs float64")
+
+
+def test_compiled_graph_holds_the_ops_not_their_kernels():
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    x = random_tensor((4, 8), torch.float32, DEVICE)
+    w_up, w_down = random_tensor((8, 2 * 12), torch.float32, DEVICE), random_tensor((12, 8), torch.float32, DEVICE)
+    for packed, name in ((False, "swiglu"), (True, "swiglu_packed")):
+        graphs.clear()
+        torch.compile(mlp(packed, sw.swiglu, sw.swiglu_packed), backend=backend, fullgraph=True)(x, w_up, w_down)
+        assert len(graphs) == 1
+        targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+        assert sum(t.endswith(f"{sw.NAMESPACE}.{name}.default") for t in targets) == 1, targets
 
 
 # ---------------------------------------------------------------------------------- bad inputs

@@ -1,44 +1,39 @@
-"""Exercise: register Triton kernels as torch ops so that torch.compile keeps one graph.
+"""Exercise: register a Triton kernel as a torch op that torch.compile can trace.
 Same names as week4_triton_dl/custom_ops.py. Check your work with
 `pytest tests/week4/test_custom_ops.py --impl=exercises`.
 
-Suggested order: turn `cross_entropy_rows` and `cross_entropy_rows_backward` into
-`torch.library.custom_op`s (name them f"{NAMESPACE}::..."), give them `register_fake`
-functions, connect them with `register_autograd` (mark the lse output non-differentiable), then
-write `cross_entropy_op` with a sync-free mean; then `bias_gelu_op` as a
-`torch.library.triton_op` launching week 3's `bias_gelu_kernel` through
-`torch.library.wrap_triton`. `compile_report` tells you whether Dynamo made one graph.
+The custom_op half of the lesson is cross_entropy.py's registered cross-entropy, GIVEN here as in
+the solution (imported, not registered twice): read its section "the op torch.compile sees"
+(fake functions, an autograd formula that calls a second op, a non-differentiable lse output),
+and `cross_entropy.cross_entropy`, which calls the op under torch.compile and a cheaper
+autograd.Function in eager mode. `compile_report` and the small model tails are given too.
+
+Yours: `bias_gelu_op` as a `torch.library.triton_op` launching week 3's
+`fused_elementwise.bias_gelu_kernel` through `torch.library.wrap_triton` on a GPU (in the
+interpreter torch 2.11's wrap_triton refuses interpreted kernels: launch the kernel directly
+there, `runtime.on_gpu()` says which), with input checks written with `torch._check_value` /
+`torch._check_type` (they also run on fake tensors) and a `register_autograd` backward in torch
+ops. Name it f"{NAMESPACE}::bias_gelu".
 """
 from __future__ import annotations
 
 import torch
 
-from course import runtime  # noqa: F401  before triton: GPU or interpreter
+from course import ops, runtime  # noqa: F401  runtime before triton: GPU or interpreter
 from week3_triton_kernels import fused_elementwise
-from week4_triton_dl import cross_entropy as ce  # the solution's kernels: this exercise is the registration
+from week4_triton_dl import cross_entropy as ce  # the solution's registered ops: given
 
-import triton  # noqa: E402, F401
+NAMESPACE = ops.namespace(__name__)  # "course_exercises": beside the solution's "course"
 
-NAMESPACE = "week4_exercises" if ".exercises." in __name__ else "week4"
-
-
-def cross_entropy_rows(logits, targets, ignore_index, label_smoothing):
-    """Per-row loss and logsumexp: ce.cross_entropy_forward, as a custom op."""
-    raise NotImplementedError("not implemented yet: cross_entropy_rows (week4 exercise)")
+# ------------------------------------------------------------- custom_op: opaque to the compiler
+cross_entropy_rows = ce.cross_entropy_rows_op                    # torch.ops.course.cross_entropy_rows
+cross_entropy_rows_backward = ce.cross_entropy_rows_backward_op  # torch.ops.course.cross_entropy_rows_backward
+cross_entropy_op = ce.cross_entropy                              # the public entry: op when compiling
 
 
-def cross_entropy_rows_backward(logits, targets, lse, grad, ignore_index, label_smoothing):
-    """dlogits from the saved lse: ce.cross_entropy_backward, as a custom op."""
-    raise NotImplementedError("not implemented yet: cross_entropy_rows_backward (week4 exercise)")
-
-
-def cross_entropy_op(logits, targets, *, ignore_index=ce.IGNORE_INDEX, reduction="mean", label_smoothing=0.0):
-    """F.cross_entropy through the registered op; the reduction in torch ops, no .item()."""
-    raise NotImplementedError("not implemented yet: cross_entropy_op (week4 exercise)")
-
-
+# ------------------------------------------------------- triton_op: transparent to the compiler
 def bias_gelu_op(x, bias):
-    """gelu(x + bias) as a triton_op launching fused_elementwise.bias_gelu_kernel via wrap_triton."""
+    """gelu(x + bias) (exact erf) as a triton_op launching fused_elementwise.bias_gelu_kernel via wrap_triton."""
     raise NotImplementedError("not implemented yet: bias_gelu_op (week4 exercise)")
 
 
@@ -47,6 +42,7 @@ def raw_bias_gelu(x, bias):
     return fused_elementwise.bias_gelu(x, bias)
 
 
+# ------------------------------------------------------------------------------------ tooling
 def compile_report(fn, *args):
     """What Dynamo makes of fn(*args): {"graphs", "graph_breaks", "break_reasons", "error"}."""
     torch._dynamo.reset()
@@ -61,12 +57,15 @@ def compile_report(fn, *args):
 
 
 def loss_head(h, weight, targets):
+    """A small model tail to compile: logits = h W^T, then the registered cross-entropy."""
     return cross_entropy_op(h @ weight.t(), targets, label_smoothing=0.1)
 
 
 def mlp_tail(x, bias):
+    """torch ops around the triton_op: the compiler sees and schedules the wrapped kernel."""
     return (bias_gelu_op(x * 2.0, bias) + 1.0).sum(-1)
 
 
 def raw_tail(x, bias):
+    """The same tail with the raw, unregistered launch."""
     return (raw_bias_gelu(x * 2.0, bias) + 1.0).sum(-1)

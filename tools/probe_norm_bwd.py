@@ -1,0 +1,55 @@
+"""Probe (GPU): the norms' backward launch settings at narrow rows (issue 15), both norms, bf16.
+
+For each shape: torch's backward, the current default, then num_warps x rows per step x stages x
+programs per SM; prints ms and % of copy (bytes = read x, dy + write dx). Also the forward row
+kernel against torch. Run: python tools/probe_norm_bwd.py [MxN ...]
+"""
+import sys
+
+import torch
+
+from course import bench, runtime
+from week4_triton_dl import layernorm as ln
+from week4_triton_dl import rmsnorm as rn
+
+
+def main(shapes):
+    copy = bench.copy_bandwidth_gbps()
+    sms = runtime.sm_count()
+    print(f"copy {copy:.0f} GB/s, {sms} SMs")
+    for M, N in shapes:
+        x, w, b, dy = (torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in ((M, N), N, N, (M, N)))
+        nbytes = 3 * M * N * 2
+        _, mean, rstd = ln.layer_norm_forward(x, w, b, 1e-5)
+        _, rrstd = rn.rms_norm_forward(x, w, 1e-5)
+        _, mt, rt = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
+        rows = [("ln torch", ln.timed(lambda: ln.torch_backward(dy, x, w, b, mt, rt))),
+                ("ln default", ln.timed(lambda: ln.layer_norm_backward(dy, x, mean, rstd, w, True))),
+                ("rms torch", ln.timed(lambda: rn.torch_backward(dy, x, rn._torch_rstd(x, w), w))),
+                ("rms default", ln.timed(lambda: rn.rms_norm_backward(dy, x, rrstd, w)))]
+        for nw in (4, 8):
+            for bm in (1, 2, 4):
+                for stages in (1, 2, 3):
+                    for per_sm in (2, 4, 8):
+                        kw = dict(block_m=bm, num_partials=per_sm * sms, num_warps=nw, num_stages=stages)
+                        try:
+                            rows.append((f"ln nw={nw} bm={bm} st={stages} P={per_sm}/SM",
+                                         ln.timed(lambda: ln.layer_norm_backward(dy, x, mean, rstd, w, True, **kw))))
+                            rows.append((f"rms nw={nw} bm={bm} st={stages} P={per_sm}/SM",
+                                         ln.timed(lambda: rn.rms_norm_backward(dy, x, rrstd, w, **kw))))
+                        except Exception as error:  # noqa: BLE001 - a config that does not fit
+                            rows.append((f"nw={nw} bm={bm} st={stages} P={per_sm}: {type(error).__name__}", float("nan")))
+        fwd = [("ln fwd torch", ln.timed(lambda: ln.torch_forward(x, w, b))),
+               ("ln fwd row", ln.timed(lambda: ln.layer_norm_forward(x, w, b, 1e-5))),
+               ("rms fwd torch", ln.timed(lambda: rn.torch_forward(x, w))),
+               ("rms fwd row", ln.timed(lambda: rn.rms_norm_forward(x, w, 1e-5)))]
+        print(f"\n## {M}x{N} bf16 backward (bytes 3MNs)")
+        for name, ms in sorted(rows, key=lambda r: (r[0].split()[0], r[1])):
+            print(f"{name:36s} {ms * 1e3:9.1f} us {nbytes / ms / 1e6 / copy * 100:6.1f}% of copy")
+        for name, ms in fwd:
+            print(f"{name:36s} {ms * 1e3:9.1f} us {2 * M * N * 2 / ms / 1e6 / copy * 100:6.1f}% of copy")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:] or ["65536x768", "16384x1024", "8192x768", "16384x4096"]
+    main([tuple(int(v) for v in a.split("x")) for a in args])
