@@ -74,6 +74,30 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compile_mode(compile) -> str | None:
+    """None (eager), or one of COMPILE_MODES: `compile=True` is torch.compile's default mode."""
+    if compile is False or compile is None:
+        return None
+    if compile is True:
+        return "default"
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"compile must be a bool or one of {COMPILE_MODES}, got {compile!r}")
+    return compile
+
+
+def compile_options(mode: str, device: torch.device) -> dict:
+    """torch.compile's arguments. Without a GPU, the aot_eager backend: Dynamo and AOTAutograd
+    trace exactly what Inductor would get (fake tensors, the ops' autograd formulas), without
+    compiling C++ for the CPU, which takes minutes and teaches nothing here."""
+    if device.type != "cuda":
+        return {"backend": "aot_eager"}
+    return {} if mode == "default" else {"mode": mode}
+
+
 class Trainer:
     """One model, its optimizer and its data stream, stepped and checkpointed as a unit.
 
@@ -82,7 +106,7 @@ class Trainer:
     """
 
     def __init__(self, config: str | cm.GPTConfig, tc: TrainConfig, *, ops: str = "fast", device=None,
-                 fsdp: bool = False, compile: bool = False):
+                 fsdp: bool = False, compile: bool | str = False):
         if not isinstance(tc, TrainConfig):
             raise TypeError(f"tc must be a week5 TrainConfig, got {type(tc).__name__}")
         self.cfg, self.tc, self.ops_name = cm.preset(config), tc, ops
@@ -116,7 +140,12 @@ class Trainer:
         # The global batch is drawn on the CPU in every rank (same seed: same batches), then sharded.
         self.batches = data.Batches(self.train_tokens, tc.batch, seq_len, seed=tc.seed, device="cpu")
         self.amp = amp_enabled(tc, self.device)
-        self.loss_fn = torch.compile(self.module) if compile else self.module
+        self.compile_mode = compile_mode(compile)
+        # reduce-overhead / max-autotune replay the compiled forward and backward as CUDA graphs:
+        # one launch of the whole graph instead of hundreds, so the host no longer paces the GPU.
+        self.cudagraphs = self.compile_mode in CUDAGRAPH_MODES and self.device.type == "cuda"
+        self.loss_fn = self.module if self.compile_mode is None else torch.compile(
+            self.module, **compile_options(self.compile_mode, self.device))
         self.step = 0
 
     # ------------------------------------------------------------------ one step
@@ -131,6 +160,8 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
+        if self.cudagraphs:  # a new step: the graphs may reuse the last step's output memory
+            torch.compiler.cudagraph_mark_step_begin()
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp else nullcontext()
         with autocast:
             loss = self.loss_fn(x, y)
@@ -138,7 +169,8 @@ class Trainer:
         clip = self.tc.grad_clip if self.tc.grad_clip is not None else math.inf
         norm = _full(torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True))
         self.opt.step()
-        loss = loss.detach().float()
+        # A CUDA graph's output lives in memory the next replay overwrites: keep a copy.
+        loss = loss.detach().float().clone() if self.cudagraphs else loss.detach().float()
         if self.world > 1:  # this rank's shard mean -> the global batch's mean (equal shards)
             dist.all_reduce(loss)
             loss = loss / self.world
@@ -411,7 +443,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (default: at the end)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--fsdp", action="store_true", help="FSDP2 (needs torchrun, or WORLD_SIZE=1 for one process)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the loss (forward + backward)")
+    p.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES,
+                   help="torch.compile the loss (forward + backward); optionally a mode: reduce-overhead and "
+                        "max-autotune replay it as CUDA graphs")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p

@@ -70,7 +70,11 @@ COUNTERPARTS = [
      "week3 fused_elementwise.py: bias_gelu_kernel / week4 fused_mlp.py: act_backward_kernel"),
     ("LayerNorm", lambda f: has_op(f, "native_layer_norm") or has_op(f, "var_mean") or has_op(f, "native_layer_norm_backward"),
      "week4 layernorm.py: layernorm_fwd_*_kernel / layernorm_bwd_kernel"),
-    ("RMSNorm", lambda f: has_op(f, "rsqrt"), "week4 rmsnorm.py: rmsnorm_fwd_*_kernel"),
+    # torch >= 2.9 lowers F.rms_norm on CUDA to aten._fused_rms_norm(_backward), and Inductor names
+    # its kernels after them; on the CPU (and in older torch) it is pow, mean, rsqrt, ... instead.
+    ("RMSNorm backward", lambda f: has_op(f, "_fused_rms_norm_backward"),
+     "week4 rmsnorm.py: rmsnorm_bwd_kernel (+ layernorm.py: partial_sum_kernel for dW)"),
+    ("RMSNorm", lambda f: has_op(f, "rsqrt") or has_op(f, "_fused_rms_norm"), "week4 rmsnorm.py: rmsnorm_fwd_*_kernel"),
     ("RMSNorm backward", lambda f: has_op(f, "pow") and has_op(f, "sum") and has_op(f, "mul"),
      "week4 rmsnorm.py: rmsnorm_bwd_kernel (+ layernorm.py: partial_sum_kernel for dW)"),
     ("RoPE", lambda f: has_op(f, "cat") and has_op(f, "mul"),  # rotate_half = cat(-x2, x1), times sin
@@ -86,6 +90,7 @@ def ops_of(fused: str) -> list[str]:
     known = ["_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_flash_attention_for_cpu",
              "_log_softmax_backward_data", "_log_softmax", "nll_loss_backward", "nll_loss_forward",
              "embedding_dense_backward", "native_layer_norm_backward", "native_layer_norm", "silu_backward",
+             "_fused_rms_norm_backward", "_fused_rms_norm",
              "gelu_backward", "_unsafe_view", "_to_copy", "scalar_tensor", "var_mean", "sigmoid"]
     ops, rest = [], fused.strip("_")
     while rest:
@@ -142,7 +147,7 @@ def describe_kernel(name: str, graph: str, call_sites: int, reads: int | None = 
     elif job in ("RMSNorm", "LayerNorm") and more_reads and has_op(fused, "add"):
         cross_op = "residual add (+ norm): one pass instead of an add kernel then a norm kernel"
     elif job in ("RoPE", "SwiGLU") and any(has_op(fused, o) for o in ("clone", "transpose", "split")):
-        cross_op = "layout copy (the model's .contiguous()) fused in: the course kernels read strided views instead"
+        cross_op = "layout copy (q, k out of the fused qkv projection, the halves of [gate | up]) fused in: the course kernels read those strided views in place"
     elif job == "RMSNorm backward" and reads is not None and reads > NORM_READS["backward"] and has_op(fused, "add"):
         cross_op = "residual-gradient add (+ norm backward)"
     return GeneratedKernel(name, graph, ops, call_sites, job, counterpart, cross_op, reads)

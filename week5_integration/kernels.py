@@ -7,7 +7,7 @@ pure-PyTorch twin. This module builds the same record from the kernels written i
     norm                   rmsnorm.rms_norm / layernorm.layer_norm (wk 4)  F.rms_norm / F.layer_norm
     rope                   rope.apply_rope, layout "bhsd" (wk 4)           rotate-half in eager ops
     attention              flash_attention.flash_attention (wk 4)          F.scaled_dot_product_attention
-    swiglu                 swiglu.swiglu (wk 4)                            F.silu(gate) * up
+    swiglu                 swiglu.swiglu_packed (wk 4)                     g, u = h.chunk(2, -1); F.silu(g) * u
     gelu                   fused_elementwise.bias_gelu (wk 3) forward,     F.gelu(approximate="tanh")
                            fused_mlp.act_backward (wk 4) backward
     linear_cross_entropy   cross_entropy.fused_linear_cross_entropy (wk 4) h @ W^T, then F.cross_entropy
@@ -115,9 +115,10 @@ def course_attention(q, k, v, causal: bool):
     return flash_attention(q, k, v, causal=causal)
 
 
-def course_swiglu(gate, up):
-    """silu(gate) * up, forward and backward one Triton kernel each (week 4)."""
-    return swiglu.swiglu(gate, up)
+def course_swiglu(h):
+    """silu(gate) * up of h = [gate | up], forward and backward one Triton kernel each (week 4);
+    the halves are read in place and the backward writes one dh (no chunk, no cat)."""
+    return swiglu.swiglu_packed(h)
 
 
 class GeluTanhFunction(torch.autograd.Function):

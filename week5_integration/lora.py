@@ -300,6 +300,7 @@ def _output(out, shape, like, name):
     validate.tensor(out, name, dtypes=(like.dtype,), ndim=2, contiguous=False)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    _check_int32_span(out, name)  # the stores' offsets are int32 too
     return out
 
 

@@ -127,7 +127,9 @@ def torch_attention(q, k, v, causal: bool):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def torch_swiglu(gate, up):
+def torch_swiglu(h):
+    """silu(gate) * up for h = [gate | up] (..., 2 * hidden), the up projection's output."""
+    gate, up = h.chunk(2, dim=-1)
     return F.silu(gate) * up
 
 
@@ -148,7 +150,7 @@ class Ops:
     norm: Callable = torch_norm                  # (x, weight, bias, eps, kind) -> y
     rope: Callable = torch_rope                  # (q, k, cos, sin) -> (q, k)
     attention: Callable = torch_attention        # (q, k, v, causal) -> y
-    swiglu: Callable = torch_swiglu              # (gate, up) -> silu(gate) * up
+    swiglu: Callable = torch_swiglu              # ([gate | up]) -> silu(gate) * up
     gelu: Callable = torch_gelu                  # (x) -> gelu_tanh(x)
     linear_cross_entropy: Callable = torch_linear_cross_entropy  # (h, W, targets, ignore_index) -> loss
 
@@ -197,10 +199,11 @@ class Attention(nn.Module):
 
     def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        # (B, T, C) -> (B, H, T, Dh), made contiguous because the kernels index dense tensors.
-        q, k, v = (t.view(B, T, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2).contiguous()
-                   for t in (q, k, v))
+        # (B, T, 3C) -> three (B, H, T, Dh) VIEWS of the one projection: no copies. RoPE and
+        # attention read strided tensors (last dimension contiguous); a `.contiguous()` here
+        # would move q, k and v through HBM once more, forward and backward, for nothing.
+        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).unbind(2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             q, k = self.ops.rope(q, k, *rope)
         if cache is not None:
@@ -219,9 +222,8 @@ class MLP(nn.Module):
 
     def forward(self, x):
         h = self.up(x)
-        if self.kind == "swiglu":
-            gate, up = h.chunk(2, dim=-1)
-            return self.down(self.ops.swiglu(gate.contiguous(), up.contiguous()))
+        if self.kind == "swiglu":  # h = [gate | up]: the op takes both halves as one tensor
+            return self.down(self.ops.swiglu(h))
         return self.down(self.ops.gelu(h))
 
 
@@ -247,7 +249,10 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok.weight
-        self._rope_cache = {}
+        if cfg.pos == "rope":  # buffers: they follow the model to its device, and are not weights
+            cos, sin = self._rope_angles(torch.device("cpu"))
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self, seed: int | None = None):
@@ -269,16 +274,31 @@ class GPT(nn.Module):
                 module.ops = ops
         return self
 
+    def _rope_angles(self, device):
+        """cos/sin of every position's angles, (max_seq_len, Dh/2), computed in fp64, rounded once."""
+        dh = self.cfg.head_dim
+        inv_freq = self.cfg.rope_base ** (-torch.arange(0, dh, 2, dtype=torch.float64, device=device) / dh)
+        angles = torch.outer(torch.arange(self.cfg.max_seq_len, dtype=torch.float64, device=device), inv_freq)
+        return angles.cos().float(), angles.sin().float()
+
+    def _apply(self, fn, recurse=True):
+        # model.to(torch.bfloat16) would cast the tables too: keep them float32, recomputed where they
+        # now live (the angle of position 1000 needs more than bf16's 8 bits).
+        super()._apply(fn, recurse)
+        if self.cfg.pos == "rope" and self.rope_cos.dtype != torch.float32:
+            self.rope_cos, self.rope_sin = self._rope_angles(self.rope_cos.device)
+        return self
+
     def rope_tables(self, start: int, length: int):
-        """cos/sin (length, Dh/2) in float32 for positions [start, start + length)."""
-        device = self.tok.weight.device
-        key = (str(device), start, length)
-        if key not in self._rope_cache:
-            dh = self.cfg.head_dim
-            inv_freq = self.cfg.rope_base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)
-            angles = torch.outer(torch.arange(start, start + length, dtype=torch.float64), inv_freq)
-            self._rope_cache[key] = (angles.cos().float().to(device), angles.sin().float().to(device))
-        return self._rope_cache[key]
+        """cos/sin (length, Dh/2) in float32 for positions [start, start + length).
+
+        Slices of the tables of all max_seq_len positions, which the model holds as buffers:
+        computed once, moved with the model, never recomputed or copied per step. A decoding step
+        asks for one new position each time (computing it on the CPU and copying it over would be
+        a host-to-device copy, a synchronization, per token), and a compiled step must not compute
+        them inside its graph (they would live in the graph's output memory, which a CUDA-graph
+        replay overwrites). Row slices of a contiguous table are contiguous views: no allocation."""
+        return self.rope_cos[start:start + length], self.rope_sin[start:start + length]
 
     def hidden(self, idx, *, start: int = 0, cache: KVCache | None = None):
         """Token ids (B, T) -> final normalized hidden states (B, T, d)."""

@@ -447,6 +447,7 @@ def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
         if tuple(out.shape) != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
     y = out.view(-1, N)
+    lora_mod._check_int32_span(y, "out")  # M * N elements: the stores' offsets are int32
     M = x2.shape[0]
     if M and N:
         if K == 0:  # empty sums

@@ -80,9 +80,9 @@ def course_attention(q, k, v, causal: bool):
     raise NotImplementedError("not implemented yet: course_attention (week5 exercise)")
 
 
-def course_swiglu(gate, up):
+def course_swiglu(h):
     """silu(gate) * up, forward and backward one Triton kernel each (week 4)."""
-    # TODO: week 4's swiglu.swiglu.
+    # TODO: week 4's swiglu.swiglu_packed (h = [gate | up]).
     raise NotImplementedError("not implemented yet: course_swiglu (week5 exercise)")
 
 

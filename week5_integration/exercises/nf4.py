@@ -314,6 +314,7 @@ def nf4_dequantize(w: NF4Weight, dtype=torch.bfloat16, *, out=None) -> torch.Ten
 def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
     """x dequant(W)^T for x (..., K), W an NF4Weight of shape (N, K): the fused kernel (no autograd)."""
     # TODO: check x (..., K) against the weight (N, K) (2-D); allocate/check out (..., N);
+    #       refuse x or out spanning 2^31 elements or more (lora's _check_int32_span: int32 offsets);
     #       _launch_matmul on the 2-D views (K == 0: zeros).
     raise NotImplementedError("not implemented yet: nf4_matmul (week5 exercise)")
 

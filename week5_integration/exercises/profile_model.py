@@ -268,12 +268,11 @@ def profile_run(ops_list=None, *, cfg=None, tc=None, out: Path | None = None, st
 
 
 def warm_rope_cache(model: m.GPT, tc: tr.TrainConfig) -> None:
-    """Fill the model's RoPE-table cache for this sequence length before compiling.
+    """Touch the model's RoPE tables before compiling (kept for older models: harmless).
 
-    `GPT.rope_tables` caches cos/sin in a dict on first use. Compiled cold, the first graph computes
-    the tables in-graph and inserts them; the next call fails Dynamo's guard on that dict and
-    compiles a second graph, the steady-state one. Filled first, one compile makes the graph every
-    step runs.
+    `GPT.rope_tables` used to fill a dict on first use, so a cold compile computed the tables
+    in-graph and recompiled on the next call. The tables are now buffers of the model, computed
+    at construction and moved with it (model.py): this call only slices them.
     """
     if model.cfg.pos == "rope":
         model.rope_tables(0, tc.seq_len or model.cfg.max_seq_len)
