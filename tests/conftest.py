@@ -11,9 +11,15 @@ import pytest
 from course import runtime  # noqa: F401  (import order matters: see the docstring)
 
 
+SLOW_ENV = "COURSE_SLOW"
+
+
 def pytest_addoption(parser):
     parser.addoption("--impl", choices=("solutions", "exercises"), default="solutions",
                      help="test the course's solutions, or your code in each week's exercises/")
+    parser.addoption("--slow", action="store_true", default=os.environ.get(SLOW_ENV, "") == "1",
+                     help="also run the exhaustive sweeps marked slow (every size, config and dtype "
+                          "product; end-to-end command lines); COURSE_SLOW=1 does the same")
 
 
 def pytest_configure(config):
@@ -27,6 +33,7 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow(config, items)
     if runtime.on_gpu():
         return
     for item in items:
@@ -35,6 +42,20 @@ def pytest_collection_modifyitems(config, items):
             why = marker.kwargs.get("reason", "a PyCUDA launch needs the CUDA driver")
             item.add_marker(pytest.mark.skip(reason=f"needs a real NVIDIA GPU ({why}); "
                                                     "this run simulates on the CPU"))
+
+
+def _deselect_slow(config, items) -> None:
+    """A learner's run leaves out the tests marked slow; `--slow` (or any `-m` expression) keeps them.
+
+    The default run keeps, per kernel, every dtype, a ragged size and a non-contiguous case; the
+    slow ones are the rest of each sweep. `-m slow` runs only those, `--slow` everything.
+    """
+    if config.getoption("--slow") or config.option.markexpr:
+        return
+    keep = [item for item in items if item.get_closest_marker("slow") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
+        items[:] = keep
 
 
 FAILURE_LOG_ENV = "COURSE_FAILURE_LOG"

@@ -244,27 +244,42 @@ def scan_numba_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     return out
 
 
-def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool) -> None:
-    tile = 2 * MULTIBLOCK_THREADS
+def _multiblock_threads(threads, default: int) -> int:
+    """Threads per block of a multi-block scan: a power of two (the Blelloch tree), 1 to 1024."""
+    if threads is None:
+        return default
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= BLELLOCH_MAX // 2 \
+            or threads & (threads - 1):
+        raise ValueError(f"threads must be a power of two from 1 to {BLELLOCH_MAX // 2}, got {threads!r}")
+    return threads
+
+
+def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threads: int) -> None:
+    tile = 2 * threads
     blocks = math.ceil(x.numel() / tile)
     totals = torch.empty(blocks, dtype=x.dtype, device=x.device)
-    _NUMBA["blelloch", x.dtype][blocks, MULTIBLOCK_THREADS](
+    _NUMBA["blelloch", x.dtype][blocks, threads](
         interop.to_numba(x), interop.to_numba(out), interop.to_numba(totals), int(exclusive))
     if blocks > 1:
         # Each tile needs the sum of the tiles before it: an exclusive scan of the tile totals,
         # itself a (1/tile times shorter) scan, hence the recursion.
         offsets = torch.empty_like(totals)
-        _numba_multiblock(totals, offsets, exclusive=True)
-        scan_add_offsets_kernel[math.ceil(x.numel() / MULTIBLOCK_THREADS), MULTIBLOCK_THREADS](
+        _numba_multiblock(totals, offsets, True, threads)
+        scan_add_offsets_kernel[math.ceil(x.numel() / threads), threads](
             interop.to_numba(out), interop.to_numba(offsets), tile)
 
 
 def scan_numba_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
-                          exclusive: bool = False) -> torch.Tensor:
-    """Scan of any length (Numba): Blelloch per tile, scan of tile totals, add them back."""
+                          exclusive: bool = False, threads: int | None = None) -> torch.Tensor:
+    """Scan of any length (Numba): Blelloch per tile, scan of tile totals, add them back.
+
+    `threads` per block (default MULTIBLOCK_THREADS; tiles of 2 x threads): small values make
+    the recursion over the tile totals several levels deep at small n (the tests use that).
+    """
     out = _checked(x, out, exclusive, "scan_numba_multiblock")
+    threads = _multiblock_threads(threads, MULTIBLOCK_THREADS)
     if x.numel():
-        _numba_multiblock(x, out, exclusive)
+        _numba_multiblock(x, out, exclusive, threads)
     return out
 
 
@@ -316,8 +331,7 @@ def scan_cuda_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     return out
 
 
-def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool) -> None:
-    threads = CUDA_MULTIBLOCK_THREADS
+def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threads: int) -> None:
     tile = 2 * threads
     n = x.numel()
     blocks = math.ceil(n / tile)
@@ -326,17 +340,20 @@ def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool) -> Non
         (blocks, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), totals.data_ptr(), n, int(exclusive))
     if blocks > 1:
         offsets = torch.empty_like(totals)
-        _cuda_multiblock(totals, offsets, exclusive=True)
+        _cuda_multiblock(totals, offsets, True, threads)
         _cuda_c_kernel("add_offsets", x.dtype).prepared_async_call(
             (math.ceil(n / threads), 1), (threads, 1, 1), None, out.data_ptr(), offsets.data_ptr(), n, tile)
 
 
 def scan_cuda_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
-                         exclusive: bool = False) -> torch.Tensor:
-    """Scan of any length (CUDA C): `scan_blelloch_*` per tile, recursion, `scan_add_offsets_*`."""
+                         exclusive: bool = False, threads: int | None = None) -> torch.Tensor:
+    """Scan of any length (CUDA C): `scan_blelloch_*` per tile, recursion, `scan_add_offsets_*`.
+
+    `threads` per block as in scan_numba_multiblock (default CUDA_MULTIBLOCK_THREADS)."""
     out = _checked(x, out, exclusive, "scan_cuda_multiblock")
+    threads = _multiblock_threads(threads, CUDA_MULTIBLOCK_THREADS)
     if x.numel():
-        _cuda_multiblock(x, out, exclusive)
+        _cuda_multiblock(x, out, exclusive, threads)
     return out
 
 

@@ -23,6 +23,8 @@ simulation (same results; the timings there mean nothing), the footprint needs a
 """
 from __future__ import annotations
 
+import os
+
 import argparse
 
 import numpy as np
@@ -125,6 +127,25 @@ def d2h(device: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
 
 # --- memory footprint ---------------------------------------------------------------------------
 
+def process_memory_used() -> int | None:
+    """Bytes of GPU memory the driver holds for THIS process (NVML), None where NVML cannot say.
+
+    `cudaMemGetInfo`'s free memory is the whole GPU's: another process allocating at the same
+    moment (another notebook, `pytest -n 8`) moves it too. NVML lists each process's share:
+    its CUDA context plus every allocation, whoever in the process made it (torch, Numba, ...).
+    """
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(runtime.DEVICE).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # no NVML library or binding (pip install nvidia-ml-py), or not allowed here
+        return None
+    used = [p.usedGpuMemory for p in processes if p.pid == os.getpid()]
+    return used[0] if used and used[0] is not None else None
+
+
 def memory_snapshot(stage: str) -> dict:
     """What the driver and torch's allocator say about GPU memory right now."""
     free, total = torch.cuda.mem_get_info(runtime.DEVICE)  # cudaMemGetInfo: the whole GPU
@@ -132,6 +153,7 @@ def memory_snapshot(stage: str) -> dict:
     return {
         "stage": stage,
         "driver_free": free, "driver_total": total,
+        "process_used": process_memory_used(),  # this process's share of the GPU (NVML)
         "numba_free": numba_free, "numba_total": numba_total,
         # Bytes in live tensors, and bytes torch holds from the driver (live + cached).
         "torch_allocated": torch.cuda.memory_allocated(runtime.DEVICE),
@@ -190,11 +212,12 @@ def flush_numba_frees() -> None:
 
 def footprint_table(rows: list[dict]) -> str:
     """The snapshots as a markdown table in MiB."""
-    head = ["stage", "driver free", "torch allocated", "torch reserved", "not torch (context, Numba, ...)"]
+    head = ["stage", "driver free", "this process", "torch allocated", "torch reserved",
+            "not torch (context, Numba, ...)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["stage"]] + [f"{r[k] / MIB:,.0f}" for k in ("driver_free", "torch_allocated",
-                                                                 "torch_reserved", "not_torch")]
+        cells = [r["stage"]] + ["-" if r.get(k) is None else f"{r[k] / MIB:,.0f}"
+                                for k in ("driver_free", "process_used", "torch_allocated", "torch_reserved", "not_torch")]
         lines.append("| " + " | ".join(cells) + " |")
     total = rows[0]["driver_total"] / MIB if rows else 0
     return f"GPU memory in MiB (total {total:,.0f} MiB):\n\n" + "\n".join(lines) + "\n"

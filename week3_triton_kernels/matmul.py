@@ -350,15 +350,18 @@ def _check(a, b, bias, activation, out, dtypes=DTYPES, out_dtype=None):
         validate.tensor(bias, "bias", dtypes=(out_dtype,), ndim=1)
         if bias.shape[0] != N:
             raise ValueError(f"bias has {bias.shape[0]} elements; expected N = {N} (one per column of c)")
-    for name, t in (("a", a), ("b", b)):
-        if max((s - 1) * st for s, st in zip(t.shape, t.stride())) > INT32_MAX:
-            raise ValueError(f"{name} spans more than 2^31 elements: the kernel's offsets are int32")
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=a.device)
     else:
         validate.tensor(out, "out", dtypes=(out_dtype,), ndim=2, contiguous=False)
         if tuple(out.shape) != (M, N):
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {(M, N)}")
+    # The kernels add a row offset and a column offset in int32 (rows * stride + cols * stride):
+    # the last element of every operand, `out` included, must lie less than 2^31 elements away.
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t.numel() and sum((s - 1) * st for s, st in zip(t.shape, t.stride())) > INT32_MAX:
+            raise ValueError(f"{name} spans more than 2^31 elements (strides {t.stride()}, shape "
+                             f"{tuple(t.shape)}): the kernel's offsets are int32")
     return M, N, K, out
 
 

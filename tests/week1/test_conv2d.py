@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor, with_specials
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep, with_specials
 
 cv = runtime.lesson("week1_cuda_python.conv2d")
 
@@ -27,6 +27,14 @@ def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return exact.float()
 
 
+def filter_for(k: int) -> torch.Tensor:
+    """A random K x K filter, the same in every test with this K: the constant-memory Numba rungs
+    compile one kernel per filter (its values are part of the code: ~1 s each on a GPU), so
+    repeating filters across tests saves compiles. test_reused_with_new_filters_of_the_same_size
+    changes filters on purpose."""
+    return torch.randn((k, k), generator=torch.Generator().manual_seed(1000 + k)).to(DEVICE)
+
+
 def atol_for(k: int) -> float:
     # K^2 fp32 FMAs on unit normals: the rounding errors of the running sum grow like
     # ~0.2 u K^2 (standard deviation); 8 u K^2 is ~40 of those, while a missing tap is
@@ -37,9 +45,9 @@ def atol_for(k: int) -> float:
 # (H, W), K: one pixel; tails of the 32 x 32 tile on both axes; K larger than the image;
 # K = 1 (a scaling); the largest K the constant buffer holds.
 CASES = runtime.pick(
-    gpu=[((1, 1), 1), ((5, 7), 3), ((33, 37), 5), ((3, 2), 7), ((6, 9), 15), ((257, 513), 3),
-         ((1000, 1001), 7), ((100, 100), 15), ((2048, 63), 9), ((1, 300), 5), ((300, 1), 11),
-         ((50, 70), 13)],
+    gpu=sweep([((1, 1), 1), ((33, 37), 5), ((3, 2), 7), ((6, 9), 15), ((257, 513), 3), ((50, 70), 13)],
+              [((5, 7), 3), ((1000, 1001), 7), ((100, 100), 15), ((2048, 63), 9), ((1, 300), 5), ((300, 1), 11)],
+              unpack=True),
     sim=[((1, 1), 1), ((5, 7), 3), ((33, 37), 5), ((3, 2), 7), ((6, 9), 15)])
 
 
@@ -47,7 +55,7 @@ CASES = runtime.pick(
 @pytest.mark.parametrize("name", launchers())
 def test_matches_torch(name, shape, k):
     x = random_tensor(shape, torch.float32, DEVICE)
-    w = random_tensor((k, k), torch.float32, DEVICE)
+    w = filter_for(k)
     out = poisoned(shape, torch.float32, DEVICE)
     assert getattr(cv, name)(x, w, out=out) is out
     assert_close(out, reference(x, w), atol=atol_for(k))
@@ -60,7 +68,7 @@ def test_nan_and_inf_propagate_like_torch(name):
     # +-max(fp32) times a tap overflows at a point of the fp32 sum that depends on the order
     # of the taps, where float64 would not overflow at all: keep NaN, +-Inf and -0.0.
     x[x.abs() == torch.finfo(torch.float32).max] = 1.5
-    w = random_tensor((3, 3), torch.float32, DEVICE)
+    w = filter_for(3)
     assert_close(getattr(cv, name)(x, w), reference(x, w), atol=atol_for(3))
 
 
@@ -99,6 +107,26 @@ def test_cuda_const_sees_each_new_filter():
     first, second = cv.conv2d_cuda_const(x, w1), cv.conv2d_cuda_tiled(x, w2)
     assert_close(first, reference(x, w1), atol=atol_for(5))
     assert_close(second, reference(x, w2), atol=atol_for(3))
+
+
+@pytest.mark.parametrize("name", launchers())
+def test_reused_with_new_filters_of_the_same_size(name):
+    """The constant-memory rungs keep a filter between calls (compiled into the Numba kernel,
+    uploaded to `c_filter` for CUDA C): each call must see its own filter, also when the
+    shape, and so any cache key made of the shape, stays the same."""
+    x = random_tensor((40, 35), torch.float32, DEVICE)
+    filters = [random_tensor((5, 5), torch.float32, DEVICE) for _ in range(2)]
+    for w in (*filters, filters[0], filters[0] * -2.0):
+        assert_close(getattr(cv, name)(x, w), reference(x, w), atol=atol_for(5))
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", launchers())
+def test_non_dense_layouts(name, layout):
+    """x, w or out sliced out of a bigger buffer work; strided or transposed ones are refused."""
+    x, w = random_tensor((37, 45), torch.float32, DEVICE), filter_for(5)
+    check_layouts(lambda x, w, out=None: getattr(cv, name)(x, w, out=out), {"x": x, "w": w}, reference(x, w),
+                  layout, strided_ok=False, atol=atol_for(5))
 
 
 def test_sanitizer_cases_cover_every_kernel():

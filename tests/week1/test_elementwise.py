@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor, sizes_1d, with_specials
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sizes_1d, with_specials
 
 ew = runtime.lesson("week1_cuda_python.elementwise")
 
@@ -12,8 +12,10 @@ DEVICE = runtime.DEVICE
 SIZES = sorted(set(sizes_1d(block=ew.THREADS_PER_BLOCK) + [1023, 1025]))
 # float64 takes the same path as float32 (only the scalar's type differs): in simulation,
 # where every thread is a Python thread, it gets the sizes that catch indexing bugs only.
-CASES = [pytest.param(d, n, id=f"{str(d)[6:]}-{n}") for d in ew.DTYPES for n in SIZES
-         if d == torch.float32 or runtime.on_gpu() or n in (0, 1, 1025)]
+# On a GPU the 65537 and 4M sizes are slow-only (1_000_003 keeps a large ragged size by default).
+SLOW_SIZES = {65537, (1 << 22) + 5}
+CASES = [pytest.param(d, n, id=f"{str(d)[6:]}-{n}", marks=pytest.mark.slow if n in SLOW_SIZES else ())
+         for d in ew.DTYPES for n in SIZES if d == torch.float32 or runtime.on_gpu() or n in (0, 1, 1025)]
 DTYPES = [pytest.param(d, id=str(d)[6:]) for d in ew.DTYPES]
 SPECIALS_N = runtime.pick(gpu=4099, sim=523)  # odd sizes: a partial last block
 ALPHA = -1.75  # exact in every float format: the reference and kernel round alike
@@ -76,6 +78,25 @@ def test_matrix_add_specials_and_empty():
     b = with_specials(random_tensor((17, 19), torch.float32, DEVICE)).flip(0).contiguous()
     assert_close(ew.matrix_add(a, b), a + b)
     assert ew.matrix_add(torch.empty(0, 3, device=DEVICE), torch.empty(0, 3, device=DEVICE)).shape == (0, 3)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("op", list(OPS) + ["matrix_add"])
+def test_non_dense_layouts(op, layout):
+    """Inputs or out sliced out of a bigger buffer work (any shape: the kernels see them flat);
+    strided or transposed ones are refused with a sentence that says so."""
+    shape = (13, 37)
+    if op == "matrix_add":
+        call = lambda a, b, out=None: ew.matrix_add(a, b, out=out)  # noqa: E731
+        inputs = {"a": random_tensor(shape, torch.float32, DEVICE), "b": random_tensor(shape, torch.float32, DEVICE)}
+        want = inputs["a"] + inputs["b"]
+    else:
+        run, ref, arity = OPS[op]
+        names = ("x", "y")[:arity]
+        call = lambda out=None, **kw: run(*(kw[k] for k in names), out)  # noqa: E731
+        inputs = {k: random_tensor(shape, torch.float32, DEVICE) for k in names}
+        want = ref(*inputs.values())
+    check_layouts(call, inputs, want, layout, strided_ok=False)
 
 
 def bad_inputs():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned
+from course.check import assert_close, check_layouts, layouts, poisoned, sweep
 
 hg = runtime.lesson("week1_cuda_python.histogram")
 
@@ -21,9 +21,11 @@ GLOBAL_ONLY = ("histogram_numba_global", "histogram_cuda_global")  # no shared-m
 DTYPE_PARAMS = [pytest.param(torch.uint8, id="uint8"), pytest.param(torch.int32, id="int32")]
 # (n, bins): one element, one bin, primes, not multiples of a 16-byte vector, of a block or of
 # the grid; bins from 1 past a warp to the shared-memory limit. Tiny in simulation.
+# The default run keeps a vector-less tail (15), one vector + a tail (17), a large ragged size
+# and the shared-memory limit; the rest of the sweep is slow.
 SHAPES = runtime.pick(
-    gpu=[(1, 1), (15, 7), (16, 256), (17, 256), (1000, 1), (65537, 256), (1_000_003, 33), (1_000_003, 1000),
-         ((1 << 24) + 5, 256), (4099, hg.MAX_SHARED_BINS)],
+    gpu=sweep([(1, 1), (15, 7), (17, 256), (65537, 256), (1_000_003, 33), (4099, hg.MAX_SHARED_BINS)],
+              [(16, 256), (1000, 1), (1_000_003, 1000), ((1 << 24) + 5, 256)]),
     sim=[(1, 1), (17, 5), (300, 256), (200, 1)],
 )
 
@@ -94,6 +96,58 @@ def test_global_rungs_take_many_bins(name):
     assert_close(getattr(hg, name)(x, bins).cpu(), expected_counts(x, bins))
 
 
+def contended(distribution: str, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Values that send many threads to few counters at once (bins = 256)."""
+    if distribution == "one_bin":
+        return torch.full((n,), 3, device=DEVICE, dtype=dtype)
+    if distribution == "two_bins":  # neighbouring threads alternate between two counters
+        return (torch.arange(n, device=DEVICE) % 2 * 255).to(dtype)
+    # skewed: 90% of the values in one bin, the rest spread over all 256
+    x = torch.randint(0, 256, (n,), device=DEVICE)
+    return torch.where(torch.rand(n, device=DEVICE) < 0.9, torch.full_like(x, 200), x).to(dtype)
+
+
+@pytest.mark.gpu(reason="contention needs threads that really run concurrently: the CUDA simulator runs them "
+                        "one by one, so a missing atomic (counts[v] += 1) passes there")
+@pytest.mark.parametrize("distribution", ["one_bin", "two_bins", "skewed"])
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", NUMBA + CUDA_C)
+def test_contention_many_threads_few_bins(name, dtype, distribution):
+    """Every rung's atomics (global, shared, and the merge of per-block copies) under contention:
+    ~16M increments on a few counters from every SM, compared with torch.bincount exactly."""
+    x = contended(distribution, (1 << 24) + 7, dtype)
+    out = poisoned(256, torch.int32, DEVICE)
+    getattr(hg, name)(x, 256, out=out)
+    assert_close(out.cpu(), expected_counts(x, 256))
+    assert int(out.sum()) == x.numel()
+
+
+@pytest.mark.parametrize("layout", layouts(1))
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", launchers())
+def test_non_dense_layouts(name, dtype, layout):
+    """x or out sliced out of a bigger buffer (unaligned: the vector rungs fall back) are counted;
+    strided ones are refused."""
+    bins = 37
+    x = values(runtime.pick(gpu=70_001, sim=67), bins, dtype)
+    check_layouts(lambda x, out=None: getattr(hg, name)(x, bins, out=out), {"x": x},
+                  expected_counts(x, bins).to(DEVICE), layout, strided_ok=False)
+
+
+@pytest.mark.gpu(reason="CUDA C vector tails: nvcc compiles them on the CPU, only a GPU runs them")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", ["histogram_cuda_per_warp", "histogram_cuda_per_lane"])
+def test_vector_tails(name, dtype):
+    """16-byte vectors (16 uint8 or 4 int32), HISTOGRAM_UNROLL = 2 in flight: fewer elements than a
+    vector, a vector and a tail, an odd number of vectors (the unroll's remainder), and tails
+    after many grid strides."""
+    per = 16 // torch.empty(0, dtype=dtype).element_size()
+    for n in (1, per - 1, per + 1, 3 * per, 3 * per + per - 1, 1_000_000 * per + 1, 1_000_001 * per + per - 1):
+        x = values(n, 256, dtype)
+        assert_close(getattr(hg, name)(x, 256).cpu(), expected_counts(x, 256), name=f"n={n}")
+
+
+@pytest.mark.slow
 @pytest.mark.gpu(reason="the CUDA C vector-load rungs through PyCUDA")
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("name", ["histogram_cuda_per_warp", "histogram_cuda_per_lane"])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep
 
 mm = runtime.lesson("week1_cuda_python.matmul")
 
@@ -39,8 +39,8 @@ def check(c, a, b):
 # (M, N, K): ones, primes, and sizes that straddle every rung's tile (16, 32, 64, 128) on a
 # GPU; in simulation (each thread a Python thread) only shapes of a block or two.
 SHAPES = runtime.pick(
-    gpu=[(1, 1, 1), (1, 129, 7), (31, 17, 5), (127, 129, 131), (128, 128, 128), (257, 511, 67),
-         (1000, 1024, 999), (2048, 1024, 4096)],
+    gpu=sweep([(1, 1, 1), (31, 17, 5), (127, 129, 131), (257, 511, 67)],
+              [(1, 129, 7), (128, 128, 128), (1000, 1024, 999), (2048, 1024, 4096)]),
     sim=[(1, 1, 1), (17, 33, 9), (5, 3, 19)],
 )
 
@@ -86,6 +86,18 @@ def test_empty_dimensions(name, shape):
     c = getattr(mm, name)(a, b, out=poisoned((m, n), torch.float32, DEVICE))
     assert c.shape == (m, n)
     assert_close(c, torch.zeros(m, n, device=DEVICE))  # K = 0: empty sums are 0, as torch gives
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", launchers())
+def test_non_dense_layouts(name, layout):
+    """a, b or out sliced out of a bigger buffer work (the float4 rungs pad unaligned operands);
+    strided, transposed and column-sliced ones are refused: these kernels index dense rows."""
+    m, n, k = runtime.pick(gpu=(67, 45, 33), sim=(9, 7, 5))
+    a, b = random_tensor((m, k), torch.float32, DEVICE), random_tensor((k, n), torch.float32, DEVICE)
+    want = (a.double() @ b.double()).float()
+    check_layouts(lambda a, b, out=None: getattr(mm, name)(a, b, out=out), {"a": a, "b": b}, want, layout,
+                  strided_ok=False, rtol=4 * U, atol=8 * U * k)
 
 
 @pytest.mark.gpu

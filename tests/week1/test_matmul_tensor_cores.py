@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep
 
 tc = runtime.lesson("week1_cuda_python.matmul_tensor_cores")
 
@@ -57,8 +57,8 @@ def type_cases():
 
 # (M, N, K): multiples of 16 and of the 128x128x32 block tile, and shapes that are neither
 # (ones, primes, one past a tile), up to a K long enough for the accumulation to matter.
-SHAPES = [(16, 16, 16), (128, 128, 128), (256, 128, 64), (1, 1, 1), (1, 129, 7), (31, 17, 5),
-          (127, 129, 131), (257, 511, 67), (1000, 1024, 999), (2048, 1024, 4096)]
+SHAPES = sweep([(16, 16, 16), (1, 1, 1), (31, 17, 5), (257, 511, 67), (1000, 1024, 999)],
+               [(128, 128, 128), (256, 128, 64), (1, 129, 7), (127, 129, 131), (2048, 1024, 4096)])
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -130,6 +130,22 @@ def test_unaligned_views(name):
     out = torch.empty(1 + 64 * 40, dtype=torch.float16, device=DEVICE)[1:].view(64, 40)
     getattr(tc, name)(a, b, out=out)
     check(out, a, b)
+
+
+@gpu
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_non_dense_layouts(name, layout):
+    """a, b or out sliced out of a bigger buffer work (padded copies where wmma's alignment is not
+    met); strided, transposed and column-sliced ones are refused."""
+    a = random_tensor((67, 45), torch.float16, DEVICE)
+    b = random_tensor((45, 33), torch.float16, DEVICE)
+    rtol, atol = tolerance(a, b, torch.float16)
+    # Against the exact product, as `check` does: the error model bounds the kernel's distance
+    # to it (half an ulp of fp16 + the fp32 accumulation). A reference rounded to fp16 first
+    # would add its own half ulp (seen on the H100: 1 of 2211 elements 1 ulp off, 2026-11-26).
+    check_layouts(lambda a, b, out=None: getattr(tc, name)(a, b, out=out), {"a": a, "b": b},
+                  a.double() @ b.double(), layout, strided_ok=False, rtol=rtol, atol=atol, out_dtype=torch.float16)
 
 
 @gpu

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, random_tensor, sizes_1d
+from course.check import assert_close, check_layouts, layouts, random_tensor, sizes_1d
 
 rd = runtime.lesson("week1_cuda_python.reduction")
 
@@ -26,13 +26,18 @@ LAUNCHERS = ["sum_atomic", "sum_shared_tree", "sum_warp_shuffle"]
 # In simulation every thread is a Python thread: the sizes that catch indexing bugs only.
 SIZES = runtime.pick(gpu=sizes_1d(block=rd.THREADS_PER_BLOCK) + [(1 << 26) + 3],
                      sim=[0, 1, 7, rd.THREADS_PER_BLOCK + 1])
+SLOW_SIZES = {65537, (1 << 22) + 5, (1 << 26) + 3}  # the default run keeps 1_000_003 (and the contention test)
+
+
+def sizes(nonzero: bool = False) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow if n in SLOW_SIZES else ()) for n in SIZES if n or not nonzero]
 
 
 def launchers(gpu_only_marked=True):
     return [pytest.param(n, marks=pytest.mark.gpu if gpu_only_marked and n in CUDA_C else ()) for n in LAUNCHERS]
 
 
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", sizes())
 @pytest.mark.parametrize("name", launchers())
 def test_integer_valued_sums_are_exact(name, n):
     x = torch.randint(-100, 101, (n,), device=DEVICE).float()
@@ -41,7 +46,7 @@ def test_integer_valued_sums_are_exact(name, n):
     assert_close(got.double(), x.double().sum(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("n", [n for n in SIZES if n])
+@pytest.mark.parametrize("n", sizes(nonzero=True))
 @pytest.mark.parametrize("name", launchers())
 def test_random_sums_within_rounding(name, n):
     x = random_tensor(n, torch.float32, DEVICE)
@@ -65,11 +70,42 @@ def test_inf_minus_inf_is_nan_and_empty_is_zero(name):
     assert_close(getattr(rd, name)(torch.empty(0, device=DEVICE)), torch.zeros((), device=DEVICE))
 
 
+@pytest.mark.gpu(reason="CUDA C vector tails: nvcc compiles them on the CPU, only a GPU runs them")
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 4 * 256 - 1, 4 * 256 + 3, 4 * 256 * 8 * 132 + 1, 4 * 256 * 8 * 132 * 3 + 2])
+def test_warp_shuffle_float4_tails(n):
+    """n % 4 != 0 (the scalar tail after the float4 loads), fewer than 4 elements, and past one
+    full grid-stride pass of the grid (8 blocks per SM on 132 SMs)."""
+    x = torch.randint(-100, 101, (n,), device=DEVICE).float()
+    assert_close(rd.sum_warp_shuffle(x).double(), x.double().sum(), rtol=0, atol=0)
+
+
 @pytest.mark.gpu
 def test_warp_shuffle_unaligned_view_and_any_shape():
     base = torch.randint(-100, 101, (4103,), device=DEVICE).float()
     for x in (base[1:], base[3:4102], base[:4100].view(41, 100)):
         assert_close(rd.sum_warp_shuffle(x).double(), x.double().sum(), rtol=0, atol=0)
+
+
+@pytest.mark.gpu(reason="contention needs threads that really run concurrently: the CUDA simulator runs them "
+                        "one by one, so a missing atomic (out[0] += v) passes there")
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_contention_every_thread_adds_to_one_address(name):
+    """All of the grid's atomics land on out[0] (per element for sum_atomic, per block for the
+    others): 2^24 - 1 ones sum to 2^24 - 1 exactly in fp32 (every partial sum is an integer
+    below 2^24), so one lost update shows as an exact miss."""
+    n = (1 << 24) - 1
+    assert float(getattr(rd, name)(torch.ones(n, device=DEVICE))) == n
+    x = torch.randint(0, 3, (n // 2,), device=DEVICE).float()  # 0, 1, 2: every partial sum < 2^24, exact
+    assert_close(getattr(rd, name)(x).double(), x.double().sum(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", launchers())
+def test_non_dense_layouts(name, layout):
+    """x sliced out of a bigger buffer (unaligned: no float4) is summed; a strided x is refused."""
+    x = torch.randint(-100, 101, (runtime.pick(gpu=257, sim=9), 41), device=DEVICE).float()
+    check_layouts(lambda x, out=None: getattr(rd, name)(x), {"x": x}, x.double().sum().float(), layout,
+                  strided_ok=False, takes_out=False, rtol=0, atol=0)
 
 
 def bad_inputs():

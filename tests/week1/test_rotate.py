@@ -3,14 +3,14 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor, with_specials
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep, with_specials
 
 rt = runtime.lesson("week1_cuda_python.rotate")
 
 DEVICE = runtime.DEVICE
 LAUNCHERS = ["rotate90_naive", "rotate90_shared", "rotate90_padded"]
 # 1 x 1, a single row and column, tails of the 32 x 32 tile, tall and wide, primes.
-SHAPES = runtime.pick(gpu=[(1, 1), (1, 1000), (1000, 1), (31, 33), (45, 70), (257, 129), (4097, 1025)],
+SHAPES = runtime.pick(gpu=sweep([(1, 1), (31, 33), (257, 129)], [(1, 1000), (1000, 1), (45, 70), (4097, 1025)]),
                       sim=[(1, 1), (1, 40), (40, 1), (33, 31), (3, 5)])
 DIRECTIONS = [pytest.param(True, id="clockwise"), pytest.param(False, id="counter-clockwise")]
 
@@ -61,6 +61,15 @@ def test_torch_reference_writes_out():
     out = poisoned((3, 5), torch.float32, DEVICE)
     assert rt.rotate90_torch(x, False, out=out) is out
     assert_close(out, expected(x, False), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_non_dense_layouts(name, layout):
+    """x or out sliced out of a bigger buffer work; strided or transposed ones are refused."""
+    x = random_tensor(runtime.pick(gpu=(70, 45), sim=(9, 5)), torch.float32, DEVICE)
+    check_layouts(lambda x, out=None: getattr(rt, name)(x, True, out=out), {"x": x}, expected(x, True), layout,
+                  strided_ok=False, rtol=0, atol=0)
 
 
 def bad_inputs():

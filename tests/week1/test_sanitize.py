@@ -360,6 +360,7 @@ def test_launch_benchmark_calls_each_variant_once():
 
 # --- the real thing -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a compute-sanitizer process per case, tens of seconds each; the full sweep: python -m week1_cuda_python.sanitize
 @pytest.mark.gpu(reason="compute-sanitizer instruments real kernel launches")
 @pytest.mark.parametrize("tool, case", [("memcheck", "vector_add:vector_add_f32x4"),
                                         ("racecheck", "reduction:sum_shared_tree_kernel")])

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, random_tensor, with_specials
+from course.check import assert_close, random_tensor, sweep, with_specials
 
 st = runtime.lesson("week1_cuda_python.streams")
 
@@ -82,8 +82,8 @@ def pinned(n, fill=None):
 
 # (n, streams, chunks): one element; fewer elements than chunks; odd n; more chunks than
 # streams, not a multiple of them; a single chunk. GPU-only tests: no simulation sizes.
-PIPELINE_CASES = [(1, 4, 8), (100, 4, 8), (1_000_003, 4, 8), (1_000_003, 3, 7), (65_536, 8, 64),
-                  (10_007, 1, 1), (4099, 2, 3)]
+PIPELINE_CASES = sweep([(1, 4, 8), (1_000_003, 3, 7), (4099, 2, 3)],
+                       [(100, 4, 8), (1_000_003, 4, 8), (65_536, 8, 64), (10_007, 1, 1)], unpack=True)
 
 
 @pytest.mark.gpu(reason="CUDA streams, pinned memory and PyCUDA need a real GPU")
@@ -115,6 +115,45 @@ def test_pipeline_specials_and_empty(name):
         assert getattr(st, name)(empty, empty.clone()).shape == (0,)
         out = torch.empty(0)
         assert getattr(st, name)(empty, empty.clone(), out) is out
+
+
+@pytest.mark.gpu(reason="CUDA streams, pinned memory and PyCUDA need a real GPU")
+@pytest.mark.parametrize("name", GPU_PIPELINES)
+def test_pipeline_reused_gives_each_calls_answer(name):
+    """The stream pools are kept between calls (and the caching allocator hands the last call's
+    device buffers out again): a second and third call, shorter and then longer, must each give
+    their own inputs' answer, never a stale chunk of the call before."""
+    for n in (70_001, 1_003, 70_001):
+        a, b = pinned(n), pinned(n)
+        out = pinned(n, fill=float("nan"))
+        getattr(st, name)(a, b, out, iters=3)
+        assert_close(out, reference64(a, b, 3))
+
+
+@pytest.mark.gpu(reason="CUDA streams, pinned memory and PyCUDA need a real GPU")
+@pytest.mark.parametrize("layout", ["offset", "strided"])
+@pytest.mark.parametrize("name", GPU_PIPELINES)
+def test_non_dense_layouts(name, layout):
+    """Pinned host tensors sliced out of a bigger pinned buffer work; strided ones are refused."""
+    n = 4099
+
+    def pinned_view(values):
+        buffer = torch.full((2 * n + 2,), float("nan")).pin_memory()
+        view = buffer[1:n + 1] if layout == "offset" else buffer[::2][:n]
+        view.copy_(values)
+        return view
+
+    a, b = pinned(n), pinned(n)
+    want = reference64(a, b, 0)
+    for which in ("a", "b", "out"):
+        args = {"a": a, "b": b, "out": None}
+        args[which] = pinned_view(args[which] if which != "out" else torch.full((n,), float("nan")))
+        if layout == "strided":
+            with pytest.raises(ValueError, match="not contiguous"):
+                getattr(st, name)(args["a"], args["b"], args["out"])
+            continue
+        got = getattr(st, name)(args["a"], args["b"], args["out"])
+        assert_close(got, want, name=f"{which} {layout}")
 
 
 @pytest.mark.gpu(reason="CUDA streams need a real GPU")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor, with_specials
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep, with_specials
 
 tr = runtime.lesson("week1_cuda_python.transpose")
 
@@ -14,8 +14,9 @@ NUMBA = list(tr.NUMBA_LAUNCHERS)
 CUDA_C = list(tr.CUDA_C_LAUNCHERS)
 # 1, primes, one past a tile (32 and 64), odd and even widths, tall and wide; in simulation a
 # few tiles at most.
-SHAPES = runtime.pick(gpu=[(1, 1), (1, 1000), (1000, 1), (31, 33), (64, 64), (65, 63), (128, 192), (257, 129),
-                           (4097, 1025), (1030, 4096)],
+# The default run keeps 1 x 1, tails of both tiles, full 64-tiles (the vector path) and a large one.
+SHAPES = runtime.pick(gpu=sweep([(1, 1), (31, 33), (65, 63), (257, 129), (1030, 4096)],
+                                [(1, 1000), (1000, 1), (64, 64), (128, 192), (4097, 1025)]),
                       sim=[(1, 1), (1, 40), (40, 1), (33, 31)])
 
 
@@ -43,6 +44,16 @@ def test_specials_and_empty(name):
     assert getattr(tr, name)(torch.empty(0, 3, device=DEVICE)).shape == (3, 0)
 
 
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_non_dense_layouts(name, layout):
+    """x or out sliced out of a bigger buffer (unaligned: tile64 falls back to element loads) work;
+    strided, transposed and column-sliced ones are refused."""
+    x = random_tensor(runtime.pick(gpu=(130, 66), sim=(33, 9)), torch.float32, DEVICE)
+    check_layouts(lambda x, out=None: getattr(tr, name)(x, out=out), {"x": x}, x.t().contiguous(), layout,
+                  strided_ok=False, rtol=0, atol=0)
+
+
 def bad_inputs():
     ok = lambda *s: torch.ones(*s, device=DEVICE)  # noqa: E731
     yield "not a tensor", TypeError, "x must be a torch.Tensor", lambda: ([[1.0]], None)
@@ -59,6 +70,17 @@ def test_rejects_bad_input_before_launch(name, case, error, message, make):
     x, out = make()
     with pytest.raises(error, match=message):
         getattr(tr, name)(x, out=out)
+
+
+@pytest.mark.gpu(reason="CUDA C vector tails: nvcc compiles them on the CPU, only a GPU runs them")
+@pytest.mark.parametrize("dtype", [pytest.param(d, id=str(d)[6:]) for d in tr.DTYPES])
+def test_tile64_vector_tails(dtype):
+    """Full 64-tiles read rows as pairs; edge tiles (a partial tile in rows, in columns, or an
+    odd width where no row starts on a pair) read element by element."""
+    for shape in ((64, 64), (64, 63), (63, 64), (65, 66), (128, 130), (129, 128), (130, 193)):
+        x = random_tensor(shape, dtype, DEVICE)
+        out = poisoned(shape[::-1], dtype, DEVICE)
+        assert_close(tr.transpose_cuda_tile64(x, out=out), x.t().contiguous(), rtol=0, atol=0, name=str(shape))
 
 
 @pytest.mark.gpu(reason="the CUDA C 64x64-tile kernel through PyCUDA")

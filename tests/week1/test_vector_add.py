@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor, sizes_1d, with_specials
+from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sizes_1d_params, with_specials
 
 va = runtime.lesson("week1_cuda_python.vector_add")
 
@@ -27,7 +27,7 @@ def cases():
             for name in LAUNCHERS for dtype in DTYPES[name]]
 
 
-@pytest.mark.parametrize("n", sizes_1d(block=va.THREADS_PER_BLOCK))
+@pytest.mark.parametrize("n", sizes_1d_params(block=va.THREADS_PER_BLOCK))
 @pytest.mark.parametrize("name, dtype", cases())
 def test_matches_torch(name, dtype, n):
     a, b = random_tensor(n, dtype, DEVICE), random_tensor(n, dtype, DEVICE)
@@ -54,6 +54,45 @@ def test_nan_and_inf_propagate_like_torch(name):
 def test_empty_input_gives_empty_output(name):
     a = torch.empty(0, device=DEVICE)
     assert getattr(va, name)(a, a.clone()).shape == (0,)
+
+
+@pytest.mark.parametrize("layout", layouts(1))
+@pytest.mark.parametrize("name", launchers())
+def test_non_dense_layouts(name, layout):
+    """a, b or out sliced out of a bigger buffer (unaligned: vec4 falls back) work; strided ones are refused."""
+    n = runtime.pick(gpu=4099, sim=131)
+    a, b = random_tensor(n, torch.float32, DEVICE), random_tensor(n, torch.float32, DEVICE)
+    check_layouts(lambda a, b, out=None: getattr(va, name)(a, b, out=out), {"a": a, "b": b}, a + b, layout,
+                  strided_ok=False)
+
+
+# n % 4 = 1, 2, 3 (the float4 body leaves a scalar tail), below one float4, and one past a block of
+# float4s and of the grid's last block: every path of vector_add_f32x4's tail.
+VEC4_TAILS = [1, 2, 3, 5, 6, 7, 4 * 256 - 1, 4 * 256 + 1, 4 * 256 + 2, 4 * 256 * 9 + 3]
+
+
+@pytest.mark.gpu(reason="CUDA C vector tails: nvcc compiles them on the CPU, only a GPU runs them")
+@pytest.mark.parametrize("n", VEC4_TAILS)
+def test_vec4_tails(n):
+    a, b = random_tensor(n, torch.float32, DEVICE), random_tensor(n, torch.float32, DEVICE)
+    out = poisoned(n, torch.float32, DEVICE)
+    assert_close(va.vector_add_cuda_vec4(a, b, out=out), a + b)
+
+
+@pytest.mark.slow  # 3 x 8 GiB of GPU memory
+@pytest.mark.gpu(reason="2^31 + 5 float32 elements (24 GiB with b and out) need a real GPU's memory")
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_past_2_to_the_31_elements(name):
+    """Element indices past 2^31 - 1: the kernels index with 64-bit integers (long long in CUDA C;
+    Numba's cuda.grid is 64-bit), an int index would wrap and write below the buffer."""
+    n = (1 << 31) + 5
+    a = torch.rand(n, device=DEVICE)
+    b = torch.rand(n, device=DEVICE)
+    out = getattr(va, name)(a, b)
+    for part in (slice(0, 4096), slice(n - 4096, n), slice(0, n, 1 << 20)):
+        assert_close(out[part], a[part] + b[part])
+    del a, b, out
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu

@@ -112,6 +112,34 @@ def test_cuda_graph_step_returns_its_static_loss():
     assert float(first) != value  # ...which is why train_trace copies the loss out at once
 
 
+def _other_batch(seed):
+    return models.gpt_batch(models.GPT_TINY, TINY["batch"], runtime.DEVICE, generator=torch.Generator().manual_seed(seed))
+
+
+@GRAPH
+@pytest.mark.parametrize("name", ["cudagraph", "cudagraph+bf16",  # the compiled ones: ~20 s of compiling each
+                                  pytest.param("compile+bf16+cudagraph", marks=pytest.mark.slow),
+                                  pytest.param("reduce-overhead", marks=pytest.mark.slow)])
+def test_graph_steps_reused_with_new_inputs_match_eager(name):
+    """A captured step keeps static input buffers: a call with NEW inputs must copy them in and
+    give their answer. Inference: batches A, B, A against eager on each (logits, not tokens);
+    training: steps on A, B, A against eager steps on the same sequence (the losses)."""
+    tol = cb.tolerance(cb.CONFIGS[name])
+    task, ref_task = cb.make_task("gpt", **TINY), cb.make_task("gpt", **TINY)
+    batches = [task.batch, _other_batch(11), task.batch]
+    step, ref_step = cb.make_infer_step(task, name), cb.make_infer_step(ref_task, "eager")
+    for i, (x, _) in enumerate(batches):
+        got = step(x.clone()).float().clone()  # a fresh tensor each time: never the static one
+        assert cb.rel_err(got, ref_step(x).float()) <= tol["grad_rel"], f"inference call {i}"
+    if name == "reduce-overhead":
+        return
+    task, ref_task = cb.make_task("gpt", **TINY), cb.make_task("gpt", **TINY)
+    step, ref_step = cb.make_train_step(task, name), cb.make_train_step(ref_task, "eager")
+    for i, (x, y) in enumerate(batches):
+        got, want = float(step(x.clone(), y.clone())), float(ref_step(x, y))
+        assert abs(got - want) <= tol["loss_rtol"] * abs(want), f"training step {i}: {got} vs eager {want}"
+
+
 @pytest.mark.skipif(runtime.on_gpu(), reason="checks the CPU's refusal; a GPU runs the capture")
 def test_cuda_graph_configs_refuse_the_cpu():
     task = cb.make_task("gpt", **TINY)

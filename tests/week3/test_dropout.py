@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, sizes_1d
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, layouts, past_int32_marks,
+                          poisoned, random_tensor, sizes_1d_params)
 
 do = runtime.lesson("week3_triton_kernels.dropout")
 DEVICE = runtime.DEVICE
 
 
-@pytest.mark.parametrize("n", sizes_1d(block=do.BLOCK_SIZE))
+@pytest.mark.parametrize("n", sizes_1d_params(block=do.BLOCK_SIZE))
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
 def test_kept_elements_are_scaled_and_dropped_are_zero(dtype, n):
     p = 0.3
@@ -22,6 +23,23 @@ def test_kept_elements_are_scaled_and_dropped_are_zero(dtype, n):
     # Expected: x / (1 - p) where kept (computed in fp32 and rounded once, as the kernel does).
     want = torch.where(keep, x.float() / (1 - p), torch.zeros((), device=DEVICE)).to(dtype)
     assert_close(out, want)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+def test_non_dense_layouts(layout):
+    """x or out sliced out of a bigger buffer get the same mask (it depends on the index in x,
+    not on the address); strided or transposed ones are refused."""
+    x = random_tensor((9, 70), torch.float32, DEVICE)
+    want = do.dropout(x, 0.3, 5)
+    check_layouts(lambda x, out=None: do.dropout(x, 0.3, 5, out=out), {"x": x}, want, layout, strided_ok=False)
+
+
+@pytest.mark.parametrize("n", [pytest.param(INT32_LIMIT, marks=past_int32_marks())])
+def test_refuses_2_to_the_31_elements(n):
+    """The Philox counter is the int32 element index: 2^31 elements are refused before launching."""
+    x = huge(n, torch.float16, DEVICE, tail=16)
+    with pytest.raises(ValueError, match="2\\^31"):
+        do.dropout(x, 0.5, 1)
 
 
 def test_same_seed_same_output_other_seed_other_mask():

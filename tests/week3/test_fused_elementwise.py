@@ -3,12 +3,14 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, sizes_1d, with_specials
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
+                          past_int32_marks, poisoned, random_tensor, sizes_1d_params, sweep, with_specials)
 
 fe = runtime.lesson("week3_triton_kernels.fused_elementwise")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
-SHAPES = [(1, 1), (1, 7), (3, 127), (5, 1023), (2, 1025)] + runtime.pick(gpu=[(257, 4099), (4096, 1024)], sim=[])
+SHAPES = [(1, 1), (1, 7), (3, 127), (5, 1023), (2, 1025)] + runtime.pick(
+    gpu=sweep([(257, 4099)], [(4096, 1024)]), sim=[])
 
 
 def gelu_reference(x, bias, approximate):
@@ -48,7 +50,7 @@ def test_bias_gelu_nan_and_inf_like_torch(dtype, approximate):
     assert_close(fe.bias_gelu(x, bias, approximate), gelu_reference(x, bias, approximate))
 
 
-@pytest.mark.parametrize("n", sizes_1d(block=fe.BLOCK_SIZE))
+@pytest.mark.parametrize("n", sizes_1d_params(block=fe.BLOCK_SIZE))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mul_add_matches_torch(dtype, n):
     x, y, z = (random_tensor(n, dtype, DEVICE) for _ in range(3))
@@ -72,6 +74,40 @@ def test_unfused_references_agree():
     a, b, c = (random_tensor(77, torch.float32, DEVICE) for _ in range(3))
     assert_close(fe.mul_add(a, b, c), (a.double() * b.double() + c.double()).float())
     assert_close(fe.mul_add_torch(a, b, c), a * b + c)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("op", ["bias_gelu", "mul_add"])
+def test_non_dense_layouts(op, layout):
+    """Inputs or out sliced out of a bigger buffer work; strided or transposed ones are refused."""
+    x = random_tensor((9, 70), torch.float32, DEVICE)
+    if op == "bias_gelu":
+        bias = random_tensor(70, torch.float32, DEVICE)
+        check_layouts(lambda x, bias, out=None: fe.bias_gelu(x, bias, "tanh", out=out), {"x": x, "bias": bias},
+                      gelu_reference(x, bias, "tanh"), layout, strided_ok=False)
+    else:
+        y, z = random_tensor((9, 70), torch.float32, DEVICE), random_tensor((9, 70), torch.float32, DEVICE)
+        check_layouts(lambda x, y, z, out=None: fe.mul_add(x, y, z, out=out), {"x": x, "y": y, "z": z},
+                      (x.double() * y.double() + z.double()).float(), layout, strided_ok=False)
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, marks=past_int32_marks()) for op in ("bias_gelu", "mul_add")])
+def test_offsets_past_2_to_the_31(op):
+    """The last programs' offsets pass 2^31 (int64 in the kernels); simulation runs only those."""
+    cols = 1000
+    n = (INT32_LIMIT // cols + 2) * cols
+    x, out = huge(n, torch.float16, DEVICE), huge(n, torch.float16, DEVICE, fill="poison")
+    if op == "bias_gelu":
+        bias = random_tensor(cols, torch.float16, DEVICE)
+        with last_programs(3):  # >= 2049 elements: the 2000 checked below
+            fe.bias_gelu(x.view(-1, cols), bias, out=out.view(-1, cols))
+        want = gelu_reference(x[-2000:].view(-1, cols), bias, "none").reshape(-1)
+    else:
+        y, z = huge(n, torch.float16, DEVICE), huge(n, torch.float16, DEVICE)
+        with last_programs(3):  # >= 2049 elements: the 2000 checked below
+            fe.mul_add(x, y, z, out=out)
+        want = (x[-2000:].double() * y[-2000:].double() + z[-2000:].double()).half()
+    assert_close(out[-2000:], want)
 
 
 def test_empty_inputs():

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import TOLERANCES, assert_close, dtype_params, poisoned, random_tensor, with_specials
+from course.check import (INT32_LIMIT, TOLERANCES, assert_close, check_layouts, dtype_params, huge, layouts,
+                          past_int32_marks, poisoned, random_tensor, sweep, with_specials)
 
 mm = runtime.lesson("week3_triton_kernels.matmul")
 # The oracle's error bound, always the course's own (the stub re-exports it too).
@@ -38,8 +39,11 @@ needs_fp8 = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (8, 9),
                                reason="fp8 tensor cores need compute capability >= 8.9 (Ada, Hopper)")
 VARIANTS = ["matmul", "matmul_persistent", pytest.param("matmul_tma", marks=needs_tma)]
 # (M, N, K): ones, primes, shapes that are not multiples of any block (sim: 32; GPU: 64..256).
-SHAPES = [(1, 1, 1), (17, 33, 20), (31, 7, 45), (64, 32, 16), (3, 65, 97)] + runtime.pick(
-    gpu=[(127, 255, 129), (1000, 513, 777), (1024, 1024, 1024)], sim=[])
+# On a GPU every new (M, N, K) is autotuned (each config compiled and timed): the default run
+# keeps 1 x 1, two ragged shapes and a large one; the rest of the sweep is slow.
+SHAPES = runtime.pick(gpu=sweep([(1, 1, 1), (17, 33, 20), (3, 65, 97), (1000, 513, 777)],
+                                [(31, 7, 45), (64, 32, 16), (127, 255, 129), (1024, 1024, 1024)]),
+                      sim=[(1, 1, 1), (17, 33, 20), (31, 7, 45), (64, 32, 16), (3, 65, 97)])
 TC_UNIT = 2.0**-13 if runtime.on_gpu() else 2.0**-24  # unit roundoff of the fp8 product sums
 
 
@@ -57,8 +61,15 @@ def test_matmul_matches_torch(variant, dtype, shape):
     assert_close(out, mm.matmul_torch(a, b))
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
-@pytest.mark.parametrize("dtype", DTYPES)
+def dtype_activations():
+    """fp16 with every activation; bf16 with two by default (each is its own compiled kernel)."""
+    return [pytest.param(dtype.values[0], act, id=f"{dtype.id}-{act}",
+                         marks=[*dtype.marks, *([pytest.mark.slow] if dtype.id == "bfloat16" and act not in
+                                               (None, "silu") else [])])
+            for dtype in DTYPES for act in [None, "relu", "gelu", "gelu_tanh", "silu"]]
+
+
+@pytest.mark.parametrize("dtype, activation", dtype_activations())
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fused_bias_and_activation(variant, dtype, activation):
     a, b = inputs(37, 50, 41, dtype)
@@ -113,8 +124,42 @@ def test_strided_and_transposed_inputs(variant):
     assert_close(run(a.t().contiguous().t(), bt.t()), mm.matmul_torch(a, bt.t()))  # column-major A
 
 
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_non_dense_layouts(variant, layout):
+    """a, b and out in every layout (sliced from a bigger buffer, strided, transposed, a column
+    block of a wider buffer): the kernels take strides, so each must give the product."""
+    a, b = inputs(37, 45, 33, torch.float16)
+    check_layouts(lambda a, b, out=None: getattr(mm, variant)(a, b, out=out), {"a": a, "b": b},
+                  mm.matmul_torch(a, b), layout, strided_ok=True)
+
+
+def past_int32_cases():
+    """(operand, view) whose last element lies >= 2^31 elements past its first (4 GiB of fp16)."""
+    base = huge(INT32_LIMIT + 64, torch.float16, DEVICE, tail=64)
+    yield "a", base.as_strided((3, 16), (2**30, 1))
+    yield "b", base.as_strided((16, 3), (1, 2**30))
+    yield "out", base.as_strided((3, 8), (2**30, 1))
+    yield "a (rows + columns)", base.as_strided((2, 2), (2**30 + 16, 2**30))  # neither stride alone
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=past_int32_marks()) for v in ["matmul", "matmul_persistent"]])
+def test_spans_past_2_to_the_31_are_refused(variant):
+    """The kernels add row and column offsets in int32: an operand, or out, reaching 2^31
+    elements past its start is refused before launching (never written wrapped around)."""
+    for name, view in past_int32_cases():
+        a = view if name.startswith("a") else random_tensor((3 if name != "a (rows + columns)" else 2, 16),
+                                                               torch.float16, DEVICE)
+        k = a.shape[1]
+        b = view if name == "b" else random_tensor((k, 8 if name == "out" else 3), torch.float16, DEVICE)
+        out = view if name == "out" else None
+        with pytest.raises(ValueError, match="spans more than 2\\^31"):
+            getattr(mm, variant)(a, b, out=out)
+
+
 # ------------------------------------------------------------------------------ odd strides
-ODD = [(33, 50, 45), (20, 19, 16), (16, 32, 17)] + runtime.pick(gpu=[(517, 3000, 400), (129, 4097, 97)], sim=[])
+ODD = [(33, 50, 45), (20, 19, 16), (16, 32, 17)] + runtime.pick(gpu=sweep([], [(517, 3000, 400), (129, 4097, 97)]),
+                                                                   sim=[])
 
 
 @pytest.mark.parametrize("rows, cols", [(5, 3), (16, 16), (7, 45)])
@@ -251,7 +296,7 @@ FP8_OUT = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 
 
 @needs_fp8
-@pytest.mark.parametrize("k_major", [True, False], ids=["b=w.t()", "b row-major"])
+@pytest.mark.parametrize("k_major", sweep([True], [False]), ids=["b=w.t()", "b row-major"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("out_dtype", FP8_OUT)
 @pytest.mark.parametrize("kernel", FP8_KERNELS)

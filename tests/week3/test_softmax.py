@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
+                          past_int32_marks, poisoned, random_tensor, sweep, with_specials)
 
 sm = runtime.lesson("week3_triton_kernels.softmax")
 DEVICE = runtime.DEVICE
@@ -13,7 +14,7 @@ DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 
 # Row widths: 1, primes, a power of two, one past it; wide rows only on the GPU (the
 # interpreter runs each program in NumPy, so a 32k-wide row costs seconds there).
-WIDTHS = [1, 7, 64, 127, 129] + runtime.pick(gpu=[1000, 4097, 32768], sim=[])
+WIDTHS = runtime.pick(gpu=sweep([1, 7, 129, 1000, 32768], [64, 127, 4097]), sim=[1, 7, 64, 127, 129])
 ROWS = [1, 3, 17]
 
 
@@ -43,9 +44,9 @@ def test_one_block_kernels(dtype, cols, rows_per_program):
     assert_close(out, reference(x))
 
 
-@pytest.mark.parametrize("num_stages", [1, 2])
+@pytest.mark.parametrize("num_stages", sweep([2], [1]))
 @pytest.mark.parametrize("rows_per_program", [1, 4])
-@pytest.mark.parametrize("cols", [1, 37, 128])
+@pytest.mark.parametrize("cols", sweep([1, 37], [128]))
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
 def test_persistent_kernel(dtype, cols, rows_per_program, num_stages):
     # More row blocks than the GPU holds programs (<= 32 per SM; 4 programs in simulation), so
@@ -141,6 +142,32 @@ def test_any_leading_shape_and_empty():
     assert_close(sm.softmax_persistent(x), reference(x))
     v = random_tensor(19, torch.float32, DEVICE)  # 1-D: one row
     assert_close(sm.softmax(v), reference(v))
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_non_dense_layouts(variant, layout):
+    """x or out sliced out of a bigger buffer work; a strided, transposed or column-sliced x (q
+    out of a fused qkv, say) is refused: the kernels take the row stride to be the row length."""
+    x = random_tensor((9, 70), torch.float32, DEVICE, scale=3.0)
+    kwargs = {"block_size": 16} if variant == "softmax_online" else {}
+    check_layouts(lambda x, out=None: getattr(sm, variant)(x, out, **kwargs), {"x": x}, reference(x), layout,
+                  strided_ok=False)
+
+
+@pytest.mark.parametrize("variant, kwargs", [
+    pytest.param("softmax_one_block", {"rows_per_program": 1}, marks=past_int32_marks(), id="one_row"),
+    pytest.param("softmax_one_block", {"rows_per_program": 4}, marks=past_int32_marks(), id="four_rows"),
+    pytest.param("softmax_online", {"block_size": 16}, marks=past_int32_marks(), id="online")])
+def test_row_offsets_past_2_to_the_31(variant, kwargs):
+    """row * row_stride passes 2^31 in the last rows (int64 in the kernels); simulation runs only
+    the last programs of the launch."""
+    cols = 64
+    rows = INT32_LIMIT // cols + 5
+    x, out = huge(rows * cols, torch.float16, DEVICE), huge(rows * cols, torch.float16, DEVICE, fill="poison")
+    with last_programs(2):
+        getattr(sm, variant)(x.view(rows, cols), out.view(rows, cols), **kwargs)
+    assert_close(out[-cols:], reference(x[-cols:]))
 
 
 def test_rows_wider_than_one_block_dispatch_to_online():

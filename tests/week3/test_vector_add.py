@@ -3,13 +3,14 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, sizes_1d, with_specials
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
+                          past_int32_marks, poisoned, random_tensor, sizes_1d_params, with_specials)
 
 va = runtime.lesson("week3_triton_kernels.vector_add")
 DEVICE = runtime.DEVICE
 
 
-@pytest.mark.parametrize("n", sizes_1d(block=va.BLOCK_SIZE))
+@pytest.mark.parametrize("n", sizes_1d_params(block=va.BLOCK_SIZE))
 @pytest.mark.parametrize("dtype", dtype_params(va.DTYPES))
 def test_matches_torch(dtype, n):
     a, b = random_tensor(n, dtype, DEVICE), random_tensor(n, dtype, DEVICE)
@@ -28,6 +29,26 @@ def test_nan_and_inf_propagate_like_torch(dtype):
     a = with_specials(random_tensor(3001, dtype, DEVICE))
     b = with_specials(random_tensor(3001, dtype, DEVICE)).flip(0).contiguous()
     assert_close(va.vector_add(a, b), a + b)
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+def test_non_dense_layouts(layout):
+    """a, b or out sliced out of a bigger buffer work; strided or transposed ones are refused
+    (the kernel indexes one dense block)."""
+    a, b = random_tensor((33, 70), torch.float32, DEVICE), random_tensor((33, 70), torch.float32, DEVICE)
+    check_layouts(lambda a, b, out=None: va.vector_add(a, b, out=out), {"a": a, "b": b}, a + b, layout,
+                  strided_ok=False)
+
+
+@pytest.mark.parametrize("n", [pytest.param(INT32_LIMIT + 1000, marks=past_int32_marks())])
+def test_offsets_past_2_to_the_31(n):
+    """pid * BLOCK_SIZE passes 2^31 in the last programs: int32 offsets would wrap negative.
+    In simulation only the last two programs run (course.check.last_programs), on a GPU all."""
+    a, b = huge(n, torch.float16, DEVICE), huge(n, torch.float16, DEVICE)
+    out = huge(n, torch.float16, DEVICE, fill="poison")
+    with last_programs(2):
+        va.vector_add(a, b, out=out)
+    assert_close(out[-2000:], a[-2000:] + b[-2000:])
 
 
 def test_empty_input_gives_empty_output():

@@ -25,6 +25,13 @@ JOBS = {
     ("triton_per_fused_add_div_mul_pow_sum_view_1", "backward", 4): ("RMSNorm backward", None),
     ("triton_poi_fused_clone_transpose_2", "forward", 1): ("layout copy", None),
     ("triton_poi_fused_fill_11", "backward", 0): (None, None),
+    # torch 2.11 on CUDA: F.rms_norm is aten._fused_rms_norm, and the kernel names say so.
+    ("triton_per_fused__fused_rms_norm__to_copy__unsafe_view_add_10", "forward", 5): ("RMSNorm", "residual add"),
+    ("triton_per_fused__fused_rms_norm__to_copy__unsafe_view_add_6", "forward", 3): ("RMSNorm", None),
+    ("triton_per_fused__fused_rms_norm__to_copy_embedding_0", "forward", 3): ("RMSNorm", "embedding gather"),
+    ("triton_per_fused__fused_rms_norm_backward__to_copy_add_view_6", "backward", 5):
+        ("RMSNorm backward", "residual-gradient add"),
+    ("triton_per_fused__fused_rms_norm_backward__to_copy_view_1", "backward", 4): ("RMSNorm backward", None),
 }
 
 

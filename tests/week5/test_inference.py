@@ -135,6 +135,58 @@ def test_static_decoder_generates_what_generate_does(changes):
     assert torch.equal(inf.StaticDecoder(model, 2, max_len=13).generate(prompt, 10), want)
 
 
+GRAPH_MODES = [pytest.param(False, id="eager"),
+               pytest.param(True, id="cuda_graph", marks=pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU"))]
+
+
+@pytest.mark.parametrize("cuda_graph", GRAPH_MODES)
+@pytest.mark.parametrize("changes", VARIANTS_CFG.values(), ids=VARIANTS_CFG.keys())
+def test_static_decoder_reused_matches_a_fresh_one(changes, cuda_graph):
+    """A decoder is an object with state (the KV cache, the position, the last token and logits,
+    a captured graph). Used for one generation and then prefilled with another, shorter prompt
+    (the cache still holds the first run's keys past it), it must give the LOGITS a fresh decoder
+    gives, at the prefill and at every step after it: equal greedy tokens would hide a stale cache
+    entry or position that only moves the logits a little."""
+    model = tiny_model(**changes)
+    used = inf.StaticDecoder(model, 2, max_len=24, cuda_graph=cuda_graph)
+    used.generate(torch.randint(0, TINY.vocab_size, (2, 9), device=DEVICE), 14)  # fills positions 0..21
+    prompt = torch.randint(0, TINY.vocab_size, (2, 4), device=DEVICE)
+    forced = torch.randint(0, TINY.vocab_size, (2, 8), device=DEVICE)
+    fresh = inf.StaticDecoder(model, 2, max_len=24, cuda_graph=cuda_graph)
+    for decoder in (used, fresh):
+        decoder.prefill(prompt)
+    assert_close(used.logits, fresh.logits, name="logits after the prefill")
+    assert torch.equal(used.token, fresh.token) and int(used.pos) == int(fresh.pos) == 4
+    for t in range(forced.shape[1]):
+        for decoder in (used, fresh):
+            decoder.token.copy_(forced[:, t:t + 1])  # teacher forcing: the same input to both
+            decoder.step()
+        assert_close(used.logits, fresh.logits, name=f"logits at step {t}")
+    # And the reused decoder's answer is the model's: the full forward over the same tokens.
+    with torch.no_grad():
+        full = model(torch.cat((prompt, forced), dim=1))
+    assert_close(used.logits, full[:, -1], rtol=1e-4, atol=1e-5, name="reused vs the full forward")
+
+
+def test_kv_cache_reused_from_position_0_matches_a_fresh_one():
+    """model(idx, cache=...) with a KVCache that served a generation before, rewound to length 0
+    (what StaticDecoder.prefill does): the same logits as with a fresh cache, at the prefill and
+    for the steps that follow."""
+    model = tiny_model()
+    used = m.KVCache(model.cfg, 2, device=DEVICE, dtype=torch.float32)
+    fresh = m.KVCache(model.cfg, 2, device=DEVICE, dtype=torch.float32)
+    with torch.no_grad():
+        model(torch.randint(0, TINY.vocab_size, (2, 20), device=DEVICE), cache=used)
+        used.length = 20  # as generate() leaves it
+        used.length = 0   # rewound: positions 0..19 still hold the first run's keys and values
+        tokens = torch.randint(0, TINY.vocab_size, (2, 9), device=DEVICE)
+        for start, stop in ((0, 5), (5, 6), (6, 9)):
+            got = model(tokens[:, start:stop], start=start, cache=used)
+            want = model(tokens[:, start:stop], start=start, cache=fresh)
+            used.length = fresh.length = stop
+            assert_close(got, want, name=f"logits of positions {start}..{stop - 1}")
+
+
 @pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
 def test_static_decoder_in_a_cuda_graph_generates_what_generate_does():
     model = tiny_model()

@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, layouts, past_int32_marks,
+                          poisoned, random_tensor, sweep, with_specials)
 from week5_integration import model as gpt
 
 lr = runtime.lesson("week5_integration.lora")
@@ -29,7 +30,7 @@ KERNEL_DTYPES = dtype_params([torch.float32, torch.float64, torch.float16, torch
 # (tokens M, in K, out N, rank r): ones, primes, not multiples of the 32-wide simulated tiles,
 # K > BLOCK_K (several loop steps), r not a power of two, r = 16 and r above the 16-wide padding.
 SHAPES = [(1, 1, 1, 1), (7, 33, 17, 3), (37, 64, 129, 8), (65, 100, 48, 16), (3, 20, 30, 20)] + runtime.pick(
-    gpu=[(1000, 768, 2304, 16), (257, 2048, 768, 64)], sim=[])
+    gpu=sweep([(1000, 768, 2304, 16)], [(257, 2048, 768, 64)]), sim=[])
 
 
 def atol(ref, dtype, k, depth=1):
@@ -97,6 +98,34 @@ def test_two_pass_kernel_matches_float64(dtype, shape):
     got = lr.lora_linear_two_pass(x, w, a, b, 3.0)
     want, _ = reference64(x, w, a, b, 3.0)
     assert_close(got, want.to(dtype), atol=atol(want, dtype, 8, max(shape)), name="lora_linear_two_pass")
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+def test_non_dense_layouts(layout):
+    """x (a column block of a wider buffer, as q from a fused qkv), W (transposed), A, B and out in
+    every layout: the kernels take every operand's strides."""
+    x, w, a, b = operands(19, 40, 33, 5, torch.float32)
+    want, _ = reference64(x, w, a, b, 2.0)
+    check_layouts(lambda x, w, a, b, out=None: lr.lora_forward(x, w, a, b, 2.0, out=out, store_xa=False)[0],
+                  {"x": x, "w": w, "a": a, "b": b}, want.float(), layout, strided_ok=True,
+                  atol=atol(want, torch.float32, 8, 40))
+
+
+@pytest.mark.parametrize("which", [pytest.param(w, marks=past_int32_marks())
+                                   for w in ["x", "weight", "lora_a", "lora_b", "out", "xa_out"]])
+def test_spans_past_2_to_the_31_are_refused(which):
+    """The kernels' offsets are int32: an operand or output reaching 2^31 elements past its start
+    is refused before launching (rows 2^30 apart: 4 GiB of fp16, address space only on the CPU)."""
+    m, k, n, r = 3, 16, 3, 3
+    x, w, a, b = operands(m, k, n, r, torch.float16)
+    base = huge(INT32_LIMIT + 64, torch.float16, DEVICE, tail=64)
+    far = lambda rows, cols: base.as_strided((rows, cols), (2**30, 1))  # noqa: E731
+    args = {"x": x, "weight": w, "lora_a": a, "lora_b": b, "out": None, "xa_out": None}
+    args[which] = far(*{"x": (m, k), "weight": (n, k), "lora_a": (r, k), "lora_b": (n, r), "out": (m, n),
+                        "xa_out": (m, r)}[which])
+    with pytest.raises(ValueError, match=f"{which} spans more than 2\\^31"):
+        lr.lora_forward(args["x"], args["weight"], args["lora_a"], args["lora_b"], 1.0, out=args["out"],
+                        xa_out=args["xa_out"])
 
 
 def test_gradcheck_float64():

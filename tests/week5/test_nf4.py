@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, layouts, past_int32_marks,
+                          poisoned, random_tensor, sweep, with_specials)
 from week5_integration import model as gpt
 
 q4 = runtime.lesson("week5_integration.nf4")
@@ -29,7 +30,7 @@ WEIGHT_SHAPES = [(1,), (7,), (64,), (65,), (33, 70), (128, 64), (3, 5, 7)] + run
     gpu=[(2304, 768), (1000, 4099)], sim=[])
 # (M, N, K): ones, primes, K a multiple of 64 (one scale per tile row) and not (blocks straddle rows).
 MATMUL_SHAPES = [(1, 1, 1), (5, 7, 33), (17, 40, 64), (3, 65, 130), (16, 48, 192)] + runtime.pick(
-    gpu=[(16, 4096, 4096), (1000, 2304, 768), (257, 1000, 4099)], sim=[])
+    gpu=sweep([(16, 4096, 4096), (1000, 2304, 768)], [(257, 1000, 4099)]), sim=[])
 
 
 def atol(ref, dtype, k, depth=1):
@@ -174,6 +175,49 @@ def test_fused_matmul_matches_dequantize_then_matmul(dtype, shape, double_quant)
     assert_close(out, want.to(dtype), atol=atol(want, dtype, 8, k))
     assert_close(q4.dequantize_matmul(x, stored), want.to(dtype), atol=atol(want, dtype, 8, k),
                  name="dequantize_matmul")
+
+
+# Double quantization keeps one fp32 step per DQ_BLOCK = 256 scales, i.e. per 16384 weights: a
+# kernel that reads the wrong step (always the first, or block >> 6 for block >> 8) is right on
+# every smaller weight, and the other kernel tests' simulated weights hold at most 128 blocks.
+# These reach the 3rd and 4th step group, with steps that differ (the rows' scales grow).
+@pytest.mark.parametrize("shape", [(600, 64), (300, 197)], ids=str)
+def test_kernels_reach_later_double_quant_groups(shape):
+    n, k = shape
+    w = random_tensor(shape, torch.float32, DEVICE) * torch.linspace(0.1, 3, n, device=DEVICE)[:, None]
+    stored = q4.nf4_quantize(w, double_quant=True)
+    steps = stored.absmax_step
+    assert steps.numel() >= 3 and bool((steps[1:] != steps[0]).all()), steps
+    out = poisoned(shape, torch.float32, DEVICE)
+    assert_close(q4.nf4_dequantize(stored, torch.float32, out=out), q4.nf4_dequantize_torch(stored, torch.float32))
+    x = random_tensor((3, k), torch.float32, DEVICE)
+    want = x.double() @ q4.nf4_dequantize_torch(stored, torch.float32).double().t()
+    assert_close(q4.nf4_matmul(x, stored), want.float(), atol=atol(want, torch.float32, 8, k), name="nf4_matmul")
+
+
+@pytest.mark.parametrize("layout", layouts(2))
+def test_non_dense_layouts(layout):
+    """x in every layout (the fused kernel takes its strides); out sliced out of a bigger buffer
+    works, a non-contiguous out is refused (it is written through a flat (M, N) view)."""
+    stored = q4.nf4_quantize(random_tensor((33, 70), torch.float32, DEVICE))
+    x = random_tensor((9, 70), torch.float32, DEVICE)
+    want = x.double() @ q4.nf4_dequantize_torch(stored, torch.float32).double().t()
+    check_layouts(lambda x, out=None: q4.nf4_matmul(x, stored, out=out), {"x": x}, want.float(), layout,
+                  strided_ok=True, strided_out_ok=False, atol=atol(want, torch.float32, 8, 70))
+    check_layouts(lambda out=None: q4.nf4_dequantize(stored, torch.float32, out=out), {},
+                  q4.nf4_dequantize_torch(stored, torch.float32), layout, strided_ok=False)
+
+
+@pytest.mark.parametrize("n", [pytest.param(1024, marks=past_int32_marks())])
+def test_outputs_past_2_to_the_31_are_refused(n):
+    """x (M, 1) is small, out (M, 1024) passes 2^31 elements: the stores' offsets are int32, so
+    out is refused before launching (4 GiB of fp16 address space on the CPU)."""
+    stored = q4.nf4_quantize(random_tensor((n, 1), torch.float32, DEVICE))
+    m = INT32_LIMIT // n + 1
+    x = random_tensor((m, 1), torch.float16, DEVICE)
+    out = huge(m * n, torch.float16, DEVICE, tail=16).view(m, n)
+    with pytest.raises(ValueError, match="out spans more than 2\\^31"):
+        q4.nf4_matmul(x, stored, out=out)
 
 
 def test_fused_matmul_takes_leading_dimensions_and_empty_inputs():

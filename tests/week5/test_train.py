@@ -100,6 +100,7 @@ def test_build_model_refuses_unknown_names():
         tr.make_batches(m.GPT_TINY, tr.TrainConfig(steps=1))
 
 
+@pytest.mark.slow  # an end-to-end command line: the functions it calls are tested above
 def test_the_command_line_runs(capsys):
     assert tr.main(["--config", "tiny", "--steps", "2", "--batch", "2", "--seq-len", "8", "--log-every", "1"]) == 0
     out = capsys.readouterr().out

@@ -88,9 +88,11 @@ def scan_numba_blelloch(x, out=None, *, exclusive=False):
     raise NotImplementedError("not implemented yet: scan_numba_blelloch (week1 exercise)")
 
 
-def scan_numba_multiblock(x, out=None, *, exclusive=False):
+def scan_numba_multiblock(x, out=None, *, exclusive=False, threads=None):
     """Blelloch per tile writing tile totals, an exclusive scan of the totals (recursion),
-    then scan_add_offsets_kernel."""
+    then scan_add_offsets_kernel. `threads` per block (None: MULTIBLOCK_THREADS; else a power of
+    two from 1 to 1024, a ValueError otherwise), tiles of 2 x threads: the tests pass small values
+    to make the recursion several levels deep at small n."""
     raise NotImplementedError("not implemented yet: scan_numba_multiblock (week1 exercise)")
 
 
@@ -104,8 +106,9 @@ def scan_cuda_blelloch(x, out=None, *, exclusive=False):
     raise NotImplementedError("not implemented yet: scan_cuda_blelloch (week1 exercise)")
 
 
-def scan_cuda_multiblock(x, out=None, *, exclusive=False):
-    """`scan_blelloch_*` per tile, recursion over the totals, `scan_add_offsets_*`."""
+def scan_cuda_multiblock(x, out=None, *, exclusive=False, threads=None):
+    """`scan_blelloch_*` per tile, recursion over the totals, `scan_add_offsets_*`; `threads` as
+    in scan_numba_multiblock (None: CUDA_MULTIBLOCK_THREADS)."""
     raise NotImplementedError("not implemented yet: scan_cuda_multiblock (week1 exercise)")
 
 

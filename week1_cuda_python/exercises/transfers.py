@@ -8,6 +8,8 @@ reads what an asynchronous device-to-host copy wrote.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np  # noqa: F401
 import torch  # noqa: F401
 
@@ -49,10 +51,24 @@ def d2h(device, host):
     raise NotImplementedError("not implemented yet: d2h (week1 exercise)")
 
 
+def process_memory_used():
+    """Given (not an exercise): this process's bytes of GPU memory from NVML, None if unknown."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(runtime.DEVICE).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return None
+    used = [p.usedGpuMemory for p in processes if p.pid == os.getpid()]
+    return used[0] if used and used[0] is not None else None
+
+
 def memory_snapshot(stage):
-    """{"stage", "driver_free", "driver_total", "numba_free", "numba_total", "torch_allocated",
-    "torch_reserved", "not_torch"}: torch.cuda.mem_get_info, cuda.current_context().get_memory_info(),
-    torch.cuda.memory_allocated / memory_reserved."""
+    """{"stage", "driver_free", "driver_total", "process_used", "numba_free", "numba_total",
+    "torch_allocated", "torch_reserved", "not_torch"}: torch.cuda.mem_get_info, process_memory_used(),
+    cuda.current_context().get_memory_info(), torch.cuda.memory_allocated / memory_reserved."""
     raise NotImplementedError("not implemented yet: memory_snapshot (week1 exercise)")
 
 
@@ -74,5 +90,6 @@ def flush_numba_frees():
 
 def footprint_table(rows):
     """Markdown, MiB with thousands separators: 'GPU memory in MiB (total 2,048 MiB)' then
-    '| stage | driver free | torch allocated | torch reserved | not torch ... |' rows."""
+    '| stage | driver free | this process | torch allocated | torch reserved | not torch ... |' rows
+    ('-' where a value is None)."""
     raise NotImplementedError("not implemented yet: footprint_table (week1 exercise)")

@@ -143,7 +143,10 @@ def matmul_fixed(a, b, bias=None, activation=None, out=None, *, block_m=128, blo
 
 
 def matmul(a, b, bias=None, activation=None, out=None, *, pad_strides=True):
-    """activation(a @ b + bias), fp16/bf16 in, fp32 accumulation."""
+    """activation(a @ b + bias), fp16/bf16 in, fp32 accumulation. a, b and out may have any
+    strides; with int32 offsets in the kernel, refuse (ValueError "spans more than 2^31
+    elements") an operand, out included, whose last element lies 2^31 or more elements past its
+    first (sum over dimensions of (size - 1) * stride)."""
     raise NotImplementedError("not implemented yet: matmul (week3 exercise)")
 
 

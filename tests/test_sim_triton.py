@@ -1,0 +1,163 @@
+"""course.sim_triton: what the course corrects in Triton's interpreter, checked.
+
+* The crash guard: in simulation an out-of-bounds load or store (a missing or wrong mask) is a
+  failed test that names the likely cause, never "Fatal Python error: Aborted" with no summary.
+  The end-to-end check runs a learner's test file with unmasked kernels in a separate pytest
+  process (so that a guard that failed could not take this run down with it), on any machine.
+* The guard's parts (loads, stores and atomics; views inside a bigger buffer; int32 offsets that
+  wrap): tests/sim_guard_cases.py, in another pytest process too, for the same reason.
+* `programs`, which runs only some programs of a launch (simulation only).
+* tl.fma rounds once in the interpreter, as on a GPU.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from course import runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+sim_only = pytest.mark.skipif(runtime.on_gpu(), reason="checks the Triton interpreter; a GPU runs compiled kernels")
+
+LEARNER_TESTS = '''
+from course import runtime  # before triton: the interpreter in simulation
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if MASKED:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+    else:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))  # the bug: no mask on the last block
+
+
+def copy(x, masked, block):
+    out = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block, MASKED=masked)
+    return out
+
+
+def test_masked_copy():
+    x = torch.arange(1000, dtype=torch.float32)
+    assert torch.equal(copy(x, True, 1024), x)
+
+
+def test_unmasked_tail_a_little_past_the_end():
+    x = torch.arange(1000, dtype=torch.float32)  # unguarded: heap corruption, or nothing visible
+    assert torch.equal(copy(x, False, 1024), x)
+
+
+def test_unmasked_tail_far_past_the_end():
+    x = torch.arange(1000, dtype=torch.float32)  # unguarded: the whole Python process aborts
+    assert torch.equal(copy(x, False, 1 << 16), x)
+'''
+
+
+def test_an_unmasked_kernel_fails_its_test_and_names_the_mask(tmp_path):
+    (tmp_path / "test_learner.py").write_text(textwrap.dedent(LEARNER_TESTS))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env.update(COURSE_BACKEND="sim", PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_learner.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert "Fatal Python error" not in output and done.returncode == 1, output[-3000:]
+    assert "2 failed, 1 passed" in output, output[-3000:]
+    assert "OutOfBoundsAccess: out-of-bounds load in Triton kernel `copy_kernel`" in output
+    assert "past the end of `x_ptr` (1000 elements)" in output
+    assert "Likely cause: a missing or wrong mask" in output
+
+
+# ------------------------------------------------------------------------- the guard's parts
+def test_guard_cases_fail_cleanly_in_a_separate_process():
+    """tests/sim_guard_cases.py: loads, stores and atomics out of bounds, a view's neighbours in
+    its buffer, int32 offsets wrapping past 2^31. Each access would corrupt or crash a process
+    without the guard, so they run in another one: all must pass (each expects its clean error)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env.update(COURSE_BACKEND="sim", PYTHONFAULTHANDLER="1")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/sim_guard_cases.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "3 passed" in output, output[-3000:]
+
+
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.fma(tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)))
+
+    @triton.jit
+    def who_ran(out_ptr):
+        pid = tl.program_id(0)
+        tl.store(out_ptr + pid, pid + 1000 * tl.num_programs(0))
+
+    return fma, who_ran
+
+
+@sim_only
+def test_programs_runs_only_the_selected_programs_of_the_full_grid():
+    from course import sim_triton
+
+    _, who_ran = _kernels()
+    out = torch.zeros(10, dtype=torch.int32)
+    with sim_triton.programs(sim_triton.last_programs(3)):
+        who_ran[(10,)](out)
+    assert out.tolist() == [0] * 7 + [10007, 10008, 10009]  # program ids and num_programs of the full grid
+    who_ran[(10,)](out)
+    assert out.tolist() == [10000 + i for i in range(10)]
+
+
+def rounded_once(exact, dtype):
+    """The float of `dtype` nearest to the Fraction `exact` (ties to even): one rounding."""
+    from fractions import Fraction
+
+    near = dtype(float(exact))  # float64, then dtype: two roundings, so look at the neighbours too
+    candidates = [near, np.nextafter(near, dtype(np.inf)), np.nextafter(near, dtype(-np.inf))]
+    bits = {np.float32: np.uint32, np.float16: np.uint16}[dtype]
+    return min(candidates, key=lambda c: (abs(Fraction(float(c)) - exact), int(np.array(c).view(bits)) & 1))
+
+
+@sim_only
+def test_fma_rounds_once_as_on_a_gpu():
+    """Two float32 roundings (the interpreter's x * y + z) and one (a GPU's fma) differ here."""
+    from fractions import Fraction
+
+    fma, _ = _kernels()
+    x = torch.tensor([1 + 2**-23, 1 + 2**-23, -(1 + 2**-23), 3.0], dtype=torch.float32)
+    y = torch.tensor([2**-24 * (1 - 2**-23), 2**-24 * (1 - 2**-23), 2**-24 * (1 - 2**-23), 1 / 3], dtype=torch.float32)
+    z = torch.tensor([1 + 2**-23, 1.0, -(1 + 2**-23), -1.0], dtype=torch.float32)
+    out = torch.empty(4)
+    fma[(1,)](x, y, z, out, BLOCK=4)
+    for i in range(4):
+        exact = Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i]))
+        assert float(out[i]) == float(rounded_once(exact, np.float32)), i
+    assert float(out[0]) == 1 + 2**-23 and float(x[0] * y[0] + z[0]) == 1 + 2**-22  # a tie broken to even
+    assert float(out[3]) != 0.0 == float(x[3] * y[3] + z[3])  # 3 * fl(1/3) - 1: the residual, not 0
+
+
+def test_fma_helper_matches_exact_rounding():
+    from fractions import Fraction
+
+    from course.sim_triton import fma_round_once
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float16):
+        x, y = (rng.standard_normal(400).astype(dtype) for _ in range(2))
+        # z close to -x*y: cancellation, where a rounded product would show most
+        z = (-(x.astype(np.float64) * y.astype(np.float64)) * (1 + rng.standard_normal(400) * 1e-3)).astype(dtype)
+        got = fma_round_once(x, y, z)
+        for i in range(400):
+            exact = Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i]))
+            assert got[i] == rounded_once(exact, dtype), (dtype, i, got[i], rounded_once(exact, dtype))
