@@ -113,7 +113,7 @@ def train_variants() -> list[tuple[str, object, bool]]:
     return variants
 
 
-def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None) -> dict:
+def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None, name: str = "") -> dict:
     """Median step time and peak memory of `warmup + steps` training steps with these ops."""
     tc = TrainConfig(steps=p["warmup"] + p["steps"], batch=p["batch"], seq_len=p["seq_len"], lr=6e-4,
                      warmup=2, corpus_bytes=p["corpus_bytes"], skip=p["warmup"])
@@ -131,10 +131,8 @@ def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None
               "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
     if profile_to is not None:
         try:
-            label = getattr(trainer.ops_name, "name", trainer.ops_name)
             result["profile"] = str(profile_steps(trainer, p["profile_steps"], profile_to,
-                                                  f"{'fast' if label == '+fused_ce' else label} "
-                                                  f"(compile: {trainer.compile_mode})"))
+                                                  f"{name or 'the model'} (compile: {trainer.compile_mode})"))
         except Exception as error:  # the profile is a bonus: never lose the timing for it
             result["profile"] = _error(error)
     del trainer
@@ -194,7 +192,7 @@ def measure_training(p: dict, out: Path, deadline: float) -> dict:
             continue
         try:
             profile = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md"}.get(name)
-            got = time_training(p, ops, compile=compile, profile_to=out / profile if profile else None)
+            got = time_training(p, ops, compile=compile, profile_to=out / profile if profile else None, name=name)
         except Exception as error:
             traceback.print_exc()
             rows.append({"size": size, "variant": name, "skipped": _error(error)})

@@ -60,10 +60,8 @@ def section(root: Path = ROOT) -> str:
     lines = ["\n| tests | serial time on the GPU | tests run | slowest test |", "|---|---|---|---|"]
     for week, w in rec["weeks"].items():
         slowest = w["slowest"][0] if w["slowest"] else ["-", 0]
-        lines.append(f"| `tests/{week}` | {w['seconds'] / 60:.1f} min | {w['tests']:,} | "
-                     f"`{slowest[0].split('::', 1)[-1][:60]}` ({slowest[1]:.0f} s) |"
-                     if week != "kit" else
-                     f"| the kit (`tests/*.py`) | {w['seconds'] / 60:.1f} min | {w['tests']:,} | "
+        label = "the kit (`tests/*.py`)" if week == "kit" else f"`tests/{week}`"
+        lines.append(f"| {label} | {w['seconds'] / 60:.1f} min | {w['tests']:,} | "
                      f"`{slowest[0].split('::', 1)[-1][:60]}` ({slowest[1]:.0f} s) |")
     total = sum(w["seconds"] for w in rec["weeks"].values())
     lines.append(f"\nThe default run (the tests marked slow left out), measured on {rec['date']} on an "
