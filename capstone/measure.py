@@ -50,6 +50,7 @@ from week5_integration import model as m
 from week5_integration.train import TrainConfig
 
 TRAIN_BENCH, DECODE_BENCH, LOSS_FILE = "capstone_train", "capstone_decode", "capstone_loss"
+FSDP_BENCH = "capstone_fsdp"  # written by capstone/fsdp.py (2 GPUs); the summary's FSDP row reads it
 
 # Loss tolerance (bf16 autocast in both runs). Step 0 sees identical weights and batch: the two
 # losses differ only by where bf16 rounding happens (the fused CE rounds logits chunk by chunk
@@ -101,16 +102,23 @@ def _header(name: str, title: str, notes: str, headline: list, rows: list, **ext
 
 # ------------------------------------------------------------------------------ training
 def train_variants() -> list[tuple[str, object, bool]]:
-    """(name, ops, compile) of every training variant, in the order they run."""
+    """(name, ops, compile) of every training variant, in the order they run (the Trainer's other
+    options of a variant: TRAINER_OPTIONS)."""
     rungs = cm.ladder()
     names = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast"]
     variants = [(name, ops, False) for name, ops in zip(names, rungs)]
+    # Eager, with the backward on the calling thread: what the GIL hand-overs to autograd's CUDA
+    # thread cost a model of Python-backward ops (course/ops.py, week 4 README section 11).
+    variants += [("fast, one-thread backward", rungs[-1], False)]
     # Each compiled pair in one mode: torch.compile's default, then reduce-overhead, which replays
     # the compiled forward and backward as CUDA graphs (the host then launches one graph per step).
     variants += [("torch.compile", rungs[0], True), ("fast+compile", rungs[-1], True),
                  ("torch.compile+cudagraphs", rungs[0], "reduce-overhead"),
                  ("fast+compile+cudagraphs", rungs[-1], "reduce-overhead")]
     return variants
+
+
+TRAINER_OPTIONS = {"fast, one-thread backward": {"autograd_threads": False}}
 
 
 def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None, name: str = "") -> dict:
@@ -121,7 +129,7 @@ def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None
     _free()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    trainer = Trainer(p["config"], tc, ops=ops, compile=compile)
+    trainer = Trainer(p["config"], tc, ops=ops, compile=compile, **TRAINER_OPTIONS.get(name, {}))
     started = time.perf_counter()
     records = trainer.run(log_every=tc.steps)
     wall = time.perf_counter() - started
@@ -133,11 +141,33 @@ def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None
         try:
             result["profile"] = str(profile_steps(trainer, p["profile_steps"], profile_to,
                                                   f"{name or 'the model'} (compile: {trainer.compile_mode})"))
+            result["gpu_ms_by_kind"] = getattr(trainer, "profile_kinds", None)
         except Exception as error:  # the profile is a bonus: never lose the timing for it
             result["profile"] = _error(error)
     del trainer
     _free()
     return result
+
+
+# Kernel names by kind, first match wins: the GPU time of a step split by what the kernels do.
+# cuBLAS on Hopper names its GEMMs nvjet_* (sm90_xmma/cutlass/gemm elsewhere); Inductor's
+# generated kernels start triton_ (poi: pointwise, red/per: reductions); the course's kernels
+# carry their op's name.
+KERNEL_KINDS = (
+    ("matmul (cuBLAS)", ("nvjet", "gemm", "xmma", "cutlass", "cublas", "splitk")),
+    ("attention", ("flash", "attention", "fmha", "sdpa", "attn")),
+    ("cross-entropy / LM head loss", ("cross_entropy", "nll", "log_softmax", "softmax")),
+    ("normalization", ("norm", "rstd")),
+    ("RoPE, SwiGLU", ("rope", "swiglu", "rotary", "silu")),
+    ("optimizer (AdamW)", ("adam", "multi_tensor")),
+    ("Inductor-generated (fused elementwise/reductions)", ("triton_",)),
+    ("copies and fills", ("copy", "memcpy", "memset", "fill", "cat", "elementwise_kernel")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "other")
 
 
 def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fast model") -> Path:
@@ -159,6 +189,14 @@ def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fa
     gpu_ms = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / steps / 1e3
     copies = sum(e.count for e in events if e.key == "aten::copy_") / steps
     cpu_ops = sum(e.count for e in events if e.device_type == DeviceType.CPU and e.key.startswith("aten::")) / steps
+    kinds: dict = {}
+    for e in events:  # kernels only (device events), per step, by kind
+        if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0:
+            kind = kernel_kind(e.key)
+            kinds[kind] = kinds.get(kind, 0.0) + e.self_device_time_total / steps / 1e3
+    trainer.profile_kinds = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+    kind_table = "| kernels | GPU ms per step |\n|---|---|\n" + "".join(
+        f"| {kind} | {ms:.2f} |\n" for kind, ms in trainer.profile_kinds.items())
     sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
     try:
         table = prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=80)
@@ -172,6 +210,7 @@ def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fa
         f"batch {trainer.tc.batch} x {trainer.batches.seq_len}, sorted by {sort}.\n\n"
         f"Per step (profiled, so slower than the timed steps): wall {wall_ms:.1f} ms, GPU busy {gpu_ms:.1f} ms "
         f"({100 * gpu_ms / wall_ms:.0f}%), {cpu_ops:.0f} aten ops on the host, {copies:.0f} `aten::copy_`.\n\n"
+        f"GPU time by kind of kernel (names matched by `capstone.measure.KERNEL_KINDS`):\n\n{kind_table}\n"
         f"```\n{table}\n```\n")
     return path
 
@@ -191,7 +230,8 @@ def measure_training(p: dict, out: Path, deadline: float) -> dict:
             rows.append({"size": size, "variant": name, "skipped": "time budget spent"})
             continue
         try:
-            profile = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md"}.get(name)
+            profile = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md",
+                       "torch.compile+cudagraphs": "profile_twin_compiled.md"}.get(name)
             got = time_training(p, ops, compile=compile, profile_to=out / profile if profile else None, name=name)
         except Exception as error:
             traceback.print_exc()
@@ -373,7 +413,8 @@ def _row(record: dict | None, variant: str, size_prefix: str = "") -> dict | Non
                  and str(r["size"]).startswith(size_prefix)), None)
 
 
-def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None) -> str:
+def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
+                     fsdp: dict | None = None) -> str:
     """Every target of issue 8 beside its measured value: the table the README quotes."""
     lines = ["| target | measured | met? |", "|---|---|---|"]
 
@@ -381,7 +422,8 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None)
         lines.append(f"| {target} | {value} | {'-' if ok is None else ('yes' if ok else 'NO')} |")
 
     fast, eager, comp = _row(train, "fast"), _row(train, "torch"), _row(train, "torch.compile")
-    best = min((r for r in (fast, _row(train, "fast+compile"), _row(train, "fast+compile+cudagraphs")) if r),
+    best = min((r for r in (fast, _row(train, "fast, one-thread backward"), _row(train, "fast+compile"),
+                            _row(train, "fast+compile+cudagraphs")) if r),
                key=lambda r: r["ms"], default=None)
     if fast and eager:
         add(f"training tokens/s >= {TARGETS['train_vs_eager']}x the eager twin",
@@ -402,6 +444,10 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None)
         add("the same comparison with both compiled in reduce-overhead mode (CUDA graphs)",
             f"{fast_graphs['tokens_per_s']:,.0f} vs {twin_graphs['tokens_per_s']:,.0f} tokens/s: "
             f"{twin_graphs['ms'] / fast_graphs['ms']:.2f}x", None)
+    bound = _matmul_bound(twin_graphs, fast_graphs, comp)
+    if bound:
+        add("what limits the ratio to the compiled twin: GPU ms per step by kind of kernel (profiles of the two "
+            "CUDA-graphed steps)", bound, None)
     if fast and eager and fast.get("peak_mib") and eager.get("peak_mib"):
         add("peak memory <= the eager twin's", f"fast {fast['peak_mib']:,.0f} MiB vs eager {eager['peak_mib']:,.0f} MiB",
             fast["peak_mib"] <= eager["peak_mib"])
@@ -438,13 +484,34 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None)
             base["ms"] / graph["ms"] >= TARGETS["decode_vs_no_cache"])
     else:
         add(f"decode >= {TARGETS['decode_vs_no_cache']}x the no-cache loop", "not measured", None)
-    add(f"FSDP on 2 GPUs >= {TARGETS['fsdp_2gpu_scaling']}x one GPU", "not measured by this command "
-        "(2-GPU run pending; correctness: tests/capstone/test_fsdp.py, 2 gloo processes)", None)
+    fsdp_row = next((r for r in (fsdp or {}).get("rows", []) if r.get("scaling_efficiency") is not None), None)
+    if fsdp_row:  # capstone/fsdp.py's record: its own machine and date
+        add(f"FSDP on 2 GPUs >= {TARGETS['fsdp_2gpu_scaling']}x one GPU",
+            f"{fsdp_row['variant']} {fsdp_row['tokens_per_s']:,.0f} vs 1 GPU "
+            f"{fsdp_row['tokens_per_s'] / fsdp_row['speedup_vs_one_gpu']:,.0f} tokens/s at the same per-GPU batch: "
+            f"{fsdp_row['speedup_vs_one_gpu']:.2f}x ({fsdp['machine'].get('gpu')}, {fsdp['date']}; "
+            "`capstone_fsdp.md`)", fsdp_row["speedup_vs_one_gpu"] >= TARGETS["fsdp_2gpu_scaling"])
+    else:
+        add(f"FSDP on 2 GPUs >= {TARGETS['fsdp_2gpu_scaling']}x one GPU", "not measured by this command "
+            "(2-GPU run pending; correctness: tests/capstone/test_fsdp.py, 2 gloo processes)", None)
     where = (train or decode or loss or {}).get("machine", {})
     head = (f"Measured on {where.get('gpu') or 'the CPU (SIMULATION: Python and the Triton interpreter, not a GPU)'}; "
             f"torch {where.get('torch')}, triton {where.get('triton')}, CUDA {where.get('cuda_runtime')}; "
             f"{(train or decode or loss or {}).get('date')}.")
     return head + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _matmul_bound(twin: dict | None, fast: dict | None, comp: dict | None) -> str | None:
+    """The profiles' kernel kinds side by side, and the ceiling they set on fast / compiled twin:
+    both run the same cuBLAS matmuls and AdamW, so even with every other kernel free the fast
+    step could not be shorter than those."""
+    if not (twin and fast and comp and twin.get("gpu_ms_by_kind") and fast.get("gpu_ms_by_kind")):
+        return None
+    a, b = fast["gpu_ms_by_kind"], twin["gpu_ms_by_kind"]
+    parts = [f"{k} {a.get(k, 0.0):.2f} vs {b.get(k, 0.0):.2f}" for k in sorted(set(a) | set(b), key=lambda k: -b.get(k, a.get(k, 0)))]
+    floor = a.get("matmul (cuBLAS)", 0.0) + a.get("optimizer (AdamW)", 0.0)
+    ceiling = f"; matmuls + AdamW alone {floor:.2f} ms: at most {comp['ms'] / floor:.2f}x the compiled twin" if floor else ""
+    return "fast vs twin: " + "; ".join(parts) + ceiling
 
 
 def _table(record: dict) -> str:
@@ -487,7 +554,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.summary_only:
         records = [_previous(Path(args.out) / f"{name}.json", False, any_machine=True)
-                   for name in (TRAIN_BENCH, DECODE_BENCH, LOSS_FILE)]
+                   for name in (TRAIN_BENCH, DECODE_BENCH, LOSS_FILE, FSDP_BENCH)]
         text = summary_markdown(*records)
         (Path(args.out) / "summary.md").write_text(text)
         print(text)
@@ -526,7 +593,7 @@ def main(argv=None) -> int:
     train = train or _previous(out / f"{TRAIN_BENCH}.json", "train" in args.phases)
     decode = decode or _previous(out / f"{DECODE_BENCH}.json", "decode" in args.phases)
     loss = loss or _previous(out / f"{LOSS_FILE}.json", "loss" in args.phases)
-    text = summary_markdown(train, decode, loss)
+    text = summary_markdown(train, decode, loss, _previous(out / f"{FSDP_BENCH}.json", False))
     (out / "summary.md").write_text(text)
     for record in (train, decode):
         if record:

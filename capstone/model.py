@@ -75,7 +75,7 @@ def ladder() -> list[m.Ops]:
     one group of course kernels to the one before, the order the README's table follows."""
     fast = fast_ops()
     groups = [("+flash_attention", ("attention",)),
-              ("+fused_norm_rope_swiglu", ("norm", "rope", "swiglu")),
+              ("+fused_norm_rope_swiglu", ("norm", "add_norm", "rope", "swiglu")),
               ("+fused_ce", ("linear_cross_entropy",))]
     rungs, current = [dataclasses.replace(TORCH_OPS, name="eager")], {}
     for name, fields in groups:

@@ -103,10 +103,13 @@ class Trainer:
 
     `ops`: "fast" (the course's kernels) or "reference" (the pure-PyTorch twin). `fsdp=True`
     needs an initialized process group. `compile=True` wraps the loss in torch.compile.
+    `autograd_threads=False` runs the backward on the calling thread instead of autograd's CUDA
+    worker thread: a Python backward (every course op's autograd.Function) then needs no GIL
+    hand-over between threads (torch.autograd.set_multithreading_enabled).
     """
 
     def __init__(self, config: str | cm.GPTConfig, tc: TrainConfig, *, ops: str = "fast", device=None,
-                 fsdp: bool = False, compile: bool | str = False):
+                 fsdp: bool = False, compile: bool | str = False, autograd_threads: bool = True):
         if not isinstance(tc, TrainConfig):
             raise TypeError(f"tc must be a week5 TrainConfig, got {type(tc).__name__}")
         self.cfg, self.tc, self.ops_name = cm.preset(config), tc, ops
@@ -146,6 +149,7 @@ class Trainer:
         self.cudagraphs = self.compile_mode in CUDAGRAPH_MODES and self.device.type == "cuda"
         self.loss_fn = self.module if self.compile_mode is None else torch.compile(
             self.module, **compile_options(self.compile_mode, self.device))
+        self.autograd_threads = bool(autograd_threads)
         self.step = 0
 
     # ------------------------------------------------------------------ one step
@@ -165,7 +169,11 @@ class Trainer:
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.amp else nullcontext()
         with autocast:
             loss = self.loss_fn(x, y)
-        loss.backward()
+        if self.autograd_threads:
+            loss.backward()
+        else:
+            with torch.autograd.set_multithreading_enabled(False):
+                loss.backward()
         clip = self.tc.grad_clip if self.tc.grad_clip is not None else math.inf
         norm = _full(torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True))
         self.opt.step()

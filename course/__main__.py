@@ -12,6 +12,11 @@
     python -m course skips LOG [--write]  count a CPU pytest run's skips by reason (LOG: its output);
                                           fail if they differ from tests/skips_cpu.json (--write: update it)
 
+    python -m course exercises --write    generate the exercise stubs from the solutions' marked regions
+                                          (--check: fail if a committed stub differs; --must-fail: run
+                                          the known-wrong solutions in tests/<week>/wrong/, each must fail)
+    python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
+
 `--backend gpu|sim` before the command overrides the automatic choice.
 """
 from __future__ import annotations
@@ -273,10 +278,11 @@ RUNNER_COMMANDS = {
     "swaps_week5": "python -m week5_integration.profile_model --out week5_integration/results",
     "compile_reading_week5": "python -m week5_integration.compile_reading --out week5_integration/results",
     "kv_cache_week5": "python -m week5_integration.inference --out week5_integration/results",
-    "finetune_week5": "python -m week5_integration.finetune --config gpt2 --out week5_integration/results",
+    "finetune_week5": "python -m week5_integration.finetune --config large gpt2 --out week5_integration/results",
     "fsdp_week5": "python -m week5_integration.distributed --gpus 2 --out week5_integration/results",
     "capstone_train": "python -m capstone.measure --out capstone/results",
     "capstone_decode": "python -m capstone.measure --out capstone/results",
+    "capstone_fsdp": "python -m capstone.fsdp all --gpus 2 --out capstone/results",
 }
 
 
@@ -625,8 +631,10 @@ def cmd_timings(args) -> int:
     if not info.get("gpu"):
         print("timings: run this on the GPU machine the log comes from (it records that GPU's name)")
         return 1
+    serial = timings.serial_weeks(Path(args.serial)) if args.serial else None
     rec = timings.record(Path(args.log).read_text(), gpu=info["gpu"], command=args.run_command, wall_s=args.wall_s,
-                         versions={"torch": info["torch"], "triton": info["triton"]})
+                         versions={"torch": info["torch"], "triton": info["triton"]}, serial=serial,
+                         serial_command=args.serial_command)
     (ROOT / timings.TIMINGS_FILE).write_text(json.dumps(rec, indent=1) + "\n")
     print(timings.section())
     return 0
@@ -661,13 +669,20 @@ def main(argv=None) -> int:
     timings_p.add_argument("log")
     timings_p.add_argument("--wall-s", type=float, required=True, help="the run's wall time in seconds")
     timings_p.add_argument("--run-command", default="pytest -n 14 -p pytest_timelog tests")
+    timings_p.add_argument("--serial", help="a folder of per-week serial runs (tools/gpu_week_times.sh): "
+                                            "serial_<week>.txt timing logs and walls.txt")
+    timings_p.add_argument("--serial-command", default="pytest -p pytest_timelog tests/<week>")
+    from course import exercises, progress  # the exercise commands: a module each
+    exercises.add_parser(sub)
+    progress.add_parser(sub)
     args = parser.parse_args(argv)
     if args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
-            "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings}[args.command](args)
+            "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
+            "exercises": exercises.main, "progress": progress.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,14 @@ dtypes, the constexpr values, the launch options and every int argument that can
 class: 1, a multiple of 16, other). The ops of week 4 key their launch plans by shape and dtype,
 which fixes all of those.
 
+Two more costs of Triton 3.6's own launch are skipped here. It builds a launch-metadata
+dictionary and passes two hook chains (`knobs.runtime.launch_enter_hook` / `launch_exit_hook`)
+that the C launcher calls around every launch, even when no hook is registered (the chains are
+empty objects, not None); and it asks for the current device through `torch.cuda.current_device()`,
+which re-checks torch's lazy CUDA initialisation. Here an empty chain is passed as None (a
+profiler that registers a hook, such as Triton's proton, still gets its calls), and the device
+and stream come from torch's C getters.
+
 Off the GPU (the interpreter) and with COURSE_FAST_LAUNCH=0 every call is the plain JIT launch.
 """
 from __future__ import annotations
@@ -28,10 +36,14 @@ import torch
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 
 from triton import knobs  # noqa: E402
-from triton.runtime.driver import driver  # noqa: E402
 
 _COMPILED: dict = {}
 ENABLED = runtime.on_gpu() and os.environ.get("COURSE_FAST_LAUNCH", "1") != "0"
+if ENABLED:
+    # Called on every launch: torch's C getters, not torch.cuda.current_device() (Python, plus a
+    # lazy-init check) behind Triton's driver proxy.
+    _current_device = torch._C._cuda_getDevice
+    _current_stream = torch._C._cuda_getCurrentRawStream
 
 
 def _aligned(args) -> bool:
@@ -52,11 +64,11 @@ def launch(kernel, grid: tuple, key, args: tuple, constexprs: dict | None = None
     if not ENABLED:
         kernel[grid](*args, **(constexprs or {}), **options)
         return
-    device = driver.active.get_current_device()
+    device = _current_device()
     hit = _COMPILED.get((kernel, key, device))
     if hit is not None and _aligned(args):
         compiled, tail = hit
-        _run(compiled, grid, args + tail, driver.active.get_current_stream(device))
+        _run(compiled, grid, args + tail, _current_stream(device))
         return
     compiled = kernel[grid](*args, **(constexprs or {}), **options)
     if _aligned(args):
@@ -66,9 +78,16 @@ def launch(kernel, grid: tuple, key, args: tuple, constexprs: dict | None = None
         _COMPILED[(kernel, key, device)] = (compiled, tail)
 
 
+def _hook(chain):
+    """A launch hook to pass to the C launcher: None when nothing is registered (no Python call)."""
+    if chain is None or (isinstance(chain, knobs.HookChain) and not chain.calls):
+        return None
+    return chain
+
+
 def _run(compiled, grid, args, stream) -> None:
-    enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    metadata = compiled.launch_metadata(grid, stream, *args) if enter is not None else None
+    enter, leave = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
+    metadata = compiled.launch_metadata(grid, stream, *args) if enter is not None or leave is not None else None
     compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                  compiled.function, compiled.packed_metadata, metadata, enter, leave, *args)
 

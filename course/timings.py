@@ -7,6 +7,11 @@ the week's serial time (one process running the week's tests one after another; 
 an `-n 14` run, where 14 processes share the GPU and the host's compilers, so an upper bound).
 Under xdist both the controller and the worker may write a test's END line: each test is counted
 once, at its longest.
+
+The measured serial time is better than that bound: `tools/gpu_week_times.sh` runs each week's
+default tests in its own pytest process (no xdist), all weeks side by side on the GPU machine, each
+with its own timing log, and writes each process's wall time to `walls.txt`; `--serial DIR` reads
+them (`serial_<week>.txt`, `walls.txt`) and the table then shows each week's own wall time.
 """
 from __future__ import annotations
 
@@ -42,10 +47,36 @@ def per_week(durations: dict) -> dict:
             for week, rows in sorted(groups.items())}
 
 
-def record(log_text: str, *, gpu: str, command: str, wall_s: float, versions: dict) -> dict:
-    weeks = per_week(parse(log_text))
-    return {"date": _dt.date.today().isoformat(), "gpu": gpu, "command": command, "wall_s": wall_s,
-            **versions, "weeks": weeks}
+def read_walls(text: str) -> dict:
+    """{week: (exit status, wall seconds)} from walls.txt lines "week1 rc=0 wall=179"."""
+    walls = {}
+    for line in text.splitlines():
+        match = re.match(r"(\w+) rc=(\d+) wall=(\d+(?:\.\d+)?)", line.strip())
+        if match:
+            walls[match.group(1)] = (int(match.group(2)), float(match.group(3)))
+    return walls
+
+
+def serial_weeks(folder: Path) -> dict:
+    """Each week's own serial run: {week: {"wall_s", "exit", "seconds", "tests", "slowest"}}."""
+    walls = read_walls((folder / "walls.txt").read_text())
+    weeks = {}
+    for week, (status, wall) in sorted(walls.items()):
+        log = folder / f"serial_{week}.txt"
+        summed = per_week(parse(log.read_text())) if log.is_file() else {}
+        rows = summed.get(week) or next(iter(summed.values()), {"seconds": 0.0, "tests": 0, "slowest": []})
+        weeks[week] = {"wall_s": wall, "exit": status, **rows}
+    return weeks
+
+
+def record(log_text: str, *, gpu: str, command: str, wall_s: float, versions: dict,
+           serial: dict | None = None, serial_command: str = "") -> dict:
+    weeks = serial if serial else per_week(parse(log_text))
+    rec = {"date": _dt.date.today().isoformat(), "gpu": gpu, "command": command, "wall_s": wall_s,
+           **versions, "weeks": weeks}
+    if serial:
+        rec["serial_command"] = serial_command
+    return rec
 
 
 def load(root: Path = ROOT) -> dict | None:
@@ -57,6 +88,8 @@ def section(root: Path = ROOT) -> str:
     rec = load(root)
     if rec is None:
         return "\n_Not measured yet: run the suite on a GPU with `-p pytest_timelog`, then `python -m course timings`._\n"
+    if "serial_command" in rec:
+        return _serial_section(rec)
     lines = ["\n| tests | serial time on the GPU | tests run | slowest test |", "|---|---|---|---|"]
     for week, w in rec["weeks"].items():
         slowest = w["slowest"][0] if w["slowest"] else ["-", 0]
@@ -70,4 +103,23 @@ def section(root: Path = ROOT) -> str:
                  "serial time is the sum of its tests' durations inside that parallel run (14 processes "
                  f"sharing one GPU and the host's compilers: an upper bound). Every week's five slowest "
                  f"tests: `{TIMINGS_FILE}`.")
+    return "\n".join(lines) + "\n"
+
+
+def _serial_section(rec: dict) -> str:
+    lines = ["\n| tests | serial wall time on the GPU | tests run | slowest test |", "|---|---|---|---|"]
+    for week, w in rec["weeks"].items():
+        slowest = w["slowest"][0] if w["slowest"] else ["-", 0]
+        label = "the kit (`tests/*.py`)" if week == "kit" else f"`tests/{week}`"
+        status = "" if w["exit"] == 0 else f" (exit {w['exit']})"
+        lines.append(f"| {label} | {w['wall_s'] / 60:.1f} min{status} | {w['tests']:,} | "
+                     f"`{slowest[0].split('::', 1)[-1][:60]}` ({slowest[1]:.0f} s) |")
+    lines.append(f"\nThe default run (the tests marked slow left out), measured on {rec['date']} on an {rec['gpu']} "
+                 f"(torch {rec['torch']}, triton {rec['triton']}). Each week: `{rec['serial_command']}`, its own "
+                 "pytest process, no xdist, from a cold Triton cache (a fresh machine), every week's process "
+                 "started at once beside the others (16 host cores, one GPU: an upper bound on a lone run). "
+                 + (f"The whole suite, `{rec['command']}`, right after: {rec['wall_s'] / 60:.1f} min of wall time. "
+                    if rec.get("wall_s") else "The whole suite with xdist was not timed in this run. ")
+                 + "An exit status other than 0 is a failed test in that run (the table's note says which). "
+                 f"Every week's five slowest tests: `{TIMINGS_FILE}`.")
     return "\n".join(lines) + "\n"

@@ -68,3 +68,23 @@ def test_cached_launch_is_captured_by_a_cuda_graph():
     torch.cuda.synchronize()
     assert_close(out, (2.0 * x.double() + y.double()).float())
     assert fast.cached_kernels() >= 1
+
+
+@pytest.mark.gpu(reason="the cached path exists only on a GPU")
+def test_a_registered_launch_hook_still_sees_cached_launches():
+    """Empty hook chains are skipped for speed; a registered hook (a profiler's) must still run."""
+    from triton import knobs
+
+    x, y = random_tensor(256, torch.float32, DEVICE), random_tensor(256, torch.float32, DEVICE)
+    axpy(x, y, 1.0)  # compile + cache this key
+    seen = []
+    hook = lambda metadata: seen.append(metadata.get()["name"])  # noqa: E731  (a LazyDict)
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        out = axpy(x, y, 2.0)  # the cached path
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert seen == ["axpy_kernel"]
+    assert_close(out, (2.0 * x.double() + y.double()).float())
+    axpy(x, y, 3.0)
+    assert seen == ["axpy_kernel"], "a removed hook must not be called again"

@@ -20,3 +20,16 @@ def test_weeks_and_the_kit_are_summed_apart():
     assert {k: (v["seconds"], v["tests"]) for k, v in weeks.items()} == {
         "kit": (0.5, 1), "week1": (2.5, 1), "week3": (1.0, 1)}
     assert weeks["week1"]["slowest"] == [["tests/week1/test_a.py::test_x", 2.5]]
+
+
+def test_serial_runs_give_each_week_its_own_wall_time(tmp_path):
+    (tmp_path / "walls.txt").write_text("week1 rc=0 wall=179\nkit rc=0 wall=150\nweek3 rc=124 wall=300\n")
+    (tmp_path / "serial_week1.txt").write_text("END 2.0 call passed 1.50 tests/week1/test_a.py::test_x\n")
+    (tmp_path / "serial_kit.txt").write_text("END 2.0 call passed 0.25 tests/test_kit.py::test_z\n")
+    weeks = timings.serial_weeks(tmp_path)
+    assert weeks["week1"]["wall_s"] == 179 and weeks["week1"]["tests"] == 1 and weeks["week1"]["seconds"] == 1.5
+    assert weeks["kit"]["tests"] == 1
+    assert weeks["week3"] == {"wall_s": 300, "exit": 124, "seconds": 0.0, "tests": 0, "slowest": []}
+    rec = timings.record("", gpu="H100", command="pytest -n 14 tests", wall_s=240.0, versions={"torch": "t",
+                         "triton": "x"}, serial=weeks, serial_command="pytest tests/<week>")
+    assert "| `tests/week3` | 5.0 min (exit 124) |" in timings._serial_section(rec)

@@ -38,6 +38,11 @@ def _floating(x, name: str) -> torch.Tensor:
     return x
 
 
+# EXERCISE NOTE: Rules of the house: reject non-tensors and non-floating tensors with a TypeError
+#   naming `x` (_floating does it); compute float16/bfloat16 inputs in float32 and round once at the
+#   end, as a fused kernel does (_opmath); write every backward with torch ops on the saved tensors,
+#   so that double backward works too.
+
 # --- inspecting the graph ---------------------------------------------------------------------
 
 def grad_fn_chain(t: torch.Tensor) -> list[str]:
@@ -48,6 +53,8 @@ def grad_fn_chain(t: torch.Tensor) -> list[str]:
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+    # BEGIN EXERCISE: walk the graph from t.grad_fn through each node's next_functions, depth first (first
+    #   input first), each node once; collect type(node).__name__
     names, seen, stack = [], set(), [t.grad_fn] if t.grad_fn is not None else []
     while stack:
         node = stack.pop()
@@ -58,10 +65,14 @@ def grad_fn_chain(t: torch.Tensor) -> list[str]:
         # reversed: the first input is visited first, so the list reads like the forward code
         stack.extend(fn for fn, _ in reversed(node.next_functions) if fn is not None)
     return names
+    # END EXERCISE
 
 
 def format_graph(t: torch.Tensor) -> str:
     """The backward graph as an indented tree, with the shapes each node saved for backward."""
+    # BEGIN EXERCISE: an indented tree of the backward graph from t.grad_fn (a leaf or no-grad tensor: a
+    #   one-line note); each line the node's name and the shapes it saved for backward (its _saved_*
+    #   attributes); AccumulateGrad lines read '-> .grad of leaf (shape)'
     if t.grad_fn is None:
         return f"(leaf or no grad: requires_grad={t.requires_grad})"
     lines = []
@@ -79,6 +90,7 @@ def format_graph(t: torch.Tensor) -> str:
 
     walk(t.grad_fn, 0)
     return "\n".join(lines)
+    # END EXERCISE
 
 
 # --- custom autograd Functions ----------------------------------------------------------------
@@ -98,17 +110,24 @@ class SiLUFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
+        # BEGIN EXERCISE: save only x (ctx.save_for_backward; sigmoid is recomputed in backward: FLOPs for
+        #   memory); return x * sigmoid(x) computed in float32 for 16-bit inputs (_opmath), cast back to
+        #   x.dtype
         ctx.save_for_backward(x)  # only x: sigmoid is recomputed, trading FLOPs for memory
         xf = _opmath(x)
         return (xf * torch.sigmoid(xf)).to(x.dtype)
+        # END EXERCISE
 
     @staticmethod
     def backward(ctx, grad_out):
+        # BEGIN EXERCISE: recompute s = sigmoid(x) from the saved x; return grad_out * s * (1 + x * (1 -
+        #   s)), with torch ops (so that double backward works too)
         (x,) = ctx.saved_tensors
         xf = _opmath(x)
         s = torch.sigmoid(xf)
         # Written with differentiable torch ops, so double backward (gradgradcheck) works too.
         return (grad_out * (s * (1 + xf * (1 - s)))).to(x.dtype)
+        # END EXERCISE
 
 
 class GELUTanhFunction(torch.autograd.Function):
@@ -120,17 +139,23 @@ class GELUTanhFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
+        # BEGIN EXERCISE: save x; return 0.5 x (1 + tanh(K (x + C x^3))) (GELU_K, GELU_C) in float32 for
+        #   16-bit inputs, cast back
         ctx.save_for_backward(x)
         xf = _opmath(x)
         return (0.5 * xf * (1 + torch.tanh(GELU_K * (xf + GELU_C * xf * xf * xf)))).to(x.dtype)
+        # END EXERCISE
 
     @staticmethod
     def backward(ctx, grad_out):
+        # BEGIN EXERCISE: dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) K (1 + 3 C x^2), t recomputed from the saved
+        #   x; grad_out * dy/dx
         (x,) = ctx.saved_tensors
         x = _opmath(x)
         t = torch.tanh(GELU_K * (x + GELU_C * x * x * x))
         dydx = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_K * (1 + 3 * GELU_C * x * x)
         return (grad_out * dydx).to(grad_out.dtype)
+        # END EXERCISE
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -162,6 +187,9 @@ def saved_bytes(fn, x: torch.Tensor) -> int:
     Compare `lambda x: x * torch.sigmoid(x)` (saves x and sigmoid(x)) with `silu` (saves x).
     Storage shared between saved tensors (x saved twice) is counted once.
     """
+    # BEGIN EXERCISE: count in the pack hook of torch.autograd.graph.saved_tensors_hooks(pack, unpack) the
+    #   bytes of each tensor saved while building fn(x).sum() (x a fresh leaf that requires grad), each
+    #   storage once
     storages, total = set(), 0
 
     def pack(t):
@@ -176,6 +204,7 @@ def saved_bytes(fn, x: torch.Tensor) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn(x).sum()
     return total
+    # END EXERCISE
 
 
 # --- hooks -------------------------------------------------------------------------------------
@@ -188,7 +217,10 @@ def clamp_grad_hook(t: torch.Tensor, limit: float):
     """
     if limit <= 0:
         raise ValueError(f"limit must be positive, got {limit}")
+    # BEGIN EXERCISE: a tensor hook (t.register_hook) that returns the gradient clamped to [-limit, limit]:
+    #   the returned tensor replaces it; return the handle
     return t.register_hook(lambda g: g.clamp(-limit, limit))
+    # END EXERCISE
 
 
 def record_activations(model: nn.Module, kinds=(nn.Linear,)):
@@ -197,6 +229,9 @@ def record_activations(model: nn.Module, kinds=(nn.Linear,)):
     `records[name]` is the (shape, mean, std) of that module's output on the last forward;
     remove the hooks with `for h in handles: h.remove()` (forgotten hooks leak and slow down).
     """
+    # BEGIN EXERCISE: a forward hook (register_forward_hook) on every submodule of the given kinds:
+    #   records[name] = (output shape, mean, std) of its output (detached; std 0 for one element); return
+    #   (records, handles)
     records, handles = {}, []
     for name, module in model.named_modules():
         if isinstance(module, kinds):
@@ -205,6 +240,7 @@ def record_activations(model: nn.Module, kinds=(nn.Linear,)):
                 records[name] = (tuple(output.shape), out.mean().item(), out.std().item() if out.numel() > 1 else 0.0)
             handles.append(module.register_forward_hook(hook))
     return records, handles
+    # END EXERCISE
 
 
 def record_grad_norms(model: nn.Module):
@@ -213,12 +249,15 @@ def record_grad_norms(model: nn.Module):
     `norms[name]` is the L2 norm of that parameter's gradient after the last backward.
     (Per-parameter hooks like this are how optimizers overlap their step with backward.)
     """
+    # BEGIN EXERCISE: register_post_accumulate_grad_hook on each parameter that requires grad: norms[name] =
+    #   the L2 norm of its .grad after backward; return (norms, handles)
     norms, handles = {}, []
     for name, p in model.named_parameters():
         if p.requires_grad:
             handles.append(p.register_post_accumulate_grad_hook(
                 lambda param, name=name: norms.__setitem__(name, param.grad.norm().item())))
     return norms, handles
+    # END EXERCISE
 
 
 # --- grad modes --------------------------------------------------------------------------------
@@ -230,6 +269,10 @@ def grad_mode_demo(model: nn.Module, x: torch.Tensor) -> dict:
     "no_grad" and "inference_mode", and "inference_tensor_in_autograd": the error text
     autograd raises when an inference-mode tensor is later saved for backward.
     """
+    # BEGIN EXERCISE: run the model in each mode (grad, torch.no_grad, torch.inference_mode) and record
+    #   requires_grad, has_grad_fn and is_inference of the output; then save the inference-mode output for
+    #   backward (multiply it by a tensor that requires grad, backward) and record the first line of the
+    #   RuntimeError autograd raises
     result = {}
     out = model(x)
     result["grad"] = {"requires_grad": out.requires_grad, "has_grad_fn": out.grad_fn is not None,
@@ -249,3 +292,4 @@ def grad_mode_demo(model: nn.Module, x: torch.Tensor) -> dict:
     except RuntimeError as error:
         result["inference_tensor_in_autograd"] = str(error).split("\n")[0]
     return result
+    # END EXERCISE

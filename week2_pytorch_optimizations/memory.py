@@ -28,9 +28,17 @@ import torch.nn as nn
 from course import runtime
 
 
+# EXERCISE NOTE: Without a GPU the measurements marked "GPU only" cannot run: their guard (_need_gpu) is
+#   given, so on a laptop the tests check the refusal and skip the GPU tests; write them anyway and run
+#   them on Colab. The idea behind all of it: a tensor is (storage, offset, shape, strides); ops that can
+#   describe their result with new strides over the same storage are views (free), the others copy.
+
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when `a` and `b` are windows onto the same memory (one is a view of the other)."""
+    # BEGIN EXERCISE: compare where their storages start: t.untyped_storage().data_ptr() (not t.data_ptr():
+    #   that is where the first element is, which moves with a slice's offset)
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    # END EXERCISE
 
 
 def layout(t: torch.Tensor) -> dict:
@@ -41,6 +49,11 @@ def layout(t: torch.Tensor) -> dict:
 def views_and_copies(device=None) -> dict:
     """For common ops on a (4, 6) tensor: does the result share storage, is it contiguous?"""
     device = runtime.DEVICE if device is None else device
+    # BEGIN EXERCISE: x = torch.arange(24.0).reshape(4, 6) on device, t = x.t(); return {name: {'view':
+    #   shares_storage(y, x), **layout(y)}} with exactly these names and ops: 'view(6, 4)', 'x[1:3]', 'x[:,
+    #   ::2]', 't()', 'expand' (x[:1].expand(4, 6)), 'reshape (contiguous input)' (x.reshape(24)), 'reshape
+    #   (transposed input)' (t.reshape(24)), 't().contiguous()', 'clone', 'x[[0, 2]] (index)'. Before
+    #   running it, predict which six are views, and the strides of t() and of expand
     x = torch.arange(24.0, device=device).reshape(4, 6)
     t = x.t()
     ops = {
@@ -56,22 +69,30 @@ def views_and_copies(device=None) -> dict:
         "x[[0, 2]] (index)": x[[0, 2]],
     }
     return {name: {"view": shares_storage(y, x), **layout(y)} for name, y in ops.items()}
+    # END EXERCISE
 
 
 def view_fails_on_transposed(device=None) -> str:
     """`.view` never copies, so it refuses strides it cannot express; the message says so."""
     device = runtime.DEVICE if device is None else device
+    # BEGIN EXERCISE: call .view(24) on the transposed (4, 6) arange and return the first line of the
+    #   RuntimeError it raises; if none is raised, raise AssertionError
     t = torch.arange(24.0, device=device).reshape(4, 6).t()
     try:
         t.view(24)
     except RuntimeError as error:
         return str(error).split("\n")[0]
     raise AssertionError("view of a transposed tensor unexpectedly worked")
+    # END EXERCISE
 
 
 def inplace_breaks_autograd(device=None) -> dict:
     """sigmoid saves its output for backward; changing that output in place invalidates it."""
     device = runtime.DEVICE if device is None else device
+    # BEGIN EXERCISE: y = sigmoid(x) (its backward uses y itself, so autograd saved y); read y._version,
+    #   y.mul_(2), read it again, try y.sum().backward() and catch the RuntimeError; then the fix: a fresh
+    #   y, backward of (y * 2).sum() out of place. Return {'version_before', 'version_after', 'error' (its
+    #   first line, or None), 'grad_out_of_place' (x.grad after the fix, detached)}
     x = torch.randn(5, device=device, requires_grad=True)
     y = torch.sigmoid(x)  # backward uses y: d sigmoid = y (1 - y)
     before = y._version
@@ -88,6 +109,7 @@ def inplace_breaks_autograd(device=None) -> dict:
     (y_ok * 2).sum().backward()
     return {"version_before": before, "version_after": after, "error": message,
             "grad_out_of_place": x.grad.detach().clone()}
+    # END EXERCISE
 
 
 def _need_gpu(what: str) -> None:
@@ -111,6 +133,10 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
     both at once (the copy on a side stream with non_blocking=True). GPU only.
     """
     _need_gpu("pinned_transfer_overlap")
+    # BEGIN EXERCISE: median ms of a pageable copy, a pinned copy, the compute alone (a chain of bf16
+    #   matmuls about as long as the copy), both one after the other, and both at once (the copy on a side
+    #   stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the fraction of the
+    #   shorter one hidden
     n = mib * 2**20 // 4
     pageable = torch.randn(n)
     pinned = pageable.pin_memory()
@@ -150,11 +176,15 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
             "pageable_gbps": gbps(copy_pageable), "pinned_gbps": gbps(copy_pinned),
             "compute_ms": compute_ms, "serial_ms": serial_ms, "overlapped_ms": overlapped_ms,
             "hidden_fraction": (serial_ms - overlapped_ms) / min(copy_pinned, compute_ms)}
+    # END EXERCISE
 
 
 def caching_allocator_demo(mib: int = 64) -> dict:
     """memory_allocated vs memory_reserved around one allocation, its free, and empty_cache."""
     _need_gpu("caching_allocator_demo")
+    # BEGIN EXERCISE: memory_allocated and memory_reserved (MiB above the start) with a mib-sized tensor
+    #   alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current segment
+    #   count from torch.cuda.memory_stats()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     mb = lambda b: b / 2**20  # noqa: E731
@@ -169,6 +199,7 @@ def caching_allocator_demo(mib: int = 64) -> dict:
     return {"allocated_reserved_mib_live": held, "after_del": freed, "after_empty_cache": emptied,
             "num_alloc_retries": stats.get("num_alloc_retries", 0),
             "segments": stats.get("segment.all.current", 0)}
+    # END EXERCISE
 
 
 def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> int:
@@ -177,6 +208,9 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> i
     What activation checkpointing cuts, measured with saved-tensor hooks instead of the GPU
     allocator, so the CPU can show it too. Parameters that are saved are not counted.
     """
+    # BEGIN EXERCISE: count in the pack hook of torch.autograd.graph.saved_tensors_hooks the bytes of each
+    #   storage saved for backward by one forward (and loss_fn(out) when given), each storage once,
+    #   parameters not counted
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen, total = set(), 0
 
@@ -193,6 +227,7 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> i
         if loss_fn is not None:
             loss_fn(out)
     return total
+    # END EXERCISE
 
 
 def checkpointing_peak_memory(cfg=None, batch: int | None = None) -> dict:
@@ -203,6 +238,10 @@ def checkpointing_peak_memory(cfg=None, batch: int | None = None) -> dict:
     GPU only (see `saved_activation_bytes` for the same effect on any device).
     """
     _need_gpu("checkpointing_peak_memory")
+    # BEGIN EXERCISE: one GPT training step (models.GPT(cfg, checkpoint_blocks=...), models.gpt_batch,
+    #   models.gpt_loss) with and without activation checkpointing: peak torch.cuda.max_memory_allocated
+    #   above the weights (after a warm-up step, reset_peak_memory_stats), the median step ms, and the
+    #   relative difference of the two gradients
     from week2_pytorch_optimizations import models
 
     cfg = cfg or models.GPT_BENCH
@@ -232,3 +271,4 @@ def checkpointing_peak_memory(cfg=None, batch: int | None = None) -> dict:
     diff = (grads["plain"] - grads["checkpointed"]).norm() / grads["plain"].norm()
     out["grad_rel_err"] = float(diff)
     return out
+    # END EXERCISE

@@ -26,8 +26,18 @@ from course import runtime
 LOW = (torch.bfloat16, torch.float16)
 
 
+# EXERCISE NOTE: Everything here runs on a CPU too (autocast, bfloat16 and float16 exist there; only the
+#   speed is missing). The three facts to find with your own code: a low-precision matmul's error is
+#   about the rounding of its inputs, not the length of the dot product (the hardware accumulates in
+#   float32); a running sum kept in bf16 stops growing; small fp16 gradients flush to zero unless the
+#   loss is scaled first, and a GradScaler skips the steps whose scaled gradients overflowed.
+
 def format_facts() -> dict:
     """Significant bits, unit roundoff, largest and smallest normal value of each format."""
+    # BEGIN EXERCISE: for 'float32', 'bfloat16', 'float16': {'bits', 'mantissa_bits', 'unit_roundoff',
+    #   'max', 'smallest_normal'} read from torch.finfo(dtype): .bits, .eps (the gap after 1.0 = 2^-(p-1)
+    #   for p significant bits, the implicit leading 1 counted), .max, .tiny; the unit roundoff is eps / 2.
+    #   Expect p = 24, 8 and 11
     out = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         info = torch.finfo(dtype)
@@ -35,12 +45,16 @@ def format_facts() -> dict:
             torch.tensor(info.eps)).item()) + 1, "unit_roundoff": info.eps / 2, "max": info.max,
             "smallest_normal": info.tiny}
     return out
+    # END EXERCISE
 
 
 def autocast_dtypes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> dict:
     """Output dtype of every leaf module of `model(x)` under autocast(dtype), and the params' dtype."""
     if dtype not in LOW:
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    # BEGIN EXERCISE: a forward hook (register_forward_hook) on every leaf module (no children) records its
+    #   output dtype under torch.autocast(x.device.type, dtype=dtype), keyed by its name in named_modules();
+    #   remove the hooks afterwards (in a finally); add '<parameters>': the dtype of the first parameter
     seen, handles = {}, []
     for name, module in model.named_modules():
         if not list(module.children()):
@@ -54,6 +68,7 @@ def autocast_dtypes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype = torc
             h.remove()
     seen["<parameters>"] = next(model.parameters()).dtype
     return seen
+    # END EXERCISE
 
 
 def matmul_error(k: int, dtype: torch.dtype, *, m: int = 64, n: int = 64, device=None, seed: int = 0) -> float:
@@ -63,16 +78,23 @@ def matmul_error(k: int, dtype: torch.dtype, *, m: int = 64, n: int = 64, device
     error therefore includes the rounding of the inputs, which is the bulk of it.
     """
     device = runtime.DEVICE if device is None else device
+    # BEGIN EXERCISE: inputs drawn in float64 (a seeded generator), rounded to dtype and multiplied on
+    #   device; the Frobenius norm of the error against the float64 product, relative to it
     g = torch.Generator().manual_seed(seed)
     a, b = torch.randn(m, k, generator=g, dtype=torch.float64), torch.randn(k, n, generator=g, dtype=torch.float64)
     exact = a @ b
     got = (a.to(device=device, dtype=dtype) @ b.to(device=device, dtype=dtype)).to("cpu", torch.float64)
     return float((got - exact).norm() / exact.norm())
+    # END EXERCISE
 
 
 def accumulation_error(n: int, dtype: torch.dtype) -> dict:
     """Summing n copies of 0.01 with a running total kept in `dtype` (what a naive kernel does)
     against a float32 accumulator over the same rounded inputs: why kernels accumulate in fp32."""
+    # BEGIN EXERCISE: add value = torch.tensor(0.01, dtype=dtype) n times to a total kept in dtype, one
+    #   total = total + value at a time (a Python loop: torch.sum would accumulate in float32 for you, which
+    #   is the point); return {'low_accumulator', 'fp32_accumulator': value.float() * n, 'exact': n *
+    #   float(value), 'rel_err'}. Why does bf16 stall far below 20 for n = 2000?
     value = torch.tensor(0.01, dtype=dtype)
     total = torch.zeros((), dtype=dtype)
     for _ in range(n):  # sequential on purpose: torch.sum would accumulate in float32 for us
@@ -80,17 +102,25 @@ def accumulation_error(n: int, dtype: torch.dtype) -> dict:
     exact = n * float(value)
     return {"low_accumulator": float(total), "fp32_accumulator": float(value.float() * n), "exact": exact,
             "rel_err": abs(float(total) - exact) / exact}
+    # END EXERCISE
 
 
 def fp16_underflow_fraction(values: torch.Tensor, scale: float = 1.0) -> float:
     """Fraction of nonzero float32 `values` that become 0 when stored as float16 after `scale`."""
+    # BEGIN EXERCISE: the fraction of the nonzero values that become exactly 0 once values.float() * scale
+    #   is stored as float16 (0.0 when none is nonzero)
     nonzero = values != 0
     stored = (values.float() * scale).to(torch.float16)
     return float(((stored == 0) & nonzero).sum()) / max(int(nonzero.sum()), 1)
+    # END EXERCISE
 
 
 def fp16_step(model: nn.Module, opt: torch.optim.Optimizer, scaler, x: torch.Tensor, y: torch.Tensor) -> dict:
     """One fp16-autocast training step with a GradScaler; says whether the step was taken."""
+    # BEGIN EXERCISE: zero the grads; forward under torch.autocast(x.device.type, dtype=torch.float16), loss
+    #   = mse_loss(model(x).float(), y); note scaler.get_scale(); scaler.scale(loss).backward(),
+    #   scaler.step(opt) (unscales, skips the update when a gradient is inf/NaN), scaler.update(); return
+    #   {'loss', 'scale_before', 'scale_after', 'skipped': scale_after < scale_before}
     opt.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.float16):
         loss = nn.functional.mse_loss(model(x).float(), y)
@@ -100,6 +130,7 @@ def fp16_step(model: nn.Module, opt: torch.optim.Optimizer, scaler, x: torch.Ten
     scaler.update()  # halves the scale after an overflow, grows it after 2000 clean steps
     return {"loss": float(loss.detach()), "scale_before": scale_before, "scale_after": scaler.get_scale(),
             "skipped": scaler.get_scale() < scale_before}
+    # END EXERCISE
 
 
 def make_scaler(device=None, init_scale: float = 2.0 ** 16):
@@ -111,6 +142,9 @@ def loss_error_vs_fp64(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> di
     """Relative error of the MSE loss of `model` in fp32, bf16- and fp16-autocast vs a float64 copy."""
     import copy
 
+    # BEGIN EXERCISE: the relative error of the MSE loss against a float64 copy of the model (on x.double(),
+    #   y.double()), under torch.no_grad(): {'float32': the plain forward, 'bfloat16' and 'float16': the
+    #   forward under autocast of that dtype, loss on model(x).float()}. Expect float32 < float16 < bfloat16
     exact_model = copy.deepcopy(model).double()
     out = {}
     with torch.no_grad():
@@ -121,3 +155,4 @@ def loss_error_vs_fp64(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> di
                 loss = nn.functional.mse_loss(model(x).float(), y)
             out[str(dtype).replace("torch.", "")] = abs(float(loss) - exact) / exact
     return out
+    # END EXERCISE

@@ -23,6 +23,10 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from course import runtime
 
 
+# EXERCISE NOTE: On a CPU the profiler records CPU ops (aten::mm, ...); on a GPU it also records every
+#   kernel, and the trace shows the gaps between them: the time the GPU waited for Python to launch the
+#   next kernel.
+
 def profile_steps(step: Callable, *, steps: int = 3, warmup: int = 2, trace_path=None, label: str = "step"):
     """Run `step()` `warmup` times, then `steps` times under the profiler; returns the profile.
 
@@ -31,6 +35,11 @@ def profile_steps(step: Callable, *, steps: int = 3, warmup: int = 2, trace_path
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    # BEGIN EXERCISE: step() warmup times unprofiled (why? lazy init, cuBLAS heuristics, compilation), then
+    #   steps times inside profile(activities=[CPU, plus CUDA when runtime.on_gpu()], record_shapes=True),
+    #   each step in record_function(label) so it shows as one span; on a GPU torch.cuda.synchronize()
+    #   before the profile and before leaving it (kernels run asynchronously); with trace_path, create its
+    #   folder and prof.export_chrome_trace(str(trace_path))
     for _ in range(warmup):  # first calls include lazy init, autotuning, compilation
         step()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.on_gpu() else [])
@@ -46,10 +55,14 @@ def profile_steps(step: Callable, *, steps: int = 3, warmup: int = 2, trace_path
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
     return prof
+    # END EXERCISE
 
 
 def top_ops(prof, n: int = 10) -> list[dict]:
     """The n ops (or, on a GPU, kernels) with the most self time: name, calls, self time in us."""
+    # BEGIN EXERCISE: the n entries of prof.key_averages() with the most self time, largest first, as
+    #   {'name': evt.key, 'calls': evt.count, 'self_us': float}; self time is evt.self_device_time_total on
+    #   a GPU (kernels), evt.self_cpu_time_total on a CPU; leave out entries whose self time is 0
     on_gpu = runtime.on_gpu()
     rows = []
     for evt in prof.key_averages():
@@ -57,6 +70,7 @@ def top_ops(prof, n: int = 10) -> list[dict]:
         if self_us > 0:
             rows.append({"name": evt.key, "calls": evt.count, "self_us": float(self_us)})
     return sorted(rows, key=lambda r: r["self_us"], reverse=True)[:n]
+    # END EXERCISE
 
 
 def table(prof, n: int = 15) -> str:
@@ -69,6 +83,11 @@ def gpu_busy_fraction(trace_path) -> float | None:
 
     None when the trace holds no GPU activity (a CPU run). 1.0 means no gaps at all.
     """
+    # BEGIN EXERCISE: load the trace (gunzip a .gz), take its traceEvents with ph == 'X' and cat in
+    #   ('kernel', 'gpu_memcpy', 'gpu_memset'): intervals [ts, ts + dur]; the length of their UNION (sort by
+    #   start, merge the overlaps: streams run concurrently) over the span from the first start to the last
+    #   end; None without such events (a CPU trace), 1.0 for a zero span. [0,10] + [5,15] + [30,40] gives 25
+    #   / 40
     path = Path(trace_path)
     text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     events = json.loads(text).get("traceEvents", [])
@@ -86,6 +105,7 @@ def gpu_busy_fraction(trace_path) -> float | None:
     busy += cur_end - cur_start
     wall = max(e for _, e in spans) - spans[0][0]
     return busy / wall if wall > 0 else 1.0
+    # END EXERCISE
 
 
 def profile_config(config: str = "eager", kind: str = "gpt", *, trace_path=None, steps: int = 3, cfg=None,

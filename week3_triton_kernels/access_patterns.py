@@ -77,6 +77,8 @@ def read_amplification(stride: int, itemsize: int, sector_bytes: int = SECTOR_BY
 # ------------------------------------------------------------------------------------ kernels
 @triton.jit
 def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: out[i] = x[i * stride] for the BLOCK_SIZE values of i this program owns: int64
+    #   offsets, mask offs < n, the load strided, the store contiguous
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     # With stride == 1 Triton compiles a specialised kernel (the argument becomes the constant 1)
@@ -84,10 +86,13 @@ def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
     # load per element, and one sector per element once stride * itemsize >= 32 bytes.
     x = tl.load(x_ptr + offs * stride, mask=mask)
     tl.store(out_ptr + offs, x, mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def copy2d_gather_kernel(x_ptr, out_ptr, n, n_cols, stride_r, stride_c, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: one program per BLOCK_SIZE output elements, walking the OUTPUT in row-major order (a
+    #   coalesced store): rows = offs // n_cols, cols = offs % n_cols; load x through its strides
     # Walk the OUTPUT in row-major order: the store is coalesced, and the load goes wherever
     # x's strides send it. For x = a.t(), neighbouring lanes read addresses a whole row apart.
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -96,6 +101,7 @@ def copy2d_gather_kernel(x_ptr, out_ptr, n, n_cols, stride_r, stride_c, BLOCK_SI
     cols = offs % n_cols
     x = tl.load(x_ptr + rows * stride_r + cols * stride_c, mask=mask)
     tl.store(out_ptr + offs, x, mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -109,6 +115,9 @@ def _tile_coords(n_cols, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
 @triton.jit
 def copy2d_tiled_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_stride_r,
                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # BEGIN EXERCISE: one program per [BLOCK_R, BLOCK_C] tile: tile_r, tile_c = _tile_coords(...); int64 row
+    #   and column offsets; a 2-D mask for both edges; load through x's strides, store to out (row stride
+    #   out_stride_r, column stride 1)
     tl.static_assert(BLOCK_R * BLOCK_C <= 128 * 128, "a larger tile spills registers")
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     rows = tile_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -118,11 +127,14 @@ def copy2d_tiled_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_
     # writes it along its rows, converting the register layout through shared memory between.
     tile = tl.load(x_ptr + rows[:, None] * stride_r + cols[None, :] * stride_c, mask=mask)
     tl.store(out_ptr + rows[:, None] * out_stride_r + cols[None, :], tile, mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def copy2d_block_ptr_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_stride_r,
                             BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, X_COLUMN_MAJOR: tl.constexpr):
+    # BEGIN EXERCISE: the tiled copy with tl.make_block_ptr and boundary_check=(0, 1) instead of masks: a
+    #   block pointer for x (order (0, 1) if X_COLUMN_MAJOR else (1, 0)) and one for out
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     # `order` lists the dimensions from fastest-varying in memory to slowest.
     if X_COLUMN_MAJOR:
@@ -139,11 +151,15 @@ def copy2d_block_ptr_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, 
     # boundary_check replaces the masks: the block pointer knows the shape it lives in.
     tile = tl.load(src, boundary_check=(0, 1))
     tl.store(dst, tile, boundary_check=(0, 1))
+    # END EXERCISE
 
 
 @triton.jit
 def copy2d_descriptor_kernel(x_desc, out_desc, n_cols,
                              BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, TRANSPOSED: tl.constexpr):
+    # BEGIN EXERCISE: the tiled copy through tensor descriptors: x_desc.load([r0, c0]), out_desc.store([r0,
+    #   c0], tile); if TRANSPOSED, x_desc describes x.t(): load its [BLOCK_C, BLOCK_R] tile at [c0, r0] and
+    #   tl.trans it
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     r0 = tile_r * BLOCK_R
     c0 = tile_c * BLOCK_C
@@ -155,17 +171,22 @@ def copy2d_descriptor_kernel(x_desc, out_desc, n_cols,
         tile = x_desc.load([r0, c0])
     # Out-of-bounds parts of a tile are not written: the descriptor knows out's shape.
     out_desc.store([r0, c0], tile)
+    # END EXERCISE
 
 
 @triton.jit
 def copy_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: a plain copy, one block per program, masked
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def copy_persistent_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: a grid-stride loop: a fixed number of programs, each copying blocks pid, pid +
+    #   num_programs, ... (range(tl.program_id(0), tl.cdiv(n, BLOCK_SIZE), tl.num_programs(0)))
     # A fixed number of programs loop over the blocks (a grid-stride loop). Only a loop gives
     # num_stages something to do: the compiler may issue the next blocks' loads before the
     # current block is stored (software pipelining), if its pipeliner takes this loop.
@@ -174,6 +195,7 @@ def copy_persistent_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
         offs = tl.cast(block, tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         mask = offs < n
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+    # END EXERCISE
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -373,6 +395,7 @@ def copy(x: torch.Tensor, out: torch.Tensor | None = None, *, block_size: int = 
     return out
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # --------------------------------------------------------------------------------- benchmarks
 STRIDED_N = 1 << 24  # useful fp32 elements: 64 MB read + 64 MB written, the stride-32 base 2 GB
 STRIDES = [1, 2, 4, 8, 16, 32]
@@ -568,3 +591,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

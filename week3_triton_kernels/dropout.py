@@ -31,6 +31,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @triton.jit
 def dropout_kernel(x_ptr, out_ptr, n, p, scale, seed, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: the element's random number r = tl.rand(seed, offset) (the global index as Philox
+    #   counter: the same mask whatever the block size); keep where r >= p; out = x * scale there (in fp32),
+    #   0 elsewhere; masked to n
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -41,6 +44,7 @@ def dropout_kernel(x_ptr, out_ptr, n, p, scale, seed, BLOCK_SIZE: tl.constexpr):
     keep = r >= p  # P(keep) = 1 - p exactly for a uniform r
     y = tl.where(keep, x.to(tl.float32) * scale, 0.0)
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 def dropout(x: torch.Tensor, p: float, seed: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,7 +60,10 @@ def dropout(x: torch.Tensor, p: float, seed: int, out: torch.Tensor | None = Non
         raise ValueError(f"x has {n} elements; the Philox counter here is int32 (< 2^31 elements)")
     if n == 0:
         return out
+    # BEGIN EXERCISE: the inverted-dropout scale: kept elements are multiplied by 1 / (1 - p), so the
+    #   expectation is unchanged (p = 1 drops everything: no 1/0)
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)  # p = 1 drops everything; no 1/0
+    # END EXERCISE
     dropout_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, float(p), scale, seed,
                                                   BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
     return out
@@ -64,10 +71,14 @@ def dropout(x: torch.Tensor, p: float, seed: int, out: torch.Tensor | None = Non
 
 def dropout_mask(n: int, p: float, seed: int) -> torch.Tensor:
     """The keep-mask `dropout` uses for n elements (recomputed, as a backward pass would)."""
+    # BEGIN EXERCISE: the keep-mask of n elements, recomputed from the seed (as a backward pass would)
+    #   rather than stored
     ones = torch.ones(n, device=runtime.DEVICE)
     return dropout(ones, p, seed) != 0
+    # END EXERCISE
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _inputs(n):
     return (random_tensor(n, torch.float32, runtime.DEVICE),)
@@ -91,3 +102,4 @@ BENCHMARKS = [
               "which the byte count does not credit it",
     ),
 ]
+# END SOLUTION ONLY

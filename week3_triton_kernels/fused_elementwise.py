@@ -47,6 +47,9 @@ INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 @triton.jit
 def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n, n_cols,
                      TANH: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: the fused epilogue: x and its bias (column i % n_cols of flat element i) in fp32, h =
+    #   x + b, then the exact 0.5 h (1 + erf(h / sqrt 2)) or, when TANH, 0.5 h (1 + tanh(sqrt(2/pi) (h +
+    #   0.044715 h^3))); one store in out's dtype: h never goes to memory
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -61,10 +64,13 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n, n_cols,
     else:
         y = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def mul_add_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: out = x * y + z in fp32 in one pass (one fma: the product is never rounded), masked
+    #   like vector_add
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -73,6 +79,7 @@ def mul_add_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     z = tl.load(z_ptr + offsets, mask=mask).to(tl.float32)
     # The compiler contracts this to one fma instruction; the product is never rounded.
     tl.store(out_ptr + offsets, (x * y + z).to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none",
@@ -122,6 +129,7 @@ def mul_add_torch(x, y, z):
     return x * y + z  # two kernels: the product x * y makes a round trip through HBM
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _itemsize(dtype):
     return torch.empty((), dtype=dtype).element_size()
@@ -186,3 +194,4 @@ BENCHMARKS = [
               "predicts a 1.5x speed-up; torch.addcmul is torch's own fused kernel (4 x n).",
     ),
 ]
+# END SOLUTION ONLY

@@ -94,6 +94,9 @@ FP8_TENSOR_CORE_UNIT = 2.0**-13
 # ---------------------------------------------------------------------------- device helpers
 @triton.jit
 def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    # BEGIN EXERCISE: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
+    #   GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
+    #   running programs share A's rows and B's columns in L2
     # Grouped ordering: consecutive tile ids fill a GROUP_M-tall column of tiles, then move
     # right. With GROUP_M = 1 this is plain row-major order.
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -105,10 +108,13 @@ def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, G
     pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
     pid_n = (tile_id % num_pid_in_group) // group_size_m
     return pid_m, pid_n
+    # END EXERCISE
 
 
 @triton.jit
 def _dot(a, b, acc, FP8_PRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
+    # BEGIN EXERCISE: acc + a @ b with tl.dot (fp32 accumulation); with FP8_PRECISE pass
+    #   max_num_imprecise_acc=BLOCK_K (the fp8 tensor cores' partial sums are promoted every BLOCK_K)
     if FP8_PRECISE:
         # Hopper's fp8 wgmma keeps its running sum in reduced precision; max_num_imprecise_acc
         # = BLOCK_K makes Triton add each BLOCK_K-long partial product into a separate fp32
@@ -117,12 +123,16 @@ def _dot(a, b, acc, FP8_PRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
     else:
         acc = tl.dot(a, b, acc)  # fp16/bf16/fp8 in, fp32 accumulate on the tensor cores
     return acc
+    # END EXERCISE
 
 
 @triton.jit
 def _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols,
                   stride_am, stride_ak, stride_bk, stride_bn, FP8_PRECISE: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # BEGIN EXERCISE: the fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B: row offsets % a_rows and
+    #   column offsets % b_cols (wrap instead of mask: the loads stay unmasked, the wrapped results are
+    #   never stored); loop over K in BLOCK_K steps masking K only; accumulate with _dot
     # Rows/cols past the end wrap around (% a_rows, % b_cols) instead of being masked: the loads
     # stay unmasked and aligned, and the wrapped results are never stored. When a_rows / b_cols
     # are multiples of 16 the compiler can still prove that runs of 16 offsets are contiguous.
@@ -141,12 +151,16 @@ def _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols,
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc
+    # END EXERCISE
 
 
 @triton.jit
 def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N,
                  stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                  ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN EXERCISE: the epilogue on the fp32 tile still in registers: * a_scale * b_scale (HAS_SCALE), +
+    #   bias, the ACTIVATION (relu must keep NaN: tl.maximum(..., propagate_nan=tl.PropagateNan.ALL)); one
+    #   masked store in c's dtype
     # Epilogue on the fp32 accumulator, while the tile is still in registers; then one store.
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -168,6 +182,7 @@ def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M
     c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    # END EXERCISE
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -177,6 +192,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
                   HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
                   FP8_PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # BEGIN EXERCISE: one program per tile: _grouped_tile(program_id), _tile_product, _finish_tile
     # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -184,6 +200,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
                         stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
     _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
                  stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+    # END EXERCISE
 
 
 @triton.jit
@@ -193,6 +210,8 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
                              ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+    # BEGIN EXERCISE: persistent: NUM_SMS programs, each looping over tiles tile_id = program_id, + NUM_SMS,
+    #   ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     # NUM_SMS programs; program p computes tiles p, p + NUM_SMS, ... in grouped order, so the
@@ -205,6 +224,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
                             stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
         _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
                      stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+    # END EXERCISE
 
 
 @triton.jit
@@ -213,6 +233,9 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
                       ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr, B_KMAJOR: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+    # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, loading tiles through tensor
+    #   descriptors: a_desc.load([row, col]) and b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
+    #   storage: use the loaded tile transposed, .T)
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
@@ -231,6 +254,7 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
         # C goes out through ordinary (masked) stores, so `out` may have any strides.
         _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
                      stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------ autotuning
@@ -656,6 +680,7 @@ def fp8_sum_error_bound(a, b, a_scale, b_scale, products_per_partial: int,
     return gamma * worst * float(a_scale) * float(b_scale)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000), (4097, 4097, 4097)]
 FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
@@ -826,3 +851,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -104,10 +104,13 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     """
     if x.dtype != torch.float32:
         raise TypeError(f"x has dtype {x.dtype}; expected torch.float32")
+    # BEGIN EXERCISE: round to tf32 on the bits (nearest, ties to even): view x as int32, add 0xFFF plus the
+    #   lowest kept bit (bit 13), clear the 13 low bits; NaN and Inf stay as they are
     bits = x.contiguous().view(torch.int32)
     lowest_kept = (bits >> 13) & 1
     rounded = ((bits + 0xFFF + lowest_kept) & -8192).view(torch.float32)  # -8192 = ~0x1FFF
     return torch.where(torch.isfinite(x), rounded, x)  # NaN and Inf stay as they are
+    # END EXERCISE
 
 
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,15 +119,21 @@ def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     One scale per tensor ("tensor-wise scaling"): fp8's 4 exponent bits span only 2^-9 .. 448,
     so the data must be moved into that window; the scale (a float32 scalar tensor) undoes it.
     """
+    # BEGIN EXERCISE: one scale per tensor: the largest |x| maps to 448 (scale 1 for an all-zero x); q = x /
+    #   scale in float8_e4m3fn, clamped to +-448 first (x / scale can land a hair above 448, and e4m3fn has
+    #   no Inf)
     amax = x.abs().max().float()
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     # clamp: x / scale can land a hair above 448 by fp32 rounding; e4m3fn has no Inf to absorb it
     q = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, scale
+    # END EXERCISE
 
 
 def round_to(fmt: str, x: torch.Tensor) -> torch.Tensor:
     """x (fp32) as the format stores it, returned in fp32: what the tensor cores multiply."""
+    # BEGIN EXERCISE: x (fp32) as the format stores it, returned in fp32: fp32 itself, tf32 (round_to_tf32),
+    #   fp8 (q * scale), the 16-bit types by a cast there and back
     if fmt == "fp32":
         return x
     if fmt == "tf32":
@@ -133,6 +142,7 @@ def round_to(fmt: str, x: torch.Tensor) -> torch.Tensor:
         q, scale = quantize_fp8(x)
         return q.float() * scale
     return x.to(FORMATS[fmt].storage).float()
+    # END EXERCISE
 
 
 @contextlib.contextmanager
@@ -176,6 +186,9 @@ def matmul_emulated(fmt: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     most 22 significant bits, so the fp32 multiply is exact, as in the tensor cores.
     """
     _check(fmt, a, b)
+    # BEGIN EXERCISE: the model: inputs rounded to fmt, the product in fp32 (TF32 off: matmul_flags), C
+    #   rounded to OUTPUT_DTYPES[FORMATS[fmt].output]; fp8: (q_a @ q_b) * (s_a * s_b), the scales applied to
+    #   the fp32 sum
     with matmul_flags(tf32=False):
         if fmt == "fp8_e4m3":
             (qa, sa), (qb, sb) = quantize_fp8(a), quantize_fp8(b)
@@ -183,6 +196,7 @@ def matmul_emulated(fmt: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         else:
             c = round_to(fmt, a) @ round_to(fmt, b)
     return c.to(OUTPUT_DTYPES[FORMATS[fmt].output])
+    # END EXERCISE
 
 
 def fp8_native_available() -> bool:
@@ -274,10 +288,13 @@ def running_sum(values: torch.Tensor, acc_dtype: torch.dtype) -> torch.Tensor:
 
     This is what an accumulator register of that type does; torch.sum would use a wider one.
     """
+    # BEGIN EXERCISE: one term at a time into an accumulator of acc_dtype, rounded at every step (what a
+    #   register of that type does; torch.sum would use a wider one)
     acc = torch.zeros(values.shape[:-1], dtype=acc_dtype, device=values.device)
     for k in range(values.shape[-1]):
         acc = acc + values[..., k].to(acc_dtype)  # the sum of two acc_dtype values is rounded to it
     return acc
+    # END EXERCISE
 
 
 def format_ranges() -> dict[str, dict[str, float]]:

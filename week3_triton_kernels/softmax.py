@@ -68,6 +68,9 @@ DEFAULT_ROWS_PER_PROGRAM = 1
 @triton.jit
 def softmax_row_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
                        BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: one program per row, the whole row in one block: row = tl.program_id(0) as int64 (row
+    #   * stride passes 2^31 on big inputs); load the row with other=-inf past n_cols, in fp32; subtract
+    #   tl.max (exp of large numbers overflows), tl.exp, divide by tl.sum; store in out's dtype, masked
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -78,11 +81,14 @@ def softmax_row_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
     den = tl.sum(num, axis=0)
     y = num * (1.0 / den)  # one division per row, then multiplies
     tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
                         BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: BLOCK_ROWS rows per program in a 2-D block [BLOCK_ROWS, BLOCK_SIZE]:
+    #   softmax_row_kernel's body, reducing along axis=1, masked on rows and columns
     # BLOCK_ROWS rows per program: a 1k-wide bf16 row is only 2 KB per program; packing rows
     # gives each program more bytes to load at once.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -96,12 +102,17 @@ def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_st
     y = num * (1.0 / den)[:, None]
     tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :],
              y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def softmax_persistent_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_stride,
                               BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                               NUM_STAGES: tl.constexpr):
+    # BEGIN EXERCISE: a fixed grid of programs, each looping over blocks of BLOCK_ROWS rows: for block in
+    #   tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_ROWS), tl.num_programs(0), num_stages=NUM_STAGES),
+    #   the body of softmax_rows_kernel for rows block * BLOCK_ROWS + arange (int64 before multiplying by
+    #   the stride)
     # The grid is sized to what the GPU holds at once (see `_resident_programs_per_sm`); each
     # program strides through the row blocks: program p takes blocks p, p + P, p + 2P, ...
     n_blocks = tl.cdiv(n_rows, BLOCK_ROWS)
@@ -121,11 +132,15 @@ def softmax_persistent_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_
         y = num * (1.0 / den)[:, None]
         tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :],
                  y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def softmax_online_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
                           BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: rows of any width in two passes: first the online max and sum over BLOCK_SIZE chunks
+    #   (m_new = max(m, x); d = d * exp(m - m_new) + exp(x - m_new); beware -inf - -inf = NaN while a lane
+    #   has seen only -inf), reduced across lanes; then a second loop writes exp(x - max) / sum
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride
@@ -152,6 +167,7 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
         x = tl.load(x_row + offs, mask=mask, other=-float("inf")).to(tl.float32)
         y = tl.exp(x - row_max) * inv
         tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------ launch settings
@@ -390,6 +406,7 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return _launch_config(x, out, config_for(n_cols, x.dtype))
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 # 256 MB per input whatever the dtype (2^26 fp32, 2^27 bf16): 5x the H100's L2, so HBM is
 # measured, and ~170 us of traffic per call, far above Python's launch cost. At 64 MB per bf16
@@ -540,3 +557,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

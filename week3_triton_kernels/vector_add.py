@@ -25,6 +25,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 @triton.jit
 def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: program pid adds elements pid * BLOCK_SIZE .. + BLOCK_SIZE - 1: offsets from
+    #   tl.program_id(0) (int64 before multiplying: past 2^31 elements it overflows) and tl.arange, a mask
+    #   for offsets < n, masked loads of a and b, a masked store of their sum
     pid = tl.program_id(axis=0)
     # int64 before multiplying: pid * BLOCK_SIZE overflows int32 past 2^31 elements.
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -32,6 +35,7 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     a = tl.load(a_ptr + offsets, mask=mask)
     b = tl.load(b_ptr + offsets, mask=mask)
     tl.store(out_ptr + offsets, a + b, mask=mask)
+    # END EXERCISE
 
 
 def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -44,11 +48,15 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
     n = out.numel()
     if n == 0:
         return out  # a grid of zero programs is an invalid launch
+    # BEGIN EXERCISE: the launch: a 1-D grid of cdiv(n, BLOCK_SIZE) programs running add_kernel (BLOCK_SIZE
+    #   is a constexpr; num_warps=4)
     grid = (triton.cdiv(n, BLOCK_SIZE),)
     add_kernel[grid](a, b, out, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
+    # END EXERCISE
     return out
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 def _inputs(n: int, dtype=torch.float32):
     device = runtime.DEVICE
     return random_tensor(n, dtype, device), random_tensor(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
@@ -74,3 +82,4 @@ BENCHMARKS = [
         notes="bytes = 3 x 4 x n (read a, read b, write out); FLOPs = n",
     ),
 ]
+# END SOLUTION ONLY

@@ -57,6 +57,12 @@ def scaled_masked_scores_kernel(q_ptr, k_ptr, s_ptr, key_len_ptr, n_heads, seq_q
                                 CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
                                 DOT_PRECISION: tl.constexpr, HEAD_DIM: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN EXERCISE: one BLOCK_M x BLOCK_N tile of S = (Q K^T) * scale for one (batch, head): program_id(0)
+    #   -> (tile row, tile column), program_id(1) -> b * n_heads + h, base pointers in int64 (b * stride_qb
+    #   can pass 2^31); q and k tiles masked past the sequence (other=0); s = tl.dot(q, tl.trans(k),
+    #   input_precision=DOT_PRECISION) * sm_scale; keep key j for query i when j < n_keys (key_lengths[b]
+    #   clamped to [0, seq_k] when HAS_KEY_LENGTHS) and, if CAUSAL, j <= i: tl.where(keep, s, -inf); store
+    #   into the contiguous S, masked
     tiles_n = tl.cdiv(seq_k, BLOCK_N)
     pid_m = tl.program_id(0) // tiles_n
     pid_n = tl.program_id(0) % tiles_n
@@ -88,6 +94,7 @@ def scaled_masked_scores_kernel(q_ptr, k_ptr, s_ptr, key_len_ptr, n_heads, seq_q
     s_rows = s_ptr + bh.to(tl.int64) * seq_q * seq_k
     tl.store(s_rows + offs_m[:, None] * seq_k + offs_n[None, :], s,
              mask=(offs_m[:, None] < seq_q) & (offs_n[None, :] < seq_k))
+    # END EXERCISE
 
 
 @triton.jit
@@ -109,6 +116,9 @@ def probs_times_values_kernel(p_ptr, v_ptr, o_ptr, key_len_ptr, n_heads, seq_q, 
     if HAS_KEY_LENGTHS:
         n_keys = tl.minimum(tl.maximum(tl.load(key_len_ptr + b), 0), seq_k)
 
+    # BEGIN EXERCISE: O = P @ V over the keys in BLOCK_N steps into an fp32 accumulator: read only the first
+    #   n_keys columns of P (a row with no key at all is NaN after the softmax and must not reach the sum),
+    #   round each P tile to v's dtype for tl.dot; store in o's dtype
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     # Only the first n_keys columns of P are read: padding keys (and the NaN that the softmax
     # leaves on a row with no key at all) never reach the sum, so such a row comes out 0.
@@ -123,6 +133,7 @@ def probs_times_values_kernel(p_ptr, v_ptr, o_ptr, key_len_ptr, n_heads, seq_q, 
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
              acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < seq_q)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -265,9 +276,12 @@ def attention_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """
     check_attention_inputs(q, k, v, causal, sm_scale, key_lengths)
     check_out(out, q.shape, q.dtype)  # before any launch
+    # BEGIN EXERCISE: the three steps: the scores, the softmax in place (out=scores: P reuses S's buffer),
+    #   then P @ V into out
     scores = scaled_masked_scores(q, k, causal, sm_scale, key_lengths=key_lengths)
     probs = softmax(scores, out=scores)  # in place: one row is read whole before it is written
     return probs_times_values(probs, v, key_lengths=key_lengths, out=out)
+    # END EXERCISE
 
 
 def naive_scores_bytes(batch: int, heads: int, seq_q: int, seq_k: int) -> int:

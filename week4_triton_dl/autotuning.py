@@ -75,6 +75,9 @@ MAX_GRID_Y = 65535  # CUDA's limit on the second grid dimension
 def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, row_stride, n_rows_bucket,
                    BLOCK_N: tl.constexpr, SPLIT_COLS: tl.constexpr):
     # n_rows_bucket is not used here: it exists so that the autotuner's key can name it.
+    # BEGIN EXERCISE: split-K over programs: program (row, part) sums columns [part * SPLIT_COLS, +
+    #   SPLIT_COLS) of its row in BLOCK_N steps (fp32, masked to the part), then tl.atomic_add of its
+    #   partial into out[row]: several programs meet there, so out must start at zero
     row = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * SPLIT_COLS  # this program's share of the row
     last = tl.minimum(first + SPLIT_COLS, n_cols)
@@ -85,16 +88,19 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, row_stride, n_rows_bucket,
         acc += tl.load(x_ptr + row * row_stride + offs, mask=offs < last, other=0.0).to(tl.float32)
     # Partial sums of one row from several programs meet here: out must start at zero.
     tl.atomic_add(out_ptr + row, tl.sum(acc, axis=0))
+    # END EXERCISE
 
 
 @triton.jit
 def axpy_kernel(y_ptr, x_ptr, a, n, BLOCK: tl.constexpr):
     # y += a * x, in place: run twice, it adds twice.
+    # BEGIN EXERCISE: y += a * x, in place, masked to n (int64 offsets)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     y = tl.load(y_ptr + offs, mask=mask)
     x = tl.load(x_ptr + offs, mask=mask)
     tl.store(y_ptr + offs, y + a * x, mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------ the spaces
@@ -117,6 +123,9 @@ AXPY_CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((512, 2), 
 
 def prune_row_sum_configs(configs, named_args, **kwargs):
     """Drop configs that cannot help this call: blocks wider than the row, grids too tall."""
+    # BEGIN EXERCISE: keep only configs worth timing for named_args['n_cols']: no block wider than the row
+    #   needs (keep at least the narrowest), no grid taller than MAX_GRID_Y, and one of each set that
+    #   behaves identically (splits the row never reaches); never return an empty list
     n_cols = named_args["n_cols"]
     widest_useful = max(triton.next_power_of_2(max(n_cols, 1)), min(c.kwargs["BLOCK_N"] for c in configs))
     kept = [c for c in configs
@@ -129,6 +138,7 @@ def prune_row_sum_configs(configs, named_args, **kwargs):
             seen.add(key)
             unique.append(c)
     return unique or [min(configs, key=lambda c: c.kwargs["BLOCK_N"])]
+    # END EXERCISE
 
 
 def host_do_bench(kernel_call, quantiles=None, reps: int = 2):
@@ -149,21 +159,35 @@ def default_do_bench():
 def make_row_sum_tuner(configs=None, *, key=("n_rows_bucket", "n_cols"), reset_to_zero=True, prune=True,
                        do_bench=None):
     """A fresh Autotuner around `row_sum_kernel` (its own cache). The tests build several."""
+    # BEGIN EXERCISE: triton.autotune(...)(row_sum_kernel) with the key, reset_to_zero=['out_ptr'] (every
+    #   timed run adds into out: atomics), prune_configs_by with prune_row_sum_configs, and do_bench
+    #   (default_do_bench() when None)
     return triton.autotune(
         configs=list(configs or ROW_SUM_CONFIGS), key=list(key),
         reset_to_zero=["out_ptr"] if reset_to_zero else None,
         prune_configs_by={"early_config_prune": prune_row_sum_configs} if prune else None,
         do_bench=do_bench or default_do_bench())(row_sum_kernel)
+    # END EXERCISE
 
 
 def make_axpy_tuner(configs=None, *, restore_value=True, do_bench=None):
+    # BEGIN EXERCISE: triton.autotune(...)(axpy_kernel) keyed on n, with restore_value=['y_ptr'] (a timed
+    #   run changes y in place: each trial must start from the same y) and do_bench
     return triton.autotune(configs=list(configs or AXPY_CONFIGS), key=["n"],
                            restore_value=["y_ptr"] if restore_value else None,
                            do_bench=do_bench or default_do_bench())(axpy_kernel)
+    # END EXERCISE
 
 
-row_sum_tuned = make_row_sum_tuner()
-axpy_tuned = make_axpy_tuner()
+_TUNERS: dict = {}  # the module's own tuners, built on first use; each keeps its cache for the process
+
+
+def default_tuner(which: str):
+    """The module's tuner of `which` ("row_sum" or "axpy"), made by make_row_sum_tuner/make_axpy_tuner."""
+    tuner = _TUNERS.get(which)
+    if tuner is None:
+        tuner = _TUNERS[which] = make_row_sum_tuner() if which == "row_sum" else make_axpy_tuner()
+    return tuner
 
 
 # ------------------------------------------------------------------------------- launchers
@@ -192,7 +216,7 @@ def row_sum(x: torch.Tensor, *, tuner=None, config: dict | None = None) -> torch
         _check_config(config, n_cols)
         row_sum_kernel[grid](*args, **config)
     else:
-        (tuner or row_sum_tuned)[grid](*args)
+        (tuner or default_tuner("row_sum"))[grid](*args)
     return out
 
 
@@ -215,7 +239,7 @@ def axpy_(y: torch.Tensor, x: torch.Tensor, a: float, *, tuner=None) -> torch.Te
         raise TypeError(f"a must be a Python number, got {type(a).__name__}")
     n = y.numel()
     if n:
-        (tuner or axpy_tuned)[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](y, x, float(a), n)
+        (tuner or default_tuner("axpy"))[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](y, x, float(a), n)
     return y
 
 
@@ -289,6 +313,7 @@ def disk_cache_demo(out=sys.stdout) -> None:
             print(f"disk cache, new process, {label}: first call {seconds} s", file=out)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _inputs(size):
     rows, cols, dtype = size
@@ -331,3 +356,4 @@ if __name__ == "__main__":
             disk_cache_demo()
     else:
         parser.print_help()
+# END SOLUTION ONLY

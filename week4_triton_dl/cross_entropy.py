@@ -89,6 +89,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
+from course.launch import launch
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -111,6 +112,13 @@ MATMULS = ("torch", "triton")
 # The reduction kernel: one program sums the per-row losses REDUCE_BLOCK at a time (8192 rows
 # are 2 steps: one program's loop is latency-bound, ~1 us a step, so few wide steps).
 REDUCE_BLOCK = 4096
+# A batch this small (rows x classes) takes one program for every row and the reduction: one
+# launch instead of two. Only for tiny ones: one program is one SM, and at a decode step's
+# 8 x 50304 it made the call GPU-bound, 0.105 ms per call on the H100 against 0.048 ms for the two
+# launches (cross_entropy_host_week4, 2026-11-26 21:45 and 20:58 UTC). A grid of row programs
+# with the reduction done by the last one to finish would keep both; this threshold keeps the
+# one-launch path where one SM streams the batch in a few microseconds.
+FEW_ROWS_ELEMENTS = 1 << 14
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
@@ -291,6 +299,36 @@ def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, 
         tl.store(count_ptr, counted)
 
 
+@triton.jit
+def cross_entropy_few_rows_kernel(logits_ptr, targets_ptr, out_ptr, lse_ptr, count_ptr, n_rows, n_cols,
+                                  row_stride, ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
+                                  STORE_LSE: tl.constexpr, MEAN: tl.constexpr, BLOCK_V: tl.constexpr):
+    """One program, every row: the per-row losses summed (or averaged) as they are made, in row
+    order, with lse per row and the count of rows kept when a backward will follow (STORE_LSE)."""
+    total = _to_acc(tl.zeros([1], tl.float32), FP64)
+    count = _to_acc(tl.zeros([1], tl.float32), FP64)
+    zero = tl.program_id(0).to(tl.int64) * 0  # int64 row offsets: row * row_stride may pass 2^31
+    for i in range(0, n_rows):
+        row = zero + i
+        x_row = logits_ptr + row * row_stride
+        target = tl.load(targets_ptr + row).to(tl.int64)
+        valid = target != ignore_index
+        in_range = (target >= 0) & (target < n_cols)
+        row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
+        total += _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
+                           SMOOTHING)
+        count += tl.where(valid, 1.0, 0.0)
+        if STORE_LSE:
+            tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
+    result = tl.sum(total, axis=0)
+    counted = tl.sum(count, axis=0)
+    if MEAN:
+        result = result / counted  # 0 / 0 = NaN when every row is ignored, as in torch
+    tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
+    if STORE_LSE:
+        tl.store(count_ptr, counted)
+
+
 # ------------------------------------------------------------------------------- launch plans
 # Computed once per vocabulary size and kept: the hot path does a dict lookup, not Triton's
 # jitted helpers (triton.next_power_of_2 and triton.cdiv cost ~2 us each from Python).
@@ -356,10 +394,14 @@ def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, ne
     if n_rows == 0:
         return loss, lse
     block, num_warps = _plan(n_cols, block_v)
-    cross_entropy_fwd_kernel[(n_rows,)](logits, targets, loss, loss if lse is None else lse, n_cols, logits.stride(0),
-                                        ignore_index, _coefficients(label_smoothing, n_cols, acc, logits.device),
-                                        FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0,
-                                        STORE_LSE=need_lse, BLOCK_V=block, num_warps=num_warps)
+    row_stride, smoothing = logits.stride(0), label_smoothing > 0
+    # The key pins what the compiled kernel is specialized on (course.launch): dtypes, the int
+    # arguments' values, the constexprs.
+    key = (logits.dtype, targets.dtype, n_cols, row_stride, ignore_index, smoothing, need_lse, block)
+    launch(cross_entropy_fwd_kernel, (n_rows,), key,
+           (logits, targets, loss, loss if lse is None else lse, n_cols, row_stride, ignore_index,
+            _coefficients(label_smoothing, n_cols, acc, logits.device), acc == torch.float64, smoothing,
+            need_lse, block), num_warps=num_warps)
     return loss, lse
 
 
@@ -371,11 +413,14 @@ def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=Non
         return dlogits
     block, num_warps = _plan(n_cols, block_v)
     acc = _acc_torch(logits.dtype)
-    cross_entropy_bwd_kernel[(n_rows,)](logits, targets, lse, grad, dlogits, n_cols, logits.stride(0),
-                                        dlogits.stride(0), grad.stride(0) if grad.dim() else 0, ignore_index,
-                                        _coefficients(label_smoothing, n_cols, acc, logits.device),
-                                        FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0, BLOCK_V=block,
-                                        num_warps=num_warps)
+    row_stride, out_stride, grad_stride = logits.stride(0), dlogits.stride(0), grad.stride(0) if grad.dim() else 0
+    smoothing = label_smoothing > 0
+    key = (logits.dtype, targets.dtype, grad.dtype, dlogits.dtype, n_cols, row_stride, out_stride, grad_stride,
+           ignore_index, smoothing, block)
+    launch(cross_entropy_bwd_kernel, (n_rows,), key,
+           (logits, targets, lse, grad, dlogits, n_cols, row_stride, out_stride, grad_stride, ignore_index,
+            _coefficients(label_smoothing, n_cols, acc, logits.device), acc == torch.float64, smoothing, block),
+           num_warps=num_warps)
     return dlogits
 
 
@@ -403,10 +448,35 @@ def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True)
     count = torch.empty((), dtype=loss_rows.dtype, device=loss_rows.device) if need_count else None
     if n_rows == 0:  # no rows: sum 0, mean 0 / 0 = NaN (as torch); nothing to launch on
         return out.fill_(math.nan if reduction == "mean" else 0.0), (count.zero_() if need_count else None)
-    cross_entropy_reduce_kernel[(1,)](loss_rows, targets, out, out if count is None else count, n_rows,
-                                      ignore_index, MEAN=reduction == "mean", STORE_COUNT=need_count,
-                                      BLOCK=REDUCE_BLOCK, num_warps=8)
+    mean = reduction == "mean"
+    key = (loss_rows.dtype, targets.dtype, dtype, n_rows, ignore_index, mean, need_count)
+    launch(cross_entropy_reduce_kernel, (1,), key,
+           (loss_rows, targets, out, out if count is None else count, n_rows, ignore_index, mean, need_count,
+            REDUCE_BLOCK), num_warps=8)
     return out, count
+
+
+def _few_rows(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
+    """(loss in logits' dtype, lse or None, count or None) of a few rows, reduction "mean" or "sum",
+    in one launch (cross_entropy_few_rows_kernel); n_rows >= 1."""
+    n_rows, n_cols = logits.shape
+    acc = _acc_torch(logits.dtype)
+    out = torch.empty((), dtype=logits.dtype, device=logits.device)
+    lse = torch.empty(n_rows, dtype=torch.float64, device=logits.device) if need_lse else None
+    count = torch.empty((), dtype=acc, device=logits.device) if need_lse else None
+    block, num_warps = _plan(n_cols, block_v)
+    row_stride, smoothing, mean = logits.stride(0), label_smoothing > 0, reduction == "mean"
+    key = (logits.dtype, targets.dtype, n_rows, n_cols, row_stride, ignore_index, smoothing, need_lse, mean, block)
+    launch(cross_entropy_few_rows_kernel, (1,), key,
+           (logits, targets, out, out if lse is None else lse, out if count is None else count, n_rows, n_cols,
+            row_stride, ignore_index, _coefficients(label_smoothing, n_cols, acc, logits.device),
+            acc == torch.float64, smoothing, need_lse, mean, block), num_warps=num_warps)
+    return out, lse, count
+
+
+def _is_few(logits, reduction) -> bool:
+    n_rows, n_cols = logits.shape
+    return reduction != "none" and 0 < n_rows and n_rows * n_cols <= FEW_ROWS_ELEMENTS
 
 
 def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
@@ -525,9 +595,10 @@ def _check_same_device(**tensors):
 def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> None:
     """The public entry's checks: a few comparisons per call; on failure, the course's messages."""
     if not (isinstance(logits, torch.Tensor) and isinstance(targets, torch.Tensor) and logits.dim() == 2
-            and logits.dtype in DTYPES and logits.shape[1] > 0 and logits.device.type == runtime.DEVICE.type
+            and logits.dtype in DTYPES and logits.shape[1] > 0
+            and logits.is_cuda == _ON_GPU and logits.is_cpu != _ON_GPU  # (a meta tensor is neither)
             and targets.dtype in TARGET_DTYPES and targets.dim() == 1 and targets.shape[0] == logits.shape[0]
-            and targets.device == logits.device):
+            and targets.get_device() == logits.get_device()):  # get_device(): an int, no device object
         _check_logits(logits, unit_stride=False)
         validate.tensor(targets, "targets", dtypes=TARGET_DTYPES, ndim=1, contiguous=False)
         if targets.shape[0] != logits.shape[0]:
@@ -536,6 +607,9 @@ def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> Non
     if not (type(ignore_index) is int and reduction in REDUCTIONS and type(label_smoothing) in (float, int)
             and 0.0 <= label_smoothing <= 1.0):
         _check_options(ignore_index, reduction, label_smoothing)
+
+
+_ON_GPU = runtime.on_gpu()
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -693,8 +767,11 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, label_smoothing):
-        loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
-        loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
+        if _is_few(logits, reduction):  # one launch for the losses and their reduction
+            loss, lse, count = _few_rows(logits, targets, ignore_index, label_smoothing, reduction, True)
+        else:
+            loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
+            loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
         ctx.save_for_backward(logits, targets, lse, count)
         ctx.options = (ignore_index, reduction, label_smoothing)
         return loss
@@ -763,6 +840,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     if ops.needs_grad(logits):
         return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, label_smoothing)
     # No autograd: neither lse nor the count is stored (two allocations fewer, a few us of host time each).
+    if _is_few(logits, reduction):
+        return _few_rows(logits, targets, ignore_index, label_smoothing, reduction, False)[0]
     loss_rows = _forward(logits, targets, ignore_index, label_smoothing, need_lse=False)[0]
     return _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype, need_count=False)[0]
 

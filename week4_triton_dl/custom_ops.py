@@ -79,6 +79,11 @@ cross_entropy_op = ce.cross_entropy                              # the public en
 def bias_gelu_op(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """gelu(x + bias) (exact erf), launching week 3's `bias_gelu_kernel` through wrap_triton."""
     _check_bias_gelu(x, bias)
+    # BEGIN EXERCISE: allocate out (contiguous) and launch week 3's fused_elementwise.bias_gelu_kernel
+    #   (TANH=False, its BLOCK_SIZE, grid ceil(n / block) in integers) through torch.library.wrap_triton on
+    #   a GPU, so that the compiler sees the launch; in the interpreter torch 2.11's wrap_triton refuses
+    #   interpreted kernels: launch directly there (runtime.on_gpu() says which); nothing to launch for an
+    #   empty x
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x.numel()
     if n:
@@ -95,6 +100,7 @@ def bias_gelu_op(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
             # everywhere; tracing this op still needs a GPU (see the module docstring).
             fused_elementwise.bias_gelu_kernel[grid](x, bias, out, n, x.shape[-1], TANH=False, BLOCK_SIZE=block)
     return out
+    # END EXERCISE
 
 
 def _check_bias_gelu(x, bias):
@@ -114,11 +120,15 @@ def _bias_gelu_setup(ctx, inputs, output):
 
 def _bias_gelu_backward(ctx, grad):
     # Plain torch ops: the compiler fuses these itself. d/dh gelu(h) = Phi(h) + h phi(h).
+    # BEGIN EXERCISE: the backward in plain torch ops (the compiler fuses them): dh = grad * gelu'(x + bias)
+    #   with gelu'(h) = Phi(h) + h phi(h), computed in fp32 and rounded to x's dtype; dbias = dh summed over
+    #   every row, in fp32, in bias's dtype
     x, bias = ctx.saved_tensors
     h = (x + bias).float()
     dgelu = 0.5 * (1.0 + torch.erf(h * 0.7071067811865476)) + h * 0.3989422804014327 * torch.exp(-0.5 * h * h)
     dh = (grad.float() * dgelu).to(x.dtype)
     return dh, dh.reshape(-1, x.shape[-1]).sum(0, dtype=torch.float32).to(bias.dtype)
+    # END EXERCISE
 
 
 bias_gelu_op.register_autograd(_bias_gelu_backward, setup_context=_bias_gelu_setup)

@@ -101,6 +101,12 @@ LOG2E = 1.4426950408889634  # host side: folded into the scale passed to the ker
 _LOG2E = tl.constexpr(LOG2E)
 _LN2 = tl.constexpr(0.6931471805599453)
 
+# BEGIN EXERCISE: your kernels, designed by you: a forward that walks the K/V blocks of each query block
+#   with the online softmax (running max m and sum l per row; rescale the accumulator by exp(m_old - m_new)
+#   before adding P V) and writes out and lse; a backward that recomputes P from lse instead of storing it:
+#   delta = rowsum(dO * O), then dK, dV (one program per key block) and dQ (one per query block, or
+#   atomics). Masks: the causal triangle, key_lengths, the ragged tails. Helpers, autotuning and launch
+#   plans are yours too (the solution's: flash_attention.py)
 # Configs the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
 # the causal bounds are exercised with both orders of tile sizes across the tests.
 SIM_FWD = {"BLOCK_M": 32, "BLOCK_N": 16}
@@ -558,19 +564,6 @@ flash_attention_bwd_dq_autotuned = triton.autotune(
     prune_configs_by={"early_config_prune": _pruner(SMALL_BWD_Q)})(flash_attention_bwd_dq_kernel)
 
 
-def _as_kwargs(config) -> dict:
-    """A triton.Config or a plain dict {'BLOCK_M', 'BLOCK_N'[, 'num_warps', 'num_stages']}."""
-    if isinstance(config, triton.Config):
-        return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
-        raise ValueError(f"config must be a triton.Config or a dict with BLOCK_M and BLOCK_N, got {config!r}")
-    for name in ("BLOCK_M", "BLOCK_N"):
-        value = config[name]
-        if not isinstance(value, int) or value < 16 or value & (value - 1):
-            raise ValueError(f"config {name} must be a power of two >= 16 (tl.dot's minimum), got {value!r}")
-    return dict(config)
-
-
 # =============================================================================== launch plans
 # The autotuner's `run` rebuilds its key from ~40 arguments and looks it up on EVERY launch, and
 # its grid is a lambda calling `triton.cdiv` (a jitted helper, ~2 us from Python): with three
@@ -648,13 +641,45 @@ def _launch(plan, length, bh, args, key=None):
     _TUNED[tune_key] = kernel.best_config.all_kwargs()
 
 
+def _delta(out, do, lse_dtype):
+    B, H, Sq, D = out.shape
+    delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
+    strides = (*out.stride(), *do.stride())
+    launch(flash_attention_bwd_delta_kernel, (-(-Sq // _DELTA_BLOCK), B * H), (out.dtype, do.dtype, B, H, Sq, D, strides),
+           (out, do, delta, H, Sq, *strides), dict(HEAD_DIM=D, BLOCK_M=_DELTA_BLOCK), num_warps=4)
+    return delta
+# END EXERCISE
+
+
 # =============================================================================== the hot path
 # No checks here: the public entry and the launchers below check once, then call these.
 def _stats_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _as_kwargs(config) -> dict:
+    """A triton.Config or a plain dict {'BLOCK_M', 'BLOCK_N'[, 'num_warps', 'num_stages']}."""
+    if isinstance(config, triton.Config):
+        return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
+        raise ValueError(f"config must be a triton.Config or a dict with BLOCK_M and BLOCK_N, got {config!r}")
+    for name in ("BLOCK_M", "BLOCK_N"):
+        value = config[name]
+        if not isinstance(value, int) or value < 16 or value & (value - 1):
+            raise ValueError(f"config {name} must be a power of two >= 16 (tl.dot's minimum), got {value!r}")
+    return dict(config)
+
+
 def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
+    """(out, lse) of checked inputs: out (B, H, Sq, D) in q's dtype (written into `out` when given),
+    lse (B, H, Sq) in _stats_dtype: each row's natural log-sum-exp of its scaled, masked scores.
+
+    `scale` is sm_scale (a float); `key_lengths` (B,) int32/int64 or None: keys j >= key_lengths[b]
+    are masked; `causal`: key j is masked for query i when j > i; `config` (a dict or triton.Config,
+    checked by _as_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning.
+    """
+    # BEGIN EXERCISE: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
+    #   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if out is None:
@@ -668,20 +693,21 @@ def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
     _launch(plan, Sq, B * H, (q, k, v, out, lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E, plan[2],
                               *strides), None if config is not None else ("fwd", q.dtype, key_lengths.dtype if has_kl else None, B, H, Sq, Sk, strides))
     return out, lse
-
-
-def _delta(out, do, lse_dtype):
-    B, H, Sq, D = out.shape
-    delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
-    strides = (*out.stride(), *do.stride())
-    launch(flash_attention_bwd_delta_kernel, (-(-Sq // _DELTA_BLOCK), B * H), (out.dtype, do.dtype, B, H, Sq, D, strides),
-           (out, do, delta, H, Sq, *strides), dict(HEAD_DIM=D, BLOCK_M=_DELTA_BLOCK), num_warps=4)
-    return delta
+    # END EXERCISE
 
 
 def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config=None, q_config=None,
               grads=None):
-    """(dq, dk, dv) for dO of any strides (no copy: the kernels take strides)."""
+    """(dq, dk, dv) of checked inputs, for dO of any strides (no copy: the kernels take strides).
+
+    `out` and `lse` are the forward's; `strategy` is "split" or "atomic"; `kv_config` / `q_config`
+    (dicts or triton.Configs) fix the block sizes of the dK/dV and the dQ pass; `grads` = (dq, dk,
+    dv) to write into, or None.
+    """
+    # BEGIN EXERCISE: allocate dq, dk, dv (unless given in grads); empty inputs: nothing to launch (no query
+    #   or no key: every gradient is an empty sum, zeros); launch your backward kernels (strategy 'split':
+    #   separate dK/dV and dQ passes; 'atomic': dQ accumulated with atomics), with kv_config / q_config when
+    #   given
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if grads is None:
@@ -717,6 +743,7 @@ def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_co
     _launch(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
                             *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides) if tuned else None)
     return dq, dk, dv
+    # END EXERCISE
 
 
 # =============================================================================== launchers
@@ -890,6 +917,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return _forward(q, k, v, causal, scale, key_lengths)[0]
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # =============================================================================== benchmarks
 # Tokens x heads held constant: B * H * S = 2^18 with H = 16, so every size launches the same
 # number of query-block programs (2048 of 128 rows: ~15 waves over 132 SMs) and moves the same
@@ -1103,8 +1131,10 @@ BENCHMARKS += [
               "needs a gradient, so no autograd on either side)",
     ),
 ]
+# END SOLUTION ONLY
 
 
+# BEGIN SOLUTION ONLY: the config sweep and its command line measure the solution's own kernels and tiles
 # =============================================================================== sweep
 def _time_ms(fn, warmup=10, rep=40):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
@@ -1322,3 +1352,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -71,6 +71,9 @@ INT32_MAX = 2**31 - 1
 @triton.jit
 def _act_and_grad(z, ACTIVATION: tl.constexpr):
     """act'(z) for the activations of week 3's epilogue (z fp32)."""
+    # BEGIN EXERCISE: grad = act'(z) by ACTIVATION: 1 relu (where(z <= 0, 0, 1): NaN passes dy through, as
+    #   torch's relu), 2 gelu (erf): Phi(z) + z phi(z), 3 gelu_tanh: the derivative of z sigmoid(2u), u =
+    #   sqrt(2/pi) (z + 0.044715 z^3), 4 silu: s (1 + z (1 - s)), s = sigmoid(z)
     if ACTIVATION == 1:
         grad = tl.where(z <= 0, 0.0, 1.0)  # NaN <= 0 is false: NaN passes dy through, as torch's relu
     elif ACTIVATION == 2:
@@ -87,6 +90,7 @@ def _act_and_grad(z, ACTIVATION: tl.constexpr):
     else:
         sig = 1.0 / (1.0 + tl.exp(-z))
         grad = sig * (1.0 + z * (1.0 - sig))
+    # END EXERCISE
     return grad
 
 
@@ -94,16 +98,21 @@ def _act_and_grad(z, ACTIVATION: tl.constexpr):
 def act_backward_kernel(dy_ptr, z_ptr, dz_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
     # dz = dy * act'(z): one read of dy and z, one write of dz (eager autograd: the same
     # formula as 4-6 separate kernels, each through HBM).
+    # BEGIN EXERCISE: dz = dy * act'(z) in one pass: this program's BLOCK offsets (int64), masked, dy and z
+    #   read in fp32, dz written in its dtype
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     dy = tl.load(dy_ptr + offs, mask=mask).to(tl.float32)
     z = tl.load(z_ptr + offs, mask=mask).to(tl.float32)
     tl.store(dz_ptr + offs, (dy * _act_and_grad(z, ACTIVATION)).to(dz_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, dgu_ptr, n, n_cols, BLOCK: tl.constexpr):
     """dgu[:, :F] = dh * u * silu'(g), dgu[:, F:] = dh * silu(g); dh, g, u are (N, F)."""
+    # BEGIN EXERCISE: the SwiGLU gradient in one pass over (N, F): dg = dh * u * silu'(g), du = dh *
+    #   silu(g), written side by side into the (N, 2F) buffer dgu (element (r, c) to (r, c) and (r, F + c))
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     dh = tl.load(dh_ptr + offs, mask=mask).to(tl.float32)
@@ -117,6 +126,7 @@ def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, dgu_ptr, n, n_cols, BLOCK: tl.c
     out = dgu_ptr + row * (2 * n_cols) + col
     tl.store(out, (dh * u * dsilu).to(dgu_ptr.dtype.element_ty), mask=mask)
     tl.store(out + n_cols, (dh * silu).to(dgu_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------ the dual GEMM
@@ -127,6 +137,9 @@ def swiglu_gate_up_kernel(x_ptr, w_ptr, h_ptr, g_ptr, u_ptr, M, F, K,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_M: tl.constexpr):
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
+    # BEGIN EXERCISE: the dual GEMM: week 3's tiled, grouped matmul with TWO accumulators fed by one x tile
+    #   per K step (gate rows [0, F) and up rows [F, 2F) of w); epilogue on the fp32 accumulators: h =
+    #   silu(g) * u, stored masked; g and u too when STORE_GU
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(F, BLOCK_N)
@@ -173,6 +186,7 @@ def swiglu_gate_up_kernel(x_ptr, w_ptr, h_ptr, g_ptr, u_ptr, M, F, K,
         tl.store(g_ptr + offs, acc_g.to(g_ptr.dtype.element_ty), mask=mask)
         tl.store(u_ptr + offs, acc_u.to(u_ptr.dtype.element_ty), mask=mask)
 
+    # END EXERCISE
 
 # Two fp32 accumulators double the registers of week 3's tiles: 128 x 128 x 2 fp32 over 256
 # threads is 128 registers per thread for the accumulators alone, so the biggest tile here is
@@ -184,12 +198,15 @@ AUTOTUNE_CONFIGS = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_stages=4, num_warps=8),
 ]
 SMALL_PROBLEM = 512 * 512
+# A small output gives few tiles anyway: one small tile, not four compiles to time. Small also to
+# compile: fp32's exact-product 128-wide dual tile took ~12 s to compile on the H100 host (test
+# timing log, 2026-11-26), for outputs of a few hundred elements.
+SMALL_CONFIG = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, num_stages=2, num_warps=4)
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    # A small output gives few tiles anyway: time only the smallest tile, not four compiles.
     if named_args["M"] * named_args["F"] <= SMALL_PROBLEM:
-        return [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+        return [SMALL_CONFIG]
     return configs
 
 
@@ -310,6 +327,9 @@ class LinearActFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        # BEGIN EXERCISE: the backward recomputes the pre-activation z (week 3's matmul with the bias, no
+        #   activation) instead of saving it; dz = act_backward(dy, z); then dx, dw and db (summed in fp32)
+        #   for the inputs that need them
         x2, weight, bias = ctx.saved_tensors
         z = week3_matmul.matmul(x2, weight.t(), bias)  # the pre-activation, recomputed
         dz = act_backward(dy.contiguous(), z, ctx.activation)
@@ -317,6 +337,7 @@ class LinearActFunction(torch.autograd.Function):
         dw = dz.t() @ x2 if ctx.needs_input_grad[1] else None
         db = dz.sum(0, dtype=torch.float32).to(dz.dtype) if bias is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None
+        # END EXERCISE
 
 
 def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -360,6 +381,8 @@ class SwiGLUMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        # BEGIN EXERCISE: the backward: dh = dout W_down, dgu = swiglu_backward(dh, g, u), then dx and
+        #   dW_gate_up each in ONE matmul of [dg du], and dW_down = dout^T h
         x2, w_gate_up, w_down, g, u, h = ctx.saved_tensors
         dout = dout.contiguous()
         dh = dout @ w_down
@@ -368,6 +391,7 @@ class SwiGLUMLPFunction(torch.autograd.Function):
         dw_gate_up = dgu.t() @ x2 if ctx.needs_input_grad[1] else None   # (2F, d) in one matmul
         dw_down = dout.t() @ h if ctx.needs_input_grad[2] else None
         return dx, dw_gate_up, dw_down
+        # END EXERCISE
 
 
 def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
@@ -428,6 +452,9 @@ class SwiGLUMLPTorch(torch.nn.Module):
 
 # ------------------------------------------------------------------------------ byte counts
 def activation_bytes(n: int, d: int, f: int, itemsize: int) -> dict:
+    # BEGIN EXERCISE: count the activation bytes of one forward yourself first (the module docstring has the
+    #   counts): keys linear_gelu_torch, linear_gelu_fused, swiglu_torch, swiglu_fused_inference,
+    #   swiglu_fused_training
     """Activation traffic (bytes) of one forward, per the counts in the module docstring."""
     s = itemsize
     return {
@@ -437,8 +464,10 @@ def activation_bytes(n: int, d: int, f: int, itemsize: int) -> dict:
         "swiglu_fused_inference": (2 * n * d + 2 * n * f) * s,
         "swiglu_fused_training": (2 * n * d + 4 * n * f) * s,
     }
+    # END EXERCISE
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _itemsize(dtype):
     return torch.empty((), dtype=dtype).element_size()
@@ -592,3 +621,4 @@ if __name__ == "__main__":
         sweep()
     else:
         parser.print_help()
+# END SOLUTION ONLY

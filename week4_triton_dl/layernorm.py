@@ -147,7 +147,7 @@ def _rstd(xc, N, eps, AXIS: tl.constexpr):
 @triton.jit
 def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
                              HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                             BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                             BLOCK_N: tl.constexpr, ACC: tl.constexpr, STORE_STATS: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -163,8 +163,9 @@ def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, 
     if HAS_BIAS:
         y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
     tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + row, mean)
-    tl.store(rstd_ptr + row, rstd)
+    if STORE_STATS:  # only a backward reads them: inference skips two allocations and stores
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
 
 
 @triton.jit
@@ -206,7 +207,7 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
 @triton.jit
 def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
                                 HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                                BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                                BLOCK_N: tl.constexpr, ACC: tl.constexpr, STORE_STATS: tl.constexpr = True):
     """A row wider than a block, in chunks: pass 1 the mean, pass 2 the centred squares (and
     the largest |x - mean|, for rows whose squares overflow: a pass 2b then rescales), pass 3
     writes y. Three reads of x where the row kernel needs one: the price of a row that does
@@ -248,8 +249,9 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
         if HAS_BIAS:
             y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
         tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + row, mean)
-    tl.store(rstd_ptr + row, rstd)
+    if STORE_STATS:
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -515,9 +517,9 @@ _BACKWARD_PLANS: dict = {}
 
 
 def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, kernel: str | None = None,
-                  block_n: int | None = None, num_warps: int | None = None):
+                  block_n: int | None = None, num_warps: int | None = None, store_stats: bool = True):
     """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
-    key = (N, dtype, has_weight, has_bias, kernel, block_n, num_warps)
+    key = (N, dtype, has_weight, has_bias, kernel, block_n, num_warps, store_stats)
     plan = _FORWARD_PLANS.get(key)
     if plan is None:
         if kernel == "looped" or (kernel is None and N > MAX_N):
@@ -525,7 +527,8 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, 
         else:
             block = next_power_of_2(N)
             launch, warps = layernorm_fwd_row_kernel, _num_warps(block)
-        plan = (launch, (has_weight, has_bias, block, _acc(dtype)), dict(num_warps=num_warps or warps), key)
+        plan = (launch, (has_weight, has_bias, block, _acc(dtype), store_stats), dict(num_warps=num_warps or warps),
+                key)
         _FORWARD_PLANS[key] = plan
     return plan
 
@@ -612,6 +615,18 @@ def _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan):
 def _forward(x, weight, bias, eps, M, N):
     """(y, mean, rstd) with the default plan."""
     return _launch_forward(x, weight, bias, eps, M, N, _forward_plan(N, x.dtype, weight is not None, bias is not None))
+
+
+def _infer(x, weight, bias, eps, M, N):
+    """y alone, for calls no backward will follow: no mean or rstd allocated or stored."""
+    y = torch.empty_like(x)
+    if M == 0 or N == 0:
+        return y
+    kernel, constexprs, options, key = _forward_plan(N, x.dtype, weight is not None, bias is not None,
+                                                     store_stats=False)
+    launch(kernel, (M,), key, (x, x if weight is None else weight, x if bias is None else bias, y, y, y,
+                               N, eps, *constexprs), **options)
+    return y
 
 
 def _backward(dy, x, mean, rstd, weight, has_bias, M, N):
@@ -885,7 +900,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     M, N = rows_of(x, shape)
     if ops.needs_grad(x, weight, bias):
         return LayerNormFunction.apply(x, weight, bias, eps, M, N, len(shape))
-    return _forward(x, weight, bias, eps, M, N)[0]
+    return _infer(x, weight, bias, eps, M, N)
 
 
 class TritonLayerNorm(nn.LayerNorm):

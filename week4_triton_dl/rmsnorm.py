@@ -91,7 +91,8 @@ def _rstd(x, N, eps, AXIS: tl.constexpr):
 
 @triton.jit
 def rmsnorm_fwd_row_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
-                           HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                           HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                           STORE_STATS: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -101,7 +102,8 @@ def rmsnorm_fwd_row_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
     if HAS_WEIGHT:
         y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
     tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + row, rstd)
+    if STORE_STATS:  # only a backward reads rstd: inference skips its allocation and store
+        tl.store(rstd_ptr + row, rstd)
 
 
 @triton.jit
@@ -129,7 +131,8 @@ def rmsnorm_fwd_persistent_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, rows_per_
 
 @triton.jit
 def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
-                              HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                              HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                              STORE_STATS: tl.constexpr = True):
     """A row wider than a block, in chunks of BLOCK_N: pass 1 sums the squares, pass 2 writes y.
 
     x is read twice (the second read often hits L2 for one row, but not for many rows at once):
@@ -151,7 +154,8 @@ def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
         if HAS_WEIGHT:
             y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(rstd_ptr + row, rstd)
+    if STORE_STATS:
+        tl.store(rstd_ptr + row, rstd)
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -242,9 +246,9 @@ _BACKWARD_PLANS: dict = {}
 
 
 def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | None = None,
-                  block_n: int | None = None, num_warps: int | None = None):
+                  block_n: int | None = None, num_warps: int | None = None, store_stats: bool = True):
     """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
-    key = (N, dtype, has_weight, kernel, block_n, num_warps)
+    key = (N, dtype, has_weight, kernel, block_n, num_warps, store_stats)
     plan = _FORWARD_PLANS.get(key)
     if plan is None:
         if kernel == "looped" or (kernel is None and N > MAX_N):
@@ -252,7 +256,7 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | No
         else:
             block = ln.next_power_of_2(N)
             launch, warps = rmsnorm_fwd_row_kernel, ln._num_warps(block)
-        plan = (launch, (has_weight, block, ln._acc(dtype)), dict(num_warps=num_warps or warps), key)
+        plan = (launch, (has_weight, block, ln._acc(dtype), store_stats), dict(num_warps=num_warps or warps), key)
         _FORWARD_PLANS[key] = plan
     return plan
 
@@ -279,6 +283,13 @@ def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, kernel:
             _BACKWARD_PLANS.clear()
         _BACKWARD_PLANS[key] = plan
     return plan
+
+
+def backward_launch(M: int, N: int, dtype: torch.dtype, has_weight: bool):
+    """The default backward launch for M rows of N <= MAX_N: (kernel, programs, rows per program,
+    (HAS_WEIGHT, BLOCK_M, BLOCK_N, ACC, NUM_STAGES), launch options, key). Public for kernels that
+    run this backward's loop with more streams (add_rmsnorm.py)."""
+    return _backward_plan(M, N, dtype, has_weight)
 
 
 def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, num_stages):
@@ -332,6 +343,16 @@ def _launch_backward(dy, x, rstd, weight, M, N, plan):
 def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: int):
     """(y, rstd (M,)) with the default plan."""
     return _launch_forward(x, weight, eps, M, N, _forward_plan(N, x.dtype, weight is not None))
+
+
+def _infer(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: int):
+    """y alone, for calls no backward will follow: no rstd allocated or stored."""
+    y = torch.empty_like(x)
+    if M == 0 or N == 0:
+        return y
+    kernel, constexprs, options, key = _forward_plan(N, x.dtype, weight is not None, store_stats=False)
+    launch(kernel, (M,), key, (x, x if weight is None else weight, y, y, N, eps, *constexprs), **options)
+    return y
 
 
 def _backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None, M: int, N: int):
@@ -507,7 +528,7 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     M, N = ln.rows_of(x, shape)
     if ops.needs_grad(x, weight):
         return RMSNormFunction.apply(x, weight, eps, M, N)
-    return _forward(x, weight, eps, M, N)[0]
+    return _infer(x, weight, eps, M, N)
 
 
 class TritonRMSNorm(nn.RMSNorm):
@@ -701,6 +722,46 @@ BENCHMARKS += [
               "(argument checks, allocation, the launch), the GPU work being ~3 us; torch = "
               "F.rms_norm; triton = rms_norm (the public entry); triton_launcher = "
               "rms_norm_forward (validates every tuning argument: the lesson's API, not the hot path)",
+    ),
+]
+
+
+
+
+def _on_the_calling_thread(fwd_bwd):
+    """fwd_bwd with autograd's backward run on the calling thread, not on its CUDA device thread.
+
+    By default the autograd engine runs a CUDA backward on a worker thread per device; a Python
+    backward (an autograd.Function's) then has to take the GIL from the calling thread and hand
+    it back, per node. Turning the worker off shows what that hand-over costs per call.
+    """
+    def run(*args):
+        with torch.autograd.set_multithreading_enabled(False):
+            return fwd_bwd(*args)
+    return run
+
+
+TRAIN_HOST_SIZES = [(8, 768), (8192, 768)]
+BENCHMARKS += [
+    Benchmark(
+        name="rmsnorm_train_host_week4",
+        title="RMSNorm forward + backward through autograd: host cost per call, autograd's device thread on "
+              "and off, bf16 (fp32 in simulation), rows x N",
+        sizes=TRAIN_HOST_SIZES, sim_sizes=[(8, 64)], size_label=lambda s: f"{s[0]}x{s[1]}",
+        make_inputs=_train_inputs,
+        variants={
+            "torch": _fwd_bwd(torch_forward),
+            "triton": _fwd_bwd(_triton_norm),
+            "torch_one_thread": _on_the_calling_thread(_fwd_bwd(torch_forward)),
+            "triton_one_thread": _on_the_calling_thread(_fwd_bwd(_triton_norm)),
+        },
+        headline=("triton", "triton_one_thread"),
+        clock="wall",
+        bytes=lambda s: 0,
+        notes="ms = wall time of 300 fwd+bwd calls / 300, then one synchronize (the host's cost when the GPU "
+              "work is shorter); *_one_thread = the same under torch.autograd.set_multithreading_enabled(False): "
+              "the backward runs on the calling thread, so a Python backward (triton's autograd.Function) "
+              "needs no GIL hand-over to autograd's CUDA worker thread; vs torch = torch (threaded) / this",
     ),
 ]
 

@@ -87,6 +87,9 @@ NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises
 def _rotate(x_ptr, y_ptr, b, s, heads, H, HALF, cos, sin, stride_xb, stride_xs, stride_xh,
             stride_yb, stride_ys, stride_yh, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
     """Rotate the rows of `heads` at (b, s): x1 cos - x2 sin, x2 cos + x1 sin."""
+    # BEGIN EXERCISE: the rotation of BLOCK_H rows: mask heads past H and lanes past HALF, address
+    #   each row through its (batch, seq, head) strides (int64), load x1 = x[:HALF] and x2 =
+    #   x[HALF:] in ACC, store y1 = x1 cos - x2 sin and y2 = x2 cos + x1 sin in y's dtype
     d = tl.arange(0, BLOCK_D)
     mask = (heads < H)[:, None] & (d < HALF)[None, :]
     h = heads[:, None].to(tl.int64)
@@ -97,6 +100,7 @@ def _rotate(x_ptr, y_ptr, b, s, heads, H, HALF, cos, sin, stride_xb, stride_xs, 
     x2 = tl.load(x_first + HALF, mask=mask, other=0.0).to(ACC)
     tl.store(y_first, (x1 * cos - x2 * sin).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(y_first + HALF, (x2 * cos + x1 * sin).to(y_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 # position_offset changes every step of a decode loop: without do_not_specialize Triton would
@@ -108,6 +112,9 @@ def rope_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, S, HQ, HK, HALF,
                 stride_qob, stride_qos, stride_qoh, stride_kob, stride_kos, stride_koh,
                 INVERSE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
     """Program (b * S + s, j): head block j of q, or block j - q_blocks of k, at position s."""
+    # BEGIN EXERCISE: b and s from program_id(0) (int64), j from program_id(1); this position's
+    #   cos and sin rows (position_offset + s), loaded once for all BLOCK_H heads; INVERSE (the
+    #   backward) rotates by -theta; j < q_blocks rotates a head block of q, else one of k (_rotate)
     pid = tl.program_id(0).to(tl.int64)
     b = pid // S
     s = pid % S
@@ -125,6 +132,7 @@ def rope_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, S, HQ, HK, HALF,
     else:
         _rotate(k_ptr, ko_ptr, b, s, (j - q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H), HK, HALF, cos, sin,
                 stride_kb, stride_ks, stride_kh, stride_kob, stride_kos, stride_koh, BLOCK_D, ACC)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -490,6 +498,7 @@ def full_tables(cos, sin, S: int, dtype: torch.dtype, layout: str = "bhsd"):
     return _table_view(c, S, 0, layout), _table_view(s, S, 0, layout)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 # (B, S, H_q, H_kv, D), bf16 on the GPU. The last size is the headline: q and k 134 MB each.
 SIZES = [(8, 2048, 32, 8, 128), (4, 4096, 32, 32, 128)]
@@ -629,3 +638,4 @@ BENCHMARKS += [
               "rope_forward on q, then k (validated, two launches)",
     ),
 ]
+# END SOLUTION ONLY

@@ -66,6 +66,9 @@ SEGMENT = 2048         # nonzeros per segment of a split row
 # ----------------------------------------------------------------------------------- kernels
 @triton.jit
 def spmv_csr_scalar_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, M, BLOCK_ROWS: tl.constexpr):
+    # BEGIN EXERCISE: CSR-scalar: BLOCK_ROWS rows per program, one lane per row: each lane reads its row's
+    #   start and end from crow and loops k up to the LONGEST row of the block (lanes past their own row
+    #   masked), acc += val * x[col] in fp32; store y for the rows < M
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     rmask = rows < M
     start = tl.load(crow_ptr + rows, mask=rmask, other=0)
@@ -80,10 +83,13 @@ def spmv_csr_scalar_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, M, BLOCK_RO
         c = tl.load(col_ptr + start + k, mask=live, other=0)
         acc += a * tl.load(x_ptr + c, mask=live, other=0.0)
     tl.store(y_ptr + rows, acc, mask=rmask)
+    # END EXERCISE
 
 
 @triton.jit
 def spmv_csr_vector_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # BEGIN EXERCISE: CSR-vector: one program per row, BLOCK consecutive nonzeros per step (coalesced loads
+    #   of values and columns, masked at the row's end), the x gather, then one tl.sum
     row = tl.program_id(0)
     start = tl.load(crow_ptr + row)
     end = tl.load(crow_ptr + row + 1)
@@ -97,12 +103,16 @@ def spmv_csr_vector_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, BLOCK: tl.c
         c = tl.load(col_ptr + idx, mask=live, other=0)
         acc += a * tl.load(x_ptr + c, mask=live, other=0.0)  # the gather: irregular whatever we do
     tl.store(y_ptr + row, tl.sum(acc, axis=0))
+    # END EXERCISE
 
 
 @triton.jit
 def spmv_csr_rows_kernel(row_ids_ptr, n_ids, crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr,
                          ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # ROWS rows of similar length per program, one row per line of a [ROWS, BLOCK] tile.
+    # BEGIN EXERCISE: ROWS rows of similar length (row_ids[slot]) per program, one row per line of a [ROWS,
+    #   BLOCK] tile: loop k up to the block's longest row in BLOCK steps, each line masked to its own
+    #   length; store the row sums for the slots < n_ids
     slots = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     smask = slots < n_ids
     rows = tl.load(row_ids_ptr + slots, mask=smask, other=0)
@@ -119,6 +129,7 @@ def spmv_csr_rows_kernel(row_ids_ptr, n_ids, crow_ptr, col_ptr, val_ptr, x_ptr, 
         c = tl.load(col_ptr + idx, mask=live, other=0)
         acc += a * tl.load(x_ptr + c, mask=live, other=0.0)
     tl.store(y_ptr + rows, tl.sum(acc, axis=1), mask=smask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -126,6 +137,9 @@ def spmv_csr_split_kernel(seg_rows_ptr, seg_starts_ptr, crow_ptr, col_ptr, val_p
                           SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
     # One segment of one very long row per program; partial sums meet in y through atomics
     # (y[row] was zeroed). Many programs share a long row: no single straggler.
+    # BEGIN EXERCISE: one SEGMENT of one very long row per program (seg_rows, seg_starts; the segment ends
+    #   at the row's end at the latest), BLOCK nonzeros per step; several programs share the row:
+    #   tl.atomic_add the partial sum into y[row] (zeroed by the launcher)
     seg = tl.program_id(0)
     row = tl.load(seg_rows_ptr + seg)
     first = tl.load(seg_starts_ptr + seg)
@@ -139,6 +153,7 @@ def spmv_csr_split_kernel(seg_rows_ptr, seg_starts_ptr, crow_ptr, col_ptr, val_p
         c = tl.load(col_ptr + idx, mask=live, other=0)
         acc += a * tl.load(x_ptr + c, mask=live, other=0.0)
     tl.atomic_add(y_ptr + row, tl.sum(acc, axis=0))
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- the matrix
@@ -229,6 +244,11 @@ class CSR:
 
 
 def _build_plan(a: CSR, split_len: int, segment: int) -> dict:
+    # BEGIN EXERCISE: the plan: rows grouped into the BUCKETS by length (each row in exactly one bucket:
+    #   lengths in (previous longest, longest], capped at split_len), then one bucket (split_len,
+    #   LONG_BLOCK, 1); rows longer than split_len cut into segments of segment nonzeros: seg_rows (the row
+    #   of each segment) and seg_starts (its first position); drop empty buckets; index tensors in crow's
+    #   dtype
     lengths = a.row_lengths().long()
     dev, idx = lengths.device, a.crow.dtype
     buckets, lower = [], -1
@@ -248,6 +268,7 @@ def _build_plan(a: CSR, split_len: int, segment: int) -> dict:
     sizes = [b[0].shape[0] for b in buckets]  # .shape of nonzero(): the plan's one host sync
     return {"buckets": [b for b, n in zip(buckets, sizes) if n], "huge_rows": huge.to(idx),
             "seg_rows": seg_rows.to(idx), "seg_starts": seg_starts.to(idx), "segment": segment}
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- launchers
@@ -317,7 +338,10 @@ def spmv_torch(a: CSR, x: torch.Tensor) -> torch.Tensor:
 
 def spmv_bytes(m: int, n: int, nnz: int, index_size: int = 4) -> int:
     """Minimum traffic: values, column indices, row pointers, x read once, y written once."""
+    # BEGIN EXERCISE: the minimum traffic, in bytes: values (fp32) and column indices for every nonzero, the
+    #   m + 1 row pointers, x read once, y written once
     return nnz * (4 + index_size) + (m + 1) * index_size + 4 * n + 4 * m
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------- test matrices
@@ -351,6 +375,7 @@ def random_csr(m: int, n: int, nnz_per_row: float, *, kind: str = "uniform", emp
     return CSR.make(crow.to(index_dtype), cols.to(index_dtype), values, (m, n))
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _inputs(size):
     kind, m, per_row = size
@@ -416,3 +441,4 @@ BENCHMARKS = [
               "row's GB/s is what it would need to match; dense really moves 4 n^2 bytes",
     ),
 ]
+# END SOLUTION ONLY

@@ -78,17 +78,24 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def swiglu_fwd_kernel(a_ptr, b_ptr, y_ptr, M, N, stride_a, stride_b, stride_y,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    # BEGIN EXERCISE: the fused forward of one tile: rows, cols and mask from _tile; a and b loaded (through
+    #   their row strides) in ACC; s = sigmoid(a) = 1 / (1 + exp(-a)); y = a * s * b stored in y's dtype,
+    #   masked
     rows, cols, mask = _tile(M, N, BLOCK_M, BLOCK_N)
     a = tl.load(a_ptr + rows * stride_a + cols, mask=mask, other=0.0).to(ACC)
     b = tl.load(b_ptr + rows * stride_b + cols, mask=mask, other=0.0).to(ACC)
     s = 1.0 / (1.0 + tl.exp(-a))  # a = -inf: s = 0 and a * s = NaN, as torch's silu gives
     tl.store(y_ptr + rows * stride_y + cols, (a * s * b).to(y_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, M, N,
                       stride_dy, stride_a, stride_b, stride_da, stride_db,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    # BEGIN EXERCISE: the fused backward, s = sigmoid(a) recomputed (nothing saved but a and b): db = dy *
+    #   silu(a) (silu first: dy * a may overflow), da = dy * b * s * (1 + a * (1 - s)); both stored masked
+    #   in their dtypes
     rows, cols, mask = _tile(M, N, BLOCK_M, BLOCK_N)
     dy = tl.load(dy_ptr + rows * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     a = tl.load(a_ptr + rows * stride_a + cols, mask=mask, other=0.0).to(ACC)
@@ -98,6 +105,7 @@ def swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, M, N,
     tl.store(db_ptr + rows * stride_db + cols, (dy * (a * s)).to(db_ptr.dtype.element_ty), mask=mask)
     da = dy * b * (s * (1.0 + a * (1.0 - s)))
     tl.store(da_ptr + rows * stride_da + cols, da.to(da_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -438,6 +446,7 @@ def torch_backward_recompute(dy, a, b):
     return torch.ops.aten.silu_backward(dy * b, a), dy * F.silu(a)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 # (M tokens, N hidden): 14336 is LLaMA-3-8B's MLP width. bf16 on the GPU, the last is the headline.
 SIZES = [(8192, 4096), (8192, 14336)]
@@ -616,3 +625,4 @@ BENCHMARKS += [
               "(validated: the lesson's API, not the hot path)",
     ),
 ]
+# END SOLUTION ONLY

@@ -133,6 +133,11 @@ NORM_READS = {"forward": 3, "backward": 4}
 
 def describe_kernel(name: str, graph: str, call_sites: int, reads: int | None = None) -> GeneratedKernel:
     """What a generated kernel does in course terms; `reads` (from its signature) decides fused adds."""
+    # BEGIN EXERCISE: the job, its course counterpart and what else is fused in; fused = fused_part(name); the
+    #   first COUNTERPARTS entry whose test accepts it gives the job and the course kernel; cross_op: the
+    #   embedding fused into a norm, the residual add fused into a norm (it reads more tensors than
+    #   NORM_READS: the name cannot tell, "+ eps" is an add too), a layout copy (clone/transpose/split) fused
+    #   into RoPE or SwiGLU, the residual-gradient add in a norm backward.
     fused = fused_part(name)
     ops = ops_of(fused)
     job, counterpart = None, None
@@ -151,6 +156,7 @@ def describe_kernel(name: str, graph: str, call_sites: int, reads: int | None = 
     elif job == "RMSNorm backward" and reads is not None and reads > NORM_READS["backward"] and has_op(fused, "add"):
         cross_op = "residual-gradient add (+ norm backward)"
     return GeneratedKernel(name, graph, ops, call_sites, job, counterpart, cross_op, reads)
+    # END EXERCISE
 
 
 def kernel_reads(source: str, name: str) -> int | None:
@@ -178,6 +184,10 @@ def split_graphs(code: str) -> list[tuple[str, str]]:
 
 def parse(code: str) -> dict:
     """Generated kernels (with counterparts) and library calls of Inductor's output code."""
+    # BEGIN EXERCISE: for each (graph, source) of split_graphs(code): kernel names from KERNEL_DEF, the launch
+    #   sequence after CALL_BODY, call sites per kernel (name( or name.run( in it), then describe_kernel(name,
+    #   graph, sites, kernel_reads(source, name)); library calls: LIBRARY_CALL matches in the launch sequence,
+    #   counted as "graph: call".
     kernels, library = [], {}
     for graph, source in split_graphs(code):
         names = [match.group(1) for match in KERNEL_DEF.finditer(source)]
@@ -190,6 +200,7 @@ def parse(code: str) -> dict:
             key = f"{graph}: {call}"
             library[key] = library.get(key, 0) + 1
     return {"kernels": kernels, "library_calls": library}
+    # END EXERCISE
 
 
 def summary(parsed: dict) -> dict:

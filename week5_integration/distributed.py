@@ -37,6 +37,10 @@ Megatron-style tensor parallelism (Shoeybi et al. 2019) splits every weight matr
 all-reduces activations: 4 all-reduces of B x T x d values per layer per step.
 
     python -m week5_integration.distributed --gpus 2 --steps 20     # NCCL: tokens/s per strategy
+
+On GPUs that command runs `scaleout.py` (torchrun with 1 process, then with --gpus, then the
+report: tokens/s, scaling efficiency, memory per GPU, and the communication overlap from a profile);
+without enough GPUs it runs `throughput` in 2 gloo processes on the CPU and saves nothing.
 """
 from __future__ import annotations
 
@@ -427,6 +431,16 @@ def main(argv=None) -> int:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     world = args.gpus or gpus or 2
     backend = "nccl" if gpus and world <= gpus else "gloo"
+    if backend == "nccl":
+        # On GPUs the measurement runs as real jobs do: torchrun, one process per GPU, once with one
+        # process (the baseline) and once with `world`, then the report (scaleout.py: the overlap too).
+        from week5_integration import scaleout
+        extra = ["--steps", str(args.steps)]
+        if args.strategies != list(STRATEGIES):  # the default: scaleout's (these and fsdp_bf16)
+            extra += ["--strategies", *args.strategies]
+        if args.batch:
+            extra += ["--batch", str(args.batch)]
+        return scaleout.run_all(world, Path(args.out) if args.out else ROOT / "results", extra=extra)
     result = throughput(world, steps=args.steps, batch=args.batch, strategies=args.strategies, backend=backend)
     print(markdown_table(result))
     out = args.out or (ROOT / "results" if backend == "nccl" else None)

@@ -18,7 +18,10 @@ states + activations + temporaries), step time (CUDA events, median), the final 
 the validation loss, and exact-match accuracy on held-out sums ("17+25=" -> "42.", greedy).
 `python -m week5_integration.finetune --config small --pretrain-steps N --steps M --out DIR`
 writes `finetune_week5.json` (a `course.bench`-compatible record), `.md` and the loss curves
-`finetune_week5_loss.png`.
+`finetune_week5_loss.png`; with several configs (`--config large gpt2`, the GPU run) the record is
+rewritten after each one, so a run cut off later keeps the configs already done.
+`BENCHMARKS` holds `lora_step_large_week5`: one LoRA layer's training step at sizes where the GPU's
+work, not the host's, sets the time, beside a frozen layer's step (the floor).
 
 Where the memory goes (bytes; P parameters, P_lin of them in the adapted nn.Linear layers, P_a
 adapter parameters, T tokens per step, L layers, d model width, h MLP hidden width, V vocabulary):
@@ -39,7 +42,9 @@ LoRA 0.79 GiB (0.42x), QLoRA 0.67 GiB (0.36x: weights 52 MiB, adapter grads + st
 activations 604). The activations, the same for all three, are the floor: the ratio falls towards
 the weights' 4.127 / 128 = 0.03 only as the batch shrinks or the model grows. Without
 checkpointing the same batch needs ~3.1 GiB of activations and QLoRA/full rises to ~0.73; the
-`small` config (26M parameters, same batch) predicts 0.51 even with checkpointing.
+`small` config (26M parameters, same batch) predicts 0.51 even with checkpointing. The `large`
+config (453M parameters, 16 x 1536, at 8 x 512 tokens) is where model state dominates: full 7.43 GiB
+(weights 1.69, grads 1.69, AdamW 3.38, activations 0.67), LoRA 0.22x, QLoRA 0.13x.
 """
 from __future__ import annotations
 
@@ -69,6 +74,11 @@ CONFIGS = {
     "tiny": gpt.config(gpt.GPT_TINY, vocab_size=data.VOCAB_SIZE),
     "small": gpt.GPT_SMALL,
     "gpt2": gpt.config(gpt.GPT2_SMALL, vocab_size=data.VOCAB_SIZE, max_seq_len=512),
+    # 453M parameters (16 x 1536, heads of 128): large enough that full fine-tuning's 16 bytes per
+    # parameter of model state (7.3 GB) dwarf the checkpointed activations of 8 x 512 tokens (0.7 GB),
+    # so the three variants' peaks are set by what each keeps per parameter (see memory_model).
+    "large": gpt.config(gpt.GPT2_SMALL, vocab_size=data.VOCAB_SIZE, max_seq_len=512, d_model=1536, n_heads=12,
+                        n_layers=16),
 }
 
 
@@ -98,6 +108,10 @@ PLANS = {
                  prompt_chars=24, warmup=10),
     "small": Plan(batch=16, seq_len=512, pretrain_steps=300, steps=200),
     "gpt2": Plan(batch=16, seq_len=512, pretrain_steps=300, steps=200, pretrain_lr=6e-4),
+    # Memory and speed, not accuracy: a short pre-training (the loss curves still show each variant
+    # learning the sums' format), 60 fine-tuning steps of which the last 45 are timed.
+    "large": Plan(batch=8, seq_len=512, pretrain_steps=100, steps=60, pretrain_lr=3e-4, full_lr=5e-5,
+                  eval_batches=4, prompts=100, warmup=10),
 }
 SEED = 0
 STORIES_SEED, ARITHMETIC_SEED, PROMPT_SEED = 0, 1, 2
@@ -359,9 +373,10 @@ def pretrain(cfg: gpt.GPTConfig, plan: Plan, steps: int, *, seed: int = SEED, lo
 
 
 def fresh_model(cfg, state, plan: Plan) -> gpt.GPT:
-    model = gpt.GPT(cfg)
+    with torch.device(runtime.DEVICE):  # built where it trains: its initial values are overwritten anyway
+        model = gpt.GPT(cfg)
+    model = model.to(runtime.DEVICE)  # the RoPE tables are made on the CPU whatever the default device
     model.load_state_dict(state)
-    model = model.to(runtime.DEVICE)
     return checkpoint_blocks(model) if plan.checkpointing else model
 
 
@@ -481,6 +496,73 @@ def record(runs: list[dict]) -> dict:
     }
 
 
+# ------------------------------------------------------------------- the LoRA step, GPU-bound
+# lora_linear_week5 (lora.py) times one layer's training step at the week-5 model's sizes, M = 4096
+# tokens: ~0.1 ms of GPU work under ~0.6 ms of Python, launches and autograd, so it measured the
+# host. Here M N K grow until the GPU's work is several times the host's (4MNK = 0.55 to 3 TFLOP:
+# ~1-6 ms at ~500 TFLOP/s), and a frozen nn.Linear's step (y = x W^T, dx = dY W: the two GEMMs every
+# variant must do) is the floor each variant is held to.
+LARGE_LORA_SHAPES = [(8192, 4096, 4096), (16384, 4096, 4096), (16384, 4096, 11008)]
+LORA_RANK, LORA_ALPHA = 16, 32.0
+
+
+def _lora_inputs(size):
+    from course.check import random_tensor
+
+    m_, k, n, r, dtype = size
+    dev = runtime.DEVICE
+    x = random_tensor((m_, k), dtype, dev).requires_grad_(True)
+    w = random_tensor((n, k), dtype, dev, scale=k ** -0.5)
+    a = random_tensor((r, k), dtype, dev, scale=k ** -0.5).requires_grad_(True)
+    b = random_tensor((n, r), dtype, dev, scale=r ** -0.5).requires_grad_(True)  # a trained B: not zero
+    return x, w, a, b, random_tensor((m_, n), dtype, dev)
+
+
+def _lora_step(fn):
+    def step(x, w, a, b, dy):
+        y = fn(x, w, a, b, LORA_ALPHA / a.shape[0])
+        return torch.autograd.grad(y, (x, a, b), dy)
+    return step
+
+
+def _frozen_step(x, w, a, b, dy):
+    return torch.autograd.grad(torch.nn.functional.linear(x, w), (x,), dy)
+
+
+def _lora_bytes(size):
+    m_, k, n, r, dtype = size
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return (2 * m_ * k + n * k + 2 * r * k + 2 * n * r + 2 * m_ * n) * itemsize  # x, W, A, B, dY in; y, dx, dA, dB out
+
+
+def _benchmarks():
+    from course.bench import Benchmark
+
+    return [Benchmark(
+        name="lora_step_large_week5",
+        title="LoRA linear, training step at sizes where the GPU's work dominates (forward + backward for x, A, B; "
+              "W frozen), r=16",
+        sizes=[(m_, k, n, LORA_RANK, torch.bfloat16) for m_, k, n in LARGE_LORA_SHAPES],
+        sim_sizes=[(40, 48, 33, 4, torch.float32)],
+        size_label=lambda s: f"M={s[0]} K={s[1]} N={s[2]} r={s[3]} {str(s[4]).replace('torch.', '')}",
+        make_inputs=_lora_inputs,
+        variants={"torch": _lora_step(lora_mod.lora_linear_torch),
+                  "torch_addmm": _lora_step(lora_mod.lora_linear_torch_addmm),
+                  "triton": _lora_step(lora_mod.lora_linear),
+                  "frozen_linear": _frozen_step},
+        headline=("triton", "frozen_linear"),
+        bytes=_lora_bytes,
+        flops=lambda s: 4 * s[0] * s[1] * s[2] + 6 * s[0] * s[3] * (s[1] + s[2]),
+        compute_dtype=torch.bfloat16,
+        notes="torch = PEFT's unfused arithmetic under autograd; frozen_linear = x W^T and dx = dY W alone, no "
+              "adapter (the floor; its TFLOP/s counts the adapters' 6Mr(K+N) it does not do, <1%); flops = "
+              "4MNK + 6Mr(K+N) (no dW)",
+    )]
+
+
+BENCHMARKS = _benchmarks()
+
+
 # ------------------------------------------------------------------------------- table and plot
 def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
@@ -489,15 +571,16 @@ def _fmt(value, spec):
 def markdown_table(result: dict) -> str:
     from course.bench import measured_on
 
-    head = ["model, batch", "variant", "trainable", "ms / step", "vs torch LoRA", "peak MiB", "predicted MiB",
-            "final loss", "val loss", "exact match"]
+    head = ["model, batch", "variant", "trainable", "ms / step", "tokens/s", "vs torch LoRA", "peak MiB",
+            "predicted MiB", "final loss", "val loss", "exact match"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
         speed = f"{r['speedup_vs_torch']:.2f}x" if r.get("speedup_vs_torch") else "-"
         n = r.get("trainable_params")
         trainable = "-" if not n else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
         lines.append("| " + " | ".join([
-            r["size"], r["variant"], trainable, _fmt(r.get("ms"), ".2f"), speed, _fmt(r.get("peak_mib"), ".0f"),
+            r["size"], r["variant"], trainable, _fmt(r.get("ms"), ".2f"), _fmt(r.get("tokens_per_s"), ",.0f"), speed,
+            _fmt(r.get("peak_mib"), ".0f"),
             _fmt(r.get("predicted_peak_mib"), ".0f"), _fmt(r.get("final_loss"), ".3f"), _fmt(r.get("val_loss"), ".3f"),
             _fmt(None if r.get("exact_match") is None else 100 * r["exact_match"], ".0f") + "%"]) + " |")
     text = f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + "\n"
@@ -565,7 +648,7 @@ def save(result: dict, out_dir: Path) -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", nargs="+", default=["tiny" if not runtime.on_gpu() else "small"],
-                        choices=sorted(CONFIGS), help="model size(s): tiny (CPU), small, gpt2 (85M)")
+                        choices=sorted(CONFIGS), help="model size(s): tiny (CPU), small, gpt2 (85M), large (453M)")
     parser.add_argument("--pretrain-steps", type=int, help="pre-training steps (default: the config's plan)")
     parser.add_argument("--steps", type=int, help="fine-tuning steps per variant (default: the config's plan)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -579,15 +662,17 @@ def main(argv=None) -> int:
     if args.no_checkpointing:
         changes["checkpointing"] = False
     log = functools.partial(print, file=sys.stderr, flush=True)
-    runs = [run(c, pretrain_steps=args.pretrain_steps, steps=args.steps, variants=args.variants,
-                plan_changes=changes, log=log) for c in args.config]
-    result = record(runs)
-    print(markdown_table(result))
     out = Path(args.out) if args.out else (Path(__file__).parent / "results" if runtime.on_gpu() else None)
-    if out is not None:
-        for path in save(result, out):
-            print("wrote", path)
-    else:
+    runs = []
+    for c in args.config:
+        runs.append(run(c, pretrain_steps=args.pretrain_steps, steps=args.steps, variants=args.variants,
+                        plan_changes=changes, log=log))
+        result = record(runs)
+        if out is not None:  # after each config: a run cut off later keeps the configs already done
+            for path in save(result, out):
+                log("wrote", path)
+    print(markdown_table(result))
+    if out is None:
         print("(simulation: nothing saved; pass --out DIR to keep the record)")
     return 0
 

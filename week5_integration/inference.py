@@ -92,8 +92,12 @@ def decode_step_bytes(cfg: m.GPTConfig, *, batch: int, context: int, itemsize: i
     positions per sequence (K and V, every layer) read, one new K and V written. Activations
     (a few d-vectors per sequence) are left out: kilobytes against megabytes."""
     _check_positive(batch=batch, context=context, itemsize=itemsize)
+    # BEGIN EXERCISE: weights_read_per_step(cfg, batch) values, plus K and V (2 x n_layers x batch x d_model
+    #   values) for each of the `context` cached positions read and for the one new position written;
+    #   everything times itemsize.
     kv = 2 * cfg.n_layers * batch * cfg.d_model * itemsize
     return weights_read_per_step(cfg, batch) * itemsize + kv * context + kv
+    # END EXERCISE
 
 
 def decode_step_flops(cfg: m.GPTConfig, *, batch: int, context: int, attention: bool = True) -> int:
@@ -121,11 +125,15 @@ def generation_flops(cfg: m.GPTConfig, *, prompt: int, new_tokens: int, use_cach
     weight matmuls only (what `torch.utils.flop_counter` sees on the CPU).
     """
     _check_positive(prompt=prompt, new_tokens=new_tokens, batch=batch)
+    # BEGIN EXERCISE: without the cache: sum of forward_flops over lengths prompt + t, t = 0..n-1; with it:
+    #   forward_flops over the prompt, then decode_step_flops at context prompt + t for t = 1..n-1. Pass
+    #   `attention` through.
     if not use_cache:
         return sum(forward_flops(cfg, batch=batch, length=prompt + t, attention=attention)
                    for t in range(new_tokens))
     return forward_flops(cfg, batch=batch, length=prompt, attention=attention) + sum(
         decode_step_flops(cfg, batch=batch, context=prompt + t, attention=attention) for t in range(1, new_tokens))
+    # END EXERCISE
 
 
 def predict_decode(cfg: m.GPTConfig, *, batch: int, context: int, copy_gbps: float,
@@ -138,6 +146,9 @@ def predict_decode(cfg: m.GPTConfig, *, batch: int, context: int, copy_gbps: flo
     """
     if not copy_gbps or copy_gbps <= 0:
         raise ValueError(f"copy_gbps must be a positive bandwidth in GB/s, got {copy_gbps!r}")
+    # BEGIN EXERCISE: bytes and flops from decode_step_bytes / decode_step_flops; ms_memory = bytes / (GB/s
+    #   x 1e9) in ms, ms_compute = flops / (TFLOP/s x 1e12) in ms (0 when tflops is None); ms = the larger;
+    #   tokens_per_s = batch / seconds.
     nbytes = decode_step_bytes(cfg, batch=batch, context=context, itemsize=itemsize)
     flops = decode_step_flops(cfg, batch=batch, context=context)
     ms_memory = nbytes / (copy_gbps * 1e9) * 1e3
@@ -145,6 +156,7 @@ def predict_decode(cfg: m.GPTConfig, *, batch: int, context: int, copy_gbps: flo
     ms = max(ms_memory, ms_compute)
     return {"bytes": nbytes, "flops": flops, "ms_memory": ms_memory, "ms_compute": ms_compute,
             "ms": ms, "tokens_per_s": batch / (ms * 1e-3)}
+    # END EXERCISE
 
 
 def ops_per_decode_step(model: m.GPT, *, batch: int = 1, context: int = 8) -> dict:
@@ -216,6 +228,10 @@ class StaticDecoder:
         self.graph = self._capture() if cuda_graph else None
 
     def _attention(self, block: m.Block, h: torch.Tensor, rope, visible, layer: int) -> torch.Tensor:
+        # BEGIN EXERCISE: qkv projection of h (B, 1, d), split and reshape to (B, H, 1, Dh); rope if given;
+        #   write k, v into self.cache.k[layer] / .v[layer] at self.pos (index_copy_ along dim 2); SDPA of q
+        #   against the WHOLE cache with attn_mask=visible (shaped to broadcast); output projection back to
+        #   (B, 1, d).
         cfg, attn = self.model.cfg, block.attn
         B = h.shape[0]
         q, k, v = attn.qkv(h).split(cfg.d_model, dim=2)
@@ -228,8 +244,13 @@ class StaticDecoder:
         y = F.scaled_dot_product_attention(q, self.cache.k[layer], self.cache.v[layer],
                                            attn_mask=visible.view(1, 1, 1, -1))
         return attn.proj(y.transpose(1, 2).reshape(B, 1, cfg.d_model))
+        # END EXERCISE
 
     def _step(self) -> None:
+        # BEGIN EXERCISE: embed self.token (+ model.pos(self.pos) for learned positions); rope tables = rows
+        #   self.pos of self.rope (index_select); visible = self.key_positions <= self.pos; the blocks (x +
+        #   attention(norm1 x); x + mlp(norm2 x)), final norm, head; copy the logits into self.logits and
+        #   their argmax into self.token; self.pos += 1, in place.
         model = self.model
         x = model.tok(self.token)
         if model.pos is not None:
@@ -242,6 +263,7 @@ class StaticDecoder:
         self.logits.copy_(model.head(model.norm_f(x))[:, -1])
         self.token.copy_(self.logits.argmax(dim=-1, keepdim=True))
         self.pos.add_(1)
+        # END EXERCISE
 
     def _capture(self):
         # The recipe of the PyTorch CUDA-graphs docs: warm up on a side stream (cuBLAS
@@ -392,6 +414,7 @@ def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, 
             "tokens_per_s": batch / step, "tokens": tokens}
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # --------------------------------------------------------------------------- the benchmark
 def benchmark_plan() -> dict:
     """Model, batches, prompts and new tokens: GPT-2-small-sized in bf16 on the GPU (prompts
@@ -534,3 +557,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

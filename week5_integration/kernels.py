@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
 from week3_triton_kernels import fused_elementwise
-from week4_triton_dl import cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
+from week4_triton_dl import add_rmsnorm, cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
 from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 
@@ -88,6 +88,16 @@ def course_norm(x, weight, bias, eps: float, kind: str):
     if kind == "layernorm":
         return layernorm.layer_norm(x, (x.shape[-1],), weight, bias, eps)
     raise ValueError(f"kind must be one of {m.NORMS}, got {kind!r}")
+
+
+def course_add_norm(x, delta, weight, bias, eps: float, kind: str, out_dtype=None):
+    """(x + delta, norm(x + delta)): RMSNorm fused with the residual add (week 4's add_rmsnorm), y in
+    out_dtype; LayerNorm has no fused kernel: the add, then course_norm."""
+    if kind == "rmsnorm":
+        return add_rmsnorm.add_rms_norm(x, delta, weight, eps, out_dtype)
+    h = x + delta
+    y = course_norm(h, weight, bias, eps, kind)
+    return h, (y if out_dtype is None else y.to(out_dtype))
 
 
 def course_rope(q, k, cos, sin):
@@ -176,18 +186,22 @@ HAS_MLP_OP = "mlp" in OPS_FIELDS  # see course_mlp
 
 COURSE_OPS = m.Ops("course", norm=course_norm, rope=course_rope, attention=course_attention,
                    swiglu=course_swiglu, gelu=course_gelu, linear_cross_entropy=course_linear_cross_entropy,
-                   **({"mlp": course_mlp} if HAS_MLP_OP else {}))
+                   add_norm=course_add_norm, **({"mlp": course_mlp} if HAS_MLP_OP else {}))
 COURSE_FUNCTIONS = {"norm": course_norm, "rope": course_rope, "attention": course_attention,
                     "swiglu": course_swiglu, "gelu": course_gelu,
-                    "linear_cross_entropy": course_linear_cross_entropy, "mlp": course_mlp}
+                    "linear_cross_entropy": course_linear_cross_entropy, "mlp": course_mlp,
+                    "add_norm": course_add_norm}
+# Fields swapped together: the fused residual add + norm is the norm's kernel too.
+FIELD_GROUPS = {"norm": ("norm", "add_norm")}
 
 
 # --- which swaps a model uses, one at a time ----------------------------------------------------
 
 def used_fields(cfg: m.GPTConfig | None = None) -> tuple[str, ...]:
     """The Ops fields a GPT with this config calls (all fields when cfg is None)."""
+    grouped = {f for fields in FIELD_GROUPS.values() for f in fields[1:]}  # swapped with their group's head
     if cfg is None:
-        return OPS_FIELDS
+        return tuple(f for f in OPS_FIELDS if f not in grouped)
     used = {"norm", "attention", "linear_cross_entropy", "mlp", cfg.mlp}  # cfg.mlp: "swiglu" or "gelu"
     if cfg.pos == "rope":
         used.add("rope")
@@ -202,11 +216,13 @@ def swap_plan(cfg: m.GPTConfig | None = None, course: m.Ops | None = None) -> li
     course = COURSE_OPS if course is None else course
     if not isinstance(course, m.Ops):
         raise TypeError(f"course must be an Ops record, got {type(course).__name__}")
-    singles = [dataclasses.replace(m.TORCH_OPS, name=f"+{field}", **{field: getattr(course, field)})
+    singles = [dataclasses.replace(m.TORCH_OPS, name=f"+{field}",
+                                   **{f: getattr(course, f) for f in FIELD_GROUPS.get(field, (field,))})
                for field in used_fields(cfg)]
     return [m.TORCH_OPS, *singles, dataclasses.replace(course, name="course")]
 
 
 def describe(ops: m.Ops) -> dict:
     """{field: "module.function"} of an Ops record: which code each hot spot runs."""
-    return {f: f"{getattr(ops, f).__module__}.{getattr(ops, f).__qualname__}" for f in OPS_FIELDS}
+    return {f: (f"{getattr(ops, f).__module__}.{getattr(ops, f).__qualname__}" if getattr(ops, f) is not None
+                else "none (the model's own code)") for f in OPS_FIELDS}

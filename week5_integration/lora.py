@@ -102,6 +102,11 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
     """y = x W^T + xa B^T with xa (M x R, already scaled by s) read from memory."""
+    # BEGIN EXERCISE: the tiled x W^T, then the rank-r epilogue xa B^T on the same accumulator; (pid_m, pid_n)
+    #   = _grouped_tile(...); wrapped row/col offsets (% M, % N); loop over K in BLOCK_K steps: acc = dot(x
+    #   tile [BM, BK], W^T tile [BK, BN], acc, INPUT_PRECISION) (course.tl_dot.dot: tl.dot, with fp64 as plain
+    #   FMAs) (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T [BLOCK_R, BN] (mask r < R,
+    #   other=0), acc = dot(xa, b, acc, INPUT_PRECISION); _store_tile(acc, ...).
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # Rows and columns past M and N wrap around instead of being masked, so the loads need no
     # row/column masks; the wrapped results are never stored.
@@ -127,6 +132,7 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
                 mask=r_mask[:, None], other=0.0)
     acc = dot(xa, b, acc, INPUT_PRECISION)
     _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+    # END EXERCISE
 
 
 @triton.jit
@@ -137,6 +143,10 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
     """y = x W^T + (s x A^T) B^T; xa = s x A^T computed from the same x tiles, kept on chip."""
+    # BEGIN EXERCISE: as lora_epilogue_kernel, but compute xa in the same K loop: also load the A^T tile [BK,
+    #   BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop: xa = where(r <
+    #   R, xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one more dot with B^T,
+    #   store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R).
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -175,6 +185,7 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
             rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             mask = (rows[:, None] < M) & r_mask[None, :]
             tl.store(xa_ptr + rows[:, None] * stride_xam + offs_r[None, :] * stride_xar, xa, mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------ autotuning
@@ -219,7 +230,11 @@ def _prune_configs(configs, named_args, **kwargs):
         small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
         return small[:1] or FALLBACK_CONFIGS[-1:]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
-        return [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+        # A small output: one small tile, not timed: more programs for few outputs, and a quicker
+        # compile (fp32's exact-product 128 x 64 x 64, 4-stage tile took 5-8 s per variant in the
+        # H100 test timing log of 2026-11-26).
+        small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
+        return small[:1] or [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
     return fitting
 
 
@@ -377,6 +392,8 @@ def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True,
     fused_dx (x_in is x): dx = dY W + G A in one fused kernel, G = s dY B computed on chip;
     dx_in is None. Otherwise (x_in = dropout(x)): dx = dY W and dx_in = G A, torch matmuls.
     """
+    # BEGIN EXERCISE: fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B); otherwise g
+    #   = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa.
     g = None
     dx = dx_in = None
     if needs_dx and fused_dx:
@@ -392,6 +409,7 @@ def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True,
     d_a = g.t() @ x_in
     d_b = dy.t() @ xa
     return dx, dx_in, d_a, d_b
+    # END EXERCISE
 
 
 class LoRALinearFunction(torch.autograd.Function):
@@ -470,9 +488,11 @@ def lora_linear_torch_addmm(x, weight, lora_a, lora_b, scale):
 
 def merged_weight(weight, lora_a, lora_b, scale):
     """W + s B A, computed in fp32 (fp64 for fp64) and rounded once to W's dtype."""
+    # BEGIN EXERCISE: W + s B A computed in fp32 (fp64 for fp64), rounded once to W's dtype.
     wide = torch.float64 if weight.dtype == torch.float64 else torch.float32
     delta = (lora_b.to(wide) @ lora_a.to(wide)) * scale
     return (weight.to(wide) + delta).to(weight.dtype)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- the module
@@ -565,6 +585,9 @@ class LoRALinear(nn.Module):
                 f"alpha={self.alpha:g}, dropout={self.dropout:g}, kernel={self.kernel!r}, merged={self.merged}")
 
     def forward(self, x):
+        # BEGIN EXERCISE: merged: plain F.linear (refuse training: RuntimeError "... unmerge() ..."). Else
+        #   cast x, W, A, B to compute_dtype(x); x_in = dropout(x) when training with dropout > 0;
+        #   lora_linear_torch or lora_linear by resolve_kernel(self.kernel); add the bias.
         if self.merged:
             if self.training and torch.is_grad_enabled():
                 raise RuntimeError("this LoRALinear is merged (its update is folded into weight): "
@@ -580,6 +603,7 @@ class LoRALinear(nn.Module):
         else:
             y = lora_linear(*operands, adapter_input=x_in)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+        # END EXERCISE
 
     @torch.no_grad()
     def merge(self) -> None:
@@ -638,11 +662,14 @@ def apply_lora(model: nn.Module, targets=TARGETS, r: int = 8, alpha: float = 16.
     In place; returns the model. base_dtype (e.g. torch.bfloat16) casts the frozen base weights of
     the swapped layers: a frozen weight needs no fp32 master copy.
     """
+    # BEGIN EXERCISE: resolve_kernel(kernel); replace_linears(model, targets, LoRALinear.from_linear...);
+    #   freeze_all_but(model, is_adapter); return model.
     resolve_kernel(kernel)
     replace_linears(model, targets, lambda lin: LoRALinear.from_linear(lin, r, alpha, dropout, kernel=kernel,
                                                                        base_dtype=base_dtype))
     freeze_all_but(model, is_adapter)
     return model
+    # END EXERCISE
 
 
 def adapter_modules(model: nn.Module):
@@ -674,6 +701,7 @@ def adapter_parameter_count(in_features: int, out_features: int, r: int) -> int:
     return r * (in_features + out_features)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 # The 124M model's layers at 4096 tokens (8 x 512): qkv, proj, up (gate and up stacked), down.
 LORA_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 4096), (4096, 2048, 768)]
@@ -847,3 +875,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -153,6 +153,9 @@ class Ops:
     swiglu: Callable = torch_swiglu              # ([gate | up]) -> silu(gate) * up
     gelu: Callable = torch_gelu                  # (x) -> gelu_tanh(x)
     linear_cross_entropy: Callable = torch_linear_cross_entropy  # (h, W, targets, ignore_index) -> loss
+    # (x, delta, weight, bias, eps, kind, out_dtype) -> (x + delta, norm(x + delta) in out_dtype): the
+    # residual add and the next norm in one op; None = the add, then `norm` (what a torch model writes).
+    add_norm: Callable | None = None
 
 
 TORCH_OPS = Ops("torch")
@@ -234,8 +237,16 @@ class Block(nn.Module):
         self.norm2, self.mlp = Norm(cfg, ops), MLP(cfg, ops)
 
     def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0):
-        x = x + self.attn(self.norm1(x), rope, cache, layer)
-        return x + self.mlp(self.norm2(x))
+        a = self.attn(self.norm1(x), rope, cache, layer)
+        if self.norm2.ops.add_norm is None:
+            x = x + a
+            return x + self.mlp(self.norm2(x))
+        # The residual add and the norm that reads its result, in one op. Its y goes only to the
+        # MLP's first matmul, so it may come out in that matmul's dtype (autocast's), saving the cast.
+        n2 = self.norm2
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else None
+        x, y = n2.ops.add_norm(x, a, n2.weight, n2.bias, n2.eps, n2.kind, out_dtype)
+        return x + self.mlp(y)
 
 
 class GPT(nn.Module):

@@ -99,10 +99,13 @@ def nf4_code_table(offset: float = NF4_OFFSET) -> torch.Tensor:
     including) 0.5; negative half: 7 such quantiles, negated; plus 0. Dividing by the largest
     (the quantile at `offset`) puts the outermost levels at -1 and +1.
     """
+    # BEGIN EXERCISE: 8 positive quantiles: torch.special.ndtri(linspace(offset, 0.5, 9)[:-1]) (float64); 7
+    #   negative: -ndtri(linspace(offset, 0.5, 8)[:-1]); add 0; sort; divide by the max.
     positive = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
     negative = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
     levels = torch.cat((negative, torch.zeros(1, dtype=torch.float64), positive)).sort().values
     return levels / levels.max()
+    # END EXERCISE
 
 
 def nf4_midpoints(table: torch.Tensor = NF4_TABLE) -> torch.Tensor:
@@ -201,25 +204,33 @@ class NF4Weight:
 
 def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
     """4-bit codes + the scales' bits per weight; the large-tensor limit when numel is None."""
+    # BEGIN EXERCISE: numel None: 4 + 8/64 + 32/(64*256) (double_quant) or 4 + 32/64. Else count bytes:
+    #   ceil(n/2) codes + per block of 64 one fp32 (or one int8, plus 4 bytes per 256 blocks and 4 for the
+    #   mean).
     if numel is None:
         return 4 + (8 / BLOCK + 32 / (BLOCK * DQ_BLOCK) if double_quant else 32 / BLOCK)
     blocks = -(-numel // BLOCK)
     scale_bytes = blocks + 4 * -(-blocks // DQ_BLOCK) + 4 if double_quant else 4 * blocks
     return 8 * (-(-numel // 2) + scale_bytes) / numel
+    # END EXERCISE
 
 
 def pack_codes(codes: torch.Tensor) -> torch.Tensor:
     """Two 4-bit codes per uint8 (an odd count gets a zero code at the end)."""
+    # BEGIN EXERCISE: pad to even; (codes[0::2] << 4) | codes[1::2] as uint8.
     if codes.numel() % 2:
         codes = torch.cat((codes, codes.new_zeros(1)))
     pairs = codes.reshape(-1, 2).to(torch.uint8)
     return (pairs[:, 0] << 4) | pairs[:, 1]
+    # END EXERCISE
 
 
 def unpack_codes(packed: torch.Tensor, numel: int) -> torch.Tensor:
     """int64 codes (numel,) from `pack_codes`' bytes."""
+    # BEGIN EXERCISE: high nibble then low nibble per byte, int64, first numel.
     pairs = torch.stack(((packed >> 4) & 0xF, packed & 0xF), dim=1)
     return pairs.reshape(-1)[:numel].long()
+    # END EXERCISE
 
 
 def _check_weight(weight):
@@ -232,6 +243,8 @@ def _check_weight(weight):
 
 def double_quantize(absmax: torch.Tensor):
     """(q int8, step float32 per 256, mean float32 (1,)): the scales on a centred 8-bit grid."""
+    # BEGIN EXERCISE: mean (shape (1,)); centred = absmax - mean, padded to blocks of 256; step = block max
+    #   |centred| / 127; q = round(centred / step) (step 0 -> divide by 1), int8.
     mean = absmax.mean().reshape(1) if absmax.numel() else absmax.new_zeros(1)
     centred = absmax - mean
     n = centred.numel()
@@ -242,11 +255,15 @@ def double_quantize(absmax: torch.Tensor):
     safe = torch.where(step > 0, step, torch.ones_like(step))
     q = torch.round(padded.view(-1, DQ_BLOCK) / safe[:, None]).clamp_(-DQ_LEVELS, DQ_LEVELS)
     return q.reshape(-1)[:n].to(torch.int8), step, mean
+    # END EXERCISE
 
 
 def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weight:
     """Block-wise (64) absmax NF4 of any float tensor, computed in float32 on its device."""
     _check_weight(weight)
+    # BEGIN EXERCISE: flatten in float32, pad to blocks of 64; absmax per block; codes = bucketize(w /
+    #   absmax, nf4_midpoints()) (absmax 0 -> divide by 1); pack; store the scales plainly or
+    #   double-quantized in an NF4Weight.
     flat = weight.detach().reshape(-1).float()
     n = flat.numel()
     padded = torch.zeros(-(-n // BLOCK) * BLOCK, dtype=torch.float32, device=flat.device)
@@ -263,39 +280,50 @@ def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weigh
     else:
         stored.absmax = absmax
     return stored
+    # END EXERCISE
 
 
 def nf4_dequantize_torch(w: NF4Weight, dtype=torch.bfloat16) -> torch.Tensor:
     """dequant(W) with torch ops: unpack, look up, scale. The reference the kernels are held to."""
+    # BEGIN EXERCISE: unpack, NF4_TABLE[codes] * w.block_scales() repeated 64 times, cast, reshape.
     codes = unpack_codes(w.packed, w.numel)
     scales = w.block_scales().repeat_interleave(BLOCK)[:w.numel]
     return (NF4_TABLE.to(w.device)[codes] * scales).to(dtype).reshape(w.shape)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- the kernels
 @triton.jit
 def _nf4_levels(packed_ptr, table_ptr, idx, mask):
     """The NF4 level of element idx (int32): its nibble of byte idx >> 1, looked up in the table."""
+    # BEGIN EXERCISE: byte = load(packed + (idx >> 1)); the even element's code is the HIGH nibble; return
+    #   tl.load(table_ptr + code).
     byte = tl.load(packed_ptr + (idx >> 1), mask=mask, other=0).to(tl.int32)
     code = (byte >> ((1 - (idx & 1)) * 4)) & 0xF  # even element: high nibble
     # A 16-entry gather: the 64-byte table stays in L1 after the first touch.
     return tl.load(table_ptr + code)
+    # END EXERCISE
 
 
 @triton.jit
 def _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, block, mask, DOUBLE_QUANT: tl.constexpr):
     """absmax of quantization block(s) `block` (float32), undoing the double quantization."""
+    # BEGIN EXERCISE: DOUBLE_QUANT: tl.fma(q (int8 -> fp32), step[block >> 8], mean) (one rounding, as
+    #   block_scales computes it); else absmax[block].
     if DOUBLE_QUANT:
         q = tl.load(absmax_q_ptr + block, mask=mask, other=0).to(tl.float32)
         step = tl.load(absmax_step_ptr + (block >> 8), mask=mask, other=0.0)  # 256 scales per step
         return tl.fma(q, step, mean)  # one rounding, whatever the compiler's FP-contraction default
     else:
         return tl.load(absmax_ptr + block, mask=mask, other=0.0)
+    # END EXERCISE
 
 
 @triton.jit
 def nf4_dequantize_kernel(packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean_ptr, table_ptr,
                           out_ptr, n, DOUBLE_QUANT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    # BEGIN EXERCISE: offs of this program (BLOCK_SIZE), mask < n; level * scale of block offs >> 6; store
+    #   in out's dtype.
     offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)  # int32: n < 2^31 is checked
     mask = offs < n
     mean = 0.0
@@ -305,6 +333,7 @@ def nf4_dequantize_kernel(packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_ptr,
     # 64 neighbouring lanes share a scale: the same address, one transaction per warp.
     scale = _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, offs >> 6, mask, DOUBLE_QUANT)
     tl.store(out_ptr + offs, (level * scale).to(out_ptr.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -314,6 +343,9 @@ def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_p
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr):
     """y = x dequant(W)^T, W (N, K) in NF4; each W^T tile dequantized in registers, in the K loop."""
+    # BEGIN EXERCISE: tiles as in lora's kernels; per K step of 64: the x tile, idx = n * K + k for the W^T
+    #   tile [BK, BN], levels, scales (one per column when ROW_ALIGNED, else per element), zero past K, cast
+    #   to x's dtype, tl.dot into the fp32 accumulator; _store_tile.
     tl.static_assert(BLOCK_K == 64, "one K step = one quantization block of a row")
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped rows: loads need no row mask
@@ -344,6 +376,7 @@ def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_p
         acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
         x_ptrs += BLOCK_K * stride_xk
     _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+    # END EXERCISE
 
 
 def _config(bm, bn, stages, warps, group_m=8):
@@ -663,6 +696,7 @@ def quantization_error(weight: torch.Tensor, *, double_quant: bool = True) -> di
             "bits_per_param": stored.bits_per_parameter()}
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 # Decode-sized (16 rows: weight-bandwidth-bound) and training-sized (compute-bound) products.
 MATMUL_SIZES = [(16, 4096, 4096), (16, 11008, 4096), (4096, 2304, 768), (4096, 4096, 4096)]
@@ -765,3 +799,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -83,6 +83,8 @@ class ExportableGPT(nn.Module):
             self.register_buffer("sin", sin.clone(), persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        # BEGIN EXERCISE: GPT.forward for start = 0 without a cache, but the rotary tables are self.cos[:T],
+        #   self.sin[:T] (learned positions: gpt.pos.weight[:T])
         gpt = self.gpt
         T = idx.shape[1]
         x = gpt.tok(idx)
@@ -94,6 +96,7 @@ class ExportableGPT(nn.Module):
         for layer, block in enumerate(gpt.blocks):
             x = block(x, rope, None, layer)
         return gpt.head(gpt.norm_f(x))
+        # END EXERCISE
 
 
 def _check_model(model) -> None:
@@ -123,6 +126,10 @@ def export_onnx(model: m.GPT, path, *, batch: int = 2, seq_len: int = 8, dynamic
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if seq_len > model.cfg.max_seq_len:
         raise ValueError(f"seq_len {seq_len} exceeds the model's max_seq_len {model.cfg.max_seq_len}")
+    # BEGIN EXERCISE: the export: ExportableGPT(model.eval()) traced on an example idx (mind that
+    #   torch.export specializes sizes 0 and 1 to constants), torch.onnx.export(..., dynamo=True,
+    #   input_names=['idx'], output_names=['logits'], dynamic_shapes={'idx': {0: Dim, 1: Dim}} if dynamic);
+    #   .save(path); restore the model's training mode; return the Path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     was_training = model.training
@@ -148,6 +155,7 @@ def export_onnx(model: m.GPT, path, *, batch: int = 2, seq_len: int = 8, dynamic
         onnx_logger.setLevel(level)
         model.train(was_training)
     return path
+    # END EXERCISE
 
 
 def onnx_session(path):

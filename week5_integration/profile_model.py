@@ -100,11 +100,14 @@ _COMPILED = [(group, re.compile(pattern)) for group, pattern in GROUP_PATTERNS]
 
 def classify(name: str) -> str:
     """The group of a kernel (GPU) or aten op (CPU) name: one of GROUPS, "other" if none matches."""
+    # BEGIN EXERCISE: lower-case the name; the first (group, pattern) of _COMPILED whose pattern.search()es
+    #   it wins; "other" if none does
     lowered = name.lower()
     for group, pattern in _COMPILED:
         if pattern.search(lowered):
             return group
     return "other"
+    # END EXERCISE
 
 
 # --- the cost model ----------------------------------------------------------------------------
@@ -124,6 +127,10 @@ def group_costs(cfg: m.GPTConfig, batch: int, seq: int, *, act_bytes: int = 2,
         raise ValueError(f"batch and seq must be >= 1, got {batch}, {seq}")
     if act_bytes not in (2, 4):
         raise ValueError(f"act_bytes must be 2 (bf16/fp16) or 4 (fp32), got {act_bytes}")
+    # BEGIN EXERCISE: count the parameters on the meta device when n_params is None; then {"gemm",
+    #   "attention", "norm", "elementwise", "loss", "optimizer"} -> {"flops": ..., "bytes": ...} per
+    #   training step (use linear_shapes(cfg)): the formulas are in the docstring, derive them yourself
+    #   first
     N, T, d, h, L, V, s = batch * seq, seq, cfg.d_model, cfg.hidden, cfg.n_layers, cfg.vocab_size, act_bytes
     if n_params is None:
         with torch.device("meta"):
@@ -142,6 +149,7 @@ def group_costs(cfg: m.GPTConfig, batch: int, seq: int, *, act_bytes: int = 2,
         "loss": {"flops": 6 * N * V, "bytes": 3 * N * V * s},
         "optimizer": {"flops": 15 * n_params, "bytes": 40 * n_params},
     }
+    # END EXERCISE
 
 
 # --- profiling ---------------------------------------------------------------------------------
@@ -234,6 +242,9 @@ def profile_training(ops: m.Ops, cfg: m.GPTConfig, tc: tr.TrainConfig, *, steps:
 
 def place_on_roofline(profile: Profile, costs: dict, *, copy_gbps: float, peak_tflops: float) -> dict:
     """{group: achieved TFLOP/s, GB/s, FLOP/byte, the roof at that intensity, % of it} per step."""
+    # BEGIN EXERCISE: for each group with time (profile.groups()) and a cost: seconds per step, intensity =
+    #   flops / bytes, roof = min(peak_tflops, copy_gbps * intensity / 1e3), achieved TFLOP/s and GB/s, % of
+    #   the roof, and "compute" or "memory" bound (the keys the tests read)
     placed = {}
     for group, g in profile.groups().items():
         cost = costs.get(group)
@@ -248,6 +259,7 @@ def place_on_roofline(profile: Profile, costs: dict, *, copy_gbps: float, peak_t
                          "roof_tflops": roof, "pct_of_roof": 100 * tflops / roof,
                          "bound": "compute" if copy_gbps * intensity / 1e3 >= peak_tflops else "memory"}
     return placed
+    # END EXERCISE
 
 
 def plot_roofline(placed_by_ops: dict, *, copy_gbps: float, peak_tflops: float, title: str, path: Path) -> Path:

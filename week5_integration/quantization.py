@@ -87,11 +87,14 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if not torch.isfinite(w32).all():
         raise ValueError("w holds NaN or Inf: a scale of max|w| / 127 would be meaningless; "
                          "fix the weights before quantizing")
+    # BEGIN EXERCISE: in float32: amax per row (K = 0: no weights, amax 0), scale = amax / 127 (1 where amax
+    #   is 0), q = round(w / scale) clamped to [-127, 127], int8; return both contiguous
     amax = w32.abs().amax(dim=1) if w32.shape[1] else w32.new_zeros(w32.shape[0])  # K = 0: no weights
     scale = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
     # torch.round rounds half to even; either tie direction keeps the error within scale / 2.
     q = torch.round(w32 / scale[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
     return q.contiguous(), scale.contiguous()
+    # END EXERCISE
 
 
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -138,6 +141,10 @@ def _dot(x, w, acc, EXACT_FP32: tl.constexpr):
 def int8_matmul_dequant_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_ym,
                                EXACT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr):
+    # BEGIN EXERCISE: the dequantizing tile loop: offs_m, offs_n = _tile_offsets(...); pointers to x
+    #   (BLOCK_M, BLOCK_K) and to W^T's tile (BLOCK_K, BLOCK_N) of the (N, K) int8 weight; load the N
+    #   block's scales; loop over K: masked loads (other=0), w = (q.to(fp32) * scale).to(x.dtype), acc =
+    #   _dot(...); store acc in y's dtype, masked to M and N
     offs_m, offs_n = _tile_offsets(M, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     m_mask, n_mask = offs_m < M, offs_n < N
@@ -159,12 +166,15 @@ def int8_matmul_dequant_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_x
         q_ptrs += BLOCK_K
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    # END EXERCISE
 
 
 @triton.jit
 def int8_matmul_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_ym,
                        EXACT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr):
+    # BEGIN EXERCISE: as int8_matmul_dequant_kernel, but convert q to x's dtype (exact) in the loop and
+    #   multiply the fp32 accumulator by the scales once, after the loop
     offs_m, offs_n = _tile_offsets(M, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     m_mask, n_mask = offs_m < M, offs_n < N
@@ -184,6 +194,7 @@ def int8_matmul_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, strid
     acc = acc * scale[None, :]
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    # END EXERCISE
 
 
 # --------------------------------------------------------------------------- launch settings
@@ -395,6 +406,9 @@ def quantize_model(model: nn.Module, *, kernel: str = "triton", skip: tuple[str,
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    # BEGIN EXERCISE: deep-copy unless inplace; refuse `skip` names that are not nn.Linear modules
+    #   (ValueError); replace every nn.Linear not skipped by QuantLinear.from_linear (setattr on its parent,
+    #   found with get_submodule)
     target = model if inplace else copy.deepcopy(model)
     names = [name for name, module in target.named_modules() if isinstance(module, nn.Linear)]
     unknown = set(skip) - set(names)
@@ -407,6 +421,7 @@ def quantize_model(model: nn.Module, *, kernel: str = "triton", skip: tuple[str,
         parent = target.get_submodule(parent_name) if parent_name else target
         setattr(parent, child, QuantLinear.from_linear(getattr(parent, child), kernel=kernel))
     return target
+    # END EXERCISE
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -480,8 +495,11 @@ def matmul_bytes(M: int, K: int, N: int, *, int8: bool, itemsize: int = 2) -> in
     for name, value in (("M", M), ("K", K), ("N", N)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    # BEGIN EXERCISE: the cost model: weights N K (+ 4 N for the fp32 scales) if int8, else itemsize N K;
+    #   plus itemsize (M K + M N) for x and y
     weights = N * K + 4 * N if int8 else itemsize * N * K
     return weights + itemsize * (M * K + M * N)
+    # END EXERCISE
 
 
 def predicted_speedup(M: int, K: int, N: int, *, itemsize: int = 2) -> float:
@@ -489,6 +507,7 @@ def predicted_speedup(M: int, K: int, N: int, *, itemsize: int = 2) -> float:
     return matmul_bytes(M, K, N, int8=False, itemsize=itemsize) / matmul_bytes(M, K, N, int8=True, itemsize=itemsize)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # Decode shapes of a 7B-class layer (d = 4096, MLP 4d): the MLP's up (K = d, N = 4d) and down
 # (K = 4d, N = d) projections. 64 MB of int8 per matrix: 1.3x the H100's L2, ~21 us at 3 TB/s.
 GPU_SHAPES = [(4096, 16384), (16384, 4096)]
@@ -618,3 +637,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -85,6 +85,9 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     Decay: over the remaining steps the cosine goes from lr (first step after warm-up) to
     min_lr_ratio * lr (the last step, steps - 1).
     """
+    # BEGIN EXERCISE: refuse steps outside [0, tc.steps) with ValueError("step must be in ..."). Warm-up:
+    #   step s < tc.warmup gets tc.lr * (s + 1) / tc.warmup. Then a cosine from tc.lr (first step after the
+    #   warm-up) to tc.min_lr_ratio * tc.lr at the last step (tc.steps - 1).
     if step < 0 or step >= tc.steps:
         raise ValueError(f"step must be in [0, {tc.steps}), got {step}")
     if step < tc.warmup:
@@ -93,6 +96,7 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     progress = (step - tc.warmup) / decay_steps if decay_steps > 0 else 1.0
     floor = tc.min_lr_ratio * tc.lr
     return floor + (tc.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    # END EXERCISE
 
 
 def has_bf16_tensor_cores(device: torch.device) -> bool:
@@ -111,9 +115,12 @@ def amp_enabled(tc: TrainConfig, device: torch.device) -> bool:
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Matrices (embeddings, linear weights) decayed; vectors (norm gains, biases) not."""
+    # BEGIN EXERCISE: two groups of the parameters that require grad: dim >= 2 with weight_decay, the rest
+    #   with 0.0.
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # END EXERCISE
 
 
 def make_optimizer(model: torch.nn.Module, tc: TrainConfig) -> torch.optim.AdamW:
@@ -141,6 +148,11 @@ def make_step(model: m.GPT, opt: torch.optim.Optimizer, tc: TrainConfig, *, loss
 
     `loss_fn(x, y)` defaults to `model.loss`; pass `torch.compile(model.loss)` to compile it.
     """
+    # BEGIN EXERCISE: return step(x, y, lr): set lr in every param group, zero the grads (set_to_none),
+    #   compute loss_fn(x, y) (default model.loss) under torch.autocast(device type, bfloat16,
+    #   enabled=amp_enabled(...)), backward, clip_grad_norm_(params, tc.grad_clip, foreach=True) when
+    #   tc.grad_clip is set (else compute the global norm), opt.step(); return (loss.detach(),
+    #   norm.detach()). No .item().
     device = next(model.parameters()).device
     amp = amp_enabled(tc, device)
     loss_fn = model.loss if loss_fn is None else loss_fn
@@ -161,6 +173,7 @@ def make_step(model: m.GPT, opt: torch.optim.Optimizer, tc: TrainConfig, *, loss
         return loss.detach(), norm.detach()
 
     return step
+    # END EXERCISE
 
 
 @dataclass

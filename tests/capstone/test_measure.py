@@ -37,5 +37,6 @@ def test_summary_without_measurements_says_so():
 
 def test_train_variants_follow_the_ladder():
     names = [name for name, _, _ in measure.train_variants()]
-    assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "torch.compile", "fast+compile",
+    assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "fast, one-thread backward",
+                     "torch.compile", "fast+compile",
                      "torch.compile+cudagraphs", "fast+compile+cudagraphs"]

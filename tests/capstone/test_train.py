@@ -126,6 +126,17 @@ def test_cuda_graph_step_matches_the_eager_step():
     assert (graphed_params - eager_params).abs().max() <= 1e-2 * eager_params.abs().max()
 
 
+def test_one_thread_backward_computes_the_same_step():
+    # The backward on the calling thread instead of autograd's device thread: the same kernels in
+    # the same order, so the same bits (only which thread runs them changes).
+    threaded = ct.Trainer("tiny", config(steps=2), ops="fast")
+    one_thread = ct.Trainer("tiny", config(steps=2), ops="fast", autograd_threads=False)
+    a, b = threaded.run(), one_thread.run()
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    assert torch.equal(threaded.parameters_flat(), one_thread.parameters_flat())
+    assert torch.autograd.is_multithreading_enabled(), "the setting must not leak out of the step"
+
+
 def test_compile_mode_is_checked():
     with pytest.raises(ValueError, match="compile must be"):
         ct.Trainer("tiny", config(), compile="fastest")

@@ -77,16 +77,21 @@ def test_read_amplification_rejects_bad_stride(stride):
 
 
 # --------------------------------------------------------------------------- strided copy
+# Default and slow, per sweep: on a GPU each distinct (dtype, size and stride class: 1, a multiple
+# of 16 or neither) is its own compile, so the default keeps each class once per kernel, every
+# dtype, a ragged size and a large one; slow adds the rest of each cross product.
+STRIDED_DEFAULT = {(1, 1), (1, 3), (1025, 1), (3 * 1024 + 17, 33), (1_000_003, 3)}
+
+
 def strided_cases():
-    """(dtype, n, stride): float32 over strides 1, 3, 33 and every size class by default; the other
-    dtypes (the same index arithmetic, other element sizes) at stride 3 and two sizes; all of it
-    with --slow. Each distinct case compiles its own kernel on a GPU."""
+    """(dtype, n, stride): float32 over strides 1, 3, 33 and the size classes (STRIDED_DEFAULT) by
+    default; the other dtypes (the same index arithmetic, other element sizes) at n = 1025, stride 3;
+    all of it with --slow."""
     sizes = [1, 7, 1023, 1025, 3 * 1024 + 17] + runtime.pick(gpu=[65537, 1_000_003], sim=[])
     for dtype in DTYPES:
         for n in sizes:
             for stride in (1, 2, 3, 8, 33):
-                default = (n in (1, 1025, 3 * 1024 + 17, 1_000_003) and stride in (1, 3, 33)
-                           and (dtype == torch.float32 or (stride == 3 and n in (1025, 1_000_003))))
+                default = ((n, stride) in STRIDED_DEFAULT if dtype == torch.float32 else (n, stride) == (1025, 3))
                 yield pytest.param(dtype, n, stride, id=f"{dtype}-{n}-{stride}",
                                    marks=() if default else pytest.mark.slow)
 
@@ -126,8 +131,26 @@ def dtype_layouts(names, default):
             for d in DTYPES for name in names]
 
 
-@pytest.mark.parametrize("variant", COPY2D)
-@pytest.mark.parametrize("dtype, layout", dtype_layouts(list(views(torch.float32)), DEFAULT_LAYOUTS))
+# test_copy2d_follows_any_strides, by default: copy2d (the pointer version the others are read
+# against) in every float32 layout; the gather and block-pointer versions in the float32 layouts
+# that are each a bug class (both strides odd, a zero stride, one element, many tiles both ways);
+# each other dtype once per version. Slow: every (version, dtype, layout).
+COPY2D_FLOAT32_LAYOUTS = {"stepped_transposed", "broadcast_rows", "one_element", "large_stepped"}
+COPY2D_DTYPE_LAYOUT = {torch.float16: "transposed", torch.bfloat16: "stepped_transposed", torch.int32: "contiguous"}
+
+
+def copy2d_cases():
+    def default(variant, dtype, layout):
+        if dtype != torch.float32:
+            return layout == COPY2D_DTYPE_LAYOUT[dtype]
+        return variant == "copy2d" or layout in COPY2D_FLOAT32_LAYOUTS
+
+    return [pytest.param(v.values[0], d, name, id=f"{d}-{name}-{v.values[0]}",
+                         marks=[*v.marks, *(() if default(v.values[0], d, name) else [pytest.mark.slow])])
+            for d in DTYPES for name in views(torch.float32) for v in COPY2D]
+
+
+@pytest.mark.parametrize("variant, dtype, layout", copy2d_cases())
 def test_copy2d_follows_any_strides(dtype, layout, variant):
     x = views(dtype)[layout]
     out = poisoned(tuple(x.shape), dtype, DEVICE)
@@ -135,8 +158,13 @@ def test_copy2d_follows_any_strides(dtype, layout, variant):
     assert_exact(out, x.contiguous())
 
 
-@pytest.mark.parametrize("variant", COPY2D)
-@pytest.mark.parametrize("tile", [(1, 16), (16, 1), (8, 32), (32, 8), (128, 128)])
+# A tile larger than the matrix, (128, 128), is a long compile: the default runs it on copy2d,
+# slow on the block-pointer version (whose edge tiles the other shapes reach too).
+@pytest.mark.parametrize("variant, tile", [
+    pytest.param(v.values[0], tile, id=f"tile{i}-{v.values[0]}",
+                 marks=[*v.marks, *([pytest.mark.slow] if tile == (128, 128) and v.values[0] == "copy2d_block_ptr"
+                                    else [])])
+    for i, tile in enumerate([(1, 16), (16, 1), (8, 32), (32, 8), (128, 128)]) for v in COPY2D])
 def test_copy2d_tile_shapes(variant, tile):
     # Tiles of one row or one column, and a tile larger than the matrix: every edge mask.
     x = base_matrix(45, 70, torch.float32).t()
@@ -179,8 +207,10 @@ def aligned_views(dtype):
     }
 
 
+# Default: every float32 layout, and three per other dtype (the large transposed copy, a long
+# compile per dtype on the GPU, only in float32); slow: the rest.
 @pytest.mark.parametrize("dtype, layout", dtype_layouts(list(aligned_views(torch.float32)),
-                                                       {"contiguous", "transposed", "one_column", "large_transposed"}))
+                                                       {"contiguous", "transposed", "one_column"}))
 def test_descriptor_copy_matches_torch(dtype, layout):
     x = aligned_views(dtype)[layout]
     out = poisoned(tuple(x.shape), dtype, DEVICE)

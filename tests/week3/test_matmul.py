@@ -39,11 +39,32 @@ needs_fp8 = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (8, 9),
                                reason="fp8 tensor cores need compute capability >= 8.9 (Ada, Hopper)")
 VARIANTS = ["matmul", "matmul_persistent", pytest.param("matmul_tma", marks=needs_tma)]
 # (M, N, K): ones, primes, shapes that are not multiples of any block (sim: 32; GPU: 64..256).
-# On a GPU every new (M, N, K) is autotuned (each config compiled and timed): the default run
-# keeps 1 x 1, two ragged shapes and a large one; the rest of the sweep is slow.
-SHAPES = runtime.pick(gpu=sweep([(1, 1, 1), (17, 33, 20), (3, 65, 97), (1000, 513, 777)],
-                                [(31, 7, 45), (64, 32, 16), (127, 255, 129), (1024, 1024, 1024)]),
+SHAPES = runtime.pick(gpu=[(1, 1, 1), (17, 33, 20), (3, 65, 97), (1000, 513, 777), (31, 7, 45), (64, 32, 16),
+                           (127, 255, 129), (1024, 1024, 1024)],
                       sim=[(1, 1, 1), (17, 33, 20), (31, 7, 45), (64, 32, 16), (3, 65, 97)])
+# What the default run keeps of the sweeps (`--slow` or `-m slow` runs the rest). On a GPU each
+# (kernel, dtype, activation, M/N/K class) is its own compile, and every (M, N, K) with C above
+# SMALL_PROBLEM is autotuned: each of ~5 configs compiled and timed (5-10 s per case). So the
+# default keeps, per rung and dtype, the two ragged shapes (17, 33, 20) and (3, 65, 97), 1 x 1 x 1
+# once per rung (fp16; fp32 out for fp8), and one autotuned case per tuner: test_autotuner_picked_a_config
+# for the fp16 rungs, test_persistent_programs_loop_over_many_tiles (large, ragged, persistent and
+# TMA), and fp8 TMA at (1000, 513, 777). Slow adds (1000, 513, 777) for every rung x dtype, the
+# other shapes, 1 x 1 x 1 in the other dtypes and fp8's row-major b.
+RAGGED = [(17, 33, 20), (3, 65, 97)]
+
+
+def dtype_shapes(dtypes, default):
+    """(dtype, shape) params over SHAPES, slow unless `default(dtype_id, shape)`."""
+    return [pytest.param(d.values[0], s, id=f"{d.id}-{s}",
+                         marks=[*d.marks, *(() if default(d.id, s) else [pytest.mark.slow])])
+            for d in dtypes for s in SHAPES]
+
+
+def _as_param(value):
+    """A plain value or a pytest.param, as a pytest.param (so its marks can be combined)."""
+    return value if hasattr(value, "values") else pytest.param(value)
+
+
 TC_UNIT = 2.0**-13 if runtime.on_gpu() else 2.0**-24  # unit roundoff of the fp8 product sums
 
 
@@ -51,8 +72,8 @@ def inputs(M, N, K, dtype):
     return random_tensor((M, K), dtype, DEVICE), random_tensor((K, N), dtype, DEVICE, scale=max(K, 1) ** -0.5)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, shape", dtype_shapes(DTYPES, lambda d, s: s in RAGGED or (s == (1, 1, 1) and
+                                                                                            d == "float16")))
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_matmul_matches_torch(variant, dtype, shape):
     a, b = inputs(*shape, dtype)
@@ -61,16 +82,26 @@ def test_matmul_matches_torch(variant, dtype, shape):
     assert_close(out, mm.matmul_torch(a, b))
 
 
-def dtype_activations():
-    """fp16 with every activation; bf16 with two by default (each is its own compiled kernel)."""
-    return [pytest.param(dtype.values[0], act, id=f"{dtype.id}-{act}",
-                         marks=[*dtype.marks, *([pytest.mark.slow] if dtype.id == "bfloat16" and act not in
-                                               (None, "silu") else [])])
-            for dtype in DTYPES for act in [None, "relu", "gelu", "gelu_tanh", "silu"]]
+# Each (rung, dtype, activation) is two compiled kernels (with and without bias). The epilogue is
+# one function shared by the rungs: the default runs every activation in fp16 and silu in bf16 on
+# the tiled rung, and one fp16 activation plus bf16 silu on each of the other two; slow, the rest.
+DEFAULT_ACTIVATIONS = {"matmul": {("float16", a) for a in [None, "relu", "gelu", "gelu_tanh", "silu"]} |
+                                 {("bfloat16", "silu")},
+                       "matmul_persistent": {("float16", "relu"), ("bfloat16", "silu")},
+                       "matmul_tma": {("float16", "gelu_tanh"), ("bfloat16", "silu")}}
 
 
-@pytest.mark.parametrize("dtype, activation", dtype_activations())
-@pytest.mark.parametrize("variant", VARIANTS)
+def variant_activations():
+    """(variant, dtype, activation) params: DEFAULT_ACTIVATIONS by default, the rest slow."""
+    return [pytest.param(variant.values[0], dtype.values[0], act, id=f"{variant.values[0]}-{dtype.id}-{act}",
+                         marks=[*variant.marks, *dtype.marks,
+                                *(() if (dtype.id, act) in DEFAULT_ACTIVATIONS[variant.values[0]]
+                                  else [pytest.mark.slow])])
+            for variant in map(_as_param, VARIANTS) for dtype in DTYPES
+            for act in [None, "relu", "gelu", "gelu_tanh", "silu"]]
+
+
+@pytest.mark.parametrize("variant, dtype, activation", variant_activations())
 def test_fused_bias_and_activation(variant, dtype, activation):
     a, b = inputs(37, 50, 41, dtype)
     bias = random_tensor(50, dtype, DEVICE)
@@ -124,8 +155,17 @@ def test_strided_and_transposed_inputs(variant):
     assert_close(run(a.t().contiguous().t(), bt.t()), mm.matmul_torch(a, bt.t()))  # column-major A
 
 
-@pytest.mark.parametrize("layout", layouts(2))
-@pytest.mark.parametrize("variant", VARIANTS)
+# Every layout on the tiled rung; on the other two the layouts that are their own compile (an
+# unaligned start, a column-major operand) one each by default: strided and transposed inputs on
+# every rung are in test_strided_and_transposed_inputs too. Slow: every (rung, layout).
+NON_DENSE_DEFAULT = {"matmul": set(layouts(2)), "matmul_persistent": {"transposed", "column_slice"},
+                     "matmul_tma": {"offset", "column_slice"}}
+
+
+@pytest.mark.parametrize("variant, layout", [
+    pytest.param(v.values[0], layout, id=f"{v.values[0]}-{layout}",
+                 marks=[*v.marks, *(() if layout in NON_DENSE_DEFAULT[v.values[0]] else [pytest.mark.slow])])
+    for v in map(_as_param, VARIANTS) for layout in layouts(2)])
 def test_non_dense_layouts(variant, layout):
     """a, b and out in every layout (sliced from a bigger buffer, strided, transposed, a column
     block of a wider buffer): the kernels take strides, so each must give the product."""
@@ -197,9 +237,13 @@ def test_pad_for_vector_loads_leaves_aligned_operands_alone():
     assert mm.pad_for_vector_loads(a, bt)[1].data_ptr() == bt.data_ptr()
 
 
+# Every odd shape on the tiled rung, the first (every dimension odd) on the persistent one; slow:
+# the persistent rung's other shapes (each unpadded shape is its own compile).
 @pytest.mark.parametrize("pad_strides", [True, False])
-@pytest.mark.parametrize("shape", ODD, ids=str)
-@pytest.mark.parametrize("variant", ["matmul", "matmul_persistent"])
+@pytest.mark.parametrize("variant, shape", [
+    pytest.param(v, shape.values[0], id=f"{v}-{shape.values[0]}",
+                 marks=[*shape.marks, *(() if v == "matmul" or shape.values[0] == ODD[0] else [pytest.mark.slow])])
+    for v in ["matmul", "matmul_persistent"] for shape in map(_as_param, ODD)])
 def test_odd_strides_with_and_without_padding(variant, shape, pad_strides):
     M, N, K = shape
     a, b = inputs(M, N, K, torch.float16)
@@ -232,11 +276,13 @@ def test_empty_dimensions(variant):
     assert run(*inputs(4, 0, 3, torch.float16)).shape == (4, 0)
 
 
+# The tiled rung by default; the persistent and TMA tuners are autotuned by default in
+# test_persistent_programs_loop_over_many_tiles, and checked here with --slow.
 @pytest.mark.gpu(reason="autotuning times configs on the device")
 @pytest.mark.parametrize("variant, tuner, configs", [
     ("matmul", "matmul_kernel_autotuned", "AUTOTUNE_CONFIGS"),
-    ("matmul_persistent", "matmul_persistent_autotuned", "PERSISTENT_CONFIGS"),
-    pytest.param("matmul_tma", "matmul_tma_autotuned", "PERSISTENT_CONFIGS", marks=needs_tma)])
+    pytest.param("matmul_persistent", "matmul_persistent_autotuned", "PERSISTENT_CONFIGS", marks=pytest.mark.slow),
+    pytest.param("matmul_tma", "matmul_tma_autotuned", "PERSISTENT_CONFIGS", marks=[needs_tma, pytest.mark.slow])])
 def test_autotuner_picked_a_config(variant, tuner, configs):
     a, b = inputs(1024, 768, 256, torch.float16)  # above SMALL_PROBLEM: every config is timed
     assert_close(getattr(mm, variant)(a, b), mm.matmul_torch(a, b))
@@ -295,11 +341,21 @@ FP8_KERNELS = [pytest.param("tma", marks=needs_tma), "persistent"]
 FP8_OUT = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 
 
+def fp8_cases():
+    """(kernel, out_dtype, shape): by default every out dtype at the ragged shapes, 1 x 1 x 1 in fp32
+    and one autotuned case (TMA, bf16, (1000, 513, 777)); slow, the rest of SHAPES."""
+    def default(kernel, out_dtype, shape):
+        return (shape in RAGGED or (shape == (1, 1, 1) and out_dtype == "float32")
+                or (shape == (1000, 513, 777) and kernel == "tma" and out_dtype == "bfloat16"))
+
+    return [pytest.param(k.values[0], d.values[0], s, id=f"{k.values[0]}-{d.id}-{s}",
+                         marks=[*k.marks, *d.marks, *(() if default(k.values[0], d.id, s) else [pytest.mark.slow])])
+            for k in map(_as_param, FP8_KERNELS) for d in FP8_OUT for s in SHAPES]
+
+
 @needs_fp8
 @pytest.mark.parametrize("k_major", sweep([True], [False]), ids=["b=w.t()", "b row-major"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("out_dtype", FP8_OUT)
-@pytest.mark.parametrize("kernel", FP8_KERNELS)
+@pytest.mark.parametrize("kernel, out_dtype, shape", fp8_cases())
 def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
     M, N, K = shape
     a, b, sa, sb = fp8_inputs(M, N, K, k_major=k_major)
@@ -309,10 +365,14 @@ def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
     assert_close(out, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm.FP8_BLOCK_K))
 
 
+# Default: both shapes on TMA, the ragged K on persistent; slow: the rest (each its own compile).
 @needs_fp8
-@pytest.mark.parametrize("shape", [(33, 40, 64), (64, 48, 129)] + runtime.pick(gpu=[(512, 384, 256)], sim=[]),
-                         ids=str)
-@pytest.mark.parametrize("kernel", FP8_KERNELS)
+@pytest.mark.parametrize("kernel, shape", [
+    pytest.param(k.values[0], s, id=f"{k.values[0]}-{s}",
+                 marks=[*k.marks, *(() if s != (512, 384, 256) and (k.values[0] == "tma" or s == (64, 48, 129))
+                                    else [pytest.mark.slow])])
+    for k in map(_as_param, FP8_KERNELS)
+    for s in [(33, 40, 64), (64, 48, 129)] + runtime.pick(gpu=[(512, 384, 256)], sim=[])])
 def test_fp8_fast_accum(kernel, shape):
     M, N, K = shape
     a, b, sa, sb = fp8_inputs(M, N, K)
@@ -321,9 +381,15 @@ def test_fp8_fast_accum(kernel, shape):
     assert_close(got, want, atol=fp8_atol(a, b, sa, sb, torch.float32, K))  # all K in the tensor core
 
 
+# Default: each activation and each out dtype once (fp16 silu, bf16 gelu_tanh and relu); slow: the rest.
+FP8_EPILOGUES = {("float16", "silu"), ("bfloat16", "gelu_tanh"), ("bfloat16", "relu")}
+
+
 @needs_fp8
-@pytest.mark.parametrize("activation", ["silu", "gelu_tanh", "relu"])
-@pytest.mark.parametrize("out_dtype", dtype_params([torch.float16, torch.bfloat16]))
+@pytest.mark.parametrize("out_dtype, activation", [
+    pytest.param(d.values[0], act, id=f"{d.id}-{act}",
+                 marks=[*d.marks, *(() if (d.id, act) in FP8_EPILOGUES else [pytest.mark.slow])])
+    for d in dtype_params([torch.float16, torch.bfloat16]) for act in ["silu", "gelu_tanh", "relu"]])
 def test_fp8_bias_and_activation(out_dtype, activation):
     a, b, sa, sb = fp8_inputs(37, 50, 41)
     bias = random_tensor(50, out_dtype, DEVICE)

@@ -15,7 +15,9 @@ DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # Row widths: 1, primes, a power of two, one past it; wide rows only on the GPU (the
 # interpreter runs each program in NumPy, so a 32k-wide row costs seconds there).
 WIDTHS = runtime.pick(gpu=sweep([1, 7, 129, 1000, 32768], [64, 127, 4097]), sim=[1, 7, 64, 127, 129])
-ROWS = [1, 3, 17]
+# One row, and 17 (not a multiple of rows per program) by default; 3 (the same size class as 17:
+# the same compiled kernels) with --slow.
+ROWS = sweep([1, 17], [3])
 
 
 def reference(x):
@@ -58,12 +60,22 @@ def test_persistent_kernel(dtype, cols, rows_per_program, num_stages):
     assert_close(out, reference(x))
 
 
+def swept_configs(dtype, part):
+    """Each swept config is a compile on a GPU (14 to 18 per dtype): the default checks the first two
+    (the one-row kernel, the persistent one at one stage) and the last (most rows per block, two
+    stages); `--slow` the ones between."""
+    configs = sm.sweep_configs(1024, dtype)
+    ends = configs[:2] + configs[-1:]
+    return ends if part == "ends" else [c for c in configs if c not in ends]
+
+
+@pytest.mark.parametrize("part", sweep(["ends"], ["between"]))
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16]))
-def test_every_swept_config_computes_softmax(dtype):
+def test_every_swept_config_computes_softmax(dtype, part):
     # The sweep may pick any of these for `softmax`; each must be right, not only fast.
     # Narrowest swept width; 1000 columns also exercises the column mask of a 1024 block.
     x = random_tensor((37, 1000), dtype, DEVICE, scale=3.0)
-    for config in sm.sweep_configs(1024, dtype):
+    for config in swept_configs(dtype, part):
         out = poisoned((37, 1000), dtype, DEVICE)
         if config.persistent:
             sm.softmax_persistent(x, out, rows_per_program=config.rows, num_warps=config.num_warps,

@@ -19,6 +19,58 @@ DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk): one token, a prime past one 16-wide block, more queries than keys and the reverse
 # (causal is top-left aligned), all non-multiples of the blocks; long ones only on the GPU.
 SHAPES = [(1, 1), (17, 17), (33, 20), (20, 47)] + runtime.pick(gpu=[(1000, 1000), (257, 4099)], sim=[])
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU each
+# (dtype, causal, padded, head dim) is its own compiled kernel and the long shapes cost their
+# float64 references: the default run takes each dtype with one mask (and padding) over the
+# ragged shapes at D = 16, the one-token shape once, one long shape in the full attention (D = 64
+# is in test_strided_inputs; test_large_scores_stay_finite runs fp32's kernels of the attention
+# test), key padding with a fully masked row once (causal). Slow adds the product of dtype x mask x
+# padding x head dim x shape.
+SLOW = pytest.mark.slow
+MASKS = ((False, "full"), (True, "causal"))
+RAGGED = [(17, 17), (33, 20), (20, 47)]
+# (dtype, causal, padded) combinations of the default run, and the cases each adds beyond the
+# ragged shapes at D = 16 (the attention test has no padding: its combinations ignore it).
+SCORE_DEFAULTS = {(torch.float32, False, False): [],
+                  (torch.float32, True, True): [(1, 1, 16)],
+                  (torch.float16, True, False): [],
+                  (torch.bfloat16, False, True): []}
+ATTENTION_DEFAULTS = {(torch.float32, False): [(1000, 1000, 16)],
+                      (torch.float16, True): [],
+                      (torch.bfloat16, True): []}
+
+
+def kept(defaults, combo, seq_q, seq_k, head_dim):
+    extra = defaults.get(combo)
+    return extra is not None and ((seq_q, seq_k) in RAGGED and head_dim == 16 or (seq_q, seq_k, head_dim) in extra)
+
+
+def case(*values, id, keep, marks=()):
+    """One case of a sweep: marked slow unless the default run keeps it."""
+    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
+
+
+def score_cases():
+    for p in DTYPES:
+        for causal, mask in MASKS:
+            for padded, pad in ((False, "dense"), (True, "padded")):
+                for seq_q, seq_k in SHAPES:
+                    for head_dim in (16, 64):
+                        combo = (p.values[0], causal, padded)
+                        yield case(*combo, seq_q, seq_k, head_dim, id=f"{p.id}-{mask}-{pad}-{seq_q}-{seq_k}-{head_dim}",
+                                   keep=kept(SCORE_DEFAULTS, combo, seq_q, seq_k, head_dim), marks=p.marks)
+
+
+def attention_cases():
+    for p in DTYPES:
+        for causal, mask in MASKS:
+            for seq_q, seq_k in SHAPES:
+                for head_dim in (16, 64):
+                    combo = (p.values[0], causal)
+                    yield case(*combo, seq_q, seq_k, head_dim, id=f"{p.id}-{mask}-{seq_q}-{seq_k}-{head_dim}",
+                               keep=kept(ATTENTION_DEFAULTS, combo, seq_q, seq_k, head_dim), marks=p.marks)
+
+
 # The softmax of a row with no visible key is 0/0 (NaN) by design; the P @ V step never reads it.
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
@@ -41,11 +93,7 @@ def lengths_for(B, Sk, padded):
     return torch.tensor([max(Sk - 5, 1), Sk][:B], device=DEVICE)
 
 
-@pytest.mark.parametrize("head_dim", [16, 64])
-@pytest.mark.parametrize("seq_q, seq_k", SHAPES)
-@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, causal, padded, seq_q, seq_k, head_dim", list(score_cases()))
 def test_scores_are_scaled_and_masked(dtype, causal, padded, seq_q, seq_k, head_dim):
     B = 2
     q, k, _ = qkv(B, 1, seq_q, seq_k, head_dim, dtype)
@@ -59,10 +107,7 @@ def test_scores_are_scaled_and_masked(dtype, causal, padded, seq_q, seq_k, head_
     assert_within(got, want, bound, "scores")
 
 
-@pytest.mark.parametrize("head_dim", [16, 64])
-@pytest.mark.parametrize("seq_q, seq_k", SHAPES)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, causal, seq_q, seq_k, head_dim", list(attention_cases()))
 def test_attention_naive_matches_float64(dtype, causal, seq_q, seq_k, head_dim):
     q, k, v = qkv(1, 3, seq_q, seq_k, head_dim, dtype)
     out = poisoned(q.shape, dtype, DEVICE)
@@ -79,7 +124,7 @@ def test_reference_is_torch_sdpa():
                      F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.3))
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=SLOW), True], ids=["full", "causal"])
 def test_key_padding_and_fully_masked_rows_like_sdpa(causal):
     # key_lengths = 0 masks every key of that batch element: torch's SDPA returns zeros there.
     B, H, S, D = 3, 2, 11, 16
@@ -111,8 +156,9 @@ def test_nan_propagates_like_sdpa(where):
 
 
 def test_large_scores_stay_finite():
-    # Scores ~ 1e4: exp() overflows without the max subtraction of the softmax.
-    q, k, v = qkv(1, 1, 20, 20, 64, torch.float32)
+    # Scores ~ 30 * 30 * 16 / 4 = 3.6e3: exp() overflows without the max subtraction of the softmax.
+    # The shapes of the fp32 attention test (3 heads, D = 16, a ragged length): its kernels, on a GPU.
+    q, k, v = qkv(1, 3, 20, 20, 16, torch.float32)
     q, k = q + 30.0, k + 30.0
     got = an.attention_naive(q, k, v)
     assert torch.isfinite(got).all()
@@ -120,8 +166,9 @@ def test_large_scores_stay_finite():
 
 
 def test_strided_inputs():
-    # (B, S, H, D) storage viewed as (B, H, S, D): the usual layout after a QKV projection.
-    B, S, H, D = 2, 19, 3, 32
+    # (B, S, H, D) storage viewed as (B, H, S, D): the usual layout after a QKV projection; D = 64,
+    # the default run's one case of it.
+    B, S, H, D = 2, 19, 3, 64
     q, k, v = (random_tensor((B, S, H, D), torch.float16, DEVICE).transpose(1, 2) for _ in range(3))
     out = poisoned((B, S, H, D), torch.float16, DEVICE).transpose(1, 2)
     an.attention_naive(q, k, v, True, out=out)
@@ -185,12 +232,13 @@ def test_scores_rejects_non_contiguous_out():
 
 @pytest.mark.gpu(reason="peak memory is measured by the CUDA caching allocator")
 def test_naive_memory_is_the_score_matrix():
-    B, H, S, D = 2, 8, 2048, 64
+    # fp16, causal, D = 64 and a length of neither class: test_strided_inputs's kernels.
+    B, H, S, D = 2, 8, 2047, 64
     q, k, v = qkv(B, H, S, S, D, torch.float16)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    out = an.attention_naive(q, k, v)
+    out = an.attention_naive(q, k, v, True)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
     model = an.naive_scores_bytes(B, H, S, S)

@@ -37,6 +37,37 @@ DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # (rows, classes): ones, primes, a vocabulary wider than the small block used below.
 SHAPES = [(1, 1), (1, 7), (3, 17), (5, 300)] + runtime.pick(gpu=[(64, 32000), (8, 128256)], sim=[])
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU each
+# dtype x block width (the vocabulary's power of two) x label smoothing x class of the row count
+# and width (1, a multiple of 16, neither) is its own compiled kernel: the default run takes the
+# one-element (1, 1) in fp32, every dtype on the ragged (5, 300) with a reduction (the one-launch
+# kernel) and without (the loss kernel; bf16's runs on its LM-sized vocabulary, with the mean),
+# fp32's sum in test_reductions_on_both_paths, fp64's fused linear loss on two chunk sizes, and one
+# case of each reduction-, path-, block-, gradcheck-, opcheck- and compile-matrix; slow adds the
+# products, the other small shapes and fp32's LM-sized vocabulary.
+SLOW = pytest.mark.slow
+LARGE_DEFAULTS = {(torch.bfloat16, (8, 128256), "mean")}
+
+
+def case(*values, id=None, keep, marks=()):
+    """One case of a sweep: marked slow unless the default run keeps it."""
+    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
+
+
+def logits_cases():
+    for p in DTYPES:
+        dtype = p.values[0]
+        for shape in SHAPES:
+            for reduction in ("mean", "sum", "none"):
+                if shape[1] > 1000:
+                    keep = (dtype, shape, reduction) in LARGE_DEFAULTS
+                elif shape == (5, 300):
+                    keep = reduction == "mean" or reduction == "none" and dtype != torch.bfloat16
+                else:
+                    keep = dtype == torch.float32 and reduction == "mean" and shape == (1, 1)
+                yield case(dtype, shape, reduction, id=f"{p.id}-{shape}-{reduction}", keep=keep, marks=p.marks)
+
+
 UNIT = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
 
 
@@ -61,9 +92,7 @@ def reference_grad(logits, targets, **kwargs):
 
 
 # ------------------------------------------------------------------------------ CE on logits
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, shape, reduction", list(logits_cases()))
 def test_cross_entropy_matches_torch(dtype, shape, reduction):
     n, v = shape
     logits = random_tensor(shape, dtype, DEVICE, scale=3.0).requires_grad_()
@@ -76,8 +105,8 @@ def test_cross_entropy_matches_torch(dtype, shape, reduction):
     assert_close(grad, want_grad.to(dtype), atol=grad_atol(want_grad, dtype), name="dlogits")
 
 
-@pytest.mark.parametrize("block_v", [16, 64])
-@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 1.0])
+@pytest.mark.parametrize("label_smoothing, block_v", [case(s, b, keep=(s, b) in ((0.0, 16), (1.0, 64)))
+                                                      for s in (0.0, 0.1, 1.0) for b in (16, 64)])
 def test_many_chunks_and_label_smoothing(block_v, label_smoothing):
     # A small block makes the running max change between chunks; V = 301 leaves a ragged tail.
     logits = random_tensor((6, 301), torch.float32, DEVICE, scale=4.0)
@@ -99,12 +128,43 @@ def test_many_chunks_and_label_smoothing(block_v, label_smoothing):
     assert_close(got, x.grad.float(), atol=grad_atol(x.grad, torch.float32))
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("reduction", ["mean", pytest.param("sum", marks=SLOW), pytest.param("none", marks=SLOW)])
 def test_gradcheck_float64(reduction):
     logits = random_tensor((4, 9), torch.float64, DEVICE).requires_grad_()
     targets = torch.tensor([3, ce.IGNORE_INDEX, 0, 8], device=DEVICE)
     assert torch.autograd.gradcheck(
         lambda x: ce.cross_entropy(x, targets, reduction=reduction, label_smoothing=0.2), (logits,))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the NaN row, on purpose
+@pytest.mark.parametrize("few_rows, reduction", [  # each path once, each reduction once
+    case(few, r, id=f"{path}-{r}", keep=(few, r) in ((True, "mean"), (False, "sum")))
+    for few, path in ((True, "one_launch"), (False, "two_launches")) for r in ("mean", "sum")])
+def test_reductions_on_both_paths(monkeypatch, few_rows, reduction):
+    # Batches of at most FEW_ROWS_ELEMENTS logits reduce in the same launch as the losses
+    # (cross_entropy_few_rows_kernel); larger ones launch the losses, then the reduction. Both paths,
+    # at one size, with and without autograd: ignored rows, smoothing, int32 and strided targets,
+    # strided rows, a NaN row, all rows ignored.
+    monkeypatch.setattr(ce, "FEW_ROWS_ELEMENTS", 1 << 30 if few_rows else 0, raising=False)  # (a stub has one path)
+    wide = random_tensor((6, 50), torch.float32, DEVICE, scale=3.0)
+    logits = wide[:, :41]  # rows at stride 50
+    targets = torch.tensor([0, 40, 7, ce.IGNORE_INDEX, 3, 19, 1, 1], device=DEVICE)[:6].int()
+    for smoothing in (0.0, 0.1):
+        leaf = logits.clone().requires_grad_()
+        loss = ce.cross_entropy(leaf, targets, reduction=reduction, label_smoothing=smoothing)
+        (grad,) = torch.autograd.grad(loss, leaf)
+        want, want_grad = reference_grad(logits, targets.long(), reduction=reduction, label_smoothing=smoothing)
+        assert_close(loss, want.float(), name="loss")
+        assert_close(grad, want_grad.float(), atol=grad_atol(want_grad, torch.float32), name="dlogits")
+        with torch.no_grad():
+            assert_close(ce.cross_entropy(logits, targets[:], reduction=reduction, label_smoothing=smoothing),
+                         want.float(), name="loss without autograd")
+    nan_row = logits.clone()
+    nan_row[2, 5] = math.nan
+    assert torch.isnan(ce.cross_entropy(nan_row, targets, reduction=reduction))
+    ignored = torch.full((6,), ce.IGNORE_INDEX, device=DEVICE)
+    assert_close(ce.cross_entropy(logits, ignored, reduction=reduction),
+                 F.cross_entropy(logits.double(), ignored, reduction=reduction).float())
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -128,7 +188,7 @@ def test_ignore_index_all_ignored_and_empty(reduction):
                  F.cross_entropy(empty.double(), none, reduction=reduction).float())
 
 
-@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("reduction", ["mean", pytest.param("none", marks=SLOW)])
 def test_int32_targets(reduction):
     logits = random_tensor((7, 45), torch.float32, DEVICE, scale=2.0).requires_grad_()
     targets = make_targets(7, 45).int()
@@ -160,7 +220,7 @@ def test_nan_and_inf_like_torch(dtype):
     assert_close(grad, x.grad.to(dtype), atol=grad_atol(x.grad.nan_to_num(0.0, 0.0, 0.0), dtype), name="dlogits")
 
 
-@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("reduction", ["mean", pytest.param("none", marks=SLOW)])
 def test_non_dense_logits_and_targets(reduction):
     # Rows of a wider buffer (row stride > row length): read in place, the kernels take the stride.
     wide = random_tensor((4, 50), torch.float32, DEVICE, scale=2.0).requires_grad_()
@@ -271,9 +331,9 @@ def linear_reference(h, w, t, **kwargs):
     return loss, dh, dw
 
 
-@pytest.mark.parametrize("chunk_size", [1, 7, 16, 50, 1000, None])
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float64]))
+@pytest.mark.parametrize("dtype, reduction, chunk_size", [
+    case(d, r, c, id=f"{str(d)[6:]}-{r}-{c}", keep=d == torch.float32 or c in (7, None))
+    for d in (torch.float32, torch.float64) for r in ("mean", "sum") for c in (1, 7, 16, 50, 1000, None)])
 def test_fused_linear_matches_torch(dtype, reduction, chunk_size):
     h, w, t = linear_inputs(50, 24, 301, dtype)
     loss = ce.fused_linear_cross_entropy(h, w, t, reduction=reduction, chunk_size=chunk_size, label_smoothing=0.1)
@@ -293,21 +353,26 @@ def test_fused_linear_matches_torch(dtype, reduction, chunk_size):
 
 
 def test_fused_linear_scales_by_grad_output_and_partial_grads():
-    h, w, t = linear_inputs(20, 8, 33, torch.float64)
-    want, want_dh, want_dw = linear_reference(h, w, t)
-    loss = ce.fused_linear_cross_entropy(h, w, t, chunk_size=6)
+    # On a GPU the sizes and chunks of test_fused_linear_matches_torch's fp64 cases (and their
+    # smoothing): their kernels. In simulation, where nothing is compiled, smaller ones.
+    n, d, v, chunk = runtime.pick(gpu=(50, 24, 301, 7), sim=(20, 8, 33, 6))
+    h, w, t = linear_inputs(n, d, v, torch.float64)
+    want, want_dh, want_dw = linear_reference(h, w, t, label_smoothing=0.1)
+    loss = ce.fused_linear_cross_entropy(h, w, t, chunk_size=chunk, label_smoothing=0.1)
     (2.5 * loss).backward()  # the stored gradients are scaled by grad_output = 2.5
     assert_close(h.grad, 2.5 * want_dh)
     assert_close(w.grad, 2.5 * want_dw)
     # Only one input wants a gradient: the other is neither computed nor returned.
     h2 = h.detach().requires_grad_()
-    (dh,) = torch.autograd.grad(ce.fused_linear_cross_entropy(h2, w.detach(), t, chunk_size=6), (h2,))
+    (dh,) = torch.autograd.grad(ce.fused_linear_cross_entropy(h2, w.detach(), t, chunk_size=chunk,
+                                                              label_smoothing=0.1), (h2,))
     assert_close(dh, want_dh)
     w2 = w.detach().requires_grad_()
-    (dw,) = torch.autograd.grad(ce.fused_linear_cross_entropy(h.detach(), w2, t, chunk_size=6), (w2,))
+    (dw,) = torch.autograd.grad(ce.fused_linear_cross_entropy(h.detach(), w2, t, chunk_size=chunk,
+                                                              label_smoothing=0.1), (w2,))
     assert_close(dw, want_dw)
     with torch.no_grad():
-        assert_close(ce.fused_linear_cross_entropy(h, w, t), want)
+        assert_close(ce.fused_linear_cross_entropy(h, w, t, label_smoothing=0.1), want)
 
 
 def test_fused_linear_batched_shape_module_and_ignored_rows():
@@ -485,8 +550,9 @@ def large_logits(n, v):
     return x, t
 
 
-@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 1.0])
-@pytest.mark.parametrize("block_v", [16, ce.BLOCK_V])
+@pytest.mark.parametrize("block_v, label_smoothing", [  # many chunks with and without smoothing, one block once
+    case(b, s, id=f"{b}-{s}", keep=(b, s) in ((16, 0.0), (16, 0.1), (ce.BLOCK_V, 0.0)))
+    for b in (16, ce.BLOCK_V) for s in (0.0, 0.1, 1.0)])
 def test_cross_entropy_at_logits_near_1e4(block_v, label_smoothing):
     n, v = 8, 301
     x, t = large_logits(n, v)
@@ -546,7 +612,8 @@ def large_linear_inputs(n, d, v):
     return h.requires_grad_(), w.requires_grad_(), t
 
 
-@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+# Smoothing at |x| ~ 1e4 in the kernel the chunks run is test_fwd_grad_kernel_at_logits_near_1e4's.
+@pytest.mark.parametrize("label_smoothing", [0.0, pytest.param(0.1, marks=SLOW)])
 def test_fused_linear_at_logits_near_1e4(label_smoothing):
     n, d, v = 24, 8, 301
     h, w, t = large_linear_inputs(n, d, v)
@@ -577,8 +644,9 @@ def test_fused_linear_at_logits_near_1e4(label_smoothing):
 
 
 # ------------------------------------------------------------------ as a PyTorch op in a model
-@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float64]))
+@pytest.mark.parametrize("label_smoothing", [0.0, pytest.param(0.1, marks=SLOW)])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=SLOW)],
+                         ids=["float32", "float64"])
 def test_opcheck_cross_entropy_ops(dtype, label_smoothing):
     # opcheck runs the op for real and on fake tensors, checks its schema (no mutation, no
     # aliasing), the autograd registration, and the compiler's dispatch paths.
@@ -594,7 +662,8 @@ def test_opcheck_cross_entropy_ops(dtype, label_smoothing):
 
 
 @pytest.mark.parametrize("need", [(True, True), (True, False), (False, True)], ids=["dh_dw", "dh", "dw"])
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float64]))
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=SLOW)],
+                         ids=["float32", "float64"])
 def test_opcheck_fused_linear_op(dtype, need):
     h, w, t = linear_inputs(9, 6, 41, dtype, requires_grad=False)
     h.requires_grad_(need[0])
@@ -657,7 +726,8 @@ def compile_and_compare(fn, leaves, t, dtype, rtol):
         assert_close(got, ref, rtol=4 * rtol, atol=16 * rtol * float(ref.abs().max()), name="grad")
 
 
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+@pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
+                                   for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_model_with_cross_entropy_compiles_with_no_graph_break(dtype):
     # fullgraph=True raises on any graph break; on the GPU Inductor compiles the torch ops around
     # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).
@@ -667,7 +737,8 @@ def test_model_with_cross_entropy_compiles_with_no_graph_break(dtype):
     compile_and_compare(logits_model, [x, w], make_targets(n, v), dtype, rtol_for(dtype))
 
 
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+@pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
+                                   for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_lm_head_with_fused_linear_loss_compiles_with_no_graph_break(dtype):
     n, d, v = 12, 16, 37
     x = random_tensor((n, d), dtype, DEVICE)
@@ -700,7 +771,7 @@ def test_compiled_graphs_hold_the_ops_not_their_kernels():
 
 # ---------------------------------------------------------------------------------- GPU only
 @pytest.mark.gpu(reason="bf16 arithmetic and the LM-head sizes need the device")
-@pytest.mark.parametrize("shape", [(512, 256, 32000), (300, 512, 50257)], ids=str)
+@pytest.mark.parametrize("shape", [(512, 256, 32000), pytest.param((300, 512, 50257), marks=SLOW)], ids=str)
 def test_fused_linear_bf16_against_float64(shape):
     n, d, v = shape
     h, w, t = linear_inputs(n, d, v, torch.bfloat16)

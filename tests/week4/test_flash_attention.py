@@ -30,6 +30,64 @@ BWD_SHAPES = [(37, 37), (20, 45), (50, 19)] + runtime.pick(gpu=[(300, 300), (500
 # D = 128 costs no more than 64 in the interpreter per block, but the matrix of cases is long:
 # in simulation it runs on the two ragged shapes, on the GPU on all of them.
 WIDE_SHAPES = runtime.pick(gpu=FWD_SHAPES, sim=[(37, 37), (50, 19)])
+# What the default run keeps (the rest of each sweep is marked slow; `pytest --slow` runs it all).
+# On a GPU each (dtype, causal, key padding, head dim) is its own set of compiled kernels, and so is
+# each class of the integer arguments (1, a multiple of 16, neither: n_heads, lengths, strides), so
+# the tests share shapes: two heads (HEADS) and ragged lengths wherever they can. The default run
+# takes each dtype with one mask and head dim (fp32 full at D = 16, where fp32's true-fp32 products
+# are cheapest to compile and the other fp32 tests live; fp16 and bf16 causal at D = 64) over every
+# ragged length, forward and backward; D = 128 once (fp16, causal, the forward; its backward
+# kernels are slow); the block-multiple length once (fp16, causal; one token is
+# test_batch_one_single_token_and_empty's); single cases of the block-shape, strategy, float64,
+# gradcheck, opcheck and compile matrices, each on the kernels of another test where one fits: the
+# strided and hot-path tests run the sweep's fp16 / bf16 kernels, opcheck, the strategy test's
+# forward and the padding tests the key-padding test's fp32 ones, the float64 forward the
+# gradcheck's. Slow adds the dtype x mask x head dim x length product and the other cases of
+# those matrices.
+SLOW = pytest.mark.slow
+MASKS = ((False, "full"), (True, "causal"))
+DEFAULT_MASKS = {torch.float32: False, torch.float16: True, torch.bfloat16: True}
+DEFAULT_HEAD_DIMS = {torch.float32: 16, torch.float16: 64, torch.bfloat16: 64}
+# Every test that means to share the sweep's kernels uses this many heads: on a GPU two (n_heads
+# neither 1 nor a multiple of 16, as in the tests that need several heads); in simulation nothing
+# is compiled, so one (half the interpreted work).
+HEADS = runtime.pick(gpu=2, sim=1)
+
+
+def case(*values, id, keep, marks=()):
+    """One case of a sweep: marked slow unless the default run keeps it."""
+    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
+
+
+def default_mask(dtype, causal):
+    return DEFAULT_MASKS[dtype] == causal
+
+
+def forward_cases():
+    for p in DTYPES:
+        dtype = p.values[0]
+        for causal, mask in MASKS:
+            for head_dim, shapes in ((16, FWD_SHAPES), (64, FWD_SHAPES), (128, WIDE_SHAPES)):
+                for seq_q, seq_k in shapes:
+                    edge = (seq_q, seq_k) in ((1, 1), (64, 64))  # each its own specialization
+                    if head_dim == 128:
+                        keep = dtype == torch.float16 and causal and (seq_q, seq_k) == (37, 37)
+                    else:  # one token: test_batch_one_single_token_and_empty
+                        keep = (default_mask(dtype, causal) and head_dim == DEFAULT_HEAD_DIMS[dtype]
+                                and (not edge or dtype == torch.float16 and seq_q == 64))
+                    yield case(dtype, causal, head_dim, seq_q, seq_k, id=f"{p.id}-{mask}-{head_dim}-{seq_q}-{seq_k}",
+                               keep=keep, marks=p.marks)
+
+
+def backward_cases():
+    for p in DTYPES:
+        dtype = p.values[0]
+        for causal, mask in MASKS:
+            for seq_q, seq_k in BWD_SHAPES:
+                for head_dim in [16, 64] + runtime.pick(gpu=[128], sim=[]):
+                    keep = default_mask(dtype, causal) and head_dim == DEFAULT_HEAD_DIMS[dtype]
+                    yield case(dtype, causal, seq_q, seq_k, head_dim, id=f"{p.id}-{mask}-{seq_q}-{seq_k}-{head_dim}",
+                               keep=keep, marks=p.marks)
 
 
 def qkv(B, H, Sq, Sk, D, dtype, requires_grad=False):
@@ -59,11 +117,9 @@ def check_grads(grads, q, k, v, do, causal, sm_scale=None, key_lengths=None):
 
 
 # ------------------------------------------------------------------------------ forward
-@pytest.mark.parametrize("head_dim, seq_q, seq_k", [(64, *s) for s in FWD_SHAPES] + [(128, *s) for s in WIDE_SHAPES])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, causal, head_dim, seq_q, seq_k", list(forward_cases()))
 def test_forward_and_lse_match_float64(dtype, causal, seq_q, seq_k, head_dim):
-    q, k, v = qkv(1, 1, seq_q, seq_k, head_dim, dtype)
+    q, k, v = qkv(1, HEADS, seq_q, seq_k, head_dim, dtype)
     out = poisoned(q.shape, dtype, DEVICE)
     got, lse = fa.flash_attention_forward(q, k, v, causal, out=out)
     assert got is out, "the launcher must write into the `out` it was given"
@@ -73,14 +129,16 @@ def test_forward_and_lse_match_float64(dtype, causal, seq_q, seq_k, head_dim):
     assert_within(lse, want_lse, bounds["lse"], "lse")
 
 
-def test_float64_forward_and_explicit_scale():
-    q, k, v = qkv(2, 2, 23, 41, 32, torch.float64)
-    for causal in (False, True):
-        got, lse = fa.flash_attention_forward(q, k, v, causal, 0.37)
-        want, want_lse = an.attention_reference(q, k, v, causal, 0.37, return_lse=True)
-        bounds = an.attention_error_bounds(q, k, v, None, causal, 0.37)
-        assert_within(got, want, bounds["out"], "out")
-        assert_within(lse, want_lse, bounds["lse"], "lse")
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=SLOW), True], ids=["full", "causal"])
+def test_float64_forward_and_explicit_scale(causal):
+    # test_gradcheck_float64's shapes and key padding: on a GPU the one fp64 forward kernel of both.
+    q, k, v = qkv(2, 1, 19, 23, 16, torch.float64)
+    lengths = torch.tensor([23, 9], device=DEVICE)
+    got, lse = fa.flash_attention_forward(q, k, v, causal, 0.37, key_lengths=lengths)
+    want, want_lse = an.attention_reference(q, k, v, causal, 0.37, key_lengths=lengths, return_lse=True)
+    bounds = an.attention_error_bounds(q, k, v, None, causal, 0.37, key_lengths=lengths)
+    assert_within(got, want, bounds["out"], "out")
+    assert_within(lse, want_lse, bounds["lse"], "lse")
 
 
 def test_reference_is_torch_sdpa():
@@ -91,8 +149,9 @@ def test_reference_is_torch_sdpa():
                      F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.3))
 
 
-@pytest.mark.parametrize("block_m, block_n", [(16, 16), (16, 32), (32, 16), (64, 16)])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("block_m, block_n", [pytest.param(16, 16, marks=SLOW), (16, 32),
+                                              pytest.param(32, 16, marks=SLOW), (64, 16)])
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=SLOW), True], ids=["full", "causal"])
 def test_forward_block_shapes(causal, block_m, block_n):
     # The causal split into unmasked and diagonal key blocks must hold whichever tile is larger.
     q, k, v = qkv(1, 2, 45, 38, 32, torch.float16)
@@ -102,35 +161,33 @@ def test_forward_block_shapes(causal, block_m, block_n):
 
 
 # ------------------------------------------------------------------------------ backward
-@pytest.mark.parametrize("head_dim", [64] + runtime.pick(gpu=[128], sim=[]))
-@pytest.mark.parametrize("seq_q, seq_k", BWD_SHAPES)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, causal, seq_q, seq_k, head_dim", list(backward_cases()))
 def test_gradients_match_float64(dtype, causal, seq_q, seq_k, head_dim):
-    q, k, v = qkv(1, 1, seq_q, seq_k, head_dim, dtype, requires_grad=True)
+    q, k, v = qkv(1, HEADS, seq_q, seq_k, head_dim, dtype, requires_grad=True)
     out = fa.flash_attention(q, k, v, causal)
     do = random_tensor(out.shape, dtype, DEVICE)
     out.backward(do)
     check_grads((q.grad, k.grad, v.grad), q, k, v, do, causal)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, causal", [case(p.values[0], c, id=f"{p.id}-{m}", keep=False, marks=p.marks)
+                                           for p in DTYPES for c, m in MASKS])
 def test_gradients_head_dim_128(dtype, causal):
     # One shape at D = 128 in simulation (the parametrized test above adds it on the GPU).
-    q, k, v = qkv(1, 1, 29, 35, 128, dtype, requires_grad=True)
+    q, k, v = qkv(1, HEADS, 29, 35, 128, dtype, requires_grad=True)
     out = fa.flash_attention(q, k, v, causal)
     do = random_tensor(out.shape, dtype, DEVICE)
     check_grads(torch.autograd.grad(out, (q, k, v), do), q, k, v, do, causal)
 
 
-@pytest.mark.parametrize("strategy", ["split", "atomic"])
-@pytest.mark.parametrize("blocks", [(16, 32, 32, 16), (32, 16, 16, 32)],
-                         ids=lambda b: "kv{}x{}-q{}x{}".format(*b))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal, blocks, strategy", [
+    case(causal, blocks, strategy, id="{}-kv{}x{}-q{}x{}-{}".format(mask, *blocks, strategy),
+         keep=(causal, blocks, strategy) == (True, (16, 32, 32, 16), "atomic"))
+    for causal, mask in MASKS for blocks in ((16, 32, 32, 16), (32, 16, 16, 32)) for strategy in ("split", "atomic")])
 def test_backward_strategies_and_block_shapes(causal, blocks, strategy):
-    # key padding too: a ragged last key block is where the atomic dQ must mask padding keys
-    B, H, Sq, Sk, D = 2, 1, 35, 37, 32
+    # key padding too: a ragged last key block is where the atomic dQ must mask padding keys. The
+    # shapes of test_key_padding_and_fully_masked_rows_like_sdpa: its forward kernel, on a GPU.
+    B, H, Sq, Sk, D = 2, HEADS, 35, 37, 16
     q, k, v = qkv(B, H, Sq, Sk, D, torch.float32)
     lengths = torch.tensor([Sk, 22], device=DEVICE)
     do = random_tensor(q.shape, torch.float32, DEVICE)
@@ -144,8 +201,9 @@ def test_backward_strategies_and_block_shapes(causal, blocks, strategy):
     check_grads(got, q, k, v, do, causal, key_lengths=lengths)
 
 
-@pytest.mark.parametrize("strategy, causal, padded", [("split", False, False), ("split", True, True),
-                                                      ("atomic", True, False), ("atomic", False, True)])
+@pytest.mark.parametrize("strategy, causal, padded", [
+    pytest.param("split", False, False, marks=SLOW), ("split", True, True),
+    pytest.param("atomic", True, False, marks=SLOW), pytest.param("atomic", False, True, marks=SLOW)])
 def test_gradcheck_float64(strategy, causal, padded):
     # fast_mode checks v^T J u for random u, v against finite differences: the full Jacobian
     # would take ~1000 interpreted forward calls here.
@@ -181,11 +239,12 @@ def test_long_sequences_autotuned(dtype, head_dim, causal, seq_q, seq_k, strateg
 
 
 # ------------------------------------------------------------------------------ masks, specials
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=SLOW), True], ids=["full", "causal"])
 def test_key_padding_and_fully_masked_rows_like_sdpa(causal):
     # key_lengths[0] = 0: every key of batch 0 is padding. torch's SDPA gives zeros there (not
-    # NaN); so does the fused kernel (l = 0 -> out 0, lse -inf), with zero gradients.
-    B, H, S, D = 3, 1, 21, 16
+    # NaN); so does the fused kernel (l = 0 -> out 0, lse -inf), with zero gradients. Two heads:
+    # the kernels test_eager_paths_and_the_registered_op_agree runs too (fp32, D = 16, key lengths).
+    B, H, S, D = 3, 2, 21, 16
     q, k, v = qkv(B, H, S, S, D, torch.float32, requires_grad=True)
     lengths = torch.tensor([0, 6, S], device=DEVICE)
     out = fa.flash_attention(q, k, v, causal, key_lengths=lengths)
@@ -205,23 +264,25 @@ def test_key_padding_and_fully_masked_rows_like_sdpa(causal):
 
 
 def test_padding_may_hold_garbage():
-    # Keys past key_lengths are never used: NaN or inf there must not leak into anything.
-    q, k, v = qkv(1, 2, 30, 30, 32, torch.float32)
+    # Keys past key_lengths are never used: NaN or inf there must not leak into anything (queries
+    # 17.. would see them through the causal mask). The key-padding test's kernel, on a GPU.
+    q, k, v = qkv(1, HEADS, 30, 30, 16, torch.float32)
     lengths = torch.tensor([17], device=DEVICE)
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 17:] = math.nan
     v2[:, :, 17:] = math.inf
-    got, _ = fa.flash_attention_forward(q, k2, v2, False, key_lengths=lengths)
-    assert_within(got, an.attention_reference(q, k, v, key_lengths=lengths),
-                  an.attention_error_bounds(q, k, v, key_lengths=lengths)["out"], "out")
+    got, _ = fa.flash_attention_forward(q, k2, v2, True, key_lengths=lengths)
+    assert_within(got, an.attention_reference(q, k, v, True, key_lengths=lengths),
+                  an.attention_error_bounds(q, k, v, None, True, key_lengths=lengths)["out"], "out")
 
 
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal, dtype", [case(c, p.values[0], id=f"{m}-{p.id}", keep=default_mask(p.values[0], c),
+                                                 marks=p.marks) for c, m in MASKS for p in DTYPES])
 def test_large_scores_stay_finite(causal, dtype):
-    # Scores ~ 7e3 (q.k ~ 64 * 30 * 30 / 8): exp() overflows unless the running max is subtracted
-    # before every exponential, and rescaling must not produce inf - inf.
-    q, k, v = qkv(1, 1, 35, 35, 64, torch.float32, requires_grad=False)
+    # Scores ~ 30 * 30 * sqrt(D) >= 3.6e3: exp() overflows unless the running max is subtracted
+    # before every exponential, and rescaling must not produce inf - inf. Each dtype at the sweep's
+    # head dim and heads: its kernels.
+    q, k, v = qkv(1, HEADS, 35, 35, DEFAULT_HEAD_DIMS[dtype], torch.float32, requires_grad=False)
     q, k, v = (q + 30.0).to(dtype), (k + 30.0).to(dtype), v.to(dtype)
     q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     out = fa.flash_attention(q, k, v, causal)
@@ -253,19 +314,21 @@ def test_nan_propagates_like_sdpa(where):
 def test_nan_key_with_causal_mask_reaches_only_later_queries():
     # A NaN key 7 is seen by queries 7.. only; earlier queries mask it out (where(), not + -inf),
     # as torch's fused CPU and FlashAttention kernels do. (torch's MATH backend adds a -inf
-    # bias, NaN + -inf = NaN, and so spoils every row: backends differ here.)
-    q, k, v = qkv(1, 1, 40, 40, 16, torch.float32)
+    # bias, NaN + -inf = NaN, and so spoils every row: backends differ here.) Other heads: no NaN.
+    q, k, v = qkv(1, HEADS, 40, 40, 16, torch.float32)
     bound = an.attention_error_bounds(q, k, v, None, True)["out"]
     k[0, 0, 7, 0] = math.nan
     got, _ = fa.flash_attention_forward(q, k, v, True)
     assert torch.isnan(got[0, 0, 7:]).all() and not torch.isnan(got[0, 0, :7]).any()
+    assert not torch.isnan(got[0, 1:]).any()
     assert_within(got, an.attention_reference(q, k, v, True), bound, "out")
 
 
 # ------------------------------------------------------------------------------ layouts, sizes
 def test_strided_inputs_and_gradient():
     # (B, S, H, D) storage viewed as (B, H, S, D), the layout after a fused QKV projection, and a
-    # non-contiguous upstream gradient: strides are passed to the kernels, nothing is copied.
+    # non-contiguous upstream gradient: strides are passed to the kernels, nothing is copied. On a
+    # GPU the kernels of the fp16 sweep (n_heads and strides of the same classes).
     B, S, H, D = 2, 27, 3, 64
     base = random_tensor((B, S, 3, H, D), torch.float16, DEVICE).requires_grad_(True)
     q, k, v = (base[:, :, i].transpose(1, 2) for i in range(3))
@@ -298,7 +361,8 @@ def test_batch_one_single_token_and_empty():
 
 
 def test_split_backward_is_deterministic():
-    q, k, v = qkv(1, 1, 45, 45, 32, torch.float16, requires_grad=True)
+    # fp16, causal, D = 64 and a ragged length: the kernels test_gradients_match_float64 compiled.
+    q, k, v = qkv(1, HEADS, 45, 45, 64, torch.float16, requires_grad=True)
     do = random_tensor(q.shape, torch.float16, DEVICE)
     first = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
     second = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
@@ -334,7 +398,7 @@ def test_rejects_bad_input_before_launch(case, error, message, make):
 
 
 def test_forward_and_backward_reject_bad_outputs_and_configs():
-    q, k, v = qkv(1, 2, 8, 8, 16, torch.float32)
+    q, k, v = qkv(1, 2, 12, 12, 16, torch.float32)  # on a GPU the fp32 sweep's forward kernel (HEADS = 2)
     with pytest.raises(ValueError, match="out has shape"):
         fa.flash_attention_forward(q, k, v, out=torch.empty(1, 2, 7, 16, device=DEVICE))
     with pytest.raises(ValueError, match="power of two"):
@@ -385,13 +449,16 @@ def test_fused_qkv_views_and_any_gradient_layout(path, layout):
         assert_within(grad[:, :, i].transpose(1, 2), want, bounds[name], name)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("causal, padded, strategy", [(False, False, "split"), (True, True, "atomic")],
-                         ids=["full", "causal-padded-atomic"])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=SLOW)],
+                         ids=["float32", "float64"])
+@pytest.mark.parametrize("causal, padded, strategy", [
+    pytest.param(False, False, "split", marks=SLOW, id="full"), pytest.param(True, True, "split", id="causal-padded"),
+    pytest.param(True, True, "atomic", marks=SLOW, id="causal-padded-atomic")])
 def test_registered_ops_pass_opcheck(dtype, causal, padded, strategy):
     # Schema, fake functions (shapes, strides, dtypes), autograd registration and AOT dispatch,
-    # as torch checks them; q, k, v are views of a fused buffer, dO is transposed.
-    B, Sq, Sk, H, D = 2, 17, 29, 1, 16
+    # as torch checks them; q, k, v are views of a fused buffer, dO is transposed. fp32, causal,
+    # padded, split: on a GPU the kernels of test_key_padding_and_fully_masked_rows_like_sdpa.
+    B, Sq, Sk, H, D = 2, 17, 29, HEADS, 16
     q = random_tensor((B, Sq, H, D), dtype, DEVICE).transpose(1, 2).requires_grad_(True)
     _, (_, k, v) = fused_qkv(B, Sk, H, D, dtype)
     k, v = k.detach().requires_grad_(True), v.detach().requires_grad_(True)
@@ -430,7 +497,8 @@ def attention_block(attention, heads):
     return f
 
 
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+@pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
+                                   for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_attention_block_compiles_with_no_graph_break(dtype):
     # fullgraph=True raises on any graph break; on the GPU Inductor compiles the projections around
     # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).
@@ -477,8 +545,21 @@ def test_compiled_graph_holds_the_op_not_its_kernels():
 def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
     # After the first call of a shape: no full argument check, no triton.cdiv / next_power_of_2
     # (jitted helpers, ~2 us each from Python), no autotuner run, forward and backward alike. On
-    # the GPU this shape goes through the autotuner once (bucket 1024 > SHORT_SEQUENCE).
-    B, H, S, D, dtype = runtime.pick(gpu=(1, 16, 1024, 64, torch.bfloat16), sim=(1, 2, 40, 16, torch.float32))
+    # the GPU this shape goes through the autotuner once (bucket 1024 > SHORT_SEQUENCE), here
+    # with one config per autotuner and fresh plan tables: the hot path is the same whichever
+    # configs were tried, and the full lists cost ~27 compiles and timings (~40 s on an H100).
+    # test_long_sequences_autotuned (slow) tunes over the full lists. With one config the autotuner
+    # compiles the very kernels the bf16 sweep compiled (that config, HEADS, lengths of one class).
+    B, H, S, D, dtype = runtime.pick(gpu=(1, HEADS, 1000, 64, torch.bfloat16), sim=(1, 2, 40, 16, torch.float32))
+    if runtime.on_gpu():
+        for name, config in (("flash_attention_fwd_autotuned", "SMALL_FWD"),
+                             ("flash_attention_bwd_dkdv_autotuned", "SMALL_BWD_KV"),
+                             ("flash_attention_bwd_dq_autotuned", "SMALL_BWD_Q")):
+            if hasattr(fa, name) and hasattr(fa, config):
+                monkeypatch.setattr(getattr(fa, name), "configs", [getattr(fa, config)])
+        for name in ("_TUNED", "_PLANS"):  # this test's choices are not kept for later tests
+            if hasattr(fa, name):
+                monkeypatch.setattr(fa, name, {})
     q, k, v = qkv(B, H, S, S, D, dtype, requires_grad=True)
     do = random_tensor(q.shape, dtype, DEVICE)
     first = fa.flash_attention(q, k, v, True)

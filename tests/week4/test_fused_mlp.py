@@ -26,6 +26,36 @@ LINEAR_DTYPES = dtype_params([torch.float16, torch.bfloat16])
 # (tokens M, width d, hidden F): ones, primes, not multiples of the 32-wide simulated tiles, K > BLOCK_K.
 SHAPES = [(1, 1, 1), (17, 33, 20), (31, 45, 7), (64, 16, 32), (3, 97, 65)] + runtime.pick(
     gpu=[(127, 255, 129), (1000, 512, 1376), (2048, 1024, 2816)], sim=[])
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU the
+# dual GEMM compiles once per dtype and size class (a dimension of 1, multiples of 16, neither)
+# and autotunes every large (M, F, K): fp32 (true fp32 products, "ieee") is by far the costliest
+# to compile. The default run keeps fp32 and fp16 on the ragged (17, 33, 20) (one tile), fp32 also
+# on (127, 255, 129) and fp16 on (3, 97, 65) (several tiles of neither class), fp16 alone on the
+# ones (1, 1, 1); bf16's dual GEMM runs (store_gu, against float64 through the gradients) in
+# test_swiglu_mlp_forward_and_backward and, autotuned, in test_gate_up_autotuner_picked_a_config.
+# Linear + activation once per dtype (fp16 gelu with a bias, bf16 silu without): every
+# activation's epilogue is week 3's matmul, tested there, and its derivative is
+# test_act_backward_kernel's. Slow adds the rest of the products and the large sizes, each of
+# which the autotuner tunes (every config compiled and timed).
+SLOW = pytest.mark.slow
+GENERIC_SHAPES = [(17, 33, 20), (31, 45, 7), (3, 97, 65), (127, 255, 129)]  # no 1, no multiple of 16
+GATE_UP_DEFAULTS = {torch.float32: [(17, 33, 20), (127, 255, 129)],
+                    torch.float16: [(1, 1, 1), (17, 33, 20), (3, 97, 65)],
+                    torch.bfloat16: []}
+
+
+def case(*values, id, keep, marks=()):
+    """One case of a sweep: marked slow unless the default run keeps it."""
+    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
+
+
+def gate_up_default(dtype, shape):
+    return shape in GATE_UP_DEFAULTS[dtype]
+
+
+def cases(dtypes, shapes, keep):
+    return [case(d.values[0], shape, id=f"{d.id}-{shape}", keep=keep(d.values[0], shape), marks=d.marks)
+            for d in dtypes for shape in shapes]
 
 
 def scaled_atol(ref, dtype, k):
@@ -46,8 +76,7 @@ def grads64(fn, inputs, grad_out):
 
 
 # ------------------------------------------------------------------------------ the dual GEMM
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", MLP_DTYPES)
+@pytest.mark.parametrize("dtype, shape", cases(MLP_DTYPES, SHAPES, gate_up_default))
 def test_gate_up_kernel_matches_reference(dtype, shape):
     m, d, f = shape
     x, wgu, _ = mlp_inputs(m, d, f, dtype)
@@ -101,8 +130,7 @@ def test_act_backward_kernel(activation):
 
 
 # ------------------------------------------------------------------------------ SwiGLU MLP
-@pytest.mark.parametrize("shape", SHAPES[1:4], ids=str)
-@pytest.mark.parametrize("dtype", MLP_DTYPES)
+@pytest.mark.parametrize("dtype, shape", cases(MLP_DTYPES, SHAPES[1:4], lambda d, shape: shape != (64, 16, 32)))
 def test_swiglu_mlp_forward_and_backward(dtype, shape):
     m, d, f = shape
     inputs = mlp_inputs(m, d, f, dtype, requires_grad=True)
@@ -162,7 +190,8 @@ def test_inference_writes_only_h_and_training_keeps_three_intermediates():
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # inf - inf in NumPy, on purpose
 def test_swiglu_nan_and_inf_rows_like_torch():
-    x, wgu, wd = mlp_inputs(6, 16, 24, torch.float32)
+    # d = 20, not 16: the fp32 kernels of the sizes above, not one more costly fp32 compile.
+    x, wgu, wd = mlp_inputs(6, 20, 24, torch.float32)
     x[1, 3] = math.nan
     x[4] = with_specials(x[4])
     got = fm.swiglu_mlp(x, wgu, wd)
@@ -179,9 +208,17 @@ def _activation_params():
             missing, reason=f"week3_triton_kernels.matmul has no {act!r} epilogue yet"), id=act)
 
 
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
-@pytest.mark.parametrize("activation", list(_activation_params()))
-@pytest.mark.parametrize("dtype", LINEAR_DTYPES)
+def _linear_cases():
+    # fp16 gelu with a bias, bf16 silu without one.
+    for d in LINEAR_DTYPES:
+        for act in _activation_params():
+            for bias, name in ((True, "bias"), (False, "no_bias")):
+                keep = (d.id, act.id, bias) in (("float16", "gelu", True), ("bfloat16", "silu", False))
+                yield case(d.values[0], *act.values, bias, id=f"{d.id}-{act.id}-{name}", keep=keep,
+                           marks=[*d.marks, *act.marks])
+
+
+@pytest.mark.parametrize("dtype, activation, bias", list(_linear_cases()))
 def test_linear_act_forward_and_backward(dtype, activation, bias):
     x = random_tensor((3, 7, 41), dtype, DEVICE).requires_grad_()
     w = random_tensor((50, 41), dtype, DEVICE, scale=41**-0.5).requires_grad_()

@@ -17,6 +17,38 @@ DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float
 MATRIX_DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 WIDTHS = [1, 7, 64, 127, 129] + runtime.pick(gpu=[4097, 8192], sim=[])
 ROWS = [1, 3, 17]
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU each
+# dtype x block width (the row's power of two) x kernel x launch option x class of the row count
+# is its own compiled kernel: the default run takes widths 1 (one column) and 129 (ragged) in fp32
+# and 129 in the 16-bit dtypes, on 17 rows (a row count of neither class; one row is the fp64
+# gradcheck's (1, 1)), the row kernel on 129 (wide blocks: test_widest_one_block_rows); fp64 on 129
+# (both forward kernels); the looped, split and partial-buffer matrices, the gradchecks and the 65k
+# rows keep one case per dtype, path or option; slow adds the products.
+SLOW = pytest.mark.slow
+
+
+def case(*values, id=None, keep, marks=()):
+    """One case of a sweep: marked slow unless the default run keeps it."""
+    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
+
+
+def matrix_default(dtype, rows, cols, kernel=None):
+    if kernel == "row" and cols != 129:
+        return False
+    return rows == 17 and (cols == 129 or dtype == torch.float32 and cols == 1)
+
+
+def matrix_cases(kernels=(None,)):
+    for d in MATRIX_DTYPES:
+        for rows in ROWS:
+            for cols in WIDTHS:
+                for kernel in kernels:
+                    values, ids = [d.values[0], rows, cols], [d.id, str(rows), str(cols)]
+                    if kernel is not None:
+                        values.append(kernel)
+                        ids.append(kernel)
+                    yield case(*values, id="-".join(ids), keep=matrix_default(d.values[0], rows, cols, kernel),
+                               marks=d.marks)
 EPS = 1e-6
 
 
@@ -70,10 +102,7 @@ def assert_grads(got, want, dtype, name):
 
 
 # -------------------------------------------------------------------------------------- forward
-@pytest.mark.parametrize("kernel", ["persistent", "row"])
-@pytest.mark.parametrize("cols", WIDTHS)
-@pytest.mark.parametrize("rows", ROWS)
-@pytest.mark.parametrize("dtype", MATRIX_DTYPES)
+@pytest.mark.parametrize("dtype, rows, cols, kernel", list(matrix_cases(("persistent", "row"))))
 def test_forward_matches_float64(dtype, rows, cols, kernel):
     x, w = make(rows, cols, dtype)
     out = poisoned((rows, cols), dtype, DEVICE)
@@ -90,9 +119,8 @@ def test_forward_without_weight(kernel):
     assert_close(rn.rms_norm_forward(x, None, EPS, kernel=kernel)[0], reference(x, None))
 
 
-@pytest.mark.parametrize("num_stages", [1, 2, 3])
-@pytest.mark.parametrize("num_programs", [1, 3, 13, 100])
-@pytest.mark.parametrize("block_m", [1, 2, 8])
+@pytest.mark.parametrize("block_m, num_programs, num_stages", [  # every split at 2 stages, 1 and 3 once
+    case(m, p, s, keep=s == 2 or (m, p) == (8, 13)) for m in (1, 2, 8) for p in (1, 3, 13, 100) for s in (1, 2, 3)])
 def test_persistent_forward_any_split_of_rows(block_m, num_programs, num_stages):
     x, w = make(13, 37, torch.float32)
     y, _ = rn.rms_norm_forward(x, w, EPS, block_m=block_m, num_programs=num_programs,
@@ -111,9 +139,7 @@ def test_default_eps_is_torchs(dtype):
 
 
 # ------------------------------------------------------------------------------------- backward
-@pytest.mark.parametrize("cols", WIDTHS)
-@pytest.mark.parametrize("rows", ROWS)
-@pytest.mark.parametrize("dtype", MATRIX_DTYPES)
+@pytest.mark.parametrize("dtype, rows, cols", list(matrix_cases()))
 def test_backward_matches_float64(dtype, rows, cols):
     x, w = make(rows, cols, dtype)
     dy = random_tensor((rows, cols), dtype, DEVICE)
@@ -122,7 +148,7 @@ def test_backward_matches_float64(dtype, rows, cols):
 
 
 @pytest.mark.parametrize("kernel", ["persistent", "row"])
-@pytest.mark.parametrize("cols", [1, 7, 129])
+@pytest.mark.parametrize("cols", [pytest.param(1, marks=SLOW), pytest.param(7, marks=SLOW), 129])
 def test_float64_forward_and_backward(cols, kernel):
     x, w = make(5, cols, torch.float64)
     y, rstd = rn.rms_norm_forward(x, w, EPS, kernel=kernel)
@@ -131,9 +157,8 @@ def test_float64_forward_and_backward(cols, kernel):
     assert_grads(rn.rms_norm_backward(dy, x, rstd, w), reference_grads(x, w, dy), torch.float64, "float64")
 
 
-@pytest.mark.parametrize("num_stages", [1, 2])
-@pytest.mark.parametrize("num_partials", [1, 2, 5, 13, 100])
-@pytest.mark.parametrize("block_m", [1, 4])
+@pytest.mark.parametrize("block_m, num_partials, num_stages", [  # every size at 2 stages, 1 stage once
+    case(m, p, s, keep=s == 2 or (m, p) == (4, 13)) for m in (1, 4) for p in (1, 2, 5, 13, 100) for s in (1, 2)])
 def test_backward_any_partial_buffer_size(block_m, num_partials, num_stages):
     x, w = make(13, 37, torch.float32)
     dy = random_tensor((13, 37), torch.float32, DEVICE)
@@ -153,8 +178,9 @@ def test_backward_without_weight():
 
 
 # ------------------------------------------------------------------------------------- autograd
-@pytest.mark.parametrize("affine", [False, True])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 2, 5)])
+@pytest.mark.parametrize("shape, affine", [  # (3, 7) with and without a weight, the others with one
+    case(shape, affine, id=f"shape{i}-{affine}", keep=i == 1 or affine)
+    for i, shape in enumerate([(1, 1), (3, 7), (2, 2, 5)]) for affine in (False, True)])
 def test_gradcheck_float64(shape, affine):
     x = random_tensor(shape, torch.float64, DEVICE).requires_grad_(True)
     n = shape[-1]
@@ -219,7 +245,8 @@ def test_empty_inputs():
     assert dx.shape == (0, 8) and torch.equal(dw, torch.zeros(8, device=DEVICE))
 
 
-@pytest.mark.parametrize("dtype, cols", [(torch.float32, 20011), (torch.bfloat16, rn.MAX_N)])
+@pytest.mark.parametrize("dtype, cols", [pytest.param(torch.float32, 20011, marks=SLOW),
+                                         (torch.bfloat16, rn.MAX_N)])
 def test_widest_one_block_rows(dtype, cols):
     x, w = make(2, cols, dtype)
     dy = random_tensor((2, cols), dtype, DEVICE)
@@ -231,9 +258,12 @@ def test_widest_one_block_rows(dtype, cols):
 # A row wider than MAX_N is streamed in chunks. With block_n=16 the same loops run on rows of a
 # few dozen columns (cheap in the interpreter): one chunk, a ragged last chunk, many chunks;
 # several rows per program, so the dw partials are read back and added to (num_partials).
-@pytest.mark.parametrize("num_partials", [1, 2, 5])
-@pytest.mark.parametrize("cols", [1, 7, 16, 33, 100])
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16, torch.float64]))
+@pytest.mark.parametrize("dtype, cols, num_partials", [
+    # fp32: every width with 2 partial rows, and 1 and 5 on the ragged 33; bf16, fp64: 33 with 2.
+    case(d.values[0], cols, p, id=f"{d.id}-{cols}-{p}", marks=d.marks,
+         keep=(cols == 33 or d.id == "float32") and (p == 2 or (cols, d.id) == (33, "float32")))
+    for d in dtype_params([torch.float32, torch.bfloat16, torch.float64]) for cols in (1, 7, 16, 33, 100)
+    for p in (1, 2, 5)])
 def test_looped_kernels_match_float64(dtype, cols, num_partials):
     rows = 11
     x, w = make(rows, cols, dtype)
@@ -259,7 +289,7 @@ def test_looped_kernels_without_weight_and_with_special_values():
                  reference_grads(xf, None, dy), torch.float32, "looped, no weight")
 
 
-@pytest.mark.parametrize("cols", [65536, 65537])  # 2^16 and the prime above it
+@pytest.mark.parametrize("cols", [pytest.param(65536, marks=SLOW), 65537])  # 2^16 and the prime above it
 def test_rows_wider_than_a_block_work_everywhere(cols):
     # The defaults pick the looped kernels past MAX_N, through the launchers and the public op.
     x, w = make(2, cols, torch.float32)
@@ -273,18 +303,19 @@ def test_rows_wider_than_a_block_work_everywhere(cols):
 
 
 # ------------------------------------------------------------------ as a PyTorch op in a model
-def test_registered_op_passes_opcheck():
+@pytest.mark.parametrize("affine", [True, pytest.param(False, marks=SLOW)], ids=["affine", "no_affine"])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=SLOW)],
+                         ids=["float32", "float64"])
+def test_registered_op_passes_opcheck(dtype, affine):
     # Schema, fake (meta) function, autograd registration and AOT dispatch, as torch checks them.
-    for affine in (True, False):
-        for dtype in (torch.float32, torch.float64):
-            x, w = make(3, 12, dtype, affine=affine)
-            x.requires_grad_(True)
-            if w is not None:
-                w.requires_grad_(True)
-            torch.library.opcheck(rn.rms_norm_op, (x, w, EPS))
-            dy = random_tensor((3, 12), dtype, DEVICE)
-            _, rstd = rn.rms_norm_op(x.detach(), None if w is None else w.detach(), EPS)
-            torch.library.opcheck(rn.rms_norm_backward_op, (dy, x.detach(), rstd, None if w is None else w.detach()))
+    x, w = make(3, 12, dtype, affine=affine)
+    x.requires_grad_(True)
+    if w is not None:
+        w.requires_grad_(True)
+    torch.library.opcheck(rn.rms_norm_op, (x, w, EPS))
+    dy = random_tensor((3, 12), dtype, DEVICE)
+    _, rstd = rn.rms_norm_op(x.detach(), None if w is None else w.detach(), EPS)
+    torch.library.opcheck(rn.rms_norm_backward_op, (dy, x.detach(), rstd, None if w is None else w.detach()))
 
 
 def test_eager_paths_and_the_registered_op_agree():
@@ -305,7 +336,8 @@ def block(norm):
     return f
 
 
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.bfloat16]))
+@pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
+                                   for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_compiles_with_no_graph_break(dtype):
     # fullgraph=True raises on any graph break; on the GPU Inductor compiles the torch ops around
     # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).

@@ -1,4 +1,5 @@
 """week4_triton_dl.rope: rotary embedding against float64 torch, both layouts, offsets, gradients."""
+import itertools
 import math
 
 import pytest
@@ -17,6 +18,33 @@ MATRIX_DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 SHAPES = [(1, 1, 1, 2), (2, 5, 3, 10), (1, 7, 4, 64), (3, 2, 1, 6)] + runtime.pick(
     gpu=[(2, 257, 8, 128), (1, 33, 40, 96)], sim=[])
 LAYOUTS = ["bhsd", "bshd"]
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU each
+# dtype x head dim is its own compiled kernel, and the real sizes cost their float64 references:
+# the default run takes fp32 on the small shapes in one layout with an offset and in the other
+# without one, fp16 and bf16 on two of them (D = 2, the ragged D = 10), each real size once, one
+# layout of the compile test and of the gradient matrices, the non-dense views (fused qkv,
+# transposed, strided out) and opcheck in fp32; slow adds the products and fp64's opcheck.
+SLOW = pytest.mark.slow
+LARGE_DEFAULTS = {((2, 257, 8, 128), torch.float16, "bshd", 3), ((1, 33, 40, 96), torch.bfloat16, "bhsd", 0)}
+
+
+def forward_default(dtype, shape, layout, offset):
+    if shape[1] > 32:  # the real sizes
+        return (shape, dtype, layout, offset) in LARGE_DEFAULTS
+    if (layout, offset) == ("bhsd", 3):  # 16-bit: D = 2 and the ragged D = 10 (real head dims: the sizes above)
+        return dtype == torch.float32 or shape in ((1, 1, 1, 2), (2, 5, 3, 10))
+    return (layout, offset) == ("bshd", 0) and dtype == torch.float32
+
+
+def cases(keep, dtypes, *axes):
+    """dtype params x `axes` (lists of (value, id)) as pytest params, ids joined as stacked parametrize
+    joins them; the cases `keep(dtype, *values)` rejects are marked slow."""
+    params = []
+    for d, *combo in itertools.product(dtypes, *axes):
+        values = [d.values[0], *(value for value, _ in combo)]
+        params.append(pytest.param(*values, id="-".join([d.id, *(i for _, i in combo)]),
+                                   marks=[*d.marks, *([] if keep(*values) else [SLOW])]))
+    return params
 
 
 def make(shape, layout, dtype):
@@ -34,10 +62,9 @@ def reference(x, cos, sin, offset=0, layout="bhsd"):
     return rp.rope_reference(x.double(), cos, sin, offset, layout).to(x.dtype)
 
 
-@pytest.mark.parametrize("offset", [0, 3])
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", MATRIX_DTYPES)
+@pytest.mark.parametrize("dtype, shape, layout, offset", cases(
+    forward_default, MATRIX_DTYPES, [(s, str(s)) for s in SHAPES], [(lay, lay) for lay in LAYOUTS],
+    [(0, "0"), (3, "3")]))
 def test_forward_matches_float64(dtype, shape, layout, offset):
     x = make(shape, layout, dtype)
     cos, sin = tables(shape[1] + offset + 2, shape[3])
@@ -114,8 +141,8 @@ def test_tables_are_fp32_half_width_from_fp64_angles():
 
 
 # ------------------------------------------------------------------------------------- gradients
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, layout", cases(
+    lambda dtype, layout: layout == "bhsd" or dtype == torch.float32, DTYPES, [(lay, lay) for lay in LAYOUTS]))
 def test_backward_matches_float64(dtype, layout):
     shape, offset = (2, 5, 3, 10), 2
     q, k = make(shape, layout, dtype), make((2, 5, 1, 10), layout, dtype)  # grouped-query: 1 k head
@@ -177,8 +204,8 @@ def qkv_views(B, S, Hq, Hkv, D, dtype, *, requires_grad=False):
     return (qkv, *qkv_views_of(qkv, B, S, Hq, Hkv, D))
 
 
-@pytest.mark.parametrize("heads", [(3, 3), (4, 2)], ids=["mha", "gqa"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, heads", cases(
+    lambda dtype, heads: dtype == torch.float32, DTYPES, [((3, 3), "mha"), ((4, 2), "gqa")]))
 def test_views_of_a_fused_qkv_buffer_forward_and_backward(dtype, heads):
     B, S, D, offset = 2, 5, 12, 3
     qkv, q, k = qkv_views(B, S, *heads, D, dtype, requires_grad=True)
@@ -197,7 +224,7 @@ def test_views_of_a_fused_qkv_buffer_forward_and_backward(dtype, heads):
     assert_close(qkv.grad, ref.grad.to(dtype), name="dqkv")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", cases(lambda dtype: dtype == torch.float32, DTYPES))
 def test_transposed_views_forward_and_backward(dtype):
     # bhsd views of bshd memory (what `.transpose(1, 2)` of a projection gives), rotated as bhsd.
     B, S, Hq, Hkv, D = 2, 6, 3, 1, 8
@@ -247,7 +274,7 @@ def test_gradients_with_a_strided_last_dimension_are_copied_once():
     assert_close(k.grad, rk.grad.float(), name="dk from sum()")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", cases(lambda dtype: dtype == torch.float32, DTYPES))
 def test_out_of_another_layout(dtype):
     # out with the other memory order (a transposed view), and out as a strided slice of a cache.
     B, S, H, D = 2, 5, 3, 8
@@ -282,19 +309,24 @@ def test_q_and_k_that_cannot_share_a_launch_take_two():
 
 
 # ------------------------------------------------------------------ as a PyTorch op in a model
-def test_registered_ops_pass_opcheck():
+@pytest.mark.parametrize("dtype, layout", [pytest.param(torch.float32, "bshd", id="float32-bshd"),
+                                           pytest.param(torch.float64, "bhsd", id="float64-bhsd", marks=SLOW)])
+def test_registered_ops_pass_opcheck(dtype, layout):
     # Schema, fake (meta) functions, autograd registration and AOT dispatch, as torch checks them.
     cos, sin = tables(4, 8)
-    for dtype, layout in ((torch.float32, "bshd"), (torch.float64, "bhsd")):
-        q = make((1, 2, 3, 8), layout, dtype).requires_grad_(True)
-        k = make((1, 2, 1, 8), layout, dtype).requires_grad_(True)
-        rp.rope_qk_op(q.detach(), k.detach(), cos, sin, 1, layout)  # a plain call first: errors as themselves
-        torch.library.opcheck(rp.rope_qk_op, (q, k, cos, sin, 1, layout))
-        torch.library.opcheck(rp.rope_op, (q, cos, sin, 2, layout))
-        dq, dk = random_tensor(q.shape, dtype, DEVICE), random_tensor(k.shape, dtype, DEVICE)
-        torch.library.opcheck(rp.rope_qk_backward_op, (dq, dk, cos, sin, 1, layout))
-        torch.library.opcheck(rp.rope_backward_op, (dq, cos, sin, 1, layout))
+    q = make((1, 2, 3, 8), layout, dtype).requires_grad_(True)
+    k = make((1, 2, 1, 8), layout, dtype).requires_grad_(True)
+    rp.rope_qk_op(q.detach(), k.detach(), cos, sin, 1, layout)  # a plain call first: errors as themselves
+    torch.library.opcheck(rp.rope_qk_op, (q, k, cos, sin, 1, layout))
+    torch.library.opcheck(rp.rope_op, (q, cos, sin, 2, layout))
+    dq, dk = random_tensor(q.shape, dtype, DEVICE), random_tensor(k.shape, dtype, DEVICE)
+    torch.library.opcheck(rp.rope_qk_backward_op, (dq, dk, cos, sin, 1, layout))
+    torch.library.opcheck(rp.rope_backward_op, (dq, cos, sin, 1, layout))
+
+
+def test_registered_ops_pass_opcheck_on_views():
     # Non-dense views of a fused projection (both layouts), and stride-0 gradients.
+    cos, sin = tables(4, 8)
     for layout in LAYOUTS:
         qkv, q, k = qkv_views(1, 2, 2, 2, 8, torch.float32, requires_grad=True)
         if layout == "bhsd":
@@ -346,7 +378,7 @@ def attention_prologue(rotate, layout):
     return f
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", ["bhsd", pytest.param("bshd", marks=SLOW)])
 def test_compiles_with_no_graph_break(layout):
     # fullgraph=True raises on any graph break; on the GPU Inductor compiles the torch ops around
     # the registered op, in simulation aot_eager traces the same graphs (fake tensors, autograd).

@@ -27,6 +27,23 @@ VARIANTS = {
 }
 # GPU only: the float64 dense reference of a 12000 x 12000 matrix is already 1.1 GB.
 BIG = runtime.pick(gpu=[("uniform", 8000, 30), ("powerlaw", 12000, 16)], sim=[])
+# What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). Each variant
+# x index dtype is its own compiled kernel: the default run takes every variant on the small
+# matrices with int32 indices and on the first one with int64, and the large GPU matrices through
+# the public entry (`spmv`) only; slow adds the other variants and int64 on the rest.
+SMALL = [("uniform", 300, 200, 6), ("powerlaw", 257, 400, 8), ("uniform", 33, 1000, 150)]
+
+
+def random_cases():
+    for index_dtype, name in ((torch.int32, "int32"), (torch.int64, "int64")):
+        for matrix in SMALL + [(k, m, m, r) for k, m, r in BIG]:
+            for variant in VARIANTS:
+                if matrix in SMALL:
+                    keep = index_dtype == torch.int32 or matrix == SMALL[0]
+                else:
+                    keep = index_dtype == torch.int32 and variant == "spmv"
+                yield pytest.param(variant, matrix, index_dtype, id=f"{name}-{matrix}-{variant}",
+                                   marks=[] if keep else [pytest.mark.slow])
 
 
 def reference(a, x):
@@ -45,10 +62,7 @@ def check(a, x, variant):
     assert_close(out, reference(a, x).float(), rtol=0, atol=error_bound(a, x))
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("matrix", [("uniform", 300, 200, 6), ("powerlaw", 257, 400, 8), ("uniform", 33, 1000, 150)]
-                         + [(k, m, m, r) for k, m, r in BIG], ids=str)
-@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("variant, matrix, index_dtype", list(random_cases()))
 def test_random_matrices(variant, matrix, index_dtype):
     kind, m, n, per_row = matrix
     a = sp.random_csr(m, n, per_row, kind=kind, empty_rows=0.1, index_dtype=index_dtype)

@@ -164,9 +164,18 @@ def test_build_directory_is_under_the_user_cache():
     assert "#define RMSNORM_EXT_WITH_CUDA" in cx.sources("cuda")[0][1] if torch.cuda.is_available() else True
 
 
+# Each large shape costs ~1-2 s on the GPU (a float64 autograd reference and three comparisons of
+# millions of elements): the default runs the small shapes in every dtype and each large one in one
+# dtype (LARGE_DEFAULT); slow, the other six (large shape, dtype) pairs.
+LARGE_DEFAULT = {(4096, 512): torch.float32, (333, 4096): torch.bfloat16, (8, 8192): torch.float16}
+
+
 @pytest.mark.gpu(reason="runs the CUDA kernels")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("shape", [(1, 1), (17, 33), (4096, 512), (333, 4096), (8, 8192)], ids=str)
+@pytest.mark.parametrize("shape, dtype", [
+    pytest.param(shape, dtype, id=f"{shape}-{dtype}",
+                 marks=[pytest.mark.slow] if LARGE_DEFAULT.get(shape, dtype) != dtype else [])
+    for shape in [(1, 1), (17, 33), (4096, 512), (333, 4096), (8, 8192)]
+    for dtype in [torch.float32, torch.float16, torch.bfloat16]])
 def test_cuda_version_matches_torch(ext, shape, dtype):
     assert ext.kind == "cuda"
     x = random_tensor(shape, dtype, DEVICE)

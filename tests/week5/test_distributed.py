@@ -89,6 +89,10 @@ def test_bad_arguments_are_refused_before_spawning():
         dd.train("zero4")
 
 
+# slow: with 2 GPUs, tests/week5/test_multi_gpu.py runs every strategy over NCCL by default (and
+# more tightly); on one GPU this is a one-process NCCL group, no communication, and 16 s of process
+# start-up and NCCL initialization on the H100.
+@pytest.mark.slow
 @pytest.mark.gpu(reason="NCCL needs CUDA GPUs")
 def test_nccl_strategies_match_single_gpu():
     # One process per GPU, up to 2. fp32 on the GPU: the shards' GEMMs have half the rows and

@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from course import runtime
 from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, layouts, past_int32_marks,
-                          poisoned, random_tensor, sweep, with_specials)
+                          poisoned, random_tensor, with_specials)
 from week5_integration import model as gpt
 
 lr = runtime.lesson("week5_integration.lora")
@@ -30,7 +30,25 @@ KERNEL_DTYPES = dtype_params([torch.float32, torch.float64, torch.float16, torch
 # (tokens M, in K, out N, rank r): ones, primes, not multiples of the 32-wide simulated tiles,
 # K > BLOCK_K (several loop steps), r not a power of two, r = 16 and r above the 16-wide padding.
 SHAPES = [(1, 1, 1, 1), (7, 33, 17, 3), (37, 64, 129, 8), (65, 100, 48, 16), (3, 20, 30, 20)] + runtime.pick(
-    gpu=sweep([(1000, 768, 2304, 16)], [(257, 2048, 768, 64)]), sim=[])
+    gpu=[(1000, 768, 2304, 16), (257, 2048, 768, 64)], sim=[])
+# What the default run keeps (`--slow` or `-m slow` runs the rest of each cross product). On a GPU
+# every (dtype, shape class) is a compile of the fused kernel (and of its backward), and fp32 is
+# the costly one: its exact (ieee) tl.dot over a 128 x 64 x 64 tile takes 5-8 s to compile, each
+# layout or size class anew (test_non_dense_layouts spent 36-39 s per layout on that). So each
+# shape once outside bf16 (simulation skips bf16) and each dtype at least once (fp32 at (7, 33,
+# 17, 3), the size class its other tests here share; fp64, the cheap one, three times): ones,
+# primes, K > BLOCK_K, r = 16 and r above the 16-wide padding; and one autotuned case, fp16 at
+# (1000, 768, 2304, 16). Slow: the rest of dtype x shape, the fp32 layouts and fp32 empty sums.
+DEFAULT_SHAPES = {torch.float32: [(7, 33, 17, 3)],
+                  torch.float64: [(1, 1, 1, 1), (37, 64, 129, 8), (65, 100, 48, 16)],
+                  torch.float16: [(3, 20, 30, 20), (1000, 768, 2304, 16)], torch.bfloat16: [(37, 64, 129, 8)]}
+
+
+def dtype_shapes(shapes, default):
+    """(dtype, shape) params over KERNEL_DTYPES x shapes, slow unless shape in default[dtype]."""
+    return [pytest.param(d.values[0], s, id=f"{d.id}-{s}",
+                         marks=[*d.marks, *(() if s in default[d.values[0]] else [pytest.mark.slow])])
+            for d in KERNEL_DTYPES for s in shapes]
 
 
 def atol(ref, dtype, k, depth=1):
@@ -56,8 +74,7 @@ def reference64(x, w, a, b, scale, x_in=None):
 
 
 # ------------------------------------------------------------------------------ the kernels
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+@pytest.mark.parametrize("dtype, shape", dtype_shapes(SHAPES, DEFAULT_SHAPES))
 def test_fused_forward_matches_float64(dtype, shape):
     m, k, n, r = shape
     x, w, a, b = operands(m, k, n, r, dtype)
@@ -70,8 +87,10 @@ def test_fused_forward_matches_float64(dtype, shape):
     assert_close(xa, xa_want.to(dtype), atol=atol(xa_want, dtype, 8, max(shape)), name="xa = s x A^T")
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+# The same shapes as the forward (whose compiled kernels they reuse), but for the large one: the
+# backward's kernels are autotuned anew there, slow (the forward is the default's autotuned case).
+@pytest.mark.parametrize("dtype, shape", dtype_shapes(SHAPES, {d: [s for s in shapes if s != (1000, 768, 2304, 16)]
+                                                               for d, shapes in DEFAULT_SHAPES.items()}))
 def test_gradients_match_float64(dtype, shape):
     m, k, n, r = shape
     x, w, a, b = operands(m, k, n, r, dtype, requires_grad=True)
@@ -85,8 +104,10 @@ def test_gradients_match_float64(dtype, shape):
         assert_close(got, ref.to(dtype), atol=atol(ref, dtype, 16, max(shape)), name=name)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (13, 40, 70, 5)], ids=str)
-@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+# Default: the ragged shape in fp32 and fp16, 1 x 1 in fp64 and bf16; slow: the other four.
+@pytest.mark.parametrize("dtype, shape", dtype_shapes([(1, 1, 1, 1), (13, 40, 70, 5)], {
+    torch.float32: [(13, 40, 70, 5)], torch.float16: [(13, 40, 70, 5)], torch.float64: [(1, 1, 1, 1)],
+    torch.bfloat16: [(1, 1, 1, 1)]}))
 def test_two_pass_kernel_matches_float64(dtype, shape):
     m, k, n, r = shape
     x, w, a, b = operands(m, k, n, r, dtype)
@@ -100,15 +121,22 @@ def test_two_pass_kernel_matches_float64(dtype, shape):
     assert_close(got, want.to(dtype), atol=atol(want, dtype, 8, max(shape)), name="lora_linear_two_pass")
 
 
-@pytest.mark.parametrize("layout", layouts(2))
-def test_non_dense_layouts(layout):
+# Each operand in each layout is a compile of its own (strides of 1 or 16k, unaligned starts): in
+# fp32 that was 36-39 s per layout on the H100. The default runs the column block (q out of a
+# fused qkv: row strides that are not the row length) in fp16; the backward already feeds the
+# fused kernel transposed operands (W^T, B^T, A^T) in test_gradients_match_float64. Slow: every
+# layout in fp32.
+@pytest.mark.parametrize("dtype, layout", [pytest.param(torch.float16, "column_slice", id="float16-column_slice")] +
+                         [pytest.param(torch.float32, layout, id=f"float32-{layout}", marks=pytest.mark.slow)
+                          for layout in layouts(2)])
+def test_non_dense_layouts(dtype, layout):
     """x (a column block of a wider buffer, as q from a fused qkv), W (transposed), A, B and out in
     every layout: the kernels take every operand's strides."""
-    x, w, a, b = operands(19, 40, 33, 5, torch.float32)
+    x, w, a, b = operands(19, 40, 33, 5, dtype)
     want, _ = reference64(x, w, a, b, 2.0)
     check_layouts(lambda x, w, a, b, out=None: lr.lora_forward(x, w, a, b, 2.0, out=out, store_xa=False)[0],
-                  {"x": x, "w": w, "a": a, "b": b}, want.float(), layout, strided_ok=True,
-                  atol=atol(want, torch.float32, 8, 40))
+                  {"x": x, "w": w, "a": a, "b": b}, want.to(dtype), layout, strided_ok=True,
+                  atol=atol(want, dtype, 8, 40))
 
 
 @pytest.mark.parametrize("which", [pytest.param(w, marks=past_int32_marks())
@@ -176,13 +204,17 @@ def test_nan_and_inf_propagate_as_in_torch():
     assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+# K = 0 (and the backward's N = 0) launch kernels of their own size class: fp16 by default (a
+# short compile), fp32 (5-8 s per compile on the GPU) slow.
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="float16"),
+                                   pytest.param(torch.float32, marks=pytest.mark.slow, id="float32")])
 @pytest.mark.parametrize("shape", [(0, 8, 5, 2), (4, 0, 5, 1), (4, 8, 0, 1)], ids=str)
-def test_empty_inputs(shape):
+def test_empty_inputs(shape, dtype):
     m, k, n, r = shape
-    x, w, a, b = operands(m, k, n, r, torch.float32, requires_grad=True)
+    x, w, a, b = operands(m, k, n, r, dtype, requires_grad=True)
     y = lr.lora_linear(x, w, a, b, 2.0)
     assert y.shape == (m, n)
-    assert_close(y, torch.zeros(m, n, device=DEVICE))  # K = 0: empty sums
+    assert_close(y, torch.zeros(m, n, dtype=dtype, device=DEVICE))  # K = 0: empty sums
     dx, da, db = torch.autograd.grad(y, (x, a, b), torch.ones_like(y))
     assert dx.shape == x.shape and da.shape == a.shape and db.shape == b.shape
 
@@ -377,7 +409,10 @@ def test_apply_lora_refuses_unknown_targets():
 
 
 # -------------------------------------------------------------------------------- benchmarks
-@pytest.mark.parametrize("index", [0, 1])
+# On a GPU these run the benchmarks' real sizes (4096 tokens, bf16: every kernel autotuned anew,
+# 5-8 s each): slow there, and by default in simulation (SIM_SIZES, tiny).
+@pytest.mark.parametrize("index", [pytest.param(i, marks=runtime.pick(gpu=[pytest.mark.slow], sim=[]))
+                                   for i in (0, 1)])
 def test_benchmark_variants_compute_the_same_thing(index):
     bench = lr.BENCHMARKS[index]
     size = bench.active_sizes()[0]

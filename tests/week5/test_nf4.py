@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from course import runtime
 from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, layouts, past_int32_marks,
-                          poisoned, random_tensor, sweep, with_specials)
+                          poisoned, random_tensor, with_specials)
 from week5_integration import model as gpt
 
 q4 = runtime.lesson("week5_integration.nf4")
@@ -30,7 +30,19 @@ WEIGHT_SHAPES = [(1,), (7,), (64,), (65,), (33, 70), (128, 64), (3, 5, 7)] + run
     gpu=[(2304, 768), (1000, 4099)], sim=[])
 # (M, N, K): ones, primes, K a multiple of 64 (one scale per tile row) and not (blocks straddle rows).
 MATMUL_SHAPES = [(1, 1, 1), (5, 7, 33), (17, 40, 64), (3, 65, 130), (16, 48, 192)] + runtime.pick(
-    gpu=sweep([(16, 4096, 4096), (1000, 2304, 768)], [(257, 1000, 4099)]), sim=[])
+    gpu=[(16, 4096, 4096), (1000, 2304, 768), (257, 1000, 4099)], sim=[])
+LARGE_WEIGHTS = runtime.pick(gpu=[(2304, 768), (1000, 4099)], sim=[])
+# What the default run keeps (`--slow` or `-m slow` runs the rest). On a GPU the fused matmul is
+# autotuned for every (M, N, K, double_quant, K % 64 == 0): each new case compiles and times 3-4
+# configs (fp32's exact tl.dot compiles slowest). So the default checks each dtype, both scale
+# formats and both K classes across a few shapes (NF4_MATMUL_DEFAULT: every M class, ones,
+# primes, K = 64 k and not; fp32 plain here, its double-quantized cases come with the fp32 tests
+# below), with one large autotuned case, fp16 at (1000, 2304, 768); the dequantize kernel and the
+# quantizer in every dtype at the small shapes and in fp32 at the large ones. Slow: the rest of
+# each cross product, and the x layouts other than transposed and column-sliced.
+NF4_MATMUL_DEFAULT = {("float32", (5, 7, 33), False), ("float16", (1, 1, 1), False),
+                      ("float16", (17, 40, 64), True), ("float16", (1000, 2304, 768), False),
+                      ("bfloat16", (3, 65, 130), True)}
 
 
 def atol(ref, dtype, k, depth=1):
@@ -77,8 +89,10 @@ def _ties(weight, codes, ref_codes, ref_absmax):
     return (normalized[:, None] - mids).abs().min(dim=1).values < 1e-6
 
 
-@pytest.mark.parametrize("shape", WEIGHT_SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("dtype, shape", [
+    pytest.param(d, shape, id=f"{d}-{shape}",
+                 marks=[pytest.mark.slow] if shape in LARGE_WEIGHTS and d != torch.float32 else [])
+    for d in [torch.float32, torch.bfloat16, torch.float16, torch.float64] for shape in WEIGHT_SHAPES])
 def test_quantize_matches_the_float64_reference(dtype, shape):
     w = random_tensor(shape, dtype, DEVICE)
     stored = q4.nf4_quantize(w, double_quant=False)
@@ -152,8 +166,10 @@ def test_bits_per_parameter():
 
 # -------------------------------------------------------------------------------- the kernels
 @pytest.mark.parametrize("double_quant", [False, True], ids=["plain", "dq"])
-@pytest.mark.parametrize("shape", WEIGHT_SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64]))
+@pytest.mark.parametrize("dtype, shape", [
+    pytest.param(d.values[0], shape, id=f"{d.id}-{shape}",
+                 marks=[*d.marks, *([pytest.mark.slow] if shape in LARGE_WEIGHTS and d.id != "float32" else [])])
+    for d in dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64]) for shape in WEIGHT_SHAPES])
 def test_dequantize_kernel_matches_torch(dtype, shape, double_quant):
     stored = q4.nf4_quantize(random_tensor(shape, torch.float32, DEVICE), double_quant=double_quant)
     out = poisoned(shape, dtype, DEVICE)
@@ -161,9 +177,15 @@ def test_dequantize_kernel_matches_torch(dtype, shape, double_quant):
     assert_close(out, q4.nf4_dequantize_torch(stored, dtype))
 
 
-@pytest.mark.parametrize("double_quant", [False, True], ids=["plain", "dq"])
-@pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", X_DTYPES)
+def matmul_cases():
+    """(dtype, shape, double_quant) over X_DTYPES x MATMUL_SHAPES x both formats: NF4_MATMUL_DEFAULT
+    by default, the rest slow (ids as dtype-shape-plain|dq)."""
+    return [pytest.param(d.values[0], shape, dq, id=f"{d.id}-{shape}-{'dq' if dq else 'plain'}",
+                         marks=[*d.marks, *(() if (d.id, shape, dq) in NF4_MATMUL_DEFAULT else [pytest.mark.slow])])
+            for d in X_DTYPES for shape in MATMUL_SHAPES for dq in (False, True)]
+
+
+@pytest.mark.parametrize("dtype, shape, double_quant", matmul_cases())
 def test_fused_matmul_matches_dequantize_then_matmul(dtype, shape, double_quant):
     m, n, k = shape
     stored = q4.nf4_quantize(random_tensor((n, k), torch.float32, DEVICE, scale=k ** -0.5),
@@ -195,7 +217,10 @@ def test_kernels_reach_later_double_quant_groups(shape):
     assert_close(q4.nf4_matmul(x, stored), want.float(), atol=atol(want, torch.float32, 8, k), name="nf4_matmul")
 
 
-@pytest.mark.parametrize("layout", layouts(2))
+# Each x layout is a new stride class: a compile and an autotuning run (fp32) per layout. Default:
+# transposed x (both strides arbitrary) and a column block (row stride != K); slow: the others.
+@pytest.mark.parametrize("layout", [pytest.param(layout, marks=() if layout in ("transposed", "column_slice")
+                                                 else pytest.mark.slow) for layout in layouts(2)])
 def test_non_dense_layouts(layout):
     """x in every layout (the fused kernel takes its strides); out sliced out of a bigger buffer
     works, a non-contiguous out is refused (it is written through a flat (M, N) view)."""

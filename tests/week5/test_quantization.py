@@ -23,7 +23,16 @@ UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat1
 
 # (M, K, N): one row, primes, exactly one block, one past it; K = 1 and K past several blocks.
 SHAPES = [(1, 64, 96), (1, 1, 1), (3, 257, 130), (16, 16, 16), (17, 100, 7), (5, 33, 65)] + \
-    runtime.pick(gpu=sweep([(16, 4096, 4096), (64, 1000, 3001)], [(1, 16384, 4096)]), sim=[])
+    runtime.pick(gpu=[(16, 4096, 4096), (64, 1000, 3001), (1, 16384, 4096)], sim=[])
+# What the default run keeps (`--slow` or `-m slow` runs the rest). On a GPU each (kernel, dtype,
+# tile config, size class) is a compile; the default checks every shape once per kernel (the small
+# ones in fp32 or fp16, which simulation runs too) and every dtype at two to four shapes
+# (SHAPES_BY_DTYPE), the large ones in fp16 and bf16, and the first two and
+# the last of the swept configs; slow adds the rest of dtype x shape, (1, 16384, 4096) and the
+# swept configs between.
+SHAPES_BY_DTYPE = {"float32": [(1, 1, 1), (3, 257, 130), (17, 100, 7), (16, 16, 16)],
+                   "float16": [(1, 64, 96), (5, 33, 65), (16, 4096, 4096)],
+                   "bfloat16": [(3, 257, 130), (64, 1000, 3001)]}
 
 
 def reference(x, q, scale, *, rounds_weight: bool = False):
@@ -98,8 +107,10 @@ def test_quantize_refuses_non_finite_weights():
 
 # ---------------------------------------------------------------------------------- kernels
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, shape", [
+    pytest.param(d.values[0], shape, id=f"{d.id}-{'x'.join(map(str, shape))}",
+                 marks=[*d.marks, *(() if shape in SHAPES_BY_DTYPE[d.id] else [pytest.mark.slow])])
+    for d in DTYPES for shape in SHAPES])
 def test_int8_matmul_matches_float64(dtype, shape, kernel):
     M, K, N = shape
     q, scale = quantized(N, K)
@@ -155,14 +166,23 @@ def test_explicit_tiles_with_tails_in_every_dimension(kernel, block_n, block_k):
     assert_close(out.double(), reference(x, q, scale, rounds_weight=KERNELS[kernel]), rtol=rtol, atol=atol)
 
 
+def swept_configs(M, part):
+    """The first two and the last swept config ("ends": both stage counts, the narrowest and the
+    widest tiles), or the ones between (each a compile on a GPU: slow)."""
+    configs = qz.sweep_configs(M)
+    ends = configs[:2] + configs[-1:]
+    return ends if part == "ends" else [c for c in configs if c not in ends]
+
+
+@pytest.mark.parametrize("part", sweep(["ends"], ["between"]))
 @pytest.mark.parametrize("M", [1, 16])
-def test_every_swept_config_is_correct(M):
+def test_every_swept_config_is_correct(M, part):
     # The sweep may pick any of these for TUNED_H100: each must be right, not only fast.
     K, N = 300, 70
     q, scale = quantized(N, K)
     x = random_tensor((M, K), torch.float16, DEVICE)
     rtol, atol = error_bounds(x, q, scale)
-    for config in qz.sweep_configs(M):
+    for config in swept_configs(M, part):
         out = poisoned((M, N), torch.float16, DEVICE)
         qz.int8_matmul(x, q, scale, out, config=config)
         assert_close(out.double(), reference(x, q, scale), rtol=rtol, atol=atol, name=config.label())

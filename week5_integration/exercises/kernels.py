@@ -167,4 +167,5 @@ def swap_plan(cfg: m.GPTConfig | None = None, course: m.Ops | None = None) -> li
 
 def describe(ops: m.Ops) -> dict:
     """{field: "module.function"} of an Ops record: which code each hot spot runs."""
-    return {f: f"{getattr(ops, f).__module__}.{getattr(ops, f).__qualname__}" for f in OPS_FIELDS}
+    return {f: (f"{getattr(ops, f).__module__}.{getattr(ops, f).__qualname__}" if getattr(ops, f) is not None
+                else "none (the model's own code)") for f in OPS_FIELDS}

@@ -23,6 +23,8 @@
 // T is float or double; sums are accumulated in T (float for float, as the CUDA kernels do).
 template <typename T>
 void rmsnorm_forward_cpu(const T* x, const T* w, T* y, T* rstd, int64_t M, int64_t N, double eps) {
+    // BEGIN EXERCISE: for each row r: sum_sq of x over the row (in T), inv = 1 / sqrt(sum_sq / N + eps),
+    //   rstd[r] = inv, y[r * N + c] = x * inv * w[c].
     for (int64_t r = 0; r < M; ++r) {
         const T* xr = x + r * N;
         T sum_sq = 0;
@@ -31,6 +33,7 @@ void rmsnorm_forward_cpu(const T* x, const T* w, T* y, T* rstd, int64_t M, int64
         rstd[r] = inv;
         for (int64_t c = 0; c < N; ++c) y[r * N + c] = xr[c] * inv * w[c];
     }
+    // END EXERCISE
 }
 
 // Row r is handled by "program" r % P; each program adds its rows' dy * xhat into its own row
@@ -39,6 +42,9 @@ void rmsnorm_forward_cpu(const T* x, const T* w, T* y, T* rstd, int64_t M, int64
 template <typename T>
 void rmsnorm_backward_cpu(const T* dy, const T* x, const T* w, const T* rstd, T* dx, T* dw_partial,
                           int64_t M, int64_t N, int64_t P) {
+    // BEGIN EXERCISE: zero dw_partial (P x N); for each row r (program r % P): inv = rstd[r], mean =
+    //   sum_c(dy * w * x * inv) / N, dx = inv * (dy * w - xhat * mean), and add dy * xhat into row r % P of
+    //   dw_partial.
     for (int64_t i = 0; i < P * N; ++i) dw_partial[i] = 0;
     for (int64_t r = 0; r < M; ++r) {
         const T* xr = x + r * N;
@@ -54,6 +60,7 @@ void rmsnorm_backward_cpu(const T* dy, const T* x, const T* w, const T* rstd, T*
             acc[c] += dyr[c] * xhat;
         }
     }
+    // END EXERCISE
 }
 
 // ---------------------------------------------------------------------------------- CUDA (GPU)
@@ -80,6 +87,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 // 32 lanes add through register shuffles (no shared memory, no __syncthreads); one partial per warp
 // then goes through shared memory and warp 0 adds those. blockDim.x must be a multiple of 32.
 __device__ float block_sum(float v) {
+    // BEGIN EXERCISE: add v across the warp with __shfl_xor_sync (offsets 16, 8, 4, 2, 1), one partial per
+    //   warp into a __shared__ float[32], __syncthreads, warp 0 adds the partials, broadcast the total
+    //   through shared memory to every thread (and __syncthreads before returning: the next call reuses
+    //   it).
     __shared__ float warp_sums[32];
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
@@ -94,6 +105,7 @@ __device__ float block_sum(float v) {
     __syncthreads();
     v = warp_sums[0];
     __syncthreads();  // nobody may overwrite warp_sums (next call) before everyone has read it
+    // END EXERCISE
     return v;
 }
 
@@ -103,6 +115,9 @@ __device__ float block_sum(float v) {
 template <typename T>
 __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                    float* __restrict__ rstd, int64_t N, float eps) {
+    // BEGIN EXERCISE: one block per row (blockIdx.x); each thread strides over the columns by blockDim.x
+    //   (coalesced); sum of squares in fp32 -> block_sum -> inv = rsqrtf(sum / N + eps); thread 0 writes
+    //   rstd[row]; every thread writes its y elements (from_float<T>).
     const int64_t row = blockIdx.x;
     const T* xr = x + row * N;
     float sum_sq = 0.0f;
@@ -114,6 +129,7 @@ __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict_
     if (threadIdx.x == 0) rstd[row] = inv;
     for (int64_t c = threadIdx.x; c < N; c += blockDim.x)
         y[row * N + c] = from_float<T>(to_float(xr[c]) * inv * to_float(w[c]));
+    // END EXERCISE
 }
 
 // A fixed grid of P blocks; block b handles rows b, b + P, ... and accumulates dy * xhat for its
@@ -125,6 +141,10 @@ template <typename T>
 __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                    const float* __restrict__ rstd, T* __restrict__ dx,
                                    float* __restrict__ dw_partial, int64_t M, int64_t N) {
+    // BEGIN EXERCISE: extern __shared__ float dw_acc[] (N floats, zeroed by each thread for its own
+    //   columns); loop rows blockIdx.x, blockIdx.x + gridDim.x, ...: mean = block_sum(sum of dy * w * xhat)
+    //   / N, dx = inv * (dy * w - xhat * mean), dw_acc[c] += dy * xhat; finally write dw_acc into row
+    //   blockIdx.x of dw_partial.
     extern __shared__ float dw_acc[];
     for (int64_t c = threadIdx.x; c < N; c += blockDim.x) dw_acc[c] = 0.0f;
     for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
@@ -143,6 +163,7 @@ __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict
         }
     }
     for (int64_t c = threadIdx.x; c < N; c += blockDim.x) dw_partial[blockIdx.x * N + c] = dw_acc[c];
+    // END EXERCISE
 }
 
 // ~8 elements per thread, a power of two between one warp and 1024 threads.

@@ -1,0 +1,201 @@
+"""`python -m course progress`: where every exercise stands, in one table, and what to run next.
+
+The test files of the stubs you changed run quietly (`--impl=exercises`; simulation on a CPU, the
+GPU where there is one) with the quick selection of course/pytest_lesson.py: the first (smallest)
+case of each test function, and a file stops at its first failure; a stub as the course ships it is
+not run (CI checks that its tests fail). The weeks, and parts of a week, run side by side (one
+pytest per CPU core). Each exercise is then
+* done: every selected test passed (or was skipped: it needs a GPU);
+* not started: the stub is as the course ships it, and its tests fail with 'not implemented yet';
+* in progress: you changed it and a hole still raises 'not implemented yet';
+* failing: the first failing test and its one-line reason.
+`pytest tests/<week>/test_<lesson>.py --impl=exercises` runs that lesson's full tests.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from course import exercises, pytest_lesson
+
+ROOT = exercises.ROOT
+
+
+def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]]:
+    """(lesson, stub, test file) of a week, in the order the week's README teaches them."""
+    found = []
+    for stub in sorted((package_dir / "exercises").glob("*.py")):
+        if stub.name == "__init__.py":
+            continue
+        test = root / "tests" / exercises.week_of(package_dir) / f"test_{stub.stem}.py"
+        if test.exists():
+            found.append((stub.stem, stub, test))
+    readme = package_dir / "README.md"
+    text = readme.read_text() if readme.exists() else ""
+
+    def order(item):
+        at = text.find(f"`{item[0]}.py`")
+        return (at if at >= 0 else len(text) + 1, item[0])
+    return sorted(found, key=order)
+
+
+def pristine(stub: Path, root: Path = ROOT) -> str | None:
+    """The stub as the course ships it: generated from its solution, or git's committed copy."""
+    solution = stub.parent.parent / stub.name
+    if solution.exists() and exercises.is_marked(solution):
+        return exercises.generate(solution, root)
+    if shutil.which("git") and (root / ".git").exists():
+        rel = stub.relative_to(root).as_posix()
+        proc = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return proc.stdout
+    return None
+
+
+def run_week(tests: list[Path], impl: str, root: Path = ROOT, timeout: float = 600) -> tuple[list[dict], float, str]:
+    """(outcomes, seconds, trouble) of one quiet pytest run of `tests` with the quick selection."""
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp) / "results.jsonl"
+        env = {**os.environ, pytest_lesson.RESULTS_ENV: str(results), pytest_lesson.SMOKE_ENV: "1"}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
+                   f"--impl={impl}", *(t.relative_to(root).as_posix() for t in tests)]
+        try:
+            proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] if proc.returncode not in (0, 1) else []
+        except subprocess.TimeoutExpired:
+            tail = [f"stopped after {timeout:.0f} s"]
+        return pytest_lesson.read_results(results), time.time() - started, " ".join(tail)
+
+
+def _chunks(per_week: list[list[Path]], jobs: int) -> list[tuple[int, list[Path]]]:
+    """(week index, test files) to run, about `jobs` of them: a week's files split by its share."""
+    total = sum(len(files) for files in per_week)
+    out = []
+    for w, files in enumerate(per_week):
+        if not files:
+            continue
+        n = max(1, min(len(files), round(jobs * len(files) / max(total, 1))))
+        out += [(w, files[i::n]) for i in range(n)]
+    return out
+
+
+def status(records: list[dict], unchanged: bool | None) -> tuple[str, str]:
+    failed = [r for r in records if r["outcome"] in ("failed", "error")]
+    if not records:
+        return "no result", ""
+    if not failed:
+        return "done", ""
+    real = [r for r in failed if exercises.NOT_IMPLEMENTED not in r["message"]]
+    if not real:
+        return ("not started" if unchanged in (True, None) else "in progress"), failed[0]["message"]
+    first = real[0]  # a wrong result says more than a hole still open
+    return "failing", f"{first['nodeid'].split('::', 1)[-1]}: {first['message']}"
+
+
+def _holes(stub: Path, root: Path) -> str:
+    """'holes: a, b (about N lines)' of a generated stub, from its solution's markers."""
+    solution = stub.parent.parent / stub.name
+    if not (solution.exists() and exercises.is_marked(solution)):
+        return "(as shipped)"
+    regions = [r for r in exercises.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
+    text = solution.read_text()
+    scopes = exercises._scopes(__import__("ast").parse(text))
+    names = []
+    for r in regions:
+        scope = exercises._innermost(scopes, r.begin + 1)
+        names.append(scope[2] if scope else "module level")
+    return f"holes: {', '.join(dict.fromkeys(names))} (about {sum(r.size for r in regions)} lines)"
+
+
+def _fit(text: str, width: int) -> str:
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def main(args) -> int:
+    root = Path(args.root) if getattr(args, "root", None) else ROOT
+    impl = "solutions" if args.solutions else "exercises"
+    weeks = []
+    for package_dir in exercises.lesson_dirs(root):
+        short = exercises.week_of(package_dir)
+        if args.weeks and short not in args.weeks and package_dir.name not in args.weeks:
+            continue
+        found = lessons(package_dir, root)
+        if found:
+            weeks.append((short, found))
+    if not weeks:
+        print("no exercises found" + (f" for {' '.join(args.weeks)}" if args.weeks else ""))
+        return 1
+    from course import runtime
+
+    where = "the GPU" if runtime.on_gpu() else "simulation on the CPU"
+    print(f"Checking {sum(len(f) for _, f in weeks)} exercises in {len(weeks)} "
+          f"{'week' if len(weeks) == 1 else 'weeks'} ({where}; the first, smallest case of each test"
+          f"{'; the solutions' if args.solutions else ''})...", flush=True)
+    # A stub as the course ships it is not started (CI checks that its tests fail with 'not implemented
+    # yet'): only the stubs you changed are run, unless --all.
+    shipped = {}
+    if impl == "exercises" and not args.all:
+        for _, found in weeks:
+            for _, stub, _ in found:
+                text = pristine(stub, root)
+                shipped[stub] = text is not None and stub.read_text() == text
+    to_run = [[t for _, stub, t in found if not shipped.get(stub)] for _, found in weeks]
+    jobs = args.jobs or os.cpu_count() or 1
+    chunks = _chunks(to_run, jobs)  # one pytest per chunk of a week's test files: imports paid once each
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        done = list(pool.map(lambda c: run_week(c[1], impl, root, args.timeout), chunks))
+    runs = []
+    for w in range(len(weeks)):
+        mine = [result for (week, _), result in zip(chunks, done) if week == w]
+        runs.append(([r for records, _, _ in mine for r in records], max((s for _, s, _ in mine), default=0.0),
+                     " ".join(t for _, _, t in mine if t)))
+    width = shutil.get_terminal_size((120, 20)).columns
+    name_w = max(len(name) for _, found in weeks for name, _, _ in found) + 2
+    next_command, working, counts = None, None, {}
+    for (short, found), (records, seconds, trouble) in zip(weeks, runs):
+        print(f"\n{short}" + (f" ({seconds:.0f} s)" if seconds else "") + (f": {trouble}" if trouble else ""))
+        for name, stub, test in found:
+            rel = test.relative_to(root).as_posix()
+            if shipped.get(stub):
+                state, detail = "not started", _holes(stub, root)
+            else:
+                mine = [r for r in records if r["nodeid"].split("::", 1)[0] == rel]
+                unchanged = None
+                if impl == "exercises":
+                    text = pristine(stub, root)
+                    unchanged = None if text is None else stub.read_text() == text
+                state, detail = status(mine, unchanged)
+            counts[state] = counts.get(state, 0) + 1
+            if state in ("failing", "in progress", "no result") and working is None:
+                working = f"pytest {rel} --impl={impl} -x"  # what you are working on comes first
+            if state == "not started" and next_command is None:
+                next_command = f"pytest {rel} --impl={impl}"
+            line = f"  {name:<{name_w}}{state:<13}"
+            print(line + _fit(detail, max(20, width - len(line) - 1)) if detail else line)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    print(f"\n{summary}.")
+    next_command = working or next_command
+    if next_command:
+        print(f"Next: {next_command}")
+    else:
+        print("Every exercise passes its quick tests: run `pytest tests/<week> --impl=exercises` for the full ones.")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("progress", help="where every exercise stands (done / failing / not started) and what to run next")
+    p.add_argument("weeks", nargs="*", help="weeks to check (default: all), e.g. week3 week4")
+    p.add_argument("--jobs", type=int, default=0, help="pytest processes at once (default: one per CPU core)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds a week may take")
+    p.add_argument("--all", action="store_true", help="also run the tests of stubs you have not changed")
+    p.add_argument("--solutions", action="store_true", help="check the solutions instead (the course's own test)")
+    p.add_argument("--root", help=__import__("argparse").SUPPRESS)

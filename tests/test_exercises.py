@@ -1,0 +1,347 @@
+"""The exercise kit: stubs generated from marked solutions, must-fail fixtures, the progress view.
+
+Fast and GPU-free: a toy lesson in a temporary folder for the generator's rules, then the
+course's own files (every committed stub is what its solution generates; every known-wrong
+fixture still applies inside an exercise region), and the pytest plugin in a subprocess.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from course import exercises, progress, pytest_lesson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LESSON = '''\
+"""Toy lesson: scale a list, the slow way and the fast way.
+
+The second paragraph is the theory; the stub keeps only the first.
+"""
+import math
+
+# EXERCISE NOTE: Rules of the house: keep the input list unchanged;
+#   return new lists.
+
+FACTOR = 2
+
+
+def scale(xs, factor=FACTOR):
+    """Every element times factor."""
+    if not isinstance(xs, list):
+        raise TypeError("xs must be a list")
+    # BEGIN EXERCISE: multiply each element by factor; keep the order
+    #   (a list comprehension is enough)
+    out = [x * factor for x in xs]
+    return out
+    # END EXERCISE
+
+
+def norm(xs):
+    """Euclidean norm, through the helper below."""
+    return math.sqrt(_sum_of_squares(xs))
+
+
+# BEGIN EXERCISE: the helper norm() calls: _sum_of_squares(xs), the sum of x * x
+# STUB: def _sum_of_squares(xs):
+# STUB:     raise NotImplementedError("not implemented yet: _sum_of_squares")
+def _sum_of_squares(xs):
+    return sum(x * x for x in xs)
+# END EXERCISE
+
+
+class Scaler:
+    """A callable scale()."""
+
+    def __call__(self, xs):
+        # BEGIN EXERCISE: call scale() with this object's factor
+        return scale(xs, self.factor)
+        # END EXERCISE
+
+    factor = 3
+
+
+# BEGIN SOLUTION ONLY: a command line the stub does not need
+def main():
+    print(scale([1, 2, 3]))
+# END SOLUTION ONLY
+'''
+
+TRITON_LESSON = '''\
+"""Toy Triton lesson."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    # BEGIN EXERCISE: y = x + 1, masked to n
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+    # END EXERCISE
+'''
+
+CUDA_SOURCE = '''\
+// Toy CUDA C: add one.
+//
+// The theory paragraph.
+
+__device__ float twice(float v) {
+    // BEGIN EXERCISE: return 2 v
+    v = 2.0f * v;
+    // END EXERCISE
+    return v;
+}
+
+__global__ void add_one(const float* x, float* y, long long n) {
+    // BEGIN EXERCISE: one thread per element, guarded by i < n
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + 1.0f;
+    // END EXERCISE
+}
+'''
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A course of one week: a marked lesson, a Triton one, a CUDA C file, an unmarked lesson."""
+    week = tmp_path / "week9_toy"
+    (week / "exercises").mkdir(parents=True)
+    (week / "kernels").mkdir()
+    (week / "__init__.py").write_text('"""Week 9."""\n')
+    (week / "exercises" / "__init__.py").write_text("")
+    (week / "lesson.py").write_text(LESSON)
+    (week / "tri.py").write_text(TRITON_LESSON)
+    (week / "loader.py").write_text('"""Loads kernels/add.cu."""\nSOURCE = "add.cu"\n')
+    (week / "kernels" / "add.cu").write_text(CUDA_SOURCE)
+    (week / "plain.py").write_text('"""No markers."""\n')
+    (week / "exercises" / "plain.py").write_text('"""Hand-written stub."""\n')
+    tests = tmp_path / "tests" / "week9"
+    tests.mkdir(parents=True)
+    for name in ("lesson", "tri", "loader"):
+        (tests / f"test_{name}.py").write_text("")
+    return tmp_path
+
+
+def _load(path: Path, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_python_hole_raises_not_implemented_with_its_hint_and_size(course, monkeypatch):
+    monkeypatch.syspath_prepend(str(course))  # the stub imports what SOLUTION ONLY kept out from the solution
+    stub = exercises.generate(course / "week9_toy" / "lesson.py", course)
+    assert "out = [x * factor" not in stub and "sum(x * x" not in stub
+    assert "# TODO (about 2 lines): multiply each element by factor; keep the order (a list comprehension" in stub
+    assert "raise NotImplementedError('not implemented yet: scale: multiply each element by factor')" in stub
+    assert "not implemented yet: Scaler.__call__" in stub
+    assert "def main" not in stub and "SOLUTION ONLY" not in stub and "BEGIN" not in stub
+    assert "from week9_toy.lesson import main  # noqa: E402, F401  (given: a command line the stub" in stub
+    path = course / "stub.py"
+    path.write_text(stub)
+    module = _load(path, "toy_stub")
+    with pytest.raises(TypeError, match="xs must be a list"):  # the given plumbing still runs
+        module.scale("no list")
+    with pytest.raises(NotImplementedError, match="not implemented yet: scale"):
+        module.scale([1.0])
+    with pytest.raises(NotImplementedError, match="not implemented yet: _sum_of_squares"):  # the STUB lines
+        module.norm([3.0, 4.0])
+    assert module.main.__module__ == "week9_toy.lesson"  # imported, not copied
+
+
+def test_the_stub_docstring_names_the_holes_the_test_command_and_the_source(course):
+    stub = exercises.generate(course / "week9_toy" / "lesson.py", course)
+    doc = " ".join(ast.get_docstring(ast.parse(stub)).split())  # the text, whatever its wrapping
+    assert doc.startswith("Exercise: toy lesson: scale a list, the slow way and the fast way.")
+    assert "second paragraph" not in doc and "Toy lesson" not in doc
+    assert "`pytest tests/week9/test_lesson.py --impl=exercises`" in doc
+    assert "python -m course progress" in doc
+    assert "You write (about 5 lines in 3 holes" in doc
+    assert "Imported from week9_toy/lesson.py, not repeated here: `main`." in doc
+    assert "* `scale`: multiply each element by factor" in doc and "* at module level: the helper" in doc
+    assert "week9_toy/lesson.py" in doc and exercises.GENERATED_MARK in doc
+    assert "Rules of the house: keep the input list unchanged; return new lists." in doc  # the note
+    assert "EXERCISE NOTE" not in stub and "EXERCISE NOTE" in LESSON
+
+
+def test_a_triton_hole_keeps_the_kernel_importable_and_stops_at_compile_or_interpretation(course):
+    stub = exercises.generate(course / "week9_toy" / "tri.py", course)
+    assert "tl.static_assert(False, 'not implemented yet: add_kernel: y = x + 1, masked to n')" in stub
+    tree = ast.parse(stub)
+    kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    assert [ast.unparse(d) for d in kernel.decorator_list] == ["triton.jit"]
+
+
+def test_cuda_holes_are_comments_and_the_header_is_regenerated(course):
+    stub = exercises.generate(course / "week9_toy" / "kernels" / "add.cu", course)
+    assert stub.startswith("// Exercise: toy CUDA C: add one.")
+    assert "`pytest tests/week9/test_loader.py --impl=exercises`" in stub  # the module that loads it
+    assert "* `twice`: return 2 v (about 1 line)" in stub and "* `add_one`: one thread per element" in stub
+    assert "    // TODO (about 1 line): return 2 v\n    return v;" in stub
+    assert "blockIdx" not in stub and "The theory paragraph" not in stub
+
+
+def test_filling_the_holes_gives_back_the_solution(course):
+    solution = course / "week9_toy" / "lesson.py"
+    filled = exercises.filled(solution)
+    assert "BEGIN" not in filled and "END EXERCISE" not in filled and "def main" not in filled
+    kept = [line for line in LESSON.splitlines() if "EXERCISE" not in line and "(a list comprehension" not in line]
+    assert filled.splitlines() == [line for line in kept if line in filled.splitlines()]
+    assert "out = [x * factor for x in xs]" in filled
+
+
+def test_write_then_check_and_an_edited_stub_is_reported(course):
+    changed = exercises.write(course)
+    stubs = {p.relative_to(course).as_posix() for p in changed}
+    assert stubs == {"week9_toy/exercises/lesson.py", "week9_toy/exercises/tri.py",
+                     "week9_toy/exercises/kernels/add.cu", ".gitattributes"}
+    assert (course / "week9_toy" / "exercises" / "plain.py").read_text() == '"""Hand-written stub."""\n'
+    assert "week9_toy/exercises/lesson.py linguist-generated=true" in (course / ".gitattributes").read_text()
+    assert exercises.check(course) == []
+    assert exercises.write(course) == []  # regenerating changes nothing
+    stub = course / "week9_toy" / "exercises" / "lesson.py"
+    stub.write_text(stub.read_text().replace("FACTOR = 2", "FACTOR = 3"))
+    assert exercises.check(course) == ["week9_toy/exercises/lesson.py: differs from its solution's markers from line 24"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('"""D."""\ndef f():\n    # BEGIN EXERCISE: x\n    return 1\n', "never closed"),
+    ('"""D."""\ndef f():\n    # BEGIN EXERCISE: x\n    # BEGIN EXERCISE: y\n    return 1\n'
+     '    # END EXERCISE\n    # END EXERCISE\n', "do not nest"),
+    ('"""D."""\ndef f():\n    # BEGIN EXERCISE\n    return 1\n    # END EXERCISE\n', "needs a hint"),
+    ('"""D."""\n# BEGIN EXERCISE: all of it\ndef f():\n    return 1\n# END EXERCISE\nf()\n', "still uses f"),
+    ('"""D."""\nclass A:\n    # BEGIN EXERCISE: the body\n    x = 1\n    # END EXERCISE\n', "does not parse"),
+])
+def test_malformed_markers_are_refused_with_the_line(tmp_path, text, message):
+    (tmp_path / "week9_toy").mkdir()
+    path = tmp_path / "week9_toy" / "bad.py"
+    path.write_text(text)
+    with pytest.raises(exercises.MarkerError, match=message):
+        exercises.generate(path, tmp_path)
+
+
+def test_the_committed_stubs_are_what_their_solutions_generate():
+    """`python -m course exercises --check` on this checkout (CI runs it too)."""
+    assert exercises.check(ROOT) == []
+
+
+def test_every_generated_stub_names_its_test_file_and_has_holes():
+    for solution in exercises.marked_solutions(ROOT):
+        assert exercises.test_file(solution, ROOT) is not None, solution
+        regions = exercises.parse_regions(solution.read_text().splitlines(), exercises._comment_of(solution))
+        assert any(r.kind == "EXERCISE" for r in regions), solution
+
+
+def test_every_must_fail_fixture_applies_inside_an_exercise_region():
+    fixtures = exercises.load_fixtures(ROOT)
+    assert fixtures, "tests/<week>/wrong/ holds the known-wrong solutions"
+    for fixture in fixtures:
+        source = exercises.wrong_source(fixture)  # raises when stale or outside a hole
+        assert source != fixture.solution.read_text()
+        assert fixture.test is not None and fixture.test.exists(), fixture.label
+    per_lesson = {}
+    for fixture in fixtures:
+        per_lesson.setdefault(fixture.solution, []).append(fixture)
+    marked = set(exercises.marked_solutions(ROOT))
+    for solution in marked:
+        if solution.suffix == ".py":
+            lesson = [f for s, fs in per_lesson.items() for f in fs if f.module.endswith("." + solution.stem)]
+            assert len(lesson) >= 2, f"{solution.name}: at least two known-wrong solutions per converted lesson"
+
+
+def test_a_stale_fixture_is_reported_not_run(tmp_path):
+    week = tmp_path / "week9_toy"
+    week.mkdir()
+    (week / "lesson.py").write_text(LESSON)
+    wrong = exercises.Wrong("gone", "text that is not there", old="no such line\n", new="")
+    fixture = exercises.Fixture(wrong, week / "lesson.py", "week9_toy.lesson", tmp_path / "t.py", tmp_path / "w.py")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        exercises.wrong_source(fixture)
+    outside = exercises.Wrong("outside", "a line the learner never writes", old="FACTOR = 2\n", new="FACTOR = 5\n")
+    with pytest.raises(ValueError, match="not inside an EXERCISE region"):
+        exercises.wrong_source(exercises.Fixture(outside, week / "lesson.py", "week9_toy.lesson",
+                                                 tmp_path / "t.py", tmp_path / "w.py"))
+
+
+def test_the_plugin_overrides_a_module_selects_one_case_per_test_and_records_reasons(tmp_path):
+    (tmp_path / "toy_pkg").mkdir()
+    (tmp_path / "toy_pkg" / "__init__.py").write_text("")
+    (tmp_path / "toy_pkg" / "mod.py").write_text("VALUE = 1\n")
+    (tmp_path / "wrong_mod.py").write_text("VALUE = 2\n")
+    (tmp_path / "test_toy.py").write_text(textwrap.dedent("""
+        import pytest
+        from toy_pkg import mod
+
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_value(n):
+            assert mod.VALUE == 1
+
+        def test_later():
+            raise NotImplementedError("not implemented yet: later")
+
+        def test_unrelated():
+            pass
+    """))
+    results = tmp_path / "results.jsonl"
+    env = {**os.environ, pytest_lesson.RESULTS_ENV: str(results), pytest_lesson.SMOKE_ENV: "1",
+           pytest_lesson.OVERRIDE_ENV: f"toy_pkg.mod={tmp_path / 'wrong_mod.py'}",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
+                    "test_toy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    records = pytest_lesson.read_results(results)
+    assert [r["nodeid"] for r in records] == ["test_toy.py::test_value[1]"]  # then the file stops
+    assert records[0]["outcome"] == "failed"
+    assert records[0]["message"].startswith("assert 2 == 1")  # the override was imported
+    assert "in `assert mod.VALUE == 1`" in records[0]["message"]
+
+
+def test_progress_states():
+    nie = {"outcome": "failed", "nodeid": "t.py::a", "message": "NotImplementedError: not implemented yet: f: x"}
+    wrong = {"outcome": "failed", "nodeid": "t.py::b[1]", "message": "AssertionError: out: 3 of 9 elements differ"}
+    ok = {"outcome": "passed", "nodeid": "t.py::c", "message": ""}
+    assert progress.status([ok], True) == ("done", "")
+    assert progress.status([ok, nie], True)[0] == "not started"
+    assert progress.status([ok, nie], False)[0] == "in progress"
+    assert progress.status([nie, wrong], False) == ("failing", "b[1]: AssertionError: out: 3 of 9 elements differ")
+    assert progress.status([], None)[0] == "no result"
+
+
+def test_progress_lists_a_weeks_lessons_in_the_order_of_its_readme(tmp_path):
+    week = tmp_path / "week9_toy"
+    (week / "exercises").mkdir(parents=True)
+    for name in ("alpha", "beta", "gamma"):
+        (week / "exercises" / f"{name}.py").write_text("")
+        (tmp_path / "tests" / "week9").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / "week9" / f"test_{name}.py").write_text("")
+    (week / "README.md").write_text("## 1 `gamma.py`\n## 2 `alpha.py`\n")
+    assert [name for name, _, _ in progress.lessons(week, tmp_path)] == ["gamma", "alpha", "beta"]
+
+
+def test_command_line_lists_generated_and_hand_written_stubs():
+    out = subprocess.run([sys.executable, "-m", "course", "exercises"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "generated  week4_triton_dl/exercises/flash_attention.py" in out.stdout
+    assert "hand-written" in out.stdout or "generated" in out.stdout
+
+
+def test_the_planted_bugs_still_apply_to_the_marked_solutions():
+    """Markers go into solutions: none may split the exact text a tools/plant_bugs.py plant replaces."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import plant_bugs
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    for plant in plant_bugs.PLANTS:
+        assert (ROOT / plant.path).read_text().count(plant.old) == 1, plant.name

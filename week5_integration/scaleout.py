@@ -1,0 +1,780 @@
+"""Data parallelism measured: DDP, ZeRO-1 and FSDP2 under torchrun on 1 and N GPUs, with the
+communication's overlap read from a profile.
+
+`distributed.py` is the lesson (what each strategy keeps and sends; `train` checks that every
+strategy reproduces one process). This is its measuring bench, run the way real jobs run: one
+process per GPU started by torchrun, each joining the NCCL group from its environment.
+
+    torchrun --standalone --nproc-per-node 1 -m week5_integration.scaleout run --stage /tmp/w5
+    torchrun --standalone --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5 --profile
+    python -m week5_integration.scaleout report --stage /tmp/w5 --out week5_integration/results
+    python -m week5_integration.scaleout all --gpus 2 --out week5_integration/results   # the three above
+    torchrun --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5cpu --device cpu --tiny
+                                                                  # a gloo dry run on a CPU (saves nothing)
+
+What `run` measures, per strategy, in each process (the world-1 run adds "single": the plain model,
+no wrapper, the baseline of the scaling efficiency):
+* the step: `warmup` steps (allocation, cuBLAS heuristics, NCCL's first connections), then `steps`
+  timed steps: wall time over all of them (host clock, one synchronization at each end; so the
+  host's work and any wait for another rank are in it) and each step's CUDA-event time; the slowest
+  rank's figures are kept. tokens/s = global tokens per step / mean step time.
+* memory per GPU: `torch.cuda.max_memory_allocated` from before the model is built to the end of
+  the timed steps (the most any rank held), and the model state counted tensor by tensor on this
+  rank: parameters, gradients and AdamW's moments (local shards only), in bytes per parameter of
+  the whole model. fp32 master weights, fp32 gradients, AdamW (m, v fp32), bf16 autocast:
+  16 B/param unsharded; ZeRO-1 4 + 4 + 8/N; FSDP (either resharding) 16/N at rest.
+* with `--profile`: `profile_steps` more steps under torch.profiler; `overlap` reads the device
+  timeline of the trace: the NCCL kernels (all-reduce, all-gather, reduce-scatter, by name) against
+  every other kernel and copy. comm = the union of the NCCL kernels' intervals; hidden = the part
+  of it during which other device work ran too; exposed = comm - hidden, the time communication
+  alone occupied the GPU. An NCCL kernel starts when its stream reaches it and ends when the data
+  has arrived, so its span includes waiting for the slower rank: it is an upper bound on transfer
+  time. `comm_bandwidth` times each collective on 256 MiB in the same run (bus bandwidth, NCCL's
+  definition: all-reduce S/t x 2(N-1)/N, all-gather and reduce-scatter S/t x (N-1)/N), and the
+  report divides each strategy's bytes on the wire (`distributed.ring_bytes`) by it: the time the
+  transfers would take alone.
+
+Strategies: `distributed.STRATEGIES` (ddp, zero1, fsdp_grad_op, fsdp: `distributed._wrap`) and
+`fsdp_bf16`: `fully_shard` with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`: the
+all-gathers move bf16 (2 bytes per parameter instead of 4), the reduce-scatter stays fp32.
+
+`report` merges the world-1 and world-N files into `fsdp_week5.json` (a `course.bench` record)
+and `fsdp_week5.md` (the step table, the bandwidth ceilings and the overlap table), which the
+notes include (`<!-- results:fsdp_week5.md -->`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import gc
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from course import runtime  # before anything imports triton (torch.profiler, FSDP may)
+from week5_integration import data
+from week5_integration import distributed as dd
+from week5_integration import model as m
+
+ROOT = Path(__file__).resolve().parent
+BENCHMARK_NAME = dd.BENCHMARK_NAME  # "fsdp_week5": the table of lesson 08
+STRATEGIES = dd.STRATEGIES + ("fsdp_bf16",)
+ZERO_STAGE = {**dd.ZERO_STAGE, "single": None, "fsdp_bf16": 3}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+# NCCL kernel names (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t, ...).
+_KIND_BY_NAME = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+                 ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("send", "send_recv"),
+                 ("recv", "send_recv"))
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one `run` trains: the model, the per-process batch, how many steps of each kind."""
+    config: str = "gpt2"           # "gpt2": GPT2_SMALL (124M with GPT-2's vocabulary); "tiny": GPT_TINY (CPU)
+    batch: int = 8                 # sequences per process (the global batch is batch x world)
+    seq_len: int = 1024
+    warmup: int = 3
+    steps: int = 15
+    profile_steps: int = 3
+    lr: float = 1e-4
+    amp: bool = True               # bf16 autocast (weights, gradients and AdamW state stay fp32)
+    seed: int = 0
+    corpus_bytes: int = 1 << 21
+
+    def model_config(self) -> m.GPTConfig:
+        if self.config == "gpt2":
+            return m.GPT2_SMALL
+        if self.config == "tiny":
+            return m.config(m.GPT_TINY, vocab_size=data.VOCAB_SIZE)
+        raise ValueError(f"config must be 'gpt2' or 'tiny', got {self.config!r}")
+
+
+GPU_PLAN = Plan()
+TINY_PLAN = Plan(config="tiny", batch=2, seq_len=32, warmup=1, steps=3, profile_steps=1, lr=1e-3, amp=False,
+                 corpus_bytes=1 << 15)
+
+
+# ------------------------------------------------------------------------------ the process group
+def init_from_env(device_kind: str) -> tuple[int, int, torch.device]:
+    """Join the group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT); without
+    torchrun, a group of one through a file in a temporary folder. Returns (rank, world, device)."""
+    if device_kind not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device_kind!r}")
+    if device_kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: no CUDA GPU here (use --device cpu --tiny for a gloo dry run)")
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if device_kind == "cuda" else torch.device("cpu")
+    backend = "nccl" if device_kind == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        kwargs = {"device_id": device} if backend == "nccl" else {}
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, **kwargs)
+        else:
+            folder = tempfile.mkdtemp(prefix="scaleout-")
+            dist.init_process_group(backend, init_method=f"file://{folder}/rendezvous", rank=0, world_size=1,
+                                    **kwargs)
+    if backend == "gloo" and "RANK" in os.environ:  # N processes on the cores: a share each
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+# ------------------------------------------------------------------------------ the strategies
+def wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
+    """(module to call, optimizer): `distributed._wrap`, plus fsdp_bf16 (bf16 all-gathers)."""
+    if strategy != "fsdp_bf16":
+        return dd._wrap(strategy, gpt, lr, device)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    module, mesh = dd.LossModel(gpt), dd.fsdp_mesh(device)
+    for block in gpt.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(module, mesh=mesh, mp_policy=policy)
+    return module, torch.optim.AdamW(module.parameters(), lr=lr)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def model_state_bytes(module: torch.nn.Module, opt) -> dict:
+    """Bytes this rank holds of parameters, gradients and optimizer state (its shards only)."""
+    params = grads = 0
+    for p in module.parameters():
+        local = _local(p.detach())
+        params += local.numel() * local.element_size()
+        if p.grad is not None:
+            g = _local(p.grad)
+            grads += g.numel() * g.element_size()
+    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's state in .optim
+    optimizer = 0
+    for state in inner.state.values():
+        for v in state.values():
+            if torch.is_tensor(v) and v.dim() > 0:
+                v = _local(v)
+                optimizer += v.numel() * v.element_size()
+    return {"params": params, "grads": grads, "optimizer": optimizer, "total": params + grads + optimizer}
+
+
+def predicted_state_bytes_per_param(strategy: str, world: int) -> float:
+    """fp32 weights (4) + fp32 gradients (4) + AdamW m and v (8), at rest between steps, per GPU."""
+    if strategy in ("single", "ddp"):
+        return 16.0
+    if strategy == "zero1":
+        return 4 + 4 + 8 / world
+    if strategy in ("fsdp_grad_op", "fsdp", "fsdp_bf16"):
+        return 16 / world
+    raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def wire_bytes_per_step(strategy: str, params: int, world: int) -> dict:
+    """{collective: bytes each GPU sends per step} (ring algorithms; `distributed.ring_bytes`).
+
+    DDP all-reduces fp32 gradients; ZeRO-1 (ZeroRedundancyOptimizer) all-reduces them too, then
+    broadcasts each rank's updated fp32 shard (N - 1 shards of Psi/N arrive: an all-gather's worth);
+    FSDP all-gathers fp32 (bf16 for fsdp_bf16) weights for the forward, again for the backward
+    (the root unit, held from forward to backward, only once: counted twice here, a bound), and
+    reduce-scatters fp32 gradients; SHARD_GRAD_OP gathers once.
+    """
+    if world == 1 or strategy == "single":
+        return {}
+    grads = 4 * params
+    if strategy == "ddp":
+        return {"all_reduce": dd.ring_bytes("all_reduce", grads, world)}
+    if strategy == "zero1":
+        return {"all_reduce": dd.ring_bytes("all_reduce", grads, world),
+                "broadcast": dd.ring_bytes("all_gather", 4 * params, world)}
+    gathered = (2 if strategy == "fsdp_bf16" else 4) * params
+    gathers = 1 if strategy == "fsdp_grad_op" else 2
+    return {"all_gather": gathers * dd.ring_bytes("all_gather", gathered, world),
+            "reduce_scatter": dd.ring_bytes("reduce_scatter", grads, world)}
+
+
+# ------------------------------------------------------------------------------ the timeline
+def _kind(name: str) -> str | None:
+    """The collective an NCCL kernel performs, or None for any other kernel."""
+    low = name.lower()
+    if "nccl" not in low:
+        return None
+    compact = low.replace("_", "")
+    for needle, kind in _KIND_BY_NAME:
+        if needle in compact:
+            return kind
+    return "other_nccl"
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of (union a) & (union b); both already merged and sorted."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap(events: list[dict], steps: int = 1, device: int | None = None) -> dict:
+    """Communication against other device work, per step, in ms, from chrome-trace events.
+
+    `events`: the trace's "traceEvents" (torch.profiler's `export_chrome_trace`): complete ("X")
+    events of category kernel / gpu_memcpy / gpu_memset, times in microseconds. `device`: keep only
+    this GPU's events (a process may see others'). Returns zeros and `device_events: 0` for a trace
+    without device events (a CPU run).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    comm, other, by_kind, counts = [], [], {}, {}
+    first, last = float("inf"), float("-inf")
+    for e in events:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_CATEGORIES:
+            continue
+        if device is not None and (e.get("args") or {}).get("device", device) != device:
+            continue
+        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
+        first, last = min(first, start), max(last, end)
+        kind = _kind(str(e.get("name", ""))) if str(e["cat"]).lower() == "kernel" else None
+        if kind is None:
+            other.append((start, end))
+        else:
+            comm.append((start, end))
+            by_kind[kind] = by_kind.get(kind, 0.0) + (end - start)
+            counts[kind] = counts.get(kind, 0) + 1
+    n = len(comm) + len(other)
+    comm_u, other_u = _union(comm), _union(other)
+    busy = _length(_union(comm + other))
+    hidden = _intersection(comm_u, other_u)
+    span = (last - first) if n else 0.0
+    per_step = lambda us: us / steps / 1e3  # noqa: E731  (us over all steps -> ms per step)
+    comm_ms = per_step(_length(comm_u))
+    return {
+        "steps": steps, "device_events": n,
+        "span_ms": per_step(span), "busy_ms": per_step(busy), "idle_ms": per_step(span - busy),
+        "compute_ms": per_step(_length(other_u)),
+        "comm_ms": comm_ms, "hidden_ms": per_step(hidden), "exposed_ms": per_step(_length(comm_u) - hidden),
+        "hidden_fraction": (hidden / _length(comm_u)) if comm_u else None,
+        "kernel_ms": {k: per_step(v) for k, v in sorted(by_kind.items())},
+        "kernels_per_step": {k: v / steps for k, v in sorted(counts.items())},
+    }
+
+
+def profile_overlap(step, steps: int, device: torch.device, trace_path: Path | None = None) -> dict:
+    """Run `step()` `steps` times under torch.profiler; the `overlap` of its device timeline.
+    `trace_path` (x.json.gz): keep the chrome trace there."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    _sync(device)
+    if dist.is_initialized():
+        dist.barrier()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        trace = json.loads(raw.read_text())
+        if trace_path is not None:
+            trace_path = Path(trace_path)
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(raw, "rb") as src, gzip.open(trace_path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return overlap(events, steps, device.index if device.type == "cuda" else None)
+
+
+# ------------------------------------------------------------------------------ correctness worker
+def match_worker(rank: int, world: int, strategies: tuple, kwargs: dict) -> dict:
+    """For `distributed.launch`: each strategy's `distributed.train` in this rank (losses, final
+    weights), and the size of this rank's shard of every parameter under FSDP ("shards")."""
+    device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    results = {}
+    for strategy in strategies:
+        results[strategy] = dd.train(strategy, rank=rank, world=world, device=device, **kwargs)
+        dist.barrier()
+    torch.manual_seed(kwargs.get("seed", 0))
+    gpt = m.GPT(kwargs.get("cfg") or m.config(m.GPT_TINY, vocab_size=data.VOCAB_SIZE)).to(device)
+    module, _ = wrap("fsdp", gpt, 1e-3, device)
+    results["shards"] = {name: (_local(p.detach()).numel(), p.numel(), tuple(p.shape))
+                         for name, p in module.named_parameters()}
+    return results
+
+
+# ------------------------------------------------------------------------------ one strategy
+_TOKENS: dict = {}
+
+
+def _tokens(n_bytes: int, seed: int) -> torch.Tensor:
+    """The generated stories corpus as byte tokens (made once per process: ~0.25 s per MiB)."""
+    if (n_bytes, seed) not in _TOKENS:
+        _TOKENS[(n_bytes, seed)] = data.encode(data.corpus("stories", n_bytes, seed=seed))
+    return _TOKENS[(n_bytes, seed)]
+
+
+def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: torch.device, *,
+                     profile: bool = False, trace_path: Path | None = None) -> dict:
+    """Train `strategy` for warmup + steps (+ profile_steps) steps; figures of the slowest rank."""
+    if strategy == "single" and world != 1:
+        raise ValueError("'single' is the one-process baseline: run it with --nproc-per-node 1")
+    if strategy != "single" and strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be 'single' or one of {STRATEGIES}, got {strategy!r}")
+    cfg = plan.model_config()
+    _free(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(plan.seed)  # the same initial weights in every process (FSDP does not broadcast)
+    gpt = m.GPT(cfg).to(device)
+    params = m.count_parameters(gpt)  # before wrapping: the whole model's count
+    module, opt = wrap(strategy, gpt, plan.lr, device)
+    tokens = _tokens(plan.corpus_bytes, plan.seed)
+    source = data.Batches(tokens, plan.batch * world, plan.seq_len, seed=plan.seed)  # the global batch
+    total = plan.warmup + plan.steps + (plan.profile_steps if profile else 0)
+    # Every batch on the device before the clock starts: the timed loop only queues GPU work.
+    batches = [tuple(t.to(device) for t in dd.shard_batch(*source.next(), rank, world)) for _ in range(total)]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if plan.amp else nullcontext()
+    losses, position = [], iter(batches)
+
+    def step():
+        x, y = next(position)
+        with autocast:
+            loss = module(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach().float())
+
+    for _ in range(plan.warmup):
+        step()
+    _sync(device)
+    if world > 1:
+        dist.barrier()
+    use_events = device.type == "cuda"
+    marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(plan.steps)] if use_events else []
+    host_ms = []
+    started = time.perf_counter()
+    for i in range(plan.steps):
+        t0 = time.perf_counter()
+        if use_events:
+            marks[i][0].record()
+        step()
+        if use_events:
+            marks[i][1].record()
+        host_ms.append((time.perf_counter() - t0) * 1e3)
+    _sync(device)
+    wall_ms = (time.perf_counter() - started) * 1e3 / plan.steps
+    step_ms = [s.elapsed_time(e) for s, e in marks] if use_events else host_ms
+    peak = torch.cuda.max_memory_allocated(device) if use_events else 0
+    reserved = torch.cuda.max_memory_reserved(device) if use_events else 0
+    state = model_state_bytes(module, opt)
+    local = torch.stack(losses[:plan.warmup + plan.steps])
+    global_losses = local.clone()
+    if world > 1:
+        dist.all_reduce(global_losses)  # sum of the shard means; / world = the global batch's mean
+        global_losses /= world
+    wall_max, median_max, peak_max, reserved_max = _max_over_ranks(
+        [wall_ms, statistics.median(step_ms), peak, reserved], device)
+    result = {
+        "strategy": strategy, "world": world, "zero_stage": ZERO_STAGE.get(strategy),
+        "ms": wall_max, "ms_median_step": median_max, "ms_rank": wall_ms, "host_ms_median": statistics.median(host_ms),
+        "tokens_per_step": plan.batch * world * plan.seq_len,
+        "tokens_per_s": plan.batch * world * plan.seq_len / (wall_max * 1e-3),
+        "peak_mib": peak_max / 2**20 if use_events else None,
+        "reserved_mib": reserved_max / 2**20 if use_events else None,
+        "state_bytes": state, "params": params,
+        "state_bytes_per_param": state["total"] / params,
+        "predicted_state_bytes_per_param": predicted_state_bytes_per_param(strategy, world),
+        "losses": global_losses.cpu().tolist(), "local_losses": local.cpu().tolist(),
+    }
+    if profile:
+        result["overlap"] = profile_overlap(step, plan.profile_steps, device,
+                                            trace_path if rank == 0 else None)
+        gathered = [None] * world
+        if world > 1:
+            dist.all_gather_object(gathered, result["overlap"])
+        else:
+            gathered = [result["overlap"]]
+        result["overlap_by_rank"] = gathered
+    del module, opt, gpt, batches, position
+    _free(device)
+    return result
+
+
+def comm_bandwidth(device: torch.device, world: int, nbytes: int | None = None, iters: int = 5) -> dict:
+    """Bus bandwidth (GB/s, NCCL's definition) of all-reduce, all-gather and reduce-scatter on
+    `nbytes` of fp32 (256 MiB on GPUs), median of `iters` timed calls after 2 warm-up calls."""
+    if world == 1:
+        return {}
+    nbytes = nbytes or (256 << 20 if device.type == "cuda" else 4 << 20)
+    n = nbytes // 4 // world * world
+    full = torch.ones(n, device=device)
+    part = torch.ones(n // world, device=device)
+    calls = {"all_reduce": lambda: dist.all_reduce(full),
+             "all_gather": lambda: dist.all_gather_into_tensor(full, part),
+             "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full)}
+    factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
+              "reduce_scatter": (world - 1) / world}
+    out = {"bytes": n * 4}
+    for name, call in calls.items():
+        try:
+            for _ in range(2):
+                call()
+            times = []
+            for _ in range(iters):
+                _sync(device)
+                dist.barrier()
+                t0 = time.perf_counter()
+                call()
+                _sync(device)
+                times.append(time.perf_counter() - t0)
+            seconds = max(_max_over_ranks([statistics.median(times)], device)[0], 1e-9)
+            out[f"{name}_busbw_gbps"] = n * 4 / seconds * factor[name] / 1e9
+        except Exception as error:  # e.g. a collective the backend lacks: say so, measure the rest
+            out[f"{name}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+    del full, part
+    _free(device)
+    return out
+
+
+# ------------------------------------------------------------------------------ run (one process)
+def run(plan: Plan, strategies, stage: Path, *, device_kind: str, profile: bool = False,
+        profile_strategies=("ddp", "fsdp", "fsdp_bf16"), trace_dir: Path | None = None) -> dict | None:
+    """This process's part of a torchrun job; rank 0 writes `stage/world{N}.json` and returns it."""
+    rank, world, device = init_from_env(device_kind)
+    try:
+        chosen = [s for s in strategies if not (s == "single" and world > 1)]
+        if world == 1 and "single" not in chosen:
+            chosen = ["single", *chosen]  # the baseline every efficiency divides by
+        record = {"world": world, "backend": dist.get_backend(), "plan": dataclasses.asdict(plan),
+                  "model": dataclasses.asdict(plan.model_config()),
+                  "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  "machine": runtime.describe(), "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                  "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+                  "strategies": {}, "errors": {}}
+        if device.type == "cuda" and rank == 0:  # every record names the copy ceiling of its GPU
+            from course import bench
+            record["copy_gbps"] = bench.copy_bandwidth_gbps()
+        record["comm"] = comm_bandwidth(device, world)
+        for strategy in chosen:
+            if rank == 0:
+                print(f"[scaleout] world {world}: {strategy}", file=sys.stderr, flush=True)
+            try:
+                trace = Path(trace_dir) / f"week5_{strategy}_world{world}_rank0.json.gz" if trace_dir else None
+                record["strategies"][strategy] = measure_strategy(
+                    strategy, plan, rank, world, device, profile=profile and strategy in profile_strategies,
+                    trace_path=trace)
+            except Exception as error:  # one strategy failing must not lose the others' figures
+                import traceback
+                traceback.print_exc()
+                record["errors"][strategy] = f"{type(error).__name__}: {str(error)[:300]}"
+                _free(device)
+            if world > 1:
+                dist.barrier()
+            if rank == 0:  # after every strategy: a run killed later keeps what it measured
+                _write_stage(record, stage, f"world{world}.json")
+        if rank == 0:
+            _write_stage(record, stage, f"world{world}.json")
+            for name, r in record["strategies"].items():
+                print(f"[scaleout] world {world} {name:>12}: {r['ms']:8.2f} ms/step, {r['tokens_per_s']:>12,.0f} tokens/s, "
+                      f"peak {r['peak_mib'] or 0:,.0f} MiB, state {r['state_bytes_per_param']:.2f} B/param",
+                      file=sys.stderr, flush=True)
+            return record
+        return None
+    finally:
+        dist.destroy_process_group()
+
+
+def _write_stage(record: dict, stage: Path, name: str) -> None:
+    stage = Path(stage)
+    stage.mkdir(parents=True, exist_ok=True)
+    tmp = stage / f".{name}.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(stage / name)
+
+
+# ------------------------------------------------------------------------------ report
+def _load_stage(stage: Path) -> list[dict]:
+    files = sorted(Path(stage).glob("world*.json"), key=lambda p: int(p.stem[5:]))
+    if not files:
+        raise FileNotFoundError(f"no world*.json in {stage}: run `torchrun ... -m week5_integration.scaleout run` first")
+    return [json.loads(p.read_text()) for p in files]
+
+
+def report(stage: Path) -> dict:
+    """The `fsdp_week5` record from the world-1 and world-N files of `stage`."""
+    worlds = _load_stage(stage)
+    one = next((w for w in worlds if w["world"] == 1), None)
+    base = one["strategies"].get("single") if one else None
+    first = worlds[-1]
+    plan = first["plan"]
+    cfg = m.GPTConfig(**first["model"])
+    params = m.count_parameters(_meta_model(cfg))
+    rows = []
+    for w in worlds:
+        n = w["world"]
+        label = f"{n} GPU{'s' if n > 1 else ''}, B={plan['batch']}/GPU x T={plan['seq_len']}"
+        if w["backend"] == "gloo":
+            label = f"{n} process{'es' if n > 1 else ''} (gloo), B={plan['batch']}/proc x T={plan['seq_len']}"
+        for name, r in w["strategies"].items():
+            row = {"size": label, "variant": name, "world": n, "zero_stage": r["zero_stage"], "ms": r["ms"],
+                   "ms_median_step": r["ms_median_step"], "tokens_per_s": r["tokens_per_s"],
+                   "tokens_per_s_per_gpu": r["tokens_per_s"] / n, "peak_mib": r["peak_mib"],
+                   "reserved_mib": r["reserved_mib"], "state_bytes_per_param": r["state_bytes_per_param"],
+                   "predicted_state_bytes_per_param": r["predicted_state_bytes_per_param"],
+                   "state_mib": r["state_bytes"]["total"] / 2**20}
+            if base:
+                row["scaling_efficiency"] = r["tokens_per_s"] / (n * base["tokens_per_s"])
+                row["speedup_vs_one_gpu"] = r["tokens_per_s"] / base["tokens_per_s"]
+            wire = wire_bytes_per_step(name, params, n)
+            if wire:
+                row["wire_mb"] = {k: v / 1e6 for k, v in wire.items()}
+                bw = {k: w["comm"].get(f"{'all_gather' if k == 'broadcast' else k}_busbw_gbps") for k in wire}
+                if all(bw.values()):
+                    # busbw = wire bytes / time, so each collective's time alone is its wire bytes / busbw.
+                    row["wire_ms"] = sum(wire[k] / (bw[k] * 1e9) * 1e3 for k in wire)
+            if "overlap" in r:
+                row["overlap"] = r["overlap"]
+                row["overlap_by_rank"] = r.get("overlap_by_rank")
+            rows.append(row)
+        for name, error in w.get("errors", {}).items():
+            rows.append({"size": label, "variant": name, "skipped": f"failed: {error}"})
+    gpu_run = all(w["backend"] == "nccl" for w in worlds)
+    machine = {**first["machine"], "processes": [w["world"] for w in worlds], "backend": first["backend"],
+               "gpus": first.get("gpus")}
+    ceilings = {}
+    copy = next((w["copy_gbps"] for w in ([one] if one else []) + worlds if w.get("copy_gbps")), None)
+    if copy:
+        ceilings["copy_gbps"] = copy
+    for w in worlds:
+        for k, v in w.get("comm", {}).items():
+            if k.endswith("_gbps"):
+                ceilings[f"{k[:-5]}_{w['world']}gpus_gbps"] = v
+    title = (f"Data-parallel training step of the week-5 GPT (d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size}, "
+             f"{params / 1e6:.3g}M parameters), AdamW, {'bf16 autocast' if plan['amp'] else 'fp32'}, "
+             f"torchrun, {'NCCL' if gpu_run else 'gloo'}")
+    return {
+        "benchmark": BENCHMARK_NAME, "title": title,
+        "notes": (f"ms = mean step over {plan['steps']} steps after {plan['warmup']} warm-up steps (host clock, "
+                  "slowest rank); tokens/s = global tokens per step / ms; scaling efficiency = tokens/s / "
+                  "(N x the single process's tokens/s at the same per-GPU batch); peak = the largest "
+                  "torch.cuda.max_memory_allocated over ranks (model built to last timed step); state = parameters + "
+                  "gradients + AdamW moments held by one rank (its shards), bytes per parameter of the model; "
+                  "overlap from torch.profiler over "
+                  f"{plan['profile_steps']} more steps, rank 0 (every rank's in the json)"),
+        "headline": ["ddp", "fsdp"],
+        "simulated": not gpu_run,
+        "date": first["date"], "machine": machine, "ceilings": ceilings,
+        "params": params, "plan": plan, "nccl_env": first.get("nccl_env"),
+        "comm": {w["world"]: w.get("comm", {}) for w in worlds},
+        "rows": rows,
+    }
+
+
+def _meta_model(cfg: m.GPTConfig) -> m.GPT:
+    with torch.device("meta"):
+        return m.GPT(cfg)
+
+
+def _f(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown(record: dict) -> str:
+    """The step table, the collectives' bandwidth measured in the same run, the overlap table."""
+    from course.bench import measured_on
+
+    head = ["GPUs", "strategy", "ZeRO stage", "ms / step", "tokens/s", "tokens/s per GPU", "scaling efficiency",
+            "peak MiB per GPU", "state MiB per GPU", "state B/param (predicted)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in record["rows"]:
+        if "skipped" in r:
+            lines.append(f"| {r['size']} | {r['variant']} | {r['skipped']} |" + " |" * (len(head) - 3))
+            continue
+        eff = r.get("scaling_efficiency")
+        lines.append("| " + " | ".join([
+            str(r["world"]), r["variant"], "-" if r["zero_stage"] is None else str(r["zero_stage"]), f"{r['ms']:.2f}",
+            f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{100 * eff:.1f}%",
+            _f(r.get("peak_mib"), ",.0f"), f"{r['state_mib']:,.0f}",
+            f"{r['state_bytes_per_param']:.2f} ({r['predicted_state_bytes_per_param']:.2f})"]) + " |")
+    plan = record["plan"]
+    text = [f"**{record['title']}**: {measured_on(record)}.", "",
+            f"Per-GPU batch {plan['batch']} x {plan['seq_len']} tokens in every row; {record['params']:,} parameters.", "",
+            "\n".join(lines), ""]
+    bws = []
+    for world, comm in sorted(record.get("comm", {}).items(), key=lambda kv: int(kv[0])):
+        got = [f"{k.replace('_busbw_gbps', '').replace('_', '-')} {v:.0f}" for k, v in comm.items() if k.endswith("_gbps")]
+        if got:
+            bws.append(f"{world} GPUs, {comm['bytes'] / 2**20:.0f} MiB fp32: " + ", ".join(got))
+    if bws:
+        text += ["Bus bandwidth of each collective measured in the same run (GB/s, NCCL's definition): "
+                 + "; ".join(bws) + ".", ""]
+    profiled = [r for r in record["rows"] if r.get("overlap")]
+    if profiled:
+        head = ["GPUs", "strategy", "step (profiled) ms", "all-reduce ms", "all-gather ms", "reduce-scatter ms",
+                "comm ms", "hidden ms", "exposed ms", "hidden", "wire ms alone", "other GPU work ms", "GPU idle ms"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in profiled:
+            o = r["overlap"]
+            k = o["kernel_ms"]
+            lines.append("| " + " | ".join([
+                str(r["world"]), r["variant"], f"{o['span_ms']:.2f}", _f(k.get("all_reduce"), ".2f"),
+                _f(k.get("all_gather"), ".2f"), _f(k.get("reduce_scatter"), ".2f"), f"{o['comm_ms']:.2f}",
+                f"{o['hidden_ms']:.2f}", f"{o['exposed_ms']:.2f}",
+                "-" if o["hidden_fraction"] is None else f"{100 * o['hidden_fraction']:.0f}%",
+                _f(r.get("wire_ms"), ".2f"), f"{o['compute_ms']:.2f}", f"{o['idle_ms']:.2f}"]) + " |")
+        text += ["**Communication against computation** (torch.profiler, rank 0, per step; every rank's figures in "
+                 "the json):", "", "\n".join(lines), "",
+                 "all-reduce / all-gather / reduce-scatter ms = summed NCCL kernel time of that collective (a kernel "
+                 "spans its wait for the other rank too); comm = the union of all NCCL kernels' intervals; hidden = "
+                 "the part of it during which another kernel or copy ran; exposed = comm - hidden; wire ms alone = "
+                 "bytes each GPU sends (`wire_bytes_per_step`) / the bus bandwidth above; other GPU work = the union "
+                 "of every non-NCCL kernel and copy; idle = the profiled step's span minus all device work.", ""]
+    text.append(f"{record['notes']}.")
+    return "\n".join(text) + "\n"
+
+
+def save(record: dict, out: Path) -> list[Path]:
+    from course import bench
+
+    return bench.write_record(record, out, markdown(record))
+
+
+# ------------------------------------------------------------------------------ all (the driver)
+def torchrun_command(nproc: int, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "week5_integration.scaleout", "run", *args]
+
+
+def run_all(gpus: int, out: Path | None, stage: Path | None = None, extra: list[str] = ()) -> int:
+    """torchrun with 1 process, then with `gpus`, then the report: what `all` does."""
+    stage = Path(stage or tempfile.mkdtemp(prefix="scaleout-"))
+    if not torch.cuda.is_available():
+        extra = [*extra, "--device", "cpu", "--tiny"]  # a gloo dry run of the same path
+    status = 0
+    for nproc, flags in ((1, []), (gpus, ["--profile"])):
+        command = torchrun_command(nproc, ["--stage", str(stage), *flags, *extra])
+        print("running:", " ".join(command), file=sys.stderr, flush=True)
+        status = subprocess.call(command) or status
+    record = report(stage)
+    print(markdown(record))
+    if out is not None and not record["simulated"]:
+        for path in save(record, out):
+            print("wrote", path)
+    elif out is not None:
+        print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
+    return status
+
+
+# ------------------------------------------------------------------------------ command line
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="this process's part of a torchrun job (rank 0 writes STAGE/world{N}.json)")
+    r.add_argument("--stage", required=True, help="folder for the per-world files (report reads them)")
+    r.add_argument("--strategies", nargs="+", default=None,
+                   help=f"default: single (world 1 only) and {' '.join(STRATEGIES)}")
+    r.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda where there is a GPU")
+    r.add_argument("--tiny", action="store_true", help="the tiny model and a few steps (a CPU dry run)")
+    r.add_argument("--batch", type=int, default=None, help="sequences per process")
+    r.add_argument("--steps", type=int, default=None, help="timed steps per strategy")
+    r.add_argument("--warmup", type=int, default=None)
+    r.add_argument("--profile", action="store_true", help="profile ddp, fsdp and fsdp_bf16 (communication overlap)")
+    r.add_argument("--profile-steps", type=int, default=None)
+    r.add_argument("--trace-dir", default=None, help="keep rank 0's chrome traces here (gzipped)")
+    s = sub.add_parser("report", help="merge STAGE/world*.json into the fsdp_week5 record")
+    s.add_argument("--stage", required=True)
+    s.add_argument("--out", default=None, help="results folder (GPU runs only; default: print)")
+    a = sub.add_parser("all", help="torchrun world 1 and world N, then report")
+    a.add_argument("--gpus", type=int, default=2)
+    a.add_argument("--out", default=None)
+    a.add_argument("--stage", default=None)
+    return p
+
+
+def plan_from_args(args) -> Plan:
+    plan = TINY_PLAN if args.tiny else GPU_PLAN
+    changes = {k: v for k, v in (("batch", args.batch), ("steps", args.steps), ("warmup", args.warmup),
+                                 ("profile_steps", args.profile_steps)) if v is not None}
+    for k, v in changes.items():
+        if v < (0 if k == "warmup" else 1):
+            raise SystemExit(f"--{k.replace('_', '-')} must be >= {0 if k == 'warmup' else 1}, got {v}")
+    return dataclasses.replace(plan, **changes)
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "run":
+        plan = plan_from_args(args)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        strategies = args.strategies or ["single", *STRATEGIES]
+        unknown = [s for s in strategies if s != "single" and s not in STRATEGIES]
+        if unknown:
+            raise SystemExit(f"unknown strategies {unknown}; choose from single {' '.join(STRATEGIES)}")
+        run(plan, strategies, Path(args.stage), device_kind=device, profile=args.profile,
+            trace_dir=Path(args.trace_dir) if args.trace_dir else None)
+        return 0
+    if args.command == "report":
+        record = report(Path(args.stage))
+        print(markdown(record))
+        if args.out and not record["simulated"]:
+            for path in save(record, Path(args.out)):
+                print("wrote", path)
+        elif args.out:
+            print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
+        return 0
+    return run_all(args.gpus, Path(args.out) if args.out else None, Path(args.stage) if args.stage else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
