@@ -64,9 +64,10 @@ torch.compile they go through the registered ops `torch.ops.course.cross_entropy
 backward op; the reduction stays torch code, which Inductor fuses) and
 `torch.ops.course.fused_linear_cross_entropy`, so a model using them compiles with no graph
 break (`custom_ops.py` is the lesson on how). What keeps a call cheap: launch settings and the
-smoothing coefficients are computed once per vocabulary size and cached; the mean's divisor is
-counted on the device (`cross_entropy_reduce_kernel`, one launch for sum, count and division),
-so the public entries never synchronise with the GPU. That has a consequence: a target outside
+smoothing coefficients are computed once per vocabulary size and cached; the losses, their sum
+and the mean's divisor come from one launch (`cross_entropy_fwd_reduce_kernel`: the last row
+program to finish sums the rows and counts the kept ones, on the device), so the public entries
+launch one kernel and never synchronise with the GPU. That has a consequence: a target outside
 [0, V) cannot raise an exception without a host sync, so the kernels never read it (no
 out-of-bounds access) and that row's loss and gradient are NaN (torch stops the whole CUDA
 context with a device-side assert instead); the launchers (`cross_entropy_forward`, ...) check
@@ -112,13 +113,11 @@ MATMULS = ("torch", "triton")
 # The reduction kernel: one program sums the per-row losses REDUCE_BLOCK at a time (8192 rows
 # are 2 steps: one program's loop is latency-bound, ~1 us a step, so few wide steps).
 REDUCE_BLOCK = 4096
-# A batch this small (rows x classes) takes one program for every row and the reduction: one
-# launch instead of two. Only for tiny ones: one program is one SM, and at a decode step's
-# 8 x 50304 it made the call GPU-bound, 0.105 ms per call on the H100 against 0.048 ms for the two
-# launches (cross_entropy_host_week4, 2026-11-26 21:45 and 20:58 UTC). A grid of row programs
-# with the reduction done by the last one to finish would keep both; this threshold keeps the
-# one-launch path where one SM streams the batch in a few microseconds.
-FEW_ROWS_ELEMENTS = 1 << 14
+# "mean" and "sum" take one launch (cross_entropy_fwd_reduce_kernel: the last program to finish
+# reduces) instead of two. False: always two launches (the tests compare both paths). While a
+# CUDA graph is being captured the two-launch path is taken too: the one-launch path keeps a
+# counter per stream, and two graphs replayed at once on two streams would share it.
+ONE_LAUNCH_REDUCTION = True
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
@@ -274,6 +273,23 @@ def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr
 
 
 @triton.jit
+def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
+    """(sum of the per-row losses, rows counted), BLOCK rows a step, always in the same order."""
+    offs = tl.arange(0, BLOCK)
+    total = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
+    count = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
+    for start in range(0, n_rows, BLOCK):
+        idx = start + offs
+        mask = idx < n_rows
+        # .cg: read from L2, never from this SM's L1, which is not kept coherent with the stores
+        # other programs of the same launch made (cross_entropy_fwd_reduce_kernel).
+        total += tl.load(loss_rows_ptr + idx, mask=mask, other=0.0, cache_modifier=".cg")
+        t = tl.load(targets_ptr + idx, mask=mask, other=ignore_index)
+        count += tl.where(t != ignore_index, 1.0, 0.0)
+    return tl.sum(total, axis=0), tl.sum(count, axis=0)
+
+
+@triton.jit
 def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, n_rows, ignore_index,
                                 MEAN: tl.constexpr, STORE_COUNT: tl.constexpr, BLOCK: tl.constexpr):
     """One program: out = sum of the per-row losses (/ rows counted, for MEAN), count = rows counted.
@@ -281,17 +297,7 @@ def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, 
     One launch instead of torch's four (compare, count, sum, divide), and no host sync: the
     divisor is counted here, on the device. 0 / 0 = NaN when every row is ignored, as in torch.
     """
-    offs = tl.arange(0, BLOCK)
-    total = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
-    count = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
-    for start in range(0, n_rows, BLOCK):
-        idx = start + offs
-        mask = idx < n_rows
-        total += tl.load(loss_rows_ptr + idx, mask=mask, other=0.0)
-        t = tl.load(targets_ptr + idx, mask=mask, other=ignore_index)
-        count += tl.where(t != ignore_index, 1.0, 0.0)
-    result = tl.sum(total, axis=0)
-    counted = tl.sum(count, axis=0)
+    result, counted = _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK)
     if MEAN:
         result = result / counted
     tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
@@ -300,33 +306,40 @@ def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, 
 
 
 @triton.jit
-def cross_entropy_few_rows_kernel(logits_ptr, targets_ptr, out_ptr, lse_ptr, count_ptr, n_rows, n_cols,
-                                  row_stride, ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
-                                  STORE_LSE: tl.constexpr, MEAN: tl.constexpr, BLOCK_V: tl.constexpr):
-    """One program, every row: the per-row losses summed (or averaged) as they are made, in row
-    order, with lse per row and the count of rows kept when a backward will follow (STORE_LSE)."""
-    total = _to_acc(tl.zeros([1], tl.float32), FP64)
-    count = _to_acc(tl.zeros([1], tl.float32), FP64)
-    zero = tl.program_id(0).to(tl.int64) * 0  # int64 row offsets: row * row_stride may pass 2^31
-    for i in range(0, n_rows):
-        row = zero + i
-        x_row = logits_ptr + row * row_stride
-        target = tl.load(targets_ptr + row).to(tl.int64)
-        valid = target != ignore_index
-        in_range = (target >= 0) & (target < n_cols)
-        row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
-        total += _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
-                           SMOOTHING)
-        count += tl.where(valid, 1.0, 0.0)
-        if STORE_LSE:
-            tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
-    result = tl.sum(total, axis=0)
-    counted = tl.sum(count, axis=0)
-    if MEAN:
-        result = result / counted  # 0 / 0 = NaN when every row is ignored, as in torch
-    tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
+def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_ptr, out_ptr, count_ptr, ticket_ptr,
+                                    n_rows, n_cols, row_stride, ignore_index, coef_ptr, FP64: tl.constexpr,
+                                    SMOOTHING: tl.constexpr, STORE_LSE: tl.constexpr, MEAN: tl.constexpr,
+                                    BLOCK_V: tl.constexpr, BLOCK: tl.constexpr):
+    """cross_entropy_fwd_kernel and cross_entropy_reduce_kernel in ONE launch, for "mean" and "sum".
+
+    Each program writes its row's loss, then takes a ticket (an atomic counter). The program that
+    draws the last ticket knows every other row's loss is written: it sums them in row order
+    (the same order, so the same bits, as the two-launch path) and sets the counter back to 0
+    for the next call. One launch saves the host ~8 us on the H100 machine, most of a small call.
+    """
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
+    x_row = logits_ptr + row * row_stride
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target != ignore_index
+    in_range = (target >= 0) & (target < n_cols)
+    row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
+    tl.store(loss_rows_ptr + row, _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum,
+                                            n_cols, coef_ptr, SMOOTHING))
     if STORE_LSE:
-        tl.store(count_ptr, counted)
+        tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
+    # Every thread's store happens before the ticket (the barrier), and the ticket is a release:
+    # whoever draws the last one sees all the stores (the acquire half). The pattern of CUDA's
+    # "threadFenceReduction" sample, with the fence folded into the atomic's semantics.
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == n_rows - 1:
+        result, counted = _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK)
+        if MEAN:
+            result = result / counted  # 0 / 0 = NaN when every row is ignored, as in torch
+        tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
+        if STORE_LSE:
+            tl.store(count_ptr, counted)
+        tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next call on this stream
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -335,6 +348,7 @@ def cross_entropy_few_rows_kernel(logits_ptr, targets_ptr, out_ptr, lse_ptr, cou
 _PLANS: dict = {}
 _COEFFICIENTS: dict = {}
 _ONES: dict = {}
+_TICKETS: dict = {}
 
 
 def next_power_of_2(n: int) -> int:
@@ -456,27 +470,41 @@ def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True)
     return out, count
 
 
-def _few_rows(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
-    """(loss in logits' dtype, lse or None, count or None) of a few rows, reduction "mean" or "sum",
-    in one launch (cross_entropy_few_rows_kernel); n_rows >= 1."""
+def _ticket(logits) -> torch.Tensor:
+    """The int32 counter cross_entropy_fwd_reduce_kernel draws tickets from: one per (device, stream),
+    made zero once; the kernel's last program sets it back to zero."""
+    index = logits.get_device()  # an int (-1 on the CPU): no device object
+    key = (index, _current_stream(index) if _ON_GPU else None)
+    ticket = _TICKETS.get(key)
+    if ticket is None:
+        ticket = _TICKETS[key] = torch.zeros(1, dtype=torch.int32, device=logits.device)
+    return ticket
+
+
+def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
+    """(loss in logits' dtype, lse or None, count or None), reduction "mean" or "sum", n_rows >= 1:
+    the per-row losses and their reduction in one launch (cross_entropy_fwd_reduce_kernel)."""
     n_rows, n_cols = logits.shape
     acc = _acc_torch(logits.dtype)
-    out = torch.empty((), dtype=logits.dtype, device=logits.device)
-    lse = torch.empty(n_rows, dtype=torch.float64, device=logits.device) if need_lse else None
-    count = torch.empty((), dtype=acc, device=logits.device) if need_lse else None
+    device = logits.device
+    loss_rows = torch.empty(n_rows, dtype=acc, device=device)
+    out = torch.empty((), dtype=logits.dtype, device=device)
+    lse = torch.empty(n_rows, dtype=torch.float64, device=device) if need_lse else None
+    count = torch.empty((), dtype=acc, device=device) if need_lse else None
     block, num_warps = _plan(n_cols, block_v)
     row_stride, smoothing, mean = logits.stride(0), label_smoothing > 0, reduction == "mean"
     key = (logits.dtype, targets.dtype, n_rows, n_cols, row_stride, ignore_index, smoothing, need_lse, mean, block)
-    launch(cross_entropy_few_rows_kernel, (1,), key,
-           (logits, targets, out, out if lse is None else lse, out if count is None else count, n_rows, n_cols,
-            row_stride, ignore_index, _coefficients(label_smoothing, n_cols, acc, logits.device),
-            acc == torch.float64, smoothing, need_lse, mean, block), num_warps=num_warps)
+    launch(cross_entropy_fwd_reduce_kernel, (n_rows,), key,
+           (logits, targets, loss_rows, out if lse is None else lse, out, out if count is None else count,
+            _ticket(logits), n_rows, n_cols, row_stride, ignore_index,
+            _coefficients(label_smoothing, n_cols, acc, device), acc == torch.float64, smoothing, need_lse, mean,
+            block, REDUCE_BLOCK), num_warps=num_warps)
     return out, lse, count
 
 
-def _is_few(logits, reduction) -> bool:
-    n_rows, n_cols = logits.shape
-    return reduction != "none" and 0 < n_rows and n_rows * n_cols <= FEW_ROWS_ELEMENTS
+def _one_launch(logits, reduction) -> bool:
+    return (ONE_LAUNCH_REDUCTION and reduction != "none" and logits.shape[0] > 0
+            and not (_ON_GPU and _capturing()))
 
 
 def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
@@ -610,6 +638,9 @@ def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> Non
 
 
 _ON_GPU = runtime.on_gpu()
+if _ON_GPU:  # torch's C getters: a fraction of a microsecond, no Python wrappers
+    _current_stream = torch._C._cuda_getCurrentRawStream
+    _capturing = torch._C._cuda_isCurrentStreamCapturing
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -767,8 +798,8 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, label_smoothing):
-        if _is_few(logits, reduction):  # one launch for the losses and their reduction
-            loss, lse, count = _few_rows(logits, targets, ignore_index, label_smoothing, reduction, True)
+        if _one_launch(logits, reduction):  # the losses and their reduction in one launch
+            loss, lse, count = _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, True)
         else:
             loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
             loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
@@ -840,8 +871,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     if ops.needs_grad(logits):
         return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, label_smoothing)
     # No autograd: neither lse nor the count is stored (two allocations fewer, a few us of host time each).
-    if _is_few(logits, reduction):
-        return _few_rows(logits, targets, ignore_index, label_smoothing, reduction, False)[0]
+    if _one_launch(logits, reduction):
+        return _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, False)[0]
     loss_rows = _forward(logits, targets, ignore_index, label_smoothing, need_lse=False)[0]
     return _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype, need_count=False)[0]
 
@@ -1044,8 +1075,8 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        sources={"triton": [cross_entropy_fwd_kernel, cross_entropy_bwd_kernel, cross_entropy_reduce_kernel,
-                            _row_logsumexp, _row_loss, _write_row_grad, _forward, _backward, _reduce,
+        sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _ticket, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
         bytes=lambda s: 3 * s[0] * s[1] * _itemsize(s[2]),
         flops=lambda s: 0,
@@ -1123,8 +1154,8 @@ BENCHMARKS += [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        sources={"triton": [cross_entropy_fwd_kernel, cross_entropy_bwd_kernel, cross_entropy_reduce_kernel,
-                            _row_logsumexp, _row_loss, _write_row_grad, _forward, _backward, _reduce,
+        sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _ticket, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
         bytes=lambda s: 3 * s[0] * s[1] * _itemsize(bench_dtype()),
         flops=lambda s: 0,
@@ -1173,8 +1204,8 @@ BENCHMARKS += [
         bytes=lambda s: 0,
         notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call (argument "
               "checks, allocation, the launches), the GPU work being a few us; torch = F.cross_entropy "
-              "(log_softmax + nll_loss); triton = cross_entropy (the public entry: forward kernel + reduction "
-              "kernel, no host sync); triton_launcher = cross_entropy_forward (per-row losses; validates the "
+              "(log_softmax + nll_loss); triton = cross_entropy (the public entry: one launch, the last "
+              "row program reducing, no host sync); triton_launcher = cross_entropy_forward (per-row losses; validates the "
               "target values, one host sync: the lesson's API, not the hot path)",
     ),
 ]

@@ -79,8 +79,11 @@ def test_pinned_copy_is_faster_and_overlaps_compute():
     r = mem.pinned_transfer_overlap()
     print(r)
     assert r["pinned_gbps"] > r["pageable_gbps"]
-    # Overlap hides at least half of the shorter of the two; serial is their sum.
-    assert r["overlapped_ms"] < r["serial_ms"] - 0.5 * min(r["pinned_ms"], r["compute_ms"])
+    # CUDA events time when each ran, so the check holds on a GPU other processes share (the
+    # whole suite under xdist): wall-clock "serial minus overlapped" does not. On a side stream
+    # most of the shorter interval runs inside the other; on one stream they never meet.
+    assert r["event_overlap_side_stream"] > 0.5, r
+    assert r["event_overlap_same_stream"] < 0.05, r
 
 
 @GPU_MEMORY

@@ -137,15 +137,15 @@ def test_gradcheck_float64(reduction):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the NaN row, on purpose
-@pytest.mark.parametrize("few_rows, reduction", [  # each path once, each reduction once
-    case(few, r, id=f"{path}-{r}", keep=(few, r) in ((True, "mean"), (False, "sum")))
-    for few, path in ((True, "one_launch"), (False, "two_launches")) for r in ("mean", "sum")])
-def test_reductions_on_both_paths(monkeypatch, few_rows, reduction):
-    # Batches of at most FEW_ROWS_ELEMENTS logits reduce in the same launch as the losses
-    # (cross_entropy_few_rows_kernel); larger ones launch the losses, then the reduction. Both paths,
-    # at one size, with and without autograd: ignored rows, smoothing, int32 and strided targets,
-    # strided rows, a NaN row, all rows ignored.
-    monkeypatch.setattr(ce, "FEW_ROWS_ELEMENTS", 1 << 30 if few_rows else 0, raising=False)  # (a stub has one path)
+@pytest.mark.parametrize("one_launch, reduction", [  # each path once, each reduction once
+    case(one, r, id=f"{path}-{r}", keep=(one, r) in ((True, "mean"), (False, "sum")))
+    for one, path in ((True, "one_launch"), (False, "two_launches")) for r in ("mean", "sum")])
+def test_reductions_on_both_paths(monkeypatch, one_launch, reduction):
+    # "mean" and "sum" reduce in the launch that makes the losses (cross_entropy_fwd_reduce_kernel,
+    # the last program to finish sums); with ONE_LAUNCH_REDUCTION off (and while a CUDA graph is
+    # captured) the losses, then the reduction. Both paths, at one size, with and without autograd:
+    # ignored rows, smoothing, int32 and strided targets, strided rows, a NaN row, all rows ignored.
+    monkeypatch.setattr(ce, "ONE_LAUNCH_REDUCTION", one_launch, raising=False)  # (a stub has one path)
     wide = random_tensor((6, 50), torch.float32, DEVICE, scale=3.0)
     logits = wide[:, :41]  # rows at stride 50
     targets = torch.tensor([0, 40, 7, ce.IGNORE_INDEX, 3, 19, 1, 1], device=DEVICE)[:6].int()
@@ -165,6 +165,72 @@ def test_reductions_on_both_paths(monkeypatch, few_rows, reduction):
     ignored = torch.full((6,), ce.IGNORE_INDEX, device=DEVICE)
     assert_close(ce.cross_entropy(logits, ignored, reduction=reduction),
                  F.cross_entropy(logits.double(), ignored, reduction=reduction).float())
+
+
+def test_one_launch_reduction_is_reusable_and_matches_two_launches(monkeypatch):
+    # The one-launch kernel's last program resets its ticket counter: a kernel that forgot would
+    # reduce nothing on the second call, one that reduced before every row was written would
+    # sum poison. So: more rows than one reduction step holds (REDUCE_BLOCK), the loss buffer
+    # poisoned by a call on other logits first, the same call three times (bit-identical to the
+    # two-launch path, which sums in the same order), then once more after a different-size call.
+    n_rows = runtime.pick(gpu=3 * 4096 + 5, sim=37)
+    logits = random_tensor((n_rows, 33), torch.float32, DEVICE, scale=2.0)
+    targets = torch.randint(0, 33, (n_rows,), device=DEVICE)
+    targets[::7] = ce.IGNORE_INDEX
+    want = F.cross_entropy(logits.double(), targets, reduction="sum")
+    monkeypatch.setattr(ce, "ONE_LAUNCH_REDUCTION", False, raising=False)
+    two = ce.cross_entropy(logits, targets, reduction="sum")
+    monkeypatch.setattr(ce, "ONE_LAUNCH_REDUCTION", True, raising=False)
+    ce.cross_entropy(torch.full_like(logits, math.nan), targets, reduction="sum")
+    for _ in range(3):
+        one = ce.cross_entropy(logits, targets, reduction="sum")
+        assert torch.equal(one, two), (one, two)
+    assert_close(one, want.float(), rtol=1e-5, name="sum of the rows")  # n_rows fp32 additions
+    ce.cross_entropy(logits[:5], targets[:5])
+    assert torch.equal(ce.cross_entropy(logits, targets, reduction="sum"), two)
+    mean = ce.cross_entropy(logits, targets)  # the count of kept rows is made in the same launch
+    assert_close(mean, F.cross_entropy(logits.double(), targets).float(), rtol=1e-5, name="mean")
+
+
+@pytest.mark.gpu(reason="streams and CUDA graphs")
+def test_one_launch_reduction_on_side_streams_and_in_a_cuda_graph():
+    # Calls on two streams at once each draw from their own counter; a CUDA graph captures the
+    # two-launch path (the one-launch counter would be shared by graphs replayed on two streams).
+    logits = random_tensor((4099, 1000), torch.bfloat16, DEVICE)
+    targets = torch.randint(0, 1000, (4099,), device=DEVICE)
+    want = ce.cross_entropy(logits, targets)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                outs.append(ce.cross_entropy(logits, targets))
+    torch.cuda.synchronize()
+    assert all(torch.equal(o, want) for o in outs)
+    static_logits = logits.clone().requires_grad_()
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch.cuda.graph asks
+        ce.cross_entropy(static_logits, targets).backward()
+    torch.cuda.current_stream().wait_stream(side)
+    static_logits.grad = None
+    with torch.cuda.graph(graph):
+        loss = ce.cross_entropy(static_logits, targets)
+        loss.backward()
+    for scale in (1.0, 2.0):
+        with torch.no_grad():
+            static_logits.copy_(logits * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = static_logits.detach().double().requires_grad_()
+        ref_loss = F.cross_entropy(ref, targets)
+        ref_loss.backward()
+        assert_close(loss, ref_loss.to(torch.bfloat16), name=f"loss at scale {scale}")
+        assert_close(static_logits.grad.float(), ref.grad.float(), atol=grad_atol(ref.grad, torch.bfloat16),
+                     name="dlogits")
+        static_logits.grad.zero_()
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

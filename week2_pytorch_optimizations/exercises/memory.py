@@ -4,7 +4,7 @@ goes.
 Check your work with `pytest tests/week2/test_memory.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 123 lines in 8 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 148 lines in 8 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * `shares_storage`: compare where their storages start: t.untyped_storage().data_ptr() (not
   t.data_ptr(): that is where the first element is, which moves with a slice's offset) (about 1
@@ -25,7 +25,7 @@ until you fill them):
 * `pinned_transfer_overlap`: median ms of a pageable copy, a pinned copy, the compute alone (a chain
   of bf16 matmuls about as long as the copy), both one after the other, and both at once (the copy
   on a side stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the
-  fraction of the shorter one hidden (about 32 lines)
+  fraction of the shorter one hidden (about 57 lines)
 * `caching_allocator_demo`: memory_allocated and memory_reserved (MiB above the start) with a
   mib-sized tensor alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the
   current segment count from torch.cuda.memory_stats() (about 14 lines)
@@ -116,10 +116,13 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
 
     Returns the median ms of: a pageable copy, a pinned copy, the compute alone (a chain of
     bf16 matmuls sized to take about as long as the copy), both one after the other, and
-    both at once (the copy on a side stream with non_blocking=True). GPU only.
+    both at once (the copy on a side stream with non_blocking=True). Also, from CUDA events,
+    the share of the shorter of copy and compute that ran during the other, with the copy on a
+    side stream (`event_overlap_side_stream`, near 1) and on the compute's stream
+    (`event_overlap_same_stream`, 0). GPU only.
     """
     _need_gpu("pinned_transfer_overlap")
-    # TODO (about 32 lines): median ms of a pageable copy, a pinned copy, the compute alone (a chain of bf16
+    # TODO (about 57 lines): median ms of a pageable copy, a pinned copy, the compute alone (a chain of bf16
     #   matmuls about as long as the copy), both one after the other, and both at once (the copy on a side
     #   stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the fraction of the
     #   shorter one hidden
