@@ -103,13 +103,18 @@ class Trainer:
 
     `ops`: "fast" (the course's kernels) or "reference" (the pure-PyTorch twin). `fsdp=True`
     needs an initialized process group. `compile=True` wraps the loss in torch.compile.
+    `compile_blocks=True` (or a mode) compiles each transformer block on its own instead, before
+    FSDP wraps it: the per-block recipe that works with FSDP2, whose hooks stay outside the
+    compiled code (all-gather before a block's forward, reduce-scatter after its backward) while
+    the block's own Python (its ops, autograd's bookkeeping) is replaced by compiled graphs.
     `autograd_threads=False` runs the backward on the calling thread instead of autograd's CUDA
     worker thread: a Python backward (every course op's autograd.Function) then needs no GIL
     hand-over between threads (torch.autograd.set_multithreading_enabled).
     """
 
     def __init__(self, config: str | cm.GPTConfig, tc: TrainConfig, *, ops: str = "fast", device=None,
-                 fsdp: bool = False, compile: bool | str = False, autograd_threads: bool = True):
+                 fsdp: bool = False, compile: bool | str = False, autograd_threads: bool = True,
+                 compile_blocks: bool | str = False):
         if not isinstance(tc, TrainConfig):
             raise TypeError(f"tc must be a week5 TrainConfig, got {type(tc).__name__}")
         self.cfg, self.tc, self.ops_name = cm.preset(config), tc, ops
@@ -125,6 +130,12 @@ class Trainer:
             raise ValueError(f"batch {tc.batch} (global) must split evenly over {self.world} processes")
         self.model = cm.build(self.cfg, ops, seed=tc.seed, device=self.device)
         self.module = LossModel(self.model)
+        self.compile_blocks = compile_mode(compile_blocks)
+        if self.compile_blocks is not None:
+            if compile_mode(compile) is not None:
+                raise ValueError("compile and compile_blocks are two ways to compile: choose one")
+            for block in self.model.blocks:  # in place: the module tree (and FSDP's units) stay as they are
+                block.compile(**compile_options(self.compile_blocks, self.device))
         if fsdp:
             from torch.distributed.fsdp import fully_shard
             mesh = fsdp_mesh(self.device)  # gloo on a GPU machine: the CPU, not the default cuda mesh

@@ -627,6 +627,13 @@ def cmd_timings(args) -> int:
     """Sum a GPU run's timing log per week into tests/timings_gpu.json (run it on the GPU machine)."""
     from course import runtime, timings
 
+    if args.suite_output:  # only the whole-suite run (its GPU: the committed record's), the per-week serial runs kept
+        rec = timings.with_suite(timings.load(), Path(args.log).read_text(), command=args.run_command,
+                                 wall_s=args.wall_s, pytest_output=Path(args.suite_output).read_text(),
+                                 cache=args.cache, date=args.date)
+        (ROOT / timings.TIMINGS_FILE).write_text(json.dumps(rec, indent=1) + "\n")
+        print(timings.section())
+        return 0
     info = runtime.describe()
     if not info.get("gpu"):
         print("timings: run this on the GPU machine the log comes from (it records that GPU's name)")
@@ -672,6 +679,10 @@ def main(argv=None) -> int:
     timings_p.add_argument("--serial", help="a folder of per-week serial runs (tools/gpu_week_times.sh): "
                                             "serial_<week>.txt timing logs and walls.txt")
     timings_p.add_argument("--serial-command", default="pytest -p pytest_timelog tests/<week>")
+    timings_p.add_argument("--suite-output", help="pytest's output of the whole-suite run: update only that run "
+                           "in the committed record, keeping its per-week serial runs")
+    timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
+    timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
     from course import exercises, progress  # the exercise commands: a module each
     exercises.add_parser(sub)
     progress.add_parser(sub)

@@ -77,6 +77,9 @@ class Benchmark:
     # call (wall time of many calls, then one synchronize), for tiny sizes where Python, the
     # launcher and autograd are the bottleneck and the GPU waits for the host.
     clock: str = "events"
+    # Variants also timed replayed from a CUDA graph (rows "<label>_graph", GPU only): the GPU's
+    # time for a call without the host's, what a captured or compiled model pays (see `graphed`).
+    graphed: tuple = ()
 
     def active_sizes(self) -> list:
         return runtime.pick(gpu=self.sizes, sim=self.sim_sizes)
@@ -313,6 +316,39 @@ def time_call(fn: Callable, sets: list) -> Timing:
     return time_gpu(fn, sets) if runtime.on_gpu() else time_host(fn, sets)
 
 
+def graphed(fn: Callable) -> Callable:
+    """`fn` replayed from a CUDA graph, one graph per input set: what a call costs the GPU alone.
+
+    A model whose step is captured (the capstone's) or compiled with CUDA graphs pays no Python
+    per op; this variant shows an op's time there, beside its eager time, which includes the
+    host's (autograd, checks, launches) whenever that is longer than the GPU work. The first call
+    for a set warms `fn` up on a side stream (caches, compiled kernels), then captures it; later
+    calls replay and return the graph's output tensors. Keyed by each tensor's address, shape,
+    strides and dtype: a graph replays on addresses, so a new tensor at the same address with the
+    same layout is read correctly. GPU only (the capture needs CUDA).
+    """
+    graphs: dict = {}
+
+    def call(*args):
+        key = tuple((a.data_ptr(), a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        hit = graphs.get(key)
+        if hit is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    fn(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fn(*args)
+            hit = graphs[key] = (graph, out)
+        hit[0].replay()
+        return hit[1]
+
+    return call
+
+
 def time_with_memory(fn: Callable, sets: list, clock: str = "events") -> tuple[Timing, int | None]:
     """`time_call`, and the bytes the calls allocated above what was live before (None off-GPU).
 
@@ -401,10 +437,13 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
         sets = input_sets(bench.make_inputs, size)
         nbytes, nflops = bench.bytes(size), bench.flops(size)
         by_variant = {}
-        for label, fn in bench.variants.items():
+        variants, graph_labels = dict(bench.variants), {f"{label}_graph" for label in bench.graphed}
+        for label in bench.graphed:  # made per size: the graphs (and their memory) go with the size
+            variants[f"{label}_graph"] = graphed(bench.variants[label])
+        for label, fn in variants.items():
             if progress:
                 progress.step(f"{bench.name} {bench.size_label(size)} {label}")
-            if label in bench.gpu_only and not runtime.on_gpu():
+            if (label in bench.gpu_only or label in graph_labels) and not runtime.on_gpu():
                 rows.append({"size": bench.size_label(size), "variant": label, "skipped": "needs a GPU"})
                 continue
             timing, peak = time_with_memory(fn, sets, bench.clock)

@@ -363,9 +363,16 @@ def _header(solution: Path, holes: list[Hole], root: Path, summary: str, notes: 
 
 
 def _cu_function(lines: list[str], index: int) -> str | None:
-    """The name of the C/CUDA function whose body holds line `index` (a definition at column 0)."""
+    """The name of the C/CUDA function whose body holds line `index` (a definition at column 0;
+    `extern "C"` and `__launch_bounds__(...)` before the name, or the name alone on the line after
+    its qualifiers, are read through)."""
     for k in range(index, -1, -1):
-        m = re.match(r"^(?:__\w+__\s+)*(?:[\w:<>*&]+\s+)+\**(\w+)\s*\(", lines[k])
+        line = re.sub(r'^extern\s+"C"\s+', "", lines[k])
+        line = re.sub(r"\b__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*", "", line)
+        m = re.match(r"^(?:__\w+__\s+)*(?:[\w:<>*&]+\s+)+\**(\w+)\s*\(", line)
+        if m is None and k > 0 and re.match(r"^\w+\s*\(", line) and \
+                re.search(r"__global__|__device__|__host__", lines[k - 1]):
+            m = re.match(r"^(\w+)\s*\(", line)
         if m and not lines[k].rstrip().endswith(";") and m.group(1) not in ("if", "for", "while", "switch"):
             return m.group(1)
         if lines[k].startswith("}"):  # left the function the region is in

@@ -79,6 +79,25 @@ def record(log_text: str, *, gpu: str, command: str, wall_s: float, versions: di
     return rec
 
 
+def summary_counts(pytest_output: str) -> dict:
+    """{"passed": n, "failed": n, "skipped": n, ...} from pytest's last summary line."""
+    counts: dict = {}
+    for line in reversed(pytest_output.splitlines()):
+        found = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", line)
+        if found:
+            return {kind: int(n) for n, kind in found}
+    return counts
+
+
+def with_suite(rec: dict, log_text: str, *, command: str, wall_s: float, pytest_output: str, cache: str,
+               date: str | None = None) -> dict:
+    """The record with its whole-suite run (xdist) replaced, the per-week serial runs kept."""
+    tests = len(parse(log_text))
+    return {**rec, "command": command, "wall_s": wall_s,
+            "suite": {"date": date or _dt.date.today().isoformat(), "tests_timed": tests, "cache": cache,
+                      **summary_counts(pytest_output)}}
+
+
 def load(root: Path = ROOT) -> dict | None:
     path = root / TIMINGS_FILE
     return json.loads(path.read_text()) if path.is_file() else None
@@ -106,6 +125,15 @@ def section(root: Path = ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _suite_sentence(rec: dict) -> str:
+    suite = rec.get("suite")
+    if not suite:
+        return f"The whole suite, `{rec['command']}`, right after: {rec['wall_s'] / 60:.1f} min of wall time. "
+    counts = ", ".join(f"{suite.get(k, 0):,} {k}" for k in ("passed", "failed", "skipped"))
+    return (f"The whole suite, `{rec['command']}`, on {suite['date']} on a fresh machine (Triton's cache: "
+            f"{suite['cache']}): {rec['wall_s'] / 60:.1f} min of wall time, {counts}. ")
+
+
 def _serial_section(rec: dict) -> str:
     lines = ["\n| tests | serial wall time on the GPU | tests run | slowest test |", "|---|---|---|---|"]
     for week, w in rec["weeks"].items():
@@ -118,8 +146,7 @@ def _serial_section(rec: dict) -> str:
                  f"(torch {rec['torch']}, triton {rec['triton']}). Each week: `{rec['serial_command']}`, its own "
                  "pytest process, no xdist, from a cold Triton cache (a fresh machine), every week's process "
                  "started at once beside the others (16 host cores, one GPU: an upper bound on a lone run). "
-                 + (f"The whole suite, `{rec['command']}`, right after: {rec['wall_s'] / 60:.1f} min of wall time. "
-                    if rec.get("wall_s") else "The whole suite with xdist was not timed in this run. ")
+                 + (_suite_sentence(rec) if rec.get("wall_s") else "The whole suite with xdist was not timed in this run. ")
                  + "An exit status other than 0 is a failed test in that run (the table's note says which). "
                  f"Every week's five slowest tests: `{TIMINGS_FILE}`.")
     return "\n".join(lines) + "\n"

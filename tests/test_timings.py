@@ -33,3 +33,16 @@ def test_serial_runs_give_each_week_its_own_wall_time(tmp_path):
     rec = timings.record("", gpu="H100", command="pytest -n 14 tests", wall_s=240.0, versions={"torch": "t",
                          "triton": "x"}, serial=weeks, serial_command="pytest tests/<week>")
     assert "| `tests/week3` | 5.0 min (exit 124) |" in timings._serial_section(rec)
+
+
+def test_a_whole_suite_run_replaces_only_that_run_and_reads_pytest_counts():
+    serial = {"week1": {"wall_s": 179, "exit": 0, "seconds": 1.5, "tests": 1, "slowest": []}}
+    rec = timings.record("", gpu="H100", command="old", wall_s=1.0, versions={"torch": "t", "triton": "x"},
+                         serial=serial, serial_command="pytest tests/<week>")
+    output = "....\nFAILED tests/x.py::t - boom\n= 4255 passed, 1 failed, 18 skipped, 165 warnings in 257.80s (0:04:17) =\n"
+    new = timings.with_suite(rec, LOG, command="pytest -n 14 tests", wall_s=265.0, pytest_output=output, cache="cold")
+    assert new["weeks"] == serial and new["serial_command"] == "pytest tests/<week>"  # the serial runs kept
+    assert new["wall_s"] == 265.0 and new["command"] == "pytest -n 14 tests"
+    assert {k: new["suite"][k] for k in ("passed", "failed", "skipped", "tests_timed")} == {
+        "passed": 4255, "failed": 1, "skipped": 18, "tests_timed": 3}
+    assert "4.4 min of wall time, 4,255 passed, 1 failed, 18 skipped" in timings._serial_section(new)

@@ -63,12 +63,19 @@ BLOCK = (32, 8)     # threads per block (x, y); the tiled rungs give each thread
 ROWS_PER_THREAD = TILE_H // BLOCK[1]
 MAX_GRID_Y = 65535
 
+# EXERCISE NOTE: out[r, c] = sum_{dy, dx < K} x[r + dy - K//2, c + dx - K//2] * w[dy, dx] (x = 0 outside
+#   the image): F.conv2d(x[None, None], w[None, None], padding=K // 2)[0, 0]. Sum the taps dy outer,
+#   dx inner in every kernel. The launchers' checks (_checked: odd square K, K <= MAX_K for the
+#   constant-memory rungs), the per-filter kernel cache and the PyCUDA plumbing are given.
+
 
 # --- Numba kernels ---------------------------------------------------------------------------
 
 @cuda.jit
 def conv2d_naive_kernel(x, w, out):
     """One thread per output, image and filter read from global memory (through L1/L2)."""
+    # BEGIN EXERCISE: one thread per output: col, row = cuda.grid(2); guard; acc = float32(0) over the K x
+    #   K taps (dy outer, dx inner), skipping taps outside the image (zero padding); out[row, col] = acc
     col, row = cuda.grid(2)  # x over columns: a warp reads 32 neighbouring pixels
     h, wd = x.shape
     if row < h and col < wd:
@@ -83,6 +90,7 @@ def conv2d_naive_kernel(x, w, out):
                     if 0 <= xx < wd:
                         acc += x[y, xx] * w[dy, dx]
         out[row, col] = acc
+    # END EXERCISE
 
 
 def _const_kernel(weights: np.ndarray):
@@ -92,6 +100,9 @@ def _const_kernel(weights: np.ndarray):
 
     @cuda.jit
     def conv2d_const_kernel(x, out):
+        # BEGIN EXERCISE: the filter from constant memory: w = cuda.const.array_like(weights) (the array
+        #   the factory closed over, compiled into the kernel); then conv2d_naive_kernel's loop, k and r
+        #   closure constants
         # All 32 threads of a warp read the same tap at the same moment: the constant
         # cache answers with one broadcast.
         w = cuda.const.array_like(weights)
@@ -107,6 +118,7 @@ def _const_kernel(weights: np.ndarray):
                         if 0 <= xx < wd:
                             acc += x[y, xx] * w[dy, dx]
             out[row, col] = acc
+        # END EXERCISE
 
     return conv2d_const_kernel
 
@@ -120,6 +132,10 @@ def _tiled_kernel(weights: np.ndarray):
 
     @cuda.jit
     def conv2d_tiled_kernel(x, out):
+        # BEGIN EXERCISE: w in constant memory; tile = cuda.shared.array((tile_h, tile_w), float32): the
+        #   block's outputs window plus the K//2 halo on each side, starting at image (by * TILE_H - r,
+        #   bx * TILE_W - r); all the block's threads load it (consecutive threads, consecutive pixels),
+        #   0 outside the image; cuda.syncthreads()
         w = cuda.const.array_like(weights)
         # One cuda.shared.array per line: the simulator merges allocations sharing a line.
         tile = cuda.shared.array((tile_h, tile_w), float32)
@@ -141,6 +157,10 @@ def _tiled_kernel(weights: np.ndarray):
             else:
                 tile[ty, tc] = 0.0  # padding stored as 0: no bounds checks in the FMA loop
         cuda.syncthreads()  # the whole window is in place before anyone reads it
+        # END EXERCISE
+        # BEGIN EXERCISE: each thread computes ROWS_PER_THREAD outputs of column bx * TILE_W + tx, rows
+        #   threadIdx.y + j * BLOCK[1] of the block's tile, from the shared tile (no bounds checks
+        #   inside: the halo holds the zeros); bounds-check the store
         col = cuda.blockIdx.x * TILE_W + tx
         for j in range(ROWS_PER_THREAD):
             ly = cuda.threadIdx.y + j * BLOCK[1]
@@ -152,6 +172,7 @@ def _tiled_kernel(weights: np.ndarray):
                         # A warp reads 32 consecutive words of one tile row: no bank conflicts.
                         acc += tile[ly + dy, tx + dx] * w[dy, dx]
                 out[row, col] = acc
+        # END EXERCISE
 
     return conv2d_tiled_kernel
 
@@ -190,12 +211,16 @@ def _checked(x, w, out, *, max_k: int | None):
 
 def _naive_grid(x) -> tuple:
     h, wd = x.shape
+    # BEGIN EXERCISE: one thread per output in BLOCK = (32, 8) blocks: the grid (x over columns, y over rows)
     return (math.ceil(wd / BLOCK[0]), math.ceil(h / BLOCK[1]))
+    # END EXERCISE
 
 
 def _tiled_grid(x) -> tuple:
     h, wd = x.shape
+    # BEGIN EXERCISE: one block per TILE_H x TILE_W tile of outputs: the grid
     return (math.ceil(wd / TILE_W), math.ceil(h / TILE_H))
+    # END EXERCISE
 
 
 def conv2d_numba_naive(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -243,6 +268,9 @@ def _cuda_c_kernel(name: str):
 
 def _upload_filter(w: torch.Tensor) -> None:
     """Copy the filter into the module's `__constant__ float c_filter[]`, in stream order."""
+    # BEGIN EXERCISE: the address and size of c_filter: interop.cuda_module(CUDA_SOURCE).get_global(...);
+    #   copy w's K * K floats there with drv.memcpy_dtod_async(address, w.data_ptr(), nbytes, None)
+    #   (drv = runtime.pycuda_driver(); stream None: in order with torch's work and the launches)
     drv = runtime.pycuda_driver()
     address, size = interop.cuda_module(CUDA_SOURCE).get_global("c_filter")
     assert w.numel() * 4 <= size, "the launcher's K check keeps the filter inside c_filter"
@@ -250,6 +278,7 @@ def _upload_filter(w: torch.Tensor) -> None:
     # produced w and for earlier launches still reading the old filter, and the launch that
     # follows waits for the copy.
     drv.memcpy_dtod_async(address, w.data_ptr(), w.numel() * 4, None)
+    # END EXERCISE
 
 
 def _launch_cuda_c(name: str, grid: tuple, x, w, out) -> None:
@@ -351,6 +380,7 @@ SANITIZER_CASES = {
 
 # --- benchmark -------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(size):
     n, k = size
     device = runtime.DEVICE
@@ -388,3 +418,4 @@ BENCHMARKS = [
               "'torch' is F.conv2d with TF32 off (cuDNN)",
     ),
 ]
+# END SOLUTION ONLY

@@ -24,6 +24,10 @@ from course.check import random_tensor
 
 from numba import cuda  # noqa: E402  (after course.runtime on purpose)
 
+# EXERCISE NOTE: The launchers' input checks (course.validate), the output allocation and the
+#   skipped launch on empty input are given: you write the kernels (one thread per element, the
+#   bounds check, NaN through ReLU), the scalar's type and the grid sizes.
+
 THREADS_PER_BLOCK = 256
 BLOCK_2D = (32, 8)  # 32 threads along a row (one warp, 128 contiguous bytes), 8 rows
 DTYPES = (torch.float32, torch.float64)
@@ -34,18 +38,23 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
 @cuda.jit
 def scale_kernel(x, alpha, out):
+    # BEGIN EXERCISE: one thread per element: i = cuda.grid(1), guard i < out.size, out[i] = alpha * x[i]
     i = cuda.grid(1)
     if i < out.size:
         out[i] = alpha * x[i]
+    # END EXERCISE
 
 
 @cuda.jit
 def relu_kernel(x, out):
+    # BEGIN EXERCISE: one thread per element, guarded; keep NaN (careful: NaN > 0 is False, so
+    #   `v if v > 0 else 0` turns NaN into 0 where torch.relu keeps it)
     i = cuda.grid(1)
     if i < out.size:
         v = x[i]
         # `v if v > 0 else 0` would turn NaN into 0 (NaN > 0 is False); torch.relu keeps NaN.
         out[i] = 0 if v < 0 else v
+    # END EXERCISE
 
 
 ELEMENTS_PER_THREAD = 4
@@ -53,7 +62,9 @@ ELEMENTS_PER_THREAD = 4
 
 @cuda.jit(device=True)
 def _relu(v):
+    # BEGIN EXERCISE: ReLU of one value, NaN kept (the select of relu_kernel)
     return 0 if v < 0 else v
+    # END EXERCISE
 
 
 @cuda.jit
@@ -62,6 +73,9 @@ def relu_x4_kernel(x, out):
     memory requests in flight per thread instead of one, which is what keeps HBM busy
     (Little's law: bytes in flight = bandwidth x latency). Accesses stay coalesced: the
     k-th element of each thread is THREADS_PER_BLOCK apart, so a warp reads 128 contiguous bytes."""
+    # BEGIN EXERCISE: thread t of block b owns base = b * 256 * 4 + t and base + 256, + 512, + 768;
+    #   when the last of them is < n: four loads into registers first, then four stores of _relu; else
+    #   (the last block) element by element with the bounds check
     n = out.size
     base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
     last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
@@ -79,11 +93,14 @@ def relu_x4_kernel(x, out):
             i = base + k * THREADS_PER_BLOCK
             if i < n:
                 out[i] = _relu(x[i])
+    # END EXERCISE
 
 
 @cuda.jit
 def scale_x4_kernel(x, alpha, out):
     """scale_kernel with four independent loads per thread (see relu_x4_kernel)."""
+    # BEGIN EXERCISE: as relu_x4_kernel with alpha * v: the four elements base + k * 256, all four
+    #   loads before any store when they are all in range, element by element in the last block
     n = out.size
     base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
     last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
@@ -101,42 +118,54 @@ def scale_x4_kernel(x, alpha, out):
             i = base + k * THREADS_PER_BLOCK
             if i < n:
                 out[i] = alpha * x[i]
+    # END EXERCISE
 
 
 @cuda.jit
 def saxpy_kernel(alpha, x, y, out):
+    # BEGIN EXERCISE: one thread per element, guarded: out[i] = alpha * x[i] + y[i]
     i = cuda.grid(1)
     if i < out.size:
         out[i] = alpha * x[i] + y[i]
+    # END EXERCISE
 
 
 @cuda.jit
 def saxpy_grid_stride_kernel(alpha, x, y, out):
+    # BEGIN EXERCISE: the grid-stride loop: i from cuda.grid(1) to out.size in steps of cuda.gridsize(1)
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     for i in range(start, out.size, stride):
         out[i] = alpha * x[i] + y[i]
+    # END EXERCISE
 
 
 @cuda.jit
 def matrix_add_kernel(a, b, out):
+    # BEGIN EXERCISE: col, row = cuda.grid(2) (x over columns: why?); guard both against out.shape
     # x walks columns: the 32 threads of a warp share a row and read 32 neighbouring
     # elements. With x over rows instead, each thread of a warp would hit a different row.
     col, row = cuda.grid(2)
     if row < out.shape[0] and col < out.shape[1]:
         out[row, col] = a[row, col] + b[row, col]
+    # END EXERCISE
 
 
 # --- launchers -----------------------------------------------------------------------------
 
 def _blocks(n: int) -> int:
+    # BEGIN EXERCISE: blocks of THREADS_PER_BLOCK threads that cover n elements (a partial last block counts)
     return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    # END EXERCISE
 
 
 def _scalar(alpha, name: str, dtype: torch.dtype):
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f"{name} must be a Python int or float, got {type(alpha).__name__}")
+    # BEGIN EXERCISE: the scalar in the array's NumPy dtype (_NUMPY[dtype]): a Python float is a
+    #   float64 and would make every float32 multiply float64
     return _NUMPY[dtype](alpha)  # a float64 scalar would promote every float32 multiply
+    # END EXERCISE
 
 
 def _flat(*tensors):
@@ -164,8 +193,10 @@ def relu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _blocks_x4(n: int) -> int:
+    # BEGIN EXERCISE: blocks for the x4 kernels: each block covers THREADS_PER_BLOCK * ELEMENTS_PER_THREAD elements
     per_block = THREADS_PER_BLOCK * ELEMENTS_PER_THREAD
     return (n + per_block - 1) // per_block
+    # END EXERCISE
 
 
 def scale_x4(x: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -209,7 +240,9 @@ def saxpy_grid_stride(alpha: float, x: torch.Tensor, y: torch.Tensor,
     """out = alpha * x + y on a grid of at most 32 blocks per SM, each thread looping."""
     alpha, out = _saxpy_checked(alpha, x, y, out)
     if out.numel():
+        # BEGIN EXERCISE: enough blocks for n, but at most 32 per SM (runtime.sm_count()): the loop covers the rest
         blocks = min(_blocks(out.numel()), 32 * runtime.sm_count())
+        # END EXERCISE
         saxpy_grid_stride_kernel[blocks, THREADS_PER_BLOCK](alpha, *_flat(x, y, out))
     return out
 
@@ -223,7 +256,9 @@ def matrix_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
     out = validate.output(out, a)
     rows, cols = out.shape
     if out.numel():
+        # BEGIN EXERCISE: the 2-D grid (blocks along x, blocks along y): x covers the columns, y the rows
         grid = (math.ceil(cols / BLOCK_2D[0]), math.ceil(rows / BLOCK_2D[1]))
+        # END EXERCISE
         if grid[1] > 65535:
             raise ValueError(f"a has {rows} rows: more than 65535 blocks of {BLOCK_2D[1]} rows in y")
         matrix_add_kernel[grid, BLOCK_2D](*(interop.to_numba(t) for t in (a, b, out)))
@@ -232,6 +267,7 @@ def matrix_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
 
 # --- benchmark -------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _vectors(count: int):
     def make(n: int):
         device = runtime.DEVICE
@@ -281,3 +317,4 @@ BENCHMARKS = [
         notes="bytes = 3 x 4 x n^2 (read a, b; write out)",
     ),
 ]
+# END SOLUTION ONLY

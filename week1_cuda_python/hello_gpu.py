@@ -26,6 +26,11 @@ from course.bench import copy_bandwidth_gbps
 
 from numba import cuda  # noqa: E402  (after course.runtime on purpose)
 
+# EXERCISE NOTE: Each kernel writes, for the element its thread owns, the thread's own coordinates;
+#   the tests know exactly which thread must own which element, so every index has to be right.
+#   The launchers' argument checks (_count, _output) and the early return when there is nothing to
+#   launch are given: you write the kernels and the grids.
+
 THREADS_PER_BLOCK = 256  # 8 warps; any multiple of 32 up to 1024 works
 BLOCK_2D = (16, 16)
 MAX_THREADS_PER_BLOCK = 1024  # every GPU since Fermi (compute capability 2.0)
@@ -41,6 +46,8 @@ WHO_GRID_STRIDE = ("thread", "step")  # which global thread handled element i, o
 @cuda.jit
 def hello_1d_kernel(out):
     """Thread i of the grid writes row i: its block, thread, global index, warp and lane."""
+    # BEGIN EXERCISE: i = cuda.grid(1); guard i < out.shape[0]; row i = (blockIdx.x, threadIdx.x, i,
+    #   warp = threadIdx.x // cuda.warpsize, lane = cuda.laneid)
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     # The grid is rounded up to whole blocks, so the last block has threads past the end:
     # without this guard they would write into memory that is not ours.
@@ -51,11 +58,14 @@ def hello_1d_kernel(out):
         out[i, 2] = i
         out[i, 3] = t // cuda.warpsize  # warps are consecutive runs of 32 threads of a block
         out[i, 4] = cuda.laneid  # read from the hardware: equals t % 32
+    # END EXERCISE
 
 
 @cuda.jit
 def hello_2d_kernel(out):
     """A 2-D grid over a (rows, cols) table: x is the column, y the row."""
+    # BEGIN EXERCISE: col, row = cuda.grid(2) (x first); guard both; out[row, col] = (block x, block y,
+    #   thread x, thread y, col, row, warp, lane): warps are cut from the linear id ty * blockDim.x + tx
     col, row = cuda.grid(2)  # x first: (blockIdx.x * blockDim.x + threadIdx.x, ... y ...)
     if row < out.shape[0] and col < out.shape[1]:
         tx = cuda.threadIdx.x
@@ -71,11 +81,14 @@ def hello_2d_kernel(out):
         out[row, col, 5] = row
         out[row, col, 6] = linear // cuda.warpsize
         out[row, col, 7] = cuda.laneid
+    # END EXERCISE
 
 
 @cuda.jit
 def hello_grid_stride_kernel(out):
     """A fixed grid walks any n: element i is handled by thread i % gridsize, on trip i // gridsize."""
+    # BEGIN EXERCISE: loop i over range(cuda.grid(1), out.shape[0], cuda.gridsize(1)), counting trips:
+    #   out[i] = (this thread's global id, trip number)
     start = cuda.grid(1)
     stride = cuda.gridsize(1)  # blocks * threads per block
     step = 0
@@ -83,12 +96,15 @@ def hello_grid_stride_kernel(out):
         out[i, 0] = start
         out[i, 1] = step
         step += 1
+    # END EXERCISE
 
 
 @cuda.jit
 def hello_print_kernel():
     """printf from the GPU: lines arrive in whatever order the warps ran (and only at a sync)."""
+    # BEGIN EXERCISE: each thread prints its block and thread index (print() works in Numba kernels)
     print("hello from block", cuda.blockIdx.x, "thread", cuda.threadIdx.x)
+    # END EXERCISE
 
 
 # --- launchers ---------------------------------------------------------------------------------
@@ -126,7 +142,9 @@ def who_am_i_1d(n: int, threads_per_block: int = THREADS_PER_BLOCK,
                                maximum=MAX_THREADS_PER_BLOCK)
     out = _output(out, (n, len(WHO_1D)))
     if n:  # a grid of zero blocks is an invalid launch
+        # BEGIN EXERCISE: the grid: enough blocks of threads_per_block threads to cover n rows
         blocks = math.ceil(n / threads_per_block)
+        # END EXERCISE
         hello_1d_kernel[blocks, threads_per_block](interop.to_numba(out))
     return out
 
@@ -141,7 +159,10 @@ def who_am_i_2d(rows: int, cols: int, block: tuple = BLOCK_2D,
     by = _count(block[1], "block[1]", minimum=1, maximum=MAX_THREADS_PER_BLOCK)
     if bx * by > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"block {block} has {bx * by} threads; at most {MAX_THREADS_PER_BLOCK} per block")
+    # BEGIN EXERCISE: the 2-D grid (blocks along x, blocks along y): x covers the columns with bx
+    #   threads per block, y the rows with by
     grid = (math.ceil(cols / bx), math.ceil(rows / by))
+    # END EXERCISE
     if grid[1] > MAX_GRID_Y:
         raise ValueError(f"{rows} rows need {grid[1]} blocks in y; at most {MAX_GRID_Y}")
     out = _output(out, (rows, cols, len(WHO_2D)))
@@ -159,7 +180,10 @@ def who_am_i_grid_stride(n: int, blocks: int, threads_per_block: int = THREADS_P
                                maximum=MAX_THREADS_PER_BLOCK)
     out = _output(out, (n, len(WHO_GRID_STRIDE)))
     if n:
+        # BEGIN EXERCISE: launch hello_grid_stride_kernel on exactly `blocks` blocks of threads_per_block
+        #   threads, whatever n: the loop inside covers the rest
         hello_grid_stride_kernel[blocks, threads_per_block](interop.to_numba(out))
+        # END EXERCISE
     return out
 
 
@@ -167,8 +191,11 @@ def hello_print(blocks: int = 2, threads_per_block: int = 4) -> None:
     """Every thread prints a line (device printf). Keep it small: it is one line per thread."""
     blocks = _count(blocks, "blocks", minimum=1, maximum=64)
     threads_per_block = _count(threads_per_block, "threads_per_block", minimum=1, maximum=64)
+    # BEGIN EXERCISE: launch hello_print_kernel on blocks x threads_per_block threads, then
+    #   synchronise (device printf is flushed to stdout at a sync)
     hello_print_kernel[blocks, threads_per_block]()
     cuda.synchronize()  # device printf is flushed to stdout at synchronisation points
+    # END EXERCISE
 
 
 # --- what the GPU has ------------------------------------------------------------------------
@@ -222,6 +249,10 @@ def device_facts(measure: bool = True) -> dict:
     """
     if not runtime.on_gpu():
         return _simulator_facts()
+    # BEGIN EXERCISE: the GPU's facts: torch.cuda.get_device_properties (name, compute capability,
+    #   SMs, memory), the driver's attributes of numba.cuda.get_current_device() (_DRIVER_ATTRIBUTES),
+    #   warps per SM and the peak bandwidth (2 x memory clock x bus width / 8), the copy bandwidth
+    #   measured (course.bench.copy_bandwidth_gbps) when `measure`
     props = torch.cuda.get_device_properties(runtime.DEVICE)
     facts = {
         "simulated": False,
@@ -243,6 +274,7 @@ def device_facts(measure: bool = True) -> dict:
         facts["peak_memory_bandwidth_gbps"] = (
             2 * facts["memory_clock_khz"] * 1e3 * facts["memory_bus_width_bits"] / 8 / 1e9)
     facts["copy_bandwidth_gbps"] = copy_bandwidth_gbps() if measure else None
+    # END EXERCISE
     return facts
 
 

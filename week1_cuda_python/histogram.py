@@ -43,6 +43,11 @@ from course.bench import Benchmark, pow2_label
 
 from numba import cuda, int32  # noqa: E402  (after course.runtime on purpose)
 
+# EXERCISE NOTE: Each launcher's checks (_checked: bins, the shared-memory limit, `out` zeroed, since
+#   the kernels add into it) and the early return on empty x are given: you write the kernels, where
+#   the counters live, and the launches (grid, dynamic shared memory). Values outside [0, bins) are
+#   not counted.
+
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "histogram.cu"
 DTYPES = (torch.uint8, torch.int32)
 THREADS = 256                # rungs 1 and 2
@@ -68,16 +73,22 @@ _SUFFIX = {torch.uint8: "u8", torch.int32: "i32"}
 @cuda.jit
 def histogram_global_kernel(x, counts):
     """One thread per element, one atomic add in global memory per element."""
+    # BEGIN EXERCISE: one thread per element (guarded): cuda.atomic.add(counts, value, 1) when
+    #   0 <= value < counts.size
     i = cuda.grid(1)
     if i < x.size:
         value = x[i]
         if value >= 0 and value < counts.size:  # out-of-range values are not counted
             cuda.atomic.add(counts, value, 1)
+    # END EXERCISE
 
 
 @cuda.jit
 def histogram_shared_kernel(x, counts):
     """A per-block histogram in (dynamic) shared memory, merged into `counts` once per block."""
+    # BEGIN EXERCISE: block_counts = cuda.shared.array(0, int32) (dynamic: sized by the launch); zero it
+    #   (threads striding over the bins), cuda.syncthreads(), grid-stride over x with shared atomics,
+    #   cuda.syncthreads(), add each nonzero counter to `counts` with one global atomic
     block_counts = cuda.shared.array(0, int32)  # size set at launch: bins * 4 bytes
     bins = counts.size
     tid = cuda.threadIdx.x
@@ -93,6 +104,7 @@ def histogram_shared_kernel(x, counts):
     for b in range(tid, bins, cuda.blockDim.x):
         if block_counts[b] != 0:
             cuda.atomic.add(counts, b, block_counts[b])
+    # END EXERCISE
 
 
 # --- launchers ---------------------------------------------------------------------------------
@@ -125,7 +137,9 @@ def histogram_numba_global(x: torch.Tensor, bins: int, out: torch.Tensor | None 
     """Counts of x's values in [0, bins) (int32), one global atomic per element (Numba)."""
     out = _checked(x, bins, out, "histogram_numba_global")
     if x.numel():
+        # BEGIN EXERCISE: launch histogram_global_kernel, one thread per element in blocks of THREADS
         histogram_global_kernel[math.ceil(x.numel() / THREADS), THREADS](interop.to_numba(x), interop.to_numba(out))
+        # END EXERCISE
     return out
 
 
@@ -135,8 +149,12 @@ def histogram_numba_shared(x: torch.Tensor, bins: int, out: torch.Tensor | None 
     if x.numel():
         # Launch configuration [blocks, threads, stream, dynamic shared bytes]; stream 0 is the
         # default stream torch queues on.
+        # BEGIN EXERCISE: launch histogram_shared_kernel on _grid(n, THREADS, BLOCKS_PER_SM) blocks with
+        #   kernel[blocks, THREADS, 0, shared bytes]: the last number sizes the dynamic shared array, in
+        #   bytes (one int32 counter per bin)
         histogram_shared_kernel[_grid(x.numel(), THREADS, BLOCKS_PER_SM), THREADS, 0, 4 * bins](
             interop.to_numba(x), interop.to_numba(out))
+        # END EXERCISE
     return out
 
 
@@ -166,8 +184,11 @@ def histogram_cuda_global(x: torch.Tensor, bins: int, out: torch.Tensor | None =
     n = x.numel()
     if n:
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
+        # BEGIN EXERCISE: launch `histogram_global_*` (_cuda_c_kernel("global", dtype)) with one thread per
+        #   element: prepared_async_call(grid, (THREADS, 1, 1), None, x, out pointers, n, bins)
         _cuda_c_kernel("global", x.dtype).prepared_async_call(
             (math.ceil(n / THREADS), 1), (THREADS, 1, 1), None, x.data_ptr(), out.data_ptr(), n, bins)
+        # END EXERCISE
     return out
 
 
@@ -176,9 +197,12 @@ def histogram_cuda_shared(x: torch.Tensor, bins: int, out: torch.Tensor | None =
     out = _checked(x, bins, out, "histogram_cuda_shared")
     n = x.numel()
     if n:
+        # BEGIN EXERCISE: launch `histogram_shared_*` on the grid-stride grid (_grid) with shared_size = the
+        #   dynamic shared memory in bytes (one int per bin)
         _cuda_c_kernel("shared", x.dtype).prepared_async_call(
             (_grid(n, THREADS, BLOCKS_PER_SM), 1), (THREADS, 1, 1), None, x.data_ptr(), out.data_ptr(), n, bins,
             shared_size=4 * bins)
+        # END EXERCISE
     return out
 
 
@@ -193,10 +217,14 @@ def _private(rung: str, x, out, bins: int, threads: int = PRIVATE_THREADS,
     n = x.numel()
     if n == 0:
         return out
+    # BEGIN EXERCISE: the launch shape: copies = copies_for(rung, bins, threads) sub-histograms; 16-byte
+    #   vector loads only when x is 16-byte aligned (vectorize 0 or 1); a vector holds 16 // itemsize
+    #   elements, and the grid (_grid) counts threads for vectors, not elements
     copies = copies_for(rung, bins, threads)
     vectorize = int(x.data_ptr() % 16 == 0)  # 16-byte loads need 16-byte aligned addresses
     per_thread = 16 // x.element_size()
     grid = _grid(math.ceil(n / per_thread), threads, blocks_per_sm)
+    # END EXERCISE
     _cuda_c_kernel(rung, x.dtype, defines).prepared_async_call(
         (grid, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), n, bins, copies, vectorize,
         shared_size=4 * copies * bins)
@@ -253,6 +281,7 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
 
 # --- benchmarks ---------------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 BENCH_BINS = 256
 
 
@@ -362,3 +391,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

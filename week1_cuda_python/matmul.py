@@ -48,6 +48,11 @@ TILE = 16  # Numba shared-memory tile: 16 x 16 threads, 256 per block
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C kernels index with 32-bit ints inside a matrix
 MAX_GRID_Y = 65535
 
+# EXERCISE NOTE: The launchers' input checks (_checked: a is M x K, b is K x N, float32, contiguous),
+#   the output allocation and the empty cases (_trivial: M or N = 0, zeros when K = 0) are given.
+#   Handle sizes that are not a multiple of your tile: bounds checks (Numba, CUDA C rungs 1-3), or
+#   inputs padded with zeros (CUDA C rungs 4-7, whose kernels assume whole tiles).
+
 
 # --- Numba kernels -----------------------------------------------------------------------
 
@@ -55,6 +60,8 @@ MAX_GRID_Y = 65535
 def matmul_numba_naive_kernel(a, b, c):
     """One thread per output. x (the fastest-varying thread index) is the column, so the
     threads of a warp read consecutive elements of B's row and write a contiguous piece of C."""
+    # BEGIN EXERCISE: col, row = cuda.grid(2) (x is the column: why?); guard both; acc = float32(0)
+    #   summed over k of a[row, k] * b[k, col]; c[row, col] = acc
     col, row = cuda.grid(2)
     m, k_total = a.shape
     n = b.shape[1]
@@ -63,12 +70,17 @@ def matmul_numba_naive_kernel(a, b, c):
         for k in range(k_total):
             acc += a[row, k] * b[k, col]
         c[row, col] = acc
+    # END EXERCISE
 
 
 @cuda.jit
 def matmul_numba_tiled_kernel(a, b, c):
     """A TILE x TILE block stages tiles of A and B in shared memory: each global load then
     feeds TILE FMAs instead of one. Out-of-range elements load as 0."""
+    # BEGIN EXERCISE: TILE x TILE shared tiles of a and b (one cuda.shared.array per line: the simulator
+    #   merges two on one line); for each k0 step of TILE: load one element of each tile per thread (0
+    #   outside the matrices), cuda.syncthreads(), accumulate TILE products, cuda.syncthreads() again;
+    #   then write c with a bounds check
     # One cuda.shared.array per line: the simulator merges two allocations written on one.
     a_tile = cuda.shared.array((TILE, TILE), float32)
     b_tile = cuda.shared.array((TILE, TILE), float32)
@@ -95,6 +107,7 @@ def matmul_numba_tiled_kernel(a, b, c):
         cuda.syncthreads()  # nobody overwrites the tile while a slower warp still reads it
     if row < m and col < n:
         c[row, col] = acc
+    # END EXERCISE
 
 
 def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
@@ -132,6 +145,9 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
             for j in range(tn):
                 acc[i, j] = 0.0
         for k0 in range(0, k_total, bk):
+            # BEGIN EXERCISE: load the bm x bk tile of A TRANSPOSED (a_tile[kk, r]) and the bk x bn tile of B
+            #   (a_loads and b_loads elements per thread: idx = tid + load * threads), 0 outside the
+            #   matrices; then cuda.syncthreads()
             for load in range(a_loads):
                 idx = tid + load * threads
                 r = idx // bk
@@ -149,6 +165,10 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
                 else:
                     b_tile[kk, cc] = 0.0
             cuda.syncthreads()
+            # END EXERCISE
+            # BEGIN EXERCISE: for each kk of the tile: tm values of A (rows thread_row + i * rows_of_threads)
+            #   and tn of B (columns thread_col + j * cols_of_threads) into reg_m, reg_n, then their outer
+            #   product into acc; cuda.syncthreads() before the next tile overwrites these
             for kk in range(bk):
                 for i in range(tm):
                     reg_m[i] = a_tile[kk, thread_row + i * rows_of_threads]
@@ -158,6 +178,9 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
                     for j in range(tn):
                         acc[i, j] += reg_m[i] * reg_n[j]
             cuda.syncthreads()
+            # END EXERCISE
+        # BEGIN EXERCISE: store acc[i, j] at row block_row + thread_row + i * rows_of_threads, column
+        #   block_col + thread_col + j * cols_of_threads, bounds-checked
         for i in range(tm):
             row = block_row + thread_row + i * rows_of_threads
             if row < m:
@@ -165,6 +188,7 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
                     col = block_col + thread_col + j * cols_of_threads
                     if col < n:
                         c[row, col] = acc[i, j]
+        # END EXERCISE
 
     kernel.tiles = (bm, bn, bk, tm, tn, threads)
     return kernel
@@ -216,7 +240,9 @@ def matmul_numba_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | Non
     out, m, n, k = _checked(a, b, out)
     if _trivial(out, m, n, k):
         return out
+    # BEGIN EXERCISE: TILE x TILE threads per block, one per output: the grid (x over C's columns, y over its rows)
     grid = (math.ceil(n / TILE), math.ceil(m / TILE))
+    # END EXERCISE
     matmul_numba_naive_kernel[grid, (TILE, TILE)](*(interop.to_numba(t) for t in (a, b, out)))
     return out
 
@@ -226,7 +252,9 @@ def matmul_numba_tiled(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | Non
     out, m, n, k = _checked(a, b, out)
     if _trivial(out, m, n, k):
         return out
-    grid = (math.ceil(n / TILE), math.ceil(m / TILE))
+    # BEGIN EXERCISE: one TILE x TILE block per TILE x TILE tile of C: the grid
+    grid = (math.ceil(n / TILE), math.ceil(m / TILE))  # x over the tiles of a row of C
+    # END EXERCISE
     matmul_numba_tiled_kernel[grid, (TILE, TILE)](*(interop.to_numba(t) for t in (a, b, out)))
     return out
 
@@ -238,7 +266,9 @@ def matmul_numba_regblock(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | 
         return out
     kernel = matmul_numba_regblock_kernel
     bm, bn, _, _, _, threads = kernel.tiles
+    # BEGIN EXERCISE: one block of `threads` threads per bm x bn tile of C: the grid
     grid = (math.ceil(n / bn), math.ceil(m / bm))
+    # END EXERCISE
     kernel[grid, threads](*(interop.to_numba(t) for t in (a, b, out)))
     return out
 
@@ -283,6 +313,10 @@ def _launch_cuda_c(rung: str, a, b, out) -> torch.Tensor:
     if _trivial(out, m, n, k):
         return out
     name, block, layout, multiple, vector = CUDA_RUNGS[rung]
+    # BEGIN EXERCISE: rungs with a tile multiple: pad A to (Mp, Kp) and B to (Kp, Np), the sizes rounded
+    #   up to it (_padded, _round_up; float4 rungs also need 16-byte aligned pointers), compute into a
+    #   padded C when needed, grid = (Np / bn, Mp / bm); the bounds-checked rungs: c = out, a grid
+    #   covering M x N with `block` threads, threadIdx.x over rows or over columns as `layout` says
     c = out
     if multiple is not None:
         bm, bn, bk = multiple
@@ -296,6 +330,7 @@ def _launch_cuda_c(rung: str, a, b, out) -> torch.Tensor:
         mp, np_, kp = m, n, k
         rows, cols = math.ceil(m / block[1]), math.ceil(n / block[0])
         grid = (math.ceil(m / block[0]), math.ceil(n / block[1])) if layout == "rows_in_x" else (cols, rows)
+    # END EXERCISE
     if grid[1] > MAX_GRID_Y:
         raise ValueError(f"grid of {grid} blocks exceeds CUDA's {MAX_GRID_Y} blocks in y")
     # Stream None: the legacy default stream that torch queues on, so ordering holds.
@@ -357,6 +392,7 @@ def torch_matmul_fp32(a, b, out=None):
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(n: int):
     device = runtime.DEVICE
     return (random_tensor((n, n), torch.float32, device), random_tensor((n, n), torch.float32, device),
@@ -386,3 +422,4 @@ BENCHMARKS = [
         notes="FLOPs = 2 M N K; bytes = 4 (MK + KN + MN), each matrix once (the minimum)",
     ),
 ]
+# END SOLUTION ONLY

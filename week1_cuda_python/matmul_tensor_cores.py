@@ -70,6 +70,11 @@ MAX_GRID_Y = 65535
 INT32_MAX = 2**31 - 1
 TYPE_SUFFIX = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
+# EXERCISE NOTE: The launchers' input checks (_checked: fp16 or bf16, bf16 refused below compute
+#   capability 8.0, `out` in the inputs' dtype or fp32), the empty cases and the PyCUDA plumbing are
+#   given: you write the padding and launch geometry (they run on the CPU too) and the WMMA kernels in
+#   kernels/matmul_tc.cu (their tests need an NVIDIA GPU).
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -160,21 +165,29 @@ def kernel_name(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> str
 
 def padded_shape(rung: str, m: int, n: int, k: int, tiles: TileConfig = DEFAULT_TILES) -> tuple[int, int, int]:
     """(Mp, Np, Kp): M, N, K rounded up to the multiples the rung's kernel assumes."""
+    # BEGIN EXERCISE: M, N, K each rounded up to the multiple RUNGS[rung].tiles(tiles) gives (_round_up)
     tm, tn, tk = RUNGS[rung].tiles(tiles)
     return _round_up(m, tm), _round_up(n, tn), _round_up(k, tk)
+    # END EXERCISE
 
 
 def padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """`t` itself if it already is rows x cols and 32-byte aligned, else a zero-padded copy."""
+    # BEGIN EXERCISE: no copy when t already is rows x cols and ALIGNMENT-byte aligned (t.data_ptr());
+    #   else a zeros((rows, cols)) tensor (fresh, so aligned) with t in its top-left corner
     if tuple(t.shape) == (rows, cols) and t.data_ptr() % ALIGNMENT == 0:
         return t
     out = torch.zeros((rows, cols), dtype=t.dtype, device=t.device)
     out[: t.shape[0], : t.shape[1]] = t
     return out
+    # END EXERCISE
 
 
 def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES):
     """(grid, block) covering an M x N output: blockIdx.x walks N, blockIdx.y walks M."""
+    # BEGIN EXERCISE: the C tile one block covers (NAIVE_BLOCK for the naive rung, else tiles.bm x tiles.bn)
+    #   and its threads (NAIVE_THREADS, else tiles.threads); grid = (blocks along N, blocks along M),
+    #   block = (threads, 1, 1)
     if rung == "naive":
         block_m, block_n = NAIVE_BLOCK
         threads = NAIVE_THREADS
@@ -182,6 +195,7 @@ def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES
         block_m, block_n = tiles.bm, tiles.bn
         threads = tiles.threads
     return (math.ceil(n / block_n), math.ceil(m / block_m)), (threads, 1, 1)
+    # END EXERCISE
 
 
 # --- launchers ---------------------------------------------------------------------------------
@@ -311,6 +325,7 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = {
 
 # --- benchmark ---------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 def _inputs(size):
     n, dtype = size
     device = runtime.DEVICE
@@ -410,6 +425,7 @@ def sweep(n: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
             print(f"{config.label():<48} {rung:<9} {timing.median_ms:8.3f} {tflops:8.1f} "
                   f"{tflops / cublas_tflops:8.1%} {err:11.2e}")
     return rows
+# END SOLUTION ONLY
 
 
 SASS_OPCODES = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDS", "LDG", "LD", "STS", "STG", "BAR")
@@ -431,6 +447,7 @@ def sass_opcode_counts(sass: str) -> dict[str, dict[str, int]]:
     return counts
 
 
+# BEGIN SOLUTION ONLY: the SASS dump and the command line (tools for the solution's kernels)
 def dump_sass(arch: str = "sm_90", out_dir: Path | None = None, full: bool = False) -> Path:
     """Compile kernels/matmul_tc.cu for `arch`, print each kernel's instruction mix, save the SASS."""
     import shutil
@@ -481,3 +498,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -27,18 +27,26 @@ THREADS_PER_BLOCK = 256
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "reduction.cu"
 DTYPES = (torch.float32,)
 
+# EXERCISE NOTE: Each launcher returns a 0-d float32 tensor on the input's device: _checked gives it
+#   zeroed (the kernels add into it), and skipping the launch on empty input is given.
+
 
 @cuda.jit
 def sum_atomic_kernel(x, out):
     """Every element is one atomic add on out[0]: correct, and as slow as a queue."""
+    # BEGIN EXERCISE: one thread per element (guarded): cuda.atomic.add(out, 0, x[i]) (a plain
+    #   out[0] += x[i] loses updates when threads really run at once)
     i = cuda.grid(1)
     if i < x.size:
         cuda.atomic.add(out, 0, x[i])
+    # END EXERCISE
 
 
 @cuda.jit
 def sum_shared_tree_kernel(x, out):
     """Per-thread partial sums (grid-stride), then a tree in shared memory, one atomic per block."""
+    # BEGIN EXERCISE: partial = cuda.shared.array(THREADS_PER_BLOCK, float32); each thread sums its
+    #   grid-stride elements in a float32 register, stores it at partial[threadIdx.x], cuda.syncthreads()
     partial = cuda.shared.array(THREADS_PER_BLOCK, float32)
     tid = cuda.threadIdx.x
     acc = float32(0.0)
@@ -46,8 +54,12 @@ def sum_shared_tree_kernel(x, out):
         acc += x[i]
     partial[tid] = acc
     cuda.syncthreads()
+    # END EXERCISE
     # Halve the active threads each step. Sequential addressing (tid + step, not 2 * tid)
     # keeps the active threads in whole warps and their shared reads in distinct banks.
+    # BEGIN EXERCISE: the tree: step = THREADS_PER_BLOCK // 2, 1/4, ..., 1: threads tid < step add
+    #   partial[tid + step] into partial[tid], cuda.syncthreads() after every step; thread 0 adds
+    #   partial[0] to out[0] with one atomic
     step = THREADS_PER_BLOCK // 2
     while step > 0:
         if tid < step:
@@ -56,6 +68,7 @@ def sum_shared_tree_kernel(x, out):
         step //= 2
     if tid == 0:
         cuda.atomic.add(out, 0, partial[0])
+    # END EXERCISE
 
 
 def _checked(x):
@@ -65,14 +78,19 @@ def _checked(x):
 
 def _grid(n: int) -> int:
     # Enough blocks to fill every SM a few times over, then each thread loops.
+    # BEGIN EXERCISE: the grid-stride grid: the blocks n needs, but at most 8 per SM (runtime.sm_count())
+    #   and at least 1
     return max(1, min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, 8 * runtime.sm_count()))
+    # END EXERCISE
 
 
 def sum_atomic(x: torch.Tensor) -> torch.Tensor:
     """x.sum() (0-d float32 tensor) with one atomic add per element (Numba)."""
     out = _checked(x)
     if x.numel():
+        # BEGIN EXERCISE: one thread per element: the blocks that cover n
         blocks = (x.numel() + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        # END EXERCISE
         sum_atomic_kernel[blocks, THREADS_PER_BLOCK](interop.to_numba(x.view(-1)), interop.to_numba(out.view(1)))
     return out
 
@@ -97,12 +115,17 @@ def sum_warp_shuffle(x: torch.Tensor) -> torch.Tensor:
     """x.sum() with `sum_warp_shuffle` (CUDA C): float4 loads, __shfl_down_sync, one atomic per block."""
     out = _checked(x)
     if x.numel():
+        # BEGIN EXERCISE: float4 loads only when x is 16-byte aligned (vectorize 0 or 1); launch
+        #   `sum_warp_shuffle` on the grid for n / 4 threads' worth of float4s (_grid), THREADS_PER_BLOCK
+        #   threads: prepared_async_call(grid, block, None, x, out pointers, n, vectorize)
         vectorize = int(x.data_ptr() % 16 == 0)  # a view like x[1:] cannot use float4 loads
         _cuda_c_kernel().prepared_async_call((_grid(x.numel() // 4 or 1), 1), (THREADS_PER_BLOCK, 1, 1), None,
                                              x.data_ptr(), out.data_ptr(), x.numel(), vectorize)
+        # END EXERCISE
     return out
 
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(n: int):
     return (random_tensor(n, torch.float32, runtime.DEVICE),)
 
@@ -120,3 +143,4 @@ BENCHMARKS = [
         notes="bytes = 4 n (the input, read once); FLOPs = n",
     ),
 ]
+# END SOLUTION ONLY

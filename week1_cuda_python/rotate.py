@@ -31,6 +31,12 @@ BLOCK_ROWS = 8  # 32 x 8 = 256 threads per block; each moves TILE / BLOCK_ROWS =
 DTYPES = (torch.float32, torch.float64)
 MAX_GRID = 65535  # blocks along y
 
+# EXERCISE NOTE: For an R x C matrix x the result is C x R (contiguous): clockwise
+#   out[j, R - 1 - i] = x[i, j] (torch.rot90(x, -1)), counter-clockwise out[C - 1 - j, i] = x[i, j]
+#   (torch.rot90(x, 1)). The input checks (_checked) and the launch on a non-empty x are given.
+#   The tiled kernels are the tiled transpose (lesson transpose) where each block writes the
+#   mirror-image tile of out and each thread reads the mirror-image row of the tile.
+
 
 # --- kernels -----------------------------------------------------------------------------
 
@@ -38,19 +44,24 @@ MAX_GRID = 65535  # blocks along y
 def rotate_cw_naive_kernel(x, out):
     """Reads coalesced (x walks a row of x); writes down a column of out: each thread of a
     warp hits a different row, one 32-byte sector for 4 useful bytes."""
+    # BEGIN EXERCISE: one thread per element of x: col, row = cuda.grid(2) (x walks a row of x); guard
+    #   both; out[col, rows - 1 - row] = x[row, col]
     col, row = cuda.grid(2)
     rows, cols = x.shape
     if row < rows and col < cols:
         out[col, rows - 1 - row] = x[row, col]
+    # END EXERCISE
 
 
 @cuda.jit
 def rotate_ccw_naive_kernel(x, out):
     """Same access pattern, element (i, j) to (C - 1 - j, i)."""
+    # BEGIN EXERCISE: as rotate_cw_naive_kernel, element (row, col) to out[cols - 1 - col, row]
     col, row = cuda.grid(2)
     rows, cols = x.shape
     if row < rows and col < cols:
         out[cols - 1 - col, row] = x[row, col]
+    # END EXERCISE
 
 
 def _tiled_kernel(clockwise: bool, pad: int, dtype):
@@ -59,6 +70,9 @@ def _tiled_kernel(clockwise: bool, pad: int, dtype):
 
     @cuda.jit
     def kernel(x, out):
+        # BEGIN EXERCISE: tile = cuda.shared.array((TILE, width), dtype); block (bx, by) reads the tile of
+        #   x at rows by * TILE.., cols bx * TILE.. with threadIdx.x along a row (coalesced), BLOCK_ROWS
+        #   rows at a time (bounds-checked); then cuda.syncthreads()
         tile = cuda.shared.array((TILE, width), dtype)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -70,10 +84,15 @@ def _tiled_kernel(clockwise: bool, pad: int, dtype):
             if row < rows and col < cols:
                 tile[ty + j, tx] = x[row, col]
         cuda.syncthreads()
+        # END EXERCISE
         # Column c of the tile becomes one row of out. Thread tx writes the tx-th element of
         # that row, so a warp writes 32 consecutive elements (coalesced) and reads a column
         # of the tile: with 32 floats per tile row that is one bank, 32 times; with 33, 32
         # different banks.
+        # BEGIN EXERCISE: write column c = ty + j of the tile as one row of out, thread tx writing its tx-th
+        #   element (coalesced): the block writes the mirror-image tile of out (which one depends on the
+        #   direction), and clockwise each thread reads the mirror-image row of the tile (TILE - 1 - tx);
+        #   bounds-check both coordinates (a partial tile's mirror starts below 0)
         for j in range(0, TILE, BLOCK_ROWS):
             c = ty + j
             if clockwise:
@@ -89,6 +108,7 @@ def _tiled_kernel(clockwise: bool, pad: int, dtype):
                 out_col = cuda.blockIdx.y * TILE + tx
                 if out_row >= 0 and out_col < rows:
                     out[out_row, out_col] = tile[tx, c]
+        # END EXERCISE
 
     return kernel
 
@@ -123,7 +143,10 @@ def rotate90_naive(x: torch.Tensor, clockwise: bool = True, out: torch.Tensor | 
     if x.numel():
         rows, cols = x.shape
         kernel = rotate_cw_naive_kernel if clockwise else rotate_ccw_naive_kernel
+        # BEGIN EXERCISE: one thread per element in blocks of TILE x BLOCK_ROWS threads: the grid (blocks
+        #   along x over the columns of x, blocks along y over its rows)
         grid = (math.ceil(cols / TILE), math.ceil(rows / BLOCK_ROWS))
+        # END EXERCISE
         kernel[grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
     return out
 
@@ -132,7 +155,10 @@ def _tiled(kind, x, clockwise, out):
     out = _checked(x, clockwise, out)
     if x.numel():
         rows, cols = x.shape
+        # BEGIN EXERCISE: one block of TILE x BLOCK_ROWS threads per TILE x TILE tile of x: the grid (x
+        #   over the tiles of a row, y over the tiles of a column)
         grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
+        # END EXERCISE
         _TILED[kind, clockwise, x.dtype][grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
     return out
 
@@ -174,6 +200,7 @@ SANITIZER_CASES = {
 
 # --- benchmark -------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(n: int):
     device = runtime.DEVICE
     return random_tensor((n, n), torch.float32, device), torch.empty((n, n), device=device)
@@ -194,3 +221,4 @@ BENCHMARKS = [
               "which moves them twice",
     ),
 ]
+# END SOLUTION ONLY

@@ -77,6 +77,11 @@ MAX_ELEMENTS = {"scan_numba_hillis_steele": HILLIS_STEELE_MAX, "scan_numba_blell
                 "scan_cuda_blelloch": BLELLOCH_MAX, "scan_cuda_multiblock": None, "scan_cuda_lookback": None}
 _SUFFIX = {torch.float32: "f32", torch.int32: "i32"}
 
+# EXERCISE NOTE: out[i] = x[0] + ... + x[i] (inclusive), or + x[i-1] with exclusive=True (out[0] = 0);
+#   int32 sums wrap modulo 2^32. The launchers' checks (_checked: dtype, `exclusive` a bool, the
+#   one-block rungs' limits), the output allocation, the empty case and the PyCUDA plumbing are
+#   given: you write the kernels, the multi-block recursion and the launches.
+
 
 # --- Numba kernels -------------------------------------------------------------------------------
 
@@ -85,6 +90,9 @@ def _hillis_steele_kernel(dtype):
 
     @cuda.jit
     def kernel(x, out, exclusive):
+        # BEGIN EXERCISE: the load into a double buffer: buffer = cuda.shared.array((2, HILLIS_STEELE_MAX),
+        #   dtype); thread t loads x[t] (x[t - 1] when exclusive, 0 outside) into buffer[0, t];
+        #   cuda.syncthreads()
         buffer = cuda.shared.array((2, HILLIS_STEELE_MAX), dtype)
         t = cuda.threadIdx.x
         n = x.size
@@ -95,6 +103,9 @@ def _hillis_steele_kernel(dtype):
         else:
             buffer[0, t] = 0
         cuda.syncthreads()
+        # END EXERCISE
+        # BEGIN EXERCISE: for offset = 1, 2, 4, ... < n: read one buffer, add the element `offset` to the
+        #   left (t >= offset), write the other buffer, swap, cuda.syncthreads(); then out[t] (t < n)
         current = 0
         offset = 1
         while offset < n:
@@ -109,6 +120,7 @@ def _hillis_steele_kernel(dtype):
             offset *= 2
         if t < n:
             out[t] = buffer[current, t]
+        # END EXERCISE
 
     return kernel
 
@@ -120,7 +132,9 @@ scan_hillis_steele_kernel_i32 = _hillis_steele_kernel(int32)
 @cuda.jit(device=True)
 def padded(i):
     """Index i after inserting one padding word every 32: spreads strided accesses over banks."""
+    # BEGIN EXERCISE: i plus one padding word per 32 words before it (i >> LOG_BANKS)
     return i + (i >> LOG_BANKS)
+    # END EXERCISE
 
 
 def _blelloch_kernel(dtype):
@@ -128,6 +142,9 @@ def _blelloch_kernel(dtype):
 
     @cuda.jit
     def kernel(x, out, block_sums, exclusive):
+        # BEGIN EXERCISE: the tile into shared memory: tree = cuda.shared.array(BLELLOCH_SHARED, dtype); the
+        #   tile of m = 2 * blockDim.x elements from blockIdx.x * m: thread t loads elements t and t + m/2
+        #   (0 past the end) into tree[padded(...)], and keeps them (xa, xb) for the inclusive result
         tree = cuda.shared.array(BLELLOCH_SHARED, dtype)
         t = cuda.threadIdx.x
         m = 2 * cuda.blockDim.x
@@ -148,6 +165,10 @@ def _blelloch_kernel(dtype):
             tree[padded(b)] = 0
         xa = tree[padded(a)]
         xb = tree[padded(b)]
+        # END EXERCISE
+        # BEGIN EXERCISE: the up-sweep: partial sums of 2, 4, 8, ... elements, m/2, m/4, ... active threads,
+        #   cuda.syncthreads() before each level; thread t adds node left = stride * (2t + 1) - 1 into
+        #   right = stride * (2t + 2) - 1
         stride = 1
         active = m // 2
         while active > 0:  # up-sweep: partial sums of 2, 4, 8, ... elements
@@ -158,7 +179,11 @@ def _blelloch_kernel(dtype):
                 tree[padded(right)] = tree[padded(left)] + tree[padded(right)]
             stride *= 2
             active //= 2
+        # END EXERCISE
         cuda.syncthreads()
+        # BEGIN EXERCISE: thread 0 writes the root (the tile's total) to block_sums[blockIdx.x] and sets it to
+        #   0; the down-sweep (1, 2, 4, ... active threads, cuda.syncthreads() before each level): each
+        #   node passes its prefix to its left child and prefix + left to its right child
         if t == 0:
             block_sums[cuda.blockIdx.x] = tree[padded(m - 1)]  # the root: this tile's total
             tree[padded(m - 1)] = 0  # the identity at the root starts the exclusive scan
@@ -173,12 +198,16 @@ def _blelloch_kernel(dtype):
                 tree[padded(left)] = tree[padded(right)]
                 tree[padded(right)] = tree[padded(right)] + from_left
             active *= 2
+        # END EXERCISE
         cuda.syncthreads()
         # The tree holds the exclusive scan; the inclusive one adds each element once more.
+        # BEGIN EXERCISE: write the two elements of this thread (bounds-checked): the tree's value when
+        #   exclusive, plus the element itself (xa, xb) when inclusive
         if base + a < n:
             out[base + a] = tree[padded(a)] if exclusive else tree[padded(a)] + xa
         if base + b < n:
             out[base + b] = tree[padded(b)] if exclusive else tree[padded(b)] + xb
+        # END EXERCISE
 
     return kernel
 
@@ -190,10 +219,12 @@ scan_blelloch_kernel_i32 = _blelloch_kernel(int32)
 @cuda.jit
 def scan_add_offsets_kernel(out, offsets, tile):
     """out[i] += offsets[i // tile]: the sum of all tiles before element i's tile."""
+    # BEGIN EXERCISE: one thread per element: out[i] += offsets[i // tile], tile 0 adding nothing
     i = cuda.grid(1)
     block = i // tile
     if i < out.size and block > 0:
         out[i] = offsets[block] + out[i]
+    # END EXERCISE
 
 
 _NUMBA = {("hillis_steele", torch.float32): scan_hillis_steele_kernel_f32,
@@ -227,7 +258,9 @@ def scan_numba_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *
     n = x.numel()
     if n:
         kernel = _NUMBA["hillis_steele", x.dtype]
+        # BEGIN EXERCISE: one block of n threads, one element each (exclusive passed as an int)
         kernel[1, n](interop.to_numba(x), interop.to_numba(out), int(exclusive))
+        # END EXERCISE
     return out
 
 
@@ -238,7 +271,9 @@ def scan_numba_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     n = x.numel()
     if n:
         scratch = torch.empty(1, dtype=x.dtype, device=x.device)  # the block total, unused here
+        # BEGIN EXERCISE: one block of next_power_of_two(n) / 2 threads (at least 1): two elements each
         threads = max(1, _next_pow2(n) // 2)
+        # END EXERCISE
         _NUMBA["blelloch", x.dtype][1, threads](interop.to_numba(x), interop.to_numba(out),
                                                 interop.to_numba(scratch), int(exclusive))
     return out
@@ -255,6 +290,9 @@ def _multiblock_threads(threads, default: int) -> int:
 
 
 def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threads: int) -> None:
+    # BEGIN EXERCISE: tiles of 2 * threads elements: the Blelloch kernel on every tile at once, writing each
+    #   tile's total; when there is more than one tile, the exclusive scan of the totals (this function,
+    #   recursively) and scan_add_offsets_kernel to add them back (one thread per element)
     tile = 2 * threads
     blocks = math.ceil(x.numel() / tile)
     totals = torch.empty(blocks, dtype=x.dtype, device=x.device)
@@ -267,6 +305,7 @@ def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threa
         _numba_multiblock(totals, offsets, True, threads)
         scan_add_offsets_kernel[math.ceil(x.numel() / threads), threads](
             interop.to_numba(out), interop.to_numba(offsets), tile)
+    # END EXERCISE
 
 
 def scan_numba_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
@@ -314,8 +353,11 @@ def scan_cuda_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,
     n = x.numel()
     if n:
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
+        # BEGIN EXERCISE: `scan_hillis_steele_*` on one block of n threads: prepared_async_call(grid, block,
+        #   None, x, out pointers, n, exclusive)
         _cuda_c_kernel("hillis_steele", x.dtype).prepared_async_call(
             (1, 1), (n, 1, 1), None, x.data_ptr(), out.data_ptr(), n, int(exclusive))
+        # END EXERCISE
     return out
 
 
@@ -325,13 +367,18 @@ def scan_cuda_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     out = _checked(x, out, exclusive, "scan_cuda_blelloch")
     n = x.numel()
     if n:
+        # BEGIN EXERCISE: `scan_blelloch_*` on one block of next_power_of_two(n) / 2 threads, block_sums = 0
+        #   (NULL: no tile total wanted)
         threads = max(1, _next_pow2(n) // 2)
         _cuda_c_kernel("blelloch", x.dtype).prepared_async_call(
             (1, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), 0, n, int(exclusive))
+        # END EXERCISE
     return out
 
 
 def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threads: int) -> None:
+    # BEGIN EXERCISE: as _numba_multiblock with the CUDA C kernels: `scan_blelloch_*` on every tile (writing
+    #   the totals), the recursion over the totals, `scan_add_offsets_*`
     tile = 2 * threads
     n = x.numel()
     blocks = math.ceil(n / tile)
@@ -343,6 +390,7 @@ def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, thread
         _cuda_multiblock(totals, offsets, True, threads)
         _cuda_c_kernel("add_offsets", x.dtype).prepared_async_call(
             (math.ceil(n / threads), 1), (threads, 1, 1), None, out.data_ptr(), offsets.data_ptr(), n, tile)
+    # END EXERCISE
 
 
 def scan_cuda_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
@@ -362,6 +410,9 @@ def _lookback(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, vectors:
     n = x.numel()
     if n == 0:
         return out
+    # BEGIN EXERCISE: one block per tile of threads * vectors * 4 elements; the work buffer, ZEROED on every
+    #   call (all flags NOT_READY): word 0 the counter that hands out tile numbers, words 1..tiles each
+    #   tile's status; 16-byte vectors only when x and out are both 16-byte aligned
     tile = threads * vectors * 4
     tiles = math.ceil(n / tile)
     # Word 0: the counter that hands out tile numbers; words 1..tiles: each tile's status
@@ -369,6 +420,7 @@ def _lookback(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, vectors:
     work = torch.zeros(tiles + 1, dtype=torch.int64, device=x.device)
     # 16-byte vector loads need 16-byte aligned addresses; views such as x[1:] are not.
     vectorize = int(x.data_ptr() % 16 == 0 and out.data_ptr() % 16 == 0)
+    # END EXERCISE
     _cuda_c_kernel("lookback", x.dtype, defines).prepared_async_call(
         (tiles, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), n,
         work.data_ptr() + 8, work.data_ptr(), int(exclusive), vectorize)
@@ -425,6 +477,7 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
 
 # --- benchmark ---------------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 def _inputs(size):
     n, dtype = size
     device = runtime.DEVICE
@@ -517,3 +570,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -39,6 +39,11 @@ from numba import cuda  # noqa: E402  (after course.runtime on purpose)
 MIB = 2**20
 SANITIZER_CASES: dict = {}  # no kernels here (torch.add and copies only)
 
+# EXERCISE NOTE: No kernels to write here: the GPU add is torch.add. What you write is where the data
+#   lives and how it moves: copies with non_blocking=True only from or to pinned memory, a
+#   synchronisation before the host reads what an asynchronous device-to-host copy wrote, and what the
+#   driver and torch's allocator say about GPU memory. The input checks are given.
+
 
 # --- the add, on either side -------------------------------------------------------------------
 
@@ -95,6 +100,9 @@ def add_gpu_with_transfers(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     if workspace is None:
         workspace = tuple(torch.empty(a.shape, device=runtime.DEVICE) for _ in range(3))
     da, db, dout = workspace
+    # BEGIN EXERCISE: a and b into da, db (non_blocking only when a, b and out are all pinned), torch.add on
+    #   the device into dout, dout back into `out`; a pinned copy back returns before the bytes arrive:
+    #   on a GPU, synchronise the current stream before the host reads `out`
     pinned = a.is_pinned() and b.is_pinned() and out.is_pinned()
     da.copy_(a, non_blocking=pinned)
     db.copy_(b, non_blocking=pinned)
@@ -104,6 +112,7 @@ def add_gpu_with_transfers(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
         # A non-blocking copy to the host returns before the bytes arrive: reading `out`
         # now would read stale memory. Wait for the stream.
         torch.cuda.current_stream().synchronize()
+    # END EXERCISE
     return out
 
 
@@ -111,18 +120,25 @@ def add_gpu_with_transfers(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
 
 def host_buffer(n: int, *, pinned: bool) -> torch.Tensor:
     """n float32 in host memory; page-locked if `pinned` (on a GPU machine; plain elsewhere)."""
+    # BEGIN EXERCISE: torch.empty on the host, page-locked with .pin_memory() when `pinned` and there is a
+    #   GPU (runtime.on_gpu()): without a driver there is nothing to pin for
     t = torch.empty(n, dtype=torch.float32)
     return t.pin_memory() if pinned and runtime.on_gpu() else t
+    # END EXERCISE
 
 
 def h2d(host: torch.Tensor, device: torch.Tensor) -> torch.Tensor:
     """host -> device copy; asynchronous (returns at once) when `host` is pinned."""
+    # BEGIN EXERCISE: device.copy_ from host, non_blocking exactly when host is pinned; return device
     return device.copy_(host, non_blocking=host.is_pinned())
+    # END EXERCISE
 
 
 def d2h(device: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
     """device -> host copy; asynchronous when `host` is pinned (synchronise before reading it)."""
+    # BEGIN EXERCISE: host.copy_ from device, non_blocking exactly when host is pinned; return host
     return host.copy_(device, non_blocking=host.is_pinned())
+    # END EXERCISE
 
 
 # --- memory footprint ---------------------------------------------------------------------------
@@ -148,6 +164,10 @@ def process_memory_used() -> int | None:
 
 def memory_snapshot(stage: str) -> dict:
     """What the driver and torch's allocator say about GPU memory right now."""
+    # BEGIN EXERCISE: {"stage", "driver_free", "driver_total" (torch.cuda.mem_get_info), "process_used"
+    #   (process_memory_used()), "numba_free", "numba_total" (cuda.current_context().get_memory_info()),
+    #   "torch_allocated", "torch_reserved" (torch.cuda.memory_allocated / memory_reserved), "not_torch"
+    #   (in use on the GPU but not reserved by torch: total - free - reserved)}
     free, total = torch.cuda.mem_get_info(runtime.DEVICE)  # cudaMemGetInfo: the whole GPU
     numba_free, numba_total = cuda.current_context().get_memory_info()  # cuMemGetInfo: the same
     return {
@@ -162,6 +182,7 @@ def memory_snapshot(stage: str) -> dict:
         # Numba's and other libraries' allocations, other processes.
         "not_torch": total - free - torch.cuda.memory_reserved(runtime.DEVICE),
     }
+    # END EXERCISE
 
 
 def memory_footprint(nbytes: int = 256 * MIB) -> list[dict]:
@@ -178,6 +199,9 @@ def memory_footprint(nbytes: int = 256 * MIB) -> list[dict]:
     cuda.current_context()  # Numba's context set up now, so its start-up is not counted below
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # start from a cache holding nothing we could be handed back
+    # BEGIN EXERCISE: six snapshots: start; after torch.empty of nbytes; after del (back in torch's
+    #   cache); after torch.cuda.empty_cache(); after a Numba cuda.device_array of nbytes; after deleting
+    #   it and flush_numba_frees()
     rows = [memory_snapshot("start")]
     x = torch.empty(nbytes // 4, dtype=torch.float32, device=runtime.DEVICE)
     rows.append(memory_snapshot(f"torch.empty: {nbytes / MIB:g} MiB"))
@@ -190,6 +214,7 @@ def memory_footprint(nbytes: int = 256 * MIB) -> list[dict]:
     del y
     flush_numba_frees()
     rows.append(memory_snapshot("del + Numba deallocations flushed"))
+    # END EXERCISE
     return rows
 
 
@@ -225,6 +250,7 @@ def footprint_table(rows: list[dict]) -> str:
 
 # --- benchmarks ---------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's copies)
 def _copy_inputs(n: int):
     device = runtime.DEVICE
     src = random_tensor(n, torch.float32, "cpu")
@@ -290,6 +316,7 @@ BENCHMARKS = [
               "the copy variants also move 8n bytes in and 4n out over PCIe",
     ),
 ]
+# END SOLUTION ONLY
 
 
 def main(argv=None) -> int:

@@ -45,14 +45,21 @@ NUMBA_LAUNCHERS = ("transpose_naive", "transpose_shared", "transpose_padded")
 CUDA_C_LAUNCHERS = ("transpose_cuda_padded", "transpose_cuda_tile64")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
+# EXERCISE NOTE: out = x.T as a new contiguous (C x R) tensor. The input checks (_checked), the launch
+#   on a non-empty x and the PyCUDA plumbing (module, kernel lookup, argument formats) are given: you
+#   write the kernels and their grids.
+
 
 @cuda.jit
 def transpose_naive_kernel(x, out):
     """Reads coalesced (x walks a row of x), writes strided: neighbouring threads write
     elements R floats apart, one 32-byte sector each for 4 useful bytes."""
+    # BEGIN EXERCISE: one thread per element: col, row = cuda.grid(2) (x walks a row of x); guard both;
+    #   out[col, row] = x[row, col]
     col, row = cuda.grid(2)
     if row < x.shape[0] and col < x.shape[1]:
         out[col, row] = x[row, col]
+    # END EXERCISE
 
 
 def _tiled_kernel(pad: int, dtype):
@@ -61,6 +68,9 @@ def _tiled_kernel(pad: int, dtype):
 
     @cuda.jit
     def kernel(x, out):
+        # BEGIN EXERCISE: tile = cuda.shared.array((TILE, width), dtype); read the block's TILE x TILE tile
+        #   of x with threadIdx.x along x's rows (coalesced), BLOCK_ROWS rows at a time, bounds-checked;
+        #   cuda.syncthreads()
         tile = cuda.shared.array((TILE, width), dtype)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -72,14 +82,19 @@ def _tiled_kernel(pad: int, dtype):
             if row < rows and col < cols:
                 tile[ty + j, tx] = x[row, col]
         cuda.syncthreads()
+        # END EXERCISE
         # Write the transposed tile with threadIdx.x along out's rows: coalesced again. The
         # shared reads tile[tx, ty + j] walk a column: with 32 floats per row, all 32 lie in
         # one bank (32-way conflict); with 33, in 32 different banks.
+        # BEGIN EXERCISE: write the transposed tile with threadIdx.x along out's rows (coalesced again): the
+        #   block's tile of out sits at the swapped block coordinates, and each thread reads a column of
+        #   the shared tile; bounds-check against out's shape (C x R)
         out_col = cuda.blockIdx.y * TILE + tx
         for j in range(0, TILE, BLOCK_ROWS):
             out_row = cuda.blockIdx.x * TILE + ty + j
             if out_row < cols and out_col < rows:
                 out[out_row, out_col] = tile[tx, ty + j]
+        # END EXERCISE
 
     return kernel
 
@@ -116,7 +131,10 @@ def transpose_naive(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
     out = _checked(x, out)
     if x.numel():
         rows, cols = x.shape
+        # BEGIN EXERCISE: one thread per element in TILE x BLOCK_ROWS blocks: the grid (x over x's
+        #   columns, y over its rows)
         grid = (math.ceil(cols / TILE), math.ceil(rows / BLOCK_ROWS))
+        # END EXERCISE
         transpose_naive_kernel[grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
     return out
 
@@ -125,7 +143,9 @@ def _tiled(kind, x, out):
     out = _checked(x, out)
     if x.numel():
         rows, cols = x.shape
-        grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
+        # BEGIN EXERCISE: one block of TILE x BLOCK_ROWS threads per TILE x TILE tile of x: the grid
+        grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))  # a partial tile gets a block too
+        # END EXERCISE
         _TILED[kind, x.dtype][grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
     return out
 
@@ -165,7 +185,10 @@ def transpose_cuda_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> t
     out = _checked(x, out)
     if x.numel():
         rows, cols = x.shape
+        # BEGIN EXERCISE: as the Numba padded rung: one block of TILE x BLOCK_ROWS threads per tile, the
+        #   grid in PyCUDA's (x, y) form
         grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
+        # END EXERCISE
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
         _cuda_c_kernel("padded", x.dtype).prepared_async_call(
             grid, (TILE, BLOCK_ROWS, 1), None, x.data_ptr(), out.data_ptr(), rows, cols)
@@ -174,10 +197,14 @@ def transpose_cuda_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> t
 
 def _tile64(x, out, rows_per_block: int = TILE64_ROWS, defines: tuple[str, ...] = ()) -> torch.Tensor:
     rows, cols = x.shape
+    # BEGIN EXERCISE: one block per TILE64 x TILE64 tile: the grid; vectorize (1 or 0) only when every
+    #   row of x starts aligned to a pair of elements: an even width and a base aligned to two
+    #   elements (x.data_ptr()), else the kernel reads element by element
     grid = (math.ceil(cols / TILE64), math.ceil(rows / TILE64))
     # Reading a row as pairs needs every row start aligned to a pair (2 elements): an even
     # width and an aligned base. Otherwise the kernel reads element by element.
     vectorize = int(cols % 2 == 0 and x.data_ptr() % (2 * x.element_size()) == 0)
+    # END EXERCISE
     _cuda_c_kernel("tile64", x.dtype, defines).prepared_async_call(
         grid, (32, rows_per_block, 1), None, x.data_ptr(), out.data_ptr(), rows, cols, vectorize)
     return out
@@ -220,6 +247,7 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
 
 # --- benchmark ---------------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 def _inputs(n: int):
     device = runtime.DEVICE
     return random_tensor((n, n), torch.float32, device), torch.empty((n, n), device=device)
@@ -291,3 +319,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -22,6 +22,10 @@ from course.check import random_tensor
 
 from numba import cuda  # noqa: E402  (after course.runtime on purpose)
 
+# EXERCISE NOTE: The launchers' input checks (course.validate), the output allocation and the
+#   early return on empty input (a grid of zero blocks is an invalid launch) are given: you write
+#   the kernels, the grid sizes and the CUDA C bodies in kernels/vector_add.cu.
+
 THREADS_PER_BLOCK = 256  # a multiple of the 32-thread warp; 256 keeps 8 warps per block
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "vector_add.cu"
 NUMBA_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64)
@@ -33,18 +37,24 @@ CUDA_C_DTYPES = (torch.float32,)
 @cuda.jit
 def add_kernel(a, b, out):
     """One thread per element."""
+    # BEGIN EXERCISE: one thread per element: i = this thread's global index (cuda.grid(1)); skip
+    #   threads past out.size (the last block is partly past the end)
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     if i < out.size:  # the last block is partly past the end unless n divides evenly
         out[i] = a[i] + b[i]
+    # END EXERCISE
 
 
 @cuda.jit
 def add_grid_stride_kernel(a, b, out):
     """A fixed grid walks the whole array: any n, launch size chosen for the GPU, not for n."""
+    # BEGIN EXERCISE: the grid-stride loop: start = cuda.grid(1), stride = cuda.gridsize(1) (threads
+    #   in the whole grid), loop over range(start, out.size, stride)
     start = cuda.grid(1)
     stride = cuda.gridsize(1)  # threads in the whole grid
     for i in range(start, out.size, stride):
         out[i] = a[i] + b[i]
+    # END EXERCISE
 
 
 # --- launchers -----------------------------------------------------------------------------
@@ -58,7 +68,10 @@ def _checked(a, b, out, dtypes):
 
 
 def _blocks_for(n: int) -> int:
+    # BEGIN EXERCISE: how many blocks of THREADS_PER_BLOCK threads cover n elements: ceil(n / 256) in
+    #   integer arithmetic (a partial last block counts)
     return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    # END EXERCISE
 
 
 def vector_add_numba(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -79,7 +92,10 @@ def vector_add_numba_grid_stride(a: torch.Tensor, b: torch.Tensor,
         return out
     # Enough blocks to keep every SM's warp slots busy, no more: each extra block only adds
     # scheduling work, while the loop covers any n.
+    # BEGIN EXERCISE: the grid of the grid-stride kernel: enough blocks for n (_blocks_for), but at most
+    #   32 per SM (runtime.sm_count())
     blocks = min(_blocks_for(out.numel()), 32 * runtime.sm_count())
+    # END EXERCISE
     flat = [interop.to_numba(t.view(-1)) for t in (a, b, out)]
     add_grid_stride_kernel[blocks, THREADS_PER_BLOCK](*flat)
     return out
@@ -96,8 +112,11 @@ def _cuda_c_kernel(name: str):
 
 def _launch_cuda_c(kernel_name: str, a, b, out, elements_per_thread: int) -> None:
     n = out.numel()
+    # BEGIN EXERCISE: the grid: threads = ceil(n / elements_per_thread) (each moves that many
+    #   elements), grid = (blocks for those threads, at least 1; 1) as PyCUDA's (x, y) tuple
     threads = (n + elements_per_thread - 1) // elements_per_thread
     grid = (max(1, _blocks_for(threads)), 1)
+    # END EXERCISE
     # Stream None is CUDA's legacy default stream, the one torch queues on by default,
     # so this kernel runs after the torch work that produced a and b.
     _cuda_c_kernel(kernel_name).prepared_async_call(grid, (THREADS_PER_BLOCK, 1, 1), None,
@@ -118,17 +137,21 @@ def vector_add_cuda_vec4(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
     out = _checked(a, b, out, CUDA_C_DTYPES)
     if out.numel() == 0:
         return out
+    # BEGIN EXERCISE: float4 accesses need 16-byte aligned pointers (t.data_ptr() % 16): launch
+    #   vector_add_f32x4 with 4 elements per thread when a, b and out all are, else vector_add_f32
     if any(t.data_ptr() % 16 for t in (a, b, out)):
         # A view that starts mid-allocation (x[1:]) is not 16-byte aligned, and a float4
         # access there faults. The scalar kernel gives the same answer.
         _launch_cuda_c("vector_add_f32", a, b, out, elements_per_thread=1)
     else:
         _launch_cuda_c("vector_add_f32x4", a, b, out, elements_per_thread=4)
+    # END EXERCISE
     return out
 
 
 # --- benchmark -------------------------------------------------------------------------------
 
+# BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(n: int):
     device = runtime.DEVICE
     return (random_tensor(n, torch.float32, device), random_tensor(n, torch.float32, device),
@@ -164,3 +187,4 @@ BENCHMARKS = [
         notes="bytes = 3 x 4 x n (read a, read b, write out); FLOPs = n",
     ),
 ]
+# END SOLUTION ONLY

@@ -119,6 +119,19 @@ REDUCE_BLOCK = 4096
 # counter per stream, and two graphs replayed at once on two streams would share it.
 ONE_LAUNCH_REDUCTION = True
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
+# EXERCISE NOTE: Suggested order: `_row_logsumexp` and `_row_loss` with `cross_entropy_fwd_kernel` and
+#   `_forward` (then `cross_entropy(..., reduction="none")` and `cross_entropy_forward` run); `_sum_rows`,
+#   `_reduce` and the last-program reduction of `cross_entropy_fwd_reduce_kernel` with `_forward_reduced`
+#   ("mean" and "sum" in one launch); `_write_row_grad` with `cross_entropy_bwd_kernel` and `_backward`
+#   (then with autograd); then `cross_entropy_fwd_grad_kernel`, `_forward_grad` and the chunk loop
+#   `_linear_ce_chunks` behind `fused_linear_cross_entropy` (Liger Kernel's idea: Hsu et al. 2024,
+#   arXiv:2410.10989). Given: launch plans, cached coefficients, the scratch counter, the checked
+#   launchers, the registered ops (custom_ops.py's lesson; read them as its worked example), the
+#   autograd.Functions and the public entries, which call your hot path.
+# EXERCISE NOTE: Precision, which the tests check at logits near 1e4 (fp32's spacing there is ~1e-3): keep
+#   every quantity shifted by the row max m: loss = log d - (x_t - m), every term >= 0, so nothing cancels.
+#   Store lse = m + log d in float64, and in the backward split it per row into hi + lo of the accumulation
+#   dtype: softmax = exp((x - hi) - lo). The module docstring of the solution says why.
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -137,6 +150,11 @@ def _row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, B
 
     logsumexp = m + log d; the third value (for label smoothing) is 0 unless SMOOTHING.
     """
+    # BEGIN EXERCISE: per lane (vectors of BLOCK_V in the accumulation dtype: _to_acc): running max m, running sum d,
+    #   and for SMOOTHING the shifted x-sum s and count n; for each masked chunk (other=-inf): m_new = max(m, x),
+    #   shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d * exp(m - shift) + exp(x - shift);
+    #   then row_max = max of m, log_sum = log(sum of d * exp(m - row_max)), shifted_sum = sum_j (x_j - row_max)
+    #   (0 without SMOOTHING); return the three
     cols = tl.arange(0, BLOCK_V)
     # Per-lane running max, sum, shifted x-sum and count: no cross-lane reduction inside the loop.
     m = _to_acc(tl.full([BLOCK_V], -float("inf"), tl.float32), FP64)
@@ -168,12 +186,17 @@ def _row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, B
     else:
         shifted_sum = tl.zeros_like(log_sum)
     return row_max, log_sum, shifted_sum
+    # END EXERCISE
 
 
 @triton.jit
 def _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
               SMOOTHING: tl.constexpr):
     """The row's loss from its shifted statistics: every term >= 0, so nothing cancels."""
+    # BEGIN EXERCISE: x_t read at the target (column 0 for an ignored or out-of-range target: never a wild read),
+    #   shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1 - eps) t_shift
+    #   - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the target is out of
+    #   range, 0 where ignored
     # An ignored row's target (-100) is no address, nor is a target outside [0, V): read column 0
     # instead, and discard it.
     x_t = tl.load(x_row + tl.where(valid & in_range, target, 0)).to(row_max.dtype)
@@ -186,12 +209,15 @@ def _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_c
         loss = log_sum - t_shift
     loss = tl.where(in_range, loss, float("nan"))  # a target outside [0, V): NaN, not a wild read
     return tl.where(valid, loss, 0.0)
+    # END EXERCISE
 
 
 @triton.jit
 def _write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
                     SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
     """g_row[j] = (softmax(x)_j - y_j) * g, softmax = exp((x - hi) - lo) with hi + lo = lse."""
+    # BEGIN EXERCISE: chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V everywhere with
+    #   SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype
     cols = tl.arange(0, BLOCK_V)
     on_target = tl.load(coef_ptr)        # 1 - eps
     off_target = tl.load(coef_ptr + 2)   # eps / V
@@ -207,12 +233,16 @@ def _write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
             y += off_target
         # g = 0 on ignored rows: their gradient is 0 (NaN if the row holds NaN, as in torch).
         tl.store(g_row + offs, ((p - y) * g).to(g_row.dtype.element_ty), mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
 def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols, row_stride,
                              ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
                              STORE_LSE: tl.constexpr, BLOCK_V: tl.constexpr):
+    # BEGIN EXERCISE: one program per row (an int64 row index: row * stride passes 2^31); the target, valid (not
+    #   ignore_index) and in range; _row_logsumexp, then the row's loss (_row_loss) stored; with STORE_LSE,
+    #   lse = row_max + log_sum added in float64 (exact) and stored
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -225,12 +255,16 @@ def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols,
         # lse = m + log d in float64, where the sum of two fp32 values is exact: the backward's
         # softmax then keeps fp32 precision at any magnitude (see the module docstring).
         tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
+    # END EXERCISE
 
 
 @triton.jit
 def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits_ptr, n_cols,
                              row_stride, dlogits_row_stride, grad_stride, ignore_index, coef_ptr,
                              FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
+    # BEGIN EXERCISE: split the float64 lse once: hi = lse in the accumulation dtype, lo = (lse - hi) in it; the incoming
+    #   gradient g read at row * grad_stride (0: one scalar for every row), NaN for an out-of-range target, 0
+    #   for an ignored row; then _write_row_grad
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(targets_ptr + row).to(tl.int64)
     # The float64 lse, split once per row into hi + lo of the accumulation dtype (lo = 0 in fp64).
@@ -245,6 +279,7 @@ def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits
     g = tl.where(target != ignore_index, g, 0.0)
     _write_row_grad(logits_ptr + row * row_stride, dlogits_ptr + row * dlogits_row_stride, target, hi, lo, g,
                     n_cols, coef_ptr, SMOOTHING, BLOCK_V)
+    # END EXERCISE
 
 
 @triton.jit
@@ -253,6 +288,10 @@ def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr
                                   FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
     # Loss and gradient in one program: the second sweep over the row (often still in L2)
     # replaces a whole backward kernel, and dlogits may be the logits buffer itself.
+    # BEGIN EXERCISE: the forward kernel's loss, then the gradient from the same registers: g = the scale read on the
+    #   device (NaN for an out-of-range target, 0 for an ignored row) and _write_row_grad with hi = row_max,
+    #   lo = log_sum. dlogits may be the logits buffer: every warp must have read x[target] before any writes
+    #   it (and say why in a comment)
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -270,11 +309,15 @@ def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr
     # m and log d are still in registers: softmax = exp((x - m) - log d), the shifted form.
     _write_row_grad(x_row, dlogits_ptr + row * dlogits_row_stride, target, row_max, log_sum, g, n_cols,
                     coef_ptr, SMOOTHING, BLOCK_V)
+    # END EXERCISE
 
 
 @triton.jit
 def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
     """(sum of the per-row losses, rows counted), BLOCK rows a step, always in the same order."""
+    # BEGIN EXERCISE: BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK] vector (read with
+    #   cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not kept coherent),
+    #   and 1 for each target that is not ignore_index into another; return both summed
     offs = tl.arange(0, BLOCK)
     total = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
     count = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
@@ -287,6 +330,7 @@ def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.conste
         t = tl.load(targets_ptr + idx, mask=mask, other=ignore_index)
         count += tl.where(t != ignore_index, 1.0, 0.0)
     return tl.sum(total, axis=0), tl.sum(count, axis=0)
+    # END EXERCISE
 
 
 @triton.jit
@@ -327,6 +371,9 @@ def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_
                                             n_cols, coef_ptr, SMOOTHING))
     if STORE_LSE:
         tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
+    # BEGIN EXERCISE: every thread's stores before the ticket (tl.debug_barrier), then ticket = tl.atomic_add(ticket_ptr, 1,
+    #   sem="acq_rel", scope="gpu"); the program that draws n_rows - 1 sums the rows (_sum_rows), divides for
+    #   MEAN, stores out (and count with STORE_LSE) and sets the counter back to 0
     # Every thread's store happens before the ticket (the barrier), and the ticket is a release:
     # whoever draws the last one sees all the stores (the acquire half). The pattern of CUDA's
     # "threadFenceReduction" sample, with the fence folded into the atomic's semantics.
@@ -340,6 +387,7 @@ def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_
         if STORE_LSE:
             tl.store(count_ptr, counted)
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next call on this stream
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -348,7 +396,7 @@ def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_
 _PLANS: dict = {}
 _COEFFICIENTS: dict = {}
 _ONES: dict = {}
-_TICKETS: dict = {}
+_SCRATCH: dict = {}
 
 
 def next_power_of_2(n: int) -> int:
@@ -401,12 +449,17 @@ def _one(acc: torch.dtype, device) -> torch.Tensor:
 # ------------------------------------------------------------- the hot path (no checks here)
 def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, need_lse=True):
     """(loss per row, lse or None) of (N, V) logits with unit column stride: accumulation dtype, float64."""
+    # BEGIN EXERCISE: loss (n_rows, accumulation dtype) and, with need_lse, lse (float64) allocated; nothing to launch
+    #   for 0 rows; _plan(n_cols, block_v) gives BLOCK_V and num_warps; one launch of cross_entropy_fwd_kernel
+    #   per row through course.launch, with a key that pins every specialization (dtypes, ints, constexprs);
+    #   without need_lse pass the loss buffer as lse_ptr (it is never written)
     n_rows, n_cols = logits.shape
     acc = _acc_torch(logits.dtype)
     loss = torch.empty(n_rows, dtype=acc, device=logits.device)
     lse = torch.empty(n_rows, dtype=torch.float64, device=logits.device) if need_lse else None
     if n_rows == 0:
         return loss, lse
+    # END EXERCISE
     block, num_warps = _plan(n_cols, block_v)
     row_stride, smoothing = logits.stride(0), label_smoothing > 0
     # The key pins what the compiled kernel is specialized on (course.launch): dtypes, the int
@@ -421,10 +474,13 @@ def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, ne
 
 def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=None, block_v=BLOCK_V):
     """dlogits = (softmax - y) * grad, grad a scalar or one value per row (any stride)."""
+    # BEGIN EXERCISE: dlogits (or out) of the logits' shape and dtype; nothing to launch for 0 rows; grad's stride 0 for a
+    #   scalar; cross_entropy_bwd_kernel, one program per row, through course.launch
     n_rows, n_cols = logits.shape
     dlogits = torch.empty((n_rows, n_cols), dtype=logits.dtype, device=logits.device) if out is None else out
     if n_rows == 0:
         return dlogits
+    # END EXERCISE
     block, num_warps = _plan(n_cols, block_v)
     acc = _acc_torch(logits.dtype)
     row_stride, out_stride, grad_stride = logits.stride(0), dlogits.stride(0), grad.stride(0) if grad.dim() else 0
@@ -440,9 +496,12 @@ def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=Non
 
 def _forward_grad(logits, targets, loss, dlogits, scale, ignore_index, label_smoothing, block_v=BLOCK_V):
     """Per-row loss into `loss` and (softmax - y) * scale into `dlogits` (which may be `logits`)."""
+    # BEGIN EXERCISE: nothing to launch for 0 rows; cross_entropy_fwd_grad_kernel, one program per row (a plain launch is
+    #   fine: it runs once per chunk of a large batch)
     n_rows, n_cols = logits.shape
     if n_rows == 0:
         return loss, dlogits
+    # END EXERCISE
     block, num_warps = _plan(n_cols, block_v)
     acc = _acc_torch(logits.dtype)
     cross_entropy_fwd_grad_kernel[(n_rows,)](logits, targets, loss, dlogits, scale, n_cols, logits.stride(0),
@@ -455,6 +514,9 @@ def _forward_grad(logits, targets, loss, dlogits, scale, ignore_index, label_smo
 
 def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True):
     """(loss in `dtype`, rows counted or None): the reduction of the per-row losses, no host sync."""
+    # BEGIN EXERCISE: "none": the rows in `dtype`; else a 0-d out (and a count when need_count); no rows: out is 0 (sum) or
+    #   NaN (mean, 0 / 0 as torch) without a launch; else ONE program of cross_entropy_reduce_kernel
+    #   (REDUCE_BLOCK rows a step) through course.launch. No host sync anywhere
     if reduction == "none":
         return loss_rows.to(dtype), None
     n_rows = loss_rows.shape[0]
@@ -468,26 +530,38 @@ def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True)
            (loss_rows, targets, out, out if count is None else count, n_rows, ignore_index, mean, need_count,
             REDUCE_BLOCK), num_warps=8)
     return out, count
+    # END EXERCISE
 
 
-def _ticket(logits) -> torch.Tensor:
-    """The int32 counter cross_entropy_fwd_reduce_kernel draws tickets from: one per (device, stream),
-    made zero once; the kernel's last program sets it back to zero."""
+def _scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ticket, loss_rows) for cross_entropy_fwd_reduce_kernel, kept per (device, stream, dtype).
+
+    ticket: the int32 counter the kernel's programs draw from, made zero once; the last program
+    sets it back to zero. loss_rows: room for the per-row losses, which only that launch reads, so
+    it is reused (grown when a call has more rows) instead of allocated per call. Calls on one
+    stream run one after another, so they can share both; another stream gets its own.
+    """
     index = logits.get_device()  # an int (-1 on the CPU): no device object
-    key = (index, _current_stream(index) if _ON_GPU else None)
-    ticket = _TICKETS.get(key)
-    if ticket is None:
-        ticket = _TICKETS[key] = torch.zeros(1, dtype=torch.int32, device=logits.device)
-    return ticket
+    key = (index, _current_stream(index) if _ON_GPU else None, acc)
+    kept = _SCRATCH.get(key)
+    if kept is None or kept[1].shape[0] < n_rows:
+        ticket = kept[0] if kept is not None else torch.zeros(1, dtype=torch.int32, device=logits.device)
+        # Growing while an earlier call on this stream is still running is safe: the old buffer
+        # goes back to torch's caching allocator, which reuses it only in stream order.
+        kept = _SCRATCH[key] = (ticket, torch.empty(max(n_rows, 1024), dtype=acc, device=logits.device))
+    return kept
 
 
 def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
     """(loss in logits' dtype, lse or None, count or None), reduction "mean" or "sum", n_rows >= 1:
     the per-row losses and their reduction in one launch (cross_entropy_fwd_reduce_kernel)."""
+    # BEGIN EXERCISE: the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse (float64, n_rows) and a
+    #   0-d count in the accumulation dtype when need_lse; one launch of cross_entropy_fwd_reduce_kernel (grid:
+    #   one program per row) through course.launch, keyed like _forward's plus the reduction
     n_rows, n_cols = logits.shape
     acc = _acc_torch(logits.dtype)
     device = logits.device
-    loss_rows = torch.empty(n_rows, dtype=acc, device=device)
+    ticket, loss_rows = _scratch(logits, n_rows, acc)
     out = torch.empty((), dtype=logits.dtype, device=device)
     lse = torch.empty(n_rows, dtype=torch.float64, device=device) if need_lse else None
     count = torch.empty((), dtype=acc, device=device) if need_lse else None
@@ -496,10 +570,11 @@ def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, 
     key = (logits.dtype, targets.dtype, n_rows, n_cols, row_stride, ignore_index, smoothing, need_lse, mean, block)
     launch(cross_entropy_fwd_reduce_kernel, (n_rows,), key,
            (logits, targets, loss_rows, out if lse is None else lse, out, out if count is None else count,
-            _ticket(logits), n_rows, n_cols, row_stride, ignore_index,
+            ticket, n_rows, n_cols, row_stride, ignore_index,
             _coefficients(label_smoothing, n_cols, acc, device), acc == torch.float64, smoothing, need_lse, mean,
             block, REDUCE_BLOCK), num_warps=num_warps)
     return out, lse, count
+    # END EXERCISE
 
 
 def _one_launch(logits, reduction) -> bool:
@@ -510,6 +585,10 @@ def _one_launch(logits, reduction) -> bool:
 def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
                       need_dh, need_dw, block_v=BLOCK_V):
     """The chunk loop: (loss, dh or None, dW or None), the gradients for grad_output = 1."""
+    # BEGIN EXERCISE: per-row losses, dh (if needed), dW zeros (if needed); one C x V logits buffer reused by every chunk
+    #   (C from chunk_size or default_chunk_size); the mean's scale 1 / (rows counted) made on the device; per
+    #   chunk: logits = h_c @ W^T (_mm), then without gradients the forward kernel only, else _forward_grad in
+    #   place (the logits become dlogits), dh_c = dlogits @ W, dW += dlogits^T @ h_c; finally _reduce
     n_rows, n_cols = h.shape[0], weight.shape[0]
     acc = _acc_torch(h.dtype)
     loss_rows = torch.empty(n_rows, dtype=acc, device=h.device)
@@ -517,6 +596,7 @@ def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothi
     dw = torch.zeros(weight.shape, dtype=weight.dtype, device=weight.device) if need_dw else None
     if n_rows == 0:
         return _reduce(loss_rows, targets, ignore_index, reduction, h.dtype, need_count=False)[0], dh, dw
+    # END EXERCISE
     chunk = max(1, min(chunk_size or default_chunk_size(n_rows, n_cols, h.element_size()), n_rows))
     # One buffer, reused by every chunk: the allocator sees C x V once, never N x V.
     buffer = torch.empty((chunk, n_cols), dtype=h.dtype, device=h.device)
@@ -993,6 +1073,7 @@ def loss_and_grads(loss_fn):
     return run
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _itemsize(dtype):
     return torch.empty((), dtype=dtype).element_size()
@@ -1076,7 +1157,7 @@ BENCHMARKS = [
         gpu_only=("torch_compile",),
         headline=("triton",),
         sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
-                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _ticket, _backward,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _scratch, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
         bytes=lambda s: 3 * s[0] * s[1] * _itemsize(s[2]),
         flops=lambda s: 0,
@@ -1155,7 +1236,7 @@ BENCHMARKS += [
         gpu_only=("torch_compile",),
         headline=("triton",),
         sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
-                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _ticket, _backward,
+                            _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _scratch, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
         bytes=lambda s: 3 * s[0] * s[1] * _itemsize(bench_dtype()),
         flops=lambda s: 0,
@@ -1271,3 +1352,4 @@ if __name__ == "__main__":
         sweep()
     else:
         parser.print_help()
+# END SOLUTION ONLY

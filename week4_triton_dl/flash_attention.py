@@ -1102,6 +1102,7 @@ BENCHMARKS += [
         variants={"torch": _forward_backward(_sdpa(), True),
                   "sdpa_flash": _forward_backward(_sdpa(_backends()["sdpa_flash"]), True),
                   "triton": _forward_backward(_public_entry, True)},
+        graphed=("torch", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton", "sdpa_flash"),
         bytes=lambda s: 12 * math.prod(s) * bench_dtype().itemsize,
         flops=lambda s: attention_flops(s[0], s[1], s[2], s[2], s[3], True, True),

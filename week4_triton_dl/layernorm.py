@@ -115,6 +115,11 @@ FORWARD_KERNEL = "row"
 # one column gives dx = 0 exactly. The FMAs lost are a few per element of a memory-bound kernel.
 _BWD_COMPILE = dict(enable_fp_fusion=False)
 PARTIAL_BLOCK_P, PARTIAL_BLOCK_N = 32, 64  # stage-2 tile: 32 partial rows x 64 columns
+# EXERCISE NOTE: An order that works: the row forward kernel; then the backward formula (`_row_grads`) with
+#   the partials kernels (`layernorm_bwd_kernel`, `partial_sum_kernel`): gradcheck tells you when the
+#   backward is right; then the looped kernels (rows wider than MAX_N), the persistent forward and the
+#   atomic backward. The launchers, launch plans and the registered op are given: they call your kernels.
+#   Without a GPU the kernels run in the Triton interpreter, where `print` and pdb work inside them.
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -148,6 +153,10 @@ def _rstd(xc, N, eps, AXIS: tl.constexpr):
 def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, eps,
                              HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
                              BLOCK_N: tl.constexpr, ACC: tl.constexpr, STORE_STATS: tl.constexpr = True):
+    # BEGIN EXERCISE: one row per program: row = program_id(0) as int64; load the row (other=0) and convert
+    #   .to(ACC); mean; centre with tl.where(mask, x - mean, 0) so padding adds nothing to the variance;
+    #   rstd = _rstd(xc, N, eps, 0); y = xc * rstd (* w) (+ b) stored in y's dtype; mean and rstd stored
+    #   when STORE_STATS
     row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -166,6 +175,7 @@ def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, 
     if STORE_STATS:  # only a backward reads them: inference skips two allocations and stores
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
+    # END EXERCISE
 
 
 @triton.jit
@@ -177,6 +187,10 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
     first = tl.program_id(0).to(tl.int64) * rows_per_program
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
+    # BEGIN EXERCISE: load w and b once, before the loop; for step in tl.range(0, rows_per_program, BLOCK_M,
+    #   num_stages=NUM_STAGES): a [BLOCK_M, BLOCK_N] tile of rows first + step + arange(BLOCK_M), masked against
+    #   M and N; the row kernel's arithmetic with reductions along axis=1 (_rstd(xc, N, eps, 1)); y, mean and
+    #   rstd stored masked
     # Loaded once per program and kept in registers for all its rows (not once per row).
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
@@ -202,6 +216,7 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
         tl.store(mean_ptr + rows, mean, mask=row_mask)
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -215,6 +230,10 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
+    # BEGIN EXERCISE: pass 1: for start in range(0, N, BLOCK_N), add the masked chunks (other=0, .to(ACC))
+    #   element-wise into a [BLOCK_N] vector, reduced once: the mean; pass 2: the same for the centred squares
+    #   (padding lanes 0), and `largest`, the running element-wise max of |x - mean| (the rescue below needs
+    #   it); var = their sum / N, rstd = 1 / sqrt(var + eps)
     sums = tl.zeros([BLOCK_N], dtype=ACC)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -230,6 +249,7 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
         largest = tl.maximum(largest, tl.abs(xc))
     var = tl.sum(squares, axis=0) / N
     rstd = 1.0 / tl.sqrt(var + eps)
+    # END EXERCISE
     if var == float("inf"):  # the squares overflowed: sum them again, scaled (see _rstd)
         m = tl.max(largest, axis=0)
         inv_m = 1.0 / m
@@ -240,6 +260,8 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
             s = tl.where(mask, (tl.load(x_row + cols, mask=mask, other=0.0).to(ACC) - mean) * inv_m, 0.0)
             scaled += s * s
         rstd = inv_m / tl.sqrt(tl.sum(scaled, axis=0) / N + eps * inv_m * inv_m)
+    # BEGIN EXERCISE: pass 3: chunk by chunk, y = (x - mean) * rstd (* w) (+ b) stored masked in y's dtype;
+    #   then mean and rstd when STORE_STATS
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
@@ -252,6 +274,7 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
     if STORE_STATS:
         tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
+    # END EXERCISE
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -266,6 +289,9 @@ def _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT: tl.constexpr):
     that is ~3e-5 where the answer is exactly 0 (one column: y = b whatever x is). Hence the
     backward kernels are compiled with enable_fp_fusion=False (`_BWD_COMPILE`).
     """
+    # BEGIN EXERCISE: the backward formula on a [BLOCK_M, BLOCK_N] tile: xhat = (x - mean) * rstd (0 in padding
+    #   lanes); g = dy * w (dy without weight); per row c1 = mean(g * xhat), c2 = mean(g) (axis=1);
+    #   dx = (g - xhat * c1 - c2) * rstd; return dx, xhat
     xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
     if HAS_WEIGHT:
         g = dy * w[None, :]
@@ -275,6 +301,7 @@ def _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT: tl.constexpr):
     c2 = tl.sum(g, axis=1) / N         # mean(g)
     dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
     return dx, xhat
+    # END EXERCISE
 
 
 @triton.jit
@@ -294,6 +321,8 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
     mean = tl.load(mean_ptr + row + tl.arange(0, 1))
     rstd = tl.load(rstd_ptr + row + tl.arange(0, 1))
+    # BEGIN EXERCISE: dx, xhat from _row_grads, dx stored masked in dx's dtype; then this row's dy * xhat and dy
+    #   (summed over the tile's one row, axis=0) added into the fp32 dw and db with tl.atomic_add (masked columns)
     dx, xhat = _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     # Every program adds into the same N addresses: M updates per address, one at a time.
@@ -301,6 +330,7 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
         tl.atomic_add(dw_ptr + cols, tl.sum(dy * xhat, axis=0), mask=col_mask)
     if HAS_BIAS:
         tl.atomic_add(db_ptr + cols, tl.sum(dy, axis=0), mask=col_mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -316,6 +346,11 @@ def layernorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
     w = cols  # unused unless HAS_WEIGHT
     if HAS_WEIGHT:  # loaded once per program, kept in registers for all its rows
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    # BEGIN EXERCISE: stage 1 of the dw/db reduction: dw_acc, db_acc [BLOCK_M, BLOCK_N] zeros in ACC; for step
+    #   in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES): rows first + step + arange(BLOCK_M)
+    #   masked against M; x, dy (in ACC), mean and rstd loaded; dx, xhat = _row_grads(...), dx stored in dx's
+    #   dtype; dw_acc += dy * xhat, db_acc += dy. After the loop their column sums (axis=0) into row pid of the
+    #   partials (no atomics: no other program writes that row)
     # Stage 1 of the dw/db reduction: this program's share, in registers, [BLOCK_M, BLOCK_N]
     # so a step adds element-wise and the cross-row sum happens once, at the end.
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
@@ -341,6 +376,7 @@ def layernorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
         tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
     if HAS_BIAS:
         tl.store(db_partial_ptr + pid * N + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -356,6 +392,10 @@ def layernorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
     pid = tl.program_id(0).to(tl.int64)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, M)
+    # BEGIN EXERCISE: for each row in [first, last): pass 1 accumulates xhat * g and g chunk by chunk (xhat 0 in
+    #   padding lanes, g = dy * w) into [BLOCK_N] vectors: c1 = mean(g * xhat), c2 = mean(g); pass 2 stores
+    #   dx = (g - xhat * c1 - c2) * rstd and adds dy * xhat and dy to row pid of the partials: read back with
+    #   other=0 for the program's first row (the buffer is never zeroed), add, store
     for row in range(first, last):
         offset = row * N
         mean = tl.load(mean_ptr + row)
@@ -389,6 +429,7 @@ def layernorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
             if HAS_BIAS:
                 db_before = tl.load(db_partial_ptr + pid * N + cols, mask=keep, other=0.0)
                 tl.store(db_partial_ptr + pid * N + cols, db_before + dy, mask=mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -397,12 +438,16 @@ def partial_sum_kernel(partial_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_
     # down all P rows; a tile row is BLOCK_N contiguous floats, so the loads coalesce.
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
+    # BEGIN EXERCISE: stage 2: a [BLOCK_P, BLOCK_N] accumulator in the partials' dtype (fp32); walk down the P rows
+    #   BLOCK_P at a time (rows masked against P, int64 offsets), adding tiles element-wise; then tl.sum(axis=0)
+    #   stored masked in out's dtype (rounded once)
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=partial_ptr.dtype.element_ty)
     for start in range(0, P, BLOCK_P):
         rows = start + tl.arange(0, BLOCK_P)
         mask = (rows < P)[:, None] & col_mask[None, :]
         acc += tl.load(partial_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
     tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_mask)
+    # END EXERCISE
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -925,6 +970,7 @@ def layer_norm_unfused(x: torch.Tensor, weight: torch.Tensor | None, bias: torch
     return y.to(x.dtype)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 EPS = 1e-5
 # bf16, 128 MB per input at every shape (2.5x the H100's L2), 8192 x 8192 last: the headline.
@@ -1062,6 +1108,7 @@ BENCHMARKS += [
             "triton": _fwd_bwd(_triton_norm),
         },
         gpu_only=("torch_compile",),
+        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
         bytes=lambda s: 5 * s[0] * s[1] * _itemsize() + 5 * s[1] * _itemsize() + 16 * s[0],
         flops=lambda s: 20 * s[0] * s[1],
@@ -1175,3 +1222,4 @@ def _sweep_cli(module_name: str, run) -> None:
 
 if __name__ == "__main__":
     _sweep_cli("week4_triton_dl.layernorm", sweep)
+# END SOLUTION ONLY

@@ -71,6 +71,9 @@ BWD_NUM_STAGES = 2
 FORWARD_KERNEL = "row"
 LOOP_BLOCK_N = ln.LOOP_BLOCK_N  # chunk of a looped row: 4096 elements, 16 per thread at 8 warps
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
+# EXERCISE NOTE: Do the LayerNorm exercise first: this is the same with one reduction fewer, and it reuses
+#   LayerNorm's stage-2 reduction (`ln.column_sums`), input checks and launch sizing (`ln`, imported above,
+#   is the solution's layernorm module). The launchers, launch plans and the registered op are given.
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -93,6 +96,9 @@ def _rstd(x, N, eps, AXIS: tl.constexpr):
 def rmsnorm_fwd_row_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
                            HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
                            STORE_STATS: tl.constexpr = True):
+    # BEGIN EXERCISE: one row per program (int64 row index): load the row masked (other=0: padding adds 0 to
+    #   sum x^2) .to(ACC); rstd = _rstd(x, N, eps, 0); y = x * rstd (* w) stored in y's dtype; rstd stored when
+    #   STORE_STATS
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -104,6 +110,7 @@ def rmsnorm_fwd_row_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
     tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     if STORE_STATS:  # only a backward reads rstd: inference skips its allocation and store
         tl.store(rstd_ptr + row, rstd)
+    # END EXERCISE
 
 
 @triton.jit
@@ -113,6 +120,9 @@ def rmsnorm_fwd_persistent_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, rows_per_
     first = tl.program_id(0).to(tl.int64) * rows_per_program
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
+    # BEGIN EXERCISE: w loaded once, before the loop; for step in tl.range(0, rows_per_program, BLOCK_M,
+    #   num_stages=NUM_STAGES): a [BLOCK_M, BLOCK_N] tile of rows masked against M and N; rstd = _rstd(x, N,
+    #   eps, 1) (along axis=1); y and rstd stored masked
     if HAS_WEIGHT:  # once per program, not once per row
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
     for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
@@ -127,6 +137,7 @@ def rmsnorm_fwd_persistent_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, rows_per_
             y = y * w[None, :]
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -141,6 +152,9 @@ def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
     y_row = y_ptr + row * N
+    # BEGIN EXERCISE: pass 1: for start in range(0, N, BLOCK_N), x * x + (x - x) of each masked chunk added
+    #   element-wise into a [BLOCK_N] vector of ACC, reduced once: rstd = 1 / sqrt(sum / N + eps); pass 2:
+    #   y = x * rstd (* w) chunk by chunk, stored masked in y's dtype; rstd stored when STORE_STATS
     squares = tl.zeros([BLOCK_N], dtype=ACC)  # element-wise partial sums, reduced once at the end
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -156,6 +170,7 @@ def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     if STORE_STATS:
         tl.store(rstd_ptr + row, rstd)
+    # END EXERCISE
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -170,6 +185,10 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
     col_mask = cols < N
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
+    # BEGIN EXERCISE: dw_acc [BLOCK_M, BLOCK_N] zeros in ACC; for step in tl.range(0, rows_per_program, BLOCK_M,
+    #   num_stages=NUM_STAGES): rows masked against M; x, dy (in ACC) and rstd loaded; xhat = x * rstd, g = dy * w
+    #   (dy without weight); c1 = mean(g * xhat) per row (axis=1); dx = (g - xhat * c1) * rstd stored in dx's
+    #   dtype; dw_acc += dy * xhat. After the loop dw_acc's column sums (axis=0) into row pid of the partials
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)  # this program's share of dw, in registers
     for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
         rows = first + step + tl.arange(0, BLOCK_M)
@@ -191,6 +210,7 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
             dw_acc += dy * xhat
     if HAS_WEIGHT:  # one partials row per program: no atomics (see layernorm.py)
         tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+    # END EXERCISE
 
 
 @triton.jit
@@ -208,6 +228,9 @@ def rmsnorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, M)
     dw_row = dw_partial_ptr + pid * N
+    # BEGIN EXERCISE: for each row in [first, last): pass 1 accumulates x * rstd * g (g = dy * w) chunk by chunk
+    #   into a [BLOCK_N] vector: c1 = its sum / N; pass 2 stores dx = (g - xhat * c1) * rstd and adds dy * xhat
+    #   to dw_row: read back with other=0 for the program's first row (the buffer is never zeroed), add, store
     for row in range(first, last):
         offset = row * N
         rstd = tl.load(rstd_ptr + row)
@@ -235,6 +258,7 @@ def rmsnorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial
                 # The program's first row starts the sum (other=0): the buffer is never zeroed.
                 before = tl.load(dw_row + cols, mask=mask & (row > first), other=0.0)
                 tl.store(dw_row + cols, before + dy * xhat, mask=mask)
+    # END EXERCISE
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -560,6 +584,7 @@ def rms_norm_backward_unfused(dy, x, rstd, weight):
     return dx.to(x.dtype), dw.to(weight.dtype)
 
 
+# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 EPS = 1e-6
 SIZES = ln.SIZES
@@ -700,6 +725,7 @@ BENCHMARKS += [
             "triton": _fwd_bwd(_triton_norm),
         },
         gpu_only=("torch_compile",),
+        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
         bytes=lambda s: 5 * s[0] * s[1] * ln._itemsize() + 3 * s[1] * ln._itemsize() + 8 * s[0],
         flops=lambda s: 12 * s[0] * s[1],
@@ -804,3 +830,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 if __name__ == "__main__":
     ln._sweep_cli("week4_triton_dl.rmsnorm", sweep)
+# END SOLUTION ONLY

@@ -610,6 +610,7 @@ BENCHMARKS += [
             "triton": _fwd_bwd_triton,
         },
         gpu_only=("torch_compile",),
+        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
         bytes=_train_bytes,
         flops=lambda s: 6 * s[0] * s[1] * (s[2] + s[3]) * s[4],

@@ -586,6 +586,7 @@ BENCHMARKS += [
             "triton": _fwd_bwd(swiglu),
         },
         gpu_only=("torch_compile",),
+        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
         bytes=lambda s: 8 * s[0] * s[1] * _itemsize(),
         flops=lambda s: 20 * s[0] * s[1],

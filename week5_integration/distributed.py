@@ -84,12 +84,16 @@ def zero_memory_per_gpu(params: float, world: int, stage: int, *, param_bytes: i
     optimizer state over `world` GPUs, 2 the gradients too, 3 the weights too. Activations,
     buffers and fragmentation are not included.
     """
+    # BEGIN EXERCISE: check params and world (_check_counts) and stage in 0..3 (ValueError "stage must be ...");
+    #   per parameter param + grad + optimizer bytes, of which stage 1 divides the optimizer's by world,
+    #   stage 2 also the gradients', stage 3 also the parameters'
     _check_counts(params=params, world=world)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
     total = param_bytes + grad_bytes + optimizer_bytes
     sharded = sum([optimizer_bytes, grad_bytes, param_bytes][:stage])  # stage 1 shards the first, ...
     return params * (total - sharded + sharded / world)
+    # END EXERCISE
 
 
 def ring_bytes(collective: str, nbytes: float, world: int) -> float:
@@ -108,6 +112,9 @@ def zero_comm_bytes_per_gpu(params: float, world: int, stage: int, *, value_byte
     the updated weights: the same bytes as the all-reduce. 3: all-gather the weights for the
     forward, again for the backward, reduce-scatter the gradients: 1.5x.
     """
+    # BEGIN EXERCISE: check params and stage as zero_memory_per_gpu; stage 0: ring_bytes("all_reduce", params x
+    #   value_bytes, world); stages 1-2: a reduce-scatter + one all-gather; stage 3: a reduce-scatter + two
+    #   all-gathers
     _check_counts(params=params)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -116,6 +123,7 @@ def zero_comm_bytes_per_gpu(params: float, world: int, stage: int, *, value_byte
         return ring_bytes("all_reduce", size, world)
     gathers = 2 if stage == 3 else 1
     return ring_bytes("reduce_scatter", size, world) + gathers * ring_bytes("all_gather", size, world)
+    # END EXERCISE
 
 
 def tensor_parallel_comm_bytes_per_gpu(cfg: m.GPTConfig, *, batch: int, seq_len: int, tp: int,
@@ -128,9 +136,12 @@ def tensor_parallel_comm_bytes_per_gpu(cfg: m.GPTConfig, *, batch: int, seq_len:
     layer (Shoeybi et al. 2019, Sec. 3). The vocabulary-parallel embedding/head adds a few more
     (left out: one layer's worth).
     """
+    # BEGIN EXERCISE: check batch, seq_len, tp (_check_counts); n_layers x 4 ring all-reduces of batch x seq_len x
+    #   d_model x value_bytes over tp processes
     _check_counts(batch=batch, seq_len=seq_len, tp=tp)
     activation = batch * seq_len * cfg.d_model * value_bytes
     return cfg.n_layers * 4 * ring_bytes("all_reduce", activation, tp)
+    # END EXERCISE
 
 
 # ----------------------------------------------------------------------------- the step
@@ -148,6 +159,8 @@ class LossModel(nn.Module):
 
 def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
     """This rank's contiguous 1/world of the global batch (rows), inputs and targets."""
+    # BEGIN EXERCISE: check 0 <= rank < world (ValueError naming rank) and that the rows split evenly (ValueError
+    #   "... does not split evenly ..."); return rows [rank B / world, (rank + 1) B / world) of x and of y
     if not isinstance(world, int) or world < 1 or not isinstance(rank, int) or not 0 <= rank < world:
         raise ValueError(f"need 0 <= rank < world, got rank={rank!r}, world={world!r}")
     if x.shape[0] % world:
@@ -155,6 +168,7 @@ def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
                          "unequal shards would weight their tokens unequally in the averaged gradient")
     rows = x.shape[0] // world
     return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+    # END EXERCISE
 
 
 def fsdp_mesh(device: torch.device):
@@ -173,6 +187,10 @@ def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    # BEGIN EXERCISE: module = LossModel(gpt). single: AdamW on it. ddp: DDP(module, device_ids=[device.index]
+    #   on CUDA, None on the CPU), AdamW on its parameters. zero1: DDP + ZeroRedundancyOptimizer
+    #   (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each block, then the root module,
+    #   with mesh=fsdp_mesh(device) and reshard_after_forward True / False; AdamW on module.parameters()
     module = LossModel(gpt)
     ids = [device.index] if device.type == "cuda" else None
     if strategy == "single":
@@ -189,6 +207,7 @@ def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(module, mesh=mesh, reshard_after_forward=reshard)  # the root: embedding, tied head, final norm
     return module, torch.optim.AdamW(module.parameters(), lr=lr)
+    # END EXERCISE
 
 
 def full_parameters(module: nn.Module) -> torch.Tensor:
@@ -244,9 +263,12 @@ def train(strategy: str, *, rank: int = 0, world: int = 1, cfg: m.GPTConfig | No
         opt.step()
         loss = loss.detach().float()
         local = float(loss)  # this rank's shard mean, before averaging
+        # BEGIN EXERCISE: the global batch's mean loss from this rank's shard mean: with world > 1, all-reduce
+        #   `loss` (a sum over the ranks) and divide by world (equal shards)
         if world > 1:
             dist.all_reduce(loss)  # sum of the shard means; / world = the global mean (equal shards)
             loss /= world
+        # END EXERCISE
         _sync(device)
         if step >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
@@ -331,6 +353,7 @@ def run_strategies(strategies=STRATEGIES, *, world_size: int = 2, backend: str |
     return {s: [r[s] for r in per_rank] for s in strategies}
 
 
+# BEGIN SOLUTION ONLY: the throughput measurement and command line (they run the solution)
 # ------------------------------------------------------------------------------ throughput
 def _throughput_worker(rank: int, world: int, plan: dict) -> dict:
     device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
@@ -454,3 +477,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+# END SOLUTION ONLY

@@ -136,16 +136,24 @@ def parameter_counts(cfg: gpt.GPTConfig, rank: int) -> dict:
 
 def activation_bytes(cfg: gpt.GPTConfig, tokens: int, checkpointing: bool) -> int:
     """Bytes of tensors saved for the backward at the end of the forward (bf16 autocast)."""
+    # BEGIN EXERCISE: per token and block 22d + 8h (d = d_model, h = hidden); with checkpointing L x 4d (each
+    #   block's fp32 input) + one block's, without it L blocks'; plus 6d + 10V for the head and the loss; times
+    #   tokens
     d, h, L, V = cfg.d_model, cfg.hidden, cfg.n_layers, cfg.vocab_size
     block = 22 * d + 8 * h
     head = 6 * d + 10 * V
     per_token = (L * 4 * d + block if checkpointing else L * block) + head
     return tokens * per_token
+    # END EXERCISE
 
 
 def memory_model(cfg: gpt.GPTConfig, variant: str, tokens: int, *, rank: int = 16,
                  checkpointing: bool = True, train_embedding: bool = True) -> dict:
     """Predicted peak bytes: weights + gradients + AdamW states + activations (see the docstring)."""
+    # BEGIN EXERCISE: n = parameter_counts(cfg, rank); weights by variant (full 4P; lora, lora_torch 2 P_lin +
+    #   4 other + 4 adapters; qlora nf4_mod.bits_per_parameter(True) / 8 P_lin + 4 other + 4 adapters) and the
+    #   trainable count (all P; adapters + the embedding when train_embedding); grads 4 x trainable, optimizer
+    #   8 x trainable, activation_bytes(...); their 'total'. ValueError "variant must be one of ..." otherwise
     n = parameter_counts(cfg, rank)
     extra = n["embedding"] if train_embedding else 0  # trained beside the adapters (fp32, counted in "other")
     if variant == "full":
@@ -162,11 +170,16 @@ def memory_model(cfg: gpt.GPTConfig, variant: str, tokens: int, *, rank: int = 1
              "activations": activation_bytes(cfg, tokens, checkpointing)}
     parts["total"] = sum(parts.values())
     return parts
+    # END EXERCISE
 
 
 # --------------------------------------------------------------------------------- the models
 def checkpoint_blocks(model: gpt.GPT) -> gpt.GPT:
     """Recompute each block in the backward instead of keeping its activations (training only)."""
+    # BEGIN EXERCISE: replace each block's forward by one that calls torch.utils.checkpoint.checkpoint(forward,
+    #   x, rope, None, layer, use_reentrant=False) when grad is enabled and there is no KV cache (else the
+    #   plain forward); bind each block's own forward (a default argument: a closure would see the last
+    #   block's); return the model
     for block in model.blocks:
         forward = block.forward
 
@@ -176,10 +189,15 @@ def checkpoint_blocks(model: gpt.GPT) -> gpt.GPT:
             return torch.utils.checkpoint.checkpoint(_forward, x, rope, None, layer, use_reentrant=False)
         block.forward = checkpointed
     return model
+    # END EXERCISE
 
 
 def prepare(model: gpt.GPT, variant: str, plan: Plan) -> gpt.GPT:
     """Turn the pre-trained model into the variant to fine-tune (in place)."""
+    # BEGIN EXERCISE: full: the model unchanged; lora_torch / lora: lora_mod.apply_lora(model, r=plan.rank,
+    #   alpha=plan.alpha, kernel "torch" / "auto", base_dtype=amp_dtype() on a GPU, else None); qlora:
+    #   nf4_mod.apply_qlora(..., kernel="auto"); any other variant: ValueError "variant must be one of ...";
+    #   then the byte embedding trains too when plan.train_embedding (model.tok.weight)
     half = amp_dtype() if runtime.on_gpu() else None  # a frozen base needs no fp32 copy
     if variant == "full":
         return model
@@ -198,6 +216,7 @@ def prepare(model: gpt.GPT, variant: str, plan: Plan) -> gpt.GPT:
         # embedding trains too (PEFT's `modules_to_save`): vocab x d parameters, 0.2M at d = 768.
         model.tok.weight.requires_grad_(True)
     return model
+    # END EXERCISE
 
 
 def make_optimizer(model, lr: float, warmup: int):
@@ -264,6 +283,8 @@ def sum_prompts(n: int, chars: int, seed: int = PROMPT_SEED) -> tuple[list[str],
 
 def score_answers(generated: list[str], answers: list[str]) -> float:
     """Exact match: the text up to and including the first '.' must be the answer."""
+    # BEGIN EXERCISE: ValueError "... generations for ... answers" on a length mismatch; a hit when the text up
+    #   to and including its first '.' is the answer; the fraction of hits
     if len(generated) != len(answers):
         raise ValueError(f"{len(generated)} generations for {len(answers)} answers")
     hits = 0
@@ -271,6 +292,7 @@ def score_answers(generated: list[str], answers: list[str]) -> float:
         cut = text.find(".")
         hits += cut >= 0 and text[:cut + 1] == answer
     return hits / max(len(answers), 1)
+    # END EXERCISE
 
 
 def exact_match(model, plan: Plan) -> float:
@@ -496,6 +518,7 @@ def record(runs: list[dict]) -> dict:
     }
 
 
+# BEGIN SOLUTION ONLY: the GPU-bound LoRA benchmark, the table and the plot (tooling around the experiment)
 # ------------------------------------------------------------------- the LoRA step, GPU-bound
 # lora_linear_week5 (lora.py) times one layer's training step at the week-5 model's sizes, M = 4096
 # tokens: ~0.1 ms of GPU work under ~0.6 ms of Python, launches and autograd, so it measured the
@@ -548,13 +571,18 @@ def _benchmarks():
         make_inputs=_lora_inputs,
         variants={"torch": _lora_step(lora_mod.lora_linear_torch),
                   "torch_addmm": _lora_step(lora_mod.lora_linear_torch_addmm),
+                  "torch_compile": _lora_step(torch.compile(lora_mod.lora_linear_torch, dynamic=False)),
                   "triton": _lora_step(lora_mod.lora_linear),
+                  # the registered ops (lora_linear_op and its backward) inside a compiled graph
+                  "triton_compile": _lora_step(torch.compile(lora_mod.lora_linear, fullgraph=True, dynamic=False)),
                   "frozen_linear": _frozen_step},
+        gpu_only=("torch_compile", "triton_compile"),
         headline=("triton", "frozen_linear"),
         bytes=_lora_bytes,
         flops=lambda s: 4 * s[0] * s[1] * s[2] + 6 * s[0] * s[3] * (s[1] + s[2]),
         compute_dtype=torch.bfloat16,
-        notes="torch = PEFT's unfused arithmetic under autograd; frozen_linear = x W^T and dx = dY W alone, no "
+        notes="torch = PEFT's unfused arithmetic under autograd; torch_compile = torch.compile of it; "
+              "triton_compile = torch.compile(lora_linear, fullgraph=True): the registered ops in a graph; frozen_linear = x W^T and dx = dY W alone, no "
               "adapter (the floor; its TFLOP/s counts the adapters' 6Mr(K+N) it does not do, <1%); flops = "
               "4MNK + 6Mr(K+N) (no dW)",
     )]
@@ -643,6 +671,9 @@ def save(result: dict, out_dir: Path) -> list[Path]:
 
     paths = bench.write_record(result, out_dir, markdown_table(result))
     return paths + [plot(result, Path(out_dir) / f"{BENCHMARK_NAME}_loss.png")]
+
+
+# END SOLUTION ONLY
 
 
 def main(argv=None) -> int:

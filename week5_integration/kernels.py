@@ -60,6 +60,10 @@ except ImportError as error:  # pragma: no cover - depends on the week-4 files p
     flash_attention, FLASH_HEAD_DIMS = None, ()
     HAS_FLASH_ATTENTION, FLASH_IMPORT_ERROR = False, f"{type(error).__name__}: {error}"
 
+# EXERCISE NOTE: Each adapter takes the arguments of one field of `model.Ops` and calls a kernel of week 3 or 4
+#   (the solution's docstring has the table of which kernel replaces which torch op); the plumbing (fallback
+#   counting, the swap plan) is given. After test_kernels.py, test_train.py and test_profile_model.py run
+#   COURSE_OPS too.
 # (op, reason) -> number of calls the course op handed to torch.
 FALLBACKS: collections.Counter = collections.Counter()
 
@@ -83,26 +87,34 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 def course_norm(x, weight, bias, eps: float, kind: str):
     """Triton RMSNorm / LayerNorm (week 4), forward and backward; x (..., d), weight (d,)."""
+    # BEGIN EXERCISE: kind "rmsnorm": rmsnorm.rms_norm(x, (d,), weight, eps); "layernorm": layernorm.layer_norm
+    #   (with the bias); any other kind: ValueError "kind must be one of ..." (m.NORMS)
     if kind == "rmsnorm":
         return rmsnorm.rms_norm(x, (x.shape[-1],), weight, eps)
     if kind == "layernorm":
         return layernorm.layer_norm(x, (x.shape[-1],), weight, bias, eps)
     raise ValueError(f"kind must be one of {m.NORMS}, got {kind!r}")
+    # END EXERCISE
 
 
 def course_add_norm(x, delta, weight, bias, eps: float, kind: str, out_dtype=None):
     """(x + delta, norm(x + delta)): RMSNorm fused with the residual add (week 4's add_rmsnorm), y in
     out_dtype; LayerNorm has no fused kernel: the add, then course_norm."""
+    # BEGIN EXERCISE: kind "rmsnorm": week 4's add_rmsnorm.add_rms_norm(x, delta, weight, eps, out_dtype) (one
+    #   kernel); otherwise h = x + delta, then course_norm of h, cast to out_dtype when one is given
     if kind == "rmsnorm":
         return add_rmsnorm.add_rms_norm(x, delta, weight, eps, out_dtype)
     h = x + delta
     y = course_norm(h, weight, bias, eps, kind)
     return h, (y if out_dtype is None else y.to(out_dtype))
+    # END EXERCISE
 
 
 def course_rope(q, k, cos, sin):
     """Triton RoPE on (B, H, T, Dh) q and k; cos/sin (T, Dh/2) fp32 are the rows of these positions."""
+    # BEGIN EXERCISE: rope_module.apply_rope with position offset 0 and layout "bhsd"
     return rope_module.apply_rope(q, k, cos, sin, 0, "bhsd")
+    # END EXERCISE
 
 
 def _attention_fallback_reason(q, k) -> str | None:
@@ -118,17 +130,22 @@ def _attention_fallback_reason(q, k) -> str | None:
 
 def course_attention(q, k, v, causal: bool):
     """FlashAttention-2 in Triton (week 4) when Tq == Tk; torch's SDPA otherwise (counted)."""
+    # BEGIN EXERCISE: reason = _attention_fallback_reason(q, k); if there is one, count it (_fallback("attention",
+    #   reason)) and return m.torch_attention(q, k, v, causal); else flash_attention(q, k, v, causal=causal)
     reason = _attention_fallback_reason(q, k)
     if reason is not None:
         _fallback("attention", reason)
         return m.torch_attention(q, k, v, causal)
     return flash_attention(q, k, v, causal=causal)
+    # END EXERCISE
 
 
 def course_swiglu(h):
     """silu(gate) * up of h = [gate | up], forward and backward one Triton kernel each (week 4);
     the halves are read in place and the backward writes one dh (no chunk, no cat)."""
+    # BEGIN EXERCISE: week 4's swiglu.swiglu_packed (h = [gate | up], read in place)
     return swiglu.swiglu_packed(h)
+    # END EXERCISE
 
 
 class GeluTanhFunction(torch.autograd.Function):
@@ -136,29 +153,39 @@ class GeluTanhFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
+        # BEGIN EXERCISE: save x; return week 3's fused_elementwise.bias_gelu(x, a zero bias of d elements, "tanh")
         ctx.save_for_backward(x)
         zero_bias = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)  # d elements: negligible
         return fused_elementwise.bias_gelu(x, zero_bias, "tanh")
+        # END EXERCISE
 
     @staticmethod
     def backward(ctx, dy):
+        # BEGIN EXERCISE: week 4's fused_mlp.act_backward(dy.contiguous(), x, "gelu_tanh") with the saved x
         (x,) = ctx.saved_tensors
         return fused_mlp.act_backward(dy.contiguous(), x, "gelu_tanh")
+        # END EXERCISE
 
 
 def course_gelu(x):
     """gelu(x, approximate="tanh"), forward and backward one Triton kernel each."""
+    # BEGIN EXERCISE: GeluTanhFunction.apply on a contiguous x
     return GeluTanhFunction.apply(x.contiguous())
+    # END EXERCISE
 
 
 def course_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
     """mean CE of hidden @ weight^T, chunked: the (N, V) logits never exist (week 4)."""
+    # BEGIN EXERCISE: under autocast (autocast_dtype(hidden.device) is not None) cast hidden and weight to that
+    #   dtype, as F.linear would; call cross_entropy.fused_linear_cross_entropy (ignore_index too) with
+    #   autocast disabled; return the loss in float32
     dtype = autocast_dtype(hidden.device)
     if dtype is not None:  # what F.linear does under autocast, done by hand (see the docstring)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     with torch.autocast(hidden.device.type, enabled=False):
         loss = cross_entropy.fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index)
     return loss.float()
+    # END EXERCISE
 
 
 def course_mlp(x, w_up, w_down, kind: str):
@@ -170,6 +197,9 @@ def course_mlp(x, w_up, w_down, kind: str):
     Not wired into `COURSE_OPS`: model.Ops has no `mlp` field yet (the MLP module calls the
     up and down projections itself). `swap_plan` picks it up once the field exists.
     """
+    # BEGIN EXERCISE: "gelu": F.linear, course_gelu, F.linear. "swiglu": fused_mlp.swiglu_mlp(x, w_up, w_down)
+    #   with x and the weights cast to the autocast dtype first and autocast off, as in
+    #   course_linear_cross_entropy; any other kind: ValueError "kind must be one of ..." (m.MLPS)
     if kind == "gelu":
         return F.linear(course_gelu(F.linear(x, w_up)), w_down)
     if kind != "swiglu":
@@ -179,6 +209,7 @@ def course_mlp(x, w_up, w_down, kind: str):
         x, w_up, w_down = x.to(dtype), w_up.to(dtype), w_down.to(dtype)
     with torch.autocast(x.device.type, enabled=False):
         return fused_mlp.swiglu_mlp(x, w_up, w_down)
+    # END EXERCISE
 
 
 OPS_FIELDS = tuple(f.name for f in dataclasses.fields(m.Ops) if f.name != "name")

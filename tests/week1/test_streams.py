@@ -165,9 +165,12 @@ def test_pipelines_refuse_pageable_memory():
 
 @pytest.mark.gpu(reason="measures copies and kernels on a real GPU")
 def test_overlap_report_is_consistent():
-    r = st.overlap_report(1 << 22, iters=0, streams=4, chunks=8, reps=2)
+    r = st.overlap_report(1 << 22, iters=0, streams=4, chunks=8, reps=3)
     assert r["stage_sum_ms"] == pytest.approx(r["h2d_ms"] + r["kernel_ms"] + r["d2h_ms"])
-    assert r["overlapped_ms"] >= 0.9 * r["best_possible_ms"]  # cannot beat its slowest stage
+    # No pipelined run beats its slowest stage. Compared run for run at their fastest: under xdist
+    # other processes share the copy engines, and a stage timed while they copy (7.9 ms for a
+    # 0.3 ms copy, seen on the H100 with 8 processes) says nothing about the pipeline timed later.
+    assert r["overlapped_min_ms"] >= 0.9 * r["best_possible_min_ms"], r
     assert r["chunks"] == 8
     assert "| 2^22 | 0 | 4 | 8 |" in st.overlap_table([r])
 

@@ -139,3 +139,63 @@ def test_grad_modes():
     assert result["no_grad"] == {"requires_grad": False, "has_grad_fn": False, "is_inference": False}
     assert result["inference_mode"] == {"requires_grad": False, "has_grad_fn": False, "is_inference": True}
     assert "Inference tensors cannot be saved for backward" in result["inference_tensor_in_autograd"]
+
+
+def _bf16_values(low: float, high: float) -> torch.Tensor:
+    """Every bfloat16 number in [low, high], ascending (32945 of the 65536 bit patterns lie in [-3.75, 3])."""
+    bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)
+    values = bits.view(torch.bfloat16)
+    values = values[torch.isfinite(values)]
+    return values[(values >= low) & (values <= high)].unique().to(DEVICE)
+
+
+def assert_rounded_once(got, true, rel_err, name):
+    """got (bf16) is `true` (float64) computed with relative error <= rel_err, then rounded ONCE to bf16.
+
+    Rounding once to nearest adds at most half a unit in the last place of the result: |got - true|
+    <= ulp(true) / 2 + rel_err |true|, with ulp(v) = 2^(floor(log2 |v|) - 7) for bf16's 8 significant
+    bits. Computing in bf16 rounds every intermediate: in the cancelling regions below that loses every
+    digit (1 + tanh(u) rounds to 0), and elsewhere two roundings reach about one whole ulp.
+    """
+    true = true.double()
+    ulp = torch.exp2(torch.floor(torch.log2(true.abs().clamp_min(torch.finfo(torch.bfloat16).tiny))) - 7)
+    bound = ulp / 2 + rel_err * true.abs()
+    error = (got.double() - true).abs()
+    bad = error > bound
+    assert not bool(bad.any()), (f"{name}: {int(bad.sum())} of {got.numel()} bf16 results are not the float64 "
+                                 f"value rounded once, e.g. got {got[bad][:4].tolist()} for {true[bad][:4].tolist()}")
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_bfloat16_inputs_are_computed_in_float32_and_rounded_once(name):
+    # The lesson's rule: 16-bit inputs are computed in float32 and rounded once at the end (_opmath),
+    # as a fused kernel does. For tanh-GELU left of x = -3 this is what keeps any digit at all:
+    # composed in bf16, 1 + tanh(u) cancels to 0 where the true value is ~1e-3 (autograd_basics._opmath).
+    # Every bf16 value in [-3.75, 3], on the CPU as on a GPU. Error of the float32 evaluation, relative:
+    # a few units of fp32 roundoff (u = 2^-24) in x^3, u, tanh and the products, and for GELU the
+    # cancellation in 1 + t (absolute error ~2u from tanh's last bit), which the small 1 + t amplifies:
+    # rel_err = (8 + 6 |u|) 2^-24 + 4 2^-24 / (1 + t), at most ~5e-4 at x = -3.75, far below bf16's
+    # half ulp of 2^-9 to 2^-8 relative, so the bound above is the rounding's with a small margin.
+    x = _bf16_values(-3.75, 3.0)
+    xd = x.double()
+    if name == "silu":
+        s = torch.sigmoid(xd)
+        y, dydx = xd * s, s * (1 + xd * (1 - s))
+        rel_err = torch.full_like(xd, 16 * 2.0**-24)
+    else:
+        u = ab.GELU_K * (xd + ab.GELU_C * xd**3)
+        t = torch.tanh(u)
+        y = 0.5 * xd * (1 + t)
+        dydx = 0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * ab.GELU_K * (1 + 3 * ab.GELU_C * xd * xd)
+        rel_err = (8 + 6 * u.abs()) * 2.0**-24 + 4 * 2.0**-24 / (1 + t)
+    leaf = x.clone().requires_grad_(True)
+    out = ACTIVATIONS[name][0]()(leaf)
+    assert out.dtype == torch.bfloat16
+    assert_rounded_once(out.detach(), y, rel_err, f"{name} forward")
+    g = random_tensor(x.shape, torch.bfloat16, DEVICE)
+    out.backward(g)
+    assert leaf.grad.dtype == torch.bfloat16
+    # the derivative near its zero crossing (GELU's at x ~ -0.75) cancels too: an absolute term of
+    # a few fp32 units of the summed terms' size (<= 1.5 |g|) covers it
+    grad_err = rel_err + 8 * 2.0**-24 * 1.5 / (g.double() * dydx).abs().clamp_min(1e-30) * g.double().abs()
+    assert_rounded_once(leaf.grad, g.double() * dydx, grad_err, f"{name} backward")

@@ -1,5 +1,6 @@
 """week2_pytorch_optimizations.profiling: a profile, its table, its trace and the GPU gaps."""
 import json
+import re
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from course import runtime
 
 prof_mod = runtime.lesson("week2_pytorch_optimizations.profiling")
 models = runtime.lesson("week2_pytorch_optimizations.models")
+DEVICE = runtime.DEVICE
 
 
 def test_profile_of_a_training_step(tmp_path):
@@ -45,3 +47,43 @@ def test_cuda_graph_closes_the_gaps(tmp_path):
     graph = prof_mod.profile_config("cudagraph", trace_path=tmp_path / "g.json", **sizes)
     print(eager["gpu_busy_fraction"], graph["gpu_busy_fraction"])
     assert graph["gpu_busy_fraction"] > eager["gpu_busy_fraction"]
+
+
+def _table_column(text: str, header: str) -> list[float]:
+    """One time column of a `key_averages().table(...)`, in microseconds, in the table's row order."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if header in line and "Name" in line)
+    columns = [c.strip() for c in re.split(r"\s{2,}", lines[head].strip())]
+    index = columns.index(header)
+    units = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+    values = []
+    for line in lines[head + 2:]:  # past the header and its rule of dashes
+        if set(line.strip()) <= {"-", " "}:
+            break  # the closing rule: the totals follow
+        cells = [c.strip() for c in re.split(r"\s{2,}", line.strip())]
+        number, unit = re.fullmatch(r"([0-9.]+)([a-z]+)", cells[index]).groups()
+        values.append(float(number) * units[unit])
+    return values
+
+
+def test_top_ops_and_table_rank_by_self_time():
+    # The documented key: self time (the op's own, without its children), on the GPU the kernels'
+    # (self CUDA time), on the CPU the ops'. The step nests ops (linear -> addmm, the step's own
+    # record_function span around everything), so ranking by total time instead puts the span and
+    # the wrappers first: another order.
+    x = torch.randn(64, 256, device=DEVICE)
+    w = torch.randn(256, 256, device=DEVICE)
+
+    def step():
+        h = torch.nn.functional.linear(x, w)
+        return torch.relu(h).sum() + torch.tanh(h @ w).mean()
+
+    prof = prof_mod.profile_steps(step, steps=2, warmup=1)
+    key = "self_device_time_total" if runtime.on_gpu() else "self_cpu_time_total"
+    everything = sorted((float(getattr(e, key)) for e in prof.key_averages() if getattr(e, key) > 0), reverse=True)
+    top = prof_mod.top_ops(prof, n=5)
+    assert [row["self_us"] for row in top] == everything[:5], top  # the 5 largest, largest first
+    column = _table_column(prof_mod.table(prof, n=20), "Self CUDA" if runtime.on_gpu() else "Self CPU")
+    assert len(column) >= 3, column
+    # The printed values are rounded (monotonically): a table sorted by self time stays non-increasing.
+    assert all(a >= b for a, b in zip(column, column[1:])), f"table rows not sorted by self time: {column}"

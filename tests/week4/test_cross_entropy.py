@@ -182,9 +182,11 @@ def test_one_launch_reduction_is_reusable_and_matches_two_launches(monkeypatch):
     two = ce.cross_entropy(logits, targets, reduction="sum")
     monkeypatch.setattr(ce, "ONE_LAUNCH_REDUCTION", True, raising=False)
     ce.cross_entropy(torch.full_like(logits, math.nan), targets, reduction="sum")
-    for _ in range(3):
+    for call in range(3):
         one = ce.cross_entropy(logits, targets, reduction="sum")
-        assert torch.equal(one, two), (one, two)
+        assert torch.equal(one, two), (
+            f"call {call + 2} in one launch gave {one.item()}, the two-launch path {two.item()}: does every "
+            "row's loss reach the last program, and does that program set the ticket counter back to 0?")
     assert_close(one, want.float(), rtol=1e-5, name="sum of the rows")  # n_rows fp32 additions
     ce.cross_entropy(logits[:5], targets[:5])
     assert torch.equal(ce.cross_entropy(logits, targets, reduction="sum"), two)

@@ -142,9 +142,15 @@ def test_forward_without_weight_or_bias(kernel, affine):
 def test_persistent_forward_any_split_of_rows(block_m, num_programs, num_stages):
     # 13 rows: a prime, so runs of rows and steps of block_m never divide it evenly.
     x, w, b = make(13, 37, torch.float32)
-    y, mean, _ = ln.layer_norm_forward(x, w, b, EPS, block_m=block_m, num_programs=num_programs,
-                                       num_stages=num_stages, out=poisoned((13, 37), torch.float32, DEVICE))
+    # `out` is the head of a taller poisoned buffer: a missing row mask writes into its tail (an
+    # address inside a given tensor, which the interpreter's bounds check cannot flag).
+    buffer = poisoned((13 + 8, 37), torch.float32, DEVICE)
+    tail = buffer[13:].clone()
+    y, mean, _ = ln.layer_norm_forward(x, w, b, EPS, kernel="persistent", block_m=block_m,
+                                       num_programs=num_programs, num_stages=num_stages, out=buffer[:13])
     assert_close(y, reference(x, w, b))
+    assert torch.equal(buffer[13:].view(torch.int32), tail.view(torch.int32)), \
+        "rows past the last one were written: mask the rows of the last block"
     assert_close(mean, x.double().mean(-1).float(), name="mean")
 
 

@@ -123,9 +123,16 @@ def test_forward_without_weight(kernel):
     case(m, p, s, keep=s == 2 or (m, p) == (8, 13)) for m in (1, 2, 8) for p in (1, 3, 13, 100) for s in (1, 2, 3)])
 def test_persistent_forward_any_split_of_rows(block_m, num_programs, num_stages):
     x, w = make(13, 37, torch.float32)
-    y, _ = rn.rms_norm_forward(x, w, EPS, block_m=block_m, num_programs=num_programs,
-                               num_stages=num_stages, out=poisoned((13, 37), torch.float32, DEVICE))
+    # `out` is the head of a taller poisoned buffer: a program that writes rows past the 13th (a
+    # missing row mask) changes the tail. The interpreter's bounds check cannot see that write, as
+    # the address is inside a tensor it was given.
+    buffer = poisoned((13 + 8, 37), torch.float32, DEVICE)
+    tail = buffer[13:].clone()
+    y, _ = rn.rms_norm_forward(x, w, EPS, kernel="persistent", block_m=block_m, num_programs=num_programs,
+                               num_stages=num_stages, out=buffer[:13])
     assert_close(y, reference(x, w))
+    assert torch.equal(buffer[13:].view(torch.int32), tail.view(torch.int32)), \
+        "rows past the last one were written: mask the rows of the last block"
 
 
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64]))

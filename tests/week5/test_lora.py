@@ -104,6 +104,34 @@ def test_gradients_match_float64(dtype, shape):
         assert_close(got, ref.to(dtype), atol=atol(ref, dtype, 16, max(shape)), name=name)
 
 
+def test_opcheck_lora_ops():
+    # The registered ops (what torch.compile sees): schema (no mutation, no aliasing), fake
+    # tensors, the autograd registration and the compiler's dispatch paths, run for real.
+    x, w, a, b = operands(7, 33, 17, 3, torch.float32, requires_grad=True)
+    torch.library.opcheck(lr.lora_linear_op, (x, w, a, b, 0.5))
+    y, xa = lr.lora_linear_op(x.detach(), w, a.detach(), b.detach(), 0.5)
+    dy = random_tensor(y.shape, torch.float32, DEVICE)
+    torch.library.opcheck(lr.lora_linear_backward_op, (dy, x.detach(), xa, w, a.detach(), b.detach(), 0.5))
+
+
+def test_compiled_lora_layer_has_no_graph_break_and_matches_eager():
+    # fullgraph=True raises on any graph break; on the GPU Inductor compiles the torch code around
+    # the two ops (forward, backward), in simulation aot_eager traces the same graphs.
+    x, w, a, b = operands(7, 33, 17, 3, torch.float32, requires_grad=True)
+    dy = random_tensor((7, 17), torch.float32, DEVICE)
+
+    def layer(x, a, b):
+        return torch.relu(lr.lora_linear(x * 2.0, w, a, b, 0.5)) + 1.0
+
+    compiled = torch.compile(layer, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
+    got = compiled(x, a, b)
+    want = layer(x, a, b)
+    assert_close(got, want, name="compiled y")
+    for name, g, ref in zip(("dx", "dA", "dB"), torch.autograd.grad(got, (x, a, b), dy),
+                            torch.autograd.grad(want, (x, a, b), dy)):
+        assert_close(g, ref, name=f"compiled {name}")
+
+
 # Default: the ragged shape in fp32 and fp16, 1 x 1 in fp64 and bf16; slow: the other four.
 @pytest.mark.parametrize("dtype, shape", dtype_shapes([(1, 1, 1, 1), (13, 40, 70, 5)], {
     torch.float32: [(13, 40, 70, 5)], torch.float16: [(13, 40, 70, 5)], torch.float64: [(1, 1, 1, 1)],

@@ -118,3 +118,36 @@ def test_gpu_training_uses_bf16_autocast_fused_adamw_and_cuda_events():
     result = tr.train(model, batches, tc, opt=opt)
     assert result.timer == "cuda_events" and all(ms > 0 for ms in result.step_ms)
     assert result.losses[-1] < result.losses[0]
+
+
+def test_each_step_starts_from_fresh_gradients():
+    # Three steps of `train` against a reference loop written out here (fp32, constant lr, clipping
+    # on): zero the gradients, loss, backward, clip, AdamW. A step that forgets zero_grad adds the
+    # previous steps' gradients to this one's, and Adam's normalized update then differs by O(lr) =
+    # 1e-3 per weight. Error model of the comparison: both loops run the same fp32 ops on the same
+    # batches, so they differ at most by the order of reductions (~1e-7 relative in a gradient);
+    # AdamW moves a weight by <= lr per step, so 3 steps differ by ~3 lr x 1e-6 plus one rounding of
+    # each weight (6e-8 at |w| ~ 1): 1e-6 absolute holds that with a margin and is 1000x below the bug.
+    tc = tr.TrainConfig(steps=3, batch=2, seq_len=8, lr=1e-3, warmup=0, min_lr_ratio=1.0, grad_clip=1.0,
+                        weight_decay=0.1, corpus_bytes=4000, amp=False)
+    model = tr.build_model(TINY, "torch", seed=0)
+    reference = tr.build_model(TINY, "torch", seed=0)
+    start = [p.detach().clone() for p in reference.parameters()]
+    batches, _ = tr.make_batches(model.cfg, tc, device=DEVICE)
+    tr.train(model, batches, tc)
+
+    params = list(reference.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=tc.lr, betas=tc.betas, foreach=True)
+    ref_batches, _ = tr.make_batches(reference.cfg, tc, device=DEVICE)
+    for _ in range(tc.steps):
+        x, y = ref_batches.next()
+        opt.zero_grad(set_to_none=True)
+        reference.loss(x, y).backward()
+        torch.nn.utils.clip_grad_norm_(params, tc.grad_clip, foreach=True)
+        opt.step()
+    moved = max(float((p.detach() - s).abs().max()) for p, s in zip(reference.parameters(), start))
+    assert moved > 100 * 1e-6  # the steps moved the weights far more than the tolerance below
+    for (name, p), q in zip(reference.named_parameters(), model.parameters()):
+        assert_close(q.detach(), p.detach(), rtol=0, atol=1e-6, name=f"{name} after {tc.steps} steps")

@@ -27,6 +27,9 @@ extern "C" __global__ void conv2d_naive(const float* __restrict__ x,
                                         int H, int W, int K)
 {
     // One thread per output; x walks a row, so a warp reads and writes 32 neighbouring floats.
+    // BEGIN EXERCISE: col and row from blockIdx, blockDim, threadIdx; return when outside the image; acc
+    //   over the taps (dy outer, dx inner, fmaf), skipping taps outside the image; index with
+    //   (long long)row * W + col
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= H || col >= W) {
@@ -49,6 +52,7 @@ extern "C" __global__ void conv2d_naive(const float* __restrict__ x,
         }
     }
     out[(long long)row * W + col] = acc;
+    // END EXERCISE
 }
 
 extern "C" __global__ void conv2d_const(const float* __restrict__ x,
@@ -56,6 +60,7 @@ extern "C" __global__ void conv2d_const(const float* __restrict__ x,
                                         int H, int W, int K)
 {
     // As conv2d_naive, the filter from constant memory: its reads leave the L1/load path.
+    // BEGIN EXERCISE: conv2d_naive with c_filter[dy * K + dx] instead of w
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= H || col >= W) {
@@ -76,6 +81,7 @@ extern "C" __global__ void conv2d_const(const float* __restrict__ x,
         }
     }
     out[(long long)row * W + col] = acc;
+    // END EXERCISE
 }
 
 extern "C" __global__ void conv2d_tiled(const float* __restrict__ x,
@@ -84,6 +90,10 @@ extern "C" __global__ void conv2d_tiled(const float* __restrict__ x,
 {
     // The block's (TILE_H + K - 1) x (TILE_W + K - 1) input window, halo included, is read
     // from global memory once, into shared memory; every tap then reads shared memory.
+    // BEGIN EXERCISE: __shared__ float tile[TILE_H + HALO_MAX][TILE_W + HALO_MAX]; load the
+    //   (TILE_H + K - 1) x (TILE_W + K - 1) window starting at (blockIdx.y * TILE_H - K/2,
+    //   blockIdx.x * TILE_W - K/2) with all the block's threads (0 outside the image), __syncthreads(),
+    //   then each thread computes rows threadIdx.y + k * BLOCK_H of its column from the tile and c_filter
     __shared__ float tile[TILE_H + HALO_MAX][TILE_W + HALO_MAX];
     const int r = K / 2;
     const int tile_w = TILE_W + K - 1;
@@ -120,6 +130,7 @@ extern "C" __global__ void conv2d_tiled(const float* __restrict__ x,
             out[(long long)row * W + col] = acc;
         }
     }
+    // END EXERCISE
 }
 
 // conv2d_tiled with K known at compile time: one kernel per odd K (conv2d_tiled_k1 ... k15).
@@ -132,6 +143,8 @@ __device__ __forceinline__ void conv2d_tiled_fixed(const float* __restrict__ x,
                                                    float* __restrict__ out,
                                                    int H, int W)
 {
+    // BEGIN EXERCISE: conv2d_tiled with K a template constant: the tile sized exactly (TILE_H + K - 1) x
+    //   (TILE_W + K - 1), and #pragma unroll on the tap loops (they unroll completely)
     constexpr int R = K / 2;
     constexpr int TW = TILE_W + K - 1;
     constexpr int TH = TILE_H + K - 1;
@@ -165,6 +178,7 @@ __device__ __forceinline__ void conv2d_tiled_fixed(const float* __restrict__ x,
             out[(long long)row * W + col] = acc;
         }
     }
+    // END EXERCISE
 }
 
 #define CONV2D_TILED_K(k)                                                                  \
@@ -197,7 +211,6 @@ __device__ __forceinline__ void conv2d_regblock_fixed(const float* __restrict__ 
                                                       int H, int W)
 {
     constexpr int R = K / 2;
-    constexpr int ROWS = TILE_H / BLOCK_H;
     constexpr int TW = TILE_W + K - 1;
     constexpr int TH = TILE_H + K - 1;
     __shared__ float tile[TH][TW];
@@ -214,6 +227,11 @@ __device__ __forceinline__ void conv2d_regblock_fixed(const float* __restrict__ 
     }
     __syncthreads();
 
+    // BEGIN EXERCISE: this thread's ROWS consecutive output rows (from ly0 = threadIdx.y * ROWS), ROWS
+    //   accumulators in registers; for each of the ROWS + K - 1 input rows they touch: its K values into
+    //   registers once (v[dx]), added into every output j it feeds (filter row dy = t - j); then the
+    //   bounds-checked stores. Keep the order of each sum: dy outer, dx inner
+    constexpr int ROWS = TILE_H / BLOCK_H;
     const int ly0 = threadIdx.y * ROWS;  // this thread's first output row inside the tile
     float acc[ROWS];
 #pragma unroll
@@ -246,6 +264,7 @@ __device__ __forceinline__ void conv2d_regblock_fixed(const float* __restrict__ 
             out[(long long)row * W + col] = acc[j];
         }
     }
+    // END EXERCISE
 }
 
 #define CONV2D_REGBLOCK_K(k)                                                               \

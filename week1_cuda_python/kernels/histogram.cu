@@ -25,9 +25,12 @@
 // `counters` is this thread's sub-histogram; counter b lives at counters[b * stride].
 __device__ __forceinline__ void count_one(int* counters, unsigned value, unsigned bins, int stride)
 {
+    // BEGIN EXERCISE: count `value` when value < bins (unsigned: negative int32 values are huge and
+    //   fall out too): atomicAdd on counter `value` of this sub-histogram (counters + value * stride)
     if (value < bins) {
         atomicAdd(counters + value * stride, 1);
     }
+    // END EXERCISE
 }
 
 // The tag argument picks the element type: four uint8 values per word, or one int32.
@@ -49,10 +52,12 @@ __device__ __forceinline__ void count_word(int* counters, unsigned word, unsigne
 template <typename T>
 __device__ void histogram_global(const T* __restrict__ x, int* __restrict__ counts, long long n, int bins)
 {
+    // BEGIN EXERCISE: one thread per element (64-bit index, guarded): count_one in the global counts
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         count_one(counts, (unsigned)x[i], (unsigned)bins, 1);
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void histogram_global_u8(const unsigned char* x, int* counts, long long n, int bins)
@@ -74,6 +79,9 @@ extern "C" __global__ void histogram_global_i32(const int* x, int* counts, long 
 template <typename T>
 __device__ void histogram_shared(const T* __restrict__ x, int* __restrict__ counts, long long n, int bins)
 {
+    // BEGIN EXERCISE: extern __shared__ int block_counts[] (bins ints, sized by the launch); zero it,
+    //   __syncthreads(), grid-stride over x counting into it, __syncthreads(), one global atomicAdd per
+    //   nonzero bin
     extern __shared__ int block_counts[];  // `bins` ints, sized by the launch
     for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         block_counts[b] = 0;
@@ -90,6 +98,7 @@ __device__ void histogram_shared(const T* __restrict__ x, int* __restrict__ coun
             atomicAdd(counts + b, c);
         }
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void histogram_shared_u8(const unsigned char* x, int* counts, long long n, int bins)
@@ -117,6 +126,9 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
                                   int bins, int copies, int vectorize)
 {
     extern __shared__ int sub_counts[];  // copies * bins ints
+    // BEGIN EXERCISE: zero all copies * bins counters, __syncthreads(); this thread's sub-histogram
+    //   `mine` and its `stride`: per warp, copy warp % copies laid out copy after copy (stride 1); per
+    //   lane, copy lane % copies interleaved (counter b of copy c at b * copies + c, stride copies)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int k = threadIdx.x; k < copies * bins; k += blockDim.x) {
         sub_counts[k] = 0;
@@ -125,10 +137,15 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
     int* mine = PER_LANE ? sub_counts + lane % copies : sub_counts + (warp % copies) * bins;
     const int stride = PER_LANE ? copies : 1;
     const unsigned ubins = (unsigned)bins;
+    // END EXERCISE
 
     // The body as 16-byte vectors (16 uint8 or 4 int32 values each). In one iteration a thread
     // issues HISTOGRAM_UNROLL independent loads before it counts any value: more bytes in flight
     // per thread hides the memory latency with fewer warps.
+    // BEGIN EXERCISE: grid-stride over the uint4 vectors (when vectorize): HISTOGRAM_UNROLL loads in
+    //   flight before counting their words with count_word(mine, ..., T()); the vectors left over one
+    //   by one; then the tail past the last whole vector element by element (count_one); finally
+    //   __syncthreads()
     const long long per_vector = 16 / sizeof(T);
     const long long vectors = vectorize ? n / per_vector : 0;
     const uint4* x4 = reinterpret_cast<const uint4*>(x);
@@ -160,9 +177,13 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
         count_one(mine, (unsigned)x[i], ubins, stride);
     }
     __syncthreads();
+    // END EXERCISE
 
     // Merge the copies, one global atomic per nonzero bin per block. Per lane, thread b reads
     // copy (k + b) % copies at step k: neighbouring threads read neighbouring banks.
+    // BEGIN EXERCISE: the merge: for each bin b of this thread (striding by blockDim.x), the total over
+    //   the copies (start at copy b % copies: neighbouring threads, neighbouring banks), one global
+    //   atomicAdd when it is nonzero
     for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         int total = 0;
         for (int k = 0; k < copies; ++k) {
@@ -173,6 +194,7 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
             atomicAdd(counts + b, total);
         }
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void histogram_per_warp_u8(const unsigned char* x, int* counts, long long n, int bins,

@@ -23,6 +23,8 @@
 extern "C" __global__ void sgemm_naive(const float* __restrict__ A, const float* __restrict__ B,
                                        float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: one thread per output: row from the x coordinates (blockIdx.x * blockDim.x +
+    //   threadIdx.x), col from y; guard both; acc over k of A[row][k] * B[k][col] (size_t offsets)
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     const int col = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -32,6 +34,7 @@ extern "C" __global__ void sgemm_naive(const float* __restrict__ A, const float*
         }
         C[(size_t)row * N + col] = acc;
     }
+    // END EXERCISE
 }
 
 // ---- 2. coalesced: threadIdx.x walks COLUMNS ------------------------------------------------
@@ -41,6 +44,7 @@ extern "C" __global__ void sgemm_naive(const float* __restrict__ A, const float*
 extern "C" __global__ void sgemm_coalesced(const float* __restrict__ A, const float* __restrict__ B,
                                            float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: as sgemm_naive with threadIdx.x over COLUMNS: col from x, row from y
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -50,6 +54,7 @@ extern "C" __global__ void sgemm_coalesced(const float* __restrict__ A, const fl
         }
         C[(size_t)row * N + col] = acc;
     }
+    // END EXERCISE
 }
 
 // ---- 3. shared-memory tiles ----------------------------------------------------------------
@@ -60,6 +65,9 @@ extern "C" __global__ void sgemm_coalesced(const float* __restrict__ A, const fl
 extern "C" __global__ void sgemm_shared(const float* __restrict__ A, const float* __restrict__ B,
                                         float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: 32x32 __shared__ tiles of A and B; per k0 step each thread loads one element of
+    //   each (0 outside the matrices), __syncthreads(), SHARED_TILE FMAs from the tiles,
+    //   __syncthreads() again; write C with a bounds check
     __shared__ float As[SHARED_TILE][SHARED_TILE];
     __shared__ float Bs[SHARED_TILE][SHARED_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -81,6 +89,7 @@ extern "C" __global__ void sgemm_shared(const float* __restrict__ A, const float
     if (row < M && col < N) {
         C[(size_t)row * N + col] = acc;
     }
+    // END EXERCISE
 }
 
 // ---- 4. 1-D register blocking: each thread computes TM outputs of one column -----------
@@ -95,6 +104,10 @@ extern "C" __global__ void __launch_bounds__((B1_BM * B1_BN) / B1_TM)
 sgemm_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
                    float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: a B1_BM x B1_BN block tile, B1_BK deep; each of the 512 threads loads one element
+    //   of the A tile and one of the B tile per step, and computes B1_TM outputs of one column of C in
+    //   registers (one B value from shared memory feeds B1_TM FMAs); __syncthreads() around the math;
+    //   no bounds checks: the launcher pads to whole tiles
     __shared__ float As[B1_BM * B1_BK];
     __shared__ float Bs[B1_BK * B1_BN];
     const int threadCol = threadIdx.x % B1_BN;
@@ -126,6 +139,7 @@ sgemm_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < B1_TM; ++i) {
         C[(size_t)(threadRow * B1_TM + i) * N + threadCol] = acc[i];
     }
+    // END EXERCISE
 }
 
 // ---- 5. 2-D register blocking: each thread computes a TM x TN block ---------------------
@@ -142,6 +156,9 @@ extern "C" __global__ void __launch_bounds__(B2_THREADS)
 sgemm_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
                    float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: a B2_BM x B2_BN block tile; each of the 256 threads computes a B2_TM x B2_TN block
+    //   of C as outer products of B2_TM values of A and B2_TN of B held in registers (regM, regN);
+    //   the tiles loaded cooperatively in strides of rows, __syncthreads() around the math
     __shared__ float As[B2_BM * B2_BK];
     __shared__ float Bs[B2_BK * B2_BN];
     const int threadCol = threadIdx.x % (B2_BN / B2_TN);
@@ -183,6 +200,7 @@ sgemm_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
 #pragma unroll
         for (int j = 0; j < B2_TN; ++j)
             C[(size_t)(threadRow * B2_TM + i) * N + threadCol * B2_TN + j] = acc[i * B2_TN + j];
+    // END EXERCISE
 }
 
 // ---- 6. vectorized: float4 global loads/stores, A stored transposed in shared memory -----
@@ -199,6 +217,9 @@ extern "C" __global__ void __launch_bounds__(V_THREADS)
 sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                  float* __restrict__ C, int M, int N, int K)
 {
+    // BEGIN EXERCISE: as sgemm_blocktile_2d with float4 global loads and stores (one float4 of A and one
+    //   of B per thread per step) and the A tile stored TRANSPOSED in shared memory (As[k * V_BM + m]),
+    //   so that the inner loop reads A and B alike, contiguously
     __shared__ float As[V_BK * V_BM];  // transposed: As[k * V_BM + m]
     __shared__ float Bs[V_BK * V_BN];
     const int threadCol = threadIdx.x % (V_BN / V_TN);
@@ -243,6 +264,7 @@ sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                 make_float4(acc[i * V_TN + j], acc[i * V_TN + j + 1], acc[i * V_TN + j + 2], acc[i * V_TN + j + 3]);
         }
     }
+    // END EXERCISE
 }
 
 // ---- 7. warp tiling ----------------------------------------------------------------------
@@ -297,6 +319,10 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
     static_assert(LOADS_A * ROW_STRIDE_A == BM && LOADS_B * ROW_STRIDE_B == BK, "tile loads must split evenly");
     static_assert(BK % 4 == 0 && BN % 4 == 0 && TN % 4 == 0, "float4 accesses");
 
+    // BEGIN EXERCISE: the shared tiles (As transposed: As[k * BM + m]) and the three levels of tiles:
+    //   this warp's place in the block tile (warpRow, warpCol) and the thread's place in the warp's
+    //   sub-tile; A, B and C moved to the block's (and C to the warp's) corner; the float4 load
+    //   coordinates of A and B; the accumulators and register arrays
     __shared__ float As[BK * BM];  // transposed: As[k * BM + m]
     __shared__ float Bs[BK * BN];
 
@@ -318,7 +344,12 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
     float regM[WMITER * TM];
     float regN[WNITER * TN];
     float4 nextA[LOADS_A], nextB[LOADS_B];
+    // END EXERCISE
 
+    // BEGIN EXERCISE: register prefetch: tile 0's float4 loads into nextA / nextB; then per tile: store
+    //   them into shared memory (A transposed), __syncthreads(), issue the NEXT tile's global loads
+    //   (they land while the FMAs run), WMITER x WNITER sub-tiles of TM x TN outer products per k, and
+    //   __syncthreads() before the prefetched tile overwrites this one
     // Prefetch tile 0 into registers.
 #pragma unroll
     for (int l = 0; l < LOADS_A; ++l)
@@ -377,7 +408,9 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
         }
         __syncthreads();  // the tile is about to be overwritten by the prefetched one
     }
+    // END EXERCISE
 
+    // BEGIN EXERCISE: write each thread's WMITER x WNITER blocks of TM x TN results to C with float4 stores
 #pragma unroll
     for (int wm = 0; wm < WMITER; ++wm)
 #pragma unroll
@@ -391,6 +424,7 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
                                     + wn * WSUBN + threadColInWarp * TN + j];
                     reinterpret_cast<float4*>(dst)[0] = make_float4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]);
                 }
+    // END EXERCISE
 }
 
 extern "C" __global__ void __launch_bounds__(WT_THREADS)

@@ -106,6 +106,10 @@ template <typename In, typename Out>
 __device__ __forceinline__ void wmma_naive_body(const In* __restrict__ A, const In* __restrict__ B,
                                                 Out* __restrict__ C, int M, int N, int K, int lda, int ldb)
 {
+    // BEGIN EXERCISE: this warp's 16x16 tile of C (row0, col0: 2 x 2 warps per block; leave if row0 >= M or
+    //   col0 >= N); an fp32 accumulator fragment filled with 0; for k in steps of 16: load_matrix_sync an
+    //   A and a B fragment straight from global memory (leading dimensions lda, ldb), mma_sync; store
+    //   with store_fragment through a 16x16 float __shared__ scratch per warp
     __shared__ __align__(128) float scratch[NAIVE_WARPS_M * NAIVE_WARPS_N][FRAG * FRAG];
     const int warp = threadIdx.x / WARPSIZE;
     const int row0 = (blockIdx.y * NAIVE_WARPS_M + warp / NAIVE_WARPS_N) * FRAG;
@@ -122,6 +126,7 @@ __device__ __forceinline__ void wmma_naive_body(const In* __restrict__ A, const 
         wmma::mma_sync(acc, a, b, acc);
     }
     store_fragment(acc, scratch[warp], C, M, N, row0, col0);
+    // END EXERCISE
 }
 
 // ---- shared pieces of rungs 2 and 3 ---------------------------------------------------------
@@ -194,6 +199,9 @@ template <typename In, int BK, int FM, int FN>
 __device__ __forceinline__ void mma_warp_tile(const In* As, int a_pitch, const In* Bs, int b_pitch,
                                               wmma::fragment<wmma::accumulator, FRAG, FRAG, FRAG, float> (&acc)[FM][FN])
 {
+    // BEGIN EXERCISE: per 16-wide k step of the BK slice: FM fragments of A (load_shared, rows i * 16 of
+    //   As) and FN of B (columns j * 16 of Bs), then the FM x FN mma_syncs: each fragment feeds FN (or
+    //   FM) of them
     wmma::fragment<wmma::matrix_a, FRAG, FRAG, FRAG, In, wmma::row_major> a[FM];
     wmma::fragment<wmma::matrix_b, FRAG, FRAG, FRAG, In, wmma::row_major> b[FN];
 #pragma unroll
@@ -207,6 +215,7 @@ __device__ __forceinline__ void mma_warp_tile(const In* As, int a_pitch, const I
 #pragma unroll
             for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
     }
+    // END EXERCISE
 }
 
 // Every warp writes its FM x FN fragments; `smem` is free again (the caller synchronised).
@@ -255,6 +264,9 @@ __device__ __forceinline__ void wmma_shared_body(const In* __restrict__ A, const
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+    // BEGIN EXERCISE: per BK slice: the block copies its tile of A (BM x BK) and of B (BK x BN) into shared
+    //   memory (copy_tile_sync, rows skewed: S::A_PITCH, S::B_PITCH), __syncthreads(), each warp runs
+    //   mma_warp_tile on its part of the tiles, __syncthreads() before the next copy overwrites them
     for (int k0 = 0; k0 < K; k0 += BK) {
         copy_tile_sync<BM, BK, THREADS>(As, S::A_PITCH, A_block + k0, lda);
         copy_tile_sync<BK, BN, THREADS>(Bs, S::B_PITCH, B_block + (size_t)k0 * ldb, ldb);
@@ -263,6 +275,7 @@ __device__ __forceinline__ void wmma_shared_body(const In* __restrict__ A, const
                                       Bs + warp_col * WN, S::B_PITCH, acc);
         __syncthreads();  // no warp overwrites the tile while another still reads it
     }
+    // END EXERCISE
     float* scratch = reinterpret_cast<float*>(smem) + warp * FRAG * FRAG;
     store_warp_tile(acc, scratch, C, M, N, blockIdx.y * BM + warp_row * WM, blockIdx.x * BN + warp_col * WN);
 }
@@ -335,13 +348,11 @@ __device__ __forceinline__ void wmma_cp_async_body(const In* __restrict__ A, con
     static_assert(THREADS / WARPSIZE * FRAG * FRAG * 4 <= SMEM_BYTES, "epilogue scratch must fit in the tile buffers");
 
     __shared__ __align__(128) unsigned char smem[SMEM_BYTES];
-    In* stage_base = reinterpret_cast<In*>(smem);
 
     const int warp = threadIdx.x / WARPSIZE;
     const int warp_row = warp / WARPS_N, warp_col = warp % WARPS_N;
     const In* A_block = A + (size_t)blockIdx.y * BM * lda;
     const In* B_block = B + (size_t)blockIdx.x * BN;
-    const int tiles = K / BK;
 
     wmma::fragment<wmma::accumulator, FRAG, FRAG, FRAG, float> acc[FM][FN];
 #pragma unroll
@@ -349,6 +360,14 @@ __device__ __forceinline__ void wmma_cp_async_body(const In* __restrict__ A, con
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+    // BEGIN EXERCISE: the pipeline: issue(t) copies tile t into stage t % STAGES with copy_tile_async and
+    //   always commits a group (even past the last tile); STAGES - 1 tiles in flight first; then per
+    //   tile: copy_wait<STAGES - 2>() (this thread's copies of tile t landed), __syncthreads() (every
+    //   thread's, and every warp is done with tile t-1), issue tile t + STAGES - 1 into the freed stage,
+    //   mma_warp_tile on tile t; finally copy_wait<0>() and __syncthreads() before the stages become
+    //   the epilogue's scratch
+    In* stage_base = reinterpret_cast<In*>(smem);
+    const int tiles = K / BK;
     // Tile t lives in stage t % STAGES and is copy group number t of every thread.
     auto issue = [&](int t) {
         if (t < tiles) {
@@ -373,6 +392,7 @@ __device__ __forceinline__ void wmma_cp_async_body(const In* __restrict__ A, con
     }
     copy_wait<0>();
     __syncthreads();  // the stages are reused as epilogue scratch: every warp is done reading
+    // END EXERCISE
     float* scratch = reinterpret_cast<float*>(smem) + warp * FRAG * FRAG;
     store_warp_tile(acc, scratch, C, M, N, blockIdx.y * BM + warp_row * WM, blockIdx.x * BN + warp_col * WN);
 }

@@ -9,6 +9,8 @@
 extern "C" __global__ void sum_warp_shuffle(const float* __restrict__ x, float* __restrict__ out,
                                             long long n, int vectorize)
 {
+    // BEGIN EXERCISE: a grid-stride partial sum per thread in a register: float4 loads for the first
+    //   n / 4 * 4 elements when vectorize (the launcher checked the alignment), then the tail one by one
     const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
     float acc = 0.0f;
@@ -21,12 +23,19 @@ extern "C" __global__ void sum_warp_shuffle(const float* __restrict__ x, float* 
     for (long long i = 4 * n4 + start; i < n; i += stride) {
         acc += x[i];
     }
+    // END EXERCISE
     // Tree within the warp: after offsets 16, 8, 4, 2, 1, lane 0 holds the warp's sum.
     // All 32 lanes take part (mask 0xffffffff): nobody has returned early.
+    // BEGIN EXERCISE: the warp's tree in registers: acc += __shfl_down_sync(0xffffffff, acc, offset)
+    //   for offsets 16, 8, 4, 2, 1
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         acc += __shfl_down_sync(0xffffffffu, acc, offset);
     }
+    // END EXERCISE
+    // BEGIN EXERCISE: lane 0 of each warp stores its sum in __shared__ float warp_sums[32];
+    //   __syncthreads(); warp 0 reduces those sums with a second shuffle tree and its lane 0 does the
+    //   block's one atomicAdd(out, ...)
     __shared__ float warp_sums[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0) {
@@ -43,4 +52,5 @@ extern "C" __global__ void sum_warp_shuffle(const float* __restrict__ x, float* 
             atomicAdd(out, acc);  // one atomic per block, not per element
         }
     }
+    // END EXERCISE
 }

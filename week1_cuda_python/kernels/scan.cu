@@ -30,6 +30,9 @@ __device__ __forceinline__ int scan_add(int a, int b) { return (int)((unsigned)a
 template <typename T>
 __device__ void hillis_steele(const T* __restrict__ x, T* __restrict__ out, int n, int exclusive)
 {
+    // BEGIN EXERCISE: __shared__ T buffer[2][HILLIS_STEELE_MAX]; one element per thread (x[t - 1] when
+    //   exclusive, 0 outside); log2(n) steps reading one buffer and writing the other (scan_add),
+    //   __syncthreads() after each; out[t] for t < n
     __shared__ T buffer[2][HILLIS_STEELE_MAX];
     const int t = threadIdx.x;
     // An exclusive scan is the inclusive scan of x shifted right by one, with 0 shifted in.
@@ -50,6 +53,7 @@ __device__ void hillis_steele(const T* __restrict__ x, T* __restrict__ out, int 
     if (t < n) {
         out[t] = buffer[current][t];
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void scan_hillis_steele_f32(const float* x, float* out, int n, int exclusive)
@@ -78,6 +82,10 @@ template <typename T>
 __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __restrict__ block_sums,
                          long long n, int exclusive)
 {
+    // BEGIN EXERCISE: __shared__ T tree[PADDED(BLELLOCH_MAX)]; the tile of m = 2 * blockDim.x elements at
+    //   blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) at PADDED indices; up-sweep;
+    //   thread 0 writes the root to block_sums[blockIdx.x] (unless block_sums is NULL) and sets it to 0;
+    //   down-sweep; __syncthreads() before every level; inclusive adds each element once more
     __shared__ T tree[PADDED(BLELLOCH_MAX)];
     const int t = threadIdx.x;
     const int m = 2 * blockDim.x;
@@ -123,6 +131,7 @@ __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __rest
     if (base + b < n) {
         out[base + b] = exclusive ? tree[PADDED(b)] : scan_add(tree[PADDED(b)], xb);
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void scan_blelloch_f32(const float* x, float* out, float* block_sums,
@@ -143,11 +152,13 @@ extern "C" __global__ void scan_blelloch_i32(const int* x, int* out, int* block_
 template <typename T>
 __device__ void add_offsets(T* __restrict__ out, const T* __restrict__ offsets, long long n, int tile)
 {
+    // BEGIN EXERCISE: one thread per element (64-bit index): out[i] += offsets[i / tile], tile 0 adding nothing
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long block = i / tile;
     if (i < n && block > 0) {
         out[i] = scan_add(offsets[block], out[i]);
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void scan_add_offsets_f32(float* out, const float* offsets, long long n, int tile)
@@ -240,6 +251,9 @@ __device__ __forceinline__ T warp_sum(T value)
 template <typename T>
 __device__ T look_back(const unsigned long long* status, long long tile, int lane)
 {
+    // BEGIN EXERCISE: lane k watches tile window_end - k (spinning while its flag is NOT_READY; before
+    //   tile 0 reads as PREFIX 0); __ballot_sync finds the nearest PREFIX; the lanes up to it add their
+    //   values (warp_sum) into the running prefix; no PREFIX yet: slide the window 32 tiles back
     T exclusive = T(0);
     long long window_end = tile - 1;
     while (true) {
@@ -261,6 +275,8 @@ __device__ T look_back(const unsigned long long* status, long long tile, int lan
         }
         window_end -= 32;
     }
+    // STUB: return T(0);
+    // END EXERCISE
 }
 
 template <typename T> struct Vector4;
@@ -276,6 +292,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
                               unsigned long long* __restrict__ status, unsigned* __restrict__ tile_counter,
                               int exclusive, int vectorize)
 {
+    // BEGIN EXERCISE: the block's shared words (s_tile, s_warp_totals, s_tile_prefix), lane and warp; this
+    //   block's tile number: thread 0 takes it from the counter (atomicAdd on tile_counter) and shares it
+    //   through s_tile (__syncthreads()); this warp's first element (warp_base) and whether the tile is
+    //   full and may use vector loads (full_tile)
     typedef typename Vector4<T>::type V;
     __shared__ unsigned s_tile;
     __shared__ T s_warp_totals[LOOKBACK_WARPS];
@@ -291,7 +311,11 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     const long long tile = s_tile;
     const long long warp_base = tile * LOOKBACK_TILE + (long long)warp * WARP_ELEMENTS;
     const bool full_tile = vectorize && (tile + 1) * LOOKBACK_TILE <= n;
+    // END EXERCISE
 
+    // BEGIN EXERCISE: the loads into v[j][0..3]: on a full tile LOOKBACK_VECTORS 16-byte vectors per lane
+    //   (chunk j: lane l takes vector j * 32 + l of the warp's run), all issued before any use; else
+    //   element by element, 0 past n
     T v[LOOKBACK_VECTORS][4];
     if (full_tile) {
         const V* x4 = reinterpret_cast<const V*>(x + warp_base);
@@ -310,10 +334,15 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
             }
         }
     }
+    // END EXERCISE
 
     // Each lane sums its 4 elements per chunk; a warp scan over lanes (5 shuffles, no shared
     // memory, no barrier) gives each lane what comes before it within the chunk; the chunks of
     // a warp are chained in registers.
+    // BEGIN EXERCISE: per chunk: each lane's sum of its 4 values, warp_inclusive_scan over the lanes, the
+    //   lane's offset (what comes before it in the warp so far) in lane_offset[j], warp_total carried
+    //   over chunks; lane 0 stores the warp's total in s_warp_totals, __syncthreads(); every thread adds
+    //   the totals of the warps before its own (warp_offset) and of all (tile_total)
     T lane_offset[LOOKBACK_VECTORS];
     T warp_total = T(0);
 #pragma unroll
@@ -339,7 +368,12 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
         }
         tile_total = scan_add(tile_total, s_warp_totals[w]);
     }
+    // END EXERCISE
 
+    // BEGIN EXERCISE: warp 0 publishes and looks back: tile 0 publishes PREFIX tile_total at once; any
+    //   other tile publishes AGGREGATE tile_total first (successors need not wait), gets the sum of all
+    //   tiles before it (look_back), then publishes PREFIX prefix + total; the prefix goes to
+    //   s_tile_prefix for the whole block (__syncthreads())
     if (warp == 0) {
         T tile_prefix = T(0);
         if (tile == 0) {
@@ -360,7 +394,11 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
         }
     }
     __syncthreads();
+    // END EXERCISE
 
+    // BEGIN EXERCISE: each thread's base (tile prefix + warp offset + lane offset), a serial scan of its 4
+    //   values per chunk (exclusive: the running sum before each), and the stores: vectors on a full
+    //   tile, element by element (i < n) otherwise
     const T thread_base = scan_add(s_tile_prefix, warp_offset);
 #pragma unroll
     for (int j = 0; j < LOOKBACK_VECTORS; ++j) {
@@ -392,6 +430,7 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
             }
         }
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void __launch_bounds__(LOOKBACK_THREADS)

@@ -11,6 +11,8 @@ extern "C" __global__ void busy_add_f32(const float* __restrict__ a,
                                         float* __restrict__ out,
                                         long long n, int iters)
 {
+    // BEGIN EXERCISE: one thread per element (64-bit index, guarded): v = a[i] + b[i], then `iters` times
+    //   v = fmaf(v, 0.5f, b[i]) (v * 0.5 is exact: one rounding per step, as the reference); out[i] = v
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float y = b[i];
@@ -20,4 +22,5 @@ extern "C" __global__ void busy_add_f32(const float* __restrict__ a,
         }
         out[i] = v;
     }
+    // END EXERCISE
 }

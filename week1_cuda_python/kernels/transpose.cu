@@ -23,6 +23,9 @@ __device__ void transpose_padded(const T* __restrict__ x, T* __restrict__ out, i
 {
     // 33 columns: column k of the tile starts one bank further on in each row, so reading a
     // column (32 addresses 33 words apart) touches 32 different banks.
+    // BEGIN EXERCISE: __shared__ T tile[TILE][TILE + 1]; read the block's tile of x with threadIdx.x
+    //   along x's rows (bounds-checked, 64-bit offsets: (size_t)row * cols + col), __syncthreads(),
+    //   write it transposed with threadIdx.x along out's rows (reading a column of the tile)
     __shared__ T tile[TILE][TILE + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col = blockIdx.x * TILE + tx;  // threadIdx.x along x's rows: coalesced reads
@@ -40,6 +43,7 @@ __device__ void transpose_padded(const T* __restrict__ x, T* __restrict__ out, i
             out[(size_t)out_row * rows + out_col] = tile[tx][ty + j];
         }
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void transpose_padded_f32(const float* x, float* out, int rows, int cols)
@@ -72,6 +76,10 @@ __device__ void transpose_tile64(const T* __restrict__ x, T* __restrict__ out, i
 {
     __shared__ T even[TILE64][HALF_PITCH];
     __shared__ T odd[TILE64][HALF_PITCH];
+    // BEGIN EXERCISE: fill the two half-tiles of this block's tile (its corner col0, row0). Full tiles (and
+    //   vectorize): each thread loads its PAIRS_PER_THREAD pairs (T2 vectors: lane tx gets columns 2tx,
+    //   2tx + 1 of row ty + j * TILE64_ROWS) into registers first, then stores them, the even column in
+    //   `even`, the odd one in `odd`; edge tiles element by element, bounds-checked
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * TILE64, row0 = blockIdx.y * TILE64;
     const bool full = vectorize && col0 + TILE64 <= cols && row0 + TILE64 <= rows;
@@ -104,9 +112,13 @@ __device__ void transpose_tile64(const T* __restrict__ x, T* __restrict__ out, i
             }
         }
     }
+    // END EXERCISE
     __syncthreads();
     // Row c of this block's part of out is column c of the tile: lanes take rows tx and tx + 32
     // of the tile, so each warp store writes 32 consecutive elements of out.
+    // BEGIN EXERCISE: row c = ty + j * TILE64_ROWS of this block's part of out is column c of the tile,
+    //   in the half-tile of c's parity at index c / 2; lanes write elements tx and tx + 32 of that row
+    //   (bounds-checked against cols and rows)
 #pragma unroll
     for (int j = 0; j < PAIRS_PER_THREAD; ++j) {
         const int c = ty + j * TILE64_ROWS;
@@ -121,6 +133,7 @@ __device__ void transpose_tile64(const T* __restrict__ x, T* __restrict__ out, i
             dst[tx + 32] = half[(tx + 32) * HALF_PITCH + k];
         }
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void __launch_bounds__(32 * TILE64_ROWS)

@@ -13,10 +13,13 @@ extern "C" __global__ void vector_add_f32(const float* __restrict__ a,
 {
     // Thread i of the grid owns element i. Neighbouring threads of a warp read neighbouring
     // floats, so the warp's 32 loads coalesce into 128 contiguous bytes.
+    // BEGIN EXERCISE: one thread per element: i = blockIdx.x * blockDim.x + threadIdx.x as a long long
+    //   (an int wraps past 2^31 elements); guard i < n
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {  // the last block hangs past the end whenever n is not a multiple of it
         out[i] = a[i] + b[i];
     }
+    // END EXERCISE
 }
 
 extern "C" __global__ void vector_add_f32x4(const float* __restrict__ a,
@@ -27,6 +30,9 @@ extern "C" __global__ void vector_add_f32x4(const float* __restrict__ a,
     // Each thread moves 16 bytes per access (one float4) instead of 4: a quarter of the load
     // and store instructions for the same bytes, so more bytes are in flight per warp.
     // The launcher guarantees 16-byte aligned pointers, which float4 accesses require.
+    // BEGIN EXERCISE: one float4 (4 elements) per thread for the first n / 4 * 4 elements
+    //   (reinterpret_cast<const float4*>), then the remaining n % 4 elements one by one (the first
+    //   threads take them)
     long long n4 = n / 4;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) {
@@ -39,4 +45,5 @@ extern "C" __global__ void vector_add_f32x4(const float* __restrict__ a,
     if (tail < n) {
         out[tail] = a[tail] + b[tail];
     }
+    // END EXERCISE
 }

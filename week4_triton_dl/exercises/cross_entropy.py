@@ -1,132 +1,261 @@
-"""Exercise: cross-entropy with an online logsumexp, then the chunked, fused linear + cross-entropy.
-Same names as week4_triton_dl/cross_entropy.py. Check your work with
-`pytest tests/week4/test_cross_entropy.py --impl=exercises`.
+"""Exercise: cross-entropy over a large vocabulary: an online-logsumexp kernel, then the fused linear +
+loss.
 
-Yours to write (each raises NotImplementedError until you do): the kernels, the hot-path
-launch functions `_forward`, `_backward`, `_forward_grad`, `_reduce` and the chunk loop
-`_linear_ce_chunks`, and the validated launchers `cross_entropy_forward`,
-`cross_entropy_backward`, `cross_entropy_fwd_grad` (use the checks given below).
-GIVEN, as in the solution: the launch plans and cached coefficients, the input checks, the
-registered ops (`torch.ops.course_exercises.cross_entropy_rows`, its backward, and
-`fused_linear_cross_entropy`: fake functions and autograd formulas), the autograd.Functions and
-the public entries `cross_entropy` and `fused_linear_cross_entropy`, which call your hot path.
-(Registering ops is the lesson of custom_ops.py; read these as its worked example.)
+Check your work with `pytest tests/week4/test_cross_entropy.py --impl=exercises`; `python -m course
+progress` shows where every exercise stands.
 
-Suggested order: `_row_logsumexp` and `_row_loss` with `cross_entropy_fwd_kernel`, `_forward`
-and `cross_entropy_forward`; `cross_entropy_reduce_kernel` and `_reduce` (then `cross_entropy`
-runs without gradients); `_write_row_grad` with `cross_entropy_bwd_kernel`, `_backward` and
-`cross_entropy_backward` (then with them); then `cross_entropy_fwd_grad_kernel`, `_forward_grad`
-and the chunk loop `_linear_ce_chunks` behind `fused_linear_cross_entropy` (Liger Kernel's idea:
-Hsu et al. 2024, arXiv:2410.10989).
+You write (about 146 lines in 14 holes, each a TODO below; the tests fail with 'not implemented yet'
+until you fill them):
+* `_row_logsumexp`: per lane (vectors of BLOCK_V in the accumulation dtype: _to_acc): running max m,
+  running sum d, and for SMOOTHING the shifted x-sum s and count n; for each masked chunk
+  (other=-inf): m_new = max(m, x), shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d
+  * exp(m - shift) + exp(x - shift); then row_max = max of m, log_sum = log(sum of d * exp(m -
+  row_max)), shifted_sum = sum_j (x_j - row_max) (0 without SMOOTHING); return the three (about 24
+  lines)
+* `_row_loss`: x_t read at the target (column 0 for an ignored or out-of-range target: never a wild
+  read), shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1
+  - eps) t_shift - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the
+  target is out of range, 0 where ignored (about 8 lines)
+* `_write_row_grad`: chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V
+  everywhere with SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype (about 12 lines)
+* `cross_entropy_fwd_kernel`: one program per row (an int64 row index: row * stride passes 2^31);
+  the target, valid (not ignore_index) and in range; _row_logsumexp, then the row's loss (_row_loss)
+  stored; with STORE_LSE, lse = row_max + log_sum added in float64 (exact) and stored (about 10
+  lines)
+* `cross_entropy_bwd_kernel`: split the float64 lse once: hi = lse in the accumulation dtype, lo =
+  (lse - hi) in it; the incoming gradient g read at row * grad_stride (0: one scalar for every row),
+  NaN for an out-of-range target, 0 for an ignored row; then _write_row_grad (about 10 lines)
+* `cross_entropy_fwd_grad_kernel`: the forward kernel's loss, then the gradient from the same
+  registers: g = the scale read on the device (NaN for an out-of-range target, 0 for an ignored row)
+  and _write_row_grad with hi = row_max, lo = log_sum. dlogits may be the logits buffer: every warp
+  must have read x[target] before any writes it (and say why in a comment) (about 13 lines)
+* `_sum_rows`: BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK] vector
+  (read with cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not
+  kept coherent), and 1 for each target that is not ignore_index into another; return both summed
+  (about 10 lines)
+* `cross_entropy_fwd_reduce_kernel`: every thread's stores before the ticket (tl.debug_barrier),
+  then ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu"); the program that draws
+  n_rows - 1 sums the rows (_sum_rows), divides for MEAN, stores out (and count with STORE_LSE) and
+  sets the counter back to 0 (about 10 lines)
+* `_forward`: loss (n_rows, accumulation dtype) and, with need_lse, lse (float64) allocated; nothing
+  to launch for 0 rows; _plan(n_cols, block_v) gives BLOCK_V and num_warps; one launch of
+  cross_entropy_fwd_kernel per row through course.launch, with a key that pins every specialization
+  (dtypes, ints, constexprs); without need_lse pass the loss buffer as lse_ptr (it is never written)
+  (about 6 lines)
+* `_backward`: dlogits (or out) of the logits' shape and dtype; nothing to launch for 0 rows; grad's
+  stride 0 for a scalar; cross_entropy_bwd_kernel, one program per row, through course.launch (about
+  4 lines)
+* `_forward_grad`: nothing to launch for 0 rows; cross_entropy_fwd_grad_kernel, one program per row
+  (a plain launch is fine: it runs once per chunk of a large batch) (about 3 lines)
+* `_reduce`: "none": the rows in `dtype`; else a 0-d out (and a count when need_count); no rows: out
+  is 0 (sum) or NaN (mean, 0 / 0 as torch) without a launch; else ONE program of
+  cross_entropy_reduce_kernel (REDUCE_BLOCK rows a step) through course.launch. No host sync
+  anywhere (about 13 lines)
+* `_forward_reduced`: the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse
+  (float64, n_rows) and a 0-d count in the accumulation dtype when need_lse; one launch of
+  cross_entropy_fwd_reduce_kernel (grid: one program per row) through course.launch, keyed like
+  _forward's plus the reduction (about 16 lines)
+* `_linear_ce_chunks`: per-row losses, dh (if needed), dW zeros (if needed); one C x V logits buffer
+  reused by every chunk (C from chunk_size or default_chunk_size); the mean's scale 1 / (rows
+  counted) made on the device; per chunk: logits = h_c @ W^T (_mm), then without gradients the
+  forward kernel only, else _forward_grad in place (the logits become dlogits), dh_c = dlogits @ W,
+  dW += dlogits^T @ h_c; finally _reduce (about 7 lines)
+
+Suggested order: `_row_logsumexp` and `_row_loss` with `cross_entropy_fwd_kernel` and `_forward`
+(then `cross_entropy(..., reduction="none")` and `cross_entropy_forward` run); `_sum_rows`,
+`_reduce` and the last-program reduction of `cross_entropy_fwd_reduce_kernel` with
+`_forward_reduced` ("mean" and "sum" in one launch); `_write_row_grad` with
+`cross_entropy_bwd_kernel` and `_backward` (then with autograd); then
+`cross_entropy_fwd_grad_kernel`, `_forward_grad` and the chunk loop `_linear_ce_chunks` behind
+`fused_linear_cross_entropy` (Liger Kernel's idea: Hsu et al. 2024, arXiv:2410.10989). Given: launch
+plans, cached coefficients, the scratch counter, the checked launchers, the registered ops
+(custom_ops.py's lesson; read them as its worked example), the autograd.Functions and the public
+entries, which call your hot path.
 
 Precision, which the tests check at logits near 1e4 (fp32's spacing there is ~1e-3): keep every
-quantity shifted by the row max m. loss = log d - (x_t - m) (label smoothing:
-log d - (1 - eps)(x_t - m) - eps * mean_j (x_j - m)); every term is >= 0, so nothing cancels.
-Store lse = m + log d in float64, and in the backward split it per row into fp32 hi + lo:
-softmax = exp((x - hi) - lo). The solution's module docstring explains why.
+quantity shifted by the row max m: loss = log d - (x_t - m), every term >= 0, so nothing cancels.
+Store lse = m + log d in float64, and in the backward split it per row into hi + lo of the
+accumulation dtype: softmax = exp((x - hi) - lo). The module docstring of the solution says why.
+
+Imported from week4_triton_dl/cross_entropy.py, not repeated here: `_itemsize`, `_linear_inputs`,
+`_compiled`, `_torch_compiled`, `_logits_inputs`, `_ce_fwd_bwd`, `_ce_compiled`, `VOCAB`,
+`BENCHMARKS`, `TRAIN_SIZES`, `TRAIN_SIM_SIZES`, `LINEAR_TRAIN_SIZES`, `LINEAR_TRAIN_SIM_SIZES`,
+`HOST_SIZES`, `bench_dtype`, `_compile`, `torch_loss`, `torch_linear_loss`, `_train_inputs`,
+`_linear_train_inputs`, `_host_inputs`, `_time_ms`, `_max_rel_err`, `sweep`.
+
+Everything else is given and calls your code: read it first. This file is generated by `python -m
+course exercises --write` from week4_triton_dl/cross_entropy.py (its marked regions are the holes);
+the lesson's notes are the week's README and the docstring of week4_triton_dl/cross_entropy.py.
 """
 from __future__ import annotations
 
-import math  # noqa: F401  (your _reduce needs math.nan)
+import math
 
 import torch
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: GPU or interpreter
+from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
+from course.launch import launch
+from course.bench import Benchmark
+from course.check import random_tensor
 
-import triton  # noqa: E402, F401
+import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGET_DTYPES = (torch.int64, torch.int32)
 IGNORE_INDEX = -100
 REDUCTIONS = ("mean", "sum", "none")
+# Chunk of a row that one loop step holds in registers. 4096 fp32 values over 8 warps is 16 per
+# thread for each of the running max, running sum (and x-sum): few registers, many programs per SM.
 BLOCK_V = 4096
+# Rows of h per chunk of the fused linear loss: the C x V logits buffer gets about this many bytes.
+# 256 MiB = 1024 rows of a 128k bf16 vocabulary: with dW (V d s) the extra memory at d = 4096 is
+# then ~1.3 GiB, under a quarter of eager torch's ~5.9 GiB; 2048 rows would be ~1.5 GiB (~0.26x)
+# but re-read dW half as often. A prediction: the H100 chunk sweep decides (see the notes).
 DEFAULT_CHUNK_BYTES = 256 << 20
 MATMULS = ("torch", "triton")
+# The reduction kernel: one program sums the per-row losses REDUCE_BLOCK at a time (8192 rows
+# are 2 steps: one program's loop is latency-bound, ~1 us a step, so few wide steps).
 REDUCE_BLOCK = 4096
-NAMESPACE = ops.namespace(__name__)  # "course_exercises": beside the solution's "course"
+# "mean" and "sum" take one launch (cross_entropy_fwd_reduce_kernel: the last program to finish
+# reduces) instead of two. False: always two launches (the tests compare both paths). While a
+# CUDA graph is being captured the two-launch path is taken too: the one-launch path keeps a
+# counter per stream, and two graphs replayed at once on two streams would share it.
+ONE_LAUNCH_REDUCTION = True
+NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
 # ----------------------------------------------------------------------------------- kernels
 @triton.jit
 def _to_acc(x, FP64: tl.constexpr):
-    """x in the accumulation dtype: fp32, or fp64 when FP64."""
-    # TODO (a static `if FP64:` may re-assign a value of another dtype)
-    pass
+    """The accumulation dtype: fp32, or fp64 for fp64 logits (FP64 is resolved while compiling)."""
+    y = x.to(tl.float32)
+    if FP64:
+        y = x.to(tl.float64)
+    return y
 
 
 @triton.jit
 def _row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """(m, log d, sum_j (x_j - m)) of one row in ONE read: m the row max, d = sum_j exp(x_j - m)."""
-    # TODO: per lane, m <- max(m, x); d <- d * exp(m_old - m_new) + exp(x - m_new) (shift by 0
-    # while a lane has seen only -inf); if SMOOTHING also s = sum of (x - m_lane) over the lane's
-    # n elements: when m_lane rises, s += n * (m_old - m_new). At the end, with M = max of m:
-    # log d = log(sum d * exp(m - M)), and sum (x - M) = sum (s + n * (m - M)). Return zeros for
-    # the third value when not SMOOTHING.
-    pass
+    """(m, log d, sum_j (x_j - m)) of one row in ONE read: m the row max, d = sum_j exp(x_j - m).
+
+    logsumexp = m + log d; the third value (for label smoothing) is 0 unless SMOOTHING.
+    """
+    # TODO (about 24 lines): per lane (vectors of BLOCK_V in the accumulation dtype: _to_acc): running max m,
+    #   running sum d, and for SMOOTHING the shifted x-sum s and count n; for each masked chunk (other=-inf):
+    #   m_new = max(m, x), shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d * exp(m - shift)
+    #   + exp(x - shift); then row_max = max of m, log_sum = log(sum of d * exp(m - row_max)), shifted_sum =
+    #   sum_j (x_j - row_max) (0 without SMOOTHING); return the three
+    tl.static_assert(False, 'not implemented yet: _row_logsumexp: per lane (vectors of BLOCK_V in the ...')
 
 
 @triton.jit
 def _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
               SMOOTHING: tl.constexpr):
-    """log d - (x_t - m) (smoothed: - (1 - eps)(x_t - m) - eps mean(x - m)).
-
-    NaN where not in_range, 0 where not valid.
-    """
-    # TODO: coef_ptr holds [1 - eps, eps, eps / V]; never load x[-100] or any target outside [0, V).
-    pass
+    """The row's loss from its shifted statistics: every term >= 0, so nothing cancels."""
+    # TODO (about 8 lines): x_t read at the target (column 0 for an ignored or out-of-range target: never a
+    #   wild read), shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1
+    #   - eps) t_shift - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the
+    #   target is out of range, 0 where ignored
+    tl.static_assert(False, 'not implemented yet: _row_loss: x_t read at the target (column 0 for an ignored or ...')
 
 
 @triton.jit
 def _write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
                     SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """g_row[j] = (exp((x_j - hi) - lo) - y_j) * g with y the (smoothed) one-hot target; hi + lo = lse."""
-    # TODO
-    pass
+    """g_row[j] = (softmax(x)_j - y_j) * g, softmax = exp((x - hi) - lo) with hi + lo = lse."""
+    # TODO (about 12 lines): chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V
+    #   everywhere with SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype
+    tl.static_assert(False, 'not implemented yet: _write_row_grad: chunk by chunk: p = exp((x - hi) - lo), y = 1 ...')
 
 
 @triton.jit
 def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols, row_stride,
                              ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
                              STORE_LSE: tl.constexpr, BLOCK_V: tl.constexpr):
-    """One program per row: store the row's loss and (if STORE_LSE) its logsumexp (float64: m + log d)."""
-    # TODO
-    pass
+    # TODO (about 10 lines): one program per row (an int64 row index: row * stride passes 2^31); the target,
+    #   valid (not ignore_index) and in range; _row_logsumexp, then the row's loss (_row_loss) stored; with
+    #   STORE_LSE, lse = row_max + log_sum added in float64 (exact) and stored
+    tl.static_assert(False, 'not implemented yet: cross_entropy_fwd_kernel: one program per row (an int64 row ...')
 
 
 @triton.jit
 def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits_ptr, n_cols,
                              row_stride, dlogits_row_stride, grad_stride, ignore_index, coef_ptr,
                              FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """One program per row: dlogits = (softmax - y) * grad[row * grad_stride].
-
-    0 on ignored rows, NaN on rows whose target is outside [0, V).
-    """
-    # TODO: split the float64 lse once: hi = lse in the accumulation dtype, lo = (lse - hi) in it.
-    pass
+    # TODO (about 10 lines): split the float64 lse once: hi = lse in the accumulation dtype, lo = (lse - hi)
+    #   in it; the incoming gradient g read at row * grad_stride (0: one scalar for every row), NaN for an
+    #   out-of-range target, 0 for an ignored row; then _write_row_grad
+    tl.static_assert(False, 'not implemented yet: cross_entropy_bwd_kernel: split the float64 lse once: hi = lse ...')
 
 
 @triton.jit
 def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr, scale_ptr, n_cols,
                                   row_stride, dlogits_row_stride, ignore_index, coef_ptr,
                                   FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """Loss AND gradient (times scale_ptr[0]) in one program; dlogits may be the logits buffer itself."""
-    # TODO: read the target logit before the gradient sweep overwrites it (and say why a
-    # barrier is needed between the two).
-    pass
+    # Loss and gradient in one program: the second sweep over the row (often still in L2)
+    # replaces a whole backward kernel, and dlogits may be the logits buffer itself.
+    # TODO (about 13 lines): the forward kernel's loss, then the gradient from the same registers: g = the
+    #   scale read on the device (NaN for an out-of-range target, 0 for an ignored row) and _write_row_grad
+    #   with hi = row_max, lo = log_sum. dlogits may be the logits buffer: every warp must have read x[target]
+    #   before any writes it (and say why in a comment)
+    tl.static_assert(False, "not implemented yet: cross_entropy_fwd_grad_kernel: the forward kernel's loss, then ...")
+
+
+@triton.jit
+def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
+    """(sum of the per-row losses, rows counted), BLOCK rows a step, always in the same order."""
+    # TODO (about 10 lines): BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK]
+    #   vector (read with cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not
+    #   kept coherent), and 1 for each target that is not ignore_index into another; return both summed
+    tl.static_assert(False, 'not implemented yet: _sum_rows: BLOCK rows a step, in order: the masked per-row ...')
 
 
 @triton.jit
 def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, n_rows, ignore_index,
                                 MEAN: tl.constexpr, STORE_COUNT: tl.constexpr, BLOCK: tl.constexpr):
-    """One program: out = sum of the per-row losses (/ rows counted, for MEAN).
+    """One program: out = sum of the per-row losses (/ rows counted, for MEAN), count = rows counted.
 
-    count = rows counted (stored if STORE_COUNT): the divisor never leaves the device.
+    One launch instead of torch's four (compare, count, sum, divide), and no host sync: the
+    divisor is counted here, on the device. 0 / 0 = NaN when every row is ignored, as in torch.
     """
-    # TODO
-    pass
+    result, counted = _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK)
+    if MEAN:
+        result = result / counted
+    tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
+    if STORE_COUNT:  # for a backward (the mean's gradient divides by it)
+        tl.store(count_ptr, counted)
+
+
+@triton.jit
+def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_ptr, out_ptr, count_ptr, ticket_ptr,
+                                    n_rows, n_cols, row_stride, ignore_index, coef_ptr, FP64: tl.constexpr,
+                                    SMOOTHING: tl.constexpr, STORE_LSE: tl.constexpr, MEAN: tl.constexpr,
+                                    BLOCK_V: tl.constexpr, BLOCK: tl.constexpr):
+    """cross_entropy_fwd_kernel and cross_entropy_reduce_kernel in ONE launch, for "mean" and "sum".
+
+    Each program writes its row's loss, then takes a ticket (an atomic counter). The program that
+    draws the last ticket knows every other row's loss is written: it sums them in row order
+    (the same order, so the same bits, as the two-launch path) and sets the counter back to 0
+    for the next call. One launch saves the host ~8 us on the H100 machine, most of a small call.
+    """
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
+    x_row = logits_ptr + row * row_stride
+    target = tl.load(targets_ptr + row).to(tl.int64)
+    valid = target != ignore_index
+    in_range = (target >= 0) & (target < n_cols)
+    row_max, log_sum, shifted_sum = _row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
+    tl.store(loss_rows_ptr + row, _row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum,
+                                            n_cols, coef_ptr, SMOOTHING))
+    if STORE_LSE:
+        tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
+    # TODO (about 10 lines): every thread's stores before the ticket (tl.debug_barrier), then ticket =
+    #   tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu"); the program that draws n_rows - 1 sums the
+    #   rows (_sum_rows), divides for MEAN, stores out (and count with STORE_LSE) and sets the counter back to
+    #   0
+    tl.static_assert(False, "not implemented yet: cross_entropy_fwd_reduce_kernel: every thread's stores before ...")
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -135,6 +264,7 @@ def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, 
 _PLANS: dict = {}
 _COEFFICIENTS: dict = {}
 _ONES: dict = {}
+_SCRATCH: dict = {}
 
 
 def next_power_of_2(n: int) -> int:
@@ -164,8 +294,8 @@ def _coefficients(label_smoothing: float, n_cols: int, acc: torch.dtype, device)
     """[1 - eps, eps, eps / V] in the accumulation dtype, made once per (eps, V, dtype, device).
 
     A tensor, not Python floats: Triton types float arguments as fp32, which would round 0.9 or
-    1/V before an fp64 kernel ever sees them. Cached: building it per call is a host-to-device
-    copy (~10 us) on every call.
+    1/V before an fp64 kernel ever sees them. Cached: built per call, it would cost a
+    host-to-device copy on every call.
     """
     key = (label_smoothing, n_cols, acc, device)
     coef = _COEFFICIENTS.get(key)
@@ -187,28 +317,136 @@ def _one(acc: torch.dtype, device) -> torch.Tensor:
 # ------------------------------------------------------------- the hot path (no checks here)
 def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, need_lse=True):
     """(loss per row, lse or None) of (N, V) logits with unit column stride: accumulation dtype, float64."""
-    raise NotImplementedError("not implemented yet: _forward (week4 exercise)")
+    # TODO (about 6 lines): loss (n_rows, accumulation dtype) and, with need_lse, lse (float64) allocated;
+    #   nothing to launch for 0 rows; _plan(n_cols, block_v) gives BLOCK_V and num_warps; one launch of
+    #   cross_entropy_fwd_kernel per row through course.launch, with a key that pins every specialization
+    #   (dtypes, ints, constexprs); without need_lse pass the loss buffer as lse_ptr (it is never written)
+    raise NotImplementedError('not implemented yet: _forward: loss (n_rows, accumulation dtype) and, with need_lse ...')
+    block, num_warps = _plan(n_cols, block_v)
+    row_stride, smoothing = logits.stride(0), label_smoothing > 0
+    # The key pins what the compiled kernel is specialized on (course.launch): dtypes, the int
+    # arguments' values, the constexprs.
+    key = (logits.dtype, targets.dtype, n_cols, row_stride, ignore_index, smoothing, need_lse, block)
+    launch(cross_entropy_fwd_kernel, (n_rows,), key,
+           (logits, targets, loss, loss if lse is None else lse, n_cols, row_stride, ignore_index,
+            _coefficients(label_smoothing, n_cols, acc, logits.device), acc == torch.float64, smoothing,
+            need_lse, block), num_warps=num_warps)
+    return loss, lse
 
 
 def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=None, block_v=BLOCK_V):
     """dlogits = (softmax - y) * grad, grad a scalar or one value per row (any stride)."""
-    raise NotImplementedError("not implemented yet: _backward (week4 exercise)")
+    # TODO (about 4 lines): dlogits (or out) of the logits' shape and dtype; nothing to launch for 0 rows;
+    #   grad's stride 0 for a scalar; cross_entropy_bwd_kernel, one program per row, through course.launch
+    raise NotImplementedError("not implemented yet: _backward: dlogits (or out) of the logits' shape and dtype")
+    block, num_warps = _plan(n_cols, block_v)
+    acc = _acc_torch(logits.dtype)
+    row_stride, out_stride, grad_stride = logits.stride(0), dlogits.stride(0), grad.stride(0) if grad.dim() else 0
+    smoothing = label_smoothing > 0
+    key = (logits.dtype, targets.dtype, grad.dtype, dlogits.dtype, n_cols, row_stride, out_stride, grad_stride,
+           ignore_index, smoothing, block)
+    launch(cross_entropy_bwd_kernel, (n_rows,), key,
+           (logits, targets, lse, grad, dlogits, n_cols, row_stride, out_stride, grad_stride, ignore_index,
+            _coefficients(label_smoothing, n_cols, acc, logits.device), acc == torch.float64, smoothing, block),
+           num_warps=num_warps)
+    return dlogits
 
 
 def _forward_grad(logits, targets, loss, dlogits, scale, ignore_index, label_smoothing, block_v=BLOCK_V):
     """Per-row loss into `loss` and (softmax - y) * scale into `dlogits` (which may be `logits`)."""
-    raise NotImplementedError("not implemented yet: _forward_grad (week4 exercise)")
+    # TODO (about 3 lines): nothing to launch for 0 rows; cross_entropy_fwd_grad_kernel, one program per row
+    #   (a plain launch is fine: it runs once per chunk of a large batch)
+    raise NotImplementedError('not implemented yet: _forward_grad: nothing to launch for 0 rows')
+    block, num_warps = _plan(n_cols, block_v)
+    acc = _acc_torch(logits.dtype)
+    cross_entropy_fwd_grad_kernel[(n_rows,)](logits, targets, loss, dlogits, scale, n_cols, logits.stride(0),
+                                             dlogits.stride(0), ignore_index,
+                                             _coefficients(label_smoothing, n_cols, acc, logits.device),
+                                             FP64=acc == torch.float64, SMOOTHING=label_smoothing > 0,
+                                             BLOCK_V=block, num_warps=num_warps)
+    return loss, dlogits
 
 
 def _reduce(loss_rows, targets, ignore_index, reduction, dtype, need_count=True):
     """(loss in `dtype`, rows counted or None): the reduction of the per-row losses, no host sync."""
-    raise NotImplementedError("not implemented yet: _reduce (week4 exercise)")
+    # TODO (about 13 lines): "none": the rows in `dtype`; else a 0-d out (and a count when need_count); no
+    #   rows: out is 0 (sum) or NaN (mean, 0 / 0 as torch) without a launch; else ONE program of
+    #   cross_entropy_reduce_kernel (REDUCE_BLOCK rows a step) through course.launch. No host sync anywhere
+    raise NotImplementedError('not implemented yet: _reduce: "none": the rows in `dtype`')
+
+
+def _scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ticket, loss_rows) for cross_entropy_fwd_reduce_kernel, kept per (device, stream, dtype).
+
+    ticket: the int32 counter the kernel's programs draw from, made zero once; the last program
+    sets it back to zero. loss_rows: room for the per-row losses, which only that launch reads, so
+    it is reused (grown when a call has more rows) instead of allocated per call. Calls on one
+    stream run one after another, so they can share both; another stream gets its own.
+    """
+    index = logits.get_device()  # an int (-1 on the CPU): no device object
+    key = (index, _current_stream(index) if _ON_GPU else None, acc)
+    kept = _SCRATCH.get(key)
+    if kept is None or kept[1].shape[0] < n_rows:
+        ticket = kept[0] if kept is not None else torch.zeros(1, dtype=torch.int32, device=logits.device)
+        # Growing while an earlier call on this stream is still running is safe: the old buffer
+        # goes back to torch's caching allocator, which reuses it only in stream order.
+        kept = _SCRATCH[key] = (ticket, torch.empty(max(n_rows, 1024), dtype=acc, device=logits.device))
+    return kept
+
+
+def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
+    """(loss in logits' dtype, lse or None, count or None), reduction "mean" or "sum", n_rows >= 1:
+    the per-row losses and their reduction in one launch (cross_entropy_fwd_reduce_kernel)."""
+    # TODO (about 16 lines): the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse
+    #   (float64, n_rows) and a 0-d count in the accumulation dtype when need_lse; one launch of
+    #   cross_entropy_fwd_reduce_kernel (grid: one program per row) through course.launch, keyed like
+    #   _forward's plus the reduction
+    raise NotImplementedError('not implemented yet: _forward_reduced: the counter and loss buffer from _scratch')
+
+
+def _one_launch(logits, reduction) -> bool:
+    return (ONE_LAUNCH_REDUCTION and reduction != "none" and logits.shape[0] > 0
+            and not (_ON_GPU and _capturing()))
 
 
 def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
                       need_dh, need_dw, block_v=BLOCK_V):
     """The chunk loop: (loss, dh or None, dW or None), the gradients for grad_output = 1."""
-    raise NotImplementedError("not implemented yet: _linear_ce_chunks (week4 exercise)")
+    # TODO (about 7 lines): per-row losses, dh (if needed), dW zeros (if needed); one C x V logits buffer
+    #   reused by every chunk (C from chunk_size or default_chunk_size); the mean's scale 1 / (rows counted)
+    #   made on the device; per chunk: logits = h_c @ W^T (_mm), then without gradients the forward kernel
+    #   only, else _forward_grad in place (the logits become dlogits), dh_c = dlogits @ W, dW += dlogits^T @
+    #   h_c; finally _reduce
+    raise NotImplementedError('not implemented yet: _linear_ce_chunks: per-row losses, dh (if needed), dW zeros (if ...')
+    chunk = max(1, min(chunk_size or default_chunk_size(n_rows, n_cols, h.element_size()), n_rows))
+    # One buffer, reused by every chunk: the allocator sees C x V once, never N x V.
+    buffer = torch.empty((chunk, n_cols), dtype=h.dtype, device=h.device)
+    want_grad = need_dh or need_dw
+    if want_grad:
+        # d mean / d loss_i = 1 / (rows counted): counted on the device, no host sync.
+        scale = (targets != ignore_index).sum(dtype=acc).reciprocal() if reduction == "mean" else _one(acc, h.device)
+    for start in range(0, n_rows, chunk):
+        stop = min(start + chunk, n_rows)
+        h_c, logits = h[start:stop], buffer[: stop - start]
+        _mm(h_c, weight.t(), logits, matmul)
+        if not want_grad:
+            block, num_warps = _plan(n_cols, block_v)
+            cross_entropy_fwd_kernel[(stop - start,)](
+                logits, targets[start:stop], loss_rows[start:stop], loss_rows, n_cols, n_cols, ignore_index,
+                _coefficients(label_smoothing, n_cols, acc, h.device), FP64=acc == torch.float64,
+                SMOOTHING=label_smoothing > 0, STORE_LSE=False, BLOCK_V=block, num_warps=num_warps)
+            continue
+        # The logits become d loss / d logits in place: nobody else holds this buffer.
+        _forward_grad(logits, targets[start:stop], loss_rows[start:stop], logits, scale, ignore_index,
+                      label_smoothing, block_v)
+        if need_dh:
+            _mm(logits, weight, dh[start:stop], matmul)
+        if need_dw:
+            # dW += dlogits^T @ h_c, accumulated in W's dtype: for bf16 that is one rounding per
+            # chunk (N / C of them) where torch rounds once; an fp32 accumulator would double
+            # dW's memory (and torch.addmm_ takes no mixed dtypes on every backend).
+            dw.addmm_(logits.t(), h_c)
+    return _reduce(loss_rows, targets, ignore_index, reduction, h.dtype, need_count=False)[0], dh, dw
 
 
 def _mm(a, b, out, matmul):
@@ -286,9 +524,10 @@ def _check_same_device(**tensors):
 def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> None:
     """The public entry's checks: a few comparisons per call; on failure, the course's messages."""
     if not (isinstance(logits, torch.Tensor) and isinstance(targets, torch.Tensor) and logits.dim() == 2
-            and logits.dtype in DTYPES and logits.shape[1] > 0 and logits.device.type == runtime.DEVICE.type
+            and logits.dtype in DTYPES and logits.shape[1] > 0
+            and logits.is_cuda == _ON_GPU and logits.is_cpu != _ON_GPU  # (a meta tensor is neither)
             and targets.dtype in TARGET_DTYPES and targets.dim() == 1 and targets.shape[0] == logits.shape[0]
-            and targets.device == logits.device):
+            and targets.get_device() == logits.get_device()):  # get_device(): an int, no device object
         _check_logits(logits, unit_stride=False)
         validate.tensor(targets, "targets", dtypes=TARGET_DTYPES, ndim=1, contiguous=False)
         if targets.shape[0] != logits.shape[0]:
@@ -299,22 +538,72 @@ def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> Non
         _check_options(ignore_index, reduction, label_smoothing)
 
 
+_ON_GPU = runtime.on_gpu()
+if _ON_GPU:  # torch's C getters: a fraction of a microsecond, no Python wrappers
+    _current_stream = torch._C._cuda_getCurrentRawStream
+    _capturing = torch._C._cuda_isCurrentStreamCapturing
+
+
 # ---------------------------------------------------------------------------------- launchers
 def cross_entropy_forward(logits, targets, *, ignore_index=IGNORE_INDEX, label_smoothing=0.0, block_v=BLOCK_V):
-    """Per-row loss (fp32, fp64 for fp64 logits) and logsumexp (float64); checks everything first."""
-    raise NotImplementedError("not implemented yet: cross_entropy_forward (week4 exercise)")
+    """Per-row loss (fp32, fp64 for fp64 logits) and logsumexp (float64): the kernel, no reduction.
+
+    logits: (N, V), rows at any stride, classes at unit stride. The launcher checks everything,
+    the target values included (one host sync), and raises before launching.
+    """
+    _check_logits(logits)
+    label_smoothing = _check_options(ignore_index, "none", label_smoothing)
+    _check_targets(targets, *logits.shape, ignore_index)
+    _check_same_device(logits=logits, targets=targets)
+    _check_block(block_v)
+    return _forward(logits, targets, ignore_index, label_smoothing, block_v)
 
 
 def cross_entropy_backward(logits, targets, lse, grad, *, grad_scale=1.0, ignore_index=IGNORE_INDEX,
                            label_smoothing=0.0, out=None, block_v=BLOCK_V):
-    """dlogits = (softmax(logits) - y) * grad * grad_scale; `grad` is per row (N,) or one scalar."""
-    raise NotImplementedError("not implemented yet: cross_entropy_backward (week4 exercise)")
+    """dlogits = (softmax(logits) - y) * grad * grad_scale; `grad` is per row (N,) or one scalar.
+
+    lse: the float64 logsumexp `cross_entropy_forward` returned.
+    """
+    _check_logits(logits)
+    label_smoothing = _check_options(ignore_index, "none", label_smoothing)
+    n_rows, n_cols = logits.shape
+    _check_targets(targets, n_rows, n_cols, ignore_index)
+    validate.tensor(lse, "lse", dtypes=(torch.float64,), ndim=1)
+    if lse.shape[0] != n_rows:
+        raise ValueError(f"lse has {lse.shape[0]} elements; expected one per row ({n_rows})")
+    validate.tensor(grad, "grad", dtypes=DTYPES, contiguous=False)
+    if grad.numel() not in (1, n_rows) or grad.dim() > 1:
+        raise ValueError(f"grad must be a scalar or have one element per row ({n_rows}), got {tuple(grad.shape)}")
+    _check_same_device(logits=logits, targets=targets, lse=lse, grad=grad)
+    _check_block(block_v)
+    out = validate.output(out, logits, "out")
+    grad = grad.reshape(()) if grad.numel() == 1 and n_rows != 1 else grad
+    if grad_scale != 1.0:
+        grad = grad.to(_acc_torch(logits.dtype)) * grad_scale
+    return _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=out, block_v=block_v)
 
 
 def cross_entropy_fwd_grad(logits, targets, *, ignore_index=IGNORE_INDEX, label_smoothing=0.0, grad_scale=1.0,
                            out=None, block_v=BLOCK_V):
-    """(per-row loss, dlogits) from ONE kernel; `out=logits` writes the gradient in place."""
-    raise NotImplementedError("not implemented yet: cross_entropy_fwd_grad (week4 exercise)")
+    """(per-row loss, dlogits) from ONE kernel: dlogits = d(grad_scale * sum_i loss_i)/d logits.
+
+    `out=logits` writes the gradient over the logits, in place (the fused linear loss does that
+    with each chunk); otherwise `out` (or a new tensor) receives it.
+    """
+    _check_logits(logits)
+    label_smoothing = _check_options(ignore_index, "none", label_smoothing)
+    _check_targets(targets, *logits.shape, ignore_index)
+    _check_same_device(logits=logits, targets=targets)
+    _check_block(block_v)
+    if not isinstance(grad_scale, (int, float)) or isinstance(grad_scale, bool):
+        raise TypeError(f"grad_scale must be a float, got {grad_scale!r}")
+    if out is not logits:
+        out = validate.output(out, logits, "out")
+    acc = _acc_torch(logits.dtype)
+    loss = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
+    scale = torch.full((), float(grad_scale), dtype=acc, device=logits.device)
+    return _forward_grad(logits, targets, loss, out, scale, ignore_index, label_smoothing, block_v)
 
 
 # ------------------------------------------------------------------- the op torch.compile sees
@@ -410,8 +699,11 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, label_smoothing):
-        loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
-        loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
+        if _one_launch(logits, reduction):  # the losses and their reduction in one launch
+            loss, lse, count = _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, True)
+        else:
+            loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
+            loss, count = _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype)
         ctx.save_for_backward(logits, targets, lse, count)
         ctx.options = (ignore_index, reduction, label_smoothing)
         return loss
@@ -480,6 +772,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     if ops.needs_grad(logits):
         return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, label_smoothing)
     # No autograd: neither lse nor the count is stored (two allocations fewer, a few us of host time each).
+    if _one_launch(logits, reduction):
+        return _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, False)[0]
     loss_rows = _forward(logits, targets, ignore_index, label_smoothing, need_lse=False)[0]
     return _reduce(loss_rows, targets, ignore_index, reduction, logits.dtype, need_count=False)[0]
 
@@ -600,3 +894,10 @@ def loss_and_grads(loss_fn):
     return run
 
 
+# Given, from the solution: the benchmarks, sweep and command line (they measure the solution's kernels)
+from week4_triton_dl.cross_entropy import (  # noqa: E402, F401
+    _itemsize, _linear_inputs, _compiled, _torch_compiled, _logits_inputs, _ce_fwd_bwd, _ce_compiled,
+    VOCAB, BENCHMARKS, TRAIN_SIZES, TRAIN_SIM_SIZES, LINEAR_TRAIN_SIZES, LINEAR_TRAIN_SIM_SIZES,
+    HOST_SIZES, bench_dtype, _compile, torch_loss, torch_linear_loss, _train_inputs, _linear_train_inputs,
+    _host_inputs, _time_ms, _max_rel_err, sweep,
+)

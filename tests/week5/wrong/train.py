@@ -19,4 +19,9 @@ WRONG = [
           old="            norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip, foreach=True)\n",
           new="            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))\n",
           expect="clipping", tests=("-k", "clipping")),
+    Wrong("zero_grad_forgotten",
+          "the step never zeroes the gradients: each backward adds to the previous steps' .grad",
+          old="        opt.zero_grad(set_to_none=True)\n        with torch.autocast",
+          new="        with torch.autocast",
+          expect="after 3 steps", tests=("-k", "fresh_gradients")),
 ]
