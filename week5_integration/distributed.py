@@ -301,6 +301,10 @@ def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -
     try:
         result = fn(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        # Leave together: a rank that tears its process group down while another still has
+        # gloo work in flight with it can make that rank's background thread abort the process
+        # ("terminate called without an active exception", seen once in CI under xdist).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
