@@ -166,17 +166,19 @@ def run(plan: Plan, stage: Path, *, device_kind: str, profile: bool = False, tra
                 jobs["one_gpu_compiled"] = dict(jobs["one_gpu"], compile_blocks=True)
         else:
             record["comm"] = scaleout.comm_bandwidth(device, world)
-            trace = Path(trace_dir) / f"capstone_fsdp_world{world}_rank0.json.gz" if trace_dir and rank == 0 else None
+
+            def trace(tag=""):  # rank 0's chrome trace of a job, when asked for
+                keep = trace_dir and rank == 0
+                return Path(trace_dir) / f"capstone_fsdp_world{world}{tag}_rank0.json.gz" if keep else None
+
             jobs = {"fsdp": dict(global_batch=plan.batch * world, steps=plan.loss_steps, schedule_steps=schedule,
-                                 fsdp=True, profile=profile, trace_path=trace)}
+                                 fsdp=True, profile=profile, trace_path=trace())}
             if plan.large_batch:
-                large_trace = trace.with_name(trace.name.replace("_rank0", "_large_rank0")) if trace else None
                 jobs["fsdp_large"] = dict(global_batch=plan.large_batch * world, steps=plan.warmup + plan.steps,
                                           schedule_steps=plan.warmup + plan.steps + plan.profile_steps, fsdp=True,
-                                          profile=profile, trace_path=large_trace)
+                                          profile=profile, trace_path=trace("_large"))
             if plan.compile_blocks:
-                compiled_trace = trace.with_name(trace.name.replace("_rank0", "_compiled_rank0")) if trace else None
-                jobs["fsdp_compiled"] = dict(jobs["fsdp"], compile_blocks=True, trace_path=compiled_trace)
+                jobs["fsdp_compiled"] = dict(jobs["fsdp"], compile_blocks=True, trace_path=trace("_compiled"))
         for name, job in jobs.items():
             if rank == 0:
                 print(f"[capstone.fsdp] world {world}: {name}", file=sys.stderr, flush=True)

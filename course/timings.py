@@ -80,13 +80,12 @@ def record(log_text: str, *, gpu: str, command: str, wall_s: float, versions: di
 
 
 def summary_counts(pytest_output: str) -> dict:
-    """{"passed": n, "failed": n, "skipped": n, ...} from pytest's last summary line."""
-    counts: dict = {}
+    """{"passed": n, "failed": n, "skipped": n, ...} from pytest's last summary line ({} if none)."""
     for line in reversed(pytest_output.splitlines()):
         found = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", line)
         if found:
             return {kind: int(n) for n, kind in found}
-    return counts
+    return {}
 
 
 def with_suite(rec: dict, log_text: str, *, command: str, wall_s: float, pytest_output: str, cache: str,

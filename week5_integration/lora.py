@@ -511,8 +511,8 @@ def lora_linear(x, weight, lora_a, lora_b, scale, *, adapter_input=None):
     if ops.compiling():  # one node per call in the graph (see lora_linear_op)
         if x_in is None:
             y = lora_linear_op(x2, weight, lora_a, lora_b, scale)[0]
-        else:
-            y = F.linear(x2, weight) + F.linear(F.linear(x_in, lora_a), lora_b) * scale
+        else:  # dropout: the unfused torch form, which Inductor compiles
+            y = lora_linear_torch(x2, weight, lora_a, lora_b, scale, adapter_input=x_in)
         return y.reshape(*x.shape[:-1], weight.shape[0])
     y = LoRALinearFunction.apply(x2, weight, lora_a, lora_b, scale, x_in)
     return y.reshape(*x.shape[:-1], weight.shape[0])
