@@ -32,13 +32,14 @@ so each bf16 program brings half as many bytes per unit of work: it needs more r
 or overlap between blocks (the persistent kernel), to keep as many bytes in flight.
 
 `softmax` picks the kernel and its launch settings per (dtype size, padded row width) from
-`TUNED_H100` (printed by `python -m week3_triton_kernels.softmax --sweep` on an H100) and
-falls back to `heuristic_config` elsewhere. bf16 inputs are loaded as bf16, converted to fp32 in
+results/tuned_softmax.json (written by `python -m week3_triton_kernels.softmax --sweep`, used on
+the GPU it was measured on) and falls back to `heuristic_config` elsewhere. bf16 inputs are loaded as bf16, converted to fp32 in
 registers, and rounded back to bf16 only on the store: fp32 arithmetic, bf16 traffic.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import tuning, validate
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -221,30 +222,25 @@ def heuristic_config(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
                          num_stages=2 if _two_stages_fit(rows * block * itemsize) else 1)
 
 
-# Measured by `python -m week3_triton_kernels.softmax --sweep` on the H100 (the fastest config per
-# (itemsize, padded width)); paste the dict the sweep prints here. Empty: `heuristic_config`.
-# Printed by `python -m week3_triton_kernels.softmax --sweep` on the lent H100, 2026-11-23.
-TUNED_H100: dict[tuple[int, int], SoftmaxConfig] = {
-    (2, 1024): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2884 GB/s, 96.0% of copy
-    (2, 2048): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2865 GB/s, 95.4% of copy
-    (2, 4096): SoftmaxConfig(persistent=False, rows=1, num_warps=8, num_stages=1),  # 2862 GB/s, 95.3% of copy
-    (2, 8192): SoftmaxConfig(persistent=False, rows=1, num_warps=16, num_stages=1),  # 2866 GB/s, 95.4% of copy
-    (2, 16384): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2862 GB/s, 95.3% of copy
-    (2, 32768): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2667 GB/s, 88.8% of copy
-    (4, 1024): SoftmaxConfig(persistent=False, rows=1, num_warps=8, num_stages=1),  # 2885 GB/s, 96.1% of copy
-    (4, 2048): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2867 GB/s, 95.5% of copy
-    (4, 4096): SoftmaxConfig(persistent=False, rows=1, num_warps=16, num_stages=1),  # 2858 GB/s, 95.2% of copy
-    (4, 8192): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2863 GB/s, 95.4% of copy
-    (4, 16384): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2834 GB/s, 94.4% of copy
-    (4, 32768): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2740 GB/s, 91.2% of copy
-}
+# The fastest config per (itemsize, padded width), measured by `python -m week3_triton_kernels.softmax
+# --sweep` and written by it to results/tuned_softmax.json (with the GPU, versions and date). Read
+# once; used only on the GPU it was measured on (course/tuning.py), else `heuristic_config`.
+RESULTS = tuning.results_folder(__file__)
+_tuned: dict | None = None
+
+
+def tuned_configs() -> dict[tuple[int, int], SoftmaxConfig]:
+    """{(itemsize, padded width): SoftmaxConfig} from results/tuned_softmax.json for this GPU ({} elsewhere)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = {key: SoftmaxConfig(**config) for key, config in tuning.load(RESULTS, "softmax").items()}
+    return _tuned
+
 
 def config_for(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
-    """The launch settings `softmax` uses: the H100 table where it has an entry, else the heuristic."""
+    """The launch settings `softmax` uses: the tuned table where it has an entry, else the heuristic."""
     key = (torch.empty((), dtype=dtype).element_size(), triton.next_power_of_2(max(n_cols, 1)))
-    if runtime.on_gpu() and key in TUNED_H100 and "H100" in torch.cuda.get_device_name(runtime.DEVICE):
-        return TUNED_H100[key]
-    return heuristic_config(n_cols, dtype)
+    return tuned_configs().get(key) or heuristic_config(n_cols, dtype)
 
 
 _resident_cache: dict = {}
@@ -456,7 +452,7 @@ def _softmax_benchmark(dtype: torch.dtype) -> Benchmark:
         flops=lambda size: 0,
         notes="bytes = 2 x rows x cols x itemsize (read x once, write y once); the online "
               "kernel actually reads x twice, so its % of copy is an under-count of its traffic; "
-              "`triton` is `softmax` (TUNED_H100, else heuristic_config); `triton_persistent` uses "
+              "`triton` is `softmax` (results/tuned_softmax.json, else heuristic_config); `triton_persistent` uses "
               "heuristic_config's rows/warps/stages with a persistent grid",
     )
 
@@ -493,8 +489,9 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
     return configs
 
 
-def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16)) -> dict:
-    """Time every config of `sweep_configs` against torch.softmax; print GB/s; return the best."""
+def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16), save: bool = True) -> dict:
+    """Time every config of `sweep_configs` against torch.softmax; print GB/s; return the best and
+    (`save`) write it to results/tuned_softmax.json, which `config_for` reads."""
     from course import bench
 
     if not runtime.on_gpu():
@@ -533,12 +530,14 @@ def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16)) -> dict:
                     best[key] = (gbps, config)
             del x, out, want
             torch.cuda.empty_cache()
-    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (itemsize, width), for TUNED_H100:")
-    print("TUNED_H100 = {")
+    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (itemsize, width):")
     for key, (gbps, c) in sorted(best.items()):
-        print(f"    {key}: SoftmaxConfig(persistent={c.persistent}, rows={c.rows}, num_warps={c.num_warps}, "
-              f"num_stages={c.num_stages}),  # {gbps:.0f} GB/s, {100 * gbps / copy:.1f}% of copy")
-    print("}")
+        print(f"    {key}: {c.label()}  {gbps:.0f} GB/s, {100 * gbps / copy:.1f}% of copy")
+    if save:
+        entries = [{"key": list(key), "config": dataclasses.asdict(c),
+                    "measured": {"gbps": round(gbps), "pct_of_copy": round(100 * gbps / copy, 1)}}
+                   for key, (gbps, c) in sorted(best.items())]
+        print(f"wrote {tuning.save(RESULTS, 'softmax', entries, 'python -m week3_triton_kernels.softmax --sweep')}")
     return {key: config for key, (_, config) in best.items()}
 
 

@@ -40,7 +40,8 @@ so the prediction is int8 / bf16 time = (NK + 4N) / 2NK ~ 0.5: ~2x faster if bot
 fraction of the copy bandwidth (cuBLAS's GEMV reaches ~85-90% on an H100; a Triton kernel that
 pads M up to 16 rows for `tl.dot` does 16/M times the arithmetic it needs, which is still free
 at 32 FLOP/byte). The benchmark `int8_matmul_week5` measures it; `python -m
-week5_integration.quantization --sweep` times tile shapes for the H100 table `TUNED_H100`.
+week5_integration.quantization --sweep` times tile shapes and writes the fastest to
+results/tuned_int8_matmul.json, which `config_for` reads on the GPU it was measured on.
 
 Accuracy (`quantization_report`): the per-element error is uniform in [-s/2, s/2], RMS s/sqrt(12).
 For Gaussian rows of K values, max |w| is ~3 standard deviations (K ~ 1000), so s ~ 3 sigma /
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import sys
 import time
@@ -63,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import tuning, validate
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -229,7 +231,7 @@ def shared_memory_bytes(config: Int8Config, itemsize: int) -> int:
 
 
 def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
-    """Tiles for a weight-bandwidth-bound matmul (the H100 table `TUNED_H100` overrides it).
+    """Tiles for a weight-bandwidth-bound matmul (a swept table, results/tuned_int8_matmul.json, overrides it).
 
     BLOCK_M: 16 (tl.dot's minimum) up to 64, just covering M. BLOCK_N: the widest of
     128/64/32/16 that still gives >= 2 programs per SM, so every SM streams a weight strip
@@ -252,9 +254,20 @@ def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
     return config
 
 
-# Filled from `python -m week5_integration.quantization --sweep` on the H100: {(m_bucket, N, K):
-# Int8Config}, m_bucket = 1, 16 or 64 (M <= bucket). Empty: `heuristic_config` everywhere.
-TUNED_H100: dict[tuple[int, int, int], Int8Config] = {}
+# The fastest tiles per (m_bucket, N, K), m_bucket = 1, 16 or 64 (M <= bucket), with 16-bit
+# activations: written by `python -m week5_integration.quantization --sweep` to
+# results/tuned_int8_matmul.json (GPU, versions, date), read once, used only on the GPU it was
+# measured on (course/tuning.py). No file (not swept yet): `heuristic_config` everywhere.
+RESULTS = tuning.results_folder(__file__)
+_tuned: dict | None = None
+
+
+def tuned_configs() -> dict[tuple[int, int, int], Int8Config]:
+    """{(m_bucket, N, K): Int8Config} from results/tuned_int8_matmul.json for this GPU ({} elsewhere)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = {key: Int8Config(**config) for key, config in tuning.load(RESULTS, "int8_matmul").items()}
+    return _tuned
 
 
 def _m_bucket(M: int) -> int:
@@ -262,11 +275,8 @@ def _m_bucket(M: int) -> int:
 
 
 def config_for(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
-    key = (_m_bucket(M), N, K)
-    if (runtime.on_gpu() and itemsize == 2 and key in TUNED_H100
-            and "H100" in torch.cuda.get_device_name(runtime.DEVICE)):
-        return TUNED_H100[key]  # swept with 16-bit activations
-    return heuristic_config(M, N, K, itemsize)
+    tuned = tuned_configs().get((_m_bucket(M), N, K)) if itemsize == 2 else None  # swept with 16-bit activations
+    return tuned or heuristic_config(M, N, K, itemsize)
 
 
 # ------------------------------------------------------------------------------- launchers
@@ -577,8 +587,9 @@ def sweep_configs(M: int) -> list[Int8Config]:
             for bn in (16, 32, 64) for bk in (128, 256) for stages in (3, 6)]
 
 
-def sweep(shapes=GPU_SHAPES, batches=(1, 16)) -> dict:
-    """Time `int8_matmul` per config and shape against torch bf16; print; return the fastest."""
+def sweep(shapes=GPU_SHAPES, batches=(1, 16), save: bool = True) -> dict:
+    """Time `int8_matmul` per config and shape against torch bf16; print; return the fastest and
+    (`save`) write it to results/tuned_int8_matmul.json, which `config_for` reads."""
     from course import bench
 
     if not runtime.on_gpu():
@@ -615,12 +626,13 @@ def sweep(shapes=GPU_SHAPES, batches=(1, 16)) -> dict:
                 key = (_m_bucket(M), N, K)
                 if not wrong and t < best.get(key, (math.inf, None))[0]:
                     best[key] = (t, config)
-    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (m_bucket, N, K), for TUNED_H100:")
-    print("TUNED_H100 = {")
+    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (m_bucket, N, K):")
     for key, (t, c) in sorted(best.items()):
-        print(f"    {key}: Int8Config({c.block_m}, {c.block_n}, {c.block_k}, num_warps={c.num_warps}, "
-              f"num_stages={c.num_stages}),  # {t * 1e3:.1f} us")
-    print("}")
+        print(f"    {key}: {c.label()}  {t * 1e3:.1f} us")
+    if save:
+        entries = [{"key": list(key), "config": dataclasses.asdict(c), "measured": {"us": round(t * 1e3, 1)}}
+                   for key, (t, c) in sorted(best.items())]
+        print(f"wrote {tuning.save(RESULTS, 'int8_matmul', entries, 'python -m week5_integration.quantization --sweep')}")
     return {key: config for key, (_, config) in best.items()}
 
 

@@ -1,10 +1,11 @@
 """week3_triton_kernels.softmax: fused, persistent and online softmax against torch.softmax (in float64)."""
+import json
 import math
 
 import pytest
 import torch
 
-from course import runtime
+from course import runtime, tuning
 from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
                           past_int32_marks, poisoned, random_tensor, sweep, with_specials)
 
@@ -86,14 +87,32 @@ def test_every_swept_config_computes_softmax(dtype, part):
 
 
 def test_tuned_table_is_well_formed_and_correct():
-    # TUNED_H100 is pasted from the sweep's output: every entry must be a launchable config
-    # and give the right answer at its width.
-    for (itemsize, width), config in sm.TUNED_H100.items():
+    # results/tuned_softmax.json is written by the sweep: every entry must be a launchable config
+    # and give the right answer at its width, checked on any machine (whatever GPU measured it).
+    record = json.loads(tuning.tuned_path(sm.RESULTS, "softmax").read_text())
+    assert record["entries"] and record["machine"]["gpu"] and record["date"]
+    for entry in record["entries"]:
+        (itemsize, width), config = entry["key"], sm.SoftmaxConfig(**entry["config"])
         assert itemsize in (2, 4) and width & (width - 1) == 0 and width <= sm.MAX_ONE_BLOCK
         assert config.rows >= 1 and config.num_warps in (1, 2, 4, 8, 16, 32) and config.num_stages in (1, 2, 3, 4)
         dtype = torch.float32 if itemsize == 4 else torch.float16
         x = random_tensor((3, width - 1), dtype, DEVICE, scale=3.0)
-        assert_close(sm.softmax(x), reference(x), name=f"TUNED_H100[{(itemsize, width)}]")
+        out = torch.full_like(x, float("nan"))  # poisoned: an unwritten element fails
+        sm._launch_config(x, out, config)
+        assert_close(out, reference(x), name=f"tuned {entry['key']}: {config.label()}")
+
+
+def test_tuned_table_is_used_only_on_the_gpu_it_was_measured_on(monkeypatch):
+    record = json.loads(tuning.tuned_path(sm.RESULTS, "softmax").read_text())
+    first = record["entries"][0]
+    monkeypatch.setattr(sm, "_tuned", None)
+    monkeypatch.setattr(tuning.runtime, "on_gpu", lambda: True)
+    monkeypatch.setattr(tuning.runtime, "describe", lambda: {"gpu": record["machine"]["gpu"]})
+    assert sm.tuned_configs()[tuple(first["key"])] == sm.SoftmaxConfig(**first["config"])
+    monkeypatch.setattr(sm, "_tuned", None)
+    monkeypatch.setattr(tuning.runtime, "describe", lambda: {"gpu": "Tesla T4"})
+    assert sm.tuned_configs() == {}
+    monkeypatch.setattr(sm, "_tuned", None)  # the next test reads the table for this machine again
 
 
 def test_config_for_falls_back_to_the_heuristic():

@@ -4,13 +4,14 @@ Every kernel result is compared in float64 with x @ deq(q)^T, deq(q) = q * scale
 dtype for the kernel that dequantizes in its loop, exactly as it does), with the tolerance of an
 error model (`error_bounds`): fp32 accumulation over K terms plus one rounding of the output.
 """
+import json
 import math
 
 import pytest
 import torch
 import torch.nn as nn
 
-from course import runtime
+from course import runtime, tuning
 from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
                           past_int32_marks, poisoned, random_tensor, sweep)
 
@@ -177,7 +178,7 @@ def swept_configs(M, part):
 @pytest.mark.parametrize("part", sweep(["ends"], ["between"]))
 @pytest.mark.parametrize("M", [1, 16])
 def test_every_swept_config_is_correct(M, part):
-    # The sweep may pick any of these for TUNED_H100: each must be right, not only fast.
+    # The sweep may pick any of these for its tuned table: each must be right, not only fast.
     K, N = 300, 70
     q, scale = quantized(N, K)
     x = random_tensor((M, K), torch.float16, DEVICE)
@@ -189,13 +190,19 @@ def test_every_swept_config_is_correct(M, part):
 
 
 def test_tuned_table_entries_are_launchable():
-    for (bucket, N, K), config in qz.TUNED_H100.items():
+    # results/tuned_int8_matmul.json, when a sweep has written it: every entry launches and is right.
+    path = tuning.tuned_path(qz.RESULTS, "int8_matmul")
+    entries = json.loads(path.read_text())["entries"] if path.exists() else []
+    for entry in entries:
+        (bucket, N, K), config = entry["key"], qz.Int8Config(**entry["config"])
         assert bucket in (1, 16, 64) and N > 0 and K > 0
         q, scale = quantized(min(N, 64), min(K, 256))
         x = random_tensor((min(bucket, 16), min(K, 256)), torch.float32, DEVICE)
         rtol, atol = error_bounds(x, q, scale)
         assert_close(qz.int8_matmul(x, q, scale, config=config).double(), reference(x, q, scale),
                      rtol=rtol, atol=atol, name=str(config))
+    if not entries:  # not swept yet: every shape takes the heuristic
+        assert qz.config_for(1, 4096, 4096) == qz.heuristic_config(1, 4096, 4096)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

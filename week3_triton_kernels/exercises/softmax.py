@@ -31,6 +31,7 @@ the lesson's notes are the week's README and the docstring of week3_triton_kerne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import tuning, validate
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -145,30 +146,25 @@ def heuristic_config(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
                          num_stages=2 if _two_stages_fit(rows * block * itemsize) else 1)
 
 
-# Measured by `python -m week3_triton_kernels.softmax --sweep` on the H100 (the fastest config per
-# (itemsize, padded width)); paste the dict the sweep prints here. Empty: `heuristic_config`.
-# Printed by `python -m week3_triton_kernels.softmax --sweep` on the lent H100, 2026-11-23.
-TUNED_H100: dict[tuple[int, int], SoftmaxConfig] = {
-    (2, 1024): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2884 GB/s, 96.0% of copy
-    (2, 2048): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2865 GB/s, 95.4% of copy
-    (2, 4096): SoftmaxConfig(persistent=False, rows=1, num_warps=8, num_stages=1),  # 2862 GB/s, 95.3% of copy
-    (2, 8192): SoftmaxConfig(persistent=False, rows=1, num_warps=16, num_stages=1),  # 2866 GB/s, 95.4% of copy
-    (2, 16384): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2862 GB/s, 95.3% of copy
-    (2, 32768): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2667 GB/s, 88.8% of copy
-    (4, 1024): SoftmaxConfig(persistent=False, rows=1, num_warps=8, num_stages=1),  # 2885 GB/s, 96.1% of copy
-    (4, 2048): SoftmaxConfig(persistent=False, rows=1, num_warps=4, num_stages=1),  # 2867 GB/s, 95.5% of copy
-    (4, 4096): SoftmaxConfig(persistent=False, rows=1, num_warps=16, num_stages=1),  # 2858 GB/s, 95.2% of copy
-    (4, 8192): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2863 GB/s, 95.4% of copy
-    (4, 16384): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2834 GB/s, 94.4% of copy
-    (4, 32768): SoftmaxConfig(persistent=False, rows=1, num_warps=32, num_stages=1),  # 2740 GB/s, 91.2% of copy
-}
+# The fastest config per (itemsize, padded width), measured by `python -m week3_triton_kernels.softmax
+# --sweep` and written by it to results/tuned_softmax.json (with the GPU, versions and date). Read
+# once; used only on the GPU it was measured on (course/tuning.py), else `heuristic_config`.
+RESULTS = tuning.results_folder(__file__)
+_tuned: dict | None = None
+
+
+def tuned_configs() -> dict[tuple[int, int], SoftmaxConfig]:
+    """{(itemsize, padded width): SoftmaxConfig} from results/tuned_softmax.json for this GPU ({} elsewhere)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = {key: SoftmaxConfig(**config) for key, config in tuning.load(RESULTS, "softmax").items()}
+    return _tuned
+
 
 def config_for(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
-    """The launch settings `softmax` uses: the H100 table where it has an entry, else the heuristic."""
+    """The launch settings `softmax` uses: the tuned table where it has an entry, else the heuristic."""
     key = (torch.empty((), dtype=dtype).element_size(), triton.next_power_of_2(max(n_cols, 1)))
-    if runtime.on_gpu() and key in TUNED_H100 and "H100" in torch.cuda.get_device_name(runtime.DEVICE):
-        return TUNED_H100[key]
-    return heuristic_config(n_cols, dtype)
+    return tuned_configs().get(key) or heuristic_config(n_cols, dtype)
 
 
 _resident_cache: dict = {}

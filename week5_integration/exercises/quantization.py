@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import sys
 import time
@@ -43,7 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import tuning, validate
 from course.bench import Benchmark
 from course.check import random_tensor
 
@@ -164,7 +165,7 @@ def shared_memory_bytes(config: Int8Config, itemsize: int) -> int:
 
 
 def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
-    """Tiles for a weight-bandwidth-bound matmul (the H100 table `TUNED_H100` overrides it).
+    """Tiles for a weight-bandwidth-bound matmul (a swept table, results/tuned_int8_matmul.json, overrides it).
 
     BLOCK_M: 16 (tl.dot's minimum) up to 64, just covering M. BLOCK_N: the widest of
     128/64/32/16 that still gives >= 2 programs per SM, so every SM streams a weight strip
@@ -187,9 +188,20 @@ def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
     return config
 
 
-# Filled from `python -m week5_integration.quantization --sweep` on the H100: {(m_bucket, N, K):
-# Int8Config}, m_bucket = 1, 16 or 64 (M <= bucket). Empty: `heuristic_config` everywhere.
-TUNED_H100: dict[tuple[int, int, int], Int8Config] = {}
+# The fastest tiles per (m_bucket, N, K), m_bucket = 1, 16 or 64 (M <= bucket), with 16-bit
+# activations: written by `python -m week5_integration.quantization --sweep` to
+# results/tuned_int8_matmul.json (GPU, versions, date), read once, used only on the GPU it was
+# measured on (course/tuning.py). No file (not swept yet): `heuristic_config` everywhere.
+RESULTS = tuning.results_folder(__file__)
+_tuned: dict | None = None
+
+
+def tuned_configs() -> dict[tuple[int, int, int], Int8Config]:
+    """{(m_bucket, N, K): Int8Config} from results/tuned_int8_matmul.json for this GPU ({} elsewhere)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = {key: Int8Config(**config) for key, config in tuning.load(RESULTS, "int8_matmul").items()}
+    return _tuned
 
 
 def _m_bucket(M: int) -> int:
@@ -197,11 +209,8 @@ def _m_bucket(M: int) -> int:
 
 
 def config_for(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
-    key = (_m_bucket(M), N, K)
-    if (runtime.on_gpu() and itemsize == 2 and key in TUNED_H100
-            and "H100" in torch.cuda.get_device_name(runtime.DEVICE)):
-        return TUNED_H100[key]  # swept with 16-bit activations
-    return heuristic_config(M, N, K, itemsize)
+    tuned = tuned_configs().get((_m_bucket(M), N, K)) if itemsize == 2 else None  # swept with 16-bit activations
+    return tuned or heuristic_config(M, N, K, itemsize)
 
 
 # ------------------------------------------------------------------------------- launchers

@@ -1,0 +1,41 @@
+"""course/tuning.py: swept launch settings are read from results files, only on the GPU that measured them."""
+import json
+
+import pytest
+
+from course import tuning
+
+
+def _machine(monkeypatch, gpu):
+    monkeypatch.setattr(tuning.runtime, "on_gpu", lambda: gpu is not None)
+    monkeypatch.setattr(tuning.runtime, "describe", lambda: {"gpu": gpu, "torch": "x", "triton": "y"})
+
+
+def test_save_then_load_on_the_same_gpu(tmp_path, monkeypatch):
+    _machine(monkeypatch, "NVIDIA H100 80GB HBM3")
+    path = tuning.save(tmp_path, "demo", [{"key": [2, 1024], "config": {"num_warps": 4}, "measured": {"gbps": 2900}}],
+                       "python -m demo --sweep")
+    record = json.loads(path.read_text())
+    assert path.name == "tuned_demo.json" and record["how"] == "python -m demo --sweep"
+    assert record["machine"]["gpu"] == "NVIDIA H100 80GB HBM3" and record["date"] and not record["simulated"]
+    assert tuning.load(tmp_path, "demo") == {(2, 1024): {"num_warps": 4}}
+
+
+def test_another_gpu_simulation_or_no_file_get_nothing(tmp_path, monkeypatch):
+    _machine(monkeypatch, "NVIDIA H100 80GB HBM3")
+    tuning.save(tmp_path, "demo", [{"key": [1], "config": {"a": 1}}], "sweep")
+    _machine(monkeypatch, "Tesla T4")
+    assert tuning.load(tmp_path, "demo") == {}
+    _machine(monkeypatch, None)  # the Triton interpreter: nothing to tune
+    assert tuning.load(tmp_path, "demo") == {}
+    assert tuning.load(tmp_path, "missing") == {}
+
+
+def test_entries_need_a_key_and_a_config(tmp_path):
+    with pytest.raises(ValueError, match="'key' and 'config'"):
+        tuning.save(tmp_path, "demo", [{"config": {}}], "sweep")
+
+
+def test_a_stub_reads_its_weeks_results(tmp_path):
+    assert tuning.results_folder(str(tmp_path / "week9" / "exercises" / "lesson.py")) == tmp_path / "week9" / "results"
+    assert tuning.results_folder(str(tmp_path / "week9" / "lesson.py")) == tmp_path / "week9" / "results"
