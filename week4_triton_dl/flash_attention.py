@@ -515,6 +515,9 @@ BWD_KV_CONFIGS = [
     _config(32, 64, 4, 2), _config(64, 64, 8, 3), _config(32, 128, 8, 2),
     _config(32, 128, 4, 3, max_head_dim=64), _config(64, 64, 4, 3, max_head_dim=64),
     _config(16, 128, 4, 4, max_head_dim=64),
+    # Seen fastest at D = 64, S = 2048, not causal (sweep of 2026-11-27: 4 stages of 64-row
+    # query blocks keep the tensor cores fed where the unmasked loop is long).
+    _config(64, 64, 4, 4, max_head_dim=64),
 ]
 # dQ kernel: BLOCK_M queries per program, BLOCK_N keys per step.
 BWD_Q_CONFIGS = [

@@ -4,14 +4,14 @@ scores.
 Check your work with `pytest tests/week4/test_flash_attention.py --impl=exercises`; `python -m
 course progress` shows where every exercise stands.
 
-You write (about 488 lines in 3 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 489 lines in 3 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * at module level: your kernels, designed by you: a forward that walks the K/V blocks of each query
   block with the online softmax (running max m and sum l per row; rescale the accumulator by
   exp(m_old - m_new) before adding P V) and writes out and lse; a backward that recomputes P from
   lse instead of storing it: delta = rowsum(dO * O), then dK, dV (one program per key block) and dQ
   (one per query block, or atomics). Masks: the causal triangle, key_lengths, the ragged tails.
-  Helpers, autotuning and launch plans are yours too (the solution's: flash_attention.py) (about 442
+  Helpers, autotuning and launch plans are yours too (the solution's: flash_attention.py) (about 443
   lines)
 * `_forward`: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
@@ -65,7 +65,7 @@ LOG2E = 1.4426950408889634  # host side: folded into the scale passed to the ker
 _LOG2E = tl.constexpr(LOG2E)
 _LN2 = tl.constexpr(0.6931471805599453)
 
-# TODO (about 442 lines): your kernels, designed by you: a forward that walks the K/V blocks of each query
+# TODO (about 443 lines): your kernels, designed by you: a forward that walks the K/V blocks of each query
 #   block with the online softmax (running max m and sum l per row; rescale the accumulator by exp(m_old -
 #   m_new) before adding P V) and writes out and lse; a backward that recomputes P from lse instead of storing
 #   it: delta = rowsum(dO * O), then dK, dV (one program per key block) and dQ (one per query block, or
