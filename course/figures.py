@@ -8,12 +8,12 @@ from the results file and `python -m course report --check` fails while it is ou
 
 Only the text between the two markers is generated; the words and units around it are the
 note's. The spec after `fig` names a results file (`NAME` = `results/NAME.json` of the note's
-week folder; `week4/NAME` another week's) and what to read from it, as key=value words (quote a
-value that holds spaces: `size="8192^2 K=15"`):
+week folder; `week4/NAME` another week's; `NAME1+NAME2` pools the values of several files) and
+what to read from it, as key=value words (quote a value that holds spaces: `size="8192^2 K=15"`):
 
 * a benchmark record (`rows` of size/variant/fields, written by `course bench`):
   `variant=V field=F` (any row field: ms, gbps, tflops, pct_of_copy, speedup_vs_torch, ...);
-  `size=S` one size, `size=S1|S2` several, no size: every size where the field is measured;
+  `size=S` one size, `size=S1,S2` several, no size: every size where the field is measured;
   `over=V2` the ratio of V's field to V2's at the same size.
 * any other JSON (a runner's summary): `path=key.key.0.key`, the number at that path.
 * for both: `scale=X` multiplies (1000: ms to us), `fmt=.1f` is Python's format spec (default
@@ -59,7 +59,7 @@ def _values(record: dict, opts: dict) -> list[float]:
     field = opts["field"]
     table = {(r["size"], r["variant"]): r for r in record["rows"]}
     sizes = list(dict.fromkeys(r["size"] for r in record["rows"]))
-    wanted = opts["size"].split("|") if "size" in opts else sizes
+    wanted = opts["size"].split(",") if "size" in opts else sizes
     out = []
     for size in wanted:
         row = table.get((size, opts["variant"]))
@@ -84,8 +84,8 @@ def _values(record: dict, opts: dict) -> list[float]:
     return out
 
 
-def render(record: dict, spec: str) -> str:
-    """The text a spec stands for, read from `record`."""
+def render(record: dict | list[dict], spec: str) -> str:
+    """The text a spec stands for, read from `record` (or pooled from several records)."""
     words = shlex.split(spec)
     opts = {}
     for word in words[1:]:
@@ -93,7 +93,8 @@ def render(record: dict, spec: str) -> str:
         if not eq or key not in KEYS:
             raise ValueError(f"unknown word '{word}' (known: {', '.join(sorted(KEYS))}, as key=value)")
         opts[key] = value
-    values = [v * float(opts.get("scale", 1)) for v in _values(record, opts)]
+    records = record if isinstance(record, list) else [record]
+    values = [v * float(opts.get("scale", 1)) for one in records for v in _values(one, opts)]
     fmt = opts.get("fmt", ".2f" if "over" in opts else DEFAULT_FMT.get(opts.get("field"), ".2f"))
     agg = opts.get("agg", "range")
     if agg == "min":
@@ -128,12 +129,13 @@ def fill(text: str, results: Callable[[str], Path], where: str = "") -> str:
             spec = match.group("spec")
             name = shlex.split(spec)[0] if spec.strip() else ""
             try:
-                if name not in records:
-                    path = results(name)
-                    if not path.is_file():
-                        raise ValueError(f"no results file {path.name}")
-                    records[name] = json.loads(path.read_text())
-                value = render(records[name], spec)
+                for part in name.split("+"):
+                    if part not in records:
+                        path = results(part)
+                        if not path.is_file():
+                            raise ValueError(f"no results file {path.name}")
+                        records[part] = json.loads(path.read_text())
+                value = render([records[part] for part in name.split("+")], spec)
             except (ValueError, SystemExit) as error:
                 raise ValueError(f"{where}:{i + 1}: figure `{spec}`: {error}") from None
             return f"{OPEN}{spec} -->{value}{CLOSE}"

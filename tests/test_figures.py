@@ -21,7 +21,7 @@ RECORD = {"benchmark": "fake_host", "simulated": False, "rows": [
     ("fake variant=triton field=ms size=8x50304 scale=1000 fmt=.1f", "34.5"),
     ("fake variant=triton field=tflops", "405-485"),           # every measured size: a range
     ("fake variant=triton field=tflops agg=max", "485"),
-    ("fake variant=triton field=tflops size=1k|4k agg=min", "405"),
+    ("fake variant=triton field=tflops size=1k,4k agg=min", "405"),
     ("fake variant=triton field=tflops over=torch", "0.81"),   # 4k has no torch row: left out
     ("summary path=steps.1.loss fmt=.3f", "2.500"),
 ])
@@ -77,11 +77,15 @@ def test_another_weeks_results_and_figures_in_code_fences_and_spans(tree):
     note = tree / "week3_triton_kernels" / "notes.md"
     example = ("```\n<!-- fig fake_host variant=triton field=ms --><!-- /fig -->\n```\n"
                "written `<!-- fig NAME variant=V field=F -->` and `<!-- /fig -->`\n")
+    other = dict(RECORD, rows=[dict(r, tflops=r["tflops"] and r["tflops"] / 2) for r in RECORD["rows"]])
+    (tree / "week4_triton_dl/results/fake_half.json").write_text(json.dumps(other))
     note.write_text("peak <!-- fig week4/fake_host variant=triton field=tflops agg=max --><!-- /fig --> "
-                    "TFLOP/s\n" + example)
+                    "TFLOP/s, both <!-- fig week4/fake_host+week4/fake_half variant=triton field=tflops -->"
+                    "<!-- /fig -->\n" + example)
     assert report(tree) == 0
     assert note.read_text() == ("peak <!-- fig week4/fake_host variant=triton field=tflops agg=max -->485"
-                                "<!-- /fig --> TFLOP/s\n" + example)
+                                "<!-- /fig --> TFLOP/s, both <!-- fig week4/fake_host+week4/fake_half "
+                                "variant=triton field=tflops -->203-485<!-- /fig -->\n" + example)
 
 
 @pytest.mark.parametrize("text, message", [
