@@ -108,7 +108,7 @@ def train_variants() -> list[tuple[str, object, bool]]:
     names = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast"]
     variants = [(name, ops, False) for name, ops in zip(names, rungs)]
     # Eager, with the backward on the calling thread: what the GIL hand-overs to autograd's CUDA
-    # thread cost a model of Python-backward ops (course/ops.py, week 4 README section 11).
+    # thread cost a model of Python-backward ops (course/ops.py, week4_triton_dl/notes/kernels_as_ops.md).
     variants += [("fast, one-thread backward", rungs[-1], False)]
     # Each compiled pair in one mode: torch.compile's default, then reduce-overhead, which replays
     # the compiled forward and backward as CUDA graphs (the host then launches one graph per step).

@@ -6,7 +6,8 @@
     python -m course report [--check]     rebuild every generated table from the results/ files:
                                           RESULTS.md, README's results and skips sections, each
                                           `<!-- results:NAME -->` block in week*/ and capstone/
-                                          markdown, and week3_triton_kernels/performance_comparisons.md
+                                          markdown, each `<!-- fig NAME ... -->` figure in their prose
+                                          (course/figures.py), and week3_triton_kernels/performance_comparisons.md
     python -m course versions [--check]   installed torch/triton beside those results/ was measured
                                           with (--check: fail if they differ)
     python -m course skips LOG [--write]  count a CPU pytest run's skips by reason (LOG: its output);
@@ -31,6 +32,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from course import figures
 
 ROOT = Path(__file__).resolve().parent.parent
 WEEKS = {
@@ -579,8 +582,22 @@ def generated_texts(root: Path = ROOT) -> dict[Path, tuple[str | None, str]]:
     for path in markdown_files(root):
         old, current = texts.get(path, (path.read_text(), path.read_text()))
         package = path.relative_to(root).parts[0]
-        texts[path] = (old, fill_blocks(current, package, str(path.relative_to(root)), root))
+        where = str(path.relative_to(root))
+        text = fill_blocks(current, package, where, root)
+        texts[path] = (old, figures.fill(text, figure_results(package, root), where))
     return texts
+
+
+# ------------------------------------------------------------------ figures in prose
+# `<!-- fig NAME ... -->value<!-- /fig -->` inside a sentence: course/figures.py fills it.
+def figure_results(package: str, root: Path = ROOT):
+    """NAME (or week3/NAME) of a figure -> its results file, for course.figures.fill."""
+    def results(name: str) -> Path:
+        if "/" in name:
+            week, name = name.split("/", 1)
+            return root / resolve_week(week)[1] / "results" / f"{name}.json"
+        return root / package / "results" / f"{name}.json"
+    return results
 
 
 def cmd_report(args) -> int:
@@ -597,7 +614,7 @@ def cmd_report(args) -> int:
             print("out of date (run `python -m course report`): " + ", ".join(names))
             return 1
         print(f"generated tables match results/ ({len(texts)} files checked: RESULTS.md, README.md's "
-              "results and skips sections, results blocks, performance comparisons)")
+              "results and skips sections, results blocks, figures in prose, performance comparisons)")
         return 0
     for path in stale:
         path.write_text(texts[path][1])

@@ -135,7 +135,7 @@ def heuristic_config(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
     fp32: one row per program, ~16 values per thread (measured at 90-96% of copy on the H100
     in the development run of 2026-11-22). 16-bit: rows packed until a block holds >= 8 KB,
     persistent, with a second block's loads in flight whenever two blocks fit in shared memory
-    (a prediction until the sweep has run: see the README).
+    (a prediction until the sweep has run: see notes/softmax.md).
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     itemsize = torch.empty((), dtype=dtype).element_size()
