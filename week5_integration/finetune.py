@@ -177,16 +177,16 @@ def memory_model(cfg: gpt.GPTConfig, variant: str, tokens: int, *, rank: int = 1
 def checkpoint_blocks(model: gpt.GPT) -> gpt.GPT:
     """Recompute each block in the backward instead of keeping its activations (training only)."""
     # BEGIN EXERCISE: replace each block's forward by one that calls torch.utils.checkpoint.checkpoint(forward,
-    #   x, rope, None, layer, use_reentrant=False) when grad is enabled and there is no KV cache (else the
-    #   plain forward); bind each block's own forward (a default argument: a closure would see the last
+    #   x, rope, None, layer, pending, use_reentrant=False) when grad is enabled and there is no KV cache (else
+    #   the plain forward); bind each block's own forward (a default argument: a closure would see the last
     #   block's); return the model
     for block in model.blocks:
         forward = block.forward
 
-        def checkpointed(x, rope=None, cache=None, layer=0, _forward=forward):
+        def checkpointed(x, rope=None, cache=None, layer=0, pending=None, _forward=forward):
             if cache is not None or not torch.is_grad_enabled():
-                return _forward(x, rope, cache, layer)
-            return torch.utils.checkpoint.checkpoint(_forward, x, rope, None, layer, use_reentrant=False)
+                return _forward(x, rope, cache, layer, pending)
+            return torch.utils.checkpoint.checkpoint(_forward, x, rope, None, layer, pending, use_reentrant=False)
         block.forward = checkpointed
     return model
     # END EXERCISE

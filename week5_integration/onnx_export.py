@@ -93,9 +93,10 @@ class ExportableGPT(nn.Module):
             x = x + gpt.pos.weight[:T]
         else:
             rope = (self.cos[:T], self.sin[:T])
+        pending = None  # a block returns (x, pending): its last residual add, left to the next norm
         for layer, block in enumerate(gpt.blocks):
-            x = block(x, rope, None, layer)
-        return gpt.head(gpt.norm_f(x))
+            x, pending = block(x, rope, None, layer, pending)
+        return gpt.head(gpt.norm_f.add_forward(x, pending)[1])
         # END EXERCISE
 
 

@@ -155,5 +155,6 @@ def test_fast_model_is_one_graph_of_the_course_ops():
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
     targets = {str(node.target) for graph in explained.graphs for node in graph.graph.nodes
                if node.op == "call_function"}
-    for op in ("rms_norm", "rope_qk", "flash_attention", "swiglu_packed", "fused_linear_cross_entropy"):
+    # add_rms_norm: norm2 of each block, and the deferred residual adds of norm1 (blocks 1..) and norm_f
+    for op in ("rms_norm", "add_rms_norm", "rope_qk", "flash_attention", "swiglu_packed", "fused_linear_cross_entropy"):
         assert f"course.{op}.default" in targets, (op, sorted(t for t in targets if "course" in t))

@@ -113,6 +113,32 @@ def test_float64_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b, c: ar.add_rms_norm(a, b, c, EPS)[0] * 2.0, (x, delta, w))
 
 
+@pytest.mark.parametrize("path", ["eager", "registered_op", "compiled"])
+def test_an_unused_h_sends_no_residual_gradient(path, monkeypatch):
+    # A model's final norm takes the last residual add and nothing reads its h: the backward gets
+    # dh = None (the kernel skips that stream), not a zero tensor filled and read for nothing.
+    seen = []
+    backward = ar._backward
+
+    def spy(dy, dh, *args):
+        seen.append(dh)
+        return backward(dy, dh, *args)
+    monkeypatch.setattr(ar, "_backward", spy)
+    torch._dynamo.reset()
+    fn = {"eager": lambda a, b, c: ar.add_rms_norm(a, b, c, EPS)[1],
+          "registered_op": lambda a, b, c: ar.add_rms_norm_op(a, b, c, EPS, None)[1],
+          "compiled": torch.compile(lambda a, b, c: ar.add_rms_norm(a, b, c, EPS)[1], fullgraph=True,
+                                    backend=runtime.pick(gpu="inductor", sim="aot_eager"))}[path]
+    x, delta = (random_tensor((4, 16), torch.float32, DEVICE).requires_grad_(True) for _ in range(2))
+    w = random_tensor(16, torch.float32, DEVICE).requires_grad_(True)
+    got = torch.autograd.grad(fn(x, delta, w).square().sum(), (x, delta, w))
+    leaves = [t.detach().clone().requires_grad_(True) for t in (x, delta, w)]
+    want = torch.autograd.grad(ar.add_rms_norm_reference(*leaves[:2], leaves[2], EPS)[1].square().sum(), leaves)
+    assert seen and all(dh is None for dh in seen)
+    for name, g, r in zip(("dx", "ddelta", "dw"), got, want):
+        assert_close(g, r, rtol=1e-5, atol=1e-5 * max(1.0, float(r.abs().max())), name=name)
+
+
 def test_inference_path_and_registered_op_agree():
     x, delta = random_tensor((6, 40), torch.float32, DEVICE), random_tensor((6, 40), torch.float32, DEVICE)
     w = random_tensor(40, torch.float32, DEVICE)

@@ -91,6 +91,88 @@ def test_use_ops_swaps_every_layer_and_keeps_parameters():
         model.use_ops(m.torch_norm)
 
 
+# --- the deferred residual add (Ops.add_norm) ------------------------------------------------
+def old_logits(model, idx):
+    """The model as written before the deferred adds: each block's adds where a torch model has them."""
+    T = idx.shape[1]
+    x, rope = model.tok(idx), None
+    if model.pos is not None:
+        x = x + model.pos(torch.arange(T, device=idx.device))
+    else:
+        rope = model.rope_tables(0, T)
+    for layer, block in enumerate(model.blocks):
+        a = block.attn(block.norm1(x), rope, None, layer)
+        x = x + a
+        x = x + block.mlp(block.norm2(x))
+    return model.head(model.norm_f(x))
+
+
+def torch_add_norm(x, delta, weight, bias, eps, kind, out_dtype=None):
+    """Ops.add_norm in torch ops: the add, the norm, the cast; the deferred model's plumbing, no kernel."""
+    h = x + delta
+    y = m.torch_norm(h, weight, bias, eps, kind)
+    return h, (y if out_dtype is None else y.to(out_dtype))
+
+
+def logits_and_grads(model, idx, forward):
+    model.zero_grad(set_to_none=True)
+    logits = forward(model, idx)
+    logits.float().square().mean().backward()
+    return logits.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+GPT2_CHANGES = {"norm": "layernorm", "mlp": "gelu", "pos": "learned"}
+
+
+@pytest.mark.parametrize("changes", [{"n_layers": 3}, dict(GPT2_CHANGES, n_layers=3)], ids=["llama", "gpt2"])
+def test_torch_twin_runs_the_old_block_ops_bit_for_bit(changes):
+    # Without add_norm nothing is deferred: the twin's logits and every gradient are exactly those of
+    # the old Block.forward (a + x, then norm2; x + mlp at the block's end; norm_f of the last x).
+    model = tiny_model(**changes)
+    idx = torch.randint(0, TINY.vocab_size, (2, 9), device=DEVICE)
+    got, got_grads = logits_and_grads(model, idx, lambda mod, i: mod(i))
+    want, want_grads = logits_and_grads(model, idx, old_logits)
+    assert torch.equal(got, want)
+    for name, g in want_grads.items():
+        assert torch.equal(got_grads[name], g), name
+    x = torch.randn(2, 9, TINY.d_model, device=DEVICE)
+    assert model.blocks[0](x)[1] is None  # the twin's block adds its MLP branch itself
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16_autocast"])
+@pytest.mark.parametrize("changes", [{"n_layers": 3}, dict(GPT2_CHANGES, n_layers=3)], ids=["llama", "gpt2"])
+def test_deferred_adds_are_the_twins_computation(changes, amp):
+    # add_norm in torch ops: the deferred model does the twin's adds and norms, each block's last add
+    # moved into the next norm1 (and the last into norm_f), so logits and gradients agree bit for bit.
+    # Under autocast norm1/norm2 hand y to a matmul in bf16, the cast autocast would have made.
+    calls = {"norm": 0, "add_norm": 0}
+
+    def counted(name, fn):
+        def call(*args):
+            calls[name] += 1
+            return fn(*args)
+        return call
+
+    twin = tiny_model(**changes)
+    deferred = tiny_model(**changes).use_ops(dataclasses.replace(
+        m.TORCH_OPS, name="deferred", norm=counted("norm", m.torch_norm), add_norm=counted("add_norm", torch_add_norm)))
+    idx = torch.randint(0, TINY.vocab_size, (2, 9), device=DEVICE)
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=amp):
+        want, want_grads = logits_and_grads(twin, idx, lambda mod, i: mod(i))
+        got, got_grads = logits_and_grads(deferred, idx, lambda mod, i: mod(i))
+    # every norm but block 0's norm1 takes a residual add: norm2 of each block, norm1 of the next, norm_f
+    assert calls == {"norm": 1, "add_norm": 2 * 3}
+    assert torch.equal(got, want)
+    for name, g in want_grads.items():
+        assert torch.equal(got_grads[name], g), name
+    with torch.no_grad():  # the KV-cache path defers too
+        cache = m.KVCache(deferred.cfg, 2, device=DEVICE, dtype=torch.float32)
+        prefix = deferred(idx[:, :5], cache=cache)
+        cache.length = 5
+        rest = deferred(idx[:, 5:], start=5, cache=cache)
+        assert_close(torch.cat((prefix, rest), dim=1), deferred(idx), rtol=1e-4, atol=1e-5)
+
+
 def test_bad_inputs_are_refused():
     model = tiny_model()
     with pytest.raises(ValueError, match="integer token ids"):

@@ -178,6 +178,9 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(h, weight, rstd)
     ctx.dtypes = (x.dtype, delta.dtype)
     ctx.mark_non_differentiable(rstd)
+    # An unused output's gradient arrives as None, not as zeros to fill and read: a model's final norm
+    # takes the last residual add and nothing reads its h (the kernel then skips the dh stream).
+    ctx.set_materialize_grads(False)
 
 
 def _backward_formula(ctx, dh, dy, _drstd):
@@ -200,6 +203,7 @@ class AddRMSNormFunction(torch.autograd.Function):
         h, y, rstd = _forward(x, delta, weight, eps, M, N, out_dtype)
         ctx.save_for_backward(h, weight, rstd)
         ctx.info = (x.dtype, delta.dtype, M, N, x.shape)
+        ctx.set_materialize_grads(False)  # an unused h's gradient: None, not zeros (see _setup_context)
         return h.view(x.shape), y.view(x.shape)
 
     @staticmethod

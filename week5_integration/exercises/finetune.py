@@ -14,9 +14,10 @@ until you fill them):
   x trainable, optimizer 8 x trainable, activation_bytes(...); their 'total'. ValueError "variant
   must be one of ..." otherwise (about 16 lines)
 * `checkpoint_blocks`: replace each block's forward by one that calls
-  torch.utils.checkpoint.checkpoint(forward, x, rope, None, layer, use_reentrant=False) when grad is
-  enabled and there is no KV cache (else the plain forward); bind each block's own forward (a
-  default argument: a closure would see the last block's); return the model (about 8 lines)
+  torch.utils.checkpoint.checkpoint(forward, x, rope, None, layer, pending, use_reentrant=False)
+  when grad is enabled and there is no KV cache (else the plain forward); bind each block's own
+  forward (a default argument: a closure would see the last block's); return the model (about 8
+  lines)
 * `prepare`: full: the model unchanged; lora_torch / lora: lora_mod.apply_lora(model, r=plan.rank,
   alpha=plan.alpha, kernel "torch" / "auto", base_dtype=amp_dtype() on a GPU, else None); qlora:
   nf4_mod.apply_qlora(..., kernel="auto"); any other variant: ValueError "variant must be one of
@@ -144,9 +145,9 @@ def memory_model(cfg: gpt.GPTConfig, variant: str, tokens: int, *, rank: int = 1
 def checkpoint_blocks(model: gpt.GPT) -> gpt.GPT:
     """Recompute each block in the backward instead of keeping its activations (training only)."""
     # TODO (about 8 lines): replace each block's forward by one that calls
-    #   torch.utils.checkpoint.checkpoint(forward, x, rope, None, layer, use_reentrant=False) when grad is
-    #   enabled and there is no KV cache (else the plain forward); bind each block's own forward (a default
-    #   argument: a closure would see the last block's); return the model
+    #   torch.utils.checkpoint.checkpoint(forward, x, rope, None, layer, pending, use_reentrant=False) when
+    #   grad is enabled and there is no KV cache (else the plain forward); bind each block's own forward (a
+    #   default argument: a closure would see the last block's); return the model
     raise NotImplementedError("not implemented yet: checkpoint_blocks: replace each block's forward by one that ...")
 
 

@@ -3,10 +3,10 @@
 Check your work with `pytest tests/week5/test_onnx_export.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 34 lines in 2 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 35 lines in 2 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * `ExportableGPT.forward`: GPT.forward for start = 0 without a cache, but the rotary tables are
-  self.cos[:T], self.sin[:T] (learned positions: gpt.pos.weight[:T]) (about 11 lines)
+  self.cos[:T], self.sin[:T] (learned positions: gpt.pos.weight[:T]) (about 12 lines)
 * `export_onnx`: the export: ExportableGPT(model.eval()) traced on an example idx (mind that
   torch.export specializes sizes 0 and 1 to constants), torch.onnx.export(..., dynamo=True,
   input_names=['idx'], output_names=['logits'], dynamic_shapes={'idx': {0: Dim, 1: Dim}} if
@@ -67,7 +67,7 @@ class ExportableGPT(nn.Module):
             self.register_buffer("sin", sin.clone(), persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        # TODO (about 11 lines): GPT.forward for start = 0 without a cache, but the rotary tables are
+        # TODO (about 12 lines): GPT.forward for start = 0 without a cache, but the rotary tables are
         #   self.cos[:T], self.sin[:T] (learned positions: gpt.pos.weight[:T])
         raise NotImplementedError('not implemented yet: ExportableGPT.forward: GPT.forward for start = 0 without a ...')
 

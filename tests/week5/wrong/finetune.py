@@ -14,8 +14,8 @@ WRONG = [
           expect="assert", tests=("-k", "each_variant_trains")),
     Wrong("checkpoint_closure_binds_last_block",
           "the checkpointed forward closes over the loop variable: every block runs the last block's forward",
-          old="        def checkpointed(x, rope=None, cache=None, layer=0, _forward=forward):\n",
-          new="        def checkpointed(x, rope=None, cache=None, layer=0):\n"
+          old="        def checkpointed(x, rope=None, cache=None, layer=0, pending=None, _forward=forward):\n",
+          new="        def checkpointed(x, rope=None, cache=None, layer=0, pending=None):\n"
               "            _forward = forward\n",
           expect="elements differ|loss|grad", tests=("-k", "checkpointed_blocks")),
 ]
