@@ -47,7 +47,7 @@ import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -415,13 +415,9 @@ INPUT_BYTES = 1 << 28
 WIDTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 
 
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _rows(size):
     cols, dtype = size
-    return runtime.pick(gpu=INPUT_BYTES // _itemsize(dtype), sim=64 * cols) // cols
+    return runtime.pick(gpu=INPUT_BYTES // itemsize(dtype), sim=64 * cols) // cols
 
 
 def _inputs(size):
@@ -431,7 +427,7 @@ def _inputs(size):
 
 def _bytes(size):
     cols, dtype = size
-    return 2 * _rows(size) * cols * _itemsize(dtype)
+    return 2 * _rows(size) * cols * itemsize(dtype)
 
 
 def _softmax_benchmark(dtype: torch.dtype) -> Benchmark:
@@ -476,7 +472,7 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
     two fit in shared memory); each with ~16 and ~8 values per thread (w0 and 2 w0 warps).
     """
     block = triton.next_power_of_2(n_cols)
-    itemsize = _itemsize(dtype)
+    itemsize = itemsize(dtype)
     configs = []
     rows = 1
     while rows == 1 or rows * block * itemsize <= 16384:
@@ -505,7 +501,7 @@ def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16)) -> dict:
     best: dict[tuple[int, int], tuple[float, SoftmaxConfig]] = {}
     for dtype in dtypes:
         for width in widths:
-            rows_total = SWEEP_BYTES // _itemsize(dtype) // width
+            rows_total = SWEEP_BYTES // itemsize(dtype) // width
             x = random_tensor((rows_total, width), dtype, runtime.DEVICE)
             out = torch.empty_like(x)
             nbytes = 2 * x.numel() * x.element_size()

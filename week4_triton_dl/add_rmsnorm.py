@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype
 from course.check import random_tensor
 from course.launch import launch
 from week4_triton_dl import layernorm as ln
@@ -300,7 +300,7 @@ TRAIN_SIM_SIZES = [(4, 64)]
 
 def _train_inputs(size):
     M, N = size
-    low = ln.bench_dtype()  # bf16 on the GPU, fp32 in simulation (the interpreter's bf16 is raw bits)
+    low = bench_dtype()  # bf16 on the GPU, fp32 in simulation (the interpreter's bf16 is raw bits)
     x = random_tensor((M, N), torch.float32, runtime.DEVICE).requires_grad_(True)
     delta = random_tensor((M, N), low, runtime.DEVICE).requires_grad_(True)
     w = random_tensor(N, torch.float32, runtime.DEVICE).requires_grad_(True)

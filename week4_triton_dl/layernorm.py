@@ -79,7 +79,8 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
+from course.runtime import ON_GPU
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -894,7 +895,7 @@ def check_call(x, shape: tuple, weight=None, bias=None) -> None:
             raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
     elif k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
         raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
-    if x.dtype not in DTYPES or x.is_cuda != _ON_GPU:
+    if x.dtype not in DTYPES or x.is_cuda != ON_GPU:
         validate.tensor(x, "x", dtypes=DTYPES, contiguous=False)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
@@ -906,7 +907,6 @@ def check_call(x, shape: tuple, weight=None, bias=None) -> None:
             _check_vector(t.reshape(-1), name, x.reshape(-1, t.numel()) if t.numel() else x)
 
 
-_ON_GPU = runtime.on_gpu()
 
 
 def as_rows(x: torch.Tensor, shape: tuple) -> torch.Tensor:
@@ -978,13 +978,6 @@ SIZES = [(65536, 1024), (16384, 4096), (8192, 8192)]
 SIM_SIZES = [(64, 256)]
 _compiled: dict = {}
 
-def bench_dtype() -> torch.dtype:
-    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
-    if not runtime.on_gpu():
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
-
-
 def _compile(fn):
     """torch.compile(fn), compiled on its first call (the benchmark's warm-up, not timed)."""
     def run(*args):
@@ -1022,10 +1015,6 @@ def _backward_inputs(size):
     return dy, x, w, b, mean_t, rstd_t, mean, rstd
 
 
-def _itemsize():
-    return bench_dtype().itemsize
-
-
 BENCHMARKS = [
     Benchmark(
         name="layernorm_fwd_week4",
@@ -1041,7 +1030,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 2 * s[0] * s[1] * _itemsize() + 2 * s[1] * _itemsize() + 8 * s[0],
+        bytes=lambda s: 2 * s[0] * s[1] * itemsize(bench_dtype()) + 2 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 8 * s[0] * s[1],
         notes="bytes = read x + write y (+ w, b, mean, rstd); torch = F.layer_norm (one fused "
               "kernel); torch_unfused = the formula in eager ops (~14 x M x N x s bytes moved)",
@@ -1060,7 +1049,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 3 * s[0] * s[1] * _itemsize() + 3 * s[1] * _itemsize() + 8 * s[0],
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(bench_dtype()) + 3 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 12 * s[0] * s[1],
         notes="bytes = read x, dy + write dx (+ mean, rstd, w, dw, db): the minimum; the partials "
               "buffer (2 x P x N x 4 bytes, each way) is not counted; torch's backward reads x "
@@ -1110,7 +1099,7 @@ BENCHMARKS += [
         gpu_only=("torch_compile",),
         graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
-        bytes=lambda s: 5 * s[0] * s[1] * _itemsize() + 5 * s[1] * _itemsize() + 16 * s[0],
+        bytes=lambda s: 5 * s[0] * s[1] * itemsize(bench_dtype()) + 5 * s[1] * itemsize(bench_dtype()) + 16 * s[0],
         flops=lambda s: 20 * s[0] * s[1],
         notes="y = norm(x, w, b), then torch.autograd.grad(y, (x, w, b), dy): the public entry "
               "(layer_norm / F.layer_norm), autograd and every launch included; bytes = forward 2MNs "

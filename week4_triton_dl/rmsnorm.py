@@ -51,7 +51,7 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 from week4_triton_dl import layernorm as ln  # shared checks, launch sizing and the stage-2 sum
 
@@ -624,7 +624,7 @@ _compiled_backward = ln._compile(rms_norm_backward_unfused)
 
 def _forward_inputs(size):
     M, N = size
-    dtype = ln.bench_dtype()
+    dtype = bench_dtype()
     return random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
 
 
@@ -656,7 +656,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 2 * s[0] * s[1] * ln._itemsize() + s[1] * ln._itemsize() + 4 * s[0],
+        bytes=lambda s: 2 * s[0] * s[1] * itemsize(bench_dtype()) + s[1] * itemsize(bench_dtype()) + 4 * s[0],
         flops=lambda s: 4 * s[0] * s[1],
         notes="bytes = read x + write y (+ w, rstd); torch = F.rms_norm (nn.RMSNorm), fused on "
               "CUDA in torch >= 2.9; torch_unfused = the written-out formula in eager ops; "
@@ -675,7 +675,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 3 * s[0] * s[1] * ln._itemsize() + 2 * s[1] * ln._itemsize() + 4 * s[0],
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(bench_dtype()) + 2 * s[1] * itemsize(bench_dtype()) + 4 * s[0],
         flops=lambda s: 8 * s[0] * s[1],
         notes=("bytes = read x, dy + write dx (+ rstd, w, dw); partials not counted; torch = "
                + ("aten._fused_rms_norm_backward (what nn.RMSNorm's backward runs)" if HAS_FUSED_BACKWARD
@@ -696,7 +696,7 @@ HOST_SIZES = [(8, 768)]
 
 def _train_inputs(size):
     M, N = size
-    dtype = ln.bench_dtype()
+    dtype = bench_dtype()
     x = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
     w = random_tensor(N, dtype, runtime.DEVICE).requires_grad_(True)
     return x, w, random_tensor((M, N), dtype, runtime.DEVICE)
@@ -727,7 +727,7 @@ BENCHMARKS += [
         gpu_only=("torch_compile",),
         graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
-        bytes=lambda s: 5 * s[0] * s[1] * ln._itemsize() + 3 * s[1] * ln._itemsize() + 8 * s[0],
+        bytes=lambda s: 5 * s[0] * s[1] * itemsize(bench_dtype()) + 3 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 12 * s[0] * s[1],
         notes="y = norm(x, w), then torch.autograd.grad(y, (x, w), dy): the public entry "
               "(rms_norm / F.rms_norm), autograd and every launch included; bytes = forward 2MNs + "

@@ -66,7 +66,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
@@ -211,13 +211,6 @@ def _shared_memory_bytes(config, itemsize: int, block_r: int) -> int:
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"] + block_r) * kw["BLOCK_K"] * itemsize
 
 
-def _shared_memory_limit() -> int:
-    if not runtime.on_gpu():
-        return 1 << 30
-    props = torch.cuda.get_device_properties(runtime.DEVICE)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-
-
 def _prune_configs(configs, named_args, **kwargs):
     # Drop tiles whose pipeline buffers overflow shared memory (fp32/fp64 tests, a T4's 64 KB);
     # if none fits, one small single-stage tile. For a small output, only the smallest tile.
@@ -225,7 +218,7 @@ def _prune_configs(configs, named_args, **kwargs):
     if named_args["x_ptr"].dtype == torch.float64:
         return [FP64_CONFIG]
     block_r = kwargs.get("BLOCK_R", 16)
-    limit = _shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize, block_r) <= limit]
     if not fitting:
         small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
@@ -761,10 +754,6 @@ LORA_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 4096), (4096, 20
 RANK, ALPHA = 16, 32.0
 
 
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _inputs(size, train=True):
     m, k, n, r, dtype = size
     dev = runtime.DEVICE
@@ -808,12 +797,12 @@ def _label(size):
 def _train_bytes(s):
     m, k, n, r, dtype = s
     # read x, W, A, B, dY; write y, dx, dA, dB (each once)
-    return (2 * m * k + n * k + 2 * r * k + 2 * n * r + 2 * m * n) * _itemsize(dtype)
+    return (2 * m * k + n * k + 2 * r * k + 2 * n * r + 2 * m * n) * itemsize(dtype)
 
 
 def _infer_bytes(s):
     m, k, n, r, dtype = s
-    return (m * k + n * k + r * k + n * r + m * n) * _itemsize(dtype)
+    return (m * k + n * k + r * k + n * r + m * n) * itemsize(dtype)
 
 
 SIZES = [(m, k, n, RANK, torch.bfloat16) for m, k, n in LORA_SHAPES]

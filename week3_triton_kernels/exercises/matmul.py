@@ -177,20 +177,13 @@ def _shared_memory_bytes(config, itemsize: int) -> int:
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
 
 
-def _shared_memory_limit() -> int:
-    if not runtime.on_gpu():
-        return 1 << 30
-    props = torch.cuda.get_device_properties(runtime.DEVICE)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-
-
 def _prune_configs(configs, named_args, **kwargs):
     # Each config is a compile (seconds). Drop those whose pipeline buffers cannot fit the GPU's
     # shared memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles
     # would leave most SMs idle anyway, time only the smallest tile.
     operand = named_args.get("a_ptr", named_args.get("a_desc"))
     itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
-    limit = _shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize) <= limit]
     fitting = fitting or [min(configs, key=lambda c: _shared_memory_bytes(c, itemsize))]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:

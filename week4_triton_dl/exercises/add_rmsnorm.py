@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype
 from course.check import random_tensor
 from course.launch import launch
 from week4_triton_dl import layernorm as ln

@@ -53,7 +53,7 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 from week4_triton_dl import layernorm as ln  # shared checks, launch sizing and the stage-2 sum
 

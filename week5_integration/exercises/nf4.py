@@ -299,7 +299,7 @@ def _prune_matmul_configs(configs, named_args, **kwargs):
         keep = [c for c in configs if c.kwargs["BLOCK_M"] <= 64]
     else:
         keep = [c for c in configs if c.kwargs["BLOCK_M"] >= 64]
-    limit = lora_mod._shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     itemsize = named_args["x_ptr"].element_size()
     keep = [c for c in keep if c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * BLOCK * itemsize <= limit]
     return keep or [_config(16, 32, 1, 4)]
