@@ -215,7 +215,7 @@ class Hole:
     size: int
 
 
-def _scopes(tree: ast.AST):
+def code_scopes(tree: ast.AST):
     """(first line, last line, qualname, jit kind or None, is function) of every def and class."""
     out = []
 
@@ -238,7 +238,7 @@ def _scopes(tree: ast.AST):
     return out
 
 
-def _innermost(scopes, line: int):
+def innermost_scope(scopes, line: int):
     """The innermost def or class around 1-based `line`, or None (module level)."""
     around = [s for s in scopes if s[0] <= line <= s[1]]
     return min(around, key=lambda s: s[1] - s[0]) if around else None
@@ -396,7 +396,7 @@ def generate(solution: Path, root: Path = ROOT) -> str | None:
     holes: list[Hole] = []
     if comment == "#":
         tree = ast.parse(text, filename=where)
-        scopes = _scopes(tree)
+        scopes = code_scopes(tree)
         doc = _docstring_span(tree)
         if doc is None:
             raise MarkerError(f"{where}: a marked solution needs a module docstring (the stub's summary)")
@@ -413,7 +413,7 @@ def generate(solution: Path, root: Path = ROOT) -> str | None:
             imported += names
             continue
         if comment == "#":
-            scope = _innermost(scopes, region.begin + 1)
+            scope = innermost_scope(scopes, region.begin + 1)
             if scope is not None and scope[4]:
                 name, jit = scope[2], scope[3]
                 room = 118 - len(region.indent) - len("raise NotImplementedError('not implemented yet: : ')") - len(name)

@@ -398,3 +398,39 @@ def test_a_record_a_lessons_own_command_writes_names_that_command():
     assert reports.not_measured(week.short, record) == f"_Not measured on a GPU yet: run `{command}` on a GPU._"
     assert reports.not_measured(week.short, "other") == \
         f"_Not measured on a GPU yet: run `python -m course bench {week.short} --only other` on a GPU._"
+
+
+# Imports of another module's private names still to be made public (files another change owns).
+PRIVATE_IMPORTS_PENDING = {"capstone/fsdp.py"}
+
+
+def test_no_module_uses_another_modules_private_names():
+    """What one module needs of another is public and documented; a `_name` stays in its module.
+    (Lesson packages and the kit; an exercise stub is its solution's copy; tests and tools probe.)"""
+    import ast
+
+    root = weeks.ROOT
+    packages = {w.package for w in weeks.all_weeks()} | {"course"}
+    found = []
+    for package in sorted(packages):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            if "exercises" in path.parts or rel in PRIVATE_IMPORTS_PENDING:
+                continue
+            tree = ast.parse(path.read_text())
+            modules = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            found.append(f"{rel}:{node.lineno}: from {node.module} import {alias.name}")
+                        modules[alias.asname or alias.name] = node.module
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name.split(".")[0] in packages:
+                            modules[alias.asname or alias.name.split(".")[0]] = alias.name
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                        and node.attr.startswith("_") and not node.attr.startswith("__")):
+                    found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, found
