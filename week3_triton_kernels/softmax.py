@@ -472,10 +472,10 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
     two fit in shared memory); each with ~16 and ~8 values per thread (w0 and 2 w0 warps).
     """
     block = triton.next_power_of_2(n_cols)
-    itemsize = itemsize(dtype)
+    element_bytes = itemsize(dtype)
     configs = []
     rows = 1
-    while rows == 1 or rows * block * itemsize <= 16384:
+    while rows == 1 or rows * block * element_bytes <= 16384:
         w0 = _num_warps(rows * block)
         for warps in (w0, 2 * w0):
             if warps > 32 or rows * block < 4 * 32 * warps:  # fewer than 4 values per thread
@@ -483,7 +483,7 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
             if rows == 1:
                 configs.append(SoftmaxConfig(persistent=False, rows=1, num_warps=warps))
             for stages in (1, 2):
-                if stages == 1 or _two_stages_fit(rows * block * itemsize):
+                if stages == 1 or _two_stages_fit(rows * block * element_bytes):
                     configs.append(SoftmaxConfig(persistent=True, rows=rows, num_warps=warps, num_stages=stages))
         rows *= 2
     return configs
