@@ -97,6 +97,19 @@ def pow2_label(n: int) -> str:
     return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
 
 
+def itemsize(dtype: torch.dtype) -> int:
+    """Bytes of one element of `dtype`: what a benchmark's `bytes=` counts elements in."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def bench_dtype() -> torch.dtype:
+    """The half-precision dtype a model's ops are measured in: bf16 on GPUs with bf16 hardware
+    (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated (the interpreter's bf16 is slow)."""
+    if not runtime.on_gpu():
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+
+
 # ------------------------------------------------------------------------- lines of code
 @dataclass(frozen=True)
 class CFunction:

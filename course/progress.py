@@ -107,10 +107,10 @@ def _holes(stub: Path, root: Path) -> str:
         return "(as shipped)"
     regions = [r for r in exercises.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
     text = solution.read_text()
-    scopes = exercises._scopes(__import__("ast").parse(text))
+    scopes = exercises.code_scopes(__import__("ast").parse(text))
     names = []
     for r in regions:
-        scope = exercises._innermost(scopes, r.begin + 1)
+        scope = exercises.innermost_scope(scopes, r.begin + 1)
         names.append(scope[2] if scope else "module level")
     return f"holes: {', '.join(dict.fromkeys(names))} (about {sum(r.size for r in regions)} lines)"
 

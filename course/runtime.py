@@ -111,6 +111,8 @@ if BACKEND == "sim":
     _enter_simulation()
 
 DEVICE = torch.device("cuda" if BACKEND == "gpu" else "cpu")
+# on_gpu() as a constant: a launcher that checks it on every call reads a global, calls nothing.
+ON_GPU = BACKEND == "gpu"
 
 
 def on_gpu() -> bool:
@@ -202,6 +204,16 @@ def describe() -> dict:
     else:
         info["gpu"] = None
     return info
+
+
+def shared_memory_per_block() -> int:
+    """Bytes of shared memory one block may use on this GPU: the opt-in maximum (227 KB on an
+    H100, 64 KB on a T4), what a kernel's pipeline buffers must fit in; 2^30 in simulation,
+    where nothing limits them."""
+    if not on_gpu():
+        return 1 << 30
+    props = torch.cuda.get_device_properties(DEVICE)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
 
 
 def sm_count() -> int:

@@ -4,7 +4,7 @@
     python -m course versions --check    ...and fail (exit 1) if torch or triton differ
 
 The measured versions are the `machine` fields (written by `course.runtime.describe()`) of the
-newest results record, by its `date`, across `week*/results/*.json` and `capstone/results/*.json`.
+newest results record, by its `date`, across every week's `results/*.json` (course/weeks.py).
 CI runs the check right after installing from PyPI, so the course is tested with the versions it
 is measured with.
 
@@ -18,6 +18,8 @@ import json
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
+
+from course import weeks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = ("torch", "triton")                      # must equal the measured ones
@@ -43,7 +45,7 @@ def _date(record: dict) -> datetime:
 def measured_records(root: Path = ROOT) -> list[tuple[Path, dict]]:
     """Every results record measured on a GPU that names its versions: (path, record)."""
     found = []
-    folders = sorted(root.glob("week*/results")) + [root / "capstone" / "results"]
+    folders = [root / week.package / "results" for week in weeks.all_weeks()]
     for folder in folders:
         for path in sorted(folder.glob("*.json")):
             try:

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from course import bench, runtime
+from course import bench, report as reports, runtime, weeks
 from course import __main__ as cli
 
 MACHINE = {"backend": "gpu", "device": "cuda", "python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0",
@@ -138,7 +138,7 @@ def test_markers_inside_code_fences_are_examples(tree):
 
 def test_readme_section_is_rebuilt_in_the_same_run(tree):
     readme = tree / "README.md"
-    readme.write_text(f"intro\n{cli.README_BEGIN}\nold\n{cli.README_END}\noutro\n")
+    readme.write_text(f"intro\n{reports.README_BEGIN}\nold\n{reports.README_END}\noutro\n")
     report(tree)
     text = readme.read_text()
     assert "old" not in text and text.endswith("outro\n")
@@ -151,7 +151,7 @@ def test_readme_section_is_rebuilt_in_the_same_run(tree):
 
 
 def test_results_file_drifting_fails_the_check(tree, capsys):
-    (tree / "README.md").write_text(f"{cli.README_BEGIN}\n{cli.README_END}\n")
+    (tree / "README.md").write_text(f"{reports.README_BEGIN}\n{reports.README_END}\n")
     report(tree)
     (tree / "RESULTS.md").write_text((tree / "RESULTS.md").read_text().replace("2^24", "2^25"))
     capsys.readouterr()
@@ -163,7 +163,7 @@ def test_readme_skips_section_comes_from_the_recorded_run(tree):
     from course import skips
 
     readme = tree / "README.md"
-    readme.write_text(f"{cli.README_BEGIN}\n{cli.README_END}\n{cli.SKIPS_BEGIN}\nold\n{cli.SKIPS_END}\n")
+    readme.write_text(f"{reports.README_BEGIN}\n{reports.README_END}\n{reports.SKIPS_BEGIN}\nold\n{reports.SKIPS_END}\n")
     report(tree)
     assert "_Not counted yet" in readme.read_text()
     (tree / "tests").mkdir()
@@ -187,7 +187,7 @@ def test_comparisons_file_is_generated_from_results(tree):
     write_result(tree, "week3_triton_kernels",
                  fake_result("vector_add_week3", sizes=("2^28",), extra={}, triton={"loc": 17}))
     report(tree)
-    text = (tree / cli.COMPARISONS_FILE).read_text()
+    text = (tree / reports.comparisons_file()).read_text()
     triton_row = next(line for line in text.splitlines() if line.startswith("| Triton | week3 `vector_add.py`"))
     assert "| 2^28 |" in triton_row and "| 17 |" in triton_row and "41.0%" in triton_row
     assert "`vector_add_week3`: NVIDIA H100 80GB HBM3" in text
@@ -196,18 +196,18 @@ def test_comparisons_file_is_generated_from_results(tree):
 
 
 def test_every_comparison_names_a_torch_row_and_known_units():
-    for group in cli.COMPARISONS:
+    shorts = {week.short for week in weeks.all_weeks()}
+    for group in reports.comparisons():
         assert group.metric in ("gbps", "tflops"), group.title
         assert any(impl.variant == "torch" for impl in group.impls), group.title
-        assert all(impl.week in cli.WEEKS for impl in group.impls), group.title
+        assert all(impl.week in shorts for impl in group.impls), group.title
 
 
 def test_every_comparison_row_names_a_registered_benchmark_and_variant():
     registered = {}
-    for short, package in cli.WEEKS.items():
-        if (cli.ROOT / package).is_dir():
-            registered.update({(short, b.name): b for b in cli.find_benchmarks(package)})
-    for group in cli.COMPARISONS:
+    for week in weeks.all_weeks():
+        registered.update({(week.short, b.name): b for b in weeks.benchmarks(week)})
+    for group in reports.comparisons():
         for impl in group.impls:
             found = registered.get((impl.week, impl.bench))
             assert found is not None, f"{group.title}: no benchmark {impl.bench!r} in {impl.week}"
@@ -221,7 +221,7 @@ def test_comparison_of_missing_variant_says_so(tmp_path):
     (tmp_path / "week3_triton_kernels").mkdir()
     write_result(tmp_path, "week3_triton_kernels", fake_result("vector_add_week3", sizes=("2^28",),
                                                               variants=("torch",)))
-    section = cli.comparison_section(cli.COMPARISONS[0], tmp_path)
+    section = reports.comparison_section(reports.comparisons()[0], tmp_path)
     assert "no 'triton' at 2^28 in results/vector_add_week3.json" in section
 
 
@@ -317,10 +317,9 @@ def test_benchmark_keeps_its_fields_without_sources():
 
 def test_every_registered_benchmark_is_well_formed():
     seen = {}
-    for short, package in cli.WEEKS.items():
-        if not (cli.ROOT / package).is_dir():
-            continue
-        for b in cli.find_benchmarks(package):
+    for week in weeks.all_weeks():
+        package = week.package
+        for b in weeks.benchmarks(week):
             assert b.name not in seen, f"benchmark name {b.name!r} in {package} and {seen.get(b.name)}"
             seen[b.name] = package
             assert "torch" in b.variants, f"{b.name} has no 'torch' reference variant"
@@ -343,3 +342,95 @@ def test_failure_log_keeps_each_failure_message_as_it_happens(tmp_path, monkeypa
     assert text.startswith("==== call FAILED tests/x.py::test_y\n...\n")
     assert "3 of 7 elements differ" in text and "test_z" not in text
     assert len(text) < suite_conftest.FAILURE_LOG_CHARS + 200
+
+
+# ------------------------------------------------------------------------ the weeks
+def test_the_kit_names_no_week_outside_the_registries():
+    """course/ finds the weeks (course/weeks.py): a week's name may stand in a docstring, a comment or
+    a command's help text (an example), never in the kit's code."""
+    import ast
+
+    names = {w.short for w in weeks.all_weeks()} | {w.package for w in weeks.all_weeks()}
+    found = []
+    for path in sorted((weeks.ROOT / "course").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        docstrings |= {id(c) for kw in ast.walk(tree) if isinstance(kw, ast.keyword) and kw.arg == "help"
+                       for c in ast.walk(kw.value)}
+        for node in ast.walk(tree):
+            text = (node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings else node.id if isinstance(node, ast.Name) else "")
+            found += [f"{path.name}:{node.lineno}: {name}" for name in names
+                      if name in text.replace("_", " ").split() or name == text or f"{name}_" in text
+                      or f"{name}/" in text or f"{name}." in text]
+    assert not found, found
+
+
+def test_weeks_are_discovered_in_course_order_from_their_registries(tmp_path):
+    found = weeks.all_weeks()
+    assert [w.order for w in found] == sorted(w.order for w in found)
+    assert all((weeks.ROOT / "tests" / w.short).is_dir() for w in found)
+    assert weeks.resolve(found[0].package) == weeks.resolve(found[0].short) == weeks.resolve(str(found[0].order))
+    with pytest.raises(SystemExit, match="unknown week 'nine'; choose one of"):
+        weeks.resolve("nine")
+    # a registry, a package found by its tests' folder, and packages that are no lesson
+    for name, init in [("alpha_one", 'COURSE = {"short": "a1", "order": 2}\n'), ("beta_two", '"""Beta: b."""\n'),
+                       ("kit", ""), ("gamma_three", '"""Not a lesson: no tests."""\n')]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(init)
+    (tmp_path / "tests" / "beta").mkdir(parents=True)
+    found = weeks.discover(tmp_path)
+    assert [(w.short, w.package, w.title) for w in found] == [("a1", "alpha_one", "alpha_one"),
+                                                              ("beta", "beta_two", "Beta: b.")]
+    (tmp_path / "alpha_one" / "__init__.py").write_text('COURSE = {"short": "a1", "order": ORDER}\n')
+    with pytest.raises(ValueError, match="COURSE must be a literal"):
+        weeks.discover(tmp_path)
+    (tmp_path / "alpha_one" / "__init__.py").write_text('COURSE = {"shrot": "a1"}\n')
+    with pytest.raises(ValueError, match="keys among"):
+        weeks.discover(tmp_path)
+
+
+def test_a_record_a_lessons_own_command_writes_names_that_command():
+    week, (record, command) = next((w, next(iter(w.runners.items()))) for w in weeks.all_weeks() if w.runners)
+    assert reports.not_measured(week.short, record) == f"_Not measured on a GPU yet: run `{command}` on a GPU._"
+    assert reports.not_measured(week.short, "other") == \
+        f"_Not measured on a GPU yet: run `python -m course bench {week.short} --only other` on a GPU._"
+
+
+# Imports of another module's private names still to be made public (files another change owns).
+PRIVATE_IMPORTS_PENDING = {"capstone/fsdp.py"}
+
+
+def test_no_module_uses_another_modules_private_names():
+    """What one module needs of another is public and documented; a `_name` stays in its module.
+    (Lesson packages and the kit; an exercise stub is its solution's copy; tests and tools probe.)"""
+    import ast
+
+    root = weeks.ROOT
+    packages = {w.package for w in weeks.all_weeks()} | {"course"}
+    found = []
+    for package in sorted(packages):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            if "exercises" in path.parts or rel in PRIVATE_IMPORTS_PENDING:
+                continue
+            tree = ast.parse(path.read_text())
+            modules = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            found.append(f"{rel}:{node.lineno}: from {node.module} import {alias.name}")
+                        modules[alias.asname or alias.name] = node.module
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name.split(".")[0] in packages:
+                            modules[alias.asname or alias.name.split(".")[0]] = alias.name
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                        and node.attr.startswith("_") and not node.attr.startswith("__")):
+                    found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, found

@@ -79,7 +79,7 @@ PLANTS = [
           'for name, t in (("a", a), ("b", b), ("out", out)):', 'for name, t in (("a", a), ("b", b)):',
           ("tests/week3/test_matmul.py", "-k", "past")),
     Plant("lora_out_span_unchecked", "size", "week5_integration/lora.py",
-          "    _check_int32_span(out, name)  # the stores' offsets are int32 too\n", "",
+          "    check_int32_span(out, name)  # the stores' offsets are int32 too\n", "",
           ("tests/week5/test_lora.py", "-k", "spans")),
     # --- non-dense layouts -------------------------------------------------------------------------
     Plant("lora_ignores_x_row_stride", "layout", "week5_integration/lora.py",

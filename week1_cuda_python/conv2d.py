@@ -256,14 +256,13 @@ def conv2d_numba_tiled(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | Non
 
 @functools.cache
 def _cuda_c_kernel(name: str):
-    kernel = interop.cuda_module(CUDA_SOURCE).get_function(name)
     if name == "conv2d_naive":
-        kernel.prepare("PPPiii")  # x, w, out, H, W, K
+        signature = "PPPiii"  # x, w, out, H, W, K
     elif name in ("conv2d_const", "conv2d_tiled"):
-        kernel.prepare("PPiii")   # x, out, H, W, K (the filter is in constant memory)
+        signature = "PPiii"   # x, out, H, W, K (the filter is in constant memory)
     else:
-        kernel.prepare("PPii")    # conv2d_{tiled,regblock}_k<K>: K is in the kernel's name
-    return kernel
+        signature = "PPii"    # conv2d_{tiled,regblock}_k<K>: K is in the kernel's name
+    return interop.cuda_kernel(CUDA_SOURCE, name, signature)
 
 
 def _upload_filter(w: torch.Tensor) -> None:

@@ -159,23 +159,10 @@ def histogram_numba_shared(x: torch.Tensor, bins: int, out: torch.Tensor | None 
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = ()):
-    """kernels/histogram.cu compiled for this GPU; `defines` (-DHISTOGRAM_UNROLL=...) for the sweep."""
-    if not defines:
-        return interop.cuda_module(CUDA_SOURCE)
-    runtime.pycuda_driver()
-    from pycuda.compiler import SourceModule
-
-    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
-                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
-
-
-@functools.cache
 def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
-    kernel = _module(defines).get_function(f"histogram_{rung}_{_SUFFIX[dtype]}")
-    kernel.prepare("PPqi" if rung in ("global", "shared") else "PPqiii")
-    return kernel
+    """`histogram_<rung>_<dtype>`; `defines` (-DHISTOGRAM_UNROLL=...) for the sweep."""
+    signature = "PPqi" if rung in ("global", "shared") else "PPqiii"
+    return interop.cuda_kernel(CUDA_SOURCE, f"histogram_{rung}_{_SUFFIX[dtype]}", signature, defines)
 
 
 def histogram_cuda_global(x: torch.Tensor, bins: int, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -290,9 +290,7 @@ CUDA_RUNGS = {
 
 @functools.cache
 def _cuda_c_kernel(name: str):
-    kernel = interop.cuda_module(CUDA_SOURCE).get_function(name)
-    kernel.prepare("PPPiii")  # three pointers, M, N, K as 32-bit ints
-    return kernel
+    return interop.cuda_kernel(CUDA_SOURCE, name, "PPPiii")  # three pointers, M, N, K as 32-bit ints
 
 
 def _padded(t: torch.Tensor, rows: int, cols: int, aligned: bool) -> torch.Tensor:

@@ -243,23 +243,10 @@ def _checked(a, b, out, out_dtype):
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = ()):
-    """kernels/matmul_tc.cu compiled for this GPU; `defines` (-DTC_BM=...) for the sweep."""
-    if not defines:
-        return interop.cuda_module(CUDA_SOURCE)
-    runtime.pycuda_driver()
-    from pycuda.compiler import SourceModule
-
-    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
-                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
-
-
-@functools.cache
 def _kernel(name: str, defines: tuple[str, ...] = ()):
-    kernel = _module(defines).get_function(name)
-    kernel.prepare("PPPiiiii")  # A, B, C, then M, N, K (padded), lda, ldb as 32-bit ints
-    return kernel
+    """Kernel `name` of kernels/matmul_tc.cu; `defines` (-DTC_BM=...) for the sweep."""
+    # A, B, C, then M, N, K (padded), lda, ldb as 32-bit ints
+    return interop.cuda_kernel(CUDA_SOURCE, name, "PPPiiiii", defines)
 
 
 def _launch(rung: str, a, b, out, out_dtype, tiles: TileConfig = DEFAULT_TILES):

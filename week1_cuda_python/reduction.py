@@ -106,9 +106,7 @@ def sum_shared_tree(x: torch.Tensor) -> torch.Tensor:
 
 @functools.cache
 def _cuda_c_kernel():
-    kernel = interop.cuda_module(CUDA_SOURCE).get_function("sum_warp_shuffle")
-    kernel.prepare("PPqi")
-    return kernel
+    return interop.cuda_kernel(CUDA_SOURCE, "sum_warp_shuffle", "PPqi")
 
 
 def sum_warp_shuffle(x: torch.Tensor) -> torch.Tensor:

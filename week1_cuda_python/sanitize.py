@@ -1,28 +1,7 @@
-"""compute-sanitizer over every week-1 kernel: one small launch each, under memcheck and racecheck.
-
-What it teaches: a kernel that gives the right answer can still be wrong. A thread that writes
-one element past the end of a buffer usually lands in memory nobody checks, and a missing
-`__syncthreads()` is a race that loses only when the warps happen to be scheduled badly.
-NVIDIA's `compute-sanitizer` runs the program with every memory access instrumented:
-
-* `memcheck`: out-of-bounds and misaligned accesses to global, shared and local memory,
-  and CUDA API calls that fail;
-* `racecheck`: shared-memory hazards, a read and a write (or two writes) of the same shared
-  address by different threads with no barrier between them;
-* `synccheck`, `initcheck` (available with `--tools`): barriers reached by only part of a block,
-  reads of global memory nothing wrote.
-
-Every kernel module of the week lists `SANITIZER_CASES`: a name and a function that does one
-small launch (sizes with partial blocks and tiles, so the bounds checks run) and synchronizes.
-For the modules written before that convention (vector_add, elementwise, matmul, reduction)
-the cases live here. This runner starts, for every case and tool,
-
-    compute-sanitizer --tool TOOL --error-exitcode 99 python -m week1_cuda_python.sanitize --case NAME
-
-in parallel, each with a timeout, inside one time budget, and writes `results/sanitizer.md|json`.
-The environment sets PYTORCH_NO_CUDA_MEMORY_CACHING=1: torch's caching allocator carves tensors
-out of large blocks, so a write just past a tensor lands inside the pool, where memcheck sees a
-valid allocation; without the cache every tensor is its own cudaMalloc and its end is a real edge.
+"""compute-sanitizer over every week-1 kernel: the week's entry point to the kit's tool
+(course/sanitize.py, which says what it checks and how), and the sanitizer cases of the
+modules written before the `SANITIZER_CASES` convention (vector_add, elementwise, matmul,
+reduction); every other module lists its own.
 
     python -m week1_cuda_python.sanitize                     all cases, memcheck + racecheck
     python -m week1_cuda_python.sanitize --list              the case names
@@ -32,108 +11,52 @@ valid allocation; without the cache every tensor is its own cudaMalloc and its e
 It also serves Nsight Compute (see `profile_ncu.sh`): `--launch BENCH` calls the variants of a
 registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
 into the markdown table `profiling_with_nsight.md` shows.
-
-Cost: under the sanitizer a process is 10-100x slower on the GPU side and pays Python's imports,
-the CUDA context and Numba's compilation before its one launch: several seconds per case, which
-is why the cases are tiny and run in parallel.
 """
 from __future__ import annotations
 
-import argparse
-import concurrent.futures
-import csv
-import datetime as _dt
-import importlib
-import io
-import json
-import os
-import pkgutil
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
-import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from course import runtime  # before numba (through the lesson modules): GPU or simulator
 from course.check import random_tensor
+from course.sanitize import (  # noqa: F401  the kit's tool, re-exported for this week's callers
+    ERROR_EXIT, EXCERPT_LINES, ROOT, TAIL_N, Outcome, Plan, Sanitizer, child_environment, find_sanitizer,
+    grid_stride_size, launch_case, ncu_table, parse_report, qualified, run_command, short_kernel_name,
+    summary_counts, vector,
+)
 
 PACKAGE = "week1_cuda_python"
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
-NOT_LESSONS = ("exercises", "notebooks", "results", "kernels", "sanitize")
-TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-DEFAULT_TOOLS = ("memcheck", "racecheck")
-ERROR_EXIT = 99  # --error-exitcode: what compute-sanitizer returns when it found something
-EXCERPT_LINES = 10
-MIN_START_S = 1.0  # a sanitized Python process does nothing useful in less: not started then
-# 3 full blocks of 256 threads and one element: 255 idle threads in the last block, whose writes
-# would land 1 KB past the end, beyond any rounding of the allocation, if a guard were missing.
-TAIL_N = 3 * 256 + 1
-
-
-# --- cases for the modules that have no SANITIZER_CASES of their own ---------------------------
-
-def _synchronize() -> None:
-    # Kernel launches are asynchronous: without this the process could exit before the
-    # launch ran, and a fault would surface nowhere.
-    if runtime.on_gpu():
-        torch.cuda.synchronize()
-
-
-def _vector(n: int, offset: int = 0) -> torch.Tensor:
-    """n random float32 values; offset > 0 gives a view that starts mid-allocation (unaligned)."""
-    return random_tensor(n + offset, torch.float32, runtime.DEVICE)[offset:]
-
-
-def _launch(fn: Callable, *args) -> Callable[[], None]:
-    """A case: call `fn(*make())` for the argument makers in `args`, then synchronize."""
-    def run() -> None:
-        fn(*(make() if callable(make) else make for make in args))
-        _synchronize()
-    return run
-
-
-def _grid_stride_size(blocks_per_sm: int, threads: int) -> int:
-    # More elements than the capped grid has threads, plus a partial block: every thread loops
-    # at least once more, and the last trip is ragged. Tiny in simulation (no sanitizer there).
-    return runtime.pick(gpu=blocks_per_sm * runtime.sm_count() * threads + 1001, sim=1000)
 
 
 def _vector_add_cases(m) -> dict[str, Callable[[], None]]:
     n = TAIL_N
     return {
-        "add_kernel": _launch(m.vector_add_numba, lambda: _vector(n), lambda: _vector(n)),
-        "add_grid_stride_kernel": _launch(m.vector_add_numba_grid_stride,
-                                          lambda: _vector(_grid_stride_size(32, 256)),
-                                          lambda: _vector(_grid_stride_size(32, 256))),
-        "vector_add_f32": _launch(m.vector_add_cuda, lambda: _vector(n), lambda: _vector(n)),
+        "add_kernel": launch_case(m.vector_add_numba, lambda: vector(n), lambda: vector(n)),
+        "add_grid_stride_kernel": launch_case(m.vector_add_numba_grid_stride,
+                                          lambda: vector(grid_stride_size(32, 256)),
+                                          lambda: vector(grid_stride_size(32, 256))),
+        "vector_add_f32": launch_case(m.vector_add_cuda, lambda: vector(n), lambda: vector(n)),
         # 1003 = 250 float4 + 3: the vector kernel's scalar tail runs.
-        "vector_add_f32x4": _launch(m.vector_add_cuda_vec4, lambda: _vector(1003), lambda: _vector(1003)),
+        "vector_add_f32x4": launch_case(m.vector_add_cuda_vec4, lambda: vector(1003), lambda: vector(1003)),
     }
 
 
 def _elementwise_cases(m) -> dict[str, Callable[[], None]]:
     n = TAIL_N
     n_x4 = 2 * 1024 + 777  # 2 full blocks of 4 x 256 elements, then a block with a ragged 4th quarter
-    stride_n = _grid_stride_size(32, 256)
+    stride_n = grid_stride_size(32, 256)
     matrix = lambda: random_tensor((37, 45), torch.float32, runtime.DEVICE)  # noqa: E731  partial 32 x 8 blocks
     return {
-        "scale_kernel": _launch(m.scale, lambda: _vector(n), 2.0),
-        "relu_kernel": _launch(m.relu, lambda: _vector(n)),
-        "scale_x4_kernel": _launch(m.scale_x4, lambda: _vector(n_x4), 2.0),
-        "relu_x4_kernel": _launch(m.relu_x4, lambda: _vector(n_x4)),
-        "saxpy_kernel": _launch(m.saxpy, 2.0, lambda: _vector(n), lambda: _vector(n)),
-        "saxpy_grid_stride_kernel": _launch(m.saxpy_grid_stride, 2.0, lambda: _vector(stride_n),
-                                            lambda: _vector(stride_n)),
-        "matrix_add_kernel": _launch(m.matrix_add, matrix, matrix),
+        "scale_kernel": launch_case(m.scale, lambda: vector(n), 2.0),
+        "relu_kernel": launch_case(m.relu, lambda: vector(n)),
+        "scale_x4_kernel": launch_case(m.scale_x4, lambda: vector(n_x4), 2.0),
+        "relu_x4_kernel": launch_case(m.relu_x4, lambda: vector(n_x4)),
+        "saxpy_kernel": launch_case(m.saxpy, 2.0, lambda: vector(n), lambda: vector(n)),
+        "saxpy_grid_stride_kernel": launch_case(m.saxpy_grid_stride, 2.0, lambda: vector(stride_n),
+                                            lambda: vector(stride_n)),
+        "matrix_add_kernel": launch_case(m.matrix_add, matrix, matrix),
     }
 
 
@@ -151,16 +74,16 @@ def _matmul_cases(m) -> dict[str, Callable[[], None]]:
     }
     for rung, (kernel_name, *_rest) in m.CUDA_RUNGS.items():
         kernels[kernel_name] = getattr(m, f"matmul_cuda_{rung}")
-    return {name: _launch(fn, a, b) for name, fn in kernels.items()}
+    return {name: launch_case(fn, a, b) for name, fn in kernels.items()}
 
 
 def _reduction_cases(m) -> dict[str, Callable[[], None]]:
     return {
-        "sum_atomic_kernel": _launch(m.sum_atomic, lambda: _vector(TAIL_N)),
+        "sum_atomic_kernel": launch_case(m.sum_atomic, lambda: vector(TAIL_N)),
         # More elements than the capped grid (8 blocks per SM) has threads: the grid-stride loop runs.
-        "sum_shared_tree_kernel": _launch(m.sum_shared_tree, lambda: _vector(_grid_stride_size(8 * 2, 256))),
-        "sum_warp_shuffle": _launch(m.sum_warp_shuffle, lambda: _vector(1003)),  # float4 + a tail of 3
-        "sum_warp_shuffle[unaligned]": _launch(m.sum_warp_shuffle, lambda: _vector(1003, offset=1)),
+        "sum_shared_tree_kernel": launch_case(m.sum_shared_tree, lambda: vector(grid_stride_size(8 * 2, 256))),
+        "sum_warp_shuffle": launch_case(m.sum_warp_shuffle, lambda: vector(1003)),  # float4 + a tail of 3
+        "sum_warp_shuffle[unaligned]": launch_case(m.sum_warp_shuffle, lambda: vector(1003, offset=1)),
     }
 
 
@@ -172,607 +95,12 @@ LOCAL_CASES: dict[str, Callable] = {
 }
 
 
-# --- discovery -----------------------------------------------------------------------------------
-
-def lesson_modules() -> list[str]:
-    """The week's lesson modules (short names), in file order."""
-    package = importlib.import_module(PACKAGE)
-    return sorted(info.name for info in pkgutil.iter_modules(package.__path__)
-                  if info.name not in NOT_LESSONS and not info.name.startswith("_"))
-
-
-def module_cases(module: str) -> dict[str, Callable[[], None]]:
-    """The module's own SANITIZER_CASES, else the ones defined here for it, else none."""
-    m = importlib.import_module(f"{PACKAGE}.{module}")
-    if hasattr(m, "SANITIZER_CASES"):
-        return dict(m.SANITIZER_CASES)
-    builder = LOCAL_CASES.get(module)
-    return builder(m) if builder else {}
-
-
-def qualified(module: str, case: str) -> str:
-    return f"{module}:{case}"
-
-
-def discover(only: list[str] | None = None) -> dict[str, Callable[[], None]]:
-    """{"module:case": run} for every case of the week, filtered by `only` (module names, or
-    substrings of the qualified names)."""
-    found: dict[str, Callable[[], None]] = {}
-    for module in lesson_modules():
-        for case, run in module_cases(module).items():
-            name = qualified(module, case)
-            if only and not any(p == module or p in name for p in only):
-                continue
-            if name in found:
-                raise ValueError(f"two sanitizer cases are named {name!r}")
-            found[name] = run
-    return found
-
-
-def resolve(name: str) -> tuple[str, Callable[[], None]]:
-    """A case by its qualified name ("scan:scan_lookback_f32"), importing only its module; a bare
-    case name ("scan_lookback_f32") is looked up in every module and must be unique."""
-    if ":" in name:
-        module, case = name.split(":", 1)
-        if module not in lesson_modules():
-            raise KeyError(f"no week-1 module {module!r}; modules: {', '.join(lesson_modules())}")
-        cases = module_cases(module)
-        if case not in cases:
-            raise KeyError(f"{module} has no sanitizer case {case!r}; it has: {', '.join(cases) or 'none'}")
-        return name, cases[case]
-    matches = [(n, run) for n, run in discover().items() if n.split(":", 1)[1] == name]
-    if len(matches) != 1:
-        why = "no case" if not matches else f"{len(matches)} cases ({', '.join(n for n, _ in matches)})"
-        raise KeyError(f"{why} named {name!r}: use `--list` and pass module:case")
-    return matches[0]
-
-
-def run_in_process(names: list[str]) -> int:
-    """Run cases here, one after the other: what each sanitizer subprocess does (with one name)."""
-    failed = 0
-    for name in names:
-        start = time.perf_counter()
-        try:
-            full, run = resolve(name)
-            run()
-        except Exception:
-            failed += 1
-            traceback.print_exc()
-            print(f"case {name}: FAILED", flush=True)
-        else:
-            print(f"case {full}: ok ({time.perf_counter() - start:.2f} s)", flush=True)
-    return 1 if failed else 0
-
-
-# --- reading compute-sanitizer's output ---------------------------------------------------------
-
-ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?")
-RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
-BANNER = re.compile(r"^=+\s*(COMPUTE-SANITIZER\s*)?$")
-API_ERROR = re.compile(r"Program hit \S+ \(error \d+\) .* on CUDA API call to (\w+)")
-# numba-cuda's driver binding resolves every entry point it knows through cuGetProcAddress, and
-# the driver answers "invalid argument" for the ones it does not have. memcheck counts each refused
-# lookup as an API error: 34 per Numba process on the H100 of 2026-11-23 (driver 580), in every
-# Numba case alike and in none of the CUDA C ones, all before the first launch. They say nothing
-# about the kernel, so they are counted apart; any other API error is a finding.
-SYMBOL_LOOKUPS = frozenset({"cuGetProcAddress", "cuGetProcAddress_v2"})
-
-
-@dataclass
-class Outcome:
-    """One case under one tool."""
-    case: str
-    tool: str
-    status: str                 # "clean", "3 errors", "2 hazards (...)", "failed (exit 1)", "timeout ...", "not run ..."
-    ok: bool                    # clean
-    errors: int | None = None   # ERROR SUMMARY, or racecheck's error hazards
-    hazards: int | None = None  # racecheck: hazards displayed
-    warnings: int | None = None
-    symbol_lookups: int = 0     # refused cuGetProcAddress lookups (not errors of the kernel)
-    returncode: int | None = None
-    seconds: float | None = None
-    excerpt: list[str] = field(default_factory=list)
-
-
-def _sanitizer_lines(text: str) -> list[str]:
-    """The report's own lines (prefixed =========) without the banner, blank ones and summaries."""
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("========="):
-            continue
-        if BANNER.match(line.strip()) or "SUMMARY:" in line or not line.strip("= \t"):
-            continue
-        lines.append(line.rstrip())
-    return lines
-
-
-def parse_report(case: str, tool: str, text: str, returncode: int | None, *, timed_out: bool = False,
-                 seconds: float | None = None, timeout_note: str = "") -> Outcome:
-    """Classify one compute-sanitizer run from its combined stdout + stderr and exit status."""
-    outcome = Outcome(case, tool, status="", ok=False, returncode=returncode, seconds=seconds)
-    errors = ERROR_SUMMARY.search(text)
-    race = RACECHECK_SUMMARY.search(text)
-    if errors:
-        outcome.errors = int(errors.group(1))
-    if race:
-        outcome.hazards, race_errors, outcome.warnings = (int(g) for g in race.groups())
-        outcome.errors = max(outcome.errors or 0, race_errors)
-    found = _sanitizer_lines(text)
-    lookups = sum(1 for line in found if (m := API_ERROR.search(line)) and m.group(1) in SYMBOL_LOOKUPS)
-    if outcome.errors and lookups == outcome.errors:  # every error printed, and every one a lookup
-        outcome.symbol_lookups, outcome.errors = lookups, 0
-        found = [line for line in found if not API_ERROR.search(line)]
-        if returncode == ERROR_EXIT:  # the exit code counted the lookups too
-            returncode = 0
-    if timed_out:
-        outcome.status = f"timeout{timeout_note}"
-        outcome.excerpt = (found or text.strip().splitlines())[-EXCERPT_LINES:]
-    elif outcome.hazards:
-        outcome.status = (f"{outcome.hazards} hazard{'s' * (outcome.hazards != 1)} "
-                          f"({race_errors} errors, {outcome.warnings} warnings)")
-        outcome.excerpt = found[:EXCERPT_LINES]
-    elif outcome.errors:
-        outcome.status = f"{outcome.errors} error{'s' * (outcome.errors != 1)}"
-        outcome.excerpt = found[:EXCERPT_LINES]
-    elif returncode != 0:
-        # No sanitizer finding, but the case itself failed (a Python exception, a crash):
-        # the traceback is at the end of the output.
-        outcome.status = f"failed (exit {returncode})"
-        outcome.excerpt = text.strip().splitlines()[-EXCERPT_LINES:]
-    elif errors is None and race is None:
-        outcome.status = "no sanitizer summary (exit 0)"
-        outcome.excerpt = text.strip().splitlines()[-EXCERPT_LINES:]
-    else:
-        outcome.status, outcome.ok = "clean", True
-        if outcome.symbol_lookups:
-            outcome.status = f"clean ({outcome.symbol_lookups} refused driver-symbol lookups, not kernel errors)"
-    return outcome
-
-
-# --- running the tools --------------------------------------------------------------------------
-
-def find_sanitizer() -> str | None:
-    """compute-sanitizer from $COMPUTE_SANITIZER, PATH, or the CUDA toolkit's usual place."""
-    for candidate in (os.environ.get("COMPUTE_SANITIZER"), shutil.which("compute-sanitizer"),
-                      "/usr/local/cuda/bin/compute-sanitizer"):
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-def sanitizer_version(sanitizer: str) -> str:
-    try:
-        text = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"unknown ({error})"
-    versions = [line.strip() for line in text.splitlines() if "version" in line.lower()]
-    return versions[-1] if versions else (text.strip().splitlines() or ["unknown"])[-1]
-
-
-def sanitizer_command(sanitizer: str, tool: str, case: str, extra: tuple[str, ...] = ()) -> list[str]:
-    command = [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXIT),
-               "--show-backtrace", "device",  # host frames of a Python process say nothing
-               "--print-limit", "100"]         # the count in the summary stays exact
-    if tool == "racecheck":
-        command += ["--racecheck-report", "all"]  # hazards and the analysis of their cause
-    return command + list(extra) + [sys.executable, "-m", f"{PACKAGE}.sanitize", "--case", case]
-
-
-def child_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        # One cudaMalloc per tensor: an access past a tensor's end leaves the allocation.
-        "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
-        "COURSE_BACKEND": env.get("COURSE_BACKEND", "gpu"),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
-    })
-    return env
-
-
-def run_command(command: list[str], timeout: float, env: dict | None = None) -> tuple[str, int | None, bool, float]:
-    """(output, exit status, timed out?, seconds); on timeout the whole process group is killed
-    (compute-sanitizer and the Python process it started)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env, cwd=ROOT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=max(timeout, 0.01))
-        return out, proc.returncode, False, time.perf_counter() - start
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        return out or "", proc.returncode, True, time.perf_counter() - start
-
-
-@dataclass
-class Plan:
-    cases: list[str]
-    tools: tuple[str, ...] = DEFAULT_TOOLS
-    workers: int = 8
-    case_timeout: float = 120.0
-    budget: float = 330.0
-    sanitizer: str = "compute-sanitizer"
-    extra: tuple[str, ...] = ()
-
-
-def cuda_modules(cases: list[str]) -> list[str]:
-    """The modules of the selected cases that load a .cu file (a CUDA_SOURCE attribute)."""
-    modules = sorted({case.split(":", 1)[0] for case in cases})
-    return [m for m in modules if getattr(importlib.import_module(f"{PACKAGE}.{m}"), "CUDA_SOURCE", None)]
-
-
-def compile_module(module: str) -> None:
-    """Compile `module`'s CUDA_SOURCE exactly as its launchers do (the same path, hence the same
-    nvcc options and the same PyCUDA cache entry)."""
-    from course import interop
-
-    interop.cuda_module(importlib.import_module(f"{PACKAGE}.{module}").CUDA_SOURCE)
-
-
-def warm_up(modules: list[str], workers: int, timeout: float, env: dict) -> list[dict]:
-    """Compile every .cu file once, in parallel, without the sanitizer. PyCUDA caches compiled
-    modules on disk, so the sanitized processes load them instead of running nvcc all at once
-    (and racing to write the same cache files)."""
-    def compile_one(module: str) -> dict:
-        command = [sys.executable, "-m", f"{PACKAGE}.sanitize", "--compile", module]
-        out, code, timed_out, seconds = run_command(command, timeout, env)
-        return {"module": module, "ok": code == 0 and not timed_out, "seconds": round(seconds, 1),
-                "tail": [] if code == 0 and not timed_out else out.strip().splitlines()[-5:]}
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(compile_one, modules))
-
-
-def run_plan(plan: Plan, *, start: float | None = None, env: dict | None = None,
-             report: Callable[[Outcome, int, int], None] | None = None) -> list[Outcome]:
-    """Every (tool, case) of the plan through the sanitizer, `plan.workers` at a time.
-
-    Tool-major order: all memcheck runs first, so a budget that runs out cuts racecheck runs.
-    A job not started before the deadline is recorded "not run (time budget)"; one running at
-    the deadline is killed and recorded as a timeout.
-    """
-    start = time.monotonic() if start is None else start
-    deadline = start + plan.budget
-    env = child_environment() if env is None else env
-    jobs = [(tool, case) for tool in plan.tools for case in plan.cases]
-    done = [0]
-    lock = threading.Lock()
-
-    def one(job) -> Outcome:
-        tool, case = job
-        left = deadline - time.monotonic()
-        if left < MIN_START_S:
-            outcome = Outcome(case, tool, status="not run (time budget)", ok=False)
-        else:
-            limit = min(plan.case_timeout, left)
-            note = f" (killed at the {plan.budget:.0f} s budget)" if limit < plan.case_timeout else \
-                f" ({plan.case_timeout:.0f} s)"
-            out, code, timed_out, seconds = run_command(
-                sanitizer_command(plan.sanitizer, tool, case, plan.extra), limit, env)
-            outcome = parse_report(case, tool, out, code, timed_out=timed_out, seconds=round(seconds, 1),
-                                   timeout_note=note)
-        with lock:
-            done[0] += 1
-            if report:
-                report(outcome, done[0], len(jobs))
-        return outcome
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, plan.workers)) as pool:
-        return list(pool.map(one, jobs))
-
-
-# --- the report ---------------------------------------------------------------------------------
-
-def summary_counts(outcomes: list[Outcome], tool: str) -> dict[str, int]:
-    mine = [o for o in outcomes if o.tool == tool]
-    kinds = {"clean": 0, "with findings": 0, "failed": 0, "timeout": 0, "not run": 0}
-    for o in mine:
-        if o.ok:
-            kinds["clean"] += 1
-        elif o.status.startswith("not run"):
-            kinds["not run"] += 1
-        elif o.status.startswith("timeout"):
-            kinds["timeout"] += 1
-        elif o.errors or o.hazards:
-            kinds["with findings"] += 1
-        else:
-            kinds["failed"] += 1
-    return kinds
-
-
-def _cell(o: Outcome | None) -> str:
-    if o is None:
-        return "-"
-    text = o.status if o.seconds is None else f"{o.status} ({o.seconds:.0f} s)"
-    return text.replace("|", "/")
-
-
-def markdown_report(record: dict, outcomes: list[Outcome]) -> str:
-    tools = record["tools"]
-    machine = record["machine"]
-    versions = ", ".join(f"{k} {machine[k]}" for k in ("torch", "numba", "numba_cuda", "pycuda", "cuda_runtime")
-                         if machine.get(k))
-    lines = [
-        "# compute-sanitizer on week 1's kernels",
-        "",
-        f"{machine.get('gpu') or 'no GPU'}; {record['sanitizer_version']}; {versions}; {record['date']}.",
-        f"`python -m week1_cuda_python.sanitize` ({', '.join(tools)}; {record['workers']} workers; "
-        f"{record['elapsed_s']:.0f} s of a {record['budget_s']:.0f} s budget; per-case limit "
-        f"{record['case_timeout_s']:.0f} s; PYTORCH_NO_CUDA_MEMORY_CACHING=1).",
-        "",
-    ]
-    for tool in tools:
-        counts = summary_counts(outcomes, tool)
-        lines.append(f"- **{tool}**: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "clean")
-                     + f" of {sum(counts.values())} cases")
-    failed_warmups = [w for w in record.get("warmup", []) if not w["ok"]]
-    for w in failed_warmups:
-        lines.append(f"- compiling the CUDA C of `{w['module']}` without the sanitizer failed: "
-                     + " / ".join(w["tail"]))
-    lines += ["", "| case | " + " | ".join(tools) + " |", "|---|" + "---|" * len(tools)]
-    by_key = {(o.case, o.tool): o for o in outcomes}
-    for case in record["cases"]:
-        lines.append(f"| `{case}` | " + " | ".join(_cell(by_key.get((case, t))) for t in tools) + " |")
-    findings = [o for o in outcomes if not o.ok and o.excerpt]
-    if findings:
-        lines += ["", "## What was reported", ""]
-        for o in findings:
-            lines += [f"**{o.case}**, {o.tool}: {o.status}", "", "```", *o.excerpt, "```", ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def write_report(out_dir: Path, record: dict, outcomes: list[Outcome]) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    record = dict(record, results=[o.__dict__ for o in outcomes])
-    json_path, md_path = out_dir / "sanitizer.json", out_dir / "sanitizer.md"
-    json_path.write_text(json.dumps(record, indent=1) + "\n")
-    md_path.write_text(markdown_report(record, outcomes))
-    return [json_path, md_path]
-
-
-def sanitize_all(plan: Plan, out_dir: Path, *, warmup: bool = True, env: dict | None = None) -> int:
-    """Run the plan, write the report; exit status 0 only if every run was clean."""
-    env = child_environment() if env is None else env
-    start = time.monotonic()
-    print(f"{len(plan.cases)} cases x {len(plan.tools)} tools ({', '.join(plan.tools)}) = "
-          f"{len(plan.cases) * len(plan.tools)} runs, {plan.workers} at a time, budget {plan.budget:.0f} s, "
-          f"per-case limit {plan.case_timeout:.0f} s", flush=True)
-    warmups = []
-    if warmup and runtime.on_gpu():
-        modules = cuda_modules(plan.cases)
-        warmups = warm_up(modules, plan.workers, min(plan.case_timeout, plan.budget), env)
-        print(f"compiled the CUDA C of {len(modules)} modules in {time.monotonic() - start:.0f} s "
-              f"({sum(not w['ok'] for w in warmups)} failed)", flush=True)
-
-    def progress(o: Outcome, done: int, total: int) -> None:
-        print(f"[{done}/{total}] {o.tool:<9} {o.case}: {_cell(o)}", flush=True)
-
-    outcomes = run_plan(plan, start=start, env=env, report=progress)
-    record = {
-        "tool": "compute-sanitizer",
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": runtime.describe(),
-        "sanitizer_version": sanitizer_version(plan.sanitizer),
-        "tools": list(plan.tools),
-        "workers": plan.workers,
-        "budget_s": plan.budget,
-        "case_timeout_s": plan.case_timeout,
-        "elapsed_s": round(time.monotonic() - start, 1),
-        "cases": plan.cases,
-        "warmup": warmups,
-    }
-    for path in write_report(out_dir, record, outcomes):
-        print("wrote", path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
-    for tool in plan.tools:
-        print(f"{tool}: " + ", ".join(f"{v} {k}" for k, v in summary_counts(outcomes, tool).items()))
-    return 0 if all(o.ok for o in outcomes) else 1
-
-
-# --- Nsight Compute helpers: a launch driver and the table ------------------------------------
-
-def launch_benchmark(name: str, size_label: str | None = None, variants: list[str] | None = None) -> list[str]:
-    """Call each variant of benchmark `name` once, at the size labelled `size_label` (default: the
-    largest), synchronizing after each: one launch per kernel for ncu to profile."""
-    from course.__main__ import find_benchmarks
-
-    benchmarks = {b.name: b for b in find_benchmarks(PACKAGE)}
-    if name not in benchmarks:
-        raise KeyError(f"no benchmark {name!r}; week 1 has: {', '.join(sorted(benchmarks))}")
-    bench = benchmarks[name]
-    sizes = {bench.size_label(s): s for s in bench.active_sizes()}
-    label = size_label or list(sizes)[-1]
-    if label not in sizes:
-        raise KeyError(f"{name} has no size {label!r} here; sizes: {', '.join(sizes)}")
-    chosen = variants or [v for v in bench.variants if v != "torch"]
-    unknown = [v for v in chosen if v not in bench.variants]
-    if unknown:
-        raise KeyError(f"{name} has no variant(s) {unknown}; variants: {', '.join(bench.variants)}")
-    inputs = bench.make_inputs(sizes[label])
-    _synchronize()
-    launched = []
-    for variant in chosen:
-        if variant in bench.gpu_only and not runtime.on_gpu():
-            print(f"{name} {label} {variant}: skipped (needs a GPU)", flush=True)
-            continue
-        bench.variants[variant](*inputs)
-        _synchronize()
-        launched.append(variant)
-        print(f"{name} {label} {variant}: launched", flush=True)
-    return launched
-
-
-# (column header, ncu metric, unit conversion) for the profile table; missing metrics show "-".
-NCU_COLUMNS = (
-    ("time us", "gpu__time_duration.sum", "us"),
-    ("block", "launch__block_size", None),
-    ("grid", "launch__grid_size", None),
-    ("regs/thread", "launch__registers_per_thread", None),
-    ("smem/block KB", ("launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic"), "KB"),
-    ("occupancy theor. %", "sm__maximum_warps_per_active_cycle_pct", None),
-    ("occupancy achieved %", "sm__warps_active.avg.pct_of_peak_sustained_active", None),
-    ("SM throughput %", "sm__throughput.avg.pct_of_peak_sustained_elapsed", None),
-    ("DRAM throughput %", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                           "dram__throughput.avg.pct_of_peak_sustained_elapsed"), None),
-    ("DRAM MB", ("dram__bytes_read.sum", "dram__bytes_write.sum"), "MB"),
-    ("smem ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", None),
-    ("smem st conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", None),
-    ("smem atom conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_atom.sum", None),
-    ("ld sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-                        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"), "ratio"),
-    ("st sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
-                        "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"), "ratio"),
-)
-_SCALE = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1, "ns": 1e-9, "us": 1e-6, "ms": 1e-3}
-
-
-def _number(text: str, unit: str) -> float | None:
-    text = (text or "").strip().replace(",", "")
-    if text in ("", "n/a", "N/A"):
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value * _SCALE.get(unit.strip(), 1)
-
-
-def short_kernel_name(name: str) -> str:
-    """'week1_cuda_python::transpose::_tiled_kernel::<locals>::kernel[abi:v1](Array<...>)' ->
-    '_tiled_kernel.<locals>.kernel'; C names pass through."""
-    base = re.sub(r"\[abi:[^\]]*\]", "", name).split("(")[0].strip()
-    base = re.sub(r"^void\s+", "", base)
-    parts = [p for p in base.split("::") if p]
-    parts = [p for p in parts if p not in ("cudapy", PACKAGE)]
-    if len(parts) > 1 and parts[0].isidentifier():
-        parts = parts[1:]  # the module name
-    return ".".join(parts) or name
-
-
-def ncu_table(csv_text: str, labels: list[str] | None = None) -> str:
-    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as a markdown table:
-    one row per profiled kernel, labelled by `labels` in launch order when their count matches."""
-    rows = list(csv.reader(io.StringIO(csv_text)))
-    rows = [r for r in rows if r and not r[0].startswith("==")]  # ==PROF== / ==WARNING== lines
-    if not rows:
-        return "_ncu exported no kernels: check the kernel-name regex._\n"
-    header, body = rows[0], rows[1:]
-    units = body[0] if body and not body[0][0].strip().isdigit() else [""] * len(header)
-    kernels = [r for r in body if r and r[0].strip().isdigit()]
-    column = {name: i for i, name in enumerate(header)}
-    use_labels = labels and len(labels) == len(kernels)
-
-    def value(row, metric):
-        if metric not in column or column[metric] >= len(row):
-            return None
-        return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
-
-    def cell(row, metric, convert) -> str:
-        if isinstance(metric, tuple):
-            values = [value(row, m) for m in metric]
-            if convert == "ratio":
-                top, bottom = values
-                return "-" if top is None or not bottom else f"{top / bottom:.1f}"
-            if convert is None:  # alternatives: the first one present
-                present = [v for v in values if v is not None]
-                return "-" if not present else f"{present[0]:.1f}"
-            present = [v for v in values if v is not None]
-            total = sum(present) if present else None
-        else:
-            total = value(row, metric)
-        if total is None:
-            return "-"
-        if convert == "us":
-            return f"{total * 1e6:.1f}"
-        if convert == "KB":
-            return f"{total / 1e3:.1f}"
-        if convert == "MB":
-            return f"{total / 1e6:.0f}"
-        return f"{total:.0f}" if abs(total - round(total)) < 1e-9 or abs(total) >= 100 else f"{total:.1f}"
-
-    name_index = column.get("Kernel Name")
-    shown = [c for c in NCU_COLUMNS
-             if any(cell(r, c[1], c[2]) != "-" for r in kernels)]
-    lines = ["| kernel | " + " | ".join(c[0] for c in shown) + " |", "|---|" + "---|" * len(shown)]
-    for i, row in enumerate(kernels):
-        name = labels[i] if use_labels else short_kernel_name(row[name_index]) if name_index is not None else str(i)
-        lines.append(f"| {name} | " + " | ".join(cell(row, c[1], c[2]) for c in shown) + " |")
-    if labels and not use_labels:
-        lines.append(f"\n_{len(kernels)} kernels profiled but {len(labels)} labels given: kernel names shown._")
-    return "\n".join(lines) + "\n"
-
-
-# --- command line -------------------------------------------------------------------------------
-
-def default_workers() -> int:
-    return max(1, min(12, os.cpu_count() or 1))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m week1_cuda_python.sanitize",
-                                     description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--list", action="store_true", help="print the case names and stop")
-    parser.add_argument("--case", action="append", metavar="NAME",
-                        help="run this case in this process (repeatable); what each sanitizer run does")
-    parser.add_argument("--only", nargs="+", metavar="PATTERN",
-                        help="cases whose module is PATTERN or whose name contains it")
-    parser.add_argument("--tools", nargs="+", choices=TOOLS, default=list(DEFAULT_TOOLS))
-    parser.add_argument("--workers", type=int, default=default_workers(), help="sanitizer runs at a time")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per run (default 120)")
-    parser.add_argument("--budget", type=float, default=330.0,
-                        help="seconds for everything; runs not started in time are reported as not run")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where sanitizer.md|json go (default results/)")
-    parser.add_argument("--no-warmup", action="store_true", help="skip compiling the .cu files first")
-    parser.add_argument("--sanitizer-args", default="", help="extra compute-sanitizer options, one string")
-    parser.add_argument("--compile", metavar="MODULE", help=argparse.SUPPRESS)  # the warm-up's worker
-    parser.add_argument("--launch", metavar="BENCH", help="call each variant of a benchmark once (an ncu driver)")
-    parser.add_argument("--size", help="with --launch: the size label (default: the largest)")
-    parser.add_argument("--variants", nargs="+", help="with --launch: which variants (default: all but torch)")
-    parser.add_argument("--ncu-table", metavar="CSV", type=Path, help="ncu raw CSV -> markdown table")
-    parser.add_argument("--labels", nargs="+", help="with --ncu-table: one label per kernel, launch order")
-    args = parser.parse_args(argv)
-
-    if args.ncu_table:
-        print(ncu_table(args.ncu_table.read_text(), args.labels), end="")
-        return 0
-    if args.compile:
-        compile_module(args.compile)
-        return 0
-    if args.launch:
-        launch_benchmark(args.launch, args.size, args.variants)
-        return 0
-    if args.case:
-        if not runtime.on_gpu():
-            print("note: no GPU here, the case runs in simulation (cases that synchronize with "
-                  "torch.cuda or launch CUDA C need a GPU)", file=sys.stderr)
-        return run_in_process(args.case)
-
-    cases = discover(args.only)
-    if args.list:
-        print("\n".join(cases))
-        return 0
-    if not cases:
-        print(f"no sanitizer case matches {args.only}; see --list", file=sys.stderr)
-        return 2
-    sanitizer = find_sanitizer()
-    if sanitizer is None:
-        print("compute-sanitizer not found (looked at $COMPUTE_SANITIZER, PATH and /usr/local/cuda/bin): "
-              "NOTHING WAS CHECKED. It ships with the CUDA toolkit; run this on a machine with an "
-              "NVIDIA GPU and the toolkit.", file=sys.stderr)
-        return 2
-    if not runtime.on_gpu():
-        print(f"compute-sanitizer is here ({sanitizer}) but torch sees no CUDA GPU "
-              f"(backend {runtime.BACKEND}): NOTHING WAS CHECKED; the sanitizer instruments real "
-              "kernel launches only.", file=sys.stderr)
-        return 2
-    plan = Plan(cases=list(cases), tools=tuple(args.tools), workers=args.workers, case_timeout=args.timeout,
-                budget=args.budget, sanitizer=sanitizer, extra=tuple(args.sanitizer_args.split()))
-    return sanitize_all(plan, args.out, warmup=not args.no_warmup)
+SANITIZER = Sanitizer(PACKAGE, "week 1", LOCAL_CASES)
+lesson_modules, module_cases, discover, resolve = (SANITIZER.lesson_modules, SANITIZER.module_cases,
+                                                   SANITIZER.discover, SANITIZER.resolve)
+sanitizer_command, run_plan, sanitize_all, launch_benchmark, main = (
+    SANITIZER.sanitizer_command, SANITIZER.run_plan, SANITIZER.sanitize_all, SANITIZER.launch_benchmark,
+    SANITIZER.main)
 
 
 if __name__ == "__main__":

@@ -327,23 +327,9 @@ _FORMATS = {"hillis_steele": "PPii", "blelloch": "PPPqi", "add_offsets": "PPqi",
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = ()):
-    """kernels/scan.cu compiled for this GPU; `defines` (-DLOOKBACK_THREADS=...) for the sweep."""
-    if not defines:
-        return interop.cuda_module(CUDA_SOURCE)
-    runtime.pycuda_driver()
-    from pycuda.compiler import SourceModule
-
-    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
-                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
-
-
-@functools.cache
 def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
-    kernel = _module(defines).get_function(f"scan_{rung}_{_SUFFIX[dtype]}")
-    kernel.prepare(_FORMATS[rung])
-    return kernel
+    """`scan_<rung>_<dtype>`; `defines` (-DLOOKBACK_THREADS=...) for the sweep."""
+    return interop.cuda_kernel(CUDA_SOURCE, f"scan_{rung}_{_SUFFIX[dtype]}", _FORMATS[rung], defines)
 
 
 def scan_cuda_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,

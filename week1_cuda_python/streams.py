@@ -143,9 +143,7 @@ def _workspace(n: int) -> tuple:
 
 @functools.cache
 def _kernel():
-    kernel = interop.cuda_module(CUDA_SOURCE).get_function("busy_add_f32")
-    kernel.prepare("PPPqi")
-    return kernel
+    return interop.cuda_kernel(CUDA_SOURCE, "busy_add_f32", "PPPqi")
 
 
 @functools.cache

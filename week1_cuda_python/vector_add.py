@@ -103,11 +103,9 @@ def vector_add_numba_grid_stride(a: torch.Tensor, b: torch.Tensor,
 
 @functools.cache
 def _cuda_c_kernel(name: str):
-    kernel = interop.cuda_module(CUDA_SOURCE).get_function(name)
     # `prepare` fixes the argument types (3 pointers, one int64) once, so each call packs
     # them without inspecting Python objects: a few microseconds instead of tens.
-    kernel.prepare("PPPq")
-    return kernel
+    return interop.cuda_kernel(CUDA_SOURCE, name, "PPPq")
 
 
 def _launch_cuda_c(kernel_name: str, a, b, out, elements_per_thread: int) -> None:

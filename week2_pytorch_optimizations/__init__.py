@@ -10,3 +10,6 @@ graphs on a training and an inference step (`compile_benchmark`, the assignment)
 No Triton or Numba kernels here: `course.runtime.DEVICE` is "cuda" on a GPU and "cpu"
 otherwise, and every function runs on both (the GPU-only effects are tested on the GPU).
 """
+
+# What the course's kit knows of this week (course/weeks.py reads it without importing the week).
+COURSE = {"short": "week2", "title": "PyTorch on the GPU, optimized", "order": 2}

@@ -31,7 +31,7 @@ import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -131,10 +131,6 @@ def mul_add_torch(x, y, z):
 
 # BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _gelu_inputs(size):
     rows, cols, dtype = size
     d = runtime.DEVICE
@@ -167,7 +163,7 @@ BENCHMARKS = [
             "triton_tanh": lambda x, b: bias_gelu(x, b, "tanh"),
         },
         headline=("triton",),
-        bytes=lambda s: 2 * s[0] * s[1] * _itemsize(s[2]) + s[1] * _itemsize(s[2]),
+        bytes=lambda s: 2 * s[0] * s[1] * itemsize(s[2]) + s[1] * itemsize(s[2]),
         flops=lambda s: 10 * s[0] * s[1],
         notes="bytes = fused traffic 2 x rows x cols x itemsize (+ bias); the unfused torch "
               "sequence moves 4 x rows x cols x itemsize (add: read x, write t; gelu: read t, "
@@ -187,7 +183,7 @@ BENCHMARKS = [
             "triton": mul_add,
         },
         headline=("triton",),
-        bytes=lambda s: 4 * s[0] * _itemsize(s[1]),
+        bytes=lambda s: 4 * s[0] * itemsize(s[1]),
         flops=lambda s: 2 * s[0],
         notes="bytes = fused traffic 4 x n x itemsize (read x, y, z; write out); the unfused "
               "torch sequence moves 6 x n x itemsize (mul: 3, add: 3), so the byte count "

@@ -7,7 +7,7 @@ K in BLOCK_K steps: load a BLOCK_M x BLOCK_K tile of A and a BLOCK_K x BLOCK_N t
 tiling by hand, with the staging through shared memory, the software pipelining (`num_stages`)
 and the tensor-core layout chosen by the compiler.
 
-The kernels, simplest first (diff them; they share the device helpers `_grouped_tile`,
+The kernels, simplest first (diff them; they share the device helpers `grouped_tile`,
 `_tile_product` and `_finish_tile`):
 * `matmul_kernel`: one program per C tile, pointer arithmetic. Grouped ordering: in row-major
   order (GROUP_M = 1) the ~130 concurrent programs cover one or two rows of C tiles and each
@@ -92,8 +92,10 @@ FP8_TENSOR_CORE_UNIT = 2.0**-13
 
 
 # ---------------------------------------------------------------------------- device helpers
+# grouped_tile: which (pid_m, pid_n) tile program `tile_id` computes, in grouped order; public,
+# as every tiled matmul of the course (week 5's LoRA and NF4 GEMMs) orders its tiles this way.
 @triton.jit
-def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+def grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     # BEGIN EXERCISE: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
     #   GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
     #   running programs share A's rows and B's columns in L2
@@ -192,10 +194,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
                   HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
                   FP8_PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # BEGIN EXERCISE: one program per tile: _grouped_tile(program_id), _tile_product, _finish_tile
+    # BEGIN EXERCISE: one program per tile: grouped_tile(program_id), _tile_product, _finish_tile
     # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols, stride_am, stride_ak,
                         stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
     _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
@@ -219,7 +221,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
     # flatten=True merges this loop with the K loop inside, so the software pipeline keeps
     # loading (the next tile's first K steps) across the boundary between tiles.
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols, stride_am, stride_ak,
                             stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
         _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
@@ -239,7 +241,7 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             # One TMA copy per operand tile: the descriptor knows the shape and strides, so
@@ -258,7 +260,8 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
 
 
 # ------------------------------------------------------------------------------ autotuning
-def _config(bm, bn, bk, stages, warps, group_m=8, **extra):
+def tile_config(bm, bn, bk, stages, warps, group_m=8, **extra):
+    """A triton.Config of a tiled matmul: BLOCK_M x BLOCK_N x BLOCK_K tiles, GROUP_M, stages, warps."""
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, **extra},
                          num_stages=stages, num_warps=warps)
 
@@ -266,26 +269,26 @@ def _config(bm, bn, bk, stages, warps, group_m=8, **extra):
 # Small spaces (each config costs a compile and a timing run on first use of a shape). The
 # large tiles feed the H100's wgmma well; the small ones win when M or N is small.
 AUTOTUNE_CONFIGS = [
-    _config(128, 256, 64, 3, 8),
-    _config(256, 128, 64, 3, 8),
-    _config(128, 128, 64, 4, 8),
-    _config(128, 128, 64, 4, 4),
-    _config(64, 128, 64, 4, 4),
+    tile_config(128, 256, 64, 3, 8),
+    tile_config(256, 128, 64, 3, 8),
+    tile_config(128, 128, 64, 4, 8),
+    tile_config(128, 128, 64, 4, 4),
+    tile_config(64, 128, 64, 4, 4),
 ]
 PERSISTENT_CONFIGS = [
-    _config(128, 256, 64, 3, 8, FLATTEN=True),
-    _config(128, 256, 64, 4, 8, FLATTEN=True),
-    _config(128, 128, 64, 4, 8, FLATTEN=True),
-    _config(128, 128, 64, 4, 4, FLATTEN=True),
-    _config(64, 128, 64, 4, 4, FLATTEN=True),
+    tile_config(128, 256, 64, 3, 8, FLATTEN=True),
+    tile_config(128, 256, 64, 4, 8, FLATTEN=True),
+    tile_config(128, 128, 64, 4, 8, FLATTEN=True),
+    tile_config(128, 128, 64, 4, 4, FLATTEN=True),
+    tile_config(64, 128, 64, 4, 4, FLATTEN=True),
 ]
 # fp8: twice the values per byte, so BLOCK_K = 128 moves the same bytes per step as 64 in fp16.
 FP8_CONFIGS = [
-    _config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
-    _config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    _config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    _config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
-    _config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
+    tile_config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
+    tile_config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    tile_config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    tile_config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
+    tile_config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
 ]
 SMALL_PROBLEM = 512 * 512  # C this small: tiles of 64 x 128 already give every SM work
 
@@ -295,20 +298,13 @@ def _shared_memory_bytes(config, itemsize: int) -> int:
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
 
 
-def _shared_memory_limit() -> int:
-    if not runtime.on_gpu():
-        return 1 << 30
-    props = torch.cuda.get_device_properties(runtime.DEVICE)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-
-
 def _prune_configs(configs, named_args, **kwargs):
     # Each config is a compile (seconds). Drop those whose pipeline buffers cannot fit the GPU's
     # shared memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles
     # would leave most SMs idle anyway, time only the smallest tile.
     operand = named_args.get("a_ptr", named_args.get("a_desc"))
     itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
-    limit = _shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize) <= limit]
     fitting = fitting or [min(configs, key=lambda c: _shared_memory_bytes(c, itemsize))]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:

@@ -48,7 +48,7 @@ import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import tuning, validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -411,13 +411,9 @@ INPUT_BYTES = 1 << 28
 WIDTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 
 
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _rows(size):
     cols, dtype = size
-    return runtime.pick(gpu=INPUT_BYTES // _itemsize(dtype), sim=64 * cols) // cols
+    return runtime.pick(gpu=INPUT_BYTES // itemsize(dtype), sim=64 * cols) // cols
 
 
 def _inputs(size):
@@ -427,7 +423,7 @@ def _inputs(size):
 
 def _bytes(size):
     cols, dtype = size
-    return 2 * _rows(size) * cols * _itemsize(dtype)
+    return 2 * _rows(size) * cols * itemsize(dtype)
 
 
 def _softmax_benchmark(dtype: torch.dtype) -> Benchmark:
@@ -472,10 +468,10 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
     two fit in shared memory); each with ~16 and ~8 values per thread (w0 and 2 w0 warps).
     """
     block = triton.next_power_of_2(n_cols)
-    itemsize = _itemsize(dtype)
+    element_bytes = itemsize(dtype)
     configs = []
     rows = 1
-    while rows == 1 or rows * block * itemsize <= 16384:
+    while rows == 1 or rows * block * element_bytes <= 16384:
         w0 = _num_warps(rows * block)
         for warps in (w0, 2 * w0):
             if warps > 32 or rows * block < 4 * 32 * warps:  # fewer than 4 values per thread
@@ -483,7 +479,7 @@ def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
             if rows == 1:
                 configs.append(SoftmaxConfig(persistent=False, rows=1, num_warps=warps))
             for stages in (1, 2):
-                if stages == 1 or _two_stages_fit(rows * block * itemsize):
+                if stages == 1 or _two_stages_fit(rows * block * element_bytes):
                     configs.append(SoftmaxConfig(persistent=True, rows=rows, num_warps=warps, num_stages=stages))
         rows *= 2
     return configs
@@ -502,7 +498,7 @@ def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16), save: bool = Tr
     best: dict[tuple[int, int], tuple[float, SoftmaxConfig]] = {}
     for dtype in dtypes:
         for width in widths:
-            rows_total = SWEEP_BYTES // _itemsize(dtype) // width
+            rows_total = SWEEP_BYTES // itemsize(dtype) // width
             x = random_tensor((rows_total, width), dtype, runtime.DEVICE)
             out = torch.empty_like(x)
             nbytes = 2 * x.numel() * x.element_size()

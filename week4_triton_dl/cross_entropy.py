@@ -90,8 +90,9 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.launch import launch
-from course.bench import Benchmark
+from course.launch import current_stream, launch, stream_capturing  # stream getters: torch's C ones
+from course.runtime import ON_GPU
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -542,7 +543,7 @@ def _scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch
     stream run one after another, so they can share both; another stream gets its own.
     """
     index = logits.get_device()  # an int (-1 on the CPU): no device object
-    key = (index, _current_stream(index) if _ON_GPU else None, acc)
+    key = (index, current_stream(index) if ON_GPU else None, acc)
     kept = _SCRATCH.get(key)
     if kept is None or kept[1].shape[0] < n_rows:
         ticket = kept[0] if kept is not None else torch.zeros(1, dtype=torch.int32, device=logits.device)
@@ -579,7 +580,7 @@ def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, 
 
 def _one_launch(logits, reduction) -> bool:
     return (ONE_LAUNCH_REDUCTION and reduction != "none" and logits.shape[0] > 0
-            and not (_ON_GPU and _capturing()))
+            and not (ON_GPU and stream_capturing()))
 
 
 def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothing, chunk_size, matmul,
@@ -713,7 +714,7 @@ def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> Non
     """The public entry's checks: a few comparisons per call; on failure, the course's messages."""
     if not (isinstance(logits, torch.Tensor) and isinstance(targets, torch.Tensor) and logits.dim() == 2
             and logits.dtype in DTYPES and logits.shape[1] > 0
-            and logits.is_cuda == _ON_GPU and logits.is_cpu != _ON_GPU  # (a meta tensor is neither)
+            and logits.is_cuda == ON_GPU and logits.is_cpu != ON_GPU  # (a meta tensor is neither)
             and targets.dtype in TARGET_DTYPES and targets.dim() == 1 and targets.shape[0] == logits.shape[0]
             and targets.get_device() == logits.get_device()):  # get_device(): an int, no device object
         _check_logits(logits, unit_stride=False)
@@ -724,12 +725,6 @@ def check_call(logits, targets, ignore_index, reduction, label_smoothing) -> Non
     if not (type(ignore_index) is int and reduction in REDUCTIONS and type(label_smoothing) in (float, int)
             and 0.0 <= label_smoothing <= 1.0):
         _check_options(ignore_index, reduction, label_smoothing)
-
-
-_ON_GPU = runtime.on_gpu()
-if _ON_GPU:  # torch's C getters: a fraction of a microsecond, no Python wrappers
-    _current_stream = torch._C._cuda_getCurrentRawStream
-    _capturing = torch._C._cuda_isCurrentStreamCapturing
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -1084,10 +1079,6 @@ def loss_and_grads(loss_fn):
 
 # BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _linear_inputs(size):
     n, d, v, dtype = size
     dev = runtime.DEVICE
@@ -1144,7 +1135,7 @@ BENCHMARKS = [
                            cross_entropy_reduce_kernel, _forward_grad, _reduce, _linear_ce_chunks,
                            FusedLinearCrossEntropyFunction.forward, FusedLinearCrossEntropyFunction.backward,
                            fused_linear_cross_entropy]},
-        bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * _itemsize(s[3]),
+        bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * itemsize(s[3]),
         flops=lambda s: 6 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
         notes="forward + backward of CE(h @ W^T, t), mean; flops = 6 N d V (logits, dh, dW matmuls); bytes = "
@@ -1168,7 +1159,7 @@ BENCHMARKS = [
         sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
                             _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _scratch, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
-        bytes=lambda s: 3 * s[0] * s[1] * _itemsize(s[2]),
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(s[2]),
         flops=lambda s: 0,
         notes="bytes = 3 N V s: read the logits in the forward, read them and write their gradient in the "
               "backward (the minimum for a separate forward and backward)",
@@ -1185,13 +1176,6 @@ TRAIN_SIM_SIZES = [(16, 300)]
 LINEAR_TRAIN_SIZES = [(8192, 768, 50304), (8192, 4096, VOCAB)]
 LINEAR_TRAIN_SIM_SIZES = [(64, 32, 300)]
 HOST_SIZES = [(8, 50304)]  # one decode step of a batch of 8: the host sets the pace
-
-
-def bench_dtype() -> torch.dtype:
-    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
-    if not runtime.on_gpu():
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
 
 
 def _compile(fn):
@@ -1247,7 +1231,7 @@ BENCHMARKS += [
         sources={"triton": [cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows,
                             _row_logsumexp, _row_loss, _write_row_grad, _forward_reduced, _scratch, _backward,
                             CrossEntropyFunction.forward, CrossEntropyFunction.backward, cross_entropy]},
-        bytes=lambda s: 3 * s[0] * s[1] * _itemsize(bench_dtype()),
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(bench_dtype()),
         flops=lambda s: 0,
         notes="loss = f(logits, t) (mean), then torch.autograd.grad(loss, logits): the public entry, autograd and "
               "every launch included; torch = F.cross_entropy(logits.float(), t) (as training code upcasts), "
@@ -1273,7 +1257,7 @@ BENCHMARKS += [
                             cross_entropy_reduce_kernel, _forward_grad, _reduce, _linear_ce_chunks,
                             FusedLinearCrossEntropyFunction.forward, FusedLinearCrossEntropyFunction.backward,
                             fused_linear_cross_entropy]},
-        bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * _itemsize(bench_dtype()),
+        bytes=lambda s: 2 * (s[0] * s[1] + s[2] * s[1]) * itemsize(bench_dtype()),
         flops=lambda s: 6 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
         notes="loss = f(h, W, t) (mean), then torch.autograd.grad(loss, (h, W)); torch = F.cross_entropy((h @ "
@@ -1334,7 +1318,7 @@ def sweep(n=None, v=None, ds=None, dtype=None, chunks=None) -> None:
         rows = [("torch", loss_and_grads(linear_cross_entropy_torch))]
         if gpu:
             rows.append(("torch_compile", _torch_compiled))
-        default = default_chunk_size(n, v, _itemsize(dtype))
+        default = default_chunk_size(n, v, itemsize(dtype))
         for c in chunks:
             rows.append((f"fused chunk={c}{' (default)' if c == default else ''}",
                          loss_and_grads(lambda a, b, c_, c=c: fused_linear_cross_entropy(a, b, c_, chunk_size=c))))

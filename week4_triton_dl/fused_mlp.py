@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 from week3_triton_kernels import matmul as week3_matmul
 
@@ -469,10 +469,6 @@ def activation_bytes(n: int, d: int, f: int, itemsize: int) -> dict:
 
 # BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _linear_inputs(size):
     n, k, f, dtype = size
     dev = runtime.DEVICE
@@ -536,7 +532,7 @@ BENCHMARKS = [
         gpu_only=("torch_compile",),
         headline=("fused",),
         sources={"fused": [linear_act, LinearActFunction.forward]},  # + week 3's matmul kernel
-        bytes=lambda s: (s[0] * s[1] + s[2] * s[1] + s[0] * s[2]) * _itemsize(s[3]),
+        bytes=lambda s: (s[0] * s[1] + s[2] * s[1] + s[0] * s[2]) * itemsize(s[3]),
         flops=lambda s: 2 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
         notes="flops = 2 N K F; bytes = read x, W, write y once. Eager also writes and re-reads the "
@@ -557,7 +553,7 @@ BENCHMARKS = [
         gpu_only=("torch_compile",),
         headline=("fused",),
         sources={"fused": [swiglu_gate_up_kernel, _launch_gate_up, swiglu_gate_up, swiglu_mlp]},
-        bytes=lambda s: (3 * s[1] * s[2] + 2 * s[0] * s[1]) * _itemsize(s[3]),
+        bytes=lambda s: (3 * s[1] * s[2] + 2 * s[0] * s[1]) * itemsize(s[3]),
         flops=lambda s: 6 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
         notes="flops = 6 N d F; bytes = weights (3 d F) + x + out once. Activation traffic: eager "
@@ -580,7 +576,7 @@ BENCHMARKS = [
         sources={"fused": [swiglu_gate_up_kernel, _launch_gate_up, swiglu_gate_up, swiglu_mlp,
                            swiglu_backward_kernel, swiglu_backward, SwiGLUMLPFunction.forward,
                            SwiGLUMLPFunction.backward]},
-        bytes=lambda s: 2 * (3 * s[1] * s[2] + 2 * s[0] * s[1]) * _itemsize(s[3]),
+        bytes=lambda s: 2 * (3 * s[1] * s[2] + 2 * s[0] * s[1]) * itemsize(s[3]),
         flops=lambda s: 18 * s[0] * s[1] * s[2],
         compute_dtype=torch.bfloat16,
         notes="flops = 18 N d F (forward 6, backward 12); bytes = weights and x read, gradients written "

@@ -79,7 +79,8 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
+from course.runtime import ON_GPU
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -100,7 +101,7 @@ NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises
 FWD_PROGRAMS_PER_SM = 4
 BWD_PROGRAMS_PER_SM = 2
 # Loop steps in flight (tl.range num_stages; 1 = no software pipelining). Each extra stage
-# buffers one step's loads in shared memory, so wide rows fall back to 1 (`_stages`).
+# buffers one step's loads in shared memory, so wide rows fall back to 1 (`pipeline_stages`).
 FWD_NUM_STAGES = 2
 # Backward: 3 steps in flight and ~4k elements per step (rows_per_step x N), 2 programs per SM:
 # the best of 54 settings on the H100 at 65536 x 768 bf16 (tools/probe_norm_bwd.py, 2026-11-26:
@@ -457,31 +458,35 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
-def _acc(dtype: torch.dtype):
+def acc_type(dtype: torch.dtype):
     """Arithmetic type: fp64 for fp64 inputs (gradcheck), fp32 for everything else."""
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
-def _acc_torch(dtype: torch.dtype) -> torch.dtype:
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """`acc_type` as a torch dtype: what the statistics (mean, rstd) and partial sums are stored in."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _num_warps(elements: int) -> int:
+def warps_for(elements: int) -> int:
+    """Warps for a program that holds `elements` values of each tensor (4 to 16)."""
     # ~16 values per thread per tensor: registers stay low enough for several programs per SM.
     return max(4, min(16, next_power_of_2(max(elements, 1)) // 512))
 
 
-def _stages(wanted: int, step_bytes: int) -> int:
+def pipeline_stages(wanted: int, step_bytes: int) -> int:
     """`wanted` pipeline stages if their shared-memory buffers fit the budget, else none."""
     return wanted if wanted * step_bytes <= PIPELINE_SMEM_BYTES else 1
 
 
-def _default_block_m(block_n: int) -> int:
+def fwd_block_m(block_n: int) -> int:
+    """Rows per step of the persistent forward for rows of `block_n` (padded) elements."""
     # Rows of 1024+ fill a program on their own; narrower rows are packed up to ~1k elements.
     return max(1, min(64, 1024 // block_n))
 
 
-def _bwd_block_m(block_n: int) -> int:
+def bwd_block_m(block_n: int) -> int:
+    """Rows per step of the persistent backward for rows of `block_n` (padded) elements."""
     # The backward streams x and dy: ~4k elements per step keep enough loads in flight.
     return max(1, min(64, 4096 // block_n))
 
@@ -494,7 +499,8 @@ def rows_of(x: torch.Tensor, shape: tuple) -> tuple[int, int]:
     return math.prod(x.shape[:x.dim() - len(shape)]), 0
 
 
-def _check_power_of_two(value, name: str, *, low: int = 1, high: int | None = None):
+def check_power_of_two(value, name: str, *, low: int = 1, high: int | None = None):
+    """A launch option: None (the default), or a power of two in [low, high]; ValueError naming it."""
     if value is None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < low or value & (value - 1) \
@@ -503,20 +509,22 @@ def _check_power_of_two(value, name: str, *, low: int = 1, high: int | None = No
         raise ValueError(f"{name} must be a power of two >= {low}{bound}, got {value!r}")
 
 
-def _check_positive_int(value, name: str):
+def check_positive_int(value, name: str):
+    """A launch option: None (the default), or an int >= 1; ValueError naming it."""
     if value is None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_eps(eps) -> float:
+def check_eps(eps) -> float:
+    """eps as a float: a finite real number >= 0 (ValueError otherwise)."""
     if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite real number >= 0, got {eps!r}")
     return float(eps)
 
 
-def _check_vector(t, name: str, x: torch.Tensor):
+def check_vector(t, name: str, x: torch.Tensor):
     """weight/bias: None, or a contiguous (N,) tensor of x's dtype on x's device."""
     if t is None:
         return None
@@ -530,7 +538,7 @@ def _check_vector(t, name: str, x: torch.Tensor):
     return t
 
 
-def _check_rows(x: torch.Tensor, name: str = "x") -> tuple[int, int]:
+def check_rows(x: torch.Tensor, name: str = "x") -> tuple[int, int]:
     """(rows, N) of a contiguous x normalized over its last dimension (any N: wide rows loop)."""
     validate.tensor(x, name, dtypes=DTYPES)
     if x.dim() == 0:
@@ -539,7 +547,7 @@ def _check_rows(x: torch.Tensor, name: str = "x") -> tuple[int, int]:
     return (x.numel() // n if n else math.prod(x.shape[:-1])), n
 
 
-def _programs(M: int, block_m: int, programs_per_sm: int, num_programs: int | None) -> tuple[int, int]:
+def persistent_grid(M: int, block_m: int, programs_per_sm: int, num_programs: int | None) -> tuple[int, int]:
     """(rows per program, programs): P programs covering M rows, rows a multiple of block_m."""
     steps = -(-M // block_m)
     wanted = num_programs if num_programs is not None else runtime.sm_count() * programs_per_sm
@@ -548,7 +556,7 @@ def _programs(M: int, block_m: int, programs_per_sm: int, num_programs: int | No
     return rows_per_program, max(1, -(-M // rows_per_program))
 
 
-def _rows_view(t: torch.Tensor, M: int, N: int) -> torch.Tensor:
+def rows_view(t: torch.Tensor, M: int, N: int) -> torch.Tensor:
     """t (contiguous, last dimension N) as (M, N), also when N = 0 (view(-1, 0) is ambiguous)."""
     return t.view(M, N) if N else t.reshape(M, 0)
 
@@ -571,8 +579,8 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, 
             launch, block, warps = layernorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
         else:
             block = next_power_of_2(N)
-            launch, warps = layernorm_fwd_row_kernel, _num_warps(block)
-        plan = (launch, (has_weight, has_bias, block, _acc(dtype), store_stats), dict(num_warps=num_warps or warps),
+            launch, warps = layernorm_fwd_row_kernel, warps_for(block)
+        plan = (launch, (has_weight, has_bias, block, acc_type(dtype), store_stats), dict(num_warps=num_warps or warps),
                 key)
         _FORWARD_PLANS[key] = plan
     return plan
@@ -585,18 +593,18 @@ def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, has_bia
     plan = _BACKWARD_PLANS.get(key)
     if plan is None:
         if kernel == "looped" or (kernel is None and N > MAX_N):
-            rows_per_program, programs = _programs(M, 1, BWD_PROGRAMS_PER_SM, None)
+            rows_per_program, programs = persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
             plan = (layernorm_bwd_looped_kernel, programs, rows_per_program,
-                    (has_weight, has_bias, block_n or LOOP_BLOCK_N, _acc(dtype)),
+                    (has_weight, has_bias, block_n or LOOP_BLOCK_N, acc_type(dtype)),
                     dict(num_warps=8, **_BWD_COMPILE), key)
         else:
             block = next_power_of_2(N)
-            block_m = min(_bwd_block_m(block), next_power_of_2(M))
-            rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, None)
-            stages = _stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+            block_m = min(bwd_block_m(block), next_power_of_2(M))
+            rows_per_program, programs = persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
+            stages = pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
             plan = (layernorm_bwd_kernel, programs, rows_per_program,
-                    (has_weight, has_bias, block_m, block, _acc(dtype), stages),
-                    dict(num_warps=_num_warps(block_m * block), **_BWD_COMPILE), key)
+                    (has_weight, has_bias, block_m, block, acc_type(dtype), stages),
+                    dict(num_warps=warps_for(block_m * block), **_BWD_COMPILE), key)
         if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
             _BACKWARD_PLANS.clear()
         _BACKWARD_PLANS[key] = plan
@@ -613,10 +621,10 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
         return kernel, programs, rows_per_program, constexprs, {**options, "num_warps": num_warps or options["num_warps"]}, None
     has_weight, has_bias, default_block_m, block, acc, _ = constexprs
     block_m = min(block_m or default_block_m, next_power_of_2(M))
-    rows_per_program, programs = _programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-    stages = num_stages or _stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+    rows_per_program, programs = persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+    stages = num_stages or pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
     return (kernel, programs, rows_per_program, (has_weight, has_bias, block_m, block, acc, stages),
-            dict(num_warps=num_warps or _num_warps(block_m * block), **_BWD_COMPILE), None)
+            dict(num_warps=num_warps or warps_for(block_m * block), **_BWD_COMPILE), None)
 
 
 # ------------------------------------------------------------- the hot path (no checks here)
@@ -625,8 +633,8 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
 def _launch_forward(x, weight, bias, eps, M, N, plan, out=None):
     """(y, mean, rstd) with a forward plan; y into `out` if given."""
     y = torch.empty_like(x) if out is None else out
-    mean = torch.empty(M, dtype=_acc_torch(x.dtype), device=x.device)
-    rstd = torch.empty(M, dtype=_acc_torch(x.dtype), device=x.device)
+    mean = torch.empty(M, dtype=acc_dtype(x.dtype), device=x.device)
+    rstd = torch.empty(M, dtype=acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return y, mean.fill_(math.nan), rstd.fill_(math.nan)  # no rows, or rows of nothing
     kernel, constexprs, options, key = plan
@@ -644,7 +652,7 @@ def _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan):
         zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
         return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
     kernel, programs, rows_per_program, constexprs, options, key = plan
-    acc = _acc_torch(x.dtype)
+    acc = acc_dtype(x.dtype)
     dw_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_weight else dx
     db_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_bias else dx
     args = (dy, x, weight if has_weight else x, mean, rstd, dx, dw_partial, db_partial, M, N, rows_per_program,
@@ -693,17 +701,17 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, bias
     programs (default: a few per SM) each normalise a run of rows, `block_m` rows per step,
     `num_stages` steps in flight.
     """
-    M, N = _check_rows(x)
-    weight, bias = _check_vector(weight, "weight", x), _check_vector(bias, "bias", x)
-    eps = _check_eps(eps)
+    M, N = check_rows(x)
+    weight, bias = check_vector(weight, "weight", x), check_vector(bias, "bias", x)
+    eps = check_eps(eps)
     if kernel is not None and kernel not in KERNELS_FORWARD:
         raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
     kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
-    _check_positive_int(num_stages, "num_stages")
-    _check_power_of_two(block_m, "block_m", high=64)
-    _check_positive_int(num_programs, "num_programs")
-    _check_power_of_two(num_warps, "num_warps", high=32)
-    _check_power_of_two(block_n, "block_n", low=16)
+    check_positive_int(num_stages, "num_stages")
+    check_power_of_two(block_m, "block_m", high=64)
+    check_positive_int(num_programs, "num_programs")
+    check_power_of_two(num_warps, "num_warps", high=32)
+    check_power_of_two(block_n, "block_n", low=16)
     if kernel != "looped" and N > MAX_N:
         raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
@@ -712,26 +720,27 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, bias
         plan = _forward_plan(N, x.dtype, weight is not None, bias is not None, kernel, block_n, num_warps)
         _, mean, rstd = _launch_forward(x, weight, bias, eps, M, N, plan, out=out)
         return out, mean.view(x.shape[:-1]), rstd.view(x.shape[:-1])
-    x2, y2 = _rows_view(x, M, N), _rows_view(out, M, N)
+    x2, y2 = rows_view(x, M, N), rows_view(out, M, N)
     stats = x.shape[:-1]
-    mean = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
-    rstd = torch.empty(stats, dtype=_acc_torch(x.dtype), device=x.device)
+    mean = torch.empty(stats, dtype=acc_dtype(x.dtype), device=x.device)
+    rstd = torch.empty(stats, dtype=acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, mean.fill_(math.nan), rstd.fill_(math.nan)
     block = next_power_of_2(N)
     w, b = (weight if weight is not None else x), (bias if bias is not None else x)
-    block_m = min(block_m or _default_block_m(block), next_power_of_2(M))
-    rows_per_program, programs = _programs(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    block_m = min(block_m or fwd_block_m(block), next_power_of_2(M))
+    rows_per_program, programs = persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
     layernorm_fwd_persistent_kernel[(programs,)](
         x2, w, b, y2, mean, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block, ACC=_acc(x.dtype),
-        NUM_STAGES=num_stages or _stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
-        num_warps=num_warps or _num_warps(block_m * block))
+        HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block, ACC=acc_type(x.dtype),
+        NUM_STAGES=num_stages or pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
+        num_warps=num_warps or warps_for(block_m * block))
     return out, mean, rstd
 
 
-def _check_stats(t, name: str, x: torch.Tensor) -> torch.Tensor:
-    validate.tensor(t, name, dtypes=(_acc_torch(x.dtype),))
+def check_stats(t, name: str, x: torch.Tensor) -> torch.Tensor:
+    """Saved statistics (mean, rstd) of x: one value per row, in `acc_dtype(x.dtype)`."""
+    validate.tensor(t, name, dtypes=(acc_dtype(x.dtype),))
     if t.shape != x.shape[:-1]:
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {tuple(x.shape[:-1])} "
                          "(one value per row of x, as layer_norm_forward returns it)")
@@ -764,35 +773,35 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
     streamed in chunks of `block_n`. `kernel="atomic"`: one program per row, dw/db accumulated
     with atomics (slow, not reproducible; for study).
     """
-    M, N = _check_rows(x)
+    M, N = check_rows(x)
     validate.tensor(dy, "dy", dtypes=DTYPES)
     validate.same_shape(dy=dy, x=x)
     validate.same_dtype(dy=dy, x=x)
-    mean, rstd = _check_stats(mean, "mean", x), _check_stats(rstd, "rstd", x)
-    weight = _check_vector(weight, "weight", x)
+    mean, rstd = check_stats(mean, "mean", x), check_stats(rstd, "rstd", x)
+    weight = check_vector(weight, "weight", x)
     if kernel is not None and kernel not in KERNELS_BACKWARD:
         raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
-    _check_power_of_two(block_m, "block_m", high=64)
-    _check_positive_int(num_partials, "num_partials")
-    _check_power_of_two(num_warps, "num_warps", high=32)
-    _check_positive_int(num_stages, "num_stages")
-    _check_power_of_two(block_n, "block_n", low=16)
+    check_power_of_two(block_m, "block_m", high=64)
+    check_positive_int(num_partials, "num_partials")
+    check_power_of_two(num_warps, "num_warps", high=32)
+    check_positive_int(num_stages, "num_stages")
+    check_power_of_two(block_n, "block_n", low=16)
     if kernel in ("partial", "atomic") and N > MAX_N:
         raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
     has_weight = weight is not None
     if kernel == "atomic":
-        dy2, x2, mean2, rstd2 = _rows_view(dy, M, N), _rows_view(x, M, N), mean.reshape(M), rstd.reshape(M)
+        dy2, x2, mean2, rstd2 = rows_view(dy, M, N), rows_view(x, M, N), mean.reshape(M), rstd.reshape(M)
         dx = torch.empty_like(x)
         if M == 0 or N == 0:
             zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
             return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
         block = next_power_of_2(N)
-        dw = torch.zeros(N, dtype=_acc_torch(x.dtype), device=x.device)
-        db = torch.zeros(N, dtype=_acc_torch(x.dtype), device=x.device)
-        layernorm_bwd_atomic_kernel[(M,)](dy2, x2, weight if has_weight else x, mean2, rstd2, _rows_view(dx, M, N),
+        dw = torch.zeros(N, dtype=acc_dtype(x.dtype), device=x.device)
+        db = torch.zeros(N, dtype=acc_dtype(x.dtype), device=x.device)
+        layernorm_bwd_atomic_kernel[(M,)](dy2, x2, weight if has_weight else x, mean2, rstd2, rows_view(dx, M, N),
                                           dw, db, N, HAS_WEIGHT=has_weight, HAS_BIAS=bool(has_bias), BLOCK_N=block,
-                                          ACC=_acc(x.dtype), num_warps=num_warps or _num_warps(block), **_BWD_COMPILE)
+                                          ACC=acc_type(x.dtype), num_warps=num_warps or warps_for(block), **_BWD_COMPILE)
         return dx, (dw.to(x.dtype) if has_weight else None), (db.to(x.dtype) if has_bias else None)
     looped = kernel == "looped" or (kernel is None and N > MAX_N)
     plan = _backward_plan(M, N, x.dtype, has_weight, bool(has_bias), "looped" if looped else None, block_n)
@@ -811,7 +820,7 @@ def layer_norm_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tens
 
 @layer_norm_op.register_fake
 def _layer_norm_fake(x, weight, bias, eps):
-    stats = x.new_empty(x.shape[:1], dtype=_acc_torch(x.dtype))
+    stats = x.new_empty(x.shape[:1], dtype=acc_dtype(x.dtype))
     return torch.empty_like(x), stats, torch.empty_like(stats)
 
 
@@ -894,7 +903,7 @@ def check_call(x, shape: tuple, weight=None, bias=None) -> None:
             raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
     elif k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
         raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
-    if x.dtype not in DTYPES or x.is_cuda != _ON_GPU:
+    if x.dtype not in DTYPES or x.is_cuda != ON_GPU:
         validate.tensor(x, "x", dtypes=DTYPES, contiguous=False)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
@@ -903,10 +912,9 @@ def check_call(x, shape: tuple, weight=None, bias=None) -> None:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} has shape {got}; expected normalized_shape {shape}")
         if t.dtype != x.dtype or t.get_device() != x.get_device():
-            _check_vector(t.reshape(-1), name, x.reshape(-1, t.numel()) if t.numel() else x)
+            check_vector(t.reshape(-1), name, x.reshape(-1, t.numel()) if t.numel() else x)
 
 
-_ON_GPU = runtime.on_gpu()
 
 
 def as_rows(x: torch.Tensor, shape: tuple) -> torch.Tensor:
@@ -929,7 +937,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     """
     shape = normalized_shape_of(normalized_shape)
     check_call(x, shape, weight, bias)
-    eps = eps if type(eps) is float and 0 <= eps < math.inf else _check_eps(eps)
+    eps = eps if type(eps) is float and 0 <= eps < math.inf else check_eps(eps)
     if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
         x2 = as_rows(x, shape)
         n = x2.shape[1]
@@ -978,14 +986,7 @@ SIZES = [(65536, 1024), (16384, 4096), (8192, 8192)]
 SIM_SIZES = [(64, 256)]
 _compiled: dict = {}
 
-def bench_dtype() -> torch.dtype:
-    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
-    if not runtime.on_gpu():
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
-
-
-def _compile(fn):
+def compile_on_first_call(fn):
     """torch.compile(fn), compiled on its first call (the benchmark's warm-up, not timed)."""
     def run(*args):
         if fn not in _compiled:
@@ -1004,7 +1005,7 @@ def torch_backward(dy, x, w, b, mean, rstd):
                                                      [True, True, True])
 
 
-_torch_backward_compiled = _compile(torch_backward)
+_torch_backward_compiled = compile_on_first_call(torch_backward)
 
 
 def _forward_inputs(size):
@@ -1022,10 +1023,6 @@ def _backward_inputs(size):
     return dy, x, w, b, mean_t, rstd_t, mean, rstd
 
 
-def _itemsize():
-    return bench_dtype().itemsize
-
-
 BENCHMARKS = [
     Benchmark(
         name="layernorm_fwd_week4",
@@ -1034,14 +1031,14 @@ BENCHMARKS = [
         make_inputs=_forward_inputs,
         variants={
             "torch": torch_forward,
-            "torch_compile": _compile(torch_forward),
+            "torch_compile": compile_on_first_call(torch_forward),
             "torch_unfused": lambda x, w, b: layer_norm_unfused(x, w, b, EPS),
             "triton": lambda x, w, b: layer_norm_forward(x, w, b, EPS)[0],  # FORWARD_KERNEL: row
             "triton_persistent": lambda x, w, b: layer_norm_forward(x, w, b, EPS, kernel="persistent")[0],
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 2 * s[0] * s[1] * _itemsize() + 2 * s[1] * _itemsize() + 8 * s[0],
+        bytes=lambda s: 2 * s[0] * s[1] * itemsize(bench_dtype()) + 2 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 8 * s[0] * s[1],
         notes="bytes = read x + write y (+ w, b, mean, rstd); torch = F.layer_norm (one fused "
               "kernel); torch_unfused = the formula in eager ops (~14 x M x N x s bytes moved)",
@@ -1060,7 +1057,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 3 * s[0] * s[1] * _itemsize() + 3 * s[1] * _itemsize() + 8 * s[0],
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(bench_dtype()) + 3 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 12 * s[0] * s[1],
         notes="bytes = read x, dy + write dx (+ mean, rstd, w, dw, db): the minimum; the partials "
               "buffer (2 x P x N x 4 bytes, each way) is not counted; torch's backward reads x "
@@ -1104,13 +1101,13 @@ BENCHMARKS += [
         make_inputs=_train_inputs,
         variants={
             "torch": _fwd_bwd(torch_forward),
-            "torch_compile": _fwd_bwd(_compile(torch_forward)),
+            "torch_compile": _fwd_bwd(compile_on_first_call(torch_forward)),
             "triton": _fwd_bwd(_triton_norm),
         },
         gpu_only=("torch_compile",),
         graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
-        bytes=lambda s: 5 * s[0] * s[1] * _itemsize() + 5 * s[1] * _itemsize() + 16 * s[0],
+        bytes=lambda s: 5 * s[0] * s[1] * itemsize(bench_dtype()) + 5 * s[1] * itemsize(bench_dtype()) + 16 * s[0],
         flops=lambda s: 20 * s[0] * s[1],
         notes="y = norm(x, w, b), then torch.autograd.grad(y, (x, w, b), dy): the public entry "
               "(layer_norm / F.layer_norm), autograd and every launch included; bytes = forward 2MNs "
@@ -1144,7 +1141,7 @@ def sweep_configs(N: int, itemsize: int, loaded_per_step: int):
             if bm * block_n > nw * 32 * 64:
                 continue  # > 64 values per thread per tensor: registers spill; not worth a compile
             for stages in (1, 2):
-                if _stages(stages, loaded_per_step * bm * block_n * itemsize) == stages:
+                if pipeline_stages(stages, loaded_per_step * bm * block_n * itemsize) == stages:
                     yield nw, bm, stages
 
 
@@ -1205,7 +1202,8 @@ def print_sweep(title: str, rows: list, copy_gbps: float) -> None:
               f"{100 * gbps / copy_gbps:.1f} | {reference[pass_] / ms:.2f}x |")
 
 
-def _sweep_cli(module_name: str, run) -> None:
+def sweep_cli(module_name: str, run) -> None:
+    """The norms' command line: `python -m MODULE --sweep [--shape MxN] [--dtype D]` calls run(M, N, dtype)."""
     parser = argparse.ArgumentParser(prog=f"python -m {module_name}")
     parser.add_argument("--sweep", action="store_true", help="time launch configurations")
     parser.add_argument("--shape", default=None, help="MxN (default 8192x8192 on a GPU, 64x256 simulated)")
@@ -1221,5 +1219,5 @@ def _sweep_cli(module_name: str, run) -> None:
 
 
 if __name__ == "__main__":
-    _sweep_cli("week4_triton_dl.layernorm", sweep)
+    sweep_cli("week4_triton_dl.layernorm", sweep)
 # END SOLUTION ONLY

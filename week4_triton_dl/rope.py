@@ -69,7 +69,7 @@ import torch
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype
 from course.check import random_tensor
 from week4_triton_dl.layernorm import next_power_of_2  # plain Python: triton's is a jitted helper
 
@@ -504,13 +504,6 @@ def full_tables(cos, sin, S: int, dtype: torch.dtype, layout: str = "bhsd"):
 SIZES = [(8, 2048, 32, 8, 128), (4, 4096, 32, 32, 128)]
 SIM_SIZES = [(1, 8, 2, 1, 16)]
 _compiled: dict = {}
-
-
-def bench_dtype() -> torch.dtype:
-    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
-    if not runtime.on_gpu():
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
 
 
 def _compile(fn):

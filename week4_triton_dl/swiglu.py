@@ -52,7 +52,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 from week4_triton_dl.layernorm import next_power_of_2  # plain Python: triton's is a jitted helper
 
@@ -454,13 +454,6 @@ SIM_SIZES = [(16, 96)]
 _compiled: dict = {}
 
 
-def bench_dtype() -> torch.dtype:
-    """bf16 on GPUs with bf16 hardware (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated."""
-    if not runtime.on_gpu():
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
-
-
 def _compile(fn):
     def run(*args):
         if fn not in _compiled:  # compiled on the first (warm-up) call, never inside the timing
@@ -485,10 +478,6 @@ def _backward_inputs(size):
     return random_tensor(a.shape, a.dtype, runtime.DEVICE), a, b, h, F.silu(a)
 
 
-def _itemsize():
-    return bench_dtype().itemsize
-
-
 BENCHMARKS = [
     Benchmark(
         name="swiglu_week4",
@@ -504,7 +493,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 3 * s[0] * s[1] * _itemsize(),
+        bytes=lambda s: 3 * s[0] * s[1] * itemsize(bench_dtype()),
         flops=lambda s: 8 * s[0] * s[1],
         notes="bytes = read a, b + write y; eager torch moves 5 x M x N x s (silu, then mul)",
     ),
@@ -521,7 +510,7 @@ BENCHMARKS = [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 5 * s[0] * s[1] * _itemsize(),
+        bytes=lambda s: 5 * s[0] * s[1] * itemsize(bench_dtype()),
         flops=lambda s: 12 * s[0] * s[1],
         notes="bytes = read dy, a, b + write da, db; eager autograd moves 9 x M x N x s "
               "(dy * b, silu_backward, dy * silu(a) saved by the forward)",
@@ -588,7 +577,7 @@ BENCHMARKS += [
         gpu_only=("torch_compile",),
         graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton",),
-        bytes=lambda s: 8 * s[0] * s[1] * _itemsize(),
+        bytes=lambda s: 8 * s[0] * s[1] * itemsize(bench_dtype()),
         flops=lambda s: 20 * s[0] * s[1],
         notes="y = swiglu(a, b) / F.silu(a) * b for (M, N) a, b, " + _train_notes,
     ),
@@ -605,7 +594,7 @@ BENCHMARKS += [
         },
         gpu_only=("torch_compile",),
         headline=("triton",),
-        bytes=lambda s: 8 * s[0] * s[1] * _itemsize(),
+        bytes=lambda s: 8 * s[0] * s[1] * itemsize(bench_dtype()),
         flops=lambda s: 20 * s[0] * s[1],
         notes="y = swiglu_packed(h) / (g, u = h.chunk(2, -1); F.silu(g) * u), " + _train_notes
               + "; eager autograd also concatenates dg and du into dh (+4MNs)",

@@ -285,15 +285,15 @@ def reading_record(captured: dict, times: dict | None = None) -> dict:
         for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
             rows.append({"size": "library", "variant": f"{group} (not generated)", "ms": us / 1e3})
     cfg, tc = captured["cfg"], captured["tc"]
-    return pm._record("compile_reading_week5",
-                      f"What torch.compile generates for the torch twin's training step: {pm._size_label(cfg, tc)}",
-                      "one row per generated kernel: ms = its GPU time per step (GPU only), its job in course terms "
-                      "and the course kernel doing that job; 'library' rows = kernels Inductor did not generate",
-                      [r for r in rows if r.get("ms") is not None] if times else rows,
-                      {"ceilings": {"copy_gbps": pm.bench.copy_bandwidth_gbps()}, "summary": summary(parsed),
-                       "headline": ["gemm (not generated)", "attention (not generated)"],
-                       "library_calls": parsed["library_calls"],
-                       "all_kernels": [dataclasses.asdict(k) for k in parsed["kernels"]]})
+    return pm.results_record("compile_reading_week5",
+                             f"What torch.compile generates for the torch twin's training step: {pm.model_size_label(cfg, tc)}",
+                             "one row per generated kernel: ms = its GPU time per step (GPU only), its job in course terms "
+                             "and the course kernel doing that job; 'library' rows = kernels Inductor did not generate",
+                             [r for r in rows if r.get("ms") is not None] if times else rows,
+                             {"ceilings": {"copy_gbps": pm.bench.copy_bandwidth_gbps()}, "summary": summary(parsed),
+                              "headline": ["gemm (not generated)", "attention (not generated)"],
+                              "library_calls": parsed["library_calls"],
+                              "all_kernels": [dataclasses.asdict(k) for k in parsed["kernels"]]})
 
 
 def reading_markdown(record: dict) -> str:

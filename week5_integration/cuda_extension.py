@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime
-from course.bench import Benchmark, c_function, count_source_lines
+from course.bench import Benchmark, c_function, count_source_lines, itemsize
 from course.check import random_tensor
 from week4_triton_dl import layernorm as triton_layernorm
 from week4_triton_dl import rmsnorm as triton_rmsnorm
@@ -443,10 +443,6 @@ def _fwd_bwd(op):
     return lambda x, w, dy: torch.autograd.grad(op(x, w), (x, w), dy)
 
 
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype if runtime.on_gpu() else torch.float32).element_size()
-
-
 EPS = 1e-6
 # What the Triton twin runs for forward + backward (kernels and launchers).
 TRITON_SOURCES = [triton_rmsnorm.rmsnorm_fwd_persistent_kernel, triton_rmsnorm.rmsnorm_bwd_kernel,
@@ -469,7 +465,7 @@ BENCHMARKS = [
         },
         gpu_only=("cuda_ext",),  # in simulation it would build the CPU extension just to time loops
         headline=("triton", "cuda_ext"),
-        bytes=lambda s: 5 * s[0] * s[1] * _itemsize(s[2]),
+        bytes=lambda s: 5 * s[0] * s[1] * itemsize(s[2] if runtime.on_gpu() else torch.float32),
         notes="one call = forward + backward (torch.autograd.grad); bytes = read x, write y, read x and dy, "
               "write dx (5 M N s); torch = F.rms_norm (fused CUDA kernels in torch >= 2.9); the "
               "extension's first call builds it (excluded: warm-up)",

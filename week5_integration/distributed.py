@@ -181,7 +181,7 @@ def fsdp_mesh(device: torch.device):
     return init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
 
 
-def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
+def wrap_model(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     """(module to call, optimizer) for a strategy; the model is already on `device`."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -245,7 +245,7 @@ def train(strategy: str, *, rank: int = 0, world: int = 1, cfg: m.GPTConfig | No
     device = torch.device("cpu") if device is None else torch.device(device)
     torch.manual_seed(seed)  # the same initial weights in every process (FSDP does not broadcast)
     gpt = m.GPT(cfg).to(device)
-    module, opt = _wrap(strategy, gpt, lr, device)
+    module, opt = wrap_model(strategy, gpt, lr, device)
     batches = global_batches(cfg, global_batch, seq_len, seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else nullcontext()
     if device.type == "cuda":

@@ -66,7 +66,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
+from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
@@ -74,7 +74,7 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 # Week 3's grouped tile order (concurrent programs cover a squarish patch of output tiles, so
 # the x row panels and W column panels they share are read from L2) and its config maker.
-from week3_triton_kernels.matmul import _config, _grouped_tile  # noqa: E402
+from week3_triton_kernels.matmul import grouped_tile, tile_config  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGETS = ("qkv", "proj", "up", "down")  # the week-5 GPT's nn.Linear layers (head is tied to tok)
@@ -85,9 +85,10 @@ INT32_MAX = 2**31 - 1
 
 
 # ------------------------------------------------------------------------------ the kernels
+# store_tile: the masked store of one output tile in y's dtype (shared with nf4.py's GEMM).
 @triton.jit
-def _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -104,11 +105,11 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
                          BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
     """y = x W^T + xa B^T with xa (M x R, already scaled by s) read from memory."""
     # BEGIN EXERCISE: the tiled x W^T, then the rank-r epilogue xa B^T on the same accumulator; (pid_m, pid_n)
-    #   = _grouped_tile(...); wrapped row/col offsets (% M, % N); loop over K in BLOCK_K steps: acc = dot(x
+    #   = grouped_tile(...); wrapped row/col offsets (% M, % N); loop over K in BLOCK_K steps: acc = dot(x
     #   tile [BM, BK], W^T tile [BK, BN], acc, INPUT_PRECISION) (course.tl_dot.dot: tl.dot, with fp64 as plain
     #   FMAs) (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T [BLOCK_R, BN] (mask r < R,
-    #   other=0), acc = dot(xa, b, acc, INPUT_PRECISION); _store_tile(acc, ...).
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    #   other=0), acc = dot(xa, b, acc, INPUT_PRECISION); store_tile(acc, ...).
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # Rows and columns past M and N wrap around instead of being masked, so the loads need no
     # row/column masks; the wrapped results are never stored.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
@@ -132,7 +133,7 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
     b = tl.load(b_ptr + offs_r[:, None] * stride_br + offs_n[None, :] * stride_bn,
                 mask=r_mask[:, None], other=0.0)
     acc = dot(xa, b, acc, INPUT_PRECISION)
-    _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+    store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
     # END EXERCISE
 
 
@@ -148,7 +149,7 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
     #   BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop: xa = where(r <
     #   R, xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one more dot with B^T,
     #   store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R).
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -179,7 +180,7 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
     b = tl.load(b_ptr + offs_r[:, None] * stride_br + offs_n[None, :] * stride_bn,
                 mask=r_mask[:, None], other=0.0)
     acc = dot(xa, b, acc, INPUT_PRECISION)
-    _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+    store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
     if STORE_XA:
         # Every column block computed the same xa for these rows; the first one writes it.
         if pid_n == 0:
@@ -193,15 +194,15 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
 # Few on purpose: each config is a compile on the first call of every (M, N, K, r). The 128 x 256
 # tile halves the recomputed xa (r / BLOCK_N); the 64-wide ones give small layers enough programs.
 AUTOTUNE_CONFIGS = [
-    _config(128, 128, 64, 3, 8),
-    _config(128, 256, 64, 3, 8),
-    _config(128, 64, 64, 4, 4),
-    _config(64, 128, 64, 4, 4),
+    tile_config(128, 128, 64, 3, 8),
+    tile_config(128, 256, 64, 3, 8),
+    tile_config(128, 64, 64, 4, 4),
+    tile_config(64, 128, 64, 4, 4),
 ]
 # When none fits (fp32 with a large r; a T4's 64 KB of shared memory): the first of these that does.
-FALLBACK_CONFIGS = [_config(64, 64, 32, 2, 4), _config(32, 32, 32, 1, 4)]
+FALLBACK_CONFIGS = [tile_config(64, 64, 32, 2, 4), tile_config(32, 32, 32, 1, 4)]
 # fp64 multiplies by broadcast FMAs (course/tl_dot.py): an (M, K, N) tile of products in registers.
-FP64_CONFIG = _config(16, 16, 16, 1, 4)
+FP64_CONFIG = tile_config(16, 16, 16, 1, 4)
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}  # the interpreter cannot time configs
 SMALL_PROBLEM = 256 * 256
 
@@ -211,13 +212,6 @@ def _shared_memory_bytes(config, itemsize: int, block_r: int) -> int:
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"] + block_r) * kw["BLOCK_K"] * itemsize
 
 
-def _shared_memory_limit() -> int:
-    if not runtime.on_gpu():
-        return 1 << 30
-    props = torch.cuda.get_device_properties(runtime.DEVICE)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-
-
 def _prune_configs(configs, named_args, **kwargs):
     # Drop tiles whose pipeline buffers overflow shared memory (fp32/fp64 tests, a T4's 64 KB);
     # if none fits, one small single-stage tile. For a small output, only the smallest tile.
@@ -225,7 +219,7 @@ def _prune_configs(configs, named_args, **kwargs):
     if named_args["x_ptr"].dtype == torch.float64:
         return [FP64_CONFIG]
     block_r = kwargs.get("BLOCK_R", 16)
-    limit = _shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize, block_r) <= limit]
     if not fitting:
         small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
@@ -260,7 +254,8 @@ def _block_r(rank: int) -> int:
     return max(16, triton.next_power_of_2(rank))  # tl.dot needs every dimension >= 16
 
 
-def _check_int32_span(t, name):
+def check_int32_span(t, name):
+    """ValueError when `t`'s elements span more than 2^31 (the kernels index with int32)."""
     if t.numel() and sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) > INT32_MAX:
         raise ValueError(f"{name} spans more than 2^31 elements: the kernels' offsets are int32")
 
@@ -273,11 +268,12 @@ def _check_base(x2, weight):
     if x2.shape[1] != weight.shape[1]:
         raise ValueError(f"x's last dimension ({x2.shape[1]}) must equal weight's in_features "
                          f"(weight is {tuple(weight.shape)}, out x in)")
-    _check_int32_span(x2, "x")
-    _check_int32_span(weight, "weight")
+    check_int32_span(x2, "x")
+    check_int32_span(weight, "weight")
 
 
-def _check_rank(rank):
+def check_rank(rank):
+    """ValueError unless the LoRA rank is in [1, MAX_RANK]."""
     if not 1 <= rank <= MAX_RANK:
         raise ValueError(f"the rank r must be in [1, {MAX_RANK}], got {rank}")
 
@@ -287,7 +283,7 @@ def _check_lora_b(lora_b, x2, weight, rank):
     validate.same_dtype(x=x2, lora_b=lora_b)
     if tuple(lora_b.shape) != (weight.shape[0], rank):
         raise ValueError(f"lora_b must be (out_features, r) = {(weight.shape[0], rank)}; got {tuple(lora_b.shape)}")
-    _check_int32_span(lora_b, "lora_b")
+    check_int32_span(lora_b, "lora_b")
 
 
 def _check_operands(x2, weight, lora_a, lora_b):
@@ -297,12 +293,13 @@ def _check_operands(x2, weight, lora_a, lora_b):
     validate.same_dtype(x=x2, lora_a=lora_a)
     if lora_a.shape[1] != weight.shape[1]:
         raise ValueError(f"lora_a must be (r, in_features) = (r, {weight.shape[1]}); got {tuple(lora_a.shape)}")
-    _check_rank(lora_a.shape[0])
-    _check_int32_span(lora_a, "lora_a")
+    check_rank(lora_a.shape[0])
+    check_int32_span(lora_a, "lora_a")
     _check_lora_b(lora_b, x2, weight, lora_a.shape[0])
 
 
-def _check_scale(scale) -> float:
+def check_scale(scale) -> float:
+    """The LoRA scale (alpha / r) as a float: a finite Python number (TypeError/ValueError otherwise)."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a Python number (alpha / r), got {type(scale).__name__}")
     if not math.isfinite(scale):
@@ -316,7 +313,7 @@ def _output(out, shape, like, name):
     validate.tensor(out, name, dtypes=(like.dtype,), ndim=2, contiguous=False)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
-    _check_int32_span(out, name)  # the stores' offsets are int32 too
+    check_int32_span(out, name)  # the stores' offsets are int32 too
     return out
 
 
@@ -368,7 +365,7 @@ def lora_forward(x2, weight, lora_a, lora_b, scale, *, out=None, xa_out=None, st
     x2 (M, K), weight (N, K), lora_a (r, K), lora_b (N, r), one dtype; no autograd (see `lora_linear`).
     """
     _check_operands(x2, weight, lora_a, lora_b)
-    scale = _check_scale(scale)
+    scale = check_scale(scale)
     M, N, R = x2.shape[0], weight.shape[0], lora_a.shape[0]
     out = _output(out, (M, N), x2, "out")
     xa_out = _output(xa_out, (M, R), x2, "xa_out") if store_xa else None
@@ -381,7 +378,7 @@ def lora_epilogue(x2, weight, xa, lora_b, *, out=None):
     validate.tensor(xa, "xa", dtypes=(x2.dtype,), ndim=2, contiguous=False)
     if xa.shape[0] != x2.shape[0]:
         raise ValueError(f"xa must have one row per row of x ({x2.shape[0]}); got {tuple(xa.shape)}")
-    _check_rank(xa.shape[1])
+    check_rank(xa.shape[1])
     _check_lora_b(lora_b, x2, weight, xa.shape[1])
     out = _output(out, (x2.shape[0], weight.shape[0]), x2, "out")
     return _epilogue(x2, weight, xa, lora_b, out)
@@ -499,7 +496,7 @@ def _prepare(x, weight, lora_a, lora_b, scale, adapter_input):
         if adapter_input.shape != x.shape:
             raise ValueError(f"adapter_input must have x's shape {tuple(x.shape)}, got {tuple(adapter_input.shape)}")
         x_in = adapter_input.reshape(x2.shape)
-    return x2, x_in, _check_scale(scale)
+    return x2, x_in, check_scale(scale)
 
 
 def lora_linear(x, weight, lora_a, lora_b, scale, *, adapter_input=None):
@@ -565,7 +562,8 @@ def resolve_kernel(kernel: str) -> str:
     return kernel
 
 
-def _check_hyper(r, alpha, dropout, in_features, out_features):
+def check_hyper(r, alpha, dropout, in_features, out_features):
+    """A LoRA layer's hyperparameters for an in_features -> out_features linear layer (ValueError naming the bad one)."""
     if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_RANK:
         raise ValueError(f"r must be an int in [1, {MAX_RANK}], got {r!r}")
     if r > min(in_features, out_features):
@@ -590,7 +588,7 @@ class LoRALinear(nn.Module):
                  dropout: float = 0.0, *, bias: bool = False, kernel: str = "auto", device=None, dtype=None,
                  adapter_dtype=None):
         super().__init__()
-        _check_hyper(r, alpha, dropout, in_features, out_features)
+        check_hyper(r, alpha, dropout, in_features, out_features)
         resolve_kernel(kernel)
         self.in_features, self.out_features = in_features, out_features
         self.r, self.alpha, self.scaling = r, float(alpha), float(alpha) / r
@@ -761,10 +759,6 @@ LORA_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 4096), (4096, 20
 RANK, ALPHA = 16, 32.0
 
 
-def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _inputs(size, train=True):
     m, k, n, r, dtype = size
     dev = runtime.DEVICE
@@ -808,12 +802,12 @@ def _label(size):
 def _train_bytes(s):
     m, k, n, r, dtype = s
     # read x, W, A, B, dY; write y, dx, dA, dB (each once)
-    return (2 * m * k + n * k + 2 * r * k + 2 * n * r + 2 * m * n) * _itemsize(dtype)
+    return (2 * m * k + n * k + 2 * r * k + 2 * n * r + 2 * m * n) * itemsize(dtype)
 
 
 def _infer_bytes(s):
     m, k, n, r, dtype = s
-    return (m * k + n * k + r * k + n * r + m * n) * _itemsize(dtype)
+    return (m * k + n * k + r * k + n * r + m * n) * itemsize(dtype)
 
 
 SIZES = [(m, k, n, RANK, torch.bfloat16) for m, k, n in LORA_SHAPES]

@@ -65,7 +65,8 @@ from course import validate
 from course.bench import Benchmark
 from course.check import random_tensor
 from week5_integration import lora as lora_mod
-from week5_integration.lora import _grouped_tile, _store_tile
+from week3_triton_kernels.matmul import grouped_tile
+from week5_integration.lora import store_tile
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -345,9 +346,9 @@ def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_p
     """y = x dequant(W)^T, W (N, K) in NF4; each W^T tile dequantized in registers, in the K loop."""
     # BEGIN EXERCISE: tiles as in lora's kernels; per K step of 64: the x tile, idx = n * K + k for the W^T
     #   tile [BK, BN], levels, scales (one per column when ROW_ALIGNED, else per element), zero past K, cast
-    #   to x's dtype, tl.dot into the fp32 accumulator; _store_tile.
+    #   to x's dtype, tl.dot into the fp32 accumulator; store_tile.
     tl.static_assert(BLOCK_K == 64, "one K step = one quantization block of a row")
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped rows: loads need no row mask
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -375,11 +376,11 @@ def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_p
         w = tl.where(k_mask[:, None], w, 0.0).to(x_ptr.dtype.element_ty)
         acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
         x_ptrs += BLOCK_K * stride_xk
-    _store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
+    store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn, BLOCK_M, BLOCK_N)
     # END EXERCISE
 
 
-def _config(bm, bn, stages, warps, group_m=8):
+def tile_config(bm, bn, stages, warps, group_m=8):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": BLOCK, "GROUP_M": group_m},
                          num_stages=stages, num_warps=warps)
 
@@ -387,8 +388,8 @@ def _config(bm, bn, stages, warps, group_m=8):
 # Decode (M <= 16) wants many narrow column blocks to spread the weight over 132 SMs; training
 # sizes want the big tensor-core tiles. `_prune_matmul_configs` keeps the ones that fit M.
 MATMUL_CONFIGS = [
-    _config(16, 32, 4, 4), _config(16, 64, 4, 4), _config(16, 128, 4, 4),
-    _config(64, 128, 4, 4), _config(128, 128, 3, 8), _config(128, 256, 3, 8),
+    tile_config(16, 32, 4, 4), tile_config(16, 64, 4, 4), tile_config(16, 128, 4, 4),
+    tile_config(64, 128, 4, 4), tile_config(128, 128, 3, 8), tile_config(128, 256, 3, 8),
 ]
 SIM_MATMUL_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": BLOCK, "GROUP_M": 4}
 DEQUANT_BLOCK = 1024
@@ -402,10 +403,10 @@ def _prune_matmul_configs(configs, named_args, **kwargs):
         keep = [c for c in configs if c.kwargs["BLOCK_M"] <= 64]
     else:
         keep = [c for c in configs if c.kwargs["BLOCK_M"] >= 64]
-    limit = lora_mod._shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     itemsize = named_args["x_ptr"].element_size()
     keep = [c for c in keep if c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * BLOCK * itemsize <= limit]
-    return keep or [_config(16, 32, 1, 4)]
+    return keep or [tile_config(16, 32, 1, 4)]
 
 
 nf4_matmul_autotuned = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "DOUBLE_QUANT", "ROW_ALIGNED"],
@@ -471,7 +472,7 @@ def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
                          f"weight is {tuple(w.shape)} (out x in)")
     N, K = w.shape
     x2 = x.reshape(math.prod(x.shape[:-1]), K)  # not -1: x may be empty
-    lora_mod._check_int32_span(x2, "x")
+    lora_mod.check_int32_span(x2, "x")
     shape = (*x.shape[:-1], N)
     if out is None:
         out = torch.empty(shape, dtype=x.dtype, device=x.device)
@@ -480,7 +481,7 @@ def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
         if tuple(out.shape) != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
     y = out.view(-1, N)
-    lora_mod._check_int32_span(y, "out")  # M * N elements: the stores' offsets are int32
+    lora_mod.check_int32_span(y, "out")  # M * N elements: the stores' offsets are int32
     M = x2.shape[0]
     if M and N:
         if K == 0:  # empty sums
@@ -585,8 +586,8 @@ def qlora_linear(x, w: NF4Weight, lora_a, lora_b, scale, *, adapter_input=None, 
     if lora_a.shape[1] != K or tuple(lora_b.shape) != (N, lora_a.shape[0]):
         raise ValueError(f"lora_a must be (r, {K}) and lora_b ({N}, r); got {tuple(lora_a.shape)} and "
                          f"{tuple(lora_b.shape)}")
-    lora_mod._check_rank(lora_a.shape[0])
-    scale = lora_mod._check_scale(scale)
+    lora_mod.check_rank(lora_a.shape[0])
+    scale = lora_mod.check_scale(scale)
     x_in = None
     if adapter_input is not None:
         validate.tensor(adapter_input, "adapter_input", dtypes=(x.dtype,), contiguous=False)
@@ -610,7 +611,7 @@ class QLoRALinear(nn.Module):
                  dropout: float = 0.0, *, double_quant: bool = True, kernel: str = "auto", device=None,
                  weight: torch.Tensor | None = None):
         super().__init__()
-        lora_mod._check_hyper(r, alpha, dropout, in_features, out_features)
+        lora_mod.check_hyper(r, alpha, dropout, in_features, out_features)
         lora_mod.resolve_kernel(kernel)
         self.in_features, self.out_features = in_features, out_features
         self.r, self.alpha, self.scaling = r, float(alpha), float(alpha) / r

@@ -285,7 +285,7 @@ def default_setup() -> tuple[m.GPTConfig, tr.TrainConfig]:
     return cfg, tc
 
 
-def _record(name: str, title: str, notes: str, rows: list, extra: dict) -> dict:
+def results_record(name: str, title: str, notes: str, rows: list, extra: dict) -> dict:
     """A results record shaped like `course.bench.run`'s, so `python -m course report` can read it."""
     return {"benchmark": name, "title": title, "notes": notes, "headline": extra.pop("headline", []),
             "simulated": not runtime.on_gpu(),
@@ -293,7 +293,8 @@ def _record(name: str, title: str, notes: str, rows: list, extra: dict) -> dict:
             "machine": runtime.describe(), "ceilings": extra.pop("ceilings"), "rows": rows, **extra}
 
 
-def _size_label(cfg: m.GPTConfig, tc: tr.TrainConfig) -> str:
+def model_size_label(cfg: m.GPTConfig, tc: tr.TrainConfig) -> str:
+    """'GPT d768 L12 V50304, B8 x T1024, bf16': the model and step a record measured."""
     amp = "bf16" if tr.amp_enabled(tc, runtime.DEVICE) else "fp32"
     return f"GPT d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size}, B{tc.batch} x T{tc.seq_len}, {amp}"
 
@@ -329,7 +330,7 @@ def profile_run(ops_list=None, *, cfg=None, tc=None, out: Path | None = None, st
                          "pct_of_roof": p.get("pct_of_roof"), "bound": p.get("bound"),
                          "speedup_vs_torch": ref_us / g["us"] if g["us"] > 0 and ref_us > 0 else None})
         prof.fallbacks = {f"{op}: {why}": n for (op, why), n in kernels.FALLBACKS.items()}
-    record = _record("profile_week5", f"Where a training step's GPU time goes, by group: {_size_label(cfg, tc)}",
+    record = results_record("profile_week5", f"Where a training step's GPU time goes, by group: {model_size_label(cfg, tc)}",
                      "ms = GPU time per step in the group (kernel durations from the trace); FLOPs and bytes = "
                      "the cost model of profile_model.py (minimum traffic); vs torch = the torch ops' group "
                      "time / this group's time",
@@ -381,7 +382,7 @@ def swaps_run(*, cfg=None, tc=None, out: Path | None = None, variants=None, on_r
     default_cfg, default_tc = default_setup()
     cfg, tc = tr.byte_vocab(cfg or default_cfg), tc or default_tc
     variants = variants or swap_variants(cfg)
-    label = _size_label(cfg, tc)
+    label = model_size_label(cfg, tc)
     rows, ref = [], None
     ceil = ceilings()
     for ops, factory in variants:
@@ -414,7 +415,7 @@ def swaps_run(*, cfg=None, tc=None, out: Path | None = None, variants=None, on_r
         if on_row:
             on_row(row)
     timer = "CUDA-event-timed" if runtime.on_gpu() else "host-timed"
-    record = _record("swaps_week5", f"Training step with each kernel swapped in: {label}",
+    record = results_record("swaps_week5", f"Training step with each kernel swapped in: {label}",
                      f"median of {tc.steps - tc.skip} {timer} steps after {tc.skip} left out (the first step "
                      "autotunes the Triton kernels or compiles: 'first step s'); same seed and batches for every "
                      "row; loss diff = largest relative difference of the per-step losses from the torch row's",

@@ -34,7 +34,7 @@ no wrapper, the baseline of the scaling efficiency):
   report divides each strategy's bytes on the wire (`distributed.ring_bytes`) by it: the time the
   transfers would take alone.
 
-Strategies: `distributed.STRATEGIES` (ddp, zero1, fsdp_grad_op, fsdp: `distributed._wrap`) and
+Strategies: `distributed.STRATEGIES` (ddp, zero1, fsdp_grad_op, fsdp: `distributed.wrap_model`) and
 `fsdp_bf16`: `fully_shard` with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`: the
 all-gathers move bf16 (2 bytes per parameter instead of 4), the reduce-scatter stays fp32.
 
@@ -154,9 +154,9 @@ def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
 
 # ------------------------------------------------------------------------------ the strategies
 def wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
-    """(module to call, optimizer): `distributed._wrap`, plus fsdp_bf16 (bf16 all-gathers)."""
+    """(module to call, optimizer): `distributed.wrap_model`, plus fsdp_bf16 (bf16 all-gathers)."""
     if strategy != "fsdp_bf16":
-        return dd._wrap(strategy, gpt, lr, device)
+        return dd.wrap_model(strategy, gpt, lr, device)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

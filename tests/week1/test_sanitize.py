@@ -1,4 +1,4 @@
-"""week1_cuda_python.sanitize: case discovery, the compute-sanitizer runner and its report, the
+"""week1_cuda_python.sanitize (the kit's course/sanitize.py for week 1): case discovery, the compute-sanitizer runner and its report, the
 ncu helpers. The runner is exercised end to end with a fake `compute-sanitizer` (a shell script
 that prints what the real one prints); the real one runs in the GPU-only test at the end.
 
@@ -14,6 +14,7 @@ import pytest
 
 from course import runtime
 from course.bench import is_result
+from course import sanitize as kit_sanitize
 from week1_cuda_python import sanitize as sz
 
 # Modules whose kernels the runner must reach (their own SANITIZER_CASES or the ones in sanitize.py).
@@ -289,7 +290,7 @@ def test_sanitize_all_writes_the_report(fake_sanitizer, tmp_path, capsys):
 
 
 def test_without_compute_sanitizer_nothing_passes_silently(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(sz, "find_sanitizer", lambda: None)
+    monkeypatch.setattr(kit_sanitize, "find_sanitizer", lambda: None)
     assert sz.main(["--only", "vector_add", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "compute-sanitizer not found" in err and "NOTHING WAS CHECKED" in err
@@ -297,7 +298,7 @@ def test_without_compute_sanitizer_nothing_passes_silently(monkeypatch, tmp_path
 
 
 def test_without_a_gpu_nothing_passes_silently(monkeypatch, tmp_path, capsys, fake_sanitizer):
-    monkeypatch.setattr(sz, "find_sanitizer", lambda: fake_sanitizer)
+    monkeypatch.setattr(kit_sanitize, "find_sanitizer", lambda: fake_sanitizer)
     monkeypatch.setattr(sz.runtime, "on_gpu", lambda: False)
     assert sz.main(["--only", "vector_add", "--out", str(tmp_path / "results")]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err

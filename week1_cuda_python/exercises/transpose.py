@@ -154,23 +154,10 @@ def transpose_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = ()):
-    """kernels/transpose.cu compiled for this GPU; `defines` (-DTILE64_ROWS=...) for the sweep."""
-    if not defines:
-        return interop.cuda_module(CUDA_SOURCE)
-    runtime.pycuda_driver()
-    from pycuda.compiler import SourceModule
-
-    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-    return SourceModule(CUDA_SOURCE.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
-                        options=["-O3", "-lineinfo", *defines], include_dirs=[str(CUDA_SOURCE.parent)])
-
-
-@functools.cache
 def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
-    kernel = _module(defines).get_function(f"transpose_{rung}_{_SUFFIX[dtype]}")
-    kernel.prepare("PPii" if rung == "padded" else "PPiii")  # x, out, rows, cols (, vectorize)
-    return kernel
+    """`transpose_<rung>_<dtype>`; `defines` (-DTILE64_ROWS=...) for the sweep."""
+    signature = "PPii" if rung == "padded" else "PPiii"  # x, out, rows, cols (, vectorize)
+    return interop.cuda_kernel(CUDA_SOURCE, f"transpose_{rung}_{_SUFFIX[dtype]}", signature, defines)
 
 
 def transpose_cuda_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,9 +6,9 @@ progress` shows where every exercise stands.
 
 You write (about 75 lines in 7 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* `_grouped_tile`: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling
-  a GROUP_M-tall column of tiles before moving right (the last group may be shorter), so
-  concurrently running programs share A's rows and B's columns in L2 (about 9 lines)
+* `grouped_tile`: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
+  GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
+  running programs share A's rows and B's columns in L2 (about 9 lines)
 * `_dot`: acc + a @ b with tl.dot (fp32 accumulation); with FP8_PRECISE pass
   max_num_imprecise_acc=BLOCK_K (the fp8 tensor cores' partial sums are promoted every BLOCK_K)
   (about 5 lines)
@@ -18,7 +18,7 @@ until you fill them):
 * `_finish_tile`: the epilogue on the fp32 tile still in registers: * a_scale * b_scale (HAS_SCALE),
   + bias, the ACTIVATION (relu must keep NaN: tl.maximum(..., propagate_nan=tl.PropagateNan.ALL));
   one masked store in c's dtype (about 19 lines)
-* `matmul_kernel`: one program per tile: _grouped_tile(program_id), _tile_product, _finish_tile
+* `matmul_kernel`: one program per tile: grouped_tile(program_id), _tile_product, _finish_tile
   (about 6 lines)
 * `matmul_persistent_kernel`: persistent: NUM_SMS programs, each looping over tiles tile_id =
   program_id, + NUM_SMS, ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel (about 8
@@ -69,12 +69,14 @@ FP8_TENSOR_CORE_UNIT = 2.0**-13
 
 
 # ---------------------------------------------------------------------------- device helpers
+# grouped_tile: which (pid_m, pid_n) tile program `tile_id` computes, in grouped order; public,
+# as every tiled matmul of the course (week 5's LoRA and NF4 GEMMs) orders its tiles this way.
 @triton.jit
-def _grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+def grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     # TODO (about 9 lines): grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
     #   GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
     #   running programs share A's rows and B's columns in L2
-    tl.static_assert(False, 'not implemented yet: _grouped_tile: grouped ordering: (pid_m, pid_n) of tile number ...')
+    tl.static_assert(False, 'not implemented yet: grouped_tile: grouped ordering: (pid_m, pid_n) of tile number ...')
 
 
 @triton.jit
@@ -111,8 +113,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
                   HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
                   FP8_PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # TODO (about 6 lines): one program per tile: _grouped_tile(program_id), _tile_product, _finish_tile
-    tl.static_assert(False, 'not implemented yet: matmul_kernel: one program per tile: _grouped_tile(program_id) ...')
+    # TODO (about 6 lines): one program per tile: grouped_tile(program_id), _tile_product, _finish_tile
+    tl.static_assert(False, 'not implemented yet: matmul_kernel: one program per tile: grouped_tile(program_id) ...')
 
 
 @triton.jit
@@ -140,7 +142,8 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
 
 
 # ------------------------------------------------------------------------------ autotuning
-def _config(bm, bn, bk, stages, warps, group_m=8, **extra):
+def tile_config(bm, bn, bk, stages, warps, group_m=8, **extra):
+    """A triton.Config of a tiled matmul: BLOCK_M x BLOCK_N x BLOCK_K tiles, GROUP_M, stages, warps."""
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, **extra},
                          num_stages=stages, num_warps=warps)
 
@@ -148,26 +151,26 @@ def _config(bm, bn, bk, stages, warps, group_m=8, **extra):
 # Small spaces (each config costs a compile and a timing run on first use of a shape). The
 # large tiles feed the H100's wgmma well; the small ones win when M or N is small.
 AUTOTUNE_CONFIGS = [
-    _config(128, 256, 64, 3, 8),
-    _config(256, 128, 64, 3, 8),
-    _config(128, 128, 64, 4, 8),
-    _config(128, 128, 64, 4, 4),
-    _config(64, 128, 64, 4, 4),
+    tile_config(128, 256, 64, 3, 8),
+    tile_config(256, 128, 64, 3, 8),
+    tile_config(128, 128, 64, 4, 8),
+    tile_config(128, 128, 64, 4, 4),
+    tile_config(64, 128, 64, 4, 4),
 ]
 PERSISTENT_CONFIGS = [
-    _config(128, 256, 64, 3, 8, FLATTEN=True),
-    _config(128, 256, 64, 4, 8, FLATTEN=True),
-    _config(128, 128, 64, 4, 8, FLATTEN=True),
-    _config(128, 128, 64, 4, 4, FLATTEN=True),
-    _config(64, 128, 64, 4, 4, FLATTEN=True),
+    tile_config(128, 256, 64, 3, 8, FLATTEN=True),
+    tile_config(128, 256, 64, 4, 8, FLATTEN=True),
+    tile_config(128, 128, 64, 4, 8, FLATTEN=True),
+    tile_config(128, 128, 64, 4, 4, FLATTEN=True),
+    tile_config(64, 128, 64, 4, 4, FLATTEN=True),
 ]
 # fp8: twice the values per byte, so BLOCK_K = 128 moves the same bytes per step as 64 in fp16.
 FP8_CONFIGS = [
-    _config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
-    _config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    _config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    _config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
-    _config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
+    tile_config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
+    tile_config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    tile_config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
+    tile_config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
+    tile_config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
 ]
 SMALL_PROBLEM = 512 * 512  # C this small: tiles of 64 x 128 already give every SM work
 
@@ -177,20 +180,13 @@ def _shared_memory_bytes(config, itemsize: int) -> int:
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
 
 
-def _shared_memory_limit() -> int:
-    if not runtime.on_gpu():
-        return 1 << 30
-    props = torch.cuda.get_device_properties(runtime.DEVICE)
-    return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
-
-
 def _prune_configs(configs, named_args, **kwargs):
     # Each config is a compile (seconds). Drop those whose pipeline buffers cannot fit the GPU's
     # shared memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles
     # would leave most SMs idle anyway, time only the smallest tile.
     operand = named_args.get("a_ptr", named_args.get("a_desc"))
     itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
-    limit = _shared_memory_limit()
+    limit = runtime.shared_memory_per_block()
     fitting = [c for c in configs if _shared_memory_bytes(c, itemsize) <= limit]
     fitting = fitting or [min(configs, key=lambda c: _shared_memory_bytes(c, itemsize))]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:

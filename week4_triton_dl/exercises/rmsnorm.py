@@ -53,7 +53,7 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
+from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 from week4_triton_dl import layernorm as ln  # shared checks, launch sizing and the stage-2 sum
 
@@ -192,8 +192,8 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | No
             launch, block, warps = rmsnorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
         else:
             block = ln.next_power_of_2(N)
-            launch, warps = rmsnorm_fwd_row_kernel, ln._num_warps(block)
-        plan = (launch, (has_weight, block, ln._acc(dtype), store_stats), dict(num_warps=num_warps or warps), key)
+            launch, warps = rmsnorm_fwd_row_kernel, ln.warps_for(block)
+        plan = (launch, (has_weight, block, ln.acc_type(dtype), store_stats), dict(num_warps=num_warps or warps), key)
         _FORWARD_PLANS[key] = plan
     return plan
 
@@ -205,16 +205,16 @@ def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, kernel:
     plan = _BACKWARD_PLANS.get(key)
     if plan is None:
         if kernel == "looped" or (kernel is None and N > MAX_N):
-            rows_per_program, programs = ln._programs(M, 1, BWD_PROGRAMS_PER_SM, None)
+            rows_per_program, programs = ln.persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
             plan = (rmsnorm_bwd_looped_kernel, programs, rows_per_program,
-                    (has_weight, block_n or LOOP_BLOCK_N, ln._acc(dtype)), dict(num_warps=8), key)
+                    (has_weight, block_n or LOOP_BLOCK_N, ln.acc_type(dtype)), dict(num_warps=8), key)
         else:
             block = ln.next_power_of_2(N)
-            block_m = min(ln._bwd_block_m(block), ln.next_power_of_2(M))
-            rows_per_program, programs = ln._programs(M, block_m, BWD_PROGRAMS_PER_SM, None)
-            stages = ln._stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+            block_m = min(ln.bwd_block_m(block), ln.next_power_of_2(M))
+            rows_per_program, programs = ln.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
+            stages = ln.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
             plan = (rmsnorm_bwd_kernel, programs, rows_per_program,
-                    (has_weight, block_m, block, ln._acc(dtype), stages), dict(num_warps=ln._num_warps(block_m * block)),
+                    (has_weight, block_m, block, ln.acc_type(dtype), stages), dict(num_warps=ln.warps_for(block_m * block)),
                     key)
         if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
             _BACKWARD_PLANS.clear()
@@ -240,10 +240,10 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
     else:
         has_weight, default_block_m, block, acc, stages = constexprs
         block_m = min(block_m or default_block_m, ln.next_power_of_2(M))
-        rows_per_program, programs = ln._programs(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-        stages = num_stages or ln._stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+        rows_per_program, programs = ln.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+        stages = num_stages or ln.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
         constexprs = (has_weight, block_m, block, acc, stages)
-        options = dict(num_warps=num_warps or ln._num_warps(block_m * block))
+        options = dict(num_warps=num_warps or ln.warps_for(block_m * block))
     return kernel, programs, rows_per_program, constexprs, options, None
 
 
@@ -253,7 +253,7 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
 def _launch_forward(x, weight, eps, M, N, plan, out=None):
     """(y, rstd) with a forward plan; y into `out` if given."""
     y = torch.empty_like(x) if out is None else out
-    rstd = torch.empty(M, dtype=ln._acc_torch(x.dtype), device=x.device)
+    rstd = torch.empty(M, dtype=ln.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return y, rstd.fill_(math.nan)
     kernel, constexprs, options, key = plan
@@ -268,7 +268,7 @@ def _launch_backward(dy, x, rstd, weight, M, N, plan):
     if M == 0 or N == 0:
         return dx, (torch.zeros(N, dtype=x.dtype, device=x.device) if has_weight else None)
     kernel, programs, rows_per_program, constexprs, options, key = plan
-    partial = torch.empty((programs, N), dtype=ln._acc_torch(x.dtype), device=x.device) if has_weight else dx
+    partial = torch.empty((programs, N), dtype=ln.acc_dtype(x.dtype), device=x.device) if has_weight else dx
     args = (dy, x, weight if has_weight else x, rstd, dx, partial, M, N, rows_per_program, *constexprs)
     if key is None:
         kernel[(programs,)](*args, **options)
@@ -314,17 +314,17 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: f
     chunk, a power of two), or "persistent" (`block_m`, `num_programs`, `num_warps`,
     `num_stages` set its launch; for the sweep).
     """
-    M, N = ln._check_rows(x)
-    weight = ln._check_vector(weight, "weight", x)
-    eps = default_eps(x.dtype) if eps is None else ln._check_eps(eps)
+    M, N = ln.check_rows(x)
+    weight = ln.check_vector(weight, "weight", x)
+    eps = default_eps(x.dtype) if eps is None else ln.check_eps(eps)
     if kernel is not None and kernel not in KERNELS_FORWARD:
         raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
     kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
-    ln._check_positive_int(num_stages, "num_stages")
-    ln._check_power_of_two(block_m, "block_m", high=64)
-    ln._check_positive_int(num_programs, "num_programs")
-    ln._check_power_of_two(num_warps, "num_warps", high=32)
-    ln._check_power_of_two(block_n, "block_n", low=16)
+    ln.check_positive_int(num_stages, "num_stages")
+    ln.check_power_of_two(block_m, "block_m", high=64)
+    ln.check_positive_int(num_programs, "num_programs")
+    ln.check_power_of_two(num_warps, "num_warps", high=32)
+    ln.check_power_of_two(block_n, "block_n", low=16)
     if kernel != "looped" and N > MAX_N:
         raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
@@ -333,19 +333,19 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: f
         plan = _forward_plan(N, x.dtype, weight is not None, kernel, block_n, num_warps)
         _, rstd = _launch_forward(x, weight, eps, M, N, plan, out=out)
         return out, rstd.view(x.shape[:-1])
-    x2, y2 = ln._rows_view(x, M, N), ln._rows_view(out, M, N)
-    rstd = torch.empty(x.shape[:-1], dtype=ln._acc_torch(x.dtype), device=x.device)
+    x2, y2 = ln.rows_view(x, M, N), ln.rows_view(out, M, N)
+    rstd = torch.empty(x.shape[:-1], dtype=ln.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, rstd.fill_(math.nan)
     w = weight if weight is not None else x  # a dummy pointer, never read without HAS_WEIGHT
     block = ln.next_power_of_2(N)
-    block_m = min(block_m or ln._default_block_m(block), ln.next_power_of_2(M))
-    rows_per_program, programs = ln._programs(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    block_m = min(block_m or ln.fwd_block_m(block), ln.next_power_of_2(M))
+    rows_per_program, programs = ln.persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
     rmsnorm_fwd_persistent_kernel[(programs,)](
         x2, w, y2, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None, BLOCK_M=block_m,
-        BLOCK_N=block, ACC=ln._acc(x.dtype),
-        NUM_STAGES=num_stages or ln._stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
-        num_warps=num_warps or ln._num_warps(block_m * block))
+        BLOCK_N=block, ACC=ln.acc_type(x.dtype),
+        NUM_STAGES=num_stages or ln.pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
+        num_warps=num_warps or ln.warps_for(block_m * block))
     return out, rstd
 
 
@@ -360,19 +360,19 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     `num_stages` override its launch) or "looped" (default above; `block_n` sets its chunk,
     `num_partials` its number of programs).
     """
-    M, N = ln._check_rows(x)
+    M, N = ln.check_rows(x)
     validate.tensor(dy, "dy", dtypes=DTYPES)
     validate.same_shape(dy=dy, x=x)
     validate.same_dtype(dy=dy, x=x)
-    rstd = ln._check_stats(rstd, "rstd", x)
-    weight = ln._check_vector(weight, "weight", x)
+    rstd = ln.check_stats(rstd, "rstd", x)
+    weight = ln.check_vector(weight, "weight", x)
     if kernel is not None and kernel not in KERNELS_BACKWARD:
         raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
-    ln._check_power_of_two(block_m, "block_m", high=64)
-    ln._check_positive_int(num_partials, "num_partials")
-    ln._check_power_of_two(num_warps, "num_warps", high=32)
-    ln._check_positive_int(num_stages, "num_stages")
-    ln._check_power_of_two(block_n, "block_n", low=16)
+    ln.check_power_of_two(block_m, "block_m", high=64)
+    ln.check_positive_int(num_partials, "num_partials")
+    ln.check_power_of_two(num_warps, "num_warps", high=32)
+    ln.check_positive_int(num_stages, "num_stages")
+    ln.check_power_of_two(block_n, "block_n", low=16)
     if kernel == "partial" and N > MAX_N:
         raise ValueError(f"kernel='partial' holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
@@ -393,7 +393,7 @@ def rms_norm_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tup
 @rms_norm_op.register_fake
 def _rms_norm_fake(x, weight, eps):
     # Shapes and dtypes only: what the compiler plans with, without running a kernel.
-    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=ln._acc_torch(x.dtype))
+    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=ln.acc_dtype(x.dtype))
 
 
 @torch.library.custom_op(f"{NAMESPACE}::rms_norm_backward", mutates_args=())
@@ -453,7 +453,7 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     """
     shape = ln.normalized_shape_of(normalized_shape)
     ln.check_call(x, shape, weight)
-    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else ln._check_eps(eps))
+    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else ln.check_eps(eps))
     if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
         x2 = ln.as_rows(x, shape)
         w = weight if weight is None or weight.dim() == 1 else weight.reshape(x2.shape[1])

@@ -17,11 +17,11 @@ until you fill them):
 * `shard_batch`: check 0 <= rank < world (ValueError naming rank) and that the rows split evenly
   (ValueError "... does not split evenly ..."); return rows [rank B / world, (rank + 1) B / world)
   of x and of y (about 7 lines)
-* `_wrap`: module = LossModel(gpt). single: AdamW on it. ddp: DDP(module, device_ids=[device.index]
-  on CUDA, None on the CPU), AdamW on its parameters. zero1: DDP + ZeroRedundancyOptimizer
-  (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each block, then the root
-  module, with mesh=fsdp_mesh(device) and reshard_after_forward True / False; AdamW on
-  module.parameters() (about 16 lines)
+* `wrap_model`: module = LossModel(gpt). single: AdamW on it. ddp: DDP(module,
+  device_ids=[device.index] on CUDA, None on the CPU), AdamW on its parameters. zero1: DDP +
+  ZeroRedundancyOptimizer (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each
+  block, then the root module, with mesh=fsdp_mesh(device) and reshard_after_forward True / False;
+  AdamW on module.parameters() (about 16 lines)
 * `train`: the global batch's mean loss from this rank's shard mean: with world > 1, all-reduce
   `loss` (a sum over the ranks) and divide by world (equal shards) (about 3 lines)
 
@@ -148,7 +148,7 @@ def fsdp_mesh(device: torch.device):
     return init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
 
 
-def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
+def wrap_model(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     """(module to call, optimizer) for a strategy; the model is already on `device`."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -159,7 +159,7 @@ def _wrap(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     #   ZeroRedundancyOptimizer (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each
     #   block, then the root module, with mesh=fsdp_mesh(device) and reshard_after_forward True / False; AdamW
     #   on module.parameters()
-    raise NotImplementedError('not implemented yet: _wrap: module = LossModel(gpt)')
+    raise NotImplementedError('not implemented yet: wrap_model: module = LossModel(gpt)')
 
 
 def full_parameters(module: nn.Module) -> torch.Tensor:
@@ -197,7 +197,7 @@ def train(strategy: str, *, rank: int = 0, world: int = 1, cfg: m.GPTConfig | No
     device = torch.device("cpu") if device is None else torch.device(device)
     torch.manual_seed(seed)  # the same initial weights in every process (FSDP does not broadcast)
     gpt = m.GPT(cfg).to(device)
-    module, opt = _wrap(strategy, gpt, lr, device)
+    module, opt = wrap_model(strategy, gpt, lr, device)
     batches = global_batches(cfg, global_batch, seq_len, seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else nullcontext()
     if device.type == "cuda":

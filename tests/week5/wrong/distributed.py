@@ -1,7 +1,7 @@
 """Known-wrong data-parallel pieces the tests must reject (`python -m course exercises --must-fail`).
 
 Only code the test process itself runs can be planted here: the strategies run in spawned workers,
-which import the lesson by name (the real file), so a bug in `_wrap` or the loss all-reduce is seen by
+which import the lesson by name (the real file), so a bug in `wrap_model` or the loss all-reduce is seen by
 `pytest tests/week5/test_distributed.py --impl=exercises` on a learner's stub but not by these runs.
 """
 from course.exercises import Wrong
