@@ -105,7 +105,7 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
           profile: bool = False, trace_path: Path | None = None, compile_blocks: bool = False) -> dict:
     """`steps` steps of the fast model (FSDP2 when `fsdp`) at `global_batch`; the slowest rank's
     median step after `plan.warmup`, peak memory, the loss curve, and optionally the overlap."""
-    scaleout._free(device)
+    scaleout.free_memory(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     tc = _train_config(plan, global_batch, schedule_steps)
@@ -118,7 +118,7 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
                                         fused=True)
     records = trainer.run(steps, log_every=steps)
     timed = [r["ms"] for r in records[plan.warmup:]] or [r["ms"] for r in records]
-    ms, peak = scaleout._max_over_ranks(
+    ms, peak = scaleout.max_over_ranks(
         [statistics.median(timed), torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0], device)
     world = dist.get_world_size() if dist.is_initialized() else 1
     tokens = global_batch * plan.seq_len
@@ -139,7 +139,7 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
             gathered = [result["overlap"]]
         result["overlap_by_rank"] = gathered
     del trainer
-    scaleout._free(device)
+    scaleout.free_memory(device)
     return result
 
 
@@ -192,18 +192,18 @@ def run(plan: Plan, stage: Path, *, device_kind: str, profile: bool = False, tra
                     # Trainer's own (foreach) AdamW rather than lose the run, and say so.
                     import traceback
                     traceback.print_exc()
-                    scaleout._free(device)
+                    scaleout.free_memory(device)
                     record["fused_optimizer_failed"] = True
                     record["runs"][name] = train(dataclasses.replace(plan, fused_optimizer=False), device, **job)
             except Exception as error:  # keep what the other job measured
                 import traceback
                 traceback.print_exc()
                 record["errors"][name] = f"{type(error).__name__}: {str(error)[:300]}"
-                scaleout._free(device)
+                scaleout.free_memory(device)
             if world > 1:
                 dist.barrier()
             if rank == 0:  # after every job: a run killed later keeps what it measured
-                scaleout._write_stage(record, stage, f"capstone_world{world}.json")
+                scaleout.write_stage(record, stage, f"capstone_world{world}.json")
         if rank == 0:
             for name, r in record["runs"].items():
                 print(f"[capstone.fsdp] world {world} {name}: {r['ms']:.2f} ms/step, {r['tokens_per_s']:,.0f} tokens/s, "

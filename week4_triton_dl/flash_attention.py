@@ -89,7 +89,8 @@ import triton.language as tl  # noqa: E402
 
 from week4_triton_dl.attention_naive import (  # noqa: E402
     INT32_MAX, MAX_GRID_Y, attention_naive, check_attention_inputs, check_out, dot_precision, resolve_scale)
-from week4_triton_dl.layernorm import bench_dtype, next_power_of_2  # noqa: E402  (plain Python, no jit)
+from course.bench import bench_dtype, itemsize  # noqa: E402
+from week4_triton_dl.layernorm import next_power_of_2  # noqa: E402  (plain Python, no jit)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -871,11 +872,10 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-_ON_GPU = runtime.DEVICE.type == "cuda"
 
 
 def _on_device(t) -> bool:  # t.is_cuda costs ~0.15 us, t.device.type ~1.3 us
-    return t.is_cuda if _ON_GPU else t.is_cpu
+    return t.is_cuda if runtime.ON_GPU else t.is_cpu
 
 
 def _span(t, shape) -> bool: # one head indexed in int32 (attention_naive._check_span)
@@ -986,7 +986,7 @@ def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False
 def _size_numbers(size):
     seq, head_dim, dtype = size
     batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
-    return batch, heads, seq, head_dim, torch.empty((), dtype=dtype).element_size()
+    return batch, heads, seq, head_dim, itemsize(dtype)
 
 
 def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):

@@ -138,14 +138,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _free(device: torch.device) -> None:
+def free_memory(device: torch.device) -> None:
+    """Collect garbage and return cached blocks, so the next measurement's peak memory is its own."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
 
 
-def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
+def max_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    """Each value's maximum over the ranks (the slowest rank sets a step's time); values as they
+    are without a process group."""
     t = torch.tensor(values, dtype=torch.float64, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -370,7 +373,7 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
     if strategy != "single" and strategy not in STRATEGIES:
         raise ValueError(f"strategy must be 'single' or one of {STRATEGIES}, got {strategy!r}")
     cfg = plan.model_config()
-    _free(device)
+    free_memory(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(plan.seed)  # the same initial weights in every process (FSDP does not broadcast)
@@ -423,7 +426,7 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
     if world > 1:
         dist.all_reduce(global_losses)  # sum of the shard means; / world = the global batch's mean
         global_losses /= world
-    wall_max, median_max, peak_max, reserved_max = _max_over_ranks(
+    wall_max, median_max, peak_max, reserved_max = max_over_ranks(
         [wall_ms, statistics.median(step_ms), peak, reserved], device)
     result = {
         "strategy": strategy, "world": world, "zero_stage": ZERO_STAGE.get(strategy),
@@ -447,7 +450,7 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
             gathered = [result["overlap"]]
         result["overlap_by_rank"] = gathered
     del module, opt, gpt, batches, position
-    _free(device)
+    free_memory(device)
     return result
 
 
@@ -478,12 +481,12 @@ def comm_bandwidth(device: torch.device, world: int, nbytes: int | None = None, 
                 call()
                 _sync(device)
                 times.append(time.perf_counter() - t0)
-            seconds = max(_max_over_ranks([statistics.median(times)], device)[0], 1e-9)
+            seconds = max(max_over_ranks([statistics.median(times)], device)[0], 1e-9)
             out[f"{name}_busbw_gbps"] = n * 4 / seconds * factor[name] / 1e9
         except Exception as error:  # e.g. a collective the backend lacks: say so, measure the rest
             out[f"{name}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
     del full, part
-    _free(device)
+    free_memory(device)
     return out
 
 
@@ -518,13 +521,13 @@ def run(plan: Plan, strategies, stage: Path, *, device_kind: str, profile: bool 
                 import traceback
                 traceback.print_exc()
                 record["errors"][strategy] = f"{type(error).__name__}: {str(error)[:300]}"
-                _free(device)
+                free_memory(device)
             if world > 1:
                 dist.barrier()
             if rank == 0:  # after every strategy: a run killed later keeps what it measured
-                _write_stage(record, stage, f"world{world}.json")
+                write_stage(record, stage, f"world{world}.json")
         if rank == 0:
-            _write_stage(record, stage, f"world{world}.json")
+            write_stage(record, stage, f"world{world}.json")
             for name, r in record["strategies"].items():
                 print(f"[scaleout] world {world} {name:>12}: {r['ms']:8.2f} ms/step, {r['tokens_per_s']:>12,.0f} tokens/s, "
                       f"peak {r['peak_mib'] or 0:,.0f} MiB, state {r['state_bytes_per_param']:.2f} B/param",
@@ -535,7 +538,8 @@ def run(plan: Plan, strategies, stage: Path, *, device_kind: str, profile: bool 
         dist.destroy_process_group()
 
 
-def _write_stage(record: dict, stage: Path, name: str) -> None:
+def write_stage(record: dict, stage: Path, name: str) -> None:
+    """Write one job's record into the stage folder atomically (a reader never sees half a file)."""
     stage = Path(stage)
     stage.mkdir(parents=True, exist_ok=True)
     tmp = stage / f".{name}.tmp"
