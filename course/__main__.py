@@ -469,7 +469,8 @@ COMPARISONS = (
                + _impls("week1", "matmul_tensor_cores.py", "matmul_tc_week1", "4096^3 f16", [
                    ("torch.matmul fp16 (cuBLAS)", "torch"), ("CUDA C fp16 WMMA, naive", "wmma_naive"),
                    ("CUDA C fp16 WMMA, shared tiles", "wmma_shared"),
-                   ("CUDA C fp16 WMMA, cp.async", "wmma_cp_async")], ceiling="matmul_float16_tflops")
+                   ("CUDA C fp16 WMMA, cp.async", "wmma_cp_async"),
+                   ("CUDA C fp16 wgmma + TMA (sm_90a)", "wgmma_tma")], ceiling="matmul_float16_tflops")
                + _impls("week3", "matmul.py", "matmul_float16", "4096x4096x4096", [
                    ("torch.matmul fp16 (cuBLAS)", "torch"), ("Triton fp16, autotuned", "triton"),
                    ("Triton fp16, no grouping", "triton_ungrouped"), ("Triton fp16, persistent", "triton_persistent"),
