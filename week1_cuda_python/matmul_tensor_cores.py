@@ -44,10 +44,14 @@ multiples of the block tile (exact: padded k add 0 * 0, padded rows and columns 
 stored); the stores are bounds-checked, so C is written in place. At 4096^3 nothing is padded.
 Colab's T4 (sm_75) has fp16 tensor cores but no bf16 ones and no cp.async: bf16 is refused
 there, and the cp.async rung falls back to synchronous copies (the speed of wmma_shared).
+The wgmma_tma rung runs on compute capability 9.0 only (H100/H200: wgmma is an sm_90a feature);
+elsewhere `matmul_wgmma_tma` raises a RuntimeError naming the fallback, wmma_cp_async. It needs no
+padding to tile multiples (the TMA reads past the edges as zeros), only K and N rounded up to 8.
 
 Command line (GPU): `python -m week1_cuda_python.matmul_tensor_cores --sweep` times block /
 warp tile shapes and pipeline depths at 4096^3; `--sass` prints the instruction mix of every
-kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async) from `cuobjdump -sass`.
+kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async, HGMMA = wgmma, UTMALDG = TMA
+load) from `cuobjdump -sass`; on sm_90 it also disassembles the sm_90a build of kernels/matmul_wgmma.cu.
 """
 from __future__ import annotations
 

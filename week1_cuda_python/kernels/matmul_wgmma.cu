@@ -24,19 +24,21 @@
 //   only issues copies, two (the consumers) only issue wgmmas, and a ring of STAGES shared-memory
 //   buffers with mbarriers between them keeps the tensor cores fed.
 //
-// Published figures on the H100 SXM (dense fp16/bf16 in, fp32 accumulate):
+// Published figures on the H100 SXM (dense fp16/bf16 in, fp32 accumulate), and this rung's:
 // * datasheet: 989 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet);
-// * Pranjal Shankhdhar, "Outperforming cuBLAS on H100: a Worklog" (2025, the fast.cu repository):
-//   a hand-written wgmma + TMA kernel, step by step from ~300 TFLOP/s (wgmma + TMA, one
-//   warpgroup, 128x128 tiles) through larger tiles, warp specialisation, clusters and a
-//   persistent schedule, to 764 TFLOP/s at 4096^3 bf16 against cuBLAS's ~716 on that machine;
-// * FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao, 2024, arXiv:2407.08608) uses
-//   the same machinery (TMA producer warp, wgmma consumer warpgroups, setmaxnreg) and reaches
-//   up to 740 TFLOP/s (75% of the datasheet) in fp16 attention forward.
-// This rung is the middle of that road: warp-specialised, 128x256 tiles, 4 stages; no clusters
-// (TMA multicast), no persistent grid, no overlap of one tile's stores with the next tile's
-// math. Those are the remaining steps; the notes (README) say what each is worth.
-//
+// * "Outperforming cuBLAS on H100: a Worklog" (cudaforfun.substack.com, code: fast.cu): a
+//   hand-written wgmma + TMA kernel built up step by step (larger tiles, warp specialisation,
+//   clusters with TMA multicast, a persistent schedule, faster barriers) to 107% of cuBLAS at
+//   4096^3 bf16;
+// * FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao, 2024, arXiv:2407.08608): the
+//   same machinery (a TMA producer warp, wgmma consumer warpgroups, setmaxnreg) in attention, up
+//   to 740 TFLOP/s in fp16, 75% of the datasheet;
+// * this rung, measured beside torch.matmul (cuBLAS) in one run on an H100 SXM (results/
+//   matmul_wgmma_h100.md): 0.89x cuBLAS at 4096^3 fp16 (573 TFLOP/s), 0.87x bf16, 0.69x at 8192^3.
+// It is the middle of that road: warp-specialised, 128x256 tiles, 4 stages; no clusters (TMA
+// multicast), no persistent grid or L2-friendly block order, no overlap of one tile's stores
+// with the next tile's math. Those are the remaining steps (README: what each should be worth).
+
 // ---- The pieces, for a learner ---------------------------------------------------------------
 //
 // Warpgroup. wgmma is issued by 128 threads together: warps 4g .. 4g+3 (a warpgroup must start
