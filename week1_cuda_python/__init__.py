@@ -39,6 +39,7 @@ COURSE = {
              "ceiling": "matmul_float16_tflops", "rows": [
                  ("torch.matmul fp16 (cuBLAS)", "torch"), ("CUDA C fp16 WMMA, naive", "wmma_naive"),
                  ("CUDA C fp16 WMMA, shared tiles", "wmma_shared"),
-                 ("CUDA C fp16 WMMA, cp.async", "wmma_cp_async")]}],
+                 ("CUDA C fp16 WMMA, cp.async", "wmma_cp_async"),
+                 ("CUDA C fp16 wgmma + TMA (sm_90a)", "wgmma_tma")]}],
     },
 }

@@ -10,6 +10,9 @@ This lesson reaches for them with `nvcuda::wmma`, CUDA C++'s portable tensor-cor
   wmma_naive      wmma_naive_<in>_<out>           a warp per 16x16 tile of C, fragments from global memory
   wmma_shared     wmma_shared_<in>_<out>          128x128 block tiles in skewed shared memory; 64x64 warp tiles
   wmma_cp_async   wmma_cp_async_<in>_<out>        a 2-stage cp.async pipeline: next tile copied during the mmas
+  wgmma_tma       wgmma_tma_<in>_<out>            Hopper only (sm_90a, kernels/matmul_wgmma.cu): asynchronous
+                                                  warpgroup mmas (wgmma) fed by the TMA copy engine through a
+                                                  4-stage mbarrier ring; a producer warpgroup and two consumers
 
 What it teaches: fragments and warp-wide operations; that the tensor cores make the *same*
 data-reuse problem as the fp32 ladder ~15x harder (every byte must feed ~15x more FLOPs to keep
@@ -26,6 +29,10 @@ Cost model for A (M x K) @ B (K x N): 2*M*N*K FLOPs; at least 2*(M*K + K*N) + s*
                  fragment read from shared memory feeds 4 mma_syncs (64x64 warp tiles).
                  Copies and mmas alternate, so the tensor cores idle during every copy.
   wmma_cp_async  same traffic, but the copy of tile t+1 overlaps the mmas on tile t.
+  wgmma_tma      a 128x256x64 tile moves 48 KB for 4 MFLOP (85 FLOP/byte from L2); one wgmma
+                 instruction multiplies 64x256x16, reading A and B from shared memory itself
+                 (no ldmatrix, no fragments in registers), while the copy engine fills the next
+                 stages: issue slots go to the tensor cores, not to address arithmetic.
 
 Numerics (week 3's precision lesson has the whole story): inputs are exact fp16/bf16 values,
 their products are exact in fp32 (11 + 11 significant bits < 24), and the K-term sum is
@@ -37,14 +44,19 @@ multiples of the block tile (exact: padded k add 0 * 0, padded rows and columns 
 stored); the stores are bounds-checked, so C is written in place. At 4096^3 nothing is padded.
 Colab's T4 (sm_75) has fp16 tensor cores but no bf16 ones and no cp.async: bf16 is refused
 there, and the cp.async rung falls back to synchronous copies (the speed of wmma_shared).
+The wgmma_tma rung runs on compute capability 9.0 only (H100/H200: wgmma is an sm_90a feature);
+elsewhere `matmul_wgmma_tma` raises a RuntimeError naming the fallback, wmma_cp_async. It needs no
+padding to tile multiples (the TMA reads past the edges as zeros), only K and N rounded up to 8.
 
 Command line (GPU): `python -m week1_cuda_python.matmul_tensor_cores --sweep` times block /
 warp tile shapes and pipeline depths at 4096^3; `--sass` prints the instruction mix of every
-kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async) from `cuobjdump -sass`.
+kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async, HGMMA = wgmma, UTMALDG = TMA
+load) from `cuobjdump -sass`; on sm_90 it also disassembles the sm_90a build of kernels/matmul_wgmma.cu.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import math
 import re
@@ -292,6 +304,225 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
     return (a.double() @ b.double()).to(out_dtype or a.dtype)
 
 
+# BEGIN SOLUTION ONLY: the Hopper rung (wgmma + TMA, kernels/matmul_wgmma.cu) is not an exercise yet: the stub imports it
+# --- the Hopper rung: wgmma + TMA (kernels/matmul_wgmma.cu) ------------------------------------
+# The kernel's comment block is the lesson; this is its host side. What is new on the host:
+# 1. the module is built for sm_90a, not for "this GPU's" sm_XY: wgmma and setmaxnreg are
+#    architecture-specific features of compute capability 9.0, so the rung runs on an H100/H200
+#    only (a Blackwell GPU, sm_100, has no wgmma either) and is refused elsewhere;
+# 2. the operands reach the kernel as two TMA tensor maps, built here with the driver's
+#    cuTensorMapEncodeTiled and passed by value (128 bytes each);
+# 3. the module is loaded and launched through the CUDA driver API directly (ctypes on
+#    libcuda.so.1), not through PyCUDA.
+#
+# Why the driver API through ctypes. cuTensorMapEncodeTiled only fills in 128 bytes on the host.
+# PyCUDA (2026.1) does not wrap it, and an extern "C" host helper compiled into the module cannot
+# help: PyCUDA loads a cubin, device code only. ctypes on libcuda.so.1 (the driver library that
+# torch and PyCUDA have already loaded; the function has had one signature since CUDA 12.0) is
+# the least machinery. The launch goes the same way for a reason seen on the H100: PyCUDA's
+# prepared calls pack the arguments back to back into one buffer, but a CUtensorMap parameter is
+# 128-byte aligned, and the kernel's parameters start at byte 0x210 of constant bank 0 on sm_90
+# (not a multiple of 128), so the compiler put the first tensor map at parameter offset 112
+# (SASS: `c[0x0][0x198] + 0x70`). The packed buffer had it at offset 0: the copy engine read a
+# garbage tensor map and the kernel died with "illegal instruction". cuLaunchKernel's
+# kernelParams (one pointer per argument) lets the driver place each argument where the
+# compiled kernel expects it.
+
+WGMMA_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma.cu"
+WGMMA_CAPABILITY = (9, 0)
+WGMMA_FALLBACK = "wmma_cp_async"  # the rung below, for every GPU that is not compute capability 9.0
+# Not the -arch=sm_90a shorthand: with nvcc 13.0 it also ran a plain sm_90 pass, which rejects
+# wgmma; the -gencode form builds the sm_90a machine code alone.
+WGMMA_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+WGMMA_ROW_ALIGN = 8  # elements: TMA row strides must be multiples of 16 bytes (8 halves)
+
+
+@dataclass(frozen=True)
+class WgmmaTiles:
+    """The wgmma rung's fixed tiles (the WG_* #defines of kernels/matmul_wgmma.cu must match)."""
+    bm: int = 128       # rows of C per block: 2 consumer warpgroups x wgmma's M = 64
+    bn: int = 256       # columns of C per block: wgmma's largest N
+    bk: int = 64        # k per pipeline stage: 64 halves = the 128-byte swizzle span
+    stages: int = 4
+    consumers: int = 2  # consumer warpgroups; one more warpgroup produces (issues the TMA copies)
+    b_slab: int = 64    # columns of B per TMA box
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm * self.bk + self.bk * self.bn) * 2
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory per block: the stages + 1 KB to align them to 1024 bytes."""
+        return self.stages * self.stage_bytes + 1024
+
+
+WGMMA_TILES = WgmmaTiles()
+
+
+def wgmma_padded_shape(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(M, Np, Kp): the TMA reads past the edges as zeros, so only the tensor maps' row strides
+    need padding: N (B's rows) and K (A's rows) to multiples of 8 elements (16 bytes)."""
+    return m, _round_up(n, WGMMA_ROW_ALIGN), _round_up(k, WGMMA_ROW_ALIGN)
+
+
+def wgmma_launch_geometry(m: int, n: int, tiles: WgmmaTiles = WGMMA_TILES):
+    """(grid, block): one block of 3 warpgroups per 128 x 256 tile of C; x walks N, y walks M."""
+    return (math.ceil(n / tiles.bn), math.ceil(m / tiles.bm)), (tiles.threads, 1, 1)
+
+
+def wgmma_unsupported(capability: tuple[int, int] | None) -> str | None:
+    """Why the wgmma rung cannot run on a GPU of this compute capability (None: it can, or no GPU)."""
+    if capability is None or tuple(capability) == WGMMA_CAPABILITY:
+        return None
+    major, minor = capability
+    return (f"the wgmma_tma rung needs an sm_90a GPU (compute capability 9.0: H100, H200), because "
+            f"wgmma and setmaxnreg exist only there; this GPU is compute capability {major}.{minor}: "
+            f"use the previous rung, {WGMMA_FALLBACK} (matmul_{WGMMA_FALLBACK}), which runs on "
+            f"every GPU from sm_75 on")
+
+
+def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc") -> list[str]:
+    """The nvcc command that builds kernels/matmul_wgmma.cu (the CPU test runs the same one)."""
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings",
+            "-o", str(output), str(WGMMA_SOURCE)]
+
+
+# cuda.h's enums, for the calls below.
+_TMA_DTYPE = {torch.float16: 6, torch.bfloat16: 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16
+_TMA_SWIZZLE_128B = 3
+_TMA_L2_PROMOTION_256B = 3
+_TMA_INTERLEAVE_NONE = _TMA_OOB_FILL_ZEROS = 0
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+@functools.cache
+def _driver():
+    """libcuda.so.1 with the signatures of the few driver calls this rung makes (cuda.h)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    p, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int
+    signatures = {
+        "cuTensorMapEncodeTiled": [p, i32, u32, p, ctypes.POINTER(u64), ctypes.POINTER(u64),
+                                   ctypes.POINTER(u32), ctypes.POINTER(u32), i32, i32, i32, i32],
+        "cuModuleLoadData": [ctypes.POINTER(p), ctypes.c_char_p],
+        "cuModuleGetFunction": [ctypes.POINTER(p), p, ctypes.c_char_p],
+        "cuFuncSetAttribute": [p, i32, i32],
+        "cuLaunchKernel": [p, u32, u32, u32, u32, u32, u32, u32, p, ctypes.POINTER(p), ctypes.POINTER(p)],
+        "cuGetErrorString": [i32, ctypes.POINTER(ctypes.c_char_p)],
+    }
+    for name, argtypes in signatures.items():
+        getattr(lib, name).argtypes = argtypes
+        getattr(lib, name).restype = i32
+    return lib
+
+
+def _driver_check(result: int, what: str) -> None:
+    if result != 0:
+        text = ctypes.c_char_p()
+        _driver().cuGetErrorString(result, ctypes.byref(text))
+        raise RuntimeError(f"{what} failed: {(text.value or b'?').decode()} (CUresult {result})")
+
+
+@functools.cache
+def _wgmma_module():
+    """kernels/matmul_wgmma.cu compiled for sm_90a and loaded into torch's (primary) context."""
+    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
+    nvcc = runtime.nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("nvcc is not on PATH: the wgmma rung is compiled for sm_90a at first use")
+    with tempfile.TemporaryDirectory(prefix="matmul_wgmma_") as tmp:
+        cubin = Path(tmp) / "matmul_wgmma.sm_90a.cubin"
+        built = subprocess.run(wgmma_nvcc_command(cubin, nvcc), capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {WGMMA_SOURCE.name}:\n{built.stderr}")
+        image = cubin.read_bytes()
+    module = ctypes.c_void_p()
+    _driver_check(_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    return module
+
+
+@functools.cache
+def _wgmma_kernel(name: str, shared_bytes: int):
+    kernel = ctypes.c_void_p()
+    _driver_check(_driver().cuModuleGetFunction(ctypes.byref(kernel), _wgmma_module(), name.encode()),
+                  f"cuModuleGetFunction({name})")
+    # More than 48 KB of dynamic shared memory must be asked for, once per kernel.
+    _driver_check(_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               shared_bytes), "cuFuncSetAttribute")
+    return kernel
+
+
+def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int) -> bytes:
+    """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 tensor, copied in boxes of
+    box_rows x box_cols elements, 128-byte swizzled, zeros read outside the tensor."""
+    rows, cols = t.shape
+    row_bytes = t.stride(0) * t.element_size()
+    if t.data_ptr() % 16 or row_bytes % 16 or t.stride(1) != 1:
+        raise ValueError(f"a TMA tensor needs a 16-byte aligned base and 16-byte multiple row strides "
+                         f"(got address % 16 = {t.data_ptr() % 16}, row stride {row_bytes} bytes)")
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    storage = ctypes.create_string_buffer(128 + 128)  # the driver wants the map 64-byte aligned
+    address = (ctypes.addressof(storage) + 127) // 128 * 128
+    result = _driver().cuTensorMapEncodeTiled(
+        address, _TMA_DTYPE[t.dtype], 2, t.data_ptr(),
+        (u64 * 2)(cols, rows),         # sizes, innermost (contiguous) first
+        (u64 * 1)(row_bytes),          # strides of the outer dimensions, in bytes
+        (u32 * 2)(box_cols, box_rows),
+        (u32 * 2)(1, 1),               # element strides: every element of the box
+        _TMA_INTERLEAVE_NONE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_OOB_FILL_ZEROS)
+    _driver_check(result, f"cuTensorMapEncodeTiled ({rows} x {cols} {t.dtype}, {box_rows} x {box_cols} boxes)")
+    return ctypes.string_at(address, 128)
+
+
+def _launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
+    out, m, n, k = _checked(a, b, out, out_dtype)
+    why = wgmma_unsupported(_capability())
+    if why is not None:
+        raise RuntimeError(why)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    _, np_, kp = wgmma_padded_shape(m, n, k)
+    # Only where a row stride is not a multiple of 16 bytes (or the base is misaligned): a
+    # zero-padded copy. The rows of B past K and of A past M are never copied: the TMA reads zeros.
+    a_p, b_p = padded(a, m, kp), padded(b, k, np_)
+    map_a = tensor_map(a_p, tiles.bm, tiles.bk)       # A boxes: 128 rows x 64 k
+    map_b = tensor_map(b_p, tiles.bk, tiles.b_slab)   # B boxes: 64 k x 64 columns
+    grid, block = wgmma_launch_geometry(m, n, tiles)
+    kernel = _wgmma_kernel(f"wgmma_tma_{TYPE_SUFFIX[a.dtype]}_{TYPE_SUFFIX[out.dtype]}", tiles.shared_bytes)
+    # One pointer per kernel argument; the driver copies each to its offset in parameter space.
+    args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
+            ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(kp)]
+    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
+    # torch's current stream (the legacy default stream, as the other rungs use, unless the caller
+    # picked another): ordered after the copies above and before whatever torch does next.
+    stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
+    _driver_check(_driver().cuLaunchKernel(kernel, grid[0], grid[1], 1, *block, tiles.shared_bytes,
+                                           stream, params, None), "cuLaunchKernel")
+    return out
+
+
+def matmul_wgmma_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+                     out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """C = A @ B on Hopper's asynchronous tensor cores (`wgmma_tma_*`, kernels/matmul_wgmma.cu).
+
+    Same contract as the WMMA launchers. 128x256x64 block tiles in a 4-stage ring that a producer
+    warpgroup fills with TMA copies and two consumer warpgroups drain with wgmma. Needs compute
+    capability 9.0 (H100, H200): on any other GPU it raises RuntimeError naming the fallback,
+    `matmul_wmma_cp_async`.
+    """
+    return _launch_wgmma(a, b, out, out_dtype)
+
+
+TC_LAUNCHERS = (*WMMA_LAUNCHERS, "matmul_wgmma_tma")
+# END SOLUTION ONLY
+
+
 # --- compute-sanitizer cases ------------------------------------------------------------------
 
 def _sanitizer_case(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> None:
@@ -337,7 +568,12 @@ _SOURCES = {
     "wmma_shared": _c("wmma_shared_body", "copy_tile_sync", *_SHARED_HELPERS) + [_launch],
     "wmma_cp_async": _c("wmma_cp_async_body", "copy_tile_async", "copy16_async", "copy_commit", "copy_wait",
                         *_SHARED_HELPERS) + [_launch],
+    "wgmma_tma": [c_function(WGMMA_SOURCE, name) for name in (
+        "wgmma_tma_body", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait", "tma_load_2d",
+        "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")] + [_launch_wgmma, tensor_map],
 }
+# The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
+_WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(_capability()) is None else ()
 
 BENCHMARKS = [
     Benchmark(
@@ -352,15 +588,17 @@ BENCHMARKS = [
             "torch": lambda a, b, out: torch.matmul(a, b, out=out),
             **{f"wmma_{rung}": (lambda rung: lambda a, b, out: _launch(rung, a, b, out, None))(rung)
                for rung in RUNGS},
+            **{label: lambda a, b, out: _launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
         },
-        gpu_only=tuple(f"wmma_{rung}" for rung in RUNGS),
-        headline=tuple(f"wmma_{rung}" for rung in RUNGS),
+        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
+        headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
         bytes=lambda size: 3 * 2 * size[0] ** 2,
         flops=lambda size: 2 * size[0] ** 3,
         compute_dtype=torch.float16,
-        sources=_SOURCES,
+        sources={label: spec for label, spec in _SOURCES.items() if label != "wgmma_tma" or _WGMMA_ROWS},
         notes="FLOPs = 2 n^3; bytes = 2 (n^2 A + n^2 B + n^2 C), each matrix once; torch = "
-              "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype",
+              "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype; wgmma_tma only on "
+              "compute capability 9.0 (H100/H200)",
     ),
 ]
 
@@ -415,7 +653,7 @@ def sweep(n: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
 # END SOLUTION ONLY
 
 
-SASS_OPCODES = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDS", "LDG", "LD", "STS", "STG", "BAR")
+SASS_OPCODES = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "LDS", "LDG", "LD", "STS", "STG", "BAR")
 _SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 
 
@@ -436,27 +674,37 @@ def sass_opcode_counts(sass: str) -> dict[str, dict[str, int]]:
 
 # BEGIN SOLUTION ONLY: the SASS dump and the command line (tools for the solution's kernels)
 def dump_sass(arch: str = "sm_90", out_dir: Path | None = None, full: bool = False) -> Path:
-    """Compile kernels/matmul_tc.cu for `arch`, print each kernel's instruction mix, save the SASS."""
-    import shutil
-
+    """Compile kernels/matmul_tc.cu for `arch` (sm_90a: kernels/matmul_wgmma.cu, the Hopper rung),
+    print each kernel's instruction mix, save the SASS."""
     out_dir = Path(out_dir or tempfile.mkdtemp(prefix="matmul_tc_sass_"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    compiled = interop.nvcc_compile(CUDA_SOURCE, arch, out_dir)
+    source = WGMMA_SOURCE if arch == "sm_90a" else CUDA_SOURCE
+    cubin = out_dir / f"{source.stem}.{arch}.cubin"
+    if arch == "sm_90a":
+        compiled = subprocess.run(wgmma_nvcc_command(cubin, runtime.nvcc_path() or "nvcc"),
+                                  capture_output=True, text=True)
+    else:
+        compiled = interop.nvcc_compile(CUDA_SOURCE, arch, out_dir)
     if compiled.returncode != 0:
         raise RuntimeError(f"nvcc failed for {arch}:\n{compiled.stderr}")
-    cubin = out_dir / f"{CUDA_SOURCE.stem}.{arch}.cubin"
+    return _print_sass(cubin, arch, full)
+
+
+def _print_sass(cubin: Path, arch: str, full: bool) -> Path:
+    import shutil
+
     if shutil.which("cuobjdump") is None:
         raise RuntimeError("cuobjdump (CUDA toolkit) is not on PATH: cannot disassemble " + str(cubin))
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    path = out_dir / f"{CUDA_SOURCE.stem}.{arch}.sass"
+    path = cubin.with_suffix(".sass")
     path.write_text(sass)
     if full:
         print(sass)
     counts = sass_opcode_counts(sass)
     print(f"static instruction counts per kernel ({arch}); full SASS in {path}")
-    print(f"{'kernel':<26}" + "".join(f"{op:>7}" for op in SASS_OPCODES))
+    print(f"{'kernel':<26}" + "".join(f"{op:>8}" for op in SASS_OPCODES))
     for kernel in sorted(counts):
-        print(f"{kernel:<26}" + "".join(f"{counts[kernel][op]:>7}" for op in SASS_OPCODES))
+        print(f"{kernel:<26}" + "".join(f"{counts[kernel][op]:>8}" for op in SASS_OPCODES))
     return path
 
 
@@ -465,7 +713,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", action="store_true", help="time tile shapes at n^3 fp16 (GPU)")
     parser.add_argument("--size", type=int, default=4096, help="n for --sweep (default 4096)")
     parser.add_argument("--sass", action="store_true", help="instruction mix of every kernel (cuobjdump)")
-    parser.add_argument("--arch", default=None, help="for --sass: sm_75, sm_90, ... (default: this GPU, else sm_90)")
+    parser.add_argument("--arch", default=None, help="for --sass: sm_75, sm_90, ... (default: this GPU, else sm_90); "
+                        "sm_90a disassembles the wgmma rung (kernels/matmul_wgmma.cu)")
     parser.add_argument("--full", action="store_true", help="with --sass: print the whole SASS listing")
     parser.add_argument("--out", default=None, help="with --sass: folder for the cubin and .sass files")
     args = parser.parse_args(argv)
@@ -477,7 +726,10 @@ def main(argv=None) -> int:
         if arch is None:
             major, minor = _capability() or (9, 0)
             arch = f"sm_{major}{minor}"
-        dump_sass(arch, Path(args.out) if args.out else None, full=args.full)
+        out = Path(args.out) if args.out else None
+        dump_sass(arch, out, full=args.full)
+        if arch == "sm_90":  # on Hopper the ladder goes one rung further: wgmma (HGMMA) and TMA (UTMALDG)
+            dump_sass("sm_90a", out, full=args.full)
     if args.sweep:
         sweep(args.size)
     return 0

@@ -1,4 +1,5 @@
-"""week1_cuda_python.matmul_tensor_cores: the WMMA rungs against a float64 reference.
+"""week1_cuda_python.matmul_tensor_cores: the WMMA rungs and the Hopper (wgmma + TMA) rung against
+a float64 reference.
 
 Error model (why these tolerances, not check.py's defaults). The inputs are exact fp16/bf16
 values and each product a_ik * b_kj is exact in fp32 (11 + 11 significant bits fit in 24), so
@@ -15,8 +16,10 @@ all the error comes from two places:
 * the one rounding of the fp32 sum to the output type: rtol = 2^-11 (fp16) or 2^-8 (bf16),
   plus half the smallest fp16 subnormal for results that land there.
 """
+import importlib
 import math
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -31,8 +34,12 @@ DEVICE = runtime.DEVICE
 U32 = 2.0**-24
 ROUNDING = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 0.0}
 SUBNORMAL = {torch.float16: 2.0**-25, torch.bfloat16: 0.0, torch.float32: 0.0}
-LAUNCHERS = list(tc.WMMA_LAUNCHERS)
 gpu = pytest.mark.gpu(reason="PyCUDA launches of the WMMA kernels")
+# The wgmma rung runs on compute capability 9.0 only (sm_90a): elsewhere its launches are refused
+# (tested below with a patched capability) and its GPU tests skipped. In simulation nothing launches.
+HOPPER = not runtime.on_gpu() or tc.wgmma_unsupported(torch.cuda.get_device_capability()) is None
+hopper = pytest.mark.skipif(not HOPPER, reason="the wgmma rung needs compute capability 9.0 (H100/H200)")
+LAUNCHERS = [pytest.param(name, marks=hopper) if "wgmma" in name else name for name in tc.TC_LAUNCHERS]
 
 
 def tolerance(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> tuple[float, float]:
@@ -196,10 +203,18 @@ def test_rejects_bad_input_before_launch(name, case, error, message, make):
         getattr(tc, name)(a, b, out=out, out_dtype=out_dtype)
 
 
-@pytest.mark.parametrize("name", LAUNCHERS)
+def patch_capability(monkeypatch, name: str, capability) -> None:
+    """Pretend the GPU has this compute capability, in the module that defines the launcher too
+    (under --impl=exercises the stub imports the wgmma launcher from the solution)."""
+    monkeypatch.setattr(tc, "_capability", lambda: capability)
+    owner = importlib.import_module(getattr(tc, name).__module__)
+    monkeypatch.setattr(owner, "_capability", lambda: capability)
+
+
+@pytest.mark.parametrize("name", tc.TC_LAUNCHERS)
 def test_refuses_bf16_below_sm80(name, monkeypatch):
     """A T4 (sm_75) has fp16 tensor cores but no bf16 ones: refused with a sentence, not a trap."""
-    monkeypatch.setattr(tc, "_capability", lambda: (7, 5))
+    patch_capability(monkeypatch, name, (7, 5))
     a = torch.ones(16, 16, device=DEVICE, dtype=torch.bfloat16)
     with pytest.raises(TypeError, match="bf16 tensor cores need compute capability 8.0"):
         getattr(tc, name)(a, a.clone())
@@ -284,3 +299,100 @@ def test_sass_opcode_counts_parses_cuobjdump_output():
     assert counts["wmma_shared_f16_f16"]["HMMA"] == 1 and counts["wmma_shared_f16_f16"]["LDSM"] == 1
     assert counts["wmma_shared_f16_f16"]["LDGSTS"] == 1 and counts["wmma_shared_f16_f16"]["LDS"] == 1
     assert counts["wmma_naive_f16_f16"]["HMMA"] == 1 and counts["wmma_naive_f16_f16"]["LDSM"] == 0
+
+
+# --- the Hopper rung: wgmma + TMA (kernels/matmul_wgmma.cu) -----------------------------------------
+
+@gpu
+@hopper
+@pytest.mark.parametrize("dtype, out_dtype", type_cases())
+@pytest.mark.parametrize("shape", [(128, 256, 64), (64, 64, 16), (129, 257, 65), (300, 520, 1000), (7, 600, 4100)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_wgmma_tiles_and_tails(shape, dtype, out_dtype):
+    """One exact tile; less than one (TMA's zero fill); one past a tile in M, N and K; many ring
+    wraps (4100 / 64 = 65 k tiles through 4 stages) with K and N not multiples of 8 (padded copies)."""
+    m, n, k = shape
+    a, b = random_tensor((m, k), dtype, DEVICE), random_tensor((k, n), dtype, DEVICE)
+    out = poisoned((m, n), out_dtype, DEVICE)
+    assert tc.matmul_wgmma_tma(a, b, out=out) is out
+    check(out, a, b)
+
+
+@gpu
+@hopper
+def test_wgmma_same_answer_twice():
+    """A race between the copy engine and the tensor cores (a stage reused too early) would change
+    the result from run to run; the fp32 sums in one fixed order do not."""
+    a = random_tensor((1024, 2048), torch.bfloat16, DEVICE)
+    b = random_tensor((2048, 768), torch.bfloat16, DEVICE)
+    first = tc.matmul_wgmma_tma(a, b, out_dtype=torch.float32)
+    for _ in range(3):
+        assert torch.equal(tc.matmul_wgmma_tma(a, b, out_dtype=torch.float32), first)
+
+
+@pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 9), (10, 0), (12, 0)], ids=lambda c: f"sm_{c[0]}{c[1]}")
+def test_wgmma_refused_off_hopper(capability, monkeypatch):
+    """sm_90a code runs on compute capability 9.0 alone (not on Blackwell either): a sentence that
+    names the GPU's capability and the rung to use instead, before anything is compiled or launched."""
+    patch_capability(monkeypatch, "matmul_wgmma_tma", capability)
+    a = torch.ones(16, 16, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match=rf"compute capability {capability[0]}\.{capability[1]}.*wmma_cp_async"):
+        tc.matmul_wgmma_tma(a, a.clone())
+
+
+def test_wgmma_allowed_on_hopper_and_in_simulation():
+    assert tc.wgmma_unsupported((9, 0)) is None and tc.wgmma_unsupported(None) is None
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 17, 3), (128, 256, 64), (129, 257, 65), (4096, 4096, 4096)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_wgmma_padding_and_geometry(shape):
+    """Only the TMA's 16-byte row rule pads (N and K to multiples of 8); the grid covers C exactly."""
+    m, n, k = shape
+    mp, np_, kp = tc.wgmma_padded_shape(m, n, k)
+    assert mp == m and np_ % 8 == 0 and kp % 8 == 0 and 0 <= np_ - n < 8 and 0 <= kp - k < 8
+    grid, block = tc.wgmma_launch_geometry(m, n)
+    t = tc.WGMMA_TILES
+    assert grid[0] * t.bn >= n and grid[1] * t.bm >= m
+    assert (grid[0] - 1) * t.bn < n and (grid[1] - 1) * t.bm < m
+    assert block == (t.threads, 1, 1) and t.threads == 384
+    assert t.shared_bytes <= 227 * 1024  # the H100's shared memory per block
+
+
+def test_wgmma_tiles_match_the_cuda_source():
+    source = tc.WGMMA_SOURCE.read_text()
+    for name in ("bm", "bn", "bk", "stages", "consumers", "b_slab"):
+        found = re.search(rf"#define WG_{name.upper()} (\d+)", source)
+        assert found, f"WG_{name.upper()} is not defined in {tc.WGMMA_SOURCE.name}"
+        assert int(found.group(1)) == getattr(tc.WGMMA_TILES, name), f"WG_{name.upper()} differs"
+
+
+def test_tensor_map_refuses_strides_the_tma_cannot_read():
+    """Checked before the driver is called (so this runs on the CPU): rows of 3 halves = 6 bytes."""
+    with pytest.raises(ValueError, match="16-byte"):
+        tc.tensor_map(torch.ones(4, 3, dtype=torch.float16), 128, 64)
+
+
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+def test_wgmma_source_compiles_for_sm_90a(tmp_path):
+    """The launcher's own nvcc command (-gencode=arch=compute_90a,code=sm_90a, warnings as errors:
+    ptxas warns when it serialises wgmmas or ignores setmaxnreg) builds all four kernels, and the
+    PTX holds the instructions this rung is about."""
+    cubin = tmp_path / "wgmma.cubin"
+    built = subprocess.run(tc.wgmma_nvcc_command(cubin, runtime.nvcc_path()), capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    ptx = tmp_path / "wgmma.ptx"
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", "-o", str(ptx), str(tc.WGMMA_SOURCE)],
+                   check=True, capture_output=True)
+    text = ptx.read_text()
+    names = {f"wgmma_tma_{tc.TYPE_SUFFIX[d]}_{tc.TYPE_SUFFIX[o]}" for d in tc.DTYPES for o in (d, torch.float32)}
+    assert names <= set(re.findall(r"\.entry (\w+)\(", text))
+    for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+                        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+                        "cp.async.bulk.tensor.2d", "mbarrier.try_wait.parity", "setmaxnreg.inc"):
+        assert instruction in text, f"{instruction} is missing from the PTX"
+    if shutil.which("cuobjdump"):  # the SASS: HGMMA, the tensor cores' asynchronous instruction
+        sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        counts = tc.sass_opcode_counts(sass)
+        assert set(counts) == names
+        assert all(c["HGMMA"] >= 4 and c["UTMALDG"] >= 2 and c["HMMA"] == 0 for c in counts.values()), counts
