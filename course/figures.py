@@ -13,7 +13,8 @@ what to read from it, as key=value words (quote a value that holds spaces: `size
 
 * a benchmark record (`rows` of size/variant/fields, written by `course bench`):
   `variant=V field=F` (any row field: ms, gbps, tflops, pct_of_copy, speedup_vs_torch, ...);
-  `size=S` one size, `size=S1,S2` several, no size: every size where the field is measured;
+  `size=S` one size, `size=S1,S2` several (a comma followed by a space belongs to the size),
+  no size: every size where the field is measured;
   `over=V2` the ratio of V's field to V2's at the same size.
 * any other JSON (a runner's summary): `path=key.key.0.key`, the number at that path.
 * for both: `scale=X` multiplies (1000: ms to us), `fmt=.1f` is Python's format spec (default
@@ -59,7 +60,8 @@ def _values(record: dict, opts: dict) -> list[float]:
     field = opts["field"]
     table = {(r["size"], r["variant"]): r for r in record["rows"]}
     sizes = list(dict.fromkeys(r["size"] for r in record["rows"]))
-    wanted = opts["size"].split(",") if "size" in opts else sizes
+    # Sizes are separated by a comma with no space after it: "B=1, context 960+64" is one size.
+    wanted = re.split(r",(?! )", opts["size"]) if "size" in opts else sizes
     out = []
     for size in wanted:
         row = table.get((size, opts["variant"]))

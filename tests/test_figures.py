@@ -13,6 +13,7 @@ RECORD = {"benchmark": "fake_host", "simulated": False, "rows": [
     {"size": "1k", "variant": "torch", "ms": 1.0, "tflops": 500.0},
     {"size": "1k", "variant": "triton", "ms": 0.8, "tflops": 405.4},
     {"size": "4k", "variant": "triton", "ms": 0.7, "tflops": 484.6},
+    {"size": "B=1, context 960+64", "variant": "triton", "ms": 0.635, "tflops": None},
 ]}
 
 
@@ -24,6 +25,7 @@ RECORD = {"benchmark": "fake_host", "simulated": False, "rows": [
     ("fake variant=triton field=tflops size=1k,4k agg=min", "405"),
     ("fake variant=triton field=tflops over=torch", "0.81"),   # 4k has no torch row: left out
     ("summary path=steps.1.loss fmt=.3f", "2.500"),
+    ('fake variant=triton field=ms size="B=1, context 960+64" fmt=.3f', "0.635"),  # ", " is inside a size
 ])
 def test_a_spec_reads_its_number(spec, text):
     record = {"steps": [{"loss": 3.0}, {"loss": 2.5}]} if spec.startswith("summary") else RECORD
