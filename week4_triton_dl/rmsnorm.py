@@ -1,7 +1,8 @@
 """RMSNorm in Triton, forward and backward, as a PyTorch op: eager, autograd and torch.compile.
 
 Its benchmarks, launch sweep and command line: rmsnorm_bench.py (`python -m
-week4_triton_dl.rmsnorm_bench --sweep`).
+week4_triton_dl.rmsnorm_bench --sweep`). Over 500 lines: the row, persistent and looped kernels of
+one op, forward and backward, with its launchers and autograd glue.
 
 y = x * rstd * w over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps): LayerNorm without
 the mean subtraction and without the bias (LLaMA, Mistral, Qwen, Gemma all use it). Diff this
