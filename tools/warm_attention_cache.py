@@ -42,11 +42,12 @@ def main():
     parser.add_argument("--no-model-shapes", action="store_true", help="skip attention_train_week4's shapes")
     args = parser.parse_args()
     from week4_triton_dl import flash_attention as fa
-    most = max(len(fa.configs_for(c, d)) for d in args.head_dims + [s[3] for s in fa.TRAIN_SIZES]
+    from week4_triton_dl import flash_attention_bench as fab
+    most = max(len(fa.configs_for(c, d)) for d in args.head_dims + [s[3] for s in fab.TRAIN_SIZES]
                for c in (fa.FWD_CONFIGS, fa.BWD_KV_CONFIGS, fa.BWD_Q_CONFIGS))
-    shapes = [((fa._batch(1024), fa.HEADS, 1024, d), causal) for d in args.head_dims for causal in (False, True)]
+    shapes = [((fab._batch(1024), fab.HEADS, 1024, d), causal) for d in args.head_dims for causal in (False, True)]
     if not args.no_model_shapes:
-        shapes += [(size, True) for size in fa.TRAIN_SIZES]
+        shapes += [(size, True) for size in fab.TRAIN_SIZES]
     tasks = [(shape, causal, index) for (shape, causal), index in itertools.product(shapes, range(most))]
     with mp.get_context("spawn").Pool(args.procs) as pool:
         for done, _ in enumerate(pool.imap_unordered(_warm, tasks), 1):

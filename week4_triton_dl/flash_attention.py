@@ -1,5 +1,9 @@
 """FlashAttention-2 in Triton: fused attention, forward and backward, that never stores the scores.
 
+Its benchmarks, config sweep and command line: flash_attention_bench.py (`python -m
+week4_triton_dl.flash_attention_bench --sweep`). Over 500 lines: the forward and three backward
+kernels of one op, their launch plans and its custom-op and autograd glue.
+
     O = softmax(Q K^T * scale + mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
 
 `attention_naive.py` computes this in three kernels and keeps the B*H*Sq*Sk scores in HBM.
@@ -29,7 +33,7 @@ The ideas, in the order the kernels use them:
   atomics, deterministic, at the price of recomputing P (and dP) twice: 7 block matmuls
   instead of 5. The "atomic" strategy computes dQ inside the dK/dV kernel and adds each
   partial dQ tile into an fp32 buffer with atomics (5 matmuls, but traffic to L2 and a
-  result that is not bit-reproducible). `--sweep` measures both.
+  result that is not bit-reproducible). The bench's `--sweep` measures both.
 
 Cost model, per (batch, head), S = Sq = Sk, itemsize s:
 * FLOPs: forward 4 S^2 D (QK^T and PV, 2 FLOPs per multiply-add), halved for causal;
@@ -71,25 +75,20 @@ FlashAttention-2 backend (no torch.compile row: compiling SDPA does not change i
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 
 import torch
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from course.bench import Benchmark
-from course.check import random_tensor
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 from week4_triton_dl.attention_naive import (  # noqa: E402
-    INT32_MAX, MAX_GRID_Y, attention_naive, check_attention_inputs, check_out, dot_precision, resolve_scale)
-from course.bench import bench_dtype, itemsize  # noqa: E402
+    INT32_MAX, MAX_GRID_Y, check_attention_inputs, check_out, dot_precision, resolve_scale)
 from week4_triton_dl.layernorm import next_power_of_2  # noqa: E402  (plain Python, no jit)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -603,7 +602,7 @@ def _plan(which, Sq, Sk, D, causal, has_kl, dtype, atomic=False, config=None):
         meta["ATOMIC_DQ"] = atomic
     tune_key = (which, bucket, D, causal, has_kl, dtype, atomic)
     if config is not None:
-        chosen = _as_kwargs(config)
+        chosen = config_kwargs(config)
     elif not runtime.on_gpu():
         chosen = dict(sim)  # the interpreter cannot time configs
     else:
@@ -645,7 +644,8 @@ def _launch(plan, length, bh, args, key=None):
     _TUNED[tune_key] = kernel.best_config.all_kwargs()
 
 
-def _delta(out, do, lse_dtype):
+def backward_delta(out, do, lse_dtype):
+    """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel."""
     B, H, Sq, D = out.shape
     delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
     strides = (*out.stride(), *do.stride())
@@ -661,7 +661,7 @@ def _stats_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _as_kwargs(config) -> dict:
+def config_kwargs(config) -> dict:
     """A triton.Config or a plain dict {'BLOCK_M', 'BLOCK_N'[, 'num_warps', 'num_stages']}."""
     if isinstance(config, triton.Config):
         return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
@@ -680,7 +680,7 @@ def _forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
 
     `scale` is sm_scale (a float); `key_lengths` (B,) int32/int64 or None: keys j >= key_lengths[b]
     are masked; `causal`: key j is masked for query i when j > i; `config` (a dict or triton.Config,
-    checked by _as_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning.
+    checked by config_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning.
     """
     # BEGIN EXERCISE: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
     #   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
@@ -723,7 +723,7 @@ def _backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_co
         return dq, dk, dv
     if Sq == 0 or Sk == 0:  # no pair of query and key: every gradient is an empty sum
         return dq.zero_(), dk.zero_(), dv.zero_()
-    delta = _delta(out, do, lse.dtype)
+    delta = backward_delta(out, do, lse.dtype)
     has_kl = key_lengths is not None
     lengths = key_lengths if has_kl else lse
     atomic = strategy == "atomic"
@@ -771,7 +771,7 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     scale = _check(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
     if config is not None:
-        _as_kwargs(config)
+        config_kwargs(config)
     return _forward(q, k, v, causal, scale, key_lengths, config, out)
 
 
@@ -797,7 +797,7 @@ def flash_attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
         raise ValueError(f"lse has shape {tuple(lse.shape)}; expected (B, H, Sq) = {tuple(q.shape[:3])}")
     for config in (kv_config, q_config):
         if config is not None:
-            _as_kwargs(config)
+            config_kwargs(config)
     if grads is not None:
         if not isinstance(grads, (tuple, list)) or len(grads) != 3:
             raise TypeError("grads must be a tuple (dq, dk, dv) of tensors")
@@ -872,8 +872,6 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-
-
 def _on_device(t) -> bool:  # t.is_cuda costs ~0.15 us, t.device.type ~1.3 us
     return t.is_cuda if runtime.ON_GPU else t.is_cpu
 
@@ -918,442 +916,3 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if ops.needs_grad(q, k, v):
         return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy)
     return _forward(q, k, v, causal, scale, key_lengths)[0]
-
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# =============================================================================== benchmarks
-# Tokens x heads held constant: B * H * S = 2^18 with H = 16, so every size launches the same
-# number of query-block programs (2048 of 128 rows: ~15 waves over 132 SMs) and moves the same
-# 64 MB per input tensor at D = 128, while the FLOPs grow with S.
-HEADS = 16
-TOKENS = 1 << 18
-SEQ_LENS = [1024, 2048, 4096, 8192, 16384]
-
-
-def _batch(seq):
-    return max(1, TOKENS // (HEADS * seq))
-
-
-def _sdpa(backend=None):
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
-    def run(q, k, v, causal):
-        if backend is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
-
-
-def _backends():
-    from torch.nn.attention import SDPBackend
-    return {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_math": SDPBackend.MATH}
-
-
-def _inputs(size, requires_grad):
-    seq, head_dim, dtype = size
-    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
-    d = runtime.DEVICE
-    q, k, v = (random_tensor((batch, heads, seq, head_dim), dtype, d).requires_grad_(requires_grad)
-               for _ in range(3))
-    if requires_grad:
-        return q, k, v, random_tensor((batch, heads, seq, head_dim), dtype, d)
-    return q, k, v
-
-
-def _forward_only(fn, causal):
-    def run(q, k, v):
-        with torch.no_grad():
-            return fn(q, k, v, causal)
-    return run
-
-
-def _forward_backward(fn, causal):
-    def run(q, k, v, do):
-        out = fn(q, k, v, causal)
-        return torch.autograd.grad(out, (q, k, v), do)
-    return run
-
-
-def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False):
-    """4 B H Sq Sk D for the forward (halved when causal); the backward counts 2.5x that."""
-    fwd = 4 * batch * heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0)
-    return fwd * 3.5 if backward else fwd
-
-
-def _size_numbers(size):
-    seq, head_dim, dtype = size
-    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
-    return batch, heads, seq, head_dim, itemsize(dtype)
-
-
-def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
-    short = str(dtype).replace("torch.", "")
-    kind = "fwdbwd" if backward else "fwd"
-    name = f"attention_{kind}{'_causal' if causal else ''}_{short}_d{head_dim}"
-    wrap = _forward_backward if backward else _forward_only
-    ours = lambda q, k, v, c: flash_attention(q, k, v, c)  # noqa: E731
-    variants = {"torch": wrap(_sdpa(), causal)}
-    for label in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
-        variants[label] = wrap(_sdpa(_backends()[label]), causal)
-    variants["triton_flash"] = wrap(ours, causal)
-
-    def flops(size):
-        b, h, s, d, _ = _size_numbers(size)
-        return attention_flops(b, h, s, s, d, causal, backward)
-
-    def nbytes(size):
-        b, h, s, d, item = _size_numbers(size)
-        return (12 if backward else 4) * b * h * s * d * item
-
-    return Benchmark(
-        name=name,
-        title=(f"Attention {'forward + backward' if backward else 'forward'}, {'causal' if causal else 'non-causal'}, "
-               f"{short}, D = {head_dim}, B*H*S = {TOKENS} (H = {HEADS})"),
-        sizes=[(s, head_dim, dtype) for s in SEQ_LENS],
-        sim_sizes=[(48, head_dim, torch.float16)],
-        size_label=lambda size: f"S={size[0]}",
-        make_inputs=lambda size: _inputs(size, backward),
-        variants=variants,
-        gpu_only=("sdpa_cudnn", "sdpa_efficient"),
-        headline=("triton_flash", "sdpa_flash", "sdpa_cudnn"),
-        bytes=nbytes,
-        flops=flops,
-        compute_dtype=dtype,
-        notes=("flops = 4 B H S^2 D for the forward, halved when causal; forward + backward counts 3.5x "
-               "that (backward = 2.5x forward; recomputation not counted). bytes = q, k, v read and o "
-               "written once (forward), plus q, k, v, o, dO read and dq, dk, dv written once (backward). "
-               "'torch' is SDPA's default choice of backend."),
-    )
-
-
-def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
-    short = str(dtype).replace("torch.", "")
-    variants = {
-        "torch": _forward_only(_sdpa(), False),
-        "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
-        "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
-        "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False),
-    }
-
-    def nbytes(size):
-        b, h, s, d, item = _size_numbers(size)
-        return 4 * b * h * s * d * item
-
-    def flops(size):
-        b, h, s, d, _ = _size_numbers(size)
-        return attention_flops(b, h, s, s, d, False)
-
-    return Benchmark(
-        name=f"attention_naive_vs_fused_{short}_d{head_dim}",
-        title=f"Unfused vs fused attention forward, non-causal, {short}, D = {head_dim}, B*H*S = {TOKENS}",
-        sizes=[(s, head_dim, dtype) for s in SEQ_LENS[:4]],
-        sim_sizes=[(48, head_dim, torch.float16)],
-        size_label=lambda size: f"S={size[0]}",
-        make_inputs=lambda size: _inputs(size, False),
-        variants=variants,
-        headline=("triton_naive", "triton_flash"),
-        bytes=nbytes,
-        flops=flops,
-        compute_dtype=dtype,
-        notes=("bytes counts only q, k, v, o (the fused minimum): the naive version also writes and reads "
-               "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses."),
-    )
-
-
-BENCHMARKS = [
-    _attention_benchmark(128, False, False), _attention_benchmark(128, True, False),
-    _attention_benchmark(128, False, True), _attention_benchmark(128, True, True),
-    _attention_benchmark(64, False, False), _attention_benchmark(64, True, False),
-    _attention_benchmark(64, False, True), _attention_benchmark(64, True, True),
-    _naive_benchmark(),
-]
-
-
-# ------------------------------------------------------------------------ as a model calls it
-# GPT-2 small's attention (B = 8 sequences of S = 1024, H = 12 heads of D = 64, causal), the
-# shape the capstone trains at; (1, 12, 64, 64) is a short prompt, where the host sets the pace.
-# No torch.compile row: compiling SDPA does not change its kernel. The baselines are SDPA's
-# default pick (cuDNN on the H100) and its FlashAttention-2 backend.
-TRAIN_SIZES, TRAIN_SIM_SIZES = [(8, 12, 1024, 64)], [(1, 2, 32, 16)]
-HOST_SIZES, HOST_SIM_SIZES = [(1, 12, 64, 64)], [(1, 2, 16, 16)]
-
-
-def _model_inputs(size, requires_grad):
-    dtype = bench_dtype()
-    q, k, v = (random_tensor(size, dtype, runtime.DEVICE).requires_grad_(requires_grad) for _ in range(3))
-    return (q, k, v, random_tensor(size, dtype, runtime.DEVICE)) if requires_grad else (q, k, v)
-
-
-def _model_label(size):
-    return "x".join(str(n) for n in size)
-
-
-def _public_entry(q, k, v, causal):
-    return flash_attention(q, k, v, causal)
-
-
-BENCHMARKS += [
-    Benchmark(
-        name="attention_train_week4",
-        title="Attention forward + backward through autograd at GPT-2 small's shape, causal, bf16 "
-              "(fp32 in simulation), B x H x S x D",
-        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=_model_label,
-        make_inputs=lambda size: _model_inputs(size, True),
-        variants={"torch": _forward_backward(_sdpa(), True),
-                  "sdpa_flash": _forward_backward(_sdpa(_backends()["sdpa_flash"]), True),
-                  "triton": _forward_backward(_public_entry, True)},
-        graphed=("torch", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
-        headline=("triton", "sdpa_flash"),
-        bytes=lambda s: 12 * math.prod(s) * bench_dtype().itemsize,
-        flops=lambda s: attention_flops(s[0], s[1], s[2], s[2], s[3], True, True),
-        compute_dtype=torch.bfloat16,
-        notes="out = attention(q, k, v), then torch.autograd.grad(out, (q, k, v), dO): the public entry "
-              "(flash_attention / F.scaled_dot_product_attention), autograd and every launch included; "
-              "torch = SDPA's default backend (cuDNN on the H100), sdpa_flash = its FlashAttention-2; "
-              "flops and bytes as in attention_fwdbwd_*. Events time the call as the GPU sees it, host gaps "
-              "included: at this shape the GPU work is ~0.2 ms for triton and cuDNN alike (torch.profiler, "
-              "H100, 2026-11-26), so a call that costs the host more than that (4 launches, and autograd "
-              "handing a Python backward to its CUDA thread) is timed at the host's pace",
-    ),
-    Benchmark(
-        name="attention_host_week4",
-        title="Attention forward: host cost per call at a short-prompt size, causal, bf16 (fp32 in "
-              "simulation), B x H x S x D",
-        sizes=HOST_SIZES, sim_sizes=HOST_SIM_SIZES, size_label=_model_label,
-        make_inputs=lambda size: _model_inputs(size, False),
-        variants={"torch": lambda q, k, v: _sdpa()(q, k, v, True),
-                  "triton": lambda q, k, v: flash_attention(q, k, v, True)},
-        headline=("triton",),
-        clock="wall",
-        bytes=lambda s: 0,
-        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
-              "(argument checks, allocation, the launch), the GPU work being a few us; torch = "
-              "F.scaled_dot_product_attention; triton = flash_attention (the public entry; no input "
-              "needs a gradient, so no autograd on either side)",
-    ),
-]
-# END SOLUTION ONLY
-
-
-# BEGIN SOLUTION ONLY: the config sweep and its command line measure the solution's own kernels and tiles
-# =============================================================================== sweep
-def _time_ms(fn, warmup=10, rep=40):
-    return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
-
-
-def _cfg_label(cfg):
-    kw = _as_kwargs(cfg)
-    return f"M{kw['BLOCK_M']:>3} N{kw['BLOCK_N']:>3} w{kw.get('num_warps', 4)} s{kw.get('num_stages', 3)}"
-
-
-def _try(fn):
-    try:
-        return fn(), None
-    except Exception as error:  # a config that does not compile (shared memory, registers) is a result
-        return None, f"{type(error).__name__}: {str(error).splitlines()[0][:60] if str(error) else ''}"
-
-
-def _sdpa_times(label, q, k, v, do, causal):
-    fn = _sdpa(_backends()[label])
-    fwd, err = _try(lambda: _time_ms(lambda: fn(q, k, v, causal)))
-    if err:
-        return None, None, err
-    out = fn(q, k, v, causal)
-    bwd, err = _try(lambda: _time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)))
-    return fwd, bwd, err
-
-
-def _max_err(got, want):
-    return max((g.float() - w.float()).abs().max().item() for g, w in zip(got, want))
-
-
-class _Problem:
-    """One (causal, S) point of the sweep: inputs, FLOP counts, and launchers for each kernel."""
-
-    def __init__(self, seq, head_dim, dtype, causal):
-        self.seq, self.head_dim, self.causal = seq, head_dim, causal
-        self.batch = _batch(seq)
-        shape = (self.batch, HEADS, seq, head_dim)
-        self.q, self.k, self.v, self.do = (random_tensor(shape, dtype, runtime.DEVICE) for _ in range(4))
-        for t in (self.q, self.k, self.v):
-            t.requires_grad_(True)
-        self.scale = 1 / math.sqrt(head_dim)
-        self.flops_fwd = attention_flops(self.batch, HEADS, seq, seq, head_dim, causal)
-        self.flops_bwd = 2.5 * self.flops_fwd
-        self.tag = f"{'causal' if causal else 'full  '} S={seq:>5} B={self.batch:>3}"
-        self.dq, self.dk, self.dv = (torch.empty_like(t) for t in (self.q, self.k, self.v))
-        self.dq_acc = torch.zeros(shape, dtype=torch.float32, device=runtime.DEVICE)
-
-    def forward(self, cfg):
-        return _forward(self.q, self.k, self.v, self.causal, self.scale, None, cfg)
-
-    def prepare_backward(self, cfg):
-        with torch.no_grad():
-            self.out, self.lse = self.forward(cfg)
-        self.delta = _delta(self.out, self.do, self.lse.dtype)
-
-    def _common(self):
-        return dict(CAUSAL=self.causal, HAS_KEY_LENGTHS=False, DOT_PRECISION="tf32", HEAD_DIM=self.head_dim)
-
-    def kv(self, cfg, atomic=False):
-        kw = _as_kwargs(cfg)
-        q, k, v, S = self.q, self.k, self.v, self.seq
-        if atomic:
-            self.dq_acc.zero_()
-        flash_attention_bwd_dkdv_kernel[(triton.cdiv(S, kw["BLOCK_N"]), self.batch * HEADS)](
-            q, k, v, self.do, self.lse, self.delta, self.dk, self.dv, self.dq_acc,
-            self.lse, HEADS, S, S, self.scale, self.scale * LOG2E, 0,
-            *q.stride(), *k.stride(), *v.stride(), *self.do.stride(), *self.dk.stride(), *self.dv.stride(),
-            ATOMIC_DQ=atomic, **self._common(), **kw)
-        if atomic:
-            self.dq.copy_(self.dq_acc)
-
-    def dq_kernel(self, cfg):
-        kw = _as_kwargs(cfg)
-        q, k, v, S = self.q, self.k, self.v, self.seq
-        flash_attention_bwd_dq_kernel[(triton.cdiv(S, kw["BLOCK_M"]), self.batch * HEADS)](
-            q, k, v, self.do, self.lse, self.delta, self.dq, self.lse, HEADS, S, S, self.scale,
-            self.scale * LOG2E, 0, *q.stride(), *k.stride(), *v.stride(), *self.do.stride(), *self.dq.stride(),
-            **self._common(), **kw)
-
-
-def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quick=False, stream=sys.stdout):
-    """Time every config of every kernel beside SDPA's flash and cuDNN backends; print a table.
-
-    At the first sequence length each config's result is also compared with SDPA's flash
-    backend (output for the forward, dQ/dK/dV for the backward kernels): `err` is the largest
-    absolute difference, which should be ~1e-2 or less in bf16 for unit-variance inputs.
-    """
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on a GPU; this machine runs the Triton interpreter")
-    import time
-
-    t0 = time.time()
-    say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
-    tflops = lambda flops, ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
-    fwd_cfgs, kv_cfgs, q_cfgs = (configs_for(c, head_dim) for c in (FWD_CONFIGS, BWD_KV_CONFIGS, BWD_Q_CONFIGS))
-    if quick:
-        fwd_cfgs, kv_cfgs, q_cfgs = fwd_cfgs[:4], kv_cfgs[:3], q_cfgs[:3]
-    atomic_cfgs = kv_cfgs[:3]  # the atomic kernel is the dK/dV kernel plus one matmul: its best tiles
-    props = torch.cuda.get_device_properties(0)
-    say(f"# flash attention sweep: {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-        f"{str(dtype).replace('torch.', '')}, D={head_dim}, B*H*S={TOKENS}, H={HEADS}")
-    say("# TFLOP/s: fwd 4BHS^2D (x0.5 causal); bwd 2.5x fwd. err: max |ours - sdpa_flash| (first S only)")
-    summary = []
-    for causal in (False, True):
-        for seq in seq_lens:
-            pb = _Problem(seq, head_dim, dtype, causal)
-            check = seq == seq_lens[0]
-            base = {}
-            for label in ("sdpa_flash", "sdpa_cudnn"):
-                fwd, bwd, err = _sdpa_times(label, pb.q, pb.k, pb.v, pb.do, causal)
-                base[label] = (fwd, bwd)
-                if err:
-                    say(f"{pb.tag} {label:<12} failed: {err}")
-                else:
-                    say(f"{pb.tag} {label:<12} fwd {fwd:8.3f} ms {tflops(pb.flops_fwd, fwd):6.1f} TFLOP/s | "
-                        f"bwd {bwd:8.3f} ms {tflops(pb.flops_bwd, bwd):6.1f} TFLOP/s")
-            if check:
-                ref_out = _sdpa(_backends()["sdpa_flash"])(pb.q, pb.k, pb.v, causal)
-                ref_grads = torch.autograd.grad(ref_out, (pb.q, pb.k, pb.v), pb.do)
-                ref_out = ref_out.detach()
-            err_text = lambda e: f"err {e:.1e}" if check else ""  # noqa: E731
-
-            best_fwd = (math.inf, None)
-            for cfg in fwd_cfgs:
-                ms, err = _try(lambda: _time_ms(lambda: pb.forward(cfg)))
-                if err:
-                    say(f"{pb.tag} fwd    {_cfg_label(cfg)} failed: {err}")
-                    continue
-                e = _max_err([pb.forward(cfg)[0]], [ref_out]) if check else 0.0
-                best_fwd = min(best_fwd, (ms, cfg), key=lambda x: x[0])
-                say(f"{pb.tag} fwd    {_cfg_label(cfg)} {ms:8.3f} ms {tflops(pb.flops_fwd, ms):6.1f} TFLOP/s  "
-                    f"{err_text(e)}")
-            if best_fwd[1] is None:
-                continue
-            pb.prepare_backward(best_fwd[1])
-            ms_delta = _time_ms(lambda: _delta(pb.out, pb.do, pb.lse.dtype))
-            best = {}
-            for kind, cfgs, launch, outputs in (
-                    ("bwd_kv", kv_cfgs, lambda c: pb.kv(c), lambda: ((pb.dk, pb.dv), ref_grads[1:] if check else None)),
-                    ("bwd_q", q_cfgs, pb.dq_kernel, lambda: ((pb.dq,), ref_grads[:1] if check else None)),
-                    ("atomic", atomic_cfgs, lambda c: pb.kv(c, atomic=True),
-                     lambda: ((pb.dq, pb.dk, pb.dv), ref_grads if check else None))):
-                best[kind] = (math.inf, None)
-                for cfg in cfgs:
-                    ms, err = _try(lambda: _time_ms(lambda: launch(cfg)))
-                    if err:
-                        say(f"{pb.tag} {kind:<6} {_cfg_label(cfg)} failed: {err}")
-                        continue
-                    e = 0.0
-                    if check:
-                        launch(cfg)
-                        got, want = outputs()
-                        e = _max_err(got, want)
-                    best[kind] = min(best[kind], (ms, cfg), key=lambda x: x[0])
-                    note = " (zero + kernel + fp32->bf16 copy)" if kind == "atomic" else ""
-                    say(f"{pb.tag} {kind:<6} {_cfg_label(cfg)} {ms:8.3f} ms  {err_text(e)}{note}")
-            split_ms = ms_delta + best["bwd_kv"][0] + best["bwd_q"][0]
-            atomic_ms = ms_delta + best["atomic"][0]
-            flash_f, flash_b = base["sdpa_flash"]
-            cudnn_f, cudnn_b = base["sdpa_cudnn"]
-            ratio = lambda ours, theirs: f"{theirs / ours:.2f}x" if theirs and ours < math.inf else "-"  # noqa: E731
-            rate = lambda flops, ms: f"{tflops(flops, ms):6.1f}" if ms and ms < math.inf else "     -"  # noqa: E731
-            summary.append(
-                f"{pb.tag} fwd {rate(pb.flops_fwd, best_fwd[0])} TFLOP/s ({_cfg_label(best_fwd[1])}) "
-                f"= {ratio(best_fwd[0], flash_f)} flash, {ratio(best_fwd[0], cudnn_f)} cudnn | "
-                f"bwd split {rate(pb.flops_bwd, split_ms)} = {ratio(split_ms, flash_b)} flash "
-                f"[kv {_cfg_label(best['bwd_kv'][1]) if best['bwd_kv'][1] else '-'}; "
-                f"q {_cfg_label(best['bwd_q'][1]) if best['bwd_q'][1] else '-'}], "
-                f"atomic {rate(pb.flops_bwd, atomic_ms)} = {ratio(atomic_ms, flash_b)} flash, "
-                f"cudnn bwd {rate(pb.flops_bwd, cudnn_b)} TFLOP/s; delta kernel {ms_delta:.3f} ms")
-            del pb
-            torch.cuda.empty_cache()
-    say("\n# summary (targets: fwd >= 1.00x sdpa_flash, bwd >= 0.80x sdpa_flash); bwd = delta + kernels")
-    for line in summary:
-        say(line)
-    _memory_line(head_dim, dtype, say)
-    say(f"# sweep took {time.time() - t0:.0f} s")
-
-
-def _memory_line(head_dim, dtype, say, seq=4096):
-    """Peak extra memory of the naive and the fused forward, measured, beside the model."""
-    from week4_triton_dl.attention_naive import naive_scores_bytes
-
-    batch = _batch(seq)
-    q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, runtime.DEVICE) for _ in range(3))
-    results = {}
-    for label, fn in (("naive", lambda: attention_naive(q, k, v)), ("fused", lambda: flash_attention(q, k, v))):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        out = fn()
-        torch.cuda.synchronize()
-        results[label] = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
-        del out
-    say(f"# extra memory at S={seq}, B*H={batch * HEADS}: naive {results['naive'] / 2**30:.2f} GiB "
-        f"(model {naive_scores_bytes(batch, HEADS, seq, seq) / 2**30:.2f} GiB of fp32 scores), "
-        f"fused {results['fused'] / 2**20:.2f} MiB (log-sum-exp: {batch * HEADS * seq * 4 / 2**20:.2f} MiB)")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", action="store_true", help="time every config beside SDPA (GPU)")
-    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
-    parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    parser.add_argument("--quick", action="store_true", help="a few configs only")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 0
-    sweep(head_dim=args.head_dim, dtype=getattr(torch, args.dtype), seq_lens=tuple(args.seq), quick=args.quick)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY

@@ -1,5 +1,9 @@
 """LoRA: fine-tune a frozen model through low-rank adapters, and one fused Triton kernel for the layer.
 
+Its benchmarks, tile sweep and command line: lora_bench.py (`python -m
+week5_integration.lora_bench --sweep`). Over 500 lines: the fused and two-pass kernels with their
+forward, backward and autograd glue, and the LoRALinear module and whole-model helpers.
+
 Full fine-tuning updates every weight W (N x K) of a pre-trained model. LoRA (Hu et al. 2021,
 "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685) freezes W and learns the
 update as a product of two thin matrices, W + (alpha / r) B A, with A (r x K), B (N x r), r << K, N:
@@ -55,10 +59,7 @@ fp64 (for gradcheck); accumulation in fp32 (fp64 for fp64).
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -66,8 +67,6 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark, itemsize
-from course.check import random_tensor
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -250,7 +249,8 @@ def _precision(dtype):
     return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
 
 
-def _block_r(rank: int) -> int:
+def block_r(rank: int) -> int:
+    """The kernels' BLOCK_R: the rank padded to a power of two >= 16."""
     return max(16, triton.next_power_of_2(rank))  # tl.dot needs every dimension >= 16
 
 
@@ -331,7 +331,7 @@ def _fused(p, q, u, v, scale, out, xa_out, store_xa):
             p.stride(0), p.stride(1), q.stride(0), q.stride(1), u.stride(0), u.stride(1),
             v.stride(0), v.stride(1), out.stride(0), out.stride(1), *xa_strides)
     meta = dict(STORE_XA=store_xa, ACC_DTYPE=_acc_dtype(p.dtype), INPUT_PRECISION=_precision(p.dtype),
-                BLOCK_R=_block_r(R))
+                BLOCK_R=block_r(R))
     if runtime.on_gpu():
         grid = lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),)  # noqa: E731
         lora_fused_autotuned[grid](*args, **meta)
@@ -349,7 +349,7 @@ def _epilogue(x2, weight, xa, lora_b, out):
     args = (x2, weight, xa, lora_b, out, M, N, K, R, x2.stride(0), x2.stride(1), weight.stride(0),
             weight.stride(1), xa.stride(0), xa.stride(1), lora_b.stride(0), lora_b.stride(1),
             out.stride(0), out.stride(1))
-    meta = dict(ACC_DTYPE=_acc_dtype(x2.dtype), INPUT_PRECISION=_precision(x2.dtype), BLOCK_R=_block_r(R))
+    meta = dict(ACC_DTYPE=_acc_dtype(x2.dtype), INPUT_PRECISION=_precision(x2.dtype), BLOCK_R=block_r(R))
     if runtime.on_gpu():
         grid = lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),)  # noqa: E731
         lora_epilogue_autotuned[grid](*args, **meta)
@@ -752,174 +752,10 @@ def adapter_parameter_count(in_features: int, out_features: int, r: int) -> int:
     return r * (in_features + out_features)
 
 
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# ---------------------------------------------------------------------------------- benchmarks
-# The 124M model's layers at 4096 tokens (8 x 512): qkv, proj, up (gate and up stacked), down.
-LORA_SHAPES = [(4096, 768, 2304), (4096, 768, 768), (4096, 768, 4096), (4096, 2048, 768)]
-RANK, ALPHA = 16, 32.0
-
-
-def _inputs(size, train=True):
-    m, k, n, r, dtype = size
-    dev = runtime.DEVICE
-    x = random_tensor((m, k), dtype, dev).requires_grad_(train)
-    w = random_tensor((n, k), dtype, dev, scale=k ** -0.5)
-    a = random_tensor((r, k), dtype, dev, scale=k ** -0.5).requires_grad_(train)
-    b = random_tensor((n, r), dtype, dev, scale=r ** -0.5).requires_grad_(train)  # trained B: not zero
-    if train:
-        return x, w, a, b, random_tensor((m, n), dtype, dev)
-    return x, w, a, b, merged_weight(w, a, b, ALPHA / r)
-
-
-def _train_step(fn):
-    def run(x, w, a, b, dy):
-        y = fn(x, w, a, b, ALPHA / a.shape[0])
-        return torch.autograd.grad(y, (x, a, b), dy)
-    return run
-
-
-def _infer(fn):
-    def run(x, w, a, b, w_merged):
-        with torch.no_grad():
-            return fn(x, w, a, b, ALPHA / a.shape[0])
-    return run
-
-
-_compiled = {}
-
-
-def _compiled_torch(x, w, a, b, scale):
-    if "lora" not in _compiled:
-        _compiled["lora"] = torch.compile(lora_linear_torch)
-    return _compiled["lora"](x, w, a, b, scale)
-
-
-def _label(size):
-    m, k, n, r, dtype = size
-    return f"M={m} K={k} N={n} r={r} {str(dtype).replace('torch.', '')}"
-
-
-def _train_bytes(s):
-    m, k, n, r, dtype = s
-    # read x, W, A, B, dY; write y, dx, dA, dB (each once)
-    return (2 * m * k + n * k + 2 * r * k + 2 * n * r + 2 * m * n) * itemsize(dtype)
-
-
-def _infer_bytes(s):
-    m, k, n, r, dtype = s
-    return (m * k + n * k + r * k + n * r + m * n) * itemsize(dtype)
-
-
-SIZES = [(m, k, n, RANK, torch.bfloat16) for m, k, n in LORA_SHAPES]
-SIM_SIZES = [(40, 48, 33, 4, torch.float32)]
-BENCHMARKS = [
-    Benchmark(
-        name="lora_linear_week5",
-        title="LoRA linear, training step (forward + backward for x, A, B; W frozen), r=16",
-        sizes=SIZES,
-        sim_sizes=SIM_SIZES,
-        size_label=_label,
-        make_inputs=_inputs,
-        variants={
-            "torch": _train_step(lora_linear_torch),
-            "torch_addmm": _train_step(lora_linear_torch_addmm),
-            "torch_compile": _train_step(_compiled_torch),
-            "triton": _train_step(lora_linear),
-        },
-        gpu_only=("torch_compile",),
-        headline=("triton",),
-        sources={"triton": [lora_fused_kernel, _fused, lora_forward, lora_backward, LoRALinearFunction.forward,
-                            LoRALinearFunction.backward, lora_linear]},
-        bytes=_train_bytes,
-        flops=lambda s: 4 * s[0] * s[1] * s[2] + 6 * s[0] * s[3] * (s[1] + s[2]),
-        compute_dtype=torch.bfloat16,
-        notes="torch = PEFT's unfused arithmetic under autograd; flops = 4MNK + 6Mr(K+N) (no dW); bytes "
-              "= x, W, A, B, dY read and y, dx, dA, dB written once",
-    ),
-    Benchmark(
-        name="lora_linear_infer_week5",
-        title="LoRA linear, inference forward, r=16: unfused, merged weight, two-pass and fused kernels",
-        sizes=SIZES,
-        sim_sizes=SIM_SIZES,
-        size_label=_label,
-        make_inputs=lambda s: _inputs(s, train=False),
-        variants={
-            "torch": _infer(lora_linear_torch),
-            "torch_addmm": _infer(lora_linear_torch_addmm),
-            "torch_merged": lambda x, w, a, b, wm: F.linear(x, wm),
-            "triton_two_pass": _infer(lora_linear_two_pass),
-            "triton": _infer(lora_linear),
-        },
-        headline=("triton", "torch_merged"),
-        sources={"triton": [lora_fused_kernel, _fused, lora_forward, LoRALinearFunction.forward, lora_linear],
-                 "triton_two_pass": [lora_epilogue_kernel, _epilogue, lora_epilogue, lora_linear_two_pass]},
-        bytes=_infer_bytes,
-        flops=lambda s: 2 * s[0] * s[1] * s[2] + 2 * s[0] * s[3] * (s[1] + s[2]),
-        compute_dtype=torch.bfloat16,
-        notes="torch_merged = F.linear with W + sBA precomputed (one adapter, merged: the floor); "
-              "flops = 2MNK + 2Mr(K+N)",
-    ),
-]
-
-
-# --------------------------------------------------------------------------------- the sweep
-def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
-    """Time every autotune config of the fused kernel (forward, and dx in the backward's layout)."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
-    started = time.perf_counter()
-    dtype = torch.bfloat16
-    print(f"fused LoRA kernel, bf16, r={rank}; TFLOP/s of the base GEMM (2MNK) over the time")
-    for m, k, n in shapes:
-        x, w, a, b, dy = _inputs((m, k, n, rank, dtype))
-        x, a, b = x.detach(), a.detach(), b.detach()
-        scale = ALPHA / rank
-        cases = {"forward": (x, w, a, b, n), "backward dx": (dy, w.t(), b.t(), a.t(), k)}
-        for what, (p, q, u, v, n_out) in cases.items():
-            flops = 2 * m * n * k
-
-            def rate(fn):
-                t = bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40)
-                return t.median_ms, flops / (t.median_ms * 1e-3) / 1e12
-
-            ms, tf = rate(lambda: p @ q.t())
-            print(f"\nM={m} K={k} N={n} {what}: torch matmul (no adapter) {ms:.4f} ms {tf:6.1f} TFLOP/s")
-            out = torch.empty((m, n_out), dtype=dtype, device=p.device)
-            xa = torch.empty((m, rank), dtype=dtype, device=p.device)
-            for config in AUTOTUNE_CONFIGS:
-                kw = config.kwargs
-                grid = (triton.cdiv(m, kw["BLOCK_M"]) * triton.cdiv(n_out, kw["BLOCK_N"]),)
-                args = (p, q, u, v, out, xa, m, n_out, p.shape[1], rank, scale, p.stride(0), p.stride(1),
-                        q.stride(0), q.stride(1), u.stride(0), u.stride(1), v.stride(0), v.stride(1),
-                        out.stride(0), out.stride(1), xa.stride(0), xa.stride(1))
-
-                def launch():
-                    lora_fused_kernel[grid](*args, STORE_XA=True, ACC_DTYPE=tl.float32, INPUT_PRECISION="tf32",
-                                            BLOCK_R=_block_r(rank), num_warps=config.num_warps,
-                                            num_stages=config.num_stages, **kw)
-                try:
-                    ms, tf = rate(launch)
-                except Exception as error:  # a config that does not compile or fit: say so, go on
-                    print(f"  {kw} failed: {str(error).splitlines()[0][:70]}")
-                    continue
-                print(f"  BM={kw['BLOCK_M']:<3} BN={kw['BLOCK_N']:<3} BK={kw['BLOCK_K']} stages={config.num_stages} "
-                      f"warps={config.num_warps}: {ms:.4f} ms {tf:6.1f} TFLOP/s")
-    print(f"\nswept in {time.perf_counter() - started:.0f} s")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the fused kernel's tile configs (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY
+# ------------------------------------------------------------------------- the code behind each entry
+# What `lora_linear` (training, inference) and `lora_linear_two_pass` run, kernels to autograd: the
+# benchmarks (lora_bench.py) count its lines beside each variant (`Benchmark.sources`).
+LORA_TRAIN_CODE = (lora_fused_kernel, _fused, lora_forward, lora_backward, LoRALinearFunction.forward,
+                   LoRALinearFunction.backward, lora_linear)
+LORA_INFER_CODE = (lora_fused_kernel, _fused, lora_forward, LoRALinearFunction.forward, lora_linear)
+LORA_TWO_PASS_CODE = (lora_epilogue_kernel, _epilogue, lora_epilogue, lora_linear_two_pass)

@@ -1,5 +1,9 @@
 """NF4: QLoRA's 4-bit NormalFloat weights, double-quantized scales, and Triton kernels that read them.
 
+Its benchmarks, crossover sweep and command line: nf4_bench.py (`python -m
+week5_integration.nf4_bench --sweep`). Over 500 lines: the NF4 format (quantize, pack,
+dequantize), its fused matmul kernel and the QLoRA linear layer built on it.
+
 QLoRA (Dettmers, Pagnoni, Holtzman, Zettlemoyer 2023, "QLoRA: Efficient Finetuning of Quantized
 LLMs", arXiv:2305.14314) fine-tunes a model whose frozen base weights are stored in 4 bits, with
 LoRA adapters (`lora.py`) in 16 bits on top: the base costs ~0.52 bytes per parameter instead of 2.
@@ -50,10 +54,7 @@ bf16 copy (keeping it would bring back all the memory QLoRA saves).
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import time
 from dataclasses import dataclass
 
 import torch
@@ -62,8 +63,6 @@ import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark
-from course.check import random_tensor
 from week5_integration import lora as lora_mod
 from week3_triton_kernels.matmul import grouped_tile
 from week5_integration.lora import store_tile
@@ -697,107 +696,8 @@ def quantization_error(weight: torch.Tensor, *, double_quant: bool = True) -> di
             "bits_per_param": stored.bits_per_parameter()}
 
 
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# ---------------------------------------------------------------------------------- benchmarks
-# Decode-sized (16 rows: weight-bandwidth-bound) and training-sized (compute-bound) products.
-MATMUL_SIZES = [(16, 4096, 4096), (16, 11008, 4096), (4096, 2304, 768), (4096, 4096, 4096)]
-
-
-def _matmul_inputs(size):
-    m, n, k = size
-    dev = runtime.DEVICE
-    dtype = torch.bfloat16 if runtime.on_gpu() else torch.float32
-    w = random_tensor((n, k), torch.float32, dev, scale=k ** -0.5)
-    return random_tensor((m, k), dtype, dev), w.to(dtype), nf4_quantize(w)
-
-
-def _nf4_bytes(n, k):
-    return n * k // 2 + -(-n * k // BLOCK) + 4 * -(-n * k // (BLOCK * DQ_BLOCK))
-
-
-def _dequant_inputs(size):
-    n, k = size
-    w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
-    return (nf4_quantize(w),)
-
-
-def _out_dtype():
-    return torch.bfloat16 if runtime.on_gpu() else torch.float32
-
-
-BENCHMARKS = [
-    Benchmark(
-        name="nf4_matmul_week5",
-        title="y = x dequant(W_nf4)^T, bf16: fused dequant-matmul vs dequantize then cuBLAS vs bf16 cuBLAS",
-        sizes=MATMUL_SIZES,
-        sim_sizes=[(5, 40, 64), (17, 33, 70)],
-        size_label=lambda s: f"M={s[0]} N={s[1]} K={s[2]}",
-        make_inputs=_matmul_inputs,
-        variants={
-            "torch": lambda x, w16, q: F.linear(x, w16),
-            "torch_dequant": lambda x, w16, q: dequantize_matmul(x, q, nf4_dequantize_torch),
-            "triton_dequant": lambda x, w16, q: dequantize_matmul(x, q),
-            "triton_fused": lambda x, w16, q: nf4_matmul(x, q),
-        },
-        headline=("triton_fused", "triton_dequant"),
-        sources={"triton_fused": [nf4_matmul_kernel, _nf4_levels, _block_scales, _launch_matmul, nf4_matmul],
-                 "triton_dequant": [nf4_dequantize_kernel, _nf4_levels, _block_scales, nf4_dequantize]},
-        bytes=lambda s: 2 * s[0] * s[2] + _nf4_bytes(s[1], s[2]) + 2 * s[0] * s[1],
-        flops=lambda s: 2 * s[0] * s[1] * s[2],
-        compute_dtype=torch.bfloat16,
-        notes="bytes = the NF4 minimum (x, packed W + double-quantized scales, y) for every variant, so "
-              "GB/s is an effective rate; torch reads a bf16 W (4x the weight bytes)",
-    ),
-    Benchmark(
-        name="nf4_dequantize_week5",
-        title="NF4 (double-quantized) -> bf16 dequantization",
-        sizes=[(4096, 4096), (11008, 4096)],
-        sim_sizes=[(33, 70)],
-        size_label=lambda s: f"{s[0]}x{s[1]}",
-        make_inputs=_dequant_inputs,
-        variants={
-            "torch": lambda q: nf4_dequantize_torch(q, _out_dtype()),
-            "triton": lambda q: nf4_dequantize(q, _out_dtype()),
-        },
-        headline=("triton",),
-        sources={"triton": [nf4_dequantize_kernel, _nf4_levels, _block_scales, nf4_dequantize]},
-        bytes=lambda s: _nf4_bytes(*s) + 2 * s[0] * s[1],
-        notes="bytes = packed codes + scales read, bf16 weight written",
-    ),
-]
-
-
-# --------------------------------------------------------------------------------- the sweep
-def sweep(n: int = 4096, k: int = 4096, rows=(1, 4, 16, 32, 64, 128, 256, 1024, 4096)) -> None:
-    """Fused dequant-matmul vs dequantize + cuBLAS vs bf16 cuBLAS over M: where the fused kernel stops paying."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
-    started = time.perf_counter()
-    w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
-    q, w16 = nf4_quantize(w), w.to(torch.bfloat16)
-    print(f"N={n} K={k} bf16; ms (median); FUSED_MAX_M = {FUSED_MAX_M}")
-    print(f"{'M':>6} {'bf16 cuBLAS':>12} {'dequant+mm':>12} {'fused':>10}  fused vs dequant+mm")
-    for m in rows:
-        x = random_tensor((m, k), torch.bfloat16, runtime.DEVICE)
-        times = [bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40).median_ms
-                 for fn in (lambda: F.linear(x, w16), lambda: dequantize_matmul(x, q), lambda: nf4_matmul(x, q))]
-        print(f"{m:>6} {times[0]:>12.4f} {times[1]:>12.4f} {times[2]:>10.4f}  {times[1] / times[2]:.2f}x")
-    print(f"swept in {time.perf_counter() - started:.0f} s")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="fused vs dequantize+matmul over M (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY
+# ------------------------------------------------------------------------- the code behind each entry
+# What `nf4_matmul` and `nf4_dequantize` run: the benchmarks (nf4_bench.py) count its lines beside
+# each variant (`Benchmark.sources`).
+NF4_MATMUL_CODE = (nf4_matmul_kernel, _nf4_levels, _block_scales, _launch_matmul, nf4_matmul)
+NF4_DEQUANTIZE_CODE = (nf4_dequantize_kernel, _nf4_levels, _block_scales, nf4_dequantize)

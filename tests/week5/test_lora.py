@@ -442,7 +442,9 @@ def test_apply_lora_refuses_unknown_targets():
 @pytest.mark.parametrize("index", [pytest.param(i, marks=runtime.pick(gpu=[pytest.mark.slow], sim=[]))
                                    for i in (0, 1)])
 def test_benchmark_variants_compute_the_same_thing(index):
-    bench = lr.BENCHMARKS[index]
+    from week5_integration import lora_bench  # the solution's benchmarks (lora_bench.py)
+
+    bench = lora_bench.BENCHMARKS[index]
     size = bench.active_sizes()[0]
     inputs = bench.make_inputs(size)
     results = {label: fn(*inputs) for label, fn in bench.variants.items()
