@@ -175,6 +175,15 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "other")
 
 
+def ms_by_kind(kernels: list[dict]) -> dict:
+    """{kind: GPU ms per step}, largest first, of a profile's kernels ({"kernel", "us_per_step"})."""
+    kinds: dict = {}
+    for k in kernels:
+        kind = kernel_kind(k["kernel"])
+        kinds[kind] = kinds.get(kind, 0.0) + k["us_per_step"] / 1e3
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
 def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fast model") -> Path:
     """torch.profiler over `steps` training steps: per step the wall time, the GPU's busy time
     (kernels and copies, summed), the host's op count and `aten::copy_` calls, then the top-15
@@ -199,15 +208,11 @@ def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fa
     gpu_ms = sum(e.self_device_time_total for e in kernels) / steps / 1e3
     copies = sum(e.count for e in events if e.key == "aten::copy_") / steps
     cpu_ops = sum(e.count for e in events if e.device_type == DeviceType.CPU and e.key.startswith("aten::")) / steps
-    kinds: dict = {}
-    for e in kernels:  # per step, by kind
-        kind = kernel_kind(e.key)
-        kinds[kind] = kinds.get(kind, 0.0) + e.self_device_time_total / steps / 1e3
-    trainer.profile_kinds = dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
     trainer.profile_kernels = [
         {"kernel": e.key, "kind": kernel_kind(e.key), "calls_per_step": e.count / steps,
          "us_per_step": e.self_device_time_total / steps, "us_per_call": e.self_device_time_total / e.count}
         for e in sorted(kernels, key=lambda e: -e.self_device_time_total)]
+    trainer.profile_kinds = ms_by_kind(trainer.profile_kernels)
     kind_table = "| kernels | GPU ms per step |\n|---|---|\n" + "".join(
         f"| {kind} | {ms:.2f} |\n" for kind, ms in trainer.profile_kinds.items())
     every_kernel = "| kernel | kind | calls / step | us / step | us / call |\n|---|---|---|---|---|\n" + "".join(
@@ -215,10 +220,9 @@ def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fa
         f"{k['us_per_call']:.1f} |\n" for k in trainer.profile_kernels)
     sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
     try:
-        table = prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=80)
+        table = events.table(sort_by=sort, row_limit=15, max_name_column_width=80)
     except Exception:  # the key was renamed (device_*) in newer torch
-        table = prof.key_averages().table(sort_by=sort.replace("cuda", "device"), row_limit=15,
-                                          max_name_column_width=80)
+        table = events.table(sort_by=sort.replace("cuda", "device"), row_limit=15, max_name_column_width=80)
     where = runtime.describe().get("gpu") or "CPU (simulation: Python and the Triton interpreter)"
     path.write_text(
         f"# Profile of {title}: {steps} training steps\n\n{where}, torch {torch.__version__}, "
@@ -306,33 +310,25 @@ def measure_decode(p: dict, deadline: float) -> dict:
         # rounds. The loops without a graph are host-bound and this host drifts by tens of percent
         # within minutes; interleaving puts the drift on every variant alike instead of on
         # whichever ran during a slow spell.
-        runs: dict = {}
+        runs = {name: [] for name, _, _ in variants}  # each variant's rounds, or why it stopped (a str)
         for round_ in range(p["decode_repeats"]):
             for name, ops, variant in variants:
+                if isinstance(runs[name], str) or time.perf_counter() > deadline:
+                    continue  # failed in an earlier round, or out of time
                 print(f"[decode] {size} {name} (round {round_ + 1})", file=sys.stderr, flush=True)
-                if name in runs and runs[name] is None:
-                    continue  # failed in an earlier round
-                if time.perf_counter() > deadline:
-                    runs.setdefault(name, [])
-                    continue
                 try:
                     if ops not in models:
                         models[ops] = cm.build(cfg, ops, seed=0, dtype=dtype).eval()
-                    got = inference.measure_generate(models[ops], batch=batch, prompt=prompt, new_tokens=new,
-                                                     variant=variant, repeats=1)
+                    runs[name].append(inference.measure_generate(models[ops], batch=batch, prompt=prompt,
+                                                                 new_tokens=new, variant=variant, repeats=1))
                 except Exception as error:
                     traceback.print_exc()
-                    runs[name] = None
-                    rows.append({"size": size, "variant": name, "skipped": _error(error)})
-                    continue
-                runs.setdefault(name, []).append(got)
+                    runs[name] = _error(error)
         base_tokens = None
         for name, _, _ in variants:
-            got = runs.get(name)
-            if got is None:
-                continue  # its failure is already a row
-            if not got:
-                rows.append({"size": size, "variant": name, "skipped": "time budget spent"})
+            got = runs[name]
+            if isinstance(got, str) or not got:
+                rows.append({"size": size, "variant": name, "skipped": got or "time budget spent"})
                 continue
             tokens = got[-1]["tokens"]
             if base_tokens is None:
@@ -548,12 +544,7 @@ MATMUL, OPTIMIZER, ATTENTION, GLUE = ("matmul (cuBLAS)", "optimizer (AdamW + gra
 def kinds_of(row: dict) -> dict:
     """GPU ms per step by kind of kernel of a profiled row, classified by today's KERNEL_KINDS
     when the record lists its kernels (so an older record reads the same way), else as recorded."""
-    if not row.get("gpu_kernels"):
-        return row["gpu_ms_by_kind"]
-    kinds: dict = {}
-    for k in row["gpu_kernels"]:
-        kinds[kernel_kind(k["kernel"])] = kinds.get(kernel_kind(k["kernel"]), 0.0) + k["us_per_step"] / 1e3
-    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return ms_by_kind(row["gpu_kernels"]) if row.get("gpu_kernels") else row["gpu_ms_by_kind"]
 
 
 def step_bounds(fast_kinds: dict, twin_kinds: dict) -> dict:
