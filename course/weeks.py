@@ -12,6 +12,9 @@ first "_"). The registry is a literal dict, read from the source without importi
         # results/RECORD.json files written by a lesson's own command line, not by `course bench`:
         # the command that measures each (what `course report` tells a reader to run)
         "runners": {"RECORD": "python -m PACKAGE.MODULE --out PACKAGE/results"},
+        # numbered ladders of rungs (`python -m course rung NAME N`): the module whose LADDERS
+        # list defines each (course/rungs.py)
+        "ladders": {"NAME": "MODULE"},
         # this week's rows of the performance-comparison tables, by table title: each entry is
         # one benchmark's rows, {"file", "bench", "size", "rows": [(label, variant), ...]} and
         # optionally "ceiling" (a key of the result's ceilings) and "optional" (a variant that
@@ -36,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = "COURSE"
-KEYS = ("short", "title", "order", "runners", "comparisons", "comparison_page")
+KEYS = ("short", "title", "order", "runners", "ladders", "comparisons", "comparison_page")
 NOT_MODULES = ("exercises", "notebooks", "results", "kernels")  # folders of a week, not lessons
 
 
@@ -48,6 +51,7 @@ class Week:
     title: str
     order: float
     runners: dict = field(default_factory=dict)
+    ladders: dict = field(default_factory=dict)  # ladder name -> module defining it (course/rungs.py)
     comparisons: dict = field(default_factory=dict)
     comparison_page: dict | None = None
 
@@ -100,6 +104,7 @@ def discover(root: Path = ROOT) -> list[Week]:
                           title=registry.get("title") or _docstring_title(folder),
                           order=registry.get("order", math.inf),
                           runners=dict(registry.get("runners", {})),
+                          ladders=dict(registry.get("ladders", {})),
                           comparisons=dict(registry.get("comparisons", {})),
                           comparison_page=registry.get("comparison_page")))
     return sorted(found, key=lambda w: (w.order, w.package))
