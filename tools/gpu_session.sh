@@ -17,7 +17,7 @@ status=${PIPESTATUS[0]}
 
 for week in "$@"; do
     python3 -m course bench "$week" 2>&1 | grep -v '^\[' | tee -a "$OUT/bench.txt"
-    package=$(python3 -c "import sys; from course.__main__ import resolve_week; print(resolve_week(sys.argv[1])[1])" "$week")
+    package=$(python3 -c "import sys; from course import weeks; print(weeks.resolve(sys.argv[1]).package)" "$week")
     # The test log goes beside the figures: the results/ folder says they come from a green run.
     { echo "# pytest on the GPU, run by tools/gpu_session.sh; $(sed -n 2p "$OUT/nvidia-smi.txt")"
       grep -v -E 'NumbaPerformanceWarning|warn\(errors|^tests/.*::|^$|Docs:' "$OUT/pytest.txt"; } > "$package/results/gpu_pytest.log"
