@@ -33,7 +33,8 @@ valid allocation; without the cache every tensor is its own cudaMalloc and its e
 
 It also serves Nsight Compute (see `profile_ncu.sh`): `--launch BENCH` calls the variants of a
 registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
-into the markdown table `profiling_with_nsight.md` shows.
+into the markdown table `profiling_with_nsight.md` shows (both from course/ncu.py, which any
+week can use directly: `python -m course.ncu --package PACKAGE --launch BENCH ...`).
 
 Cost: under the sanitizer a process is 10-100x slower on the GPU side and pays Python's imports,
 the CUDA context and Numba's compilation before its one launch: several seconds per case, which
@@ -43,10 +44,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import csv
 import datetime as _dt
 import importlib
-import io
 import json
 import os
 import pkgutil
@@ -64,7 +63,7 @@ from typing import Callable
 
 import torch
 
-from course import runtime, weeks  # runtime before numba (through the lesson modules): GPU or simulator
+from course import ncu, runtime, weeks  # runtime before numba (through the lesson modules): GPU or simulator
 from course.check import random_tensor
 
 ROOT = weeks.ROOT
@@ -310,117 +309,6 @@ def _cell(o: Outcome | None) -> str:
     return text.replace("|", "/")
 
 
-
-
-
-
-
-
-# --- Nsight Compute helpers: a launch driver and the table ------------------------------------
-
-
-
-# (column header, ncu metric, unit conversion) for the profile table; missing metrics show "-".
-NCU_COLUMNS = (
-    ("time us", "gpu__time_duration.sum", "us"),
-    ("block", "launch__block_size", None),
-    ("grid", "launch__grid_size", None),
-    ("regs/thread", "launch__registers_per_thread", None),
-    ("smem/block KB", ("launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic"), "KB"),
-    ("occupancy theor. %", "sm__maximum_warps_per_active_cycle_pct", None),
-    ("occupancy achieved %", "sm__warps_active.avg.pct_of_peak_sustained_active", None),
-    ("SM throughput %", "sm__throughput.avg.pct_of_peak_sustained_elapsed", None),
-    ("DRAM throughput %", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                           "dram__throughput.avg.pct_of_peak_sustained_elapsed"), None),
-    ("DRAM MB", ("dram__bytes_read.sum", "dram__bytes_write.sum"), "MB"),
-    ("smem ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", None),
-    ("smem st conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", None),
-    ("smem atom conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_atom.sum", None),
-    ("ld sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-                        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"), "ratio"),
-    ("st sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
-                        "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"), "ratio"),
-)
-_SCALE = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1, "ns": 1e-9, "us": 1e-6, "ms": 1e-3}
-
-
-def _number(text: str, unit: str) -> float | None:
-    text = (text or "").strip().replace(",", "")
-    if text in ("", "n/a", "N/A"):
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value * _SCALE.get(unit.strip(), 1)
-
-
-def short_kernel_name(name: str) -> str:
-    """'week1_cuda_python::transpose::_tiled_kernel::<locals>::kernel[abi:v1](Array<...>)' ->
-    '_tiled_kernel.<locals>.kernel'; C names pass through."""
-    base = re.sub(r"\[abi:[^\]]*\]", "", name).split("(")[0].strip()
-    base = re.sub(r"^void\s+", "", base)
-    parts = [p for p in base.split("::") if p]
-    parts = [p for p in parts if p != "cudapy" and p not in {w.package for w in weeks.all_weeks()}]
-    if len(parts) > 1 and parts[0].isidentifier():
-        parts = parts[1:]  # the module name
-    return ".".join(parts) or name
-
-
-def ncu_table(csv_text: str, labels: list[str] | None = None) -> str:
-    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as a markdown table:
-    one row per profiled kernel, labelled by `labels` in launch order when their count matches."""
-    rows = list(csv.reader(io.StringIO(csv_text)))
-    rows = [r for r in rows if r and not r[0].startswith("==")]  # ==PROF== / ==WARNING== lines
-    if not rows:
-        return "_ncu exported no kernels: check the kernel-name regex._\n"
-    header, body = rows[0], rows[1:]
-    units = body[0] if body and not body[0][0].strip().isdigit() else [""] * len(header)
-    kernels = [r for r in body if r and r[0].strip().isdigit()]
-    column = {name: i for i, name in enumerate(header)}
-    use_labels = labels and len(labels) == len(kernels)
-
-    def value(row, metric):
-        if metric not in column or column[metric] >= len(row):
-            return None
-        return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
-
-    def cell(row, metric, convert) -> str:
-        if isinstance(metric, tuple):
-            values = [value(row, m) for m in metric]
-            if convert == "ratio":
-                top, bottom = values
-                return "-" if top is None or not bottom else f"{top / bottom:.1f}"
-            if convert is None:  # alternatives: the first one present
-                present = [v for v in values if v is not None]
-                return "-" if not present else f"{present[0]:.1f}"
-            present = [v for v in values if v is not None]
-            total = sum(present) if present else None
-        else:
-            total = value(row, metric)
-        if total is None:
-            return "-"
-        if convert == "us":
-            return f"{total * 1e6:.1f}"
-        if convert == "KB":
-            return f"{total / 1e3:.1f}"
-        if convert == "MB":
-            return f"{total / 1e6:.0f}"
-        return f"{total:.0f}" if abs(total - round(total)) < 1e-9 or abs(total) >= 100 else f"{total:.1f}"
-
-    name_index = column.get("Kernel Name")
-    shown = [c for c in NCU_COLUMNS
-             if any(cell(r, c[1], c[2]) != "-" for r in kernels)]
-    lines = ["| kernel | " + " | ".join(c[0] for c in shown) + " |", "|---|" + "---|" * len(shown)]
-    for i, row in enumerate(kernels):
-        name = labels[i] if use_labels else short_kernel_name(row[name_index]) if name_index is not None else str(i)
-        lines.append(f"| {name} | " + " | ".join(cell(row, c[1], c[2]) for c in shown) + " |")
-    if labels and not use_labels:
-        lines.append(f"\n_{len(kernels)} kernels profiled but {len(labels)} labels given: kernel names shown._")
-    return "\n".join(lines) + "\n"
-
-
 # --- command line -------------------------------------------------------------------------------
 
 def default_workers() -> int:
@@ -659,33 +547,11 @@ class Sanitizer:
             print(f"{tool}: " + ", ".join(f"{v} {k}" for k, v in summary_counts(outcomes, tool).items()))
         return 0 if all(o.ok for o in outcomes) else 1
 
-    def launch_benchmark(self, name: str, size_label: str | None = None, variants: list[str] | None = None) -> list[str]:
+    def launch_benchmark(self, name: str, size_label: str | None = None, variants: list[str] | None = None,
+                         *, warmup: bool = False) -> list[str]:
         """Call each variant of benchmark `name` once, at the size labelled `size_label` (default: the
-        largest), synchronizing after each: one launch per kernel for ncu to profile."""
-        benchmarks = {b.name: b for b in weeks.benchmarks(self.package)}
-        if name not in benchmarks:
-            raise KeyError(f"no benchmark {name!r}; {self.label} has: {', '.join(sorted(benchmarks))}")
-        bench = benchmarks[name]
-        sizes = {bench.size_label(s): s for s in bench.active_sizes()}
-        label = size_label or list(sizes)[-1]
-        if label not in sizes:
-            raise KeyError(f"{name} has no size {label!r} here; sizes: {', '.join(sizes)}")
-        chosen = variants or [v for v in bench.variants if v != "torch"]
-        unknown = [v for v in chosen if v not in bench.variants]
-        if unknown:
-            raise KeyError(f"{name} has no variant(s) {unknown}; variants: {', '.join(bench.variants)}")
-        inputs = bench.make_inputs(sizes[label])
-        synchronize()
-        launched = []
-        for variant in chosen:
-            if variant in bench.gpu_only and not runtime.on_gpu():
-                print(f"{name} {label} {variant}: skipped (needs a GPU)", flush=True)
-                continue
-            bench.variants[variant](*inputs)
-            synchronize()
-            launched.append(variant)
-            print(f"{name} {label} {variant}: launched", flush=True)
-        return launched
+        largest), synchronizing after each: one launch per kernel for ncu (course.ncu.launch_benchmark)."""
+        return ncu.launch_benchmark(self.package, name, size_label, variants, warmup=warmup)
 
     def main(self, argv=None) -> int:
         parser = argparse.ArgumentParser(prog=f"python -m {self.entry}",
@@ -708,18 +574,21 @@ class Sanitizer:
         parser.add_argument("--launch", metavar="BENCH", help="call each variant of a benchmark once (an ncu driver)")
         parser.add_argument("--size", help="with --launch: the size label (default: the largest)")
         parser.add_argument("--variants", nargs="+", help="with --launch: which variants (default: all but torch)")
+        parser.add_argument("--warmup", action="store_true",
+                            help="with --launch: call every variant once first, profile the second calls only "
+                                 "(inside cudaProfilerStart/Stop: ncu --profile-from-start off)")
         parser.add_argument("--ncu-table", metavar="CSV", type=Path, help="ncu raw CSV -> markdown table")
         parser.add_argument("--labels", nargs="+", help="with --ncu-table: one label per kernel, launch order")
         args = parser.parse_args(argv)
 
         if args.ncu_table:
-            print(ncu_table(args.ncu_table.read_text(), args.labels), end="")
+            print(ncu.ncu_table(args.ncu_table.read_text(), args.labels), end="")
             return 0
         if args.compile:
             self.compile_module(args.compile)
             return 0
         if args.launch:
-            self.launch_benchmark(args.launch, args.size, args.variants)
+            self.launch_benchmark(args.launch, args.size, args.variants, warmup=args.warmup)
             return 0
         if args.case:
             if not runtime.on_gpu():

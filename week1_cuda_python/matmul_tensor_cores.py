@@ -346,6 +346,7 @@ class WgmmaTiles:
     stages: int = 4
     consumers: int = 2  # consumer warpgroups; one more warpgroup produces (issues the TMA copies)
     b_slab: int = 64    # columns of B per TMA box
+    group_m: int = 16   # rows of tiles per group of the block order (wgmma_block_tile)
 
     @property
     def threads(self) -> int:
@@ -359,6 +360,11 @@ class WgmmaTiles:
     def shared_bytes(self) -> int:
         """Dynamic shared memory per block: the stages + 1 KB to align them to 1024 bytes."""
         return self.stages * self.stage_bytes + 1024
+
+    def defines(self) -> tuple[str, ...]:
+        """nvcc -D flags for what may differ from the source's defaults: only the block order
+        (group_m = 1 is plain row-major order, the A/B variant `wgmma_tma_row_major`)."""
+        return () if self.group_m == WgmmaTiles.group_m else (f"-DWG_GROUP_M={self.group_m}",)
 
 
 WGMMA_TILES = WgmmaTiles()
@@ -375,6 +381,19 @@ def wgmma_launch_geometry(m: int, n: int, tiles: WgmmaTiles = WGMMA_TILES):
     return (math.ceil(n / tiles.bn), math.ceil(m / tiles.bm)), (tiles.threads, 1, 1)
 
 
+def wgmma_block_tile(block: int, tiles_m: int, tiles_n: int, group_m: int = WGMMA_TILES.group_m) -> tuple[int, int]:
+    """(row tile, column tile) of C that block number `block` (launch order, x fastest) computes:
+    the kernel's grouped order (grouped_tile in kernels/matmul_wgmma.cu, same arithmetic). Groups of
+    `group_m` rows of tiles, each walked column by column, so the blocks resident at once cover a
+    near-square patch of C and share their panels of A and B in the L2 (the kernel's header says
+    why and what it should save)."""
+    per_group = group_m * tiles_n
+    first_m = block // per_group * group_m
+    rows = min(tiles_m - first_m, group_m)
+    in_group = block % per_group
+    return first_m + in_group % rows, in_group // rows
+
+
 def wgmma_unsupported(capability: tuple[int, int] | None) -> str | None:
     """Why the wgmma rung cannot run on a GPU of this compute capability (None: it can, or no GPU)."""
     if capability is None or tuple(capability) == WGMMA_CAPABILITY:
@@ -386,9 +405,9 @@ def wgmma_unsupported(capability: tuple[int, int] | None) -> str | None:
             f"every GPU from sm_75 on")
 
 
-def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc") -> list[str]:
+def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = ()) -> list[str]:
     """The nvcc command that builds kernels/matmul_wgmma.cu (the CPU test runs the same one)."""
-    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings",
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
             "-o", str(output), str(WGMMA_SOURCE)]
 
 
@@ -428,15 +447,16 @@ def _driver_check(result: int, what: str) -> None:
 
 
 @functools.cache
-def _wgmma_module():
-    """kernels/matmul_wgmma.cu compiled for sm_90a and loaded into torch's (primary) context."""
+def _wgmma_module(defines: tuple[str, ...] = ()):
+    """kernels/matmul_wgmma.cu compiled for sm_90a (with `defines`, WgmmaTiles.defines) and loaded
+    into torch's (primary) context."""
     runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     nvcc = runtime.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH: the wgmma rung is compiled for sm_90a at first use")
     with tempfile.TemporaryDirectory(prefix="matmul_wgmma_") as tmp:
         cubin = Path(tmp) / "matmul_wgmma.sm_90a.cubin"
-        built = subprocess.run(wgmma_nvcc_command(cubin, nvcc), capture_output=True, text=True)
+        built = subprocess.run(wgmma_nvcc_command(cubin, nvcc, defines), capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {WGMMA_SOURCE.name}:\n{built.stderr}")
         image = cubin.read_bytes()
@@ -446,9 +466,9 @@ def _wgmma_module():
 
 
 @functools.cache
-def _wgmma_kernel(name: str, shared_bytes: int):
+def _wgmma_kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
     kernel = ctypes.c_void_p()
-    _driver_check(_driver().cuModuleGetFunction(ctypes.byref(kernel), _wgmma_module(), name.encode()),
+    _driver_check(_driver().cuModuleGetFunction(ctypes.byref(kernel), _wgmma_module(defines), name.encode()),
                   f"cuModuleGetFunction({name})")
     # More than 48 KB of dynamic shared memory must be asked for, once per kernel.
     _driver_check(_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -458,24 +478,41 @@ def _wgmma_kernel(name: str, shared_bytes: int):
 
 def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int) -> bytes:
     """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 tensor, copied in boxes of
-    box_rows x box_cols elements, 128-byte swizzled, zeros read outside the tensor."""
+    box_rows x box_cols elements, 128-byte swizzled, zeros read outside the tensor.
+
+    Encoded once per distinct (address, dtype, rows, cols, row stride, box) and then served from a
+    cache (`encoded_tensor_map`): the benchmark calls the launcher thousands of times on the same
+    tensors, and at 2048^3 the kernel is short enough that the host's per-call work shows."""
     rows, cols = t.shape
     row_bytes = t.stride(0) * t.element_size()
     if t.data_ptr() % 16 or row_bytes % 16 or t.stride(1) != 1:
         raise ValueError(f"a TMA tensor needs a 16-byte aligned base and 16-byte multiple row strides "
                          f"(got address % 16 = {t.data_ptr() % 16}, row stride {row_bytes} bytes)")
+    return encoded_tensor_map(t.data_ptr(), t.dtype, rows, cols, row_bytes, box_rows, box_cols)
+
+
+@functools.lru_cache(maxsize=256)
+def encoded_tensor_map(address: int, dtype: torch.dtype, rows: int, cols: int, row_bytes: int,
+                       box_rows: int, box_cols: int) -> bytes:
+    """cuTensorMapEncodeTiled's 128 bytes for exactly these arguments, cached.
+
+    Why a cache keyed on an address is safe here: the map is a pure function of its arguments
+    (it holds the address, sizes, stride and box, nothing read from the memory itself), and every
+    one of them is in the key. A new tensor that reuses a freed tensor's address with another
+    shape, stride or dtype is a different key; one with the same address, shape, stride and dtype
+    gets a map that is byte for byte what encoding it again would give."""
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     storage = ctypes.create_string_buffer(128 + 128)  # the driver wants the map 64-byte aligned
-    address = (ctypes.addressof(storage) + 127) // 128 * 128
+    aligned = (ctypes.addressof(storage) + 127) // 128 * 128
     result = _driver().cuTensorMapEncodeTiled(
-        address, _TMA_DTYPE[t.dtype], 2, t.data_ptr(),
+        aligned, _TMA_DTYPE[dtype], 2, address,
         (u64 * 2)(cols, rows),         # sizes, innermost (contiguous) first
         (u64 * 1)(row_bytes),          # strides of the outer dimensions, in bytes
         (u32 * 2)(box_cols, box_rows),
         (u32 * 2)(1, 1),               # element strides: every element of the box
         _TMA_INTERLEAVE_NONE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_OOB_FILL_ZEROS)
-    _driver_check(result, f"cuTensorMapEncodeTiled ({rows} x {cols} {t.dtype}, {box_rows} x {box_cols} boxes)")
-    return ctypes.string_at(address, 128)
+    _driver_check(result, f"cuTensorMapEncodeTiled ({rows} x {cols} {dtype}, {box_rows} x {box_cols} boxes)")
+    return ctypes.string_at(aligned, 128)
 
 
 def _launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
@@ -491,10 +528,12 @@ def _launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
     # Only where a row stride is not a multiple of 16 bytes (or the base is misaligned): a
     # zero-padded copy. The rows of B past K and of A past M are never copied: the TMA reads zeros.
     a_p, b_p = padded(a, m, kp), padded(b, k, np_)
+    # Cached per (address, shape, stride, dtype, box): encoded by the driver on the first call only.
     map_a = tensor_map(a_p, tiles.bm, tiles.bk)       # A boxes: 128 rows x 64 k
     map_b = tensor_map(b_p, tiles.bk, tiles.b_slab)   # B boxes: 64 k x 64 columns
     grid, block = wgmma_launch_geometry(m, n, tiles)
-    kernel = _wgmma_kernel(f"wgmma_tma_{TYPE_SUFFIX[a.dtype]}_{TYPE_SUFFIX[out.dtype]}", tiles.shared_bytes)
+    kernel = _wgmma_kernel(f"wgmma_tma_{TYPE_SUFFIX[a.dtype]}_{TYPE_SUFFIX[out.dtype]}", tiles.shared_bytes,
+                           tiles.defines())
     # One pointer per kernel argument; the driver copies each to its offset in parameter space.
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
             ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(kp)]
@@ -569,11 +608,16 @@ _SOURCES = {
     "wmma_cp_async": _c("wmma_cp_async_body", "copy_tile_async", "copy16_async", "copy_commit", "copy_wait",
                         *_SHARED_HELPERS) + [_launch],
     "wgmma_tma": [c_function(WGMMA_SOURCE, name) for name in (
-        "wgmma_tma_body", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait", "tma_load_2d",
-        "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")] + [_launch_wgmma, tensor_map],
+        "wgmma_tma_body", "grouped_tile", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait",
+        "tma_load_2d", "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")]
+        + [_launch_wgmma, tensor_map, encoded_tensor_map],
 }
 # The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
 _WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(_capability()) is None else ()
+# The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of
+# what the grouped order (kernels/matmul_wgmma.cu, "Block order") buys, at 8192^3 above all.
+_ROW_MAJOR = WgmmaTiles(group_m=1)
+_WGMMA_AB_ROWS = ("wgmma_tma_row_major",) if _WGMMA_ROWS else ()
 
 BENCHMARKS = [
     Benchmark(
@@ -589,8 +633,9 @@ BENCHMARKS = [
             **{f"wmma_{rung}": (lambda rung: lambda a, b, out: _launch(rung, a, b, out, None))(rung)
                for rung in RUNGS},
             **{label: lambda a, b, out: _launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
+            **{label: lambda a, b, out: _launch_wgmma(a, b, out, None, _ROW_MAJOR) for label in _WGMMA_AB_ROWS},
         },
-        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
+        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS),
         headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
         bytes=lambda size: 3 * 2 * size[0] ** 2,
         flops=lambda size: 2 * size[0] ** 3,
@@ -598,7 +643,8 @@ BENCHMARKS = [
         sources={label: spec for label, spec in _SOURCES.items() if label != "wgmma_tma" or _WGMMA_ROWS},
         notes="FLOPs = 2 n^3; bytes = 2 (n^2 A + n^2 B + n^2 C), each matrix once; torch = "
               "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype; wgmma_tma only on "
-              "compute capability 9.0 (H100/H200)",
+              "compute capability 9.0 (H100/H200); wgmma_tma_row_major = the same kernel with "
+              "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order",
     ),
 ]
 

@@ -21,10 +21,10 @@ import torch
 
 from course import runtime  # before numba (through the lesson modules): GPU or simulator
 from course.check import random_tensor
+from course.ncu import ncu_table, short_kernel_name  # noqa: F401  re-exported for this week's callers
 from course.sanitize import (  # noqa: F401  the kit's tool, re-exported for this week's callers
     ERROR_EXIT, EXCERPT_LINES, ROOT, TAIL_N, Outcome, Plan, Sanitizer, child_environment, find_sanitizer,
-    grid_stride_size, launch_case, ncu_table, parse_report, qualified, run_command, short_kernel_name,
-    summary_counts, vector,
+    grid_stride_size, launch_case, parse_report, qualified, run_command, summary_counts, vector,
 )
 
 PACKAGE = "week1_cuda_python"

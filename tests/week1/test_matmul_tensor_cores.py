@@ -16,6 +16,7 @@ all the error comes from two places:
 * the one rounding of the fp32 sum to the output type: rtol = 2^-11 (fp16) or 2^-8 (bf16),
   plus half the smallest fp16 subnormal for results that land there.
 """
+import ctypes
 import importlib
 import math
 import re
@@ -361,10 +362,75 @@ def test_wgmma_padding_and_geometry(shape):
 
 def test_wgmma_tiles_match_the_cuda_source():
     source = tc.WGMMA_SOURCE.read_text()
-    for name in ("bm", "bn", "bk", "stages", "consumers", "b_slab"):
+    for name in ("bm", "bn", "bk", "stages", "consumers", "b_slab", "group_m"):
         found = re.search(rf"#define WG_{name.upper()} (\d+)", source)
         assert found, f"WG_{name.upper()} is not defined in {tc.WGMMA_SOURCE.name}"
         assert int(found.group(1)) == getattr(tc.WGMMA_TILES, name), f"WG_{name.upper()} differs"
+
+
+@pytest.mark.parametrize("tiles_m, tiles_n, group_m", [(64, 32, 16), (32, 16, 16), (16, 8, 16), (37, 5, 16),
+                                                       (3, 7, 16), (1, 1, 16), (10, 4, 1), (9, 9, 8)])
+def test_wgmma_block_order_is_a_permutation(tiles_m, tiles_n, group_m):
+    """The grouped order gives every tile of C to exactly one block, ragged last group included;
+    inside a group consecutive blocks walk down a column of tiles; group_m = 1 is row-major."""
+    order = [tc.wgmma_block_tile(i, tiles_m, tiles_n, group_m) for i in range(tiles_m * tiles_n)]
+    assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]
+    if group_m == 1:
+        assert order == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]
+    elif tiles_m >= 2:
+        assert order[1] == (1, 0)  # the second block goes down, not across
+
+
+def test_wgmma_block_order_matches_the_cuda_source():
+    """wgmma_block_tile mirrors grouped_tile in kernels/matmul_wgmma.cu: same three lines."""
+    source = tc.WGMMA_SOURCE.read_text()
+    body = source[source.index("void grouped_tile("):]
+    body = body[:body.index("\n}")]
+    for line in ("per_group = WG_GROUP_M * tiles_n", "first_m = (id / per_group) * WG_GROUP_M",
+                 "rows = min(tiles_m - first_m, WG_GROUP_M)", "in_group = id % per_group",
+                 "tile_m = first_m + in_group % rows", "tile_n = in_group / rows"):
+        assert line in body, f"grouped_tile no longer has `{line}`: update wgmma_block_tile and this test"
+
+
+def test_wgmma_row_major_variant_only_changes_the_block_order():
+    assert tc.WGMMA_TILES.defines() == ()
+    row_major = tc.WgmmaTiles(group_m=1)
+    assert row_major.defines() == ("-DWG_GROUP_M=1",)
+    assert (row_major.bm, row_major.bn, row_major.shared_bytes) == (tc.WGMMA_TILES.bm, tc.WGMMA_TILES.bn,
+                                                                    tc.WGMMA_TILES.shared_bytes)
+
+
+def test_tensor_maps_are_cached_per_address_shape_stride_dtype_and_box(monkeypatch):
+    """The launcher encodes a tensor map once per distinct tensor description, not once per call;
+    a tensor that reuses an address with another shape, stride, dtype or box gets its own map
+    (the driver is stubbed: the key, not the encoding, is under test, so this runs on the CPU)."""
+    encoded = []
+
+    class Driver:
+        def cuTensorMapEncodeTiled(self, address, dtype, rank, base, sizes, strides, box, *rest):
+            encoded.append((base, dtype, sizes[0], sizes[1], strides[0], box[0], box[1]))
+            ctypes.memmove(address, bytes([len(encoded)]) * 128, 128)  # a distinct map per encoding
+            return 0
+
+    monkeypatch.setattr(tc, "_driver", Driver)
+    tc.encoded_tensor_map.cache_clear()
+    storage = torch.zeros(64 * 64, dtype=torch.float16)
+    square = storage.view(64, 64)
+    first = tc.tensor_map(square, 64, 64)
+    assert tc.tensor_map(square, 64, 64) == first and len(encoded) == 1  # the same tensor: cached
+    same_address = [
+        storage.view(32, 128),                       # another shape
+        storage[: 32 * 64].view(32, 64),             # 32 x 64, rows 64 apart
+        storage.view(32, 128)[:, :64],               # 32 x 64 again, rows 128 apart: only the stride differs
+        storage.view(torch.bfloat16).view(64, 64),   # the same shape and stride, another dtype
+    ]
+    maps = {first}
+    for t in same_address:
+        assert t.data_ptr() == square.data_ptr()
+        maps.add(tc.tensor_map(t, 64, 64))
+    maps.add(tc.tensor_map(square, 128, 64))         # another box
+    assert len(maps) == 1 + len(same_address) + 1, "a tensor with the same address got a stale map"
+    tc.encoded_tensor_map.cache_clear()
 
 
 def test_tensor_map_refuses_strides_the_tma_cannot_read():

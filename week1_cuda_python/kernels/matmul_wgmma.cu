@@ -34,10 +34,12 @@
 //   same machinery (a TMA producer warp, wgmma consumer warpgroups, setmaxnreg) in attention, up
 //   to 740 TFLOP/s in fp16, 75% of the datasheet;
 // * this rung, measured beside torch.matmul (cuBLAS) in one run on an H100 SXM (results/
-//   matmul_wgmma_h100.md): 0.89x cuBLAS at 4096^3 fp16 (573 TFLOP/s), 0.87x bf16, 0.69x at 8192^3.
-// It is the middle of that road: warp-specialised, 128x256 tiles, 4 stages; no clusters (TMA
-// multicast), no persistent grid or L2-friendly block order, no overlap of one tile's stores
-// with the next tile's math. Those are the remaining steps (README: what each should be worth).
+//   matmul_wgmma_h100.md): 0.89x cuBLAS at 4096^3 fp16 (573 TFLOP/s), 0.87x bf16, 0.69x at 8192^3
+//   (that run had row-major block order, before the grouped order below).
+// It is the middle of that road: warp-specialised, 128x256 tiles, 4 stages, a grouped
+// (L2-friendly) block order (below, "Block order"); no clusters (TMA multicast), no persistent
+// grid, no overlap of one tile's stores with the next tile's math. Those are the remaining steps
+// (README: what each should be worth).
 
 // ---- The pieces, for a learner ---------------------------------------------------------------
 //
@@ -98,6 +100,24 @@
 // tensor map's: row strides must be multiples of 16 bytes and the base 16-byte aligned, so the
 // launcher pads K (of A) and N (of B) to multiples of 8 elements (zeros, exact) when they are not.
 //
+// Block order. The grid is 2-D (x walks the column tiles of C, y the row tiles), and the GPU
+// starts blocks roughly in linear order, x fastest. Taken literally, that order walks C row by
+// row: the ~132 blocks resident at once (one per SM) cover about 4 rows of tiles and *every*
+// column tile, so together they read all of B. At 8192^3 B is 128 MB, the H100's L2 50 MB: by
+// the time the next rows of tiles want a panel of B again it has been evicted, and B is re-read
+// from DRAM for every ~4 rows of tiles: 64 rows / 4 x 128 MB = ~2 GB, against 128 MB + 128 MB if
+// each byte came from DRAM once. The fix costs no data movement, only index arithmetic: walk C in
+// groups of WG_GROUP_M rows of tiles, column by column within a group (Triton's "grouped
+// ordering", week 3). The resident blocks then cover a WG_GROUP_M x ~(132 / WG_GROUP_M) patch of
+// tiles; 16 x 8 tiles of 128 x 256 is a 2048 x 2048 square of C, the shape that touches the
+// fewest bytes of A and B for its area. Each 256-column panel of B (4 MB at K = 8192) is then
+// read by 16 blocks at nearly the same time, and each 128-row panel of A by the ~8 blocks of its
+// row in the patch; prediction at 8192^3: DRAM reads fall from ~2 GB towards ~0.6 GB (B read once
+// per group: 64 / 16 = 4 times; A about once), and the L2 hit rate rises accordingly (ncu:
+// dram__bytes_read.sum, lts__t_sector_hit_rate.pct). At 4096^3 a row-major wave reads ~42 MB,
+// which the L2 mostly holds already: little change expected there; at 2048^3 (128 tiles, one
+// wave, a single group) none.
+//
 // Build: wgmma and setmaxnreg exist only on sm_90a ("a": architecture-specific features that
 // will not run on later GPUs), compiled with -gencode=arch=compute_90a,code=sm_90a. For any other
 // target (the course compiles every kernel for sm_75 and sm_90 too) the kernels below are stubs
@@ -122,6 +142,9 @@
 #define WG_CONSUMERS 2    // consumer warpgroups
 #define WG_THREADS (128 * (WG_CONSUMERS + 1))  // + the producer warpgroup
 #define WG_B_SLAB 64      // columns of B per TMA box: 64 x 2 bytes = the 128-byte swizzle span
+#ifndef WG_GROUP_M          // (-DWG_GROUP_M=1 gives plain row-major order: the launcher's A/B variant)
+#define WG_GROUP_M 16     // rows of tiles per group of the block order (header: "Block order")
+#endif
 #define WG_A_BYTES (WG_BM * WG_BK * 2)                  // 16 KB
 #define WG_B_SLAB_BYTES (WG_BK * WG_B_SLAB * 2)         // 8 KB
 #define WG_B_BYTES (WG_BN / WG_B_SLAB * WG_B_SLAB_BYTES)  // 32 KB
@@ -265,9 +288,26 @@ __device__ __forceinline__ void store_pair(float v0, float v1, __nv_bfloat16* p,
     else { p[0] = __float2bfloat16_rn(v0); if (both) p[1] = __float2bfloat16_rn(v1); }
 }
 
+// ---- block order: which tile of C this block computes ---------------------------------------------
+// The grouped order of the header's "Block order": block number `id` (launch order, x fastest)
+// goes to row tile `tile_m`, column tile `tile_n`. Groups of WG_GROUP_M rows of tiles are walked
+// one after another; inside a group, down a column of tiles first, then to the next column. The
+// last group has fewer rows when the number of row tiles is not a multiple of WG_GROUP_M.
+// matmul_tensor_cores.py's `wgmma_block_tile` is the same arithmetic, tested to be a permutation.
+__device__ __forceinline__ void grouped_tile(int id, int tiles_m, int tiles_n, int& tile_m, int& tile_n)
+{
+    const int per_group = WG_GROUP_M * tiles_n;          // blocks in one full group
+    const int first_m = (id / per_group) * WG_GROUP_M;   // the group's first row tile
+    const int rows = min(tiles_m - first_m, WG_GROUP_M); // its rows (fewer in the last group)
+    const int in_group = id % per_group;
+    tile_m = first_m + in_group % rows;
+    tile_n = in_group / rows;
+}
+
 // ---- the kernel body ---------------------------------------------------------------------------
-// Block (blockIdx.x, blockIdx.y) computes C[128 * y .. +128, 256 * x .. +256]. K is the padded
-// inner size the tensor maps describe (a multiple of 8; tiles past it read zeros).
+// Block (blockIdx.x, blockIdx.y) computes the tile of C that grouped_tile gives its linear number:
+// C[128 * tile_m .. +128, 256 * tile_n .. +256]. K is the padded inner size the tensor maps
+// describe (a multiple of 8; tiles past it read zeros).
 template <typename In, typename Out>
 __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                Out* __restrict__ C, int M, int N, int K)
@@ -282,7 +322,9 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
 
     const int warpgroup = threadIdx.x / 128;
     const int tiles = (K + WG_BK - 1) / WG_BK;
-    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
+    int tile_m, tile_n;
+    grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.y, gridDim.x, tile_m, tile_n);
+    const int m0 = tile_m * WG_BM, n0 = tile_n * WG_BN;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {

@@ -1,0 +1,292 @@
+"""Nsight Compute (ncu) helpers: a driver that launches any week's benchmark variants once each,
+and ncu's CSV export turned into markdown tables.
+
+ncu profiles a process: it needs one that does little besides the launches we want to read. The
+driver is that process:
+
+    python -m course.ncu --package week3_triton_kernels --launch matmul_bfloat16 \\
+        --size 4096x4096x4096 --variants triton triton_tma torch --warmup
+
+calls each variant of a registered benchmark (course/bench.py) once, at one size, synchronizing
+after each. `--warmup` first calls every variant once *outside* a CUDA profiler range and then
+again inside it (cudaProfilerStart/Stop): with `ncu --profile-from-start off` only the second
+round is profiled, so Triton's autotuning, nvcc builds and cuBLAS's heuristics stay out of the
+report. (week 1's `python -m week1_cuda_python.sanitize --launch ...` is the same driver.)
+
+    python -m course.ncu --table report.csv --labels naive tiled          the week-1 table
+    python -m course.ncu --table report.csv --labels a b --hopper         the Hopper table
+
+take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
+The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
+occupancy, DRAM, bank conflicts, sectors per request. The second (HOPPER_COLUMNS) is for
+tensor-core kernels on sm_90: how busy the tensor pipe was (wgmma counts as "gmma", mma.sync as
+"hmma"), issue slots, occupancy, the three largest warp-stall reasons, DRAM and L2, TMA traffic.
+Metric names change between ncu versions and GPUs, so each Hopper column lists alternatives and
+takes the first one the CSV has; a column whose names are all absent shows "-" (kept, so a
+wrong name is visible, not silently dropped).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from course import runtime, weeks
+
+# (column header, ncu metric, unit conversion) for the profile table; missing metrics show "-".
+# A tuple of metrics: summed (a unit conversion), their ratio ("ratio"), or the first present (None).
+NCU_COLUMNS = (
+    ("time us", "gpu__time_duration.sum", "us"),
+    ("block", "launch__block_size", None),
+    ("grid", "launch__grid_size", None),
+    ("regs/thread", "launch__registers_per_thread", None),
+    ("smem/block KB", ("launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic"), "KB"),
+    ("occupancy theor. %", "sm__maximum_warps_per_active_cycle_pct", None),
+    ("occupancy achieved %", "sm__warps_active.avg.pct_of_peak_sustained_active", None),
+    ("SM throughput %", "sm__throughput.avg.pct_of_peak_sustained_elapsed", None),
+    ("DRAM throughput %", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                           "dram__throughput.avg.pct_of_peak_sustained_elapsed"), None),
+    ("DRAM MB", ("dram__bytes_read.sum", "dram__bytes_write.sum"), "MB"),
+    ("smem ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", None),
+    ("smem st conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", None),
+    ("smem atom conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_atom.sum", None),
+    ("ld sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+                        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"), "ratio"),
+    ("st sectors/req", ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+                        "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"), "ratio"),
+)
+
+# Warp-stall reasons, per family of metric names: (pattern whose group 1 is the reason). ncu's
+# WarpStateStats section reports "warps stalled for this reason per issued instruction" (the
+# first family); the per-PC sampler (SourceCounters) counts samples (the last). The first family
+# the CSV has is used; "selected" (the warp that issued) and the *_not_issued twins are no stalls.
+STALL_FAMILIES = (
+    r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio",
+    r"smsp__average_warp_latency_issue_stalled_(\w+?)\.ratio",
+    r"smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct",
+    r"smsp__pcsamp_warps_issue_stalled_(\w+)",
+)
+NOT_STALLS = ("selected",)
+
+# The Hopper table: alternatives (first present wins) because names differ by ncu version.
+HOPPER_COLUMNS = (
+    ("time us", "gpu__time_duration.sum", "us"),
+    ("grid", "launch__grid_size", None),
+    ("regs/thread", "launch__registers_per_thread", None),
+    ("tensor pipe % (gmma)", ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                              "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+                              "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"), None),
+    ("tensor pipe % (hmma)", ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                              "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+                              "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"), None),
+    ("tensor pipe % (any)", ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"), None),
+    ("gmma inst", ("sm__inst_executed_pipe_tensor_op_gmma.sum", "smsp__inst_executed_pipe_tensor_op_gmma.sum"),
+     None),
+    ("hmma inst", ("sm__inst_executed_pipe_tensor_op_hmma.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"),
+     None),
+    ("issue slots busy %", ("sm__inst_issued.avg.pct_of_peak_sustained_active",
+                            "smsp__issue_active.avg.pct_of_peak_sustained_active"), None),
+    ("occupancy achieved %", "sm__warps_active.avg.pct_of_peak_sustained_active", None),
+    ("top stalls (warps per issue)", STALL_FAMILIES, "stalls"),
+    ("DRAM MB", ("dram__bytes_read.sum", "dram__bytes_write.sum"), "MB"),
+    ("DRAM throughput %", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                           "dram__throughput.avg.pct_of_peak_sustained_elapsed"), None),
+    ("DRAM GB/s", ("dram__bytes.sum.per_second",), "GB/s"),
+    ("L2 hit %", ("lts__t_sector_hit_rate.pct",), None),
+    ("L2 MB", ("lts__t_bytes.sum",), "MB"),
+    ("TMA load MB", ("l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",), "MB"),
+    ("smem wavefronts", ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",), None),
+)
+# Metrics worth asking for by name on top of `--set full` (tools/ncu_hopper.sh keeps those this
+# ncu knows): every plain metric name above.
+HOPPER_METRICS = tuple(dict.fromkeys(
+    m for _, spec, convert in HOPPER_COLUMNS if convert != "stalls"
+    for m in (spec if isinstance(spec, tuple) else (spec,))))
+
+_SCALE = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1, "ns": 1e-9, "us": 1e-6, "ms": 1e-3,
+          "byte/second": 1, "Kbyte/second": 1e3, "Mbyte/second": 1e6, "Gbyte/second": 1e9,
+          "Tbyte/second": 1e12}
+
+
+def _number(text: str, unit: str) -> float | None:
+    text = (text or "").strip().replace(",", "")
+    if text in ("", "n/a", "N/A"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value * _SCALE.get(unit.strip(), 1)
+
+
+def short_kernel_name(name: str) -> str:
+    """'week1_cuda_python::transpose::_tiled_kernel::<locals>::kernel[abi:v1](Array<...>)' ->
+    '_tiled_kernel.<locals>.kernel'; C names pass through."""
+    base = re.sub(r"\[abi:[^\]]*\]", "", name).split("(")[0].strip()
+    base = re.sub(r"^void\s+", "", base)
+    parts = [p for p in base.split("::") if p]
+    parts = [p for p in parts if p != "cudapy" and p not in {w.package for w in weeks.all_weeks()}]
+    if len(parts) > 1 and parts[0].isidentifier():
+        parts = parts[1:]  # the module name
+    return ".".join(parts) or name
+
+
+def _format(total: float, convert: str | None) -> str:
+    if convert == "us":
+        return f"{total * 1e6:.1f}"
+    if convert == "KB":
+        return f"{total / 1e3:.1f}"
+    if convert == "MB":
+        return f"{total / 1e6:.0f}"
+    if convert == "GB/s":
+        return f"{total / 1e9:.0f}"
+    return f"{total:.0f}" if abs(total - round(total)) < 1e-9 or abs(total) >= 100 else f"{total:.1f}"
+
+
+def ncu_table(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUMNS, *,
+              keep_empty: bool = False) -> str:
+    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as a markdown table:
+    one row per profiled kernel, labelled by `labels` in launch order when their count matches.
+    Columns no kernel has a value for are left out, unless `keep_empty` (then they show "-")."""
+    rows = list(csv.reader(io.StringIO(csv_text)))
+    rows = [r for r in rows if r and not r[0].startswith("==")]  # ==PROF== / ==WARNING== lines
+    if not rows:
+        return "_ncu exported no kernels: check the kernel-name regex._\n"
+    header, body = rows[0], rows[1:]
+    units = body[0] if body and not body[0][0].strip().isdigit() else [""] * len(header)
+    kernels = [r for r in body if r and r[0].strip().isdigit()]
+    column = {name: i for i, name in enumerate(header)}
+    use_labels = labels and len(labels) == len(kernels)
+
+    def value(row, metric):
+        if metric not in column or column[metric] >= len(row):
+            return None
+        return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
+
+    def stalls(row, families) -> str:
+        for family in families:
+            found = [(m.group(1), value(row, name)) for name in header if (m := re.fullmatch(family, name))]
+            found = [(reason, v) for reason, v in found
+                     if v is not None and reason not in NOT_STALLS and not reason.endswith("_not_issued")]
+            if found:
+                top = sorted(found, key=lambda item: -item[1])[:3]
+                return ", ".join(f"{reason} {v:.2g}" for reason, v in top)
+        return "-"
+
+    def cell(row, metric, convert) -> str:
+        if convert == "stalls":
+            return stalls(row, metric)
+        if isinstance(metric, tuple):
+            values = [value(row, m) for m in metric]
+            if convert == "ratio":
+                top, bottom = values
+                return "-" if top is None or not bottom else f"{top / bottom:.1f}"
+            present = [v for v in values if v is not None]
+            if not present:
+                return "-"
+            total = present[0] if convert in (None, "GB/s") else sum(present)
+        else:
+            total = value(row, metric)
+        return "-" if total is None else _format(total, convert)
+
+    name_index = column.get("Kernel Name")
+    shown = [c for c in columns if keep_empty or any(cell(r, c[1], c[2]) != "-" for r in kernels)]
+    lines = ["| kernel | " + " | ".join(c[0] for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    for i, row in enumerate(kernels):
+        name = labels[i] if use_labels else short_kernel_name(row[name_index]) if name_index is not None else str(i)
+        lines.append(f"| {name} | " + " | ".join(cell(row, c[1], c[2]) for c in shown) + " |")
+    if labels and not use_labels:
+        lines.append(f"\n_{len(kernels)} kernels profiled but {len(labels)} labels given: kernel names shown._")
+    return "\n".join(lines) + "\n"
+
+
+def hopper_table(csv_text: str, labels: list[str] | None = None) -> str:
+    """The Hopper (sm_90) table: HOPPER_COLUMNS, every column kept ("-" where ncu had no such metric)."""
+    return ncu_table(csv_text, labels, HOPPER_COLUMNS, keep_empty=True)
+
+
+# --- the launch driver ------------------------------------------------------------------------------
+
+def _synchronize() -> None:
+    if runtime.on_gpu():
+        torch.cuda.synchronize()
+
+
+def launch_benchmark(package: str, name: str, size_label: str | None = None, variants: list[str] | None = None,
+                     *, warmup: bool = False) -> list[str]:
+    """Call each variant of benchmark `name` (of week `package`) once, at the size labelled
+    `size_label` (default: the largest), synchronizing after each: one launch per kernel for ncu.
+    With `warmup`, every variant is called once first, and the calls that count run inside a
+    CUDA profiler range (for `ncu --profile-from-start off`)."""
+    benchmarks = {b.name: b for b in weeks.benchmarks(package)}
+    if name not in benchmarks:
+        raise KeyError(f"no benchmark {name!r}; {package} has: {', '.join(sorted(benchmarks))}")
+    bench = benchmarks[name]
+    sizes = {bench.size_label(s): s for s in bench.active_sizes()}
+    label = size_label or list(sizes)[-1]
+    if label not in sizes:
+        raise KeyError(f"{name} has no size {label!r} here; sizes: {', '.join(sizes)}")
+    chosen = variants or [v for v in bench.variants if v != "torch"]
+    unknown = [v for v in chosen if v not in bench.variants]
+    if unknown:
+        raise KeyError(f"{name} has no variant(s) {unknown}; variants: {', '.join(bench.variants)}")
+    runnable = []
+    for variant in chosen:
+        if variant in bench.gpu_only and not runtime.on_gpu():
+            print(f"{name} {label} {variant}: skipped (needs a GPU)", flush=True)
+        else:
+            runnable.append(variant)
+    inputs = bench.make_inputs(sizes[label])
+    _synchronize()
+    if warmup:
+        for variant in runnable:  # autotuning, compilation, library heuristics: before the range
+            bench.variants[variant](*inputs)
+            _synchronize()
+    profiled = warmup and runtime.on_gpu()
+    if profiled:
+        torch.cuda.profiler.start()
+    for variant in runnable:
+        bench.variants[variant](*inputs)
+        _synchronize()
+        print(f"{name} {label} {variant}: launched", flush=True)
+    if profiled:
+        torch.cuda.profiler.stop()
+    return runnable
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.ncu", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--package", help="with --launch: the week's package, e.g. week3_triton_kernels")
+    parser.add_argument("--launch", metavar="BENCH", help="call each variant of a benchmark once (an ncu driver)")
+    parser.add_argument("--size", help="with --launch: the size label (default: the largest)")
+    parser.add_argument("--variants", nargs="+", help="with --launch: which variants (default: all but torch)")
+    parser.add_argument("--warmup", action="store_true",
+                        help="with --launch: call every variant once first; profile the second calls only "
+                             "(inside cudaProfilerStart/Stop: ncu --profile-from-start off)")
+    parser.add_argument("--table", metavar="CSV", type=Path, help="ncu raw CSV -> markdown table")
+    parser.add_argument("--labels", nargs="+", help="with --table: one label per kernel, launch order")
+    parser.add_argument("--hopper", action="store_true", help="with --table: the Hopper columns")
+    args = parser.parse_args(argv)
+    if args.table:
+        text = args.table.read_text()
+        print(hopper_table(text, args.labels) if args.hopper else ncu_table(text, args.labels), end="")
+        return 0
+    if args.launch:
+        if not args.package:
+            parser.error("--launch needs --package (the week's package name)")
+        launch_benchmark(args.package, args.launch, args.size, args.variants, warmup=args.warmup)
+        return 0
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
