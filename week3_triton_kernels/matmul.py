@@ -55,8 +55,13 @@ Odd strides: Triton proves 16-byte alignment from integer arguments that are mul
 (it compiles a kernel variant for them), and only then loads 8 fp16 values per instruction.
 A row stride of 3000 or 4097 elements defeats that and the kernel falls to 2-byte loads, ~5x
 slower. `pad_strides=True` copies such an operand into a buffer whose row stride is padded to a
-multiple of 16 elements (K padded with zeros, which add nothing to the dot products): (M*K +
-K*N) x 2 bytes read and written again, ~10-40 us, against a matmul of ~0.2 ms or more.
+multiple of 16 elements (K padded with zeros, which add nothing to the dot products). What that
+costs, at 5000 x 3000 x 4000: A's row stride (4000) passes, B (4000 x 3000, row stride 3000) is
+copied, 24 MB read and 24 MB written, ~16 us at ~3 TB/s, against ~200 us for the 120 GFLOP of
+the matmul itself at ~600 TFLOP/s: ~8%, the whole gap between 0.9x and 0.83x of cuBLAS. The TMA
+engine needs 16-BYTE aligned strides only (3000 x 2 = 6000 bytes is a multiple of 16), so
+`matmul_tma` reads B in place, and `matmul` takes the TMA kernel wherever the sweep's table
+found it fastest (results/tuned_matmul.json).
 
 Cost model: 2 * M * N * K FLOPs. Minimum traffic (M*K + K*N + M*N) * itemsize; at 4096^3 fp16
 that is 100 MB for 137 GFLOP, ~1400 FLOPs per byte: compute-bound, so the yardstick is
@@ -69,7 +74,7 @@ import math
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import tuning, validate
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -210,16 +215,17 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
                              stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                              ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
-    # BEGIN EXERCISE: persistent: NUM_SMS programs, each looping over tiles tile_id = program_id, + NUM_SMS,
-    #   ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel
+                             GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr):
+    # BEGIN EXERCISE: persistent: NUM_PROGRAMS programs, each looping over tiles tile_id = program_id,
+    #   + NUM_PROGRAMS, ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    # NUM_SMS programs; program p computes tiles p, p + NUM_SMS, ... in grouped order, so the
-    # tiles in flight at any moment are still a compact patch of C (L2 reuse as before).
+    # NUM_PROGRAMS programs (one per SM, or a few per SM); program p computes tiles p,
+    # p + NUM_PROGRAMS, ... in grouped order, so the tiles in flight at any moment are still a
+    # compact patch of C (L2 reuse as before).
     # flatten=True merges this loop with the K loop inside, so the software pipeline keeps
     # loading (the next tile's first K steps) across the boundary between tiles.
-    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols, stride_am, stride_ak,
                             stride_bk, stride_bn, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -233,13 +239,13 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
                       stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                       ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr, B_KMAJOR: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+                      GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr):
     # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, loading tiles through tensor
     #   descriptors: a_desc.load([row, col]) and b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
     #   storage: use the loaded tile transposed, .T)
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BLOCK_K)):
@@ -337,6 +343,56 @@ matmul_tma_fp8_autotuned = triton.autotune(configs=_with_tma_hook(FP8_CONFIGS), 
                                            prune_configs_by=PRUNE)(matmul_tma_kernel)
 # The interpreter cannot time configs (no device clock); it runs this small one instead.
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
+
+
+# ---------------------------------------------------------------------------- tuned configs
+# `python -m week3_triton_kernels.matmul_bench --sweep` (GPU) times a wide set of candidate
+# configs of every kernel at the benchmark shapes and writes the fastest to
+# results/tuned_matmul.json, beside the GPU, versions and date (course/tuning.py). A key is
+# [M, N, K, dtype name, kind]: kind "tiled", "persistent" or "tma" holds the fastest config of
+# that kernel, "best" the fastest of all (its config names its "kind"). The table is used only on
+# the GPU that measured it; elsewhere, and for shapes far from every swept one, the autotuner
+# (a few configs timed on first use) decides as before.
+RESULTS = tuning.results_folder(__file__)
+TUNED_KINDS = ("best", "tiled", "persistent", "tma")
+_tuned: dict | None = None
+
+
+def tuned_table() -> dict:
+    """{(M, N, K, dtype name, kind): config} from results/tuned_matmul.json on its GPU, else {}."""
+    global _tuned
+    if _tuned is None:
+        _tuned = tuning.load(RESULTS, "matmul")
+    return _tuned
+
+
+def _shape_class(dims) -> tuple:
+    # Which dimensions are multiples of 16 decides which operands get the padded copy and
+    # which loads are vectorised: a config tuned for 4096^3 says little about 4097^3.
+    return tuple(d % ALIGN == 0 for d in dims)
+
+
+def tuned_config(M: int, N: int, K: int, dtype, kind: str = "best", table: dict | None = None) -> dict | None:
+    """The swept config for this problem: the entry of exactly (M, N, K, dtype), else that of the
+    nearest swept shape of the same class (same dimensions multiples of 16, every dimension within
+    2x: sum of |log2| ratios smallest), else None. A copy: callers may pop from it."""
+    if kind not in TUNED_KINDS:
+        raise ValueError(f"kind must be one of {TUNED_KINDS}, got {kind!r}")
+    table = tuned_table() if table is None else table
+    name = str(dtype).replace("torch.", "")
+    exact = table.get((M, N, K, name, kind))
+    if exact is not None:
+        return dict(exact)
+    if min(M, N, K) <= 0:
+        return None
+    nearest, distance = None, math.inf
+    for (m, n, k, entry_dtype, entry_kind), config in table.items():
+        if entry_dtype != name or entry_kind != kind or _shape_class((m, n, k)) != _shape_class((M, N, K)):
+            continue
+        logs = [abs(math.log2(want / have)) for want, have in zip((M, N, K), (m, n, k))]
+        if max(logs) <= 1 and sum(logs) < distance:
+            nearest, distance = config, sum(logs)
+    return dict(nearest) if nearest is not None else None
 
 
 # ------------------------------------------------------------------------- input handling
@@ -439,6 +495,16 @@ def pad_for_vector_loads(a: torch.Tensor, b: torch.Tensor, k_major_b: bool = Fal
     return a, b, k_pad, a_rows, b_cols
 
 
+def _programs(config: dict, M: int, N: int) -> tuple[int, int]:
+    """(NUM_PROGRAMS, grid size) of a persistent launch with `config` (its PER_SM popped): PER_SM
+    programs per SM (1: one wave, 2: two co-resident programs per SM hide each other's
+    latencies), or PER_SM = 0: one program per tile (the persistent loop runs once)."""
+    tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
+    per_sm = config.pop("PER_SM", 1)
+    step = tiles if per_sm == 0 else per_sm * runtime.sm_count()
+    return step, min(step, tiles)
+
+
 def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config):
     M, K = a.shape
     N = b.shape[1]
@@ -456,10 +522,14 @@ def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_
         kernel = matmul_kernel_autotuned if config is None else matmul_kernel
         kernel[lambda m: (tiles(m),)](*args, **meta, **(config or {}))
         return out
-    sms = runtime.sm_count()
-    tuned = matmul_persistent_fp8_autotuned if scales is not None else matmul_persistent_autotuned
-    kernel = tuned if config is None else matmul_persistent_kernel
-    kernel[lambda m: (min(sms, tiles(m)),)](*args, **meta, NUM_SMS=sms, **(config or {}))
+    if config is None:
+        sms = runtime.sm_count()
+        tuned = matmul_persistent_fp8_autotuned if scales is not None else matmul_persistent_autotuned
+        tuned[lambda m: (min(sms, tiles(m)),)](*args, **meta, NUM_PROGRAMS=sms)
+        return out
+    config = dict(config)
+    step, grid = _programs(config, M, N)
+    matmul_persistent_kernel[(grid,)](*args, **meta, NUM_PROGRAMS=step, **config)
     return out
 
 
@@ -492,22 +562,24 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config):
     a, b_stored, b_kmajor = _tma_operands(a, b)
     if config is None and not runtime.on_gpu():
         config = dict(SIM_CONFIG, FLATTEN=True)
+    config = dict(config) if config is not None else None
     bm, bn, bk = ((config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]) if config is not None
                   else (64, 64, 64))  # placeholder block shapes: the tuner's pre_hook sets them
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b_stored, [bn, bk] if b_kmajor else [bk, bn])
     a_scale, b_scale = scales if scales is not None else (out, out)
-    sms = runtime.sm_count()
     args = (a_desc, b_desc, out, bias if bias is not None else out, a_scale, b_scale, M, N, K,
             out.stride(0), out.stride(1))
     meta = dict(HAS_BIAS=bias is not None, HAS_SCALE=scales is not None, ACTIVATION=ACTIVATIONS[activation],
-                FP8_PRECISE=fp8_precise, B_KMAJOR=b_kmajor, NUM_SMS=sms)
-    grid = lambda m: (min(sms, triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])),)  # noqa: E731
+                FP8_PRECISE=fp8_precise, B_KMAJOR=b_kmajor)
     if config is None:
+        sms = runtime.sm_count()
+        grid = lambda m: (min(sms, triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])),)  # noqa: E731
         tuned = matmul_tma_fp8_autotuned if scales is not None else matmul_tma_autotuned
-        tuned[grid](*args, **meta)
+        tuned[grid](*args, **meta, NUM_PROGRAMS=sms)
     else:
-        matmul_tma_kernel[grid](*args, **meta, **config)
+        step, grid = _programs(config, M, N)
+        matmul_tma_kernel[(grid,)](*args, **meta, NUM_PROGRAMS=step, **config)
     return out
 
 
@@ -548,16 +620,30 @@ def matmul_fixed(a, b, bias=None, activation=None, out=None, *, block_m=128, blo
     return run_kernel("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides, config=config)
 
 
+def run_tuned(kind, a, b, bias, activation, out, M, N, K, *, pad_strides=True):
+    """run_kernel with the swept config of `kind` for this shape (`tuned_config`: GPU, tuned table);
+    without one, the autotuner. kind "best": whichever kernel the sweep found fastest ("tiled"
+    when there is no table)."""
+    config = tuned_config(M, N, K, a.dtype, kind) if runtime.on_gpu() else None
+    if kind == "best":
+        kind = config.pop("kind") if config is not None else "tiled"
+    return run_kernel(kind, a, b, bias, activation, out, M, N, K, pad_strides=pad_strides, config=config)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None, out: torch.Tensor | None = None, *,
            pad_strides: bool = True) -> torch.Tensor:
-    """activation(a @ b + bias): fp16/bf16 in, fp32 accumulation, autotuned on the GPU.
+    """activation(a @ b + bias): fp16/bf16 in, fp32 accumulation; the fastest kernel and config
+    the sweep found for this shape on this GPU (results/tuned_matmul.json), else the autotuned
+    tiled kernel.
 
     `activation` is None, "relu", "gelu" (exact erf), "gelu_tanh" or "silu"; `bias` has N
-    elements. `pad_strides` copies operands whose strides defeat 16-byte loads (module docstring).
+    elements. `pad_strides` copies operands whose strides defeat 16-byte loads (module
+    docstring); pad_strides=False runs the tiled pointer kernel on the operands as they are.
     """
     M, N, K, out = _check(a, b, bias, activation, out)
-    return run_kernel("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
+    return run_tuned("best" if pad_strides else "tiled", a, b, bias, activation, out, M, N, K,
+                     pad_strides=pad_strides)
 
 
 def matmul_persistent(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
@@ -565,18 +651,21 @@ def matmul_persistent(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
                       pad_strides: bool = True) -> torch.Tensor:
     """`matmul` with one program per SM looping over the tiles (`matmul_persistent_kernel`)."""
     M, N, K, out = _check(a, b, bias, activation, out)
-    return run_kernel("persistent", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
+    return run_tuned("persistent", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
 
 
 def matmul_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
                activation: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """`matmul_persistent` reading A and B through TMA tensor descriptors (compute capability >= 9.0).
 
-    TMA needs 16-byte aligned row strides: other operands are copied first (`padded_copy`).
+    TMA needs 16-byte aligned row strides (8 fp16 elements), not the pointer kernels' 16
+    elements: a 5000 x 3000 x 4000 problem's B (row stride 3000 elements = 6000 bytes) is read
+    in place, where `matmul`'s pointer kernels copy it. Other operands are copied first
+    (`padded_copy`).
     """
     M, N, K, out = _check(a, b, bias, activation, out)
     _require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
-    return run_kernel("tma", a, b, bias, activation, out, M, N, K)
+    return run_tuned("tma", a, b, bias, activation, out, M, N, K)
 
 
 def _scale_tensor(scale, name):

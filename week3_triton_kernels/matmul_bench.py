@@ -1,15 +1,17 @@
 """The Triton matmul's benchmarks, config sweep and command line (the kernels: matmul.py).
 
-`BENCHMARKS` (found by `python -m course bench week3`): the Triton matmuls (fixed tiles, autotuned,
+`BENCHMARKS` (found by `python -m course bench week3`): the Triton matmuls (fixed tiles, tuned,
 persistent, TMA) against cuBLAS in fp16 and bf16, and fp8 against torch._scaled_mm where the GPU has
-fp8. `python -m week3_triton_kernels.matmul_bench --sweep` (GPU) times every tile config of each
-kernel at the benchmark shapes.
+fp8. `python -m week3_triton_kernels.matmul_bench --sweep --out DIR` (GPU, ~4 minutes) times a wide
+set of configs of each kernel at the benchmark shapes beside cuBLAS and writes the fastest to
+DIR/tuned_matmul.json, the table `matmul` reads from results/ (see "the sweep" below).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -18,8 +20,8 @@ from course.bench import Benchmark
 from course.check import random_tensor
 
 from week3_triton_kernels.matmul import (  # noqa: E402
-    AUTOTUNE_CONFIGS, FP8_CONFIGS, PERSISTENT_CONFIGS, device_capability, matmul, matmul_fixed, matmul_fp8,
-    matmul_fp8_torch, matmul_persistent, matmul_tma, quantize_fp8, run_kernel)
+    FP8_BLOCK_K, device_capability, matmul, matmul_fixed, matmul_fp8, matmul_fp8_torch, matmul_persistent,
+    matmul_tma, quantize_fp8, run_kernel)
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -70,7 +72,9 @@ def _matmul_benchmark(dtype):
         bytes=lambda s: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * 2,
         flops=lambda s: 2 * s[0] * s[1] * s[2],
         compute_dtype=dtype,
-        notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton_ungrouped is "
+        notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton is `matmul`: the kernel "
+              "and config results/tuned_matmul.json holds for the shape on this GPU, else the autotuned "
+              "tiled kernel (likewise triton_persistent and triton_tma); triton_ungrouped is "
               "the 128x256x64 config with GROUP_M = 1 (row-major program order); triton_unpadded "
               "skips the padded-stride copy of odd-strided operands (pad_strides=False); the "
               "padded variants' times include that copy",
@@ -108,85 +112,294 @@ BENCHMARKS = [_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16
 
 
 # --------------------------------------------------------------------------------- the sweep
-def sweep_configs(kind: str, fp8: bool = False) -> list[dict]:
-    """Launch configs `--sweep` times for one kernel: its autotuning space, and for the persistent
-    kernels the first config also without `flatten` (what merging the loops is worth)."""
-    configs = FP8_CONFIGS if fp8 else (AUTOTUNE_CONFIGS if kind == "tiled" else PERSISTENT_CONFIGS)
-    out = [dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
-    if kind != "tiled":
-        out.append(dict(out[0], FLATTEN=False))
-    return out
+# `--sweep` (GPU) times candidate configs of every kernel at each shape and dtype beside cuBLAS in
+# the same run, prints the fastest, and writes them to tuned_matmul.json (results/, or --out),
+# which `matmul`, `matmul_persistent` and `matmul_tma` read on the GPU that measured it
+# (matmul.tuned_config). It fits one device call of ~4 minutes: compiling is most of a sweep
+# (~1-3 s per config and kernel, and a kernel compiles once per dtype and per class of shape:
+# 4096^3 and 8192^3 share theirs, 5000 x 3000 x 4000 has its own), so --jobs worker processes
+# compile every candidate first, in parallel, into Triton's on-disk cache, and the timing loop
+# then only loads them. Timing is short (do_bench-style, ~25 ms of calls per config) and each
+# (shape, dtype) gets an equal share of --budget-s, candidates most promising first.
+SWEEP_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000)]
+SWEEP_KINDS = ("tiled", "persistent", "tma")
 
 
-def _label(config: dict) -> str:
+def sweep_config(bm, bn, bk, warps, stages, group=8, **extra) -> dict:
+    """One candidate: BLOCK_M x BLOCK_N x BLOCK_K tiles, GROUP_M, num_warps, num_stages (+ FLATTEN,
+    PER_SM for the persistent kernels: PER_SM programs per SM, 0 for one program per tile)."""
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages, **extra)
+
+
+def _persistent(bm, bn, bk, warps, stages, group=8, flatten=True, per_sm=1) -> dict:
+    return sweep_config(bm, bn, bk, warps, stages, group, FLATTEN=flatten, PER_SM=per_sm)
+
+
+# Most promising first. Shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K x 2 bytes must fit
+# the H100's 227 KB: 128x256x64 takes 48 KB a stage (s4: 192 KB), 128x128x64 32 KB (s5: 160 KB),
+# 64x256x64 40 KB, 128x128x128 64 KB (s3: 192 KB); configs that do not fit fail and are listed as
+# such. 128x128 tiles with 3 stages (96 KB) let two programs share an SM (PER_SM=2). Smaller tiles
+# are there for wave quantization: 5000 x 3000 in 128 x 256 tiles is 40 x 12 = 480 tiles, 3.6
+# waves on 132 SMs (the 4th wave 64% full); in 128 x 128 tiles 960, 7.3 waves (the 8th 27% full,
+# but a smaller share of the time).
+SWEEP_CANDIDATES = {
+    "tiled": [
+        sweep_config(128, 256, 64, 8, 3), sweep_config(128, 256, 64, 8, 4), sweep_config(256, 128, 64, 8, 3),
+        sweep_config(256, 128, 64, 8, 4), sweep_config(128, 128, 64, 8, 4), sweep_config(128, 128, 64, 4, 4),
+        sweep_config(128, 128, 64, 8, 5), sweep_config(128, 128, 64, 4, 5), sweep_config(128, 256, 64, 8, 3, 4),
+        sweep_config(128, 256, 64, 8, 3, 16), sweep_config(64, 256, 64, 4, 4), sweep_config(64, 256, 64, 8, 4),
+        sweep_config(256, 64, 64, 4, 4), sweep_config(128, 128, 128, 8, 3), sweep_config(128, 256, 32, 8, 5),
+        sweep_config(64, 128, 64, 4, 4),
+    ],
+    "persistent": [
+        _persistent(128, 256, 64, 8, 3), _persistent(128, 256, 64, 8, 4), _persistent(256, 128, 64, 8, 3),
+        _persistent(128, 128, 64, 8, 4), _persistent(128, 128, 64, 4, 4), _persistent(128, 128, 64, 8, 5),
+        _persistent(64, 256, 64, 8, 4), _persistent(128, 256, 64, 8, 3, flatten=False),
+        _persistent(128, 128, 64, 4, 3, per_sm=2), _persistent(128, 256, 64, 8, 3, 16),
+    ],
+    "tma": [
+        _persistent(128, 256, 64, 8, 3), _persistent(128, 256, 64, 8, 4), _persistent(256, 128, 64, 8, 3),
+        _persistent(256, 128, 64, 8, 4), _persistent(128, 128, 64, 8, 4), _persistent(128, 128, 64, 4, 4),
+        _persistent(128, 128, 64, 8, 5), _persistent(64, 256, 64, 8, 4), _persistent(128, 256, 64, 8, 3, 4),
+        _persistent(128, 256, 64, 8, 3, 16), _persistent(128, 256, 64, 8, 3, flatten=False),
+        _persistent(128, 256, 64, 8, 4, flatten=False), _persistent(128, 128, 64, 4, 3, per_sm=2),
+        _persistent(128, 128, 128, 8, 3), _persistent(128, 256, 64, 8, 3, per_sm=0),
+        _persistent(128, 128, 64, 8, 4, per_sm=0),
+    ],
+}
+# fp8 (`--dtypes fp8`): BLOCK_K = 128 moves as many bytes per step as 64 in fp16; promotion on.
+FP8_SWEEP_CANDIDATES = {
+    kind: [_persistent(128, 256, FP8_BLOCK_K, 8, 3), _persistent(128, 256, FP8_BLOCK_K, 8, 4),
+           _persistent(256, 128, FP8_BLOCK_K, 8, 3), _persistent(128, 128, FP8_BLOCK_K, 8, 4),
+           _persistent(128, 128, FP8_BLOCK_K, 4, 4), _persistent(64, 128, FP8_BLOCK_K, 4, 4),
+           _persistent(128, 256, FP8_BLOCK_K, 8, 3, flatten=False)]
+    for kind in ("persistent", "tma")}
+SWEEP_WRONG = 2e-2  # max |out - fp32 ref| / max |ref| past which a config is reported WRONG (a bad tile: O(1))
+
+
+def config_label(config: dict) -> str:
+    """e.g. '128x256x64 g8 w8 s3 flat' (+ ' 2/SM' or ' 1/tile' for the persistent kernels)."""
     flat = "" if "FLATTEN" not in config else (" flat" if config["FLATTEN"] else " nofl")
+    per_sm = config.get("PER_SM", 1)
+    programs = "" if per_sm == 1 else (" 1/tile" if per_sm == 0 else f" {per_sm}/SM")
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} g{config['GROUP_M']} "
-            f"w{config['num_warps']} s{config['num_stages']}{flat}")
+            f"w{config['num_warps']} s{config['num_stages']}{flat}{programs}")
 
 
-def sweep(dtypes=("float16", "fp8"), shapes=SHAPES) -> None:
-    """Time every config of every kernel at each shape beside torch; print TFLOP/s (GPU)."""
-    from course import bench
+def _sweep_inputs(shape, dtype_name):
+    M, N, K = shape
+    if dtype_name == "fp8":
+        return _fp8_inputs((M, N, K))
+    return _inputs((M, N, K, getattr(torch, dtype_name)))
 
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
+
+def _sweep_call(kind, config, shape, dtype_name, inputs, out):
+    """The launch the sweep times: the kernel with this config, the padded copies included."""
+    M, N, K = shape
+    if dtype_name == "fp8":
+        a, b, sa, sb = inputs
+        return lambda: run_kernel(kind, a, b, None, None, out, M, N, K, scales=(sa, sb), fp8_precise=True,
+                                  config=config)
+    a, b = inputs
+    return lambda: run_kernel(kind, a, b, None, None, out, M, N, K, config=config)
+
+
+def _out_dtype(dtype_name):
+    return torch.bfloat16 if dtype_name == "fp8" else getattr(torch, dtype_name)
+
+
+_worker_inputs: dict = {}
+
+
+def compile_job(job) -> str | None:
+    """In a worker process: run one (kind, config, shape, dtype) once, so that Triton compiles it
+    into its on-disk cache; returns None or the error's first line."""
+    kind, config, shape, dtype_name = job
+    try:
+        if (shape, dtype_name) not in _worker_inputs:
+            _worker_inputs.clear()  # one shape's operands at a time
+            _worker_inputs[(shape, dtype_name)] = _sweep_inputs(shape, dtype_name)
+        inputs = _worker_inputs[(shape, dtype_name)]
+        out = torch.empty(shape[:2], dtype=_out_dtype(dtype_name), device=runtime.DEVICE)
+        _sweep_call(kind, config, shape, dtype_name, inputs, out)()
+        torch.cuda.synchronize()
+        return None
+    except Exception as error:  # reported again, and skipped, by the timing loop
+        return str(error).splitlines()[0][:100] if str(error) else type(error).__name__
+
+
+def _compile_signature(kind, config, shape, dtype_name):
+    # What decides a separate compile: the kernel, its config, the dtype, which of M, N, K are
+    # multiples of 16 (Triton's integer specialisation) and, for one program per tile, the shape.
+    shape_key = shape if config.get("PER_SM", 1) == 0 else tuple(d % 16 == 0 for d in shape)
+    return kind, config_label(config), dtype_name, shape_key
+
+
+def precompile(jobs: list, workers: int, budget_s: float, log) -> None:
+    """Compile `jobs` (kind, config, shape, dtype) in `workers` spawned processes, one per distinct
+    compile, for at most budget_s; what is left compiles in the timing loop."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from week3_triton_kernels import matmul_bench  # compile_job by its importable name (not __main__)
+
+    distinct = {}
+    for job in jobs:
+        distinct.setdefault(_compile_signature(*job), job)
     started = time.perf_counter()
-    for name in dtypes:
-        fp8 = name == "fp8"
-        for M, N, K in (FP8_SHAPES if fp8 else shapes):
-            flops = 2 * M * N * K
-            if fp8:
-                a, b, sa, sb = _fp8_inputs((M, N, K))
-                out = torch.empty((M, N), dtype=torch.bfloat16, device=runtime.DEVICE)
-                want = matmul_fp8_torch(a, b, sa, sb).float()
-                refs = {"torch._scaled_mm": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
-                        "torch._scaled_mm fast": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
-                                                                          use_fast_accum=True)}
-            else:
-                dtype = getattr(torch, name)
-                a, b = _inputs((M, N, K, dtype))
-                out = torch.empty((M, N), dtype=dtype, device=runtime.DEVICE)
-                want = (a.float() @ b.float())
-                refs = {"torch.matmul": lambda: torch.matmul(a, b)}
-            tflops = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
-            print(f"\n{name} {M}x{N}x{K}")
-            base = None
-            for label, fn in refs.items():
-                ms = bench.time_gpu(fn, [()], warmup_ms=10, rep_ms=60).median_ms
-                base = base or ms
-                print(f"  {label:<44} {ms:8.3f} ms {tflops(ms):7.1f} TFLOP/s")
-            kinds = ("persistent", "tma") if fp8 else ("tiled", "persistent", "tma")
-            for kind in kinds:
-                for config in sweep_configs(kind, fp8):
-                    if fp8:
-                        fn = lambda: run_kernel(kind, a, b, None, None, out, M, N, K, scales=(sa, sb),  # noqa: E731
-                                          fp8_precise=True, config=config)
-                    else:
-                        fn = lambda: run_kernel(kind, a, b, None, None, out, M, N, K, config=config)  # noqa: E731
-                    try:
-                        ms = bench.time_gpu(fn, [()], warmup_ms=10, rep_ms=60).median_ms
-                    except Exception as error:  # a config that does not compile or fit: say so
-                        print(f"  {kind:<10} {_label(config):<33} failed: {str(error).splitlines()[0][:60]}")
-                        continue
-                    err = float((out.float() - want).abs().max() / want.abs().max())
-                    flag = f"  WRONG (rel err {err:.2g})" if err > 2e-2 else ""
-                    print(f"  {kind:<10} {_label(config):<33} {ms:8.3f} ms {tflops(ms):7.1f} TFLOP/s "
-                          f"{base / ms:5.2f}x torch{flag}")
-            del a, b, out, want
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(matmul_bench.compile_job, job) for job in distinct.values()]
+    done, pending = cf.wait(futures, timeout=budget_s)
+    failed = sum(1 for f in done if f.exception() is None and f.result() is not None)
+    pool.shutdown(wait=not pending, cancel_futures=True)
+    log(f"precompiled {len(done)} of {len(futures)} distinct kernels in {workers} processes in "
+        f"{time.perf_counter() - started:.0f} s ({failed} failed, {len(pending)} left to the timing loop)")
+
+
+def _time_ms(fn, warmup_ms, rep_ms) -> float:
+    from course import bench
+    if runtime.on_gpu():
+        return bench.time_gpu(fn, [()], warmup_ms=warmup_ms, rep_ms=rep_ms).median_ms
+    return bench.time_host(fn, [()], budget_s=0.02).median_ms  # the interpreter: plumbing only
+
+
+def _reference(inputs, dtype_name):
+    if dtype_name == "fp8":
+        a, b, sa, sb = inputs
+        return (lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+                matmul_fp8_torch(a, b, sa, sb).float())
+    a, b = inputs
+    return (lambda: torch.matmul(a, b)), a.float() @ b.float()
+
+
+def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KINDS, candidates=None,
+          workers: int = 12, budget_s: float = 210.0, warmup_ms: float = 5.0, rep_ms: float = 25.0,
+          out_dir=None) -> list[dict]:
+    """Time the candidates (default SWEEP_CANDIDATES / FP8_SWEEP_CANDIDATES) of each kernel in `kinds`
+    at each shape and dtype beside cuBLAS; print the table; write tuned_matmul.json to out_dir
+    (default results/); return its entries. Runs under the interpreter too (tiny shapes, host times:
+    a check of the plumbing, which writes a file marked simulated that no launcher reads)."""
+    from course import tuning
+
+    from week3_triton_kernels.matmul import RESULTS
+
+    started = time.perf_counter()
+    log_lines = []
+
+    def log(line):
+        log_lines.append(line)
+
+    def candidates_for(dtype_name):
+        table = candidates or (FP8_SWEEP_CANDIDATES if dtype_name == "fp8" else SWEEP_CANDIDATES)
+        return [(kind, config) for kind in kinds if kind in table for config in table[kind]]
+
+    combos = [(shape, name) for name in dtypes for shape in (FP8_SHAPES if name == "fp8" and shapes is SWEEP_SHAPES
+                                                              else shapes)]
+    if not _has((9, 0)):
+        kinds = tuple(k for k in kinds if k != "tma")
+    if runtime.on_gpu() and workers > 0:
+        jobs = [(kind, config, shape, name) for shape, name in combos for kind, config in candidates_for(name)]
+        precompile(jobs, workers, budget_s * 0.45, log)
+        print(log_lines[-1], flush=True)
+    entries, rows = [], []
+    for index, (shape, name) in enumerate(combos):
+        M, N, K = shape
+        deadline = time.perf_counter() + (budget_s - (time.perf_counter() - started)) / (len(combos) - index)
+        tflops = lambda ms: 2 * M * N * K / (ms * 1e-3) / 1e12  # noqa: E731
+        inputs = _sweep_inputs(shape, name)
+        out = torch.empty((M, N), dtype=_out_dtype(name), device=runtime.DEVICE)
+        reference, want = _reference(inputs, name)
+        cublas_ms = _time_ms(reference, warmup_ms, 4 * rep_ms)
+        log(f"\n{name} {M}x{N}x{K}: cuBLAS {cublas_ms:.4f} ms {tflops(cublas_ms):.1f} TFLOP/s")
+        best = {}  # kind -> (ms, config)
+        todo = candidates_for(name)
+        for number, (kind, config) in enumerate(todo):
+            if time.perf_counter() > deadline:
+                log(f"  time budget spent: {len(todo) - number} candidates not timed")
+                break
+            fn = _sweep_call(kind, config, shape, name, inputs, out)
+            try:
+                out.fill_(float("nan"))  # a config that skips tiles shows as NaN, not as a stale result
+                ms = _time_ms(fn, warmup_ms, rep_ms)
+            except Exception as error:  # does not compile or does not fit: say so, go on
+                log(f"  {kind:<10} {config_label(config):<32} failed: {str(error).splitlines()[0][:70] if str(error) else type(error).__name__}")
+                continue
+            err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+            ok = err <= SWEEP_WRONG  # NaN fails
+            log(f"  {kind:<10} {config_label(config):<32} {ms:8.4f} ms {tflops(ms):7.1f} TFLOP/s "
+                f"{cublas_ms / ms:5.2f}x cuBLAS" + ("" if ok else f"  WRONG (rel err {err:.2g})"))
+            if ok and (kind not in best or ms < best[kind][0]):
+                best[kind] = (ms, config)
+        cublas_ms = min(cublas_ms, _time_ms(reference, warmup_ms, 4 * rep_ms))  # the faster of before/after
+        measured = lambda ms: {"ms": round(ms, 5), "tflops": round(tflops(ms), 1),  # noqa: E731
+                               "cublas_ms": round(cublas_ms, 5), "cublas_tflops": round(tflops(cublas_ms), 1),
+                               "vs_cublas": round(cublas_ms / ms, 3)}
+        key = [M, N, K, "float8_e4m3fn" if name == "fp8" else name]
+        for kind, (ms, config) in best.items():
+            entries.append({"key": key + [kind], "config": config, "measured": measured(ms)})
+        if best:
+            kind, (ms, config) = min(best.items(), key=lambda kv: kv[1][0])
+            entries.append({"key": key + ["best"], "config": dict(config, kind=kind), "measured": measured(ms)})
+        rows.append((shape, name, best, cublas_ms, tflops))
+        del inputs, out, want
+        if runtime.on_gpu():
             torch.cuda.empty_cache()
-    print(f"\nswept in {time.perf_counter() - started:.0f} s")
+    _print_sweep_table(rows)
+    how = "python -m week3_triton_kernels.matmul_bench --sweep --dtypes " + " ".join(dtypes)
+    path = tuning.save(Path(out_dir) if out_dir else RESULTS, "matmul", entries, how)
+    if out_dir:  # every candidate's line: a file beside the table (the device call's output is short)
+        (Path(out_dir) / "sweep_matmul.log").write_text("\n".join(log_lines) + "\n")
+        print(f"every candidate's time: {Path(out_dir) / 'sweep_matmul.log'}")
+    else:
+        print("\n".join(log_lines))
+    print(f"wrote {path}; swept in {time.perf_counter() - started:.0f} s")
+    return entries
+
+
+def _print_sweep_table(rows) -> None:
+    print(f"\n{'shape':<16} {'dtype':<9} {'kernel':<10} {'best config':<32} {'TFLOP/s':>8} {'cuBLAS':>7} {'ratio':>6}")
+    for shape, name, best, cublas_ms, tflops in rows:
+        label = "x".join(map(str, shape))
+        if not best:
+            print(f"{label:<16} {name:<9} no candidate ran correctly (see the log)")
+        for kind, (ms, config) in sorted(best.items(), key=lambda kv: kv[1][0]):
+            print(f"{label:<16} {name:<9} {kind:<10} {config_label(config):<32} {tflops(ms):8.1f} "
+                  f"{tflops(cublas_ms):7.1f} {cublas_ms / ms:5.2f}x")
+            label, name = "", ""  # the fastest kernel first; the shape and dtype once
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        M, N, K = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is MxNxK, e.g. 4096x4096x4096, got {text!r}") from None
+    return M, N, K
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", action="store_true", help="time each kernel's configs per shape (GPU)")
-    parser.add_argument("--dtypes", nargs="*", default=["float16", "fp8"],
-                        help="float16, bfloat16 and/or fp8 (default: float16 fp8)")
+    parser.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"],
+                        help="float16, bfloat16 and/or fp8 (default: float16 bfloat16)")
+    parser.add_argument("--shapes", nargs="*", type=_shape, default=SWEEP_SHAPES,
+                        help="MxNxK problems (default: 4096^3, 8192^3, 5000x3000x4000)")
+    parser.add_argument("--kinds", nargs="*", default=list(SWEEP_KINDS), choices=SWEEP_KINDS)
+    parser.add_argument("--out", help="folder for tuned_matmul.json and the log (default: results/)")
+    parser.add_argument("--budget-s", type=float, default=210.0,
+                        help="seconds for the whole sweep, compiles included (default 210)")
+    parser.add_argument("--jobs", type=int, default=12,
+                        help="processes compiling the candidates first (0: compile while timing)")
     args = parser.parse_args(argv)
     if not args.sweep:
         parser.print_help()
         return 2
-    sweep(args.dtypes)
+    bad = [d for d in args.dtypes if d not in ("float16", "bfloat16", "fp8")]
+    if bad:
+        parser.error(f"--dtypes takes float16, bfloat16, fp8; got {bad}")
+    if not runtime.on_gpu() and max(m * n * k for m, n, k in args.shapes) > 128**3:
+        parser.error("this machine runs the Triton interpreter: sweep only tiny --shapes here (e.g. 64x48x80)")
+    sweep(tuple(args.dtypes), args.shapes, kinds=tuple(args.kinds), workers=args.jobs, budget_s=args.budget_s,
+          out_dir=args.out)
     return 0
 
 

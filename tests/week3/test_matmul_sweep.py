@@ -1,0 +1,121 @@
+"""week3_triton_kernels.matmul_bench --sweep and the tuned table the matmul launchers read.
+
+The sweep's plumbing runs anywhere: under the interpreter at a tiny shape with a few candidates
+it must time each, pick a best per kernel, and write tuned_matmul.json in course/tuning.py's
+format (marked simulated, so no launcher ever reads it). `tuned_config` is checked on a table
+built in the test: exact (M, N, K, dtype, kind) entries first, else the nearest swept shape of
+the same class, else None. The persistent launch settings the sweep adds (PER_SM: two programs
+per SM, or one program per tile) are checked against float64 like every other config.
+"""
+import json
+
+import pytest
+import torch
+
+from course import runtime
+from course.check import assert_close, poisoned, random_tensor
+
+from week3_triton_kernels import matmul as mm
+from week3_triton_kernels import matmul_bench
+
+DEVICE = runtime.DEVICE
+SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
+
+
+def inputs(M, N, K, dtype=torch.float16):
+    return random_tensor((M, K), dtype, DEVICE), random_tensor((K, N), dtype, DEVICE, scale=max(K, 1) ** -0.5)
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="plumbing at a tiny shape; on a GPU run the real sweep")
+def test_sweep_times_each_candidate_and_writes_the_table(tmp_path, capsys):
+    candidates = {"tiled": [SMALL, dict(SMALL, BLOCK_N=16, GROUP_M=1)],
+                  "tma": [dict(SMALL, FLATTEN=True, PER_SM=0)]}
+    entries = matmul_bench.sweep(("float16",), [(40, 24, 48)], kinds=("tiled", "tma"), candidates=candidates,
+                                 workers=0, out_dir=tmp_path)
+    printed = capsys.readouterr().out
+    assert "40x24x48" in printed and "ratio" in printed
+    record = json.loads((tmp_path / "tuned_matmul.json").read_text())
+    assert record["name"] == "matmul" and record["simulated"] and "--sweep" in record["how"]
+    keys = {tuple(e["key"]) for e in record["entries"]}
+    assert keys == {(40, 24, 48, "float16", kind) for kind in ("tiled", "tma", "best")}
+    assert record["entries"] == entries
+    by_kind = {e["key"][-1]: e for e in entries}
+    assert by_kind["tma"]["config"] == candidates["tma"][0]
+    assert by_kind["tiled"]["config"] in candidates["tiled"]
+    best = by_kind["best"]
+    assert best["config"]["kind"] in ("tiled", "tma")
+    assert best["measured"]["ms"] == min(by_kind[k]["measured"]["ms"] for k in ("tiled", "tma"))
+    assert set(best["measured"]) == {"ms", "tflops", "cublas_ms", "cublas_tflops", "vs_cublas"}
+    log = (tmp_path / "sweep_matmul.log").read_text()
+    assert log.count("ms ") >= 3 and "WRONG" not in log and "failed" not in log
+
+
+def test_sweep_candidates_are_valid_configs():
+    for table in (matmul_bench.SWEEP_CANDIDATES, matmul_bench.FP8_SWEEP_CANDIDATES):
+        for kind, configs in table.items():
+            labels = [matmul_bench.config_label(c) for c in configs]
+            assert len(set(labels)) == len(labels), f"{kind}: a candidate twice"
+            for c in configs:
+                assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"} <= set(c)
+                assert ("FLATTEN" in c) == (kind != "tiled")
+                # the pipeline's buffers fit an H100's 227 KB of shared memory
+                itemsize = 1 if table is matmul_bench.FP8_SWEEP_CANDIDATES else 2
+                assert c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * itemsize <= 227 * 1024
+
+
+def test_sweep_refuses_big_shapes_in_simulation():
+    if runtime.on_gpu():
+        pytest.skip("the GPU sweeps any shape")
+    with pytest.raises(SystemExit):
+        matmul_bench.main(["--sweep", "--shapes", "4096x4096x4096"])
+
+
+def _table():
+    config = dict(SMALL, FLATTEN=True)
+    return {(4096, 4096, 4096, "float16", "tma"): config,
+            (4096, 4096, 4096, "float16", "best"): dict(config, kind="tma"),
+            (8192, 8192, 8192, "float16", "tma"): dict(config, BLOCK_N=64),
+            (5000, 3000, 4000, "float16", "tma"): dict(config, BLOCK_M=64)}
+
+
+def test_tuned_config_exact_then_nearest_of_the_same_class():
+    table = _table()
+    assert mm.tuned_config(4096, 4096, 4096, torch.float16, "tma", table) == table[(4096, 4096, 4096, "float16", "tma")]
+    assert mm.tuned_config(4096, 4096, 4096, torch.float16, table=table)["kind"] == "tma"
+    # 7168^3 lies within 2x of both aligned entries; 8192^3 is the nearer (log2 ratios 0.19 vs 0.81 a dimension)
+    assert mm.tuned_config(7168, 7168, 7168, torch.float16, "tma", table)["BLOCK_N"] == 64
+    assert mm.tuned_config(4096, 4096, 2048, torch.float16, "tma", table) == table[(4096, 4096, 4096, "float16", "tma")]
+    # same class as 5000 x 3000 x 4000 (N and M not multiples of 16, K one)
+    assert mm.tuned_config(4500, 2900, 4000, torch.float16, "tma", table)["BLOCK_M"] == 64
+
+
+def test_tuned_config_none_elsewhere():
+    table = _table()
+    assert mm.tuned_config(4097, 4097, 4097, torch.float16, "tma", table) is None  # another class
+    assert mm.tuned_config(1024, 4096, 4096, torch.float16, "tma", table) is None  # 4x away
+    assert mm.tuned_config(4096, 4096, 4096, torch.bfloat16, "tma", table) is None  # another dtype
+    assert mm.tuned_config(4096, 4096, 4096, torch.float16, "tiled", table) is None  # another kernel
+    assert mm.tuned_config(0, 4096, 4096, torch.float16, "tma", table) is None
+    with pytest.raises(ValueError, match="kind"):
+        mm.tuned_config(64, 64, 64, torch.float16, "fastest", table)
+    config = mm.tuned_config(4096, 4096, 4096, torch.float16, "best", table)
+    config.pop("kind")  # a copy: the table keeps its entry
+    assert table[(4096, 4096, 4096, "float16", "best")]["kind"] == "tma"
+
+
+def test_no_tuned_table_in_simulation():
+    if runtime.on_gpu():
+        pytest.skip("on a GPU the table is read when it was measured there")
+    assert mm.tuned_table() == {}
+
+
+# PER_SM = 2: twice as many programs as SMs, each looping over tiles; PER_SM = 0: one per tile.
+@pytest.mark.parametrize("per_sm", [0, 2])
+@pytest.mark.parametrize("kind", ["persistent", pytest.param("tma", marks=pytest.mark.skipif(
+    runtime.on_gpu() and torch.cuda.get_device_capability() < (9, 0), reason="TMA needs sm_90"))])
+def test_programs_per_sm_settings_match_float64(kind, per_sm):
+    M, N, K = 150, 70, 45  # 5 x 3 tiles of 32 x 32: more tiles than programs either way
+    a, b = inputs(M, N, K)
+    out = poisoned((M, N), torch.float16, DEVICE)
+    mm.run_kernel(kind, a, b, None, None, out, M, N, K, config=dict(SMALL, FLATTEN=True, PER_SM=per_sm))
+    assert_close(out, mm.matmul_torch(a, b))
