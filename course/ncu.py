@@ -19,8 +19,8 @@ report. (week 1's `python -m week1_cuda_python.sanitize --launch ...` is the sam
 take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
 The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
 occupancy, DRAM, bank conflicts, sectors per request. The second (HOPPER_COLUMNS) is for
-tensor-core kernels on sm_90: how busy the tensor pipe was (wgmma counts as "gmma", mma.sync as
-"hmma"), issue slots, occupancy, the three largest warp-stall reasons, DRAM and L2, TMA traffic.
+tensor-core kernels on sm_90: how busy the tensor pipe was (wgmma and mma.sync alike; the
+instruction counts tell them apart), issue slots, occupancy, the three largest warp-stall reasons, DRAM and L2, TMA traffic.
 Metric names change between ncu versions and GPUs, so each Hopper column lists alternatives and
 takes the first one the CSV has; a column whose names are all absent shows "-" (kept, so a
 wrong name is visible, not silently dropped).
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import io
 import re
 import sys
@@ -78,18 +79,16 @@ HOPPER_COLUMNS = (
     ("time us", "gpu__time_duration.sum", "us"),
     ("grid", "launch__grid_size", None),
     ("regs/thread", "launch__registers_per_thread", None),
-    ("tensor pipe % (gmma)", ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-                              "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
-                              "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"), None),
-    ("tensor pipe % (hmma)", ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                              "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
-                              "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"), None),
-    ("tensor pipe % (any)", ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-                             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"), None),
-    ("gmma inst", ("sm__inst_executed_pipe_tensor_op_gmma.sum", "smsp__inst_executed_pipe_tensor_op_gmma.sum"),
+    # ncu 2025.3 on sm_90 has no separate wgmma pipe counter: the HMMA pipe's cycles count HMMA,
+    # HGMMA and QGMMA alike; the instruction counters tell the two apart (the "hmma" one counts
+    # HGMMA too, so mma.sync instructions = hmma inst - gmma inst).
+    ("tensor pipe busy %", ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+                            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"), None),
+    ("wgmma inst", ("sm__inst_executed_pipe_tensor_op_gmma.sum", "smsp__inst_executed_pipe_tensor_op_gmma.sum"),
      None),
-    ("hmma inst", ("sm__inst_executed_pipe_tensor_op_hmma.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"),
-     None),
+    ("tensor inst (mma.sync + wgmma)", ("sm__inst_executed_pipe_tensor_op_hmma.sum",
+                                        "smsp__inst_executed_pipe_tensor_op_hmma.sum"), None),
     ("issue slots busy %", ("sm__inst_issued.avg.pct_of_peak_sustained_active",
                             "smsp__issue_active.avg.pct_of_peak_sustained_active"), None),
     ("occupancy achieved %", "sm__warps_active.avg.pct_of_peak_sustained_active", None),
@@ -212,6 +211,39 @@ def hopper_table(csv_text: str, labels: list[str] | None = None) -> str:
     return ncu_table(csv_text, labels, HOPPER_COLUMNS, keep_empty=True)
 
 
+def slug(header: str) -> str:
+    """A table column as a results key: 'DRAM MB' -> 'dram_mb', 'tensor pipe busy %' -> 'tensor_pipe_busy_pct'."""
+    return re.sub(r"[^a-z0-9]+", "_", header.lower().replace("%", "pct")).strip("_")
+
+
+def hopper_record(csv_text: str, labels: list[str] | None = None) -> dict:
+    """The Hopper table as numbers, {kernel label: {column slug: value}}: what a results JSON keeps
+    so that notes quote ncu's figures through `<!-- fig NAME path=... -->` (course/figures.py)."""
+    lines = [l for l in hopper_table(csv_text, labels).splitlines() if l.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    record = {}
+    for line in lines[1:]:  # the separator row |---| is not among them
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        values = {}
+        for name, text in zip(header[1:], cells[1:]):
+            if text == "-":
+                continue
+            try:
+                values[slug(name)] = float(text)
+            except ValueError:
+                values[slug(name)] = text
+        record[cells[0]] = values
+    return record
+
+
+def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> None:
+    """Merge one group's Hopper figures into the results JSON at `path` (other groups kept)."""
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    record.update({k: v for k, v in meta.items() if v})
+    record.setdefault("groups", {})[group] = {"title": title, "kernels": hopper_record(csv_text, labels)}
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
 # --- the launch driver ------------------------------------------------------------------------------
 
 def _synchronize() -> None:
@@ -274,9 +306,20 @@ def main(argv=None) -> int:
     parser.add_argument("--table", metavar="CSV", type=Path, help="ncu raw CSV -> markdown table")
     parser.add_argument("--labels", nargs="+", help="with --table: one label per kernel, launch order")
     parser.add_argument("--hopper", action="store_true", help="with --table: the Hopper columns")
+    parser.add_argument("--record", metavar="JSON", type=Path,
+                        help="with --table: also merge the Hopper figures into this results JSON")
+    parser.add_argument("--group", help="with --record: the group's key (e.g. tc_8192)")
+    parser.add_argument("--title", default="", help="with --record: what the group profiled")
+    parser.add_argument("--meta", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="with --record: gpu=..., ncu=..., date=..., how=... kept at the top")
     args = parser.parse_args(argv)
     if args.table:
         text = args.table.read_text()
+        if args.record:
+            if not args.group:
+                parser.error("--record needs --group")
+            meta = dict(item.split("=", 1) for item in args.meta)
+            add_to_record(args.record, args.group, args.title, text, args.labels, meta)
         print(hopper_table(text, args.labels) if args.hopper else ncu_table(text, args.labels), end="")
         return 0
     if args.launch:

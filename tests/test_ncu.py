@@ -10,7 +10,7 @@ from course import ncu, runtime
 # stalls from the WarpStateStats family) and a cuBLAS one that lacks the TMA metric (an empty cell).
 HOPPER_CSV = textwrap.dedent('''\
     ==PROF== Disconnected from process 42
-    "ID","Kernel Name","gpu__time_duration.sum","launch__grid_size","launch__registers_per_thread","sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active","sm__inst_executed_pipe_tensor_op_gmma.sum","sm__inst_issued.avg.pct_of_peak_sustained_active","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__pcsamp_warps_issue_stalled_math_pipe_throttle","dram__bytes_read.sum","dram__bytes_write.sum","dram__bytes.sum.per_second","lts__t_sector_hit_rate.pct","l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+    "ID","Kernel Name","gpu__time_duration.sum","launch__grid_size","launch__registers_per_thread","sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active","sm__inst_executed_pipe_tensor_op_gmma.sum","sm__inst_issued.avg.pct_of_peak_sustained_active","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__pcsamp_warps_issue_stalled_math_pipe_throttle","dram__bytes_read.sum","dram__bytes_write.sum","dram__bytes.sum.per_second","lts__t_sector_hit_rate.pct","l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
     "","","nsecond","","register/thread","%","inst","%","%","","","","","","","byte","byte","byte/second","%","byte"
     "0","wgmma_tma_f16_f16","240,000","512","168","71.5","1,048,576","9.5","18.7","0.5","7.25","1.0","2.5","0.01","900","120,000,000","33,554,432","640,000,000,000","82.25","1,610,612,736"
     "1","nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN","212,000","132","168","80.1","1,048,576","8.0","18.0","0.25","6.0","1.0","0.5","3.5","","110,000,000","33,554,432","680,000,000,000","85.5",""
@@ -27,8 +27,8 @@ def test_hopper_table_columns_values_and_missing_metrics():
     assert header[0] == "kernel" and header[1:] == [c[0] for c in ncu.HOPPER_COLUMNS]  # every column kept
     row = dict(zip(header, cells(lines[2])))
     assert row["kernel"] == "wgmma_tma" and row["time us"] == "240.0" and row["grid"] == "512"
-    assert row["tensor pipe % (gmma)"] == "71.5" and row["gmma inst"] == "1048576"
-    assert row["tensor pipe % (hmma)"] == "-"  # no such metric in the export: shown, not dropped
+    assert row["tensor pipe busy %"] == "71.5" and row["wgmma inst"] == "1048576"
+    assert row["tensor inst (mma.sync + wgmma)"] == "-"  # no such metric in the export: shown, not dropped
     assert row["issue slots busy %"] == "9.5" and row["occupancy achieved %"] == "18.7"
     # the top three of the first stall family present; "selected" is the issuing warp, no stall
     assert row["top stalls (warps per issue)"] == "gmma 7.2, wait 2.5, long_scoreboard 0.5"

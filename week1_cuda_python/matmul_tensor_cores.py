@@ -637,6 +637,9 @@ BENCHMARKS = [
         },
         gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS),
         headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
+        # Also replayed from a CUDA graph (rows "<label>_graph"): the GPU's time without the Python
+        # launcher's, which at 2048^3 (~30 us of work) is most of a call.
+        graphed=("torch", *_WGMMA_ROWS),
         bytes=lambda size: 3 * 2 * size[0] ** 2,
         flops=lambda size: 2 * size[0] ** 3,
         compute_dtype=torch.float16,
