@@ -50,6 +50,9 @@ fa_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;triton_flash torch
 tc_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_tma_row_major torch
 tc_2048;week1_cuda_python;matmul_tc_week1;2048^3 f16;wgmma_tma torch
 '
+# the 5000x3000x4000 matmul's B has a row stride of 3000 elements: `triton` copies it into a padded
+# buffer first (two kernels before the matmul)
+LABELS_triton_5000="triton:copy_B_padded triton:zero_padding triton triton_tma torch"
 DEFAULT_GROUPS="tc_4096 triton_4096 triton_5000 fa_4096 tc_8192 tc_2048"
 
 group_line() { printf '%s\n' "$GROUPS_TABLE" | grep "^$1;"; }
@@ -117,7 +120,16 @@ for g in $groups; do
         "$NCU" --import "$DIR/$name.ncu-rep" --page raw --csv --print-units base > "$DIR/$name.csv" 2>> "$DIR/${name}_run.log"
         "$NCU" --import "$DIR/$name.ncu-rep" --page details --print-units base > "$DIR/${name}_details.txt" 2>&1
         # shellcheck disable=SC2086
-        { COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $variants --hopper
+        # the figures the notes quote: $DIR/<package>/ncu_hopper.json (copy it, with ncu_GROUP.csv,
+        # into that week's results/); a variant that launches several kernels (the padded copy
+        # before a matmul) shows kernel names instead of labels: pass LABELS_<group> to name each
+        label_var="LABELS_$name"; labels=${!label_var:-$variants}
+        mkdir -p "$DIR/$package"
+        cp "$DIR/$name.csv" "$DIR/$package/ncu_$name.csv"
+        { COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $labels --hopper \
+              --record "$DIR/$package/ncu_hopper.json" --group "$name" --title "$bench at $size" \
+              --meta "gpu=$(cat "$DIR/gpu.txt" | cut -d, -f1-2)" "ncu=$(cat "$DIR/ncu_version.txt")" \
+                     "date=$(date -u '+%Y-%m-%d %H:%M UTC')" "how=bash tools/ncu_hopper.sh"
           echo
           COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $variants
         } > "$DIR/$name.md" 2>&1
