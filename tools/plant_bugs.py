@@ -75,7 +75,7 @@ PLANTS = [
           "    row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 on big inputs",
           "    row = tl.program_id(0)",
           ("tests/week3/test_softmax.py", "-k", "past")),
-    Plant("matmul_out_span_unchecked", "size", "week3_triton_kernels/matmul.py",
+    Plant("matmul_out_span_unchecked", "size", "week3_triton_kernels/matmul_basic.py",
           'for name, t in (("a", a), ("b", b), ("out", out)):', 'for name, t in (("a", a), ("b", b)):',
           ("tests/week3/test_matmul.py", "-k", "past")),
     Plant("lora_out_span_unchecked", "size", "week5_integration/lora.py",

@@ -7,6 +7,9 @@ COURSE = {
     "short": "week3",
     "title": "Triton kernels and the benchmarking framework",
     "order": 3,
+    # numbered rungs, each runnable by number: `python -m course rung matmul_triton 1`
+    "ladders": {"matmul_triton": "matmul_bench", "matmul_triton_epilogue": "matmul_bench",
+                "matmul_triton_fp8": "matmul_bench"},
     "comparison_page": {
         "file": "performance_comparisons.md",
         "title": "Week 3 · Performance comparisons: one operation, several implementations",

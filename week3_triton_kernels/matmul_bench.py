@@ -19,9 +19,12 @@ from course import runtime  # before triton: chooses the GPU or the Triton inter
 from course.bench import Benchmark
 from course.check import random_tensor
 
+from course.rungs import Ladder, Rung
+
 from week3_triton_kernels.matmul import (  # noqa: E402
-    FP8_BLOCK_K, device_capability, matmul, matmul_fixed, matmul_fp8, matmul_fp8_torch, matmul_persistent,
-    matmul_tma, quantize_fp8, run_kernel)
+    device_capability, matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, run_kernel)
+from week3_triton_kernels.matmul_basic import matmul_grouped, matmul_plain  # noqa: E402
+from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, matmul_fp8, matmul_fp8_torch, quantize_fp8  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -52,6 +55,9 @@ def _matmul_benchmark(dtype):
     short = str(dtype).replace("torch.", "")
     variants = {
         "torch": torch.matmul,
+        "triton_plain": matmul_plain,
+        "triton_grouped": matmul_grouped,
+        "triton_tiled": matmul_tiled,
         "triton": matmul,
         "triton_ungrouped": lambda a, b: matmul_fixed(a, b, group_m=1),
         "triton_unpadded": lambda a, b: matmul(a, b, pad_strides=False),
@@ -72,9 +78,11 @@ def _matmul_benchmark(dtype):
         bytes=lambda s: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * 2,
         flops=lambda s: 2 * s[0] * s[1] * s[2],
         compute_dtype=dtype,
-        notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton is `matmul`: the kernel "
-              "and config results/tuned_matmul.json holds for the shape on this GPU, else the autotuned "
-              "tiled kernel (likewise triton_persistent and triton_tma); triton_ungrouped is "
+        notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton_plain and triton_grouped "
+              "are rungs 1 and 2 (matmul_basic: fixed 128x128x32 tiles, row-major and grouped order); "
+              "triton_tiled, triton_persistent and triton_tma run the config results/tuned_matmul.json holds "
+              "for the shape on this GPU, else their autotuner's; triton is `matmul`, the fastest of those "
+              "three per the same table (triton_tiled without one); triton_ungrouped is "
               "the 128x256x64 config with GROUP_M = 1 (row-major program order); triton_unpadded "
               "skips the padded-stride copy of odd-strided operands (pad_strides=False); the "
               "padded variants' times include that copy",
@@ -107,14 +115,83 @@ def _fp8_benchmark():
     )
 
 
-BENCHMARKS = [_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16)] + (
-    [_fp8_benchmark()] if _has((8, 9)) else [])  # fp8 tensor cores: Ada and Hopper
+def _epilogue_inputs(size):
+    a, b = _inputs(size)
+    return a, b, random_tensor((size[1],), size[3], runtime.DEVICE)
+
+
+def _epilogue_benchmark():
+    gelu = torch.nn.functional.gelu
+    return Benchmark(
+        name="matmul_epilogue",
+        title="Matmul + bias + GELU, bfloat16: separate ops vs the fused epilogue",
+        sizes=[(4096, 4096, 4096, torch.bfloat16)],
+        sim_sizes=[(64, 48, 80, torch.float16)],  # the interpreter's bf16 is wrong by design
+        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}",
+        make_inputs=_epilogue_inputs,
+        variants={
+            "torch": lambda a, b, bias: gelu(torch.addmm(bias, a, b)),
+            "triton_unfused": lambda a, b, bias: gelu(matmul(a, b) + bias),
+            "triton": lambda a, b, bias: matmul(a, b, bias, "gelu"),
+        },
+        headline=("triton",),
+        bytes=lambda s: (s[0] * s[2] + s[2] * s[1] + s[0] * s[1] + s[1]) * 2,
+        flops=lambda s: 2 * s[0] * s[1] * s[2],
+        notes="flops = 2 M N K (the epilogue's are not counted); bytes = (MK + KN + MN + N) x 2, the "
+              "fused minimum; torch is addmm (bias fused by cuBLASLt) then gelu; triton_unfused is "
+              "`matmul`, then torch's bias add and gelu (two more passes over C); triton applies both "
+              "to the fp32 accumulator before the one store (exact erf GELU)",
+    )
+
+
+MATMUL_FP16, MATMUL_BF16, MATMUL_EPILOGUE = (_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16),
+                                            _epilogue_benchmark())
+MATMUL_FP8 = _fp8_benchmark() if _has((8, 9)) else None  # fp8 tensor cores: Ada and Hopper
+BENCHMARKS = [MATMUL_FP16, MATMUL_BF16, MATMUL_EPILOGUE] + ([MATMUL_FP8] if MATMUL_FP8 else [])
+
+
+# ----------------------------------------------------------------------------------- ladders
+# `python -m course rung matmul_triton [N]`: the kernels in teaching order, each checked against
+# torch.matmul on the same inputs, then timed beside it. rel_tol: each result is rounded once to
+# bf16 (unit roundoff u = 2^-8) from an fp32 sum whose own error is ~sqrt(K) 2^-24 relative (5e-6
+# at K = 8192); the rung and cuBLAS may round an element to neighbouring bf16 values, so
+# |out - ref| <= 2u |c| element by element and ||out - ref|| / ||ref|| <= 2^-7 = 7.8e-3, which 1e-2
+# covers with room for the fp32 sums. A wrong tile, a missed K step or a stale output is O(1).
+# (In simulation the ladder runs the benchmark's fp16 sim size: u = 2^-11, tighter still.)
+MATMUL_RUNGS = [
+    Rung("triton_plain", "one program per C tile in row-major order, a K loop of tl.dot into fp32, masked edges"),
+    Rung("triton_grouped", "the same kernel, tiles in grouped order: programs in flight share A and B panels in L2"),
+    Rung("triton_tiled", "tuned configs (tile shape, warps, stages; the sweep's table, else autotune), unmasked "
+                         "wrap-around loads, odd strides padded"),
+    Rung("triton_persistent", "one program per SM looping over tiles: no partial last wave, loads of the next "
+                              "tile overlap this tile's store"),
+    Rung("triton_tma", "A and B tiles copied by the TMA engine through tensor descriptors (sm_90): no address "
+                       "math, no masks"),
+    Rung("triton", "matmul: whichever of rungs 3-5 the sweep measured fastest at this shape"),
+]
+LADDERS = [Ladder("matmul_triton", MATMUL_BF16, MATMUL_RUNGS, rel_tol=1e-2)]
+# Rungs 6 and 7 of the story, ladders of their own since their reference is not torch.matmul.
+# The epilogue against addmm + gelu: GELU's slope is at most 1.13, and the roundings to bf16 differ
+# (torch: C, then GELU's output; fused: once; unfused: C, C + bias, GELU's output), so an element
+# may differ by up to (1.13 x 2 + 1) u + (1.13 + 1) u = 5.4 u = 2.1e-2: rel_tol 3e-2.
+LADDERS.append(Ladder("matmul_triton_epilogue", MATMUL_EPILOGUE, [
+    Rung("triton_unfused", "matmul, then torch's bias add and GELU: C written and read twice more"),
+    Rung("triton", "rung 6: bias and GELU applied to the fp32 accumulator before the one store"),
+], rel_tol=3e-2))
+# fp8 against torch._scaled_mm on the same fp8 values (promoted every 128 products): bf16 out as
+# above, and without promotion Hopper's ~14-bit tensor-core sums, which DeepSeek-V3 (arXiv:2412.19437,
+# sec. 3.3.2) measured at up to ~2% relative error for K = 4096; K = 8192 sums twice as long: 5e-2.
+if MATMUL_FP8 is not None:
+    LADDERS.append(Ladder("matmul_triton_fp8", MATMUL_FP8, [
+        Rung("triton", "rung 7: fp8 in, per-tensor scales, partial sums promoted to fp32 every 128 products"),
+        Rung("triton_fast_accum", "fp8 with all of K summed in the tensor cores' ~14-bit accumulator"),
+    ], rel_tol=5e-2))
 
 
 # --------------------------------------------------------------------------------- the sweep
 # `--sweep` (GPU) times candidate configs of every kernel at each shape and dtype beside cuBLAS in
 # the same run, prints the fastest, and writes them to tuned_matmul.json (results/, or --out),
-# which `matmul`, `matmul_persistent` and `matmul_tma` read on the GPU that measured it
+# which `matmul`, `matmul_tiled`, `matmul_persistent` and `matmul_tma` read on the GPU that measured it
 # (matmul.tuned_config). It fits one device call of ~4 minutes: compiling is most of a sweep
 # (~1-3 s per config and kernel, and a kernel compiles once per dtype and per class of shape:
 # 4096^3 and 8192^3 share theirs, 5000 x 3000 x 4000 has its own), so --jobs worker processes
@@ -225,7 +302,12 @@ def compile_job(job) -> str | None:
         torch.cuda.synchronize()
         return None
     except Exception as error:  # reported again, and skipped, by the timing loop
-        return str(error).splitlines()[0][:100] if str(error) else type(error).__name__
+        return _first_line(error)[:100]
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _compile_signature(kind, config, shape, dtype_name):
@@ -322,7 +404,7 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
                 out.fill_(float("nan"))  # a config that skips tiles shows as NaN, not as a stale result
                 ms = _time_ms(fn, warmup_ms, rep_ms)
             except Exception as error:  # does not compile or does not fit: say so, go on
-                log(f"  {kind:<10} {config_label(config):<32} failed: {str(error).splitlines()[0][:70] if str(error) else type(error).__name__}")
+                log(f"  {kind:<10} {config_label(config):<32} failed: {_first_line(error)[:70]}")
                 continue
             err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
             ok = err <= SWEEP_WRONG  # NaN fails

@@ -73,7 +73,8 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 # Week 3's grouped tile order (concurrent programs cover a squarish patch of output tiles, so
 # the x row panels and W column panels they share are read from L2) and its config maker.
-from week3_triton_kernels.matmul import grouped_tile, tile_config  # noqa: E402
+from week3_triton_kernels.matmul import tile_config  # noqa: E402
+from week3_triton_kernels.matmul_basic import grouped_tile  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGETS = ("qkv", "proj", "up", "down")  # the week-5 GPT's nn.Linear layers (head is tied to tok)

@@ -1,4 +1,4 @@
-"""week3_triton_kernels.matmul: tiled, persistent, TMA and fp8 matmuls (and their epilogue) against float64.
+"""week3_triton_kernels.matmul: tiled, persistent and TMA matmuls (and their epilogue) against float64.
 
 Inputs: A ~ N(0, 1), B ~ N(0, 1/K), so every output is O(1) whatever K is (as in a real layer).
 
@@ -8,15 +8,9 @@ K u / (1 - K u), u = 2^-24) and typically by ~sqrt(K) u |c|: ~1e-6 for K <= 1024
 rounding to fp16 (2^-11 |c|) or bf16 (2^-8 |c|) that the default rtol covers. So those tests use the
 default tolerances, which a wrong tile, a missing K step or a wrong scale all exceed by far.
 
-fp8 (e4m3) in: the products are exact in fp32 again, but Hopper's tensor cores add fp8 products
-keeping only ~14 significant bits (DeepSeek-V3 report, arXiv:2412.19437, sec. 3.3.2). We bound a
-tensor-core partial sum of n products by n * 2^-13 * sum |a b| (worst case: every add loses a unit
-of the 14th bit), with n = 128 for fast_accum=False (the kernel moves partial sums to an fp32
-accumulator every BLOCK_K = 128 products) and n = K for fast_accum=True, then add gamma for the
-fp32 sums of the partials. The interpreter sums in NumPy fp32: n u with u = 2^-24 there. This bound
-is loose (it is a worst case) but still far below the O(1) errors of a wrong tile or a lost scale;
-the exact K-loop bookkeeping is checked tightly by the fp16 tests and by the fp8 tests with fp32
-output in simulation, which run the same code.
+The kernels' fp8 switches (scales in the epilogue, promotion of partial sums) are checked at the
+end with the fp8 error model of tests/week3/test_matmul_fp8.py, which tests matmul_fp8 itself.
+Rungs 1 and 2 (matmul_basic): tests/week3/test_matmul_basic.py; the sweep: test_matmul_sweep.py.
 """
 import math
 
@@ -29,7 +23,7 @@ from course.check import (INT32_LIMIT, TOLERANCES, assert_close, check_layouts, 
 
 mm = runtime.lesson("week3_triton_kernels.matmul")
 # The oracle's error bound, always the course's own (the stub re-exports it too).
-from week3_triton_kernels.matmul import fp8_sum_error_bound  # noqa: E402
+from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, fp8_sum_error_bound, quantize_fp8  # noqa: E402
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float16, torch.bfloat16])
 CAPABILITY = torch.cuda.get_device_capability() if runtime.on_gpu() else None
@@ -280,7 +274,7 @@ def test_empty_dimensions(variant):
 # test_persistent_programs_loop_over_many_tiles, and checked here with --slow.
 @pytest.mark.gpu(reason="autotuning times configs on the device")
 @pytest.mark.parametrize("variant, tuner, configs", [
-    ("matmul", "matmul_kernel_autotuned", "AUTOTUNE_CONFIGS"),
+    ("matmul_tiled", "matmul_kernel_autotuned", "AUTOTUNE_CONFIGS"),
     pytest.param("matmul_persistent", "matmul_persistent_autotuned", "PERSISTENT_CONFIGS", marks=pytest.mark.slow),
     pytest.param("matmul_tma", "matmul_tma_autotuned", "PERSISTENT_CONFIGS", marks=[needs_tma, pytest.mark.slow])])
 def test_autotuner_picked_a_config(variant, tuner, configs):
@@ -307,7 +301,7 @@ def bad_inputs():
     yield "out dtype", TypeError, "out has dtype", lambda: (h(2, 4), h(4, 2), None, None, h(2, 2).bfloat16())
 
 
-@pytest.mark.parametrize("variant", ["matmul", "matmul_persistent", "matmul_tma"])
+@pytest.mark.parametrize("variant", ["matmul", "matmul_tiled", "matmul_persistent", "matmul_tma"])
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(case, error, message, make, variant):
     a, b, bias, activation, out = make()
@@ -323,140 +317,40 @@ def test_fixed_rejects_bad_blocks():
         mm.matmul_fixed(a, b, group_m=0)
 
 
-# ---------------------------------------------------------------------------------------- fp8
-def fp8_inputs(M, N, K, *, k_major=True):
-    a, a_scale = mm.quantize_fp8(random_tensor((M, K), torch.float32, DEVICE))
-    w, b_scale = mm.quantize_fp8(random_tensor((N, K), torch.float32, DEVICE, scale=max(K, 1) ** -0.5))
-    b = w.t() if k_major else w.t().contiguous()
-    return a, b, a_scale, b_scale
 
 
-def fp8_atol(a, b, a_scale, b_scale, out_dtype, products_per_partial):
-    """Default atol of out_dtype plus the worst-case error of the fp8 product sums (module docstring)."""
-    return TOLERANCES[out_dtype][1] + fp8_sum_error_bound(a, b, a_scale, b_scale, products_per_partial,
-                                                          unit=TC_UNIT)
-
-
-FP8_KERNELS = [pytest.param("tma", marks=needs_tma), "persistent"]
-FP8_OUT = dtype_params([torch.float32, torch.float16, torch.bfloat16])
-
-
-def fp8_cases():
-    """(kernel, out_dtype, shape): by default every out dtype at the ragged shapes, 1 x 1 x 1 in fp32
-    and one autotuned case (TMA, bf16, (1000, 513, 777)); slow, the rest of SHAPES."""
-    def default(kernel, out_dtype, shape):
-        return (shape in RAGGED or (shape == (1, 1, 1) and out_dtype == "float32")
-                or (shape == (1000, 513, 777) and kernel == "tma" and out_dtype == "bfloat16"))
-
-    return [pytest.param(k.values[0], d.values[0], s, id=f"{k.values[0]}-{d.id}-{s}",
-                         marks=[*k.marks, *d.marks, *(() if default(k.values[0], d.id, s) else [pytest.mark.slow])])
-            for k in map(_as_param, FP8_KERNELS) for d in FP8_OUT for s in SHAPES]
-
-
-@needs_fp8
-@pytest.mark.parametrize("k_major", sweep([True], [False]), ids=["b=w.t()", "b row-major"])
-@pytest.mark.parametrize("kernel, out_dtype, shape", fp8_cases())
-def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
-    M, N, K = shape
-    a, b, sa, sb = fp8_inputs(M, N, K, k_major=k_major)
-    out = poisoned((M, N), out_dtype, DEVICE)
-    assert mm.matmul_fp8(a, b, sa, sb, out=out, out_dtype=out_dtype, kernel=kernel) is out
-    want = mm.matmul_fp8_torch(a, b, sa, sb, out_dtype=out_dtype)
-    assert_close(out, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm.FP8_BLOCK_K))
-
-
-# Default: both shapes on TMA, the ragged K on persistent; slow: the rest (each its own compile).
-@needs_fp8
-@pytest.mark.parametrize("kernel, shape", [
-    pytest.param(k.values[0], s, id=f"{k.values[0]}-{s}",
-                 marks=[*k.marks, *(() if s != (512, 384, 256) and (k.values[0] == "tma" or s == (64, 48, 129))
-                                    else [pytest.mark.slow])])
-    for k in map(_as_param, FP8_KERNELS)
-    for s in [(33, 40, 64), (64, 48, 129)] + runtime.pick(gpu=[(512, 384, 256)], sim=[])])
-def test_fp8_fast_accum(kernel, shape):
-    M, N, K = shape
-    a, b, sa, sb = fp8_inputs(M, N, K)
-    got = mm.matmul_fp8(a, b, sa, sb, out_dtype=torch.float32, fast_accum=True, kernel=kernel)
-    want = mm.matmul_fp8_torch(a, b, sa, sb, out_dtype=torch.float32)
-    assert_close(got, want, atol=fp8_atol(a, b, sa, sb, torch.float32, K))  # all K in the tensor core
-
-
-# Default: each activation and each out dtype once (fp16 silu, bf16 gelu_tanh and relu); slow: the rest.
-FP8_EPILOGUES = {("float16", "silu"), ("bfloat16", "gelu_tanh"), ("bfloat16", "relu")}
-
-
-@needs_fp8
-@pytest.mark.parametrize("out_dtype, activation", [
-    pytest.param(d.values[0], act, id=f"{d.id}-{act}",
-                 marks=[*d.marks, *(() if (d.id, act) in FP8_EPILOGUES else [pytest.mark.slow])])
-    for d in dtype_params([torch.float16, torch.bfloat16]) for act in ["silu", "gelu_tanh", "relu"]])
-def test_fp8_bias_and_activation(out_dtype, activation):
-    a, b, sa, sb = fp8_inputs(37, 50, 41)
-    bias = random_tensor(50, out_dtype, DEVICE)
-    got = mm.matmul_fp8(a, b, float(sa), sb, bias, activation, out_dtype=out_dtype)  # a Python float scale too
-    want = mm.matmul_fp8_torch(a, b, sa, sb, bias, activation, out_dtype=out_dtype)
-    assert_close(got, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm.FP8_BLOCK_K))
-
-
-@needs_fp8
-def test_fp8_empty_dimensions():
-    a, b, sa, sb = fp8_inputs(5, 6, 0)
-    assert_close(mm.matmul_fp8(a, b, sa, sb), torch.zeros(5, 6, dtype=torch.bfloat16, device=DEVICE))
-    assert mm.matmul_fp8(*fp8_inputs(0, 6, 3)).shape == (0, 6)
-
-
-def test_quantize_fp8_scales_to_the_e4m3_range():
-    x = random_tensor((64, 33), torch.float32, DEVICE) * 7.0
-    q, scale = mm.quantize_fp8(x)
-    assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and scale.dim() == 0
-    assert float(q.float().abs().max()) == mm.FP8_MAX  # amax lands on the largest finite e4m3
-    # e4m3 keeps 3 mantissa bits: rounding errs by <= 2^-4 relative, or half the subnormal
-    # spacing 2^-9 (in units of the scale) near zero.
-    err = (q.double() * float(scale) - x.double()).abs()
-    assert (err <= 2.0**-4 * x.double().abs() + 2.0**-10 * float(scale)).all()
-
-
-@pytest.mark.parametrize("capability, call, message", [
-    ((7, 5), "fp8", "compute capability >= 8.9"),
-    ((8, 0), "fp8", "compute capability >= 8.9"),
-    ((8, 9), "fp8_tma", "compute capability >= 9.0"),
-    ((8, 0), "tma", "compute capability >= 9.0"),
-])
-def test_refuses_gpus_without_the_hardware(monkeypatch, capability, call, message):
-    monkeypatch.setattr(mm, "device_capability", lambda: capability)
-    a, b, sa, sb = fp8_inputs(16, 16, 16)
+def test_tma_refuses_gpus_before_hopper(monkeypatch):
+    monkeypatch.setattr(mm, "device_capability", lambda: (8, 0))
     h = random_tensor((16, 16), torch.float16, DEVICE)
-    run = {"fp8": lambda: mm.matmul_fp8(a, b, sa, sb),
-           "fp8_tma": lambda: mm.matmul_fp8(a, b, sa, sb, kernel="tma"),
-           "tma": lambda: mm.matmul_tma(h, h)}[call]
     try:
-        run()
+        mm.matmul_tma(h, h)
     except NotImplementedError:  # a RuntimeError too: an unfinished exercise must say so, not pass
         raise
     except RuntimeError as error:
-        assert message in str(error), str(error)
+        assert "compute capability >= 9.0" in str(error), str(error)
     else:
-        pytest.fail(f"no RuntimeError on a GPU of compute capability {capability}")
+        pytest.fail("no RuntimeError on a GPU of compute capability 8.0")
 
 
-def fp8_bad_inputs():
-    a, b, sa, sb = fp8_inputs(4, 6, 8)
-    yield "fp16 a", TypeError, "expected one of: float8_e4m3fn", dict(a=a.half())
-    yield "e5m2 b", TypeError, "expected one of: float8_e4m3fn", dict(b=b.to(torch.float8_e5m2))
-    yield "two scales", ValueError, "one value", dict(a_scale=torch.ones(2, device=DEVICE))
-    yield "fp16 scale", TypeError, "b_scale has dtype float16", dict(b_scale=sb.half())
-    yield "fp8 out", TypeError, "out_dtype must be", dict(out_dtype=torch.float8_e4m3fn)
-    yield "kernel", ValueError, "kernel must be", dict(kernel="tiled")
-    h = lambda *s: torch.ones(*s, dtype=torch.float16, device=DEVICE)  # noqa: E731
-    yield "bias dtype", TypeError, "bias has dtype float16", dict(bias=h(6))
-    yield "out dtype", TypeError, "out has dtype float16", dict(out=h(4, 6))
-    yield "inner dims", ValueError, "inner dimensions differ", dict(b=b[:7])
-
-
-@pytest.mark.parametrize("case, error, message, change", [pytest.param(*c, id=c[0]) for c in fp8_bad_inputs()])
-def test_fp8_rejects_bad_input_before_launch(case, error, message, change):
-    a, b, sa, sb = fp8_inputs(4, 6, 8)
-    kwargs = dict(a=a, b=b, a_scale=sa, b_scale=sb)
-    kwargs.update(change)
-    with pytest.raises(error, match=message):
-        mm.matmul_fp8(**kwargs)
+# ------------------------------------------------------------------- the kernels' fp8 switches
+# matmul_fp8.py (tests/week3/test_matmul_fp8.py) runs these kernels with HAS_SCALE (the scales in
+# the epilogue) and FP8_PRECISE (promotion every BLOCK_K products) on; here they are checked
+# directly, so --impl=exercises tests the learner's _dot and _finish_tile in fp8 too. fp32 out:
+# the error model of test_matmul_fp8.py with u = 2^-24 in simulation, 2^-13 on the tensor cores.
+@pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (8, 9), reason="fp8 tensor cores need sm_89+")
+@pytest.mark.parametrize("kind", [pytest.param("tma", marks=needs_tma), "persistent"])
+@pytest.mark.parametrize("precise", [True, False], ids=["promoted", "fast_accum"])
+def test_kernels_scale_and_promote_fp8(kind, precise):
+    M, N, K = 33, 40, 150
+    a, sa = quantize_fp8(random_tensor((M, K), torch.float32, DEVICE))
+    w, sb = quantize_fp8(random_tensor((N, K), torch.float32, DEVICE, scale=K ** -0.5))
+    b = w.t()
+    bias = random_tensor(N, torch.float32, DEVICE)
+    out = poisoned((M, N), torch.float32, DEVICE)
+    mm.run_kernel(kind, a, b, bias, "relu", out, M, N, K, scales=(sa.reshape(1), sb.reshape(1)),
+                  fp8_precise=precise, config=dict(mm.SIM_CONFIG, BLOCK_K=FP8_BLOCK_K, FLATTEN=True,
+                                                   num_warps=4, num_stages=2))
+    acc = (a.double() @ b.double()) * (float(sa) * float(sb))
+    want = torch.relu(acc + bias.double()).float()
+    bound = fp8_sum_error_bound(a, b, sa, sb, FP8_BLOCK_K if precise else K, unit=TC_UNIT)
+    assert_close(out, want, atol=TOLERANCES[torch.float32][1] + bound)

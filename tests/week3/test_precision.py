@@ -18,7 +18,7 @@ from course.check import assert_close
 
 pr = runtime.lesson("week3_triton_kernels.precision")
 # Week 3 matmul's bound on fp8 tensor-core sums: the one error model of fp8 accumulation.
-from week3_triton_kernels.matmul import fp8_sum_error_bound  # noqa: E402
+from week3_triton_kernels.matmul_fp8 import fp8_sum_error_bound  # noqa: E402
 
 FP8_K_TILE = 128  # K of the fp8 check: one k-tile of week 3 matmul's fp8 kernels (FP8_BLOCK_K)
 

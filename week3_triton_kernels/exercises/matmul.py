@@ -1,14 +1,11 @@
-"""Exercise: matrix multiplication in Triton: tiles, tl.dot, grouped order, autotuning, persistent
-programs, TMA tensor descriptors, fp8, and a fused epilogue.
+"""Exercise: matrix multiplication in Triton, the production kernels: autotuned configs (rung 3),
+persistent programs (rung 4), TMA tensor descriptors (rung 5) and a fused epilogue (rung 6).
 
 Check your work with `pytest tests/week3/test_matmul.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 75 lines in 7 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 66 lines in 6 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* `grouped_tile`: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
-  GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
-  running programs share A's rows and B's columns in L2 (about 9 lines)
 * `_dot`: acc + a @ b with tl.dot (fp32 accumulation); with FP8_PRECISE pass
   max_num_imprecise_acc=BLOCK_K (the fp8 tensor cores' partial sums are promoted every BLOCK_K)
   (about 5 lines)
@@ -44,32 +41,16 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-DTYPES = (torch.float16, torch.bfloat16)
-FP8_DTYPES = (torch.float8_e4m3fn,)
-FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-FP8_MAX = 448.0  # largest finite float8_e4m3fn
+from week3_triton_kernels.matmul_basic import DTYPES, check_blocks, check_operands, grouped_tile  # noqa: E402
+
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-INT32_MAX = 2**31 - 1
 # Triton specialises an integer argument divisible by 16 (and a pointer aligned to 16 bytes):
 # only then can it prove that a row starts on a 16-byte boundary and use vector loads.
 ALIGN = 16
-FP8_BLOCK_K = 128  # fp8 configs' BLOCK_K, and how often fast_accum=False promotes partial sums
-# Hopper's fp8 tensor cores keep ~14 significant bits of their running sum (DeepSeek-V3 report,
-# arXiv:2412.19437, sec. 3.3.2): an addition may lose up to 2^-13 of the partial sum.
-FP8_TENSOR_CORE_UNIT = 2.0**-13
 
 
 # ---------------------------------------------------------------------------- device helpers
-# grouped_tile: which (pid_m, pid_n) tile program `tile_id` computes, in grouped order; public,
-# as every tiled matmul of the course (week 5's LoRA and NF4 GEMMs) orders its tiles this way.
-@triton.jit
-def grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    # TODO (about 9 lines): grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
-    #   GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
-    #   running programs share A's rows and B's columns in L2
-    tl.static_assert(False, 'not implemented yet: grouped_tile: grouped ordering: (pid_m, pid_n) of tile number ...')
-
-
+# The tile code every kernel here shares (grouped_tile, rung 2's tile order, comes from matmul_basic).
 @triton.jit
 def _dot(a, b, acc, FP8_PRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
     # TODO (about 5 lines): acc + a @ b with tl.dot (fp32 accumulation); with FP8_PRECISE pass
@@ -155,18 +136,11 @@ PERSISTENT_CONFIGS = [
     tile_config(128, 128, 64, 4, 4, FLATTEN=True),
     tile_config(64, 128, 64, 4, 4, FLATTEN=True),
 ]
-# fp8: twice the values per byte, so BLOCK_K = 128 moves the same bytes per step as 64 in fp16.
-FP8_CONFIGS = [
-    tile_config(128, 256, FP8_BLOCK_K, 3, 8, FLATTEN=True),
-    tile_config(128, 256, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    tile_config(128, 128, FP8_BLOCK_K, 4, 8, FLATTEN=True),
-    tile_config(128, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
-    tile_config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
-]
 SMALL_PROBLEM = 512 * 512  # C this small: tiles of 64 x 128 already give every SM work
 
 
-def _shared_memory_bytes(config, itemsize: int) -> int:
+def shared_memory_bytes(config, itemsize: int) -> int:
+    """Bytes of shared memory a config's pipeline buffers take: stages x (BLOCK_M + BLOCK_N) x BLOCK_K x itemsize."""
     kw = config.kwargs
     return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
 
@@ -178,8 +152,8 @@ def _prune_configs(configs, named_args, **kwargs):
     operand = named_args.get("a_ptr", named_args.get("a_desc"))
     itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
     limit = runtime.shared_memory_per_block()
-    fitting = [c for c in configs if _shared_memory_bytes(c, itemsize) <= limit]
-    fitting = fitting or [min(configs, key=lambda c: _shared_memory_bytes(c, itemsize))]
+    fitting = [c for c in configs if shared_memory_bytes(c, itemsize) <= limit]
+    fitting = fitting or [min(configs, key=lambda c: shared_memory_bytes(c, itemsize))]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
         return [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
     return fitting
@@ -192,7 +166,8 @@ def _tma_block_shapes(nargs):
     nargs["b_desc"].block_shape = [bn, bk] if nargs["B_KMAJOR"] else [bk, bn]
 
 
-def _with_tma_hook(configs):
+def with_tma_block_shapes(configs):
+    """The configs, each setting the TMA descriptors' block shapes before its launch (a pre_hook)."""
     return [triton.Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages,
                           pre_hook=_tma_block_shapes) for c in configs]
 
@@ -202,13 +177,8 @@ PRUNE = {"early_config_prune": _prune_configs}
 matmul_kernel_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_kernel)
 matmul_persistent_autotuned = triton.autotune(configs=PERSISTENT_CONFIGS, key=KEY,
                                               prune_configs_by=PRUNE)(matmul_persistent_kernel)
-matmul_tma_autotuned = triton.autotune(configs=_with_tma_hook(PERSISTENT_CONFIGS), key=KEY + ["B_KMAJOR"],
+matmul_tma_autotuned = triton.autotune(configs=with_tma_block_shapes(PERSISTENT_CONFIGS), key=KEY + ["B_KMAJOR"],
                                        prune_configs_by=PRUNE)(matmul_tma_kernel)
-# fp8 has its own tuners: C is bf16 like a bf16 matmul's, so the key alone would not tell them apart.
-matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=KEY,
-                                                  prune_configs_by=PRUNE)(matmul_persistent_kernel)
-matmul_tma_fp8_autotuned = triton.autotune(configs=_with_tma_hook(FP8_CONFIGS), key=KEY + ["B_KMAJOR"],
-                                           prune_configs_by=PRUNE)(matmul_tma_kernel)
 # The interpreter cannot time configs (no device clock); it runs this small one instead.
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
 
@@ -269,7 +239,8 @@ def device_capability() -> tuple[int, int] | None:
     return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
 
 
-def _require_capability(minimum: tuple[int, int], what: str, instead: str) -> None:
+def require_capability(minimum: tuple[int, int], what: str, instead: str) -> None:
+    """RuntimeError naming `what`, this GPU and `instead` when the GPU is older than `minimum`."""
     capability = device_capability()
     if capability is not None and capability < minimum:
         name = torch.cuda.get_device_name(runtime.DEVICE) if runtime.on_gpu() else "simulated"
@@ -277,34 +248,16 @@ def _require_capability(minimum: tuple[int, int], what: str, instead: str) -> No
                            f"({name}) is {capability[0]}.{capability[1]}: {instead}")
 
 
-def _check(a, b, bias, activation, out, dtypes=DTYPES, out_dtype=None):
-    validate.tensor(a, "a", dtypes=dtypes, ndim=2, contiguous=False)  # any strides: we pass them
-    validate.tensor(b, "b", dtypes=dtypes, ndim=2, contiguous=False)
-    validate.same_dtype(a=a, b=b)
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
-                         "(a's columns must equal b's rows)")
+def check_args(a, b, bias, activation, out, *, dtypes=DTYPES, out_dtype=None):
+    """(M, N, K, out) after `check_operands` (a, b, out: matmul_basic) and the epilogue's arguments:
+    `activation` one of ACTIVATIONS, `bias` N elements in out's dtype."""
+    M, N, K, out = check_operands(a, b, out, dtypes=dtypes, out_dtype=out_dtype)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
-    out_dtype = out_dtype or a.dtype
-    M, K = a.shape
-    N = b.shape[1]
     if bias is not None:
-        validate.tensor(bias, "bias", dtypes=(out_dtype,), ndim=1)
+        validate.tensor(bias, "bias", dtypes=(out.dtype,), ndim=1)
         if bias.shape[0] != N:
             raise ValueError(f"bias has {bias.shape[0]} elements; expected N = {N} (one per column of c)")
-    if out is None:
-        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    else:
-        validate.tensor(out, "out", dtypes=(out_dtype,), ndim=2, contiguous=False)
-        if tuple(out.shape) != (M, N):
-            raise ValueError(f"out has shape {tuple(out.shape)}; expected {(M, N)}")
-    # The kernels add a row offset and a column offset in int32 (rows * stride + cols * stride):
-    # the last element of every operand, `out` included, must lie less than 2^31 elements away.
-    for name, t in (("a", a), ("b", b), ("out", out)):
-        if t.numel() and sum((s - 1) * st for s, st in zip(t.shape, t.stride())) > INT32_MAX:
-            raise ValueError(f"{name} spans more than 2^31 elements (strides {t.stride()}, shape "
-                             f"{tuple(t.shape)}): the kernel's offsets are int32")
     return M, N, K, out
 
 
@@ -373,7 +326,7 @@ def _programs(config: dict, M: int, N: int) -> tuple[int, int]:
     return step, min(step, tiles)
 
 
-def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config):
+def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config, tuners):
     M, K = a.shape
     N = b.shape[1]
     if pad_strides:
@@ -392,7 +345,7 @@ def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_
         return out
     if config is None:
         sms = runtime.sm_count()
-        tuned = matmul_persistent_fp8_autotuned if scales is not None else matmul_persistent_autotuned
+        tuned = (tuners or {}).get("persistent", matmul_persistent_autotuned)
         tuned[lambda m: (min(sms, tiles(m)),)](*args, **meta, NUM_PROGRAMS=sms)
         return out
     config = dict(config)
@@ -416,7 +369,7 @@ def _tma_operands(a, b):
         a = padded_copy(a, M, K)
     if tma_ok(b, row_major=False):  # K-major B (b = w.t()): the descriptor walks w, (N, K)
         return a, b.t(), True
-    if a.dtype in FP8_DTYPES:
+    if a.element_size() == 1:
         # fp8 wgmma reads B only K-major from shared memory: make that layout once here.
         return a, padded_copy(b.t(), N, K), True
     if not tma_ok(b, row_major=True):
@@ -424,7 +377,7 @@ def _tma_operands(a, b):
     return a, b, False
 
 
-def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config):
+def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners):
     M, K = a.shape
     N = b.shape[1]
     a, b_stored, b_kmajor = _tma_operands(a, b)
@@ -443,7 +396,7 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config):
     if config is None:
         sms = runtime.sm_count()
         grid = lambda m: (min(sms, triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])),)  # noqa: E731
-        tuned = matmul_tma_fp8_autotuned if scales is not None else matmul_tma_autotuned
+        tuned = (tuners or {}).get("tma", matmul_tma_autotuned)
         tuned[grid](*args, **meta, NUM_PROGRAMS=sms)
     else:
         step, grid = _programs(config, M, N)
@@ -452,37 +405,31 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config):
 
 
 def run_kernel(kind, a, b, bias, activation, out, M, N, K, *, scales=None, fp8_precise=False,
-         pad_strides=True, config=None):
+               pad_strides=True, config=None, tuners=None):
     """Launch `kind` ("tiled", "persistent", "tma") on checked operands; config=None: autotuned (GPU)
-    or SIM_CONFIG, else that config (a dict of the kernel's meta-parameters: the sweep's)."""
+    or SIM_CONFIG, else that config (a dict of the kernel's meta-parameters: the sweep's). `scales`
+    (a_scale, b_scale tensors) and `fp8_precise` serve fp8; `tuners` {kind: autotuned kernel}
+    replaces this module's autotuners (fp8 has its own configs: matmul_fp8.py)."""
     if M == 0 or N == 0:
         return out
     if K == 0:
         # An empty sum is 0; the epilogue still applies. Not worth a kernel.
         acc = torch.zeros((M, N), dtype=torch.float32, device=a.device)
-        out.copy_(_epilogue_torch(acc, bias, activation))
+        out.copy_(epilogue_torch(acc, bias, activation))
         return out
     if kind == "tma":
-        return _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config)
+        return _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners)
     if config is None and not runtime.on_gpu():
         config = dict(SIM_CONFIG, **({"FLATTEN": True} if kind == "persistent" else {}))
-    return _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config)
+    return _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config, tuners)
 
 
 # ------------------------------------------------------------------------------- launchers
-def _check_blocks(block_m, block_n, block_k, group_m):
-    for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        if not isinstance(v, int) or v < 16 or v & (v - 1):
-            raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {v!r}")
-    if not isinstance(group_m, int) or group_m < 1:
-        raise ValueError(f"group_m must be a positive int, got {group_m!r}")
-
-
 def matmul_fixed(a, b, bias=None, activation=None, out=None, *, block_m=128, block_n=256, block_k=64,
                  group_m=8, num_warps=8, num_stages=3, pad_strides=True):
     """The tiled kernel with one hand-picked config: for experiments (GROUP_M = 1 vs 8, tiles)."""
-    M, N, K, out = _check(a, b, bias, activation, out)
-    _check_blocks(block_m, block_n, block_k, group_m)
+    M, N, K, out = check_args(a, b, bias, activation, out)
+    check_blocks(block_m, block_n, block_k, group_m)
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
                   num_warps=num_warps, num_stages=num_stages)
     return run_kernel("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides, config=config)
@@ -498,18 +445,28 @@ def run_tuned(kind, a, b, bias, activation, out, M, N, K, *, pad_strides=True):
     return run_kernel(kind, a, b, bias, activation, out, M, N, K, pad_strides=pad_strides, config=config)
 
 
+def matmul_tiled(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                 activation: str | None = None, out: torch.Tensor | None = None, *,
+                 pad_strides: bool = True) -> torch.Tensor:
+    """Rung 3: activation(a @ b + bias) with `matmul_kernel`, one program per tile, in the config
+    the sweep found fastest for the shape on this GPU, else the autotuner's.
+
+    `activation` is None, "relu", "gelu" (exact erf), "gelu_tanh" or "silu"; `bias` has N
+    elements. `pad_strides` copies operands whose strides defeat 16-byte loads (module docstring).
+    """
+    M, N, K, out = check_args(a, b, bias, activation, out)
+    return run_tuned("tiled", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None, out: torch.Tensor | None = None, *,
            pad_strides: bool = True) -> torch.Tensor:
-    """activation(a @ b + bias): fp16/bf16 in, fp32 accumulation; the fastest kernel and config
-    the sweep found for this shape on this GPU (results/tuned_matmul.json), else the autotuned
-    tiled kernel.
-
-    `activation` is None, "relu", "gelu" (exact erf), "gelu_tanh" or "silu"; `bias` has N
-    elements. `pad_strides` copies operands whose strides defeat 16-byte loads (module
-    docstring); pad_strides=False runs the tiled pointer kernel on the operands as they are.
+    """activation(a @ b + bias), fp16/bf16 in, fp32 accumulation: the kernel (tiled, persistent or
+    TMA) and config the sweep found fastest for this shape on this GPU (results/tuned_matmul.json),
+    else `matmul_tiled` autotuned. Arguments as `matmul_tiled`; pad_strides=False runs the tiled
+    kernel on the operands as they are.
     """
-    M, N, K, out = _check(a, b, bias, activation, out)
+    M, N, K, out = check_args(a, b, bias, activation, out)
     return run_tuned("best" if pad_strides else "tiled", a, b, bias, activation, out, M, N, K,
                      pad_strides=pad_strides)
 
@@ -518,7 +475,7 @@ def matmul_persistent(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
                       activation: str | None = None, out: torch.Tensor | None = None, *,
                       pad_strides: bool = True) -> torch.Tensor:
     """`matmul` with one program per SM looping over the tiles (`matmul_persistent_kernel`)."""
-    M, N, K, out = _check(a, b, bias, activation, out)
+    M, N, K, out = check_args(a, b, bias, activation, out)
     return run_tuned("persistent", a, b, bias, activation, out, M, N, K, pad_strides=pad_strides)
 
 
@@ -531,63 +488,14 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = Non
     in place, where `matmul`'s pointer kernels copy it. Other operands are copied first
     (`padded_copy`).
     """
-    M, N, K, out = _check(a, b, bias, activation, out)
-    _require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
+    M, N, K, out = check_args(a, b, bias, activation, out)
+    require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
     return run_tuned("tma", a, b, bias, activation, out, M, N, K)
 
 
-def _scale_tensor(scale, name):
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        return torch.full((1,), float(scale), dtype=torch.float32, device=runtime.DEVICE)
-    validate.tensor(scale, name, dtypes=(torch.float32,))
-    if scale.numel() != 1:
-        raise ValueError(f"{name} must hold one value (a per-tensor scale), got shape {tuple(scale.shape)}")
-    return scale
-
-
-FP8_KERNELS = ("auto", "tma", "persistent")
-
-
-def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.Tensor | None = None,
-               activation: str | None = None, out: torch.Tensor | None = None, *,
-               out_dtype: torch.dtype = torch.bfloat16, fast_accum: bool = False,
-               kernel: str = "auto") -> torch.Tensor:
-    """activation(a_scale * b_scale * (a @ b) + bias) for float8_e4m3fn a, b; see the module docstring.
-
-    kernel: "tma" (sm_90), "persistent" (pointer loads, sm_89+), "auto" = tma where available.
-    """
-    if out_dtype not in FP8_OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {[str(d).replace('torch.', '') for d in FP8_OUT_DTYPES]}, "
-                        f"got {out_dtype}")
-    if kernel not in FP8_KERNELS:
-        raise ValueError(f"kernel must be one of {FP8_KERNELS}, got {kernel!r}")
-    M, N, K, out = _check(a, b, bias, activation, out, dtypes=FP8_DTYPES, out_dtype=out_dtype)
-    scales = (_scale_tensor(a_scale, "a_scale"), _scale_tensor(b_scale, "b_scale"))
-    _require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
-                        "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
-    capability = device_capability()
-    if kernel == "auto":
-        kernel = "tma" if capability is None or capability >= (9, 0) else "persistent"
-    if kernel == "tma":
-        _require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
-    return run_kernel(kernel, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum)
-
-
-def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_fp8, scale): x / scale in float8_e4m3fn with scale = amax(|x|) / 448 (float32, 0-d).
-
-    Per-tensor scaling maps the largest |x| to e4m3's largest finite value, so nothing overflows
-    and the 3-bit mantissa's relative error (<= 2^-4) is spread over the whole range.
-    """
-    if x.numel() == 0:
-        return x.to(torch.float8_e4m3fn), torch.ones((), dtype=torch.float32, device=x.device)
-    amax = x.detach().abs().amax().float().clamp_min(1e-12)  # an all-zero x: any scale will do
-    scale = amax / FP8_MAX
-    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
-
-
 # -------------------------------------------------------------------------------- references
-def _epilogue_torch(acc, bias, activation):
+def epilogue_torch(acc, bias, activation):
+    """bias and activation applied to acc in torch (acc's dtype): the epilogue's reference."""
     if bias is not None:
         acc = acc + bias.to(acc.dtype)
     if activation == "relu":
@@ -602,32 +510,4 @@ def _epilogue_torch(acc, bias, activation):
 def matmul_torch(a, b, bias=None, activation=None):
     """The reference, in float64: activation(a @ b + bias), rounded once to a's dtype."""
     acc = a.double() @ b.double()
-    return _epilogue_torch(acc, None if bias is None else bias.double(), activation).to(a.dtype)
-
-
-def matmul_fp8_torch(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=torch.bfloat16):
-    """The fp8 reference, in float64 from the fp8 values themselves, rounded once to out_dtype."""
-    scale = float(a_scale) * float(b_scale)
-    acc = (a.double() @ b.double()) * scale
-    return _epilogue_torch(acc, None if bias is None else bias.double(), activation).to(out_dtype)
-
-
-def fp8_sum_error_bound(a, b, a_scale, b_scale, products_per_partial: int,
-                        unit: float = FP8_TENSOR_CORE_UNIT) -> float:
-    """Worst-case |error| of a_scale * b_scale * (a @ b) (fp8 a, b) summed as fp8 tensor cores do.
-
-    Each product of two fp8 values is exact. The tensor core adds them into a partial sum that
-    loses up to `unit` (2^-13: ~14 bits kept) of itself at each addition, so a partial of n
-    products errs by at most n * unit * sum |a_k b_k| (Higham's recursive-summation bound with
-    `unit` for u); the ceil(K / n) partials are then added in fp32 (u = 2^-24). Hence
-        |error_ij| <= (n * unit + ceil(K / n) * 2^-24) * sum_k |a_ik b_kj| * a_scale * b_scale,
-    returned for the worst (i, j). n = products_per_partial, capped at K: BLOCK_K when partial
-    sums are promoted to an fp32 accumulator every BLOCK_K products, K when they never are. A
-    worst case (every addition losing its most): random data err hundreds of times less. Pass unit=2^-24 for
-    a sum done wholly in fp32 (the Triton interpreter, a CPU emulation).
-    """
-    K = a.shape[1]
-    n = max(1, min(K, products_per_partial))
-    gamma = n * unit + math.ceil(K / n) * 2.0**-24
-    worst = float((a.double().abs() @ b.double().abs()).max()) if a.numel() and b.numel() else 0.0
-    return gamma * worst * float(a_scale) * float(b_scale)
+    return epilogue_torch(acc, None if bias is None else bias.double(), activation).to(a.dtype)

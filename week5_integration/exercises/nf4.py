@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from week5_integration import lora as lora_mod
-from week3_triton_kernels.matmul import grouped_tile
+from week3_triton_kernels.matmul_basic import grouped_tile
 from week5_integration.lora import store_tile
 
 import triton  # noqa: E402  (after course.runtime on purpose)
