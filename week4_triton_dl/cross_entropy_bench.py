@@ -1,4 +1,4 @@
-"""Cross-entropy's benchmarks, chunk-size sweep and command line (the kernels: cross_entropy.py).
+"""Cross-entropy's benchmarks, sweep and command line (kernels: cross_entropy.py, fused_linear_cross_entropy.py).
 
 `BENCHMARKS` (found by `python -m course bench week4`): the row kernels against F.cross_entropy,
 the fused linear + cross-entropy against the full logits, and the ops as a model calls them
@@ -15,9 +15,10 @@ from course import runtime  # runtime before triton: chooses the GPU or the Trit
 from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 
-from week4_triton_dl.cross_entropy import (  # noqa: E402
-    CROSS_ENTROPY_CODE, FUSED_LINEAR_CE_CODE, cross_entropy, cross_entropy_forward, default_chunk_size,
-    fused_linear_cross_entropy, linear_cross_entropy_torch, loss_and_grads, peak_memory_mib)
+from week4_triton_dl.cross_entropy import CROSS_ENTROPY_CODE, cross_entropy, cross_entropy_forward  # noqa: E402
+from week4_triton_dl.fused_linear_cross_entropy import (  # noqa: E402
+    FUSED_LINEAR_CE_CODE, default_chunk_size, fused_linear_cross_entropy, linear_cross_entropy_torch, loss_and_grads,
+    peak_memory_mib)
 
 
 # ---------------------------------------------------------------------------------- benchmarks

@@ -63,7 +63,7 @@ def has_op(fused: str, op: str) -> bool:
 # first match wins (cross-entropy kernels also contain "add" and "mul", norms contain "mul", ...).
 COUNTERPARTS = [
     ("cross-entropy", lambda f: has_op(f, "log_softmax") or has_op(f, "nll_loss_forward") or has_op(f, "nll_loss_backward"),
-     "week4 cross_entropy.py: cross_entropy_fwd_grad_kernel (inside fused_linear_cross_entropy)"),
+     "week4 fused_linear_cross_entropy.py: cross_entropy_fwd_grad_kernel (inside fused_linear_cross_entropy)"),
     ("SwiGLU", lambda f: has_op(f, "silu") or has_op(f, "silu_backward") or has_op(f, "sigmoid"),
      "week4 swiglu.py: swiglu_fwd_kernel / swiglu_bwd_kernel"),
     ("GELU", lambda f: has_op(f, "gelu") or has_op(f, "tanh") or has_op(f, "gelu_backward"),

@@ -10,7 +10,8 @@ pure-PyTorch twin. This module builds the same record from the kernels written i
     swiglu                 swiglu.swiglu_packed (wk 4)                     g, u = h.chunk(2, -1); F.silu(g) * u
     gelu                   fused_elementwise.bias_gelu (wk 3) forward,     F.gelu(approximate="tanh")
                            fused_mlp.act_backward (wk 4) backward
-    linear_cross_entropy   cross_entropy.fused_linear_cross_entropy (wk 4) h @ W^T, then F.cross_entropy
+    linear_cross_entropy   fused_linear_cross_entropy.                    h @ W^T, then F.cross_entropy
+                           fused_linear_cross_entropy (wk 4)
 
 `swap_plan(cfg)` lists the torch twin, then the twin with ONE field swapped for each field the
 config uses, then all of them: a benchmark over that list measures what each kernel buys in the
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 
 from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
 from week3_triton_kernels import fused_elementwise
-from week4_triton_dl import add_rmsnorm, cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
+from week4_triton_dl import add_rmsnorm, fused_linear_cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
 from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 
@@ -177,13 +178,13 @@ def course_gelu(x):
 def course_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
     """mean CE of hidden @ weight^T, chunked: the (N, V) logits never exist (week 4)."""
     # BEGIN EXERCISE: under autocast (autocast_dtype(hidden.device) is not None) cast hidden and weight to that
-    #   dtype, as F.linear would; call cross_entropy.fused_linear_cross_entropy (ignore_index too) with
+    #   dtype, as F.linear would; call fused_linear_cross_entropy.fused_linear_cross_entropy (ignore_index too) with
     #   autocast disabled; return the loss in float32
     dtype = autocast_dtype(hidden.device)
     if dtype is not None:  # what F.linear does under autocast, done by hand (see the docstring)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     with torch.autocast(hidden.device.type, enabled=False):
-        loss = cross_entropy.fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index)
+        loss = fused_linear_cross_entropy.fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index)
     return loss.float()
     # END EXERCISE
 

@@ -22,8 +22,9 @@ until you fill them):
   the saved x (about 2 lines)
 * `course_gelu`: GeluTanhFunction.apply on a contiguous x (about 1 line)
 * `course_linear_cross_entropy`: under autocast (autocast_dtype(hidden.device) is not None) cast
-  hidden and weight to that dtype, as F.linear would; call cross_entropy.fused_linear_cross_entropy
-  (ignore_index too) with autocast disabled; return the loss in float32 (about 6 lines)
+  hidden and weight to that dtype, as F.linear would; call
+  fused_linear_cross_entropy.fused_linear_cross_entropy (ignore_index too) with autocast disabled;
+  return the loss in float32 (about 6 lines)
 * `course_mlp`: "gelu": F.linear, course_gelu, F.linear. "swiglu": fused_mlp.swiglu_mlp(x, w_up,
   w_down) with x and the weights cast to the autocast dtype first and autocast off, as in
   course_linear_cross_entropy; any other kind: ValueError "kind must be one of ..." (m.MLPS) (about
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 
 from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
 from week3_triton_kernels import fused_elementwise
-from week4_triton_dl import add_rmsnorm, cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
+from week4_triton_dl import add_rmsnorm, fused_linear_cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
 from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 
@@ -154,8 +155,8 @@ def course_gelu(x):
 def course_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
     """mean CE of hidden @ weight^T, chunked: the (N, V) logits never exist (week 4)."""
     # TODO (about 6 lines): under autocast (autocast_dtype(hidden.device) is not None) cast hidden and weight
-    #   to that dtype, as F.linear would; call cross_entropy.fused_linear_cross_entropy (ignore_index too)
-    #   with autocast disabled; return the loss in float32
+    #   to that dtype, as F.linear would; call fused_linear_cross_entropy.fused_linear_cross_entropy
+    #   (ignore_index too) with autocast disabled; return the loss in float32
     raise NotImplementedError('not implemented yet: course_linear_cross_entropy: under autocast ...')
 
 
