@@ -405,11 +405,13 @@ def warm(batch: int, procs: int, config: str = "gpt2_124m") -> int:
 
     sys.path.insert(0, str(ROOT.parent / "tools"))
     import warm_attention_cache as wac  # tools/warm_attention_cache.py: its worker compiles one config set
-    from week4_triton_dl import flash_attention as fa
+    from week4_triton_dl.flash_attention import FWD_CONFIGS
+    from week4_triton_dl.flash_attention_backward import BWD_KV_CONFIGS, BWD_Q_CONFIGS
+    from week4_triton_dl.flash_attention_plans import configs_for
 
     cfg = cm.preset(config)
     shape = (batch, cfg.n_heads, cfg.max_seq_len, cfg.head_dim)
-    most = max(len(fa.configs_for(c, cfg.head_dim)) for c in (fa.FWD_CONFIGS, fa.BWD_KV_CONFIGS, fa.BWD_Q_CONFIGS))
+    most = max(len(configs_for(c, cfg.head_dim)) for c in (FWD_CONFIGS, BWD_KV_CONFIGS, BWD_Q_CONFIGS))
     tasks = [(shape, True, i) for i in range(most)]
     with mp.get_context("spawn").Pool(min(procs, len(tasks))) as pool:
         for done, _ in enumerate(pool.imap_unordered(wac._warm, tasks), 1):

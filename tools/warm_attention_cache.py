@@ -22,15 +22,17 @@ def _warm(task):
     from course import runtime
     from course.check import random_tensor
     from week4_triton_dl import flash_attention as fa
+    from week4_triton_dl import flash_attention_backward as fab
+    from week4_triton_dl.flash_attention_plans import configs_for
 
     def nth(configs):
-        configs = fa.configs_for(configs, head_dim)
+        configs = configs_for(configs, head_dim)
         return configs[index % len(configs)]
 
     q, k, v, do = (random_tensor((batch, heads, seq, head_dim), torch.bfloat16, runtime.DEVICE) for _ in range(4))
     out, lse = fa.flash_attention_forward(q, k, v, causal, config=nth(fa.FWD_CONFIGS))
-    fa.flash_attention_backward(do, q, k, v, out, lse, causal,
-                                kv_config=nth(fa.BWD_KV_CONFIGS), q_config=nth(fa.BWD_Q_CONFIGS))
+    fab.flash_attention_backward(do, q, k, v, out, lse, causal,
+                                 kv_config=nth(fab.BWD_KV_CONFIGS), q_config=nth(fab.BWD_Q_CONFIGS))
     torch.cuda.synchronize()
     return task
 
@@ -41,13 +43,15 @@ def main():
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--no-model-shapes", action="store_true", help="skip attention_train_week4's shapes")
     args = parser.parse_args()
-    from week4_triton_dl import flash_attention as fa
-    from week4_triton_dl import flash_attention_bench as fab
-    most = max(len(fa.configs_for(c, d)) for d in args.head_dims + [s[3] for s in fab.TRAIN_SIZES]
-               for c in (fa.FWD_CONFIGS, fa.BWD_KV_CONFIGS, fa.BWD_Q_CONFIGS))
-    shapes = [((fab._batch(1024), fab.HEADS, 1024, d), causal) for d in args.head_dims for causal in (False, True)]
+    from week4_triton_dl import flash_attention_bench as bench
+    from week4_triton_dl.flash_attention import FWD_CONFIGS
+    from week4_triton_dl.flash_attention_backward import BWD_KV_CONFIGS, BWD_Q_CONFIGS
+    from week4_triton_dl.flash_attention_plans import configs_for
+    most = max(len(configs_for(c, d)) for d in args.head_dims + [s[3] for s in bench.TRAIN_SIZES]
+               for c in (FWD_CONFIGS, BWD_KV_CONFIGS, BWD_Q_CONFIGS))
+    shapes = [((bench._batch(1024), bench.HEADS, 1024, d), causal) for d in args.head_dims for causal in (False, True)]
     if not args.no_model_shapes:
-        shapes += [(size, True) for size in fab.TRAIN_SIZES]
+        shapes += [(size, True) for size in bench.TRAIN_SIZES]
     tasks = [(shape, causal, index) for (shape, causal), index in itertools.product(shapes, range(most))]
     with mp.get_context("spawn").Pool(args.procs) as pool:
         for done, _ in enumerate(pool.imap_unordered(_warm, tasks), 1):

@@ -1,10 +1,11 @@
-"""FlashAttention's benchmarks, config sweep and command line (the kernels: flash_attention.py).
+"""FlashAttention's benchmarks, config sweep, ladder and command line (the kernels: flash_attention*.py).
 
 `BENCHMARKS` (found by `python -m course bench week4`): the fused forward and forward + backward
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
 it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.flash_attention_bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
-the split and atomic backward strategies.
+the split and atomic backward strategies. `LADDERS`: the forward as numbered rungs, naive to fused
+(`python -m course rung attention` lists them, `python -m course rung attention 2` runs one).
 """
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ import torch
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course.bench import Benchmark, bench_dtype, itemsize
+from course.rungs import Ladder, Rung
 from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 
 from week4_triton_dl.attention_naive import attention_naive  # noqa: E402
-from week4_triton_dl.flash_attention import (  # noqa: E402
-    BWD_KV_CONFIGS, BWD_Q_CONFIGS, FWD_CONFIGS, HEAD_DIMS, LOG2E, backward_delta, config_kwargs, configs_for,
-    flash_attention, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel, flash_attention_forward)
+from week4_triton_dl.flash_attention import FWD_CONFIGS, flash_attention, flash_attention_forward  # noqa: E402
+from week4_triton_dl.flash_attention_backward import (  # noqa: E402
+    BWD_KV_CONFIGS, BWD_Q_CONFIGS, backward_delta, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel)
+from week4_triton_dl.flash_attention_forward import flash_attention_forward_only  # noqa: E402
+from week4_triton_dl.flash_attention_plans import HEAD_DIMS, LOG2E, config_kwargs, configs_for  # noqa: E402
 
 
 # =============================================================================== benchmarks
@@ -140,6 +144,7 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         "torch": _forward_only(_sdpa(), False),
         "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
         "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
+        "triton_flash_fwd_only": _forward_only(lambda q, k, v, c: flash_attention_forward_only(q, k, v, c), False),
         "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False),
     }
 
@@ -164,16 +169,40 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         flops=flops,
         compute_dtype=dtype,
         notes=("bytes counts only q, k, v, o (the fused minimum): the naive version also writes and reads "
-               "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses."),
+               "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses. "
+               "triton_flash_fwd_only: flash_attention_forward.py, the one-kernel forward with every "
+               "block masked and one fixed tile; triton_flash: the full kernel's forward."),
     )
 
 
+NAIVE_VS_FUSED = _naive_benchmark()
 BENCHMARKS = [
     _attention_benchmark(128, False, False), _attention_benchmark(128, True, False),
     _attention_benchmark(128, False, True), _attention_benchmark(128, True, True),
     _attention_benchmark(64, False, False), _attention_benchmark(64, True, False),
     _attention_benchmark(64, False, True), _attention_benchmark(64, True, True),
-    _naive_benchmark(),
+    NAIVE_VS_FUSED,
+]
+
+
+# =============================================================================== the ladder
+# `python -m course rung attention [N]` (course/rungs.py): the forward, one idea per rung, each run
+# checked against SDPA on the same inputs, then timed beside it. Non-causal bf16 at D = 128.
+# rel_tol, the norm-wise relative error ||out - sdpa|| / ||sdpa|| a correct rung stays under: every
+# rung and SDPA round their output to bf16 (unit roundoff u = 2^-8), <= u each, so <= 2u apart; every
+# rung rounds P to bf16 before P @ V (<= u relative on each term of a row's sum, so <= u on the row);
+# the fp32 sums over S keys add about S * 2^-24 (<= 2^-11 at S = 8192). That is under 3.5u; 4u = 2^-6
+# leaves the margin, while a missed rescale, mask or tail block moves the error to order 1. (The
+# simulation runs fp16, u = 2^-11: the same bound holds with more room.)
+LADDERS = [
+    Ladder("attention", NAIVE_VS_FUSED, [
+        Rung("triton_naive", "three kernels: scores written to HBM in fp32, softmax in place, then P @ V "
+                             "(attention_naive.py)"),
+        Rung("triton_flash_fwd_only", "one kernel: online softmax over K/V blocks, the scores never leave "
+                                          "the chip (flash_attention_forward.py)"),
+        Rung("triton_flash", "+ mask-free blocks off the diagonal, exp2, autotuned tiles, launch plans kept "
+                             "per shape (flash_attention.py's forward)"),
+    ], rel_tol=4 * 2.0**-8),
 ]
 
 

@@ -1,9 +1,11 @@
-"""week4_triton_dl.flash_attention: the fused forward and backward against float64 torch.
+"""week4_triton_dl.flash_attention: the fused forward, and the op (forward + backward) against float64 torch.
 
 Outputs, log-sum-exp and gradients are compared with `attention_reference` (softmax(QK^T scale
 + mask) V in float64, and float64 autograd of it) within the element-wise bounds of the error
 model in `attention_error_bounds` (its docstring states it: fp32 scores, P rounded to the input
-dtype for P @ V and dS for dQ/dK, final rounding). gradcheck runs on the float64 kernels.
+dtype for P @ V and dS for dQ/dK, final rounding). gradcheck runs on the float64 kernels. The
+backward's launcher alone (strategies, block shapes, bad outputs): test_flash_attention_backward.py;
+the forward-only rung: test_flash_attention_forward.py.
 """
 import math
 
@@ -18,6 +20,10 @@ import triton  # noqa: E402  (after course.runtime: the interpreter switch)
 
 fa = runtime.lesson("week4_triton_dl.flash_attention")
 an = runtime.lesson("week4_triton_dl.attention_naive")
+# The backward and the launch plans that fa calls (the solutions', under --impl=exercises too: the
+# backward's own exercise is checked by test_flash_attention_backward.py).
+from week4_triton_dl import flash_attention_backward as fab  # noqa: E402
+from week4_triton_dl import flash_attention_plans as plans  # noqa: E402
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk), none a multiple of the simulator's 16/32 blocks except 64: one token, primes, more
@@ -40,8 +46,8 @@ WIDE_SHAPES = runtime.pick(gpu=FWD_SHAPES, sim=[(37, 37), (50, 19)])
 # kernels are slow); the block-multiple length once (fp16, causal; one token is
 # test_batch_one_single_token_and_empty's); single cases of the block-shape, strategy, float64,
 # gradcheck, opcheck and compile matrices, each on the kernels of another test where one fits: the
-# strided and hot-path tests run the sweep's fp16 / bf16 kernels, opcheck, the strategy test's
-# forward and the padding tests the key-padding test's fp32 ones, the float64 forward the
+# strided and hot-path tests run the sweep's fp16 / bf16 kernels, opcheck, the backward file's
+# strategy test's forward and the padding tests the key-padding test's fp32 ones, the float64 forward the
 # gradcheck's. Slow adds the dtype x mask x head dim x length product and the other cases of
 # those matrices.
 SLOW = pytest.mark.slow
@@ -178,27 +184,6 @@ def test_gradients_head_dim_128(dtype, causal):
     out = fa.flash_attention(q, k, v, causal)
     do = random_tensor(out.shape, dtype, DEVICE)
     check_grads(torch.autograd.grad(out, (q, k, v), do), q, k, v, do, causal)
-
-
-@pytest.mark.parametrize("causal, blocks, strategy", [
-    case(causal, blocks, strategy, id="{}-kv{}x{}-q{}x{}-{}".format(mask, *blocks, strategy),
-         keep=(causal, blocks, strategy) == (True, (16, 32, 32, 16), "atomic"))
-    for causal, mask in MASKS for blocks in ((16, 32, 32, 16), (32, 16, 16, 32)) for strategy in ("split", "atomic")])
-def test_backward_strategies_and_block_shapes(causal, blocks, strategy):
-    # key padding too: a ragged last key block is where the atomic dQ must mask padding keys. The
-    # shapes of test_key_padding_and_fully_masked_rows_like_sdpa: its forward kernel, on a GPU.
-    B, H, Sq, Sk, D = 2, HEADS, 35, 37, 16
-    q, k, v = qkv(B, H, Sq, Sk, D, torch.float32)
-    lengths = torch.tensor([Sk, 22], device=DEVICE)
-    do = random_tensor(q.shape, torch.float32, DEVICE)
-    out, lse = fa.flash_attention_forward(q, k, v, causal, key_lengths=lengths)
-    grads = tuple(poisoned(t.shape, t.dtype, DEVICE) for t in (q, k, v))
-    kv_m, kv_n, q_m, q_n = blocks
-    got = fa.flash_attention_backward(do, q, k, v, out, lse, causal, key_lengths=lengths, strategy=strategy,
-                                      kv_config={"BLOCK_M": kv_m, "BLOCK_N": kv_n},
-                                      q_config={"BLOCK_M": q_m, "BLOCK_N": q_n}, grads=grads)
-    assert all(g is w for g, w in zip(got, grads)), "the launcher must write into the `grads` it was given"
-    check_grads(got, q, k, v, do, causal, key_lengths=lengths)
 
 
 @pytest.mark.parametrize("strategy, causal, padded", [
@@ -360,15 +345,6 @@ def test_batch_one_single_token_and_empty():
     assert torch.equal(dq, torch.zeros_like(dq))
 
 
-def test_split_backward_is_deterministic():
-    # fp16, causal, D = 64 and a ragged length: the kernels test_gradients_match_float64 compiled.
-    q, k, v = qkv(1, HEADS, 45, 45, 64, torch.float16, requires_grad=True)
-    do = random_tensor(q.shape, torch.float16, DEVICE)
-    first = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
-    second = torch.autograd.grad(fa.flash_attention(q, k, v, True), (q, k, v), do)
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
-
-
 def bad_inputs():
     def ok(*shape, dtype=torch.float32):
         return torch.ones(*(shape or (1, 2, 8, 16)), dtype=dtype, device=DEVICE)
@@ -397,19 +373,13 @@ def test_rejects_bad_input_before_launch(case, error, message, make):
         fa.flash_attention(q, k, v, **kwargs)
 
 
-def test_forward_and_backward_reject_bad_outputs_and_configs():
-    q, k, v = qkv(1, 2, 12, 12, 16, torch.float32)  # on a GPU the fp32 sweep's forward kernel (HEADS = 2)
+def test_forward_rejects_bad_outputs_and_configs():
+    # (the backward launcher's: test_flash_attention_backward.py)
+    q, k, v = qkv(1, 2, 12, 12, 16, torch.float32)
     with pytest.raises(ValueError, match="out has shape"):
         fa.flash_attention_forward(q, k, v, out=torch.empty(1, 2, 7, 16, device=DEVICE))
     with pytest.raises(ValueError, match="power of two"):
         fa.flash_attention_forward(q, k, v, config={"BLOCK_M": 24, "BLOCK_N": 16})
-    out, lse = fa.flash_attention_forward(q, k, v)
-    with pytest.raises(TypeError, match="lse has dtype"):
-        fa.flash_attention_backward(q, q, k, v, out, lse.double())
-    with pytest.raises(ValueError, match="do has shape"):
-        fa.flash_attention_backward(q[:, :1], q, k, v, out, lse)
-    with pytest.raises(TypeError, match="dk has dtype"):
-        fa.flash_attention_backward(q, q, k, v, out, lse, grads=(torch.empty_like(q), k.half(), torch.empty_like(v)))
 
 
 # ------------------------------------------------------------------ as a PyTorch op in a model
@@ -552,14 +522,13 @@ def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
     # compiles the very kernels the bf16 sweep compiled (that config, HEADS, lengths of one class).
     B, H, S, D, dtype = runtime.pick(gpu=(1, HEADS, 1000, 64, torch.bfloat16), sim=(1, 2, 40, 16, torch.float32))
     if runtime.on_gpu():
-        for name, config in (("flash_attention_fwd_autotuned", "SMALL_FWD"),
-                             ("flash_attention_bwd_dkdv_autotuned", "SMALL_BWD_KV"),
-                             ("flash_attention_bwd_dq_autotuned", "SMALL_BWD_Q")):
-            if hasattr(fa, name) and hasattr(fa, config):
-                monkeypatch.setattr(getattr(fa, name), "configs", [getattr(fa, config)])
-        for name in ("_TUNED", "_PLANS"):  # this test's choices are not kept for later tests
-            if hasattr(fa, name):
-                monkeypatch.setattr(fa, name, {})
+        for module, name, config in ((fa, "flash_attention_fwd_autotuned", "SMALL_FWD"),
+                                     (fab, "flash_attention_bwd_dkdv_autotuned", "SMALL_BWD_KV"),
+                                     (fab, "flash_attention_bwd_dq_autotuned", "SMALL_BWD_Q")):
+            if hasattr(module, name) and hasattr(module, config):
+                monkeypatch.setattr(getattr(module, name), "configs", [getattr(module, config)])
+        for name in ("TUNED", "PLANS"):  # this test's choices are not kept for later tests
+            monkeypatch.setattr(plans, name, {})
     q, k, v = qkv(B, H, S, S, D, dtype, requires_grad=True)
     do = random_tensor(q.shape, dtype, DEVICE)
     first = fa.flash_attention(q, k, v, True)
@@ -567,15 +536,17 @@ def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("called on the hot path")
-    for module, name in ((triton, "cdiv"), (triton, "next_power_of_2"), (fa, "_check"),
-                         (fa, "check_attention_inputs")):
-        monkeypatch.setattr(module, name, refuse, raising=False)
-    for name in ("flash_attention_fwd_autotuned", "flash_attention_bwd_dkdv_autotuned",
-                 "flash_attention_bwd_dq_autotuned"):
-        if hasattr(fa, name):  # (an exercise solution may launch without the autotuner)
-            monkeypatch.setattr(getattr(fa, name), "run", refuse)
+    for module, name in ((triton, "cdiv"), (triton, "next_power_of_2")):
+        monkeypatch.setattr(module, name, refuse)
+    for module in (fa, fab, plans):  # the full check, wherever a module holds it
+        for name in ("check_inputs", "check_attention_inputs"):
+            monkeypatch.setattr(module, name, refuse, raising=False)
+    for module, name in ((fa, "flash_attention_fwd_autotuned"), (fab, "flash_attention_bwd_dkdv_autotuned"),
+                         (fab, "flash_attention_bwd_dq_autotuned")):
+        if hasattr(module, name):  # (an exercise solution may launch without the autotuner)
+            monkeypatch.setattr(getattr(module, name), "run", refuse)
     again = fa.flash_attention(q, k, v, True)
     assert torch.equal(first, again)
     assert all(torch.equal(a, b) for a, b in zip(first_grads, torch.autograd.grad(again, (q, k, v), do)))
-    if runtime.on_gpu() and hasattr(fa, "_TUNED"):
-        assert {key[0] for key in fa._TUNED} >= {"fwd", "kv", "q"}, "the autotuner's choices are kept"
+    if runtime.on_gpu() and fa.launch_plan is plans.launch_plan:  # (an exercise may plan its own way)
+        assert {key[0] for key in plans.TUNED} >= {"fwd", "kv", "q"}, "the autotuner's choices are kept"
