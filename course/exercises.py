@@ -168,12 +168,17 @@ def marked_solutions(root: Path = ROOT) -> list[Path]:
 
 
 def test_file(solution: Path, root: Path = ROOT) -> Path | None:
-    """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu."""
+    """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu,
+    or, for a module a lesson is split into (layernorm_backward.py), the lesson's test module that
+    loads it (`runtime.lesson("<package>.<module>")`, so that --impl=exercises loads its stub)."""
     package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
     tests = root / "tests" / week_of(package_dir)
     if solution.suffix == ".py":
         candidate = tests / f"test_{solution.stem}.py"
-        return candidate if candidate.exists() else None
+        if candidate.exists():
+            return candidate
+        loads = f'lesson("{package_dir.name}.{solution.stem}")'
+        return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
     for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
         if f'"{solution.name}"' in py.read_text():
             return test_file(py, root)

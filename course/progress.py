@@ -46,6 +46,28 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
     return sorted(found, key=order)
 
 
+def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
+    """The other stubs `test` grades: modules a lesson is split into, with no test file of their own
+    (exercises/layernorm_backward.py and norm_common.py, graded by tests/week4/test_layernorm.py)."""
+    found = []
+    for other in sorted(stub.parent.glob("*.py")):
+        solution = other.parent.parent / other.name
+        if other == stub or other.name == "__init__.py" or not solution.exists() or \
+                (test.parent / f"test_{other.stem}.py").exists():
+            continue
+        if exercises.test_file(solution, root) == test:
+            found.append(other)
+    return found
+
+
+def as_shipped(stubs: list[Path], root: Path = ROOT) -> bool | None:
+    """Are these stubs all as the course ships them (None: one has no shipped copy to compare)?"""
+    texts = [pristine(stub, root) for stub in stubs]
+    if any(text is None for text in texts):
+        return None
+    return all(stub.read_text() == text for stub, text in zip(stubs, texts))
+
+
 def pristine(stub: Path, root: Path = ROOT) -> str | None:
     """The stub as the course ships it: generated from its solution, or git's committed copy."""
     solution = stub.parent.parent / stub.name
@@ -145,9 +167,8 @@ def main(args) -> int:
     shipped = {}
     if impl == "exercises" and not args.all:
         for _, found in weeks:
-            for _, stub, _ in found:
-                text = pristine(stub, root)
-                shipped[stub] = text is not None and stub.read_text() == text
+            for _, stub, test in found:
+                shipped[stub] = as_shipped([stub, *companions(stub, test, root)], root) is True
     to_run = [[t for _, stub, t in found if not shipped.get(stub)] for _, found in weeks]
     jobs = args.jobs or os.cpu_count() or 1
     chunks = _chunks(to_run, jobs)  # one pytest per chunk of a week's test files: imports paid once each
@@ -165,14 +186,13 @@ def main(args) -> int:
         print(f"\n{short}" + (f" ({seconds:.0f} s)" if seconds else "") + (f": {trouble}" if trouble else ""))
         for name, stub, test in found:
             rel = test.relative_to(root).as_posix()
+            stubs = [stub, *companions(stub, test, root)]
             if shipped.get(stub):
-                state, detail = "not started", _holes(stub, root)
+                state, detail = "not started", "; ".join((f"{s.name} " if s != stub else "") + _holes(s, root)
+                                                        for s in stubs)
             else:
                 mine = [r for r in records if r["nodeid"].split("::", 1)[0] == rel]
-                unchanged = None
-                if impl == "exercises":
-                    text = pristine(stub, root)
-                    unchanged = None if text is None else stub.read_text() == text
+                unchanged = as_shipped(stubs, root) if impl == "exercises" else None
                 state, detail = status(mine, unchanged)
             counts[state] = counts.get(state, 0) + 1
             if state in ("failing", "in progress", "no result") and working is None:

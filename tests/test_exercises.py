@@ -328,6 +328,23 @@ def test_progress_lists_a_weeks_lessons_in_the_order_of_its_readme(tmp_path):
     assert [name for name, _, _ in progress.lessons(week, tmp_path)] == ["gamma", "alpha", "beta"]
 
 
+def test_a_module_a_lesson_is_split_into_is_graded_by_the_test_file_that_loads_it(course):
+    """lesson_part.py has no test file of its own; test_lesson.py loads it (runtime.lesson, so that
+    --impl=exercises loads its stub): its stub's command and its progress are test_lesson.py's."""
+    week, tests = course / "week9_toy", course / "tests" / "week9"
+    (week / "lesson_part.py").write_text(LESSON)
+    assert exercises.test_file(week / "lesson_part.py", course) is None
+    (tests / "test_lesson.py").write_text('part = runtime.lesson("week9_toy.lesson_part")\n')
+    assert exercises.test_file(week / "lesson_part.py", course) == tests / "test_lesson.py"
+    assert "`pytest tests/week9/test_lesson.py --impl=exercises`" in exercises.generate(week / "lesson_part.py", course)
+    exercises.write(course)
+    lesson, part = week / "exercises" / "lesson.py", week / "exercises" / "lesson_part.py"
+    assert progress.companions(lesson, tests / "test_lesson.py", course) == [part]
+    assert progress.as_shipped([lesson, part], course) is True
+    part.write_text(part.read_text() + "# my work\n")  # a change to the part alone: the lesson is started
+    assert progress.as_shipped([lesson, part], course) is False
+
+
 def test_command_line_lists_generated_and_hand_written_stubs():
     out = subprocess.run([sys.executable, "-m", "course", "exercises"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)

@@ -6,10 +6,11 @@ one op, forward and backward, with its launchers and autograd glue.
 
 y = x * rstd * w over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps): LayerNorm without
 the mean subtraction and without the bias (LLaMA, Mistral, Qwen, Gemma all use it). Diff this
-file against `layernorm.py`: the kernels are the same shape with one reduction fewer per row.
+file against `layernorm.py` (the forward) and `layernorm_backward.py`: the kernels are the same
+shape with one reduction fewer per row.
 
-What it teaches (beyond layernorm.py, whose two-stage dw reduction and partials buffer this
-module reuses: `layernorm.column_sums`):
+What it teaches (beyond LayerNorm's, whose two-stage dw reduction and partials buffer this
+module reuses, with the checks and launch sizing both norms share: `norm_common.column_sums`):
 * the forward saves only rstd (4 bytes per row);
 * backward, with xhat = x * rstd and g = dy * w:
       dx = rstd * (g - xhat * mean(g * xhat))     (one row reduction instead of two)
@@ -54,27 +55,27 @@ from torch import nn
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.launch import launch
-from week4_triton_dl import layernorm as ln  # shared checks, launch sizing and the stage-2 sum
+from week4_triton_dl import norm_common as nc  # shared checks, launch sizing and the stage-2 sum
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
-DTYPES = ln.DTYPES
-MAX_N = ln.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
+DTYPES = nc.DTYPES
+MAX_N = nc.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
 KERNELS_FORWARD = ("persistent", "row", "looped")
 KERNELS_BACKWARD = ("partial", "looped")
 FWD_PROGRAMS_PER_SM = 4
-BWD_PROGRAMS_PER_SM = ln.BWD_PROGRAMS_PER_SM
+BWD_PROGRAMS_PER_SM = nc.BWD_PROGRAMS_PER_SM
 FWD_NUM_STAGES = 2  # loop steps in flight (tl.range num_stages), as in layernorm.py
 BWD_NUM_STAGES = 2
 # The H100 run (results/rmsnorm_fwd_week4.md, 2026-11-23): the row kernel ~95% of copy at every
 # size, the persistent one 61-90%: the row kernel is the default, as in layernorm.py.
 FORWARD_KERNEL = "row"
-LOOP_BLOCK_N = ln.LOOP_BLOCK_N  # chunk of a looped row: 4096 elements, 16 per thread at 8 warps
+LOOP_BLOCK_N = nc.LOOP_BLOCK_N  # chunk of a looped row: 4096 elements, 16 per thread at 8 warps
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # EXERCISE NOTE: Do the LayerNorm exercise first: this is the same with one reduction fewer, and it reuses
-#   LayerNorm's stage-2 reduction (`ln.column_sums`), input checks and launch sizing (`ln`, imported above,
-#   is the solution's layernorm module). The launchers, launch plans and the registered op are given.
+#   LayerNorm's stage-2 reduction (`nc.column_sums`), input checks and launch sizing (`nc`, imported above,
+#   is the solution's norm_common module). The launchers, launch plans and the registered op are given.
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -209,7 +210,7 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
         tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
             dw_acc += dy * xhat
-    if HAS_WEIGHT:  # one partials row per program: no atomics (see layernorm.py)
+    if HAS_WEIGHT:  # one partials row per program: no atomics (see layernorm_backward.py)
         tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
     # END EXERCISE
 
@@ -279,9 +280,9 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | No
         if kernel == "looped" or (kernel is None and N > MAX_N):
             launch, block, warps = rmsnorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
         else:
-            block = ln.next_power_of_2(N)
-            launch, warps = rmsnorm_fwd_row_kernel, ln.warps_for(block)
-        plan = (launch, (has_weight, block, ln.acc_type(dtype), store_stats), dict(num_warps=num_warps or warps), key)
+            block = nc.next_power_of_2(N)
+            launch, warps = rmsnorm_fwd_row_kernel, nc.warps_for(block)
+        plan = (launch, (has_weight, block, nc.acc_type(dtype), store_stats), dict(num_warps=num_warps or warps), key)
         _FORWARD_PLANS[key] = plan
     return plan
 
@@ -293,16 +294,16 @@ def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, kernel:
     plan = _BACKWARD_PLANS.get(key)
     if plan is None:
         if kernel == "looped" or (kernel is None and N > MAX_N):
-            rows_per_program, programs = ln.persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
+            rows_per_program, programs = nc.persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
             plan = (rmsnorm_bwd_looped_kernel, programs, rows_per_program,
-                    (has_weight, block_n or LOOP_BLOCK_N, ln.acc_type(dtype)), dict(num_warps=8), key)
+                    (has_weight, block_n or LOOP_BLOCK_N, nc.acc_type(dtype)), dict(num_warps=8), key)
         else:
-            block = ln.next_power_of_2(N)
-            block_m = min(ln.bwd_block_m(block), ln.next_power_of_2(M))
-            rows_per_program, programs = ln.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
-            stages = ln.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+            block = nc.next_power_of_2(N)
+            block_m = min(nc.bwd_block_m(block), nc.next_power_of_2(M))
+            rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
+            stages = nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
             plan = (rmsnorm_bwd_kernel, programs, rows_per_program,
-                    (has_weight, block_m, block, ln.acc_type(dtype), stages), dict(num_warps=ln.warps_for(block_m * block)),
+                    (has_weight, block_m, block, nc.acc_type(dtype), stages), dict(num_warps=nc.warps_for(block_m * block)),
                     key)
         if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
             _BACKWARD_PLANS.clear()
@@ -327,11 +328,11 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
         options = dict(num_warps=num_warps or options["num_warps"])
     else:
         has_weight, default_block_m, block, acc, stages = constexprs
-        block_m = min(block_m or default_block_m, ln.next_power_of_2(M))
-        rows_per_program, programs = ln.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-        stages = num_stages or ln.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
+        block_m = min(block_m or default_block_m, nc.next_power_of_2(M))
+        rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
+        stages = num_stages or nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
         constexprs = (has_weight, block_m, block, acc, stages)
-        options = dict(num_warps=num_warps or ln.warps_for(block_m * block))
+        options = dict(num_warps=num_warps or nc.warps_for(block_m * block))
     return kernel, programs, rows_per_program, constexprs, options, None
 
 
@@ -341,7 +342,7 @@ def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, nu
 def _launch_forward(x, weight, eps, M, N, plan, out=None):
     """(y, rstd) with a forward plan; y into `out` if given."""
     y = torch.empty_like(x) if out is None else out
-    rstd = torch.empty(M, dtype=ln.acc_dtype(x.dtype), device=x.device)
+    rstd = torch.empty(M, dtype=nc.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return y, rstd.fill_(math.nan)
     kernel, constexprs, options, key = plan
@@ -356,13 +357,13 @@ def _launch_backward(dy, x, rstd, weight, M, N, plan):
     if M == 0 or N == 0:
         return dx, (torch.zeros(N, dtype=x.dtype, device=x.device) if has_weight else None)
     kernel, programs, rows_per_program, constexprs, options, key = plan
-    partial = torch.empty((programs, N), dtype=ln.acc_dtype(x.dtype), device=x.device) if has_weight else dx
+    partial = torch.empty((programs, N), dtype=nc.acc_dtype(x.dtype), device=x.device) if has_weight else dx
     args = (dy, x, weight if has_weight else x, rstd, dx, partial, M, N, rows_per_program, *constexprs)
     if key is None:
         kernel[(programs,)](*args, **options)
     else:
         launch(kernel, (programs,), key, args, **options)
-    return dx, (ln.column_sums(partial, x.dtype) if has_weight else None)
+    return dx, (nc.column_sums(partial, x.dtype) if has_weight else None)
 
 
 def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: int):
@@ -402,17 +403,17 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: f
     chunk, a power of two), or "persistent" (`block_m`, `num_programs`, `num_warps`,
     `num_stages` set its launch; for the sweep).
     """
-    M, N = ln.check_rows(x)
-    weight = ln.check_vector(weight, "weight", x)
-    eps = default_eps(x.dtype) if eps is None else ln.check_eps(eps)
+    M, N = nc.check_rows(x)
+    weight = nc.check_vector(weight, "weight", x)
+    eps = default_eps(x.dtype) if eps is None else nc.check_eps(eps)
     if kernel is not None and kernel not in KERNELS_FORWARD:
         raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
     kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
-    ln.check_positive_int(num_stages, "num_stages")
-    ln.check_power_of_two(block_m, "block_m", high=64)
-    ln.check_positive_int(num_programs, "num_programs")
-    ln.check_power_of_two(num_warps, "num_warps", high=32)
-    ln.check_power_of_two(block_n, "block_n", low=16)
+    nc.check_positive_int(num_stages, "num_stages")
+    nc.check_power_of_two(block_m, "block_m", high=64)
+    nc.check_positive_int(num_programs, "num_programs")
+    nc.check_power_of_two(num_warps, "num_warps", high=32)
+    nc.check_power_of_two(block_n, "block_n", low=16)
     if kernel != "looped" and N > MAX_N:
         raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
@@ -421,19 +422,19 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: f
         plan = _forward_plan(N, x.dtype, weight is not None, kernel, block_n, num_warps)
         _, rstd = _launch_forward(x, weight, eps, M, N, plan, out=out)
         return out, rstd.view(x.shape[:-1])
-    x2, y2 = ln.rows_view(x, M, N), ln.rows_view(out, M, N)
-    rstd = torch.empty(x.shape[:-1], dtype=ln.acc_dtype(x.dtype), device=x.device)
+    x2, y2 = nc.rows_view(x, M, N), nc.rows_view(out, M, N)
+    rstd = torch.empty(x.shape[:-1], dtype=nc.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, rstd.fill_(math.nan)
     w = weight if weight is not None else x  # a dummy pointer, never read without HAS_WEIGHT
-    block = ln.next_power_of_2(N)
-    block_m = min(block_m or ln.fwd_block_m(block), ln.next_power_of_2(M))
-    rows_per_program, programs = ln.persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    block = nc.next_power_of_2(N)
+    block_m = min(block_m or nc.fwd_block_m(block), nc.next_power_of_2(M))
+    rows_per_program, programs = nc.persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
     rmsnorm_fwd_persistent_kernel[(programs,)](
         x2, w, y2, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None, BLOCK_M=block_m,
-        BLOCK_N=block, ACC=ln.acc_type(x.dtype),
-        NUM_STAGES=num_stages or ln.pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
-        num_warps=num_warps or ln.warps_for(block_m * block))
+        BLOCK_N=block, ACC=nc.acc_type(x.dtype),
+        NUM_STAGES=num_stages or nc.pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
+        num_warps=num_warps or nc.warps_for(block_m * block))
     return out, rstd
 
 
@@ -448,19 +449,19 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     `num_stages` override its launch) or "looped" (default above; `block_n` sets its chunk,
     `num_partials` its number of programs).
     """
-    M, N = ln.check_rows(x)
+    M, N = nc.check_rows(x)
     validate.tensor(dy, "dy", dtypes=DTYPES)
     validate.same_shape(dy=dy, x=x)
     validate.same_dtype(dy=dy, x=x)
-    rstd = ln.check_stats(rstd, "rstd", x)
-    weight = ln.check_vector(weight, "weight", x)
+    rstd = nc.check_stats(rstd, "rstd", x)
+    weight = nc.check_vector(weight, "weight", x)
     if kernel is not None and kernel not in KERNELS_BACKWARD:
         raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
-    ln.check_power_of_two(block_m, "block_m", high=64)
-    ln.check_positive_int(num_partials, "num_partials")
-    ln.check_power_of_two(num_warps, "num_warps", high=32)
-    ln.check_positive_int(num_stages, "num_stages")
-    ln.check_power_of_two(block_n, "block_n", low=16)
+    nc.check_power_of_two(block_m, "block_m", high=64)
+    nc.check_positive_int(num_partials, "num_partials")
+    nc.check_power_of_two(num_warps, "num_warps", high=32)
+    nc.check_positive_int(num_stages, "num_stages")
+    nc.check_power_of_two(block_n, "block_n", low=16)
     if kernel == "partial" and N > MAX_N:
         raise ValueError(f"kernel='partial' holds a row in one block, at most MAX_N = {MAX_N} columns; "
                          f"x has {N}: use kernel='looped' (the default for wide rows)")
@@ -481,7 +482,7 @@ def rms_norm_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tup
 @rms_norm_op.register_fake
 def _rms_norm_fake(x, weight, eps):
     # Shapes and dtypes only: what the compiler plans with, without running a kernel.
-    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=ln.acc_dtype(x.dtype))
+    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=nc.acc_dtype(x.dtype))
 
 
 @torch.library.custom_op(f"{NAMESPACE}::rms_norm_backward", mutates_args=())
@@ -539,18 +540,18 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     as torch's own kernel does. Eager calls run `RMSNormFunction` (or the bare launcher when no
     gradient is needed); under torch.compile, the registered op `torch.ops.course.rms_norm`.
     """
-    shape = ln.normalized_shape_of(normalized_shape)
-    ln.check_call(x, shape, weight)
-    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else ln.check_eps(eps))
+    shape = nc.normalized_shape_of(normalized_shape)
+    nc.check_call(x, shape, weight)
+    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else nc.check_eps(eps))
     if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
-        x2 = ln.as_rows(x, shape)
+        x2 = nc.as_rows(x, shape)
         w = weight if weight is None or weight.dim() == 1 else weight.reshape(x2.shape[1])
         return rms_norm_op(x2, w, eps)[0].view(x.shape)
     if not x.is_contiguous():
         x = x.contiguous()  # as torch's own kernel does
     if weight is not None and not weight.is_contiguous():
         weight = weight.contiguous()
-    M, N = ln.rows_of(x, shape)
+    M, N = nc.rows_of(x, shape)
     if ops.needs_grad(x, weight):
         return RMSNormFunction.apply(x, weight, eps, M, N)
     return _infer(x, weight, eps, M, N)

@@ -3,7 +3,8 @@
 `BENCHMARKS` (found by `python -m course bench week4`): forward and backward against torch's
 kernels and torch.compile, and the op as a model calls it (forward + backward through autograd,
 host cost). `python -m week4_triton_dl.rmsnorm_bench --sweep` times each launch configuration at
-one shape (the sweep's helpers are layernorm_bench.py's).
+one shape. What LayerNorm's benchmarks share with these (sizes, the model-call benchmarks, the
+sweep): norm_bench.py.
 """
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ import torch.nn.functional as F
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
-
-from week4_triton_dl import layernorm_bench as ln_bench  # the norms' sizes and sweep helpers
-from week4_triton_dl.layernorm import compile_on_first_call
+from week4_triton_dl import norm_bench
+from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
+from week4_triton_dl.norm_common import compile_on_first_call
 from week4_triton_dl.rmsnorm import (
     FORWARD_KERNEL, rms_norm, rms_norm_backward, rms_norm_backward_unfused, rms_norm_forward, rms_norm_unfused)
 
 
 # ---------------------------------------------------------------------------------- benchmarks
 EPS = 1e-6
-SIZES = ln_bench.SIZES
-SIM_SIZES = ln_bench.SIM_SIZES
+
+
 # torch >= 2.9 runs nn.RMSNorm's backward as this one op on CUDA (dx kernel + dw kernel); it
 # has no CPU kernel, so in simulation the eager formula stands in.
 def _has_op(name: str, arguments: list) -> bool:
@@ -80,7 +81,7 @@ BENCHMARKS = [
     Benchmark(
         name="rmsnorm_fwd_week4",
         title="RMSNorm forward, bf16 (fp16 before sm_80, fp32 in simulation), rows x N",
-        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=size_label,
         make_inputs=_forward_inputs,
         variants={
             "torch": torch_forward,
@@ -100,7 +101,7 @@ BENCHMARKS = [
     Benchmark(
         name="rmsnorm_bwd_week4",
         title="RMSNorm backward (dx, dw), bf16 (fp16 before sm_80, fp32 in simulation), rows x N",
-        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
+        sizes=SIZES, sim_sizes=SIM_SIZES, size_label=size_label,
         make_inputs=_backward_inputs,
         variants={
             "torch": lambda dy, x, w, rt, r: torch_backward(dy, x, rt, w),
@@ -119,49 +120,14 @@ BENCHMARKS = [
 ]
 
 
-
 # ------------------------------------------------------------------- as a model calls it
-# Tokens x width of GPT-2 small (768), Llama-2 7B's head-free MLP width class (1024 wide rows
-# appear in BERT-large and many 300M models) and Llama 7B (4096); 8 x 768 is a single-token
-# decode step: there the host, not the GPU, sets the pace.
-TRAIN_SIZES = [(8, 768), (8192, 768), (65536, 768), (16384, 1024), (65536, 1024), (16384, 4096)]
-TRAIN_SIM_SIZES = [(4, 64)]
-HOST_SIZES = [(8, 768)]
-
-
-def _train_inputs(size):
-    M, N = size
-    dtype = bench_dtype()
-    x = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
-    w = random_tensor(N, dtype, runtime.DEVICE).requires_grad_(True)
-    return x, w, random_tensor((M, N), dtype, runtime.DEVICE)
-
-
-def _fwd_bwd(norm):
-    """forward + backward through autograd, as a training step runs it: (dx, dw)."""
-    return lambda x, w, dy: torch.autograd.grad(norm(x, w), (x, w), dy)
-
-
 def _triton_norm(x, w):
     return rms_norm(x, (x.shape[-1],), w, EPS)
 
 
-_compiled_torch_forward = compile_on_first_call(torch_forward)
-
 BENCHMARKS += [
-    Benchmark(
-        name="rmsnorm_train_week4",
-        title="RMSNorm forward + backward through autograd, as a model calls it, bf16 (fp32 in simulation), rows x N",
-        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
-        make_inputs=_train_inputs,
-        variants={
-            "torch": _fwd_bwd(torch_forward),
-            "torch_compile": _fwd_bwd(_compiled_torch_forward),
-            "triton": _fwd_bwd(_triton_norm),
-        },
-        gpu_only=("torch_compile",),
-        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
-        headline=("triton",),
+    norm_bench.train_benchmark(
+        "rmsnorm", "RMSNorm", torch_forward, _triton_norm, parameters=1,
         bytes=lambda s: 5 * s[0] * s[1] * itemsize(bench_dtype()) + 3 * s[1] * itemsize(bench_dtype()) + 8 * s[0],
         flops=lambda s: 12 * s[0] * s[1],
         notes="y = norm(x, w), then torch.autograd.grad(y, (x, w), dy): the public entry "
@@ -169,16 +135,9 @@ BENCHMARKS += [
               "backward 3MNs, the minimum; torch_compile = torch.compile(F.rms_norm) (dynamic=False), "
               "its forward and backward graphs; at 8x768 the host is the bottleneck (see rmsnorm_host_week4)",
     ),
-    Benchmark(
-        name="rmsnorm_host_week4",
-        title="RMSNorm forward: host cost per call at a decode-step size, bf16 (fp32 in simulation)",
-        sizes=HOST_SIZES, sim_sizes=HOST_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
-        make_inputs=_forward_inputs,
-        variants={"torch": torch_forward, "triton": _triton_norm,
-                  "triton_launcher": lambda x, w: rms_norm_forward(x, w, EPS)},
-        headline=("triton",),
-        clock="wall",
-        bytes=lambda s: 0,
+    norm_bench.host_benchmark(
+        "rmsnorm", "RMSNorm", _forward_inputs, torch_forward, _triton_norm,
+        lambda x, w: rms_norm_forward(x, w, EPS),
         notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
               "(argument checks, allocation, the launch), the GPU work being ~3 us; torch = "
               "F.rms_norm; triton = rms_norm (the public entry); triton_launcher = "
@@ -187,10 +146,8 @@ BENCHMARKS += [
 ]
 
 
-
-
-def _on_the_calling_thread(fwd_bwd):
-    """fwd_bwd with autograd's backward run on the calling thread, not on its CUDA device thread.
+def _on_the_calling_thread(step):
+    """step (a `fwd_bwd`) with autograd's backward run on the calling thread, not on its CUDA device thread.
 
     By default the autograd engine runs a CUDA backward on a worker thread per device; a Python
     backward (an autograd.Function's) then has to take the GIL from the calling thread and hand
@@ -198,7 +155,7 @@ def _on_the_calling_thread(fwd_bwd):
     """
     def run(*args):
         with torch.autograd.set_multithreading_enabled(False):
-            return fwd_bwd(*args)
+            return step(*args)
     return run
 
 
@@ -208,13 +165,13 @@ BENCHMARKS += [
         name="rmsnorm_train_host_week4",
         title="RMSNorm forward + backward through autograd: host cost per call, autograd's device thread on "
               "and off, bf16 (fp32 in simulation), rows x N",
-        sizes=TRAIN_HOST_SIZES, sim_sizes=[(8, 64)], size_label=lambda s: f"{s[0]}x{s[1]}",
-        make_inputs=_train_inputs,
+        sizes=TRAIN_HOST_SIZES, sim_sizes=[(8, 64)], size_label=size_label,
+        make_inputs=train_inputs(1),
         variants={
-            "torch": _fwd_bwd(torch_forward),
-            "triton": _fwd_bwd(_triton_norm),
-            "torch_one_thread": _on_the_calling_thread(_fwd_bwd(torch_forward)),
-            "triton_one_thread": _on_the_calling_thread(_fwd_bwd(_triton_norm)),
+            "torch": fwd_bwd(torch_forward),
+            "triton": fwd_bwd(_triton_norm),
+            "torch_one_thread": _on_the_calling_thread(fwd_bwd(torch_forward)),
+            "triton_one_thread": _on_the_calling_thread(fwd_bwd(_triton_norm)),
         },
         headline=("triton", "triton_one_thread"),
         clock="wall",
@@ -230,38 +187,19 @@ BENCHMARKS += [
 # -------------------------------------------------------------------------------------- sweep
 def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     """Time each launch configuration at one shape and print a table (for the GPU)."""
-    from course import bench
-
-    sms = runtime.sm_count()
     x, w = random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
     dy = random_tensor((M, N), dtype, runtime.DEVICE)
     _, rstd = rms_norm_forward(x, w, EPS)
     rstd_t = _torch_rstd(x, w)
-    copy = bench.copy_bandwidth_gbps()
-    fwd_bytes, bwd_bytes = 2 * M * N * x.element_size(), 3 * M * N * x.element_size()
-    per_sm = runtime.pick(gpu=(1, 2, 4, 8), sim=(1, 2))
-    fwd = lambda **kw: ln_bench.timed(lambda: rms_norm_forward(x, w, EPS, **kw))  # noqa: E731
-    bwd = lambda **kw: ln_bench.timed(lambda: rms_norm_backward(dy, x, rstd, w, **kw))  # noqa: E731
-
-    rows = [("forward", "torch F.rms_norm", "-", "-", "-", "-", ln_bench.timed(lambda: torch_forward(x, w)), fwd_bytes),
-            ("forward", f"default ({FORWARD_KERNEL})", "-", "-", "-", "-", fwd(), fwd_bytes)]
-    for nw in runtime.pick(gpu=(4, 8, 16), sim=(4,)):
-        rows.append(("forward", "row", nw, 1, "-", M, fwd(kernel="row", num_warps=nw), fwd_bytes))
-    for nw, bm, stages in ln_bench.sweep_configs(N, x.element_size(), 1):
-        for k in per_sm:
-            rows.append(("forward", "persistent", nw, bm, stages, k * sms, fwd(
-                kernel="persistent", block_m=bm, num_programs=k * sms, num_warps=nw, num_stages=stages), fwd_bytes))
     torch_label = "torch " + ("_fused_rms_norm_backward" if HAS_FUSED_BACKWARD else "eager formula")
-    rows += [("backward", torch_label, "-", "-", "-", "-", ln_bench.timed(lambda: torch_backward(dy, x, rstd_t, w)),
-              bwd_bytes),
-             ("backward", "default (partial)", "-", "-", "-", "-", bwd(), bwd_bytes)]
-    for nw, bm, stages in ln_bench.sweep_configs(N, x.element_size(), 2):
-        for k in per_sm:
-            rows.append(("backward", "partial", nw, bm, stages, k * sms, bwd(
-                block_m=bm, num_partials=k * sms, num_warps=nw, num_stages=stages), bwd_bytes))
-    ln_bench.print_sweep(f"RMSNorm {M}x{N} {str(dtype).replace('torch.', '')}, {sms} SMs, copy {copy:.0f} GB/s",
-                   rows, copy)
+    norm_bench.sweep(
+        "RMSNorm", x,
+        lambda **kw: rms_norm_forward(x, w, EPS, **kw),
+        lambda **kw: rms_norm_backward(dy, x, rstd, w, **kw),
+        {"forward": ("torch F.rms_norm", lambda: torch_forward(x, w)),
+         "backward": (torch_label, lambda: torch_backward(dy, x, rstd_t, w))},
+        forward_kernel=FORWARD_KERNEL)
 
 
 if __name__ == "__main__":
-    ln_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep)
+    norm_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep)

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.bench import Benchmark, c_function, count_source_lines, itemsize
 from course.check import random_tensor
-from week4_triton_dl import layernorm as triton_layernorm
+from week4_triton_dl import norm_common as triton_norm_common
 from week4_triton_dl import rmsnorm as triton_rmsnorm
 
 HERE = Path(__file__).resolve().parent
@@ -446,7 +446,7 @@ def _fwd_bwd(op):
 EPS = 1e-6
 # What the Triton twin runs for forward + backward (kernels and launchers).
 TRITON_SOURCES = [triton_rmsnorm.rmsnorm_fwd_persistent_kernel, triton_rmsnorm.rmsnorm_bwd_kernel,
-                  triton_layernorm.partial_sum_kernel, triton_rmsnorm.rms_norm_forward,
+                  triton_norm_common.partial_sum_kernel, triton_rmsnorm.rms_norm_forward,
                   triton_rmsnorm.rms_norm_backward]
 BENCHMARKS = [
     Benchmark(

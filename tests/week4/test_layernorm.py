@@ -1,4 +1,5 @@
-"""week4_triton_dl.layernorm: forward, backward (dx, dw, db) and autograd against float64 torch."""
+"""LayerNorm against float64 torch: the forward and the op (week4_triton_dl.layernorm), the backward's dx, dw, db
+(week4_triton_dl.layernorm_backward), stage 2 of dw and db (week4_triton_dl.norm_common) and autograd."""
 import math
 
 import pytest
@@ -10,6 +11,8 @@ from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
 
 ln = runtime.lesson("week4_triton_dl.layernorm")
+lnb = runtime.lesson("week4_triton_dl.layernorm_backward")
+nc = runtime.lesson("week4_triton_dl.norm_common")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # The big shape matrices leave fp64 out: on a GPU every dtype is another set of compiles, and
@@ -17,7 +20,7 @@ DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float
 MATRIX_DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # Row widths: 1, primes, a power of two and its neighbours; wide rows only on the GPU (the
 # interpreter runs every program in NumPy). One column: var = 0, rstd = 1/sqrt(eps) ~ 316 and dx
-# is exactly 0; any inconsistency in computing g = dy * w shows at 316x (layernorm._row_grads).
+# is exactly 0; any inconsistency in computing g = dy * w shows at 316x (layernorm_backward._row_grads).
 WIDTHS = [1, 7, 64, 127, 129] + runtime.pick(gpu=[4097, 8192], sim=[])
 ROWS = [1, 3, 17]
 # What the default run keeps (the rest is marked slow; `pytest --slow` runs it all). On a GPU each
@@ -167,7 +170,7 @@ def test_backward_matches_float64(dtype, rows, cols):
     x, w, b = make(rows, cols, dtype)
     dy = random_tensor((rows, cols), dtype, DEVICE)
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True)
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, True)
     assert_grads(got, reference_grads(x, w, b, dy), dtype, "partials")
 
 
@@ -178,7 +181,7 @@ def test_float64_forward_and_backward(cols, kernel):
     y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS, kernel=kernel)
     assert_close(y, reference(x, w, b))
     dy = random_tensor((5, cols), torch.float64, DEVICE)
-    assert_grads(ln.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy),
+    assert_grads(lnb.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy),
                  torch.float64, "float64")
 
 
@@ -189,7 +192,7 @@ def test_atomic_backward_matches_float64(dtype, cols):
     x, w, b = make(17, cols, dtype)
     dy = random_tensor((17, cols), dtype, DEVICE)
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="atomic")
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="atomic")
     assert_grads(got, reference_grads(x, w, b, dy), dtype, "atomic")
 
 
@@ -200,9 +203,9 @@ def test_backward_any_partial_buffer_size(block_m, num_partials, num_stages):
     dy = random_tensor((13, 37), torch.float32, DEVICE)
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
     config = dict(block_m=block_m, num_partials=num_partials, num_stages=num_stages)
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
     assert_grads(got, reference_grads(x, w, b, dy), torch.float32, f"P={num_partials}")
-    again = ln.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
+    again = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, **config)
     # Fixed partial rows, fixed order: the two-stage reduction gives the same bits every time.
     for first, second in zip(got, again):
         assert torch.equal(first, second), "the partials reduction must be deterministic"
@@ -215,14 +218,14 @@ def test_backward_without_weight_or_bias(affine):
     b = b if affine == "weight+bias" else None
     dy = random_tensor((6, 20), torch.float32, DEVICE)
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, b is not None)
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, b is not None)
     assert_grads(got, reference_grads(x, w, b, dy), torch.float32, affine)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 64), (100, 7), (33, 65)])
 def test_column_sums(shape):
     partials = random_tensor(shape, torch.float32, DEVICE)
-    got = ln.column_sums(partials, torch.float32)
+    got = nc.column_sums(partials, torch.float32)
     want = partials.double().sum(0)
     assert_close(got, want.float(), atol=column_sum_atol(partials.double(), torch.float32))
 
@@ -320,7 +323,7 @@ def test_nan_row_in_backward_like_torch():
     x[2, 4] = math.nan
     dy = random_tensor((5, 20), torch.float32, DEVICE)
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
-    dx, dw, db = ln.layer_norm_backward(dy, x, mean, rstd, w, True)
+    dx, dw, db = lnb.layer_norm_backward(dy, x, mean, rstd, w, True)
     rdx, rdw, rdb, _, db_terms = reference_grads(x, w, b, dy)
     assert_close(dx, rdx.float(), name="dx")   # NaN row 2, the other rows untouched
     assert_close(dw, rdw.float(), name="dw")   # every column meets row 2's NaN
@@ -332,7 +335,7 @@ def test_empty_inputs():
     x = torch.empty(0, 8, device=DEVICE)
     y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
     assert y.shape == (0, 8) and mean.shape == (0,) and rstd.shape == (0,)
-    dx, dw, db = ln.layer_norm_backward(x, x, mean, rstd, w, True)
+    dx, dw, db = lnb.layer_norm_backward(x, x, mean, rstd, w, True)
     assert dx.shape == (0, 8)
     assert torch.equal(dw, torch.zeros(8, device=DEVICE)) and torch.equal(db, torch.zeros(8, device=DEVICE))
     m = ln.TritonLayerNorm(8).to(DEVICE)
@@ -347,7 +350,7 @@ def test_widest_one_block_rows(dtype, cols):
     dy = random_tensor((2, cols), dtype, DEVICE)
     y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
     assert_close(y, reference(x, w, b))
-    assert_grads(ln.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy), dtype, "wide")
+    assert_grads(lnb.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy), dtype, "wide")
 
 
 # Rows wider than MAX_N are streamed in chunks. block_n=16 runs the same loops on rows of a few
@@ -366,9 +369,9 @@ def test_looped_kernels_match_float64(dtype, cols, num_partials):
     out = poisoned((rows, cols), dtype, DEVICE)
     y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS, kernel="looped", block_n=16, out=out)
     assert_close(y, reference(x, w, b), name="looped y")
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped", block_n=16, num_partials=num_partials)
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped", block_n=16, num_partials=num_partials)
     assert_grads(got, reference_grads(x, w, b, dy), dtype, f"looped P={num_partials}")
-    again = ln.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped", block_n=16, num_partials=num_partials)
+    again = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped", block_n=16, num_partials=num_partials)
     assert all(torch.equal(a, b) for a, b in zip(got, again)), "the looped dw/db must be deterministic"
 
 
@@ -378,7 +381,7 @@ def test_rows_wider_than_a_block_work_everywhere(cols):
     dy = random_tensor((2, cols), torch.float32, DEVICE)
     y, mean, rstd = ln.layer_norm_forward(x, w, b, EPS)
     assert_close(y, reference(x, w, b))
-    assert_grads(ln.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy), torch.float32, "65k")
+    assert_grads(lnb.layer_norm_backward(dy, x, mean, rstd, w, True), reference_grads(x, w, b, dy), torch.float32, "65k")
     leaves = [t.clone().requires_grad_(True) for t in (x, w, b)]
     ln.layer_norm(leaves[0], cols, leaves[1], leaves[2], EPS).backward(dy)
     assert_grads(tuple(t.grad for t in leaves), reference_grads(x, w, b, dy), torch.float32, "65k autograd")
@@ -409,7 +412,7 @@ def test_huge_values_backward(kernel):
     dy = random_tensor((4, 40), torch.float32, DEVICE)
     extra = {"block_n": 16} if kernel == "looped" else {}
     _, mean, rstd = ln.layer_norm_forward(x, w, b, EPS, kernel=kernel, **extra)
-    got = ln.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped" if kernel == "looped" else None, **extra)
+    got = lnb.layer_norm_backward(dy, x, mean, rstd, w, True, kernel="looped" if kernel == "looped" else None, **extra)
     assert_grads(got, reference_grads(x, w, b, dy), torch.float32, "huge")
 
 
@@ -507,7 +510,7 @@ def bad_backward_inputs():
 def test_backward_rejects_bad_input_before_launch(case, error, message, make_args):
     dy, x, mean, rstd, kwargs = make_args()
     with pytest.raises(error, match=message):
-        ln.layer_norm_backward(dy, x, mean, rstd, **kwargs)
+        lnb.layer_norm_backward(dy, x, mean, rstd, **kwargs)
 
 
 def test_functional_checks_normalized_shape():

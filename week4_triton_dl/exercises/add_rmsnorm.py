@@ -38,14 +38,14 @@ from course import validate
 from course.bench import Benchmark, bench_dtype
 from course.check import random_tensor
 from course.launch import launch
-from week4_triton_dl import layernorm as ln
+from week4_triton_dl import norm_common as nc  # checks, launch sizing and the stage-2 sum of both norms
 from week4_triton_dl import rmsnorm as rn
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
-DTYPES = ln.DTYPES
-MAX_N = ln.MAX_N
+DTYPES = nc.DTYPES
+MAX_N = nc.MAX_N
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 
 
@@ -103,9 +103,9 @@ def _forward_plan(N, x_dtype, d_dtype, out_dtype, has_weight):
     plan = _PLANS.get(key)
     if plan is None:
         h_dtype = torch.promote_types(x_dtype, d_dtype)
-        block = ln.next_power_of_2(N)
-        acc = ln.acc_type(torch.float64 if torch.float64 in (h_dtype, out_dtype) else h_dtype)
-        plan = _PLANS[key] = (h_dtype, (has_weight, block, acc), dict(num_warps=ln.warps_for(block)), key)
+        block = nc.next_power_of_2(N)
+        acc = nc.acc_type(torch.float64 if torch.float64 in (h_dtype, out_dtype) else h_dtype)
+        plan = _PLANS[key] = (h_dtype, (has_weight, block, acc), dict(num_warps=nc.warps_for(block)), key)
     return plan
 
 
@@ -114,7 +114,7 @@ def _forward(x, delta, weight, eps, M, N, out_dtype):
     h_dtype, constexprs, options, key = _forward_plan(N, x.dtype, delta.dtype, out_dtype, weight is not None)
     h = torch.empty((M, N), dtype=h_dtype, device=x.device)
     y = torch.empty((M, N), dtype=out_dtype or h_dtype, device=x.device)
-    rstd = torch.empty(M, dtype=ln.acc_dtype(h_dtype), device=x.device)
+    rstd = torch.empty(M, dtype=nc.acc_dtype(h_dtype), device=x.device)
     if M == 0 or N == 0:
         return h, y, rstd.fill_(math.nan)
     launch(add_rmsnorm_fwd_kernel, (M,), key,
@@ -131,13 +131,13 @@ def _backward(dy, dh, h, rstd, weight, x_dtype, d_dtype, M, N):
         return dx, dd, (torch.zeros(N, dtype=weight.dtype, device=h.device) if has_weight else None)
     kernel, programs, rows_per_program, constexprs, options, plan_key = rn.backward_launch(M, N, h.dtype, has_weight)
     _, block_m, block, acc, stages = constexprs
-    partial = torch.empty((programs, N), dtype=ln.acc_dtype(h.dtype), device=h.device) if has_weight else dx
+    partial = torch.empty((programs, N), dtype=nc.acc_dtype(h.dtype), device=h.device) if has_weight else dx
     store_dd = dd is not dx
     key = (plan_key, dy.dtype, None if dh is None else dh.dtype, x_dtype, d_dtype, has_weight and weight.dtype)
     launch(add_rmsnorm_bwd_kernel, (programs,), key,
            (dy, h if dh is None else dh, h, weight if has_weight else h, rstd, dx, dd, partial, M, N, rows_per_program,
             has_weight, dh is not None, store_dd, block_m, block, acc, stages), **options)
-    return dx, dd, (ln.column_sums(partial, weight.dtype) if has_weight else None)
+    return dx, dd, (nc.column_sums(partial, weight.dtype) if has_weight else None)
 
 
 # ------------------------------------------------------------------- the op torch.compile sees
@@ -152,7 +152,7 @@ def add_rms_norm_op(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor |
 def _add_rms_norm_fake(x, delta, weight, eps, out_dtype):
     h_dtype = torch.promote_types(x.dtype, delta.dtype)
     h = x.new_empty(x.shape, dtype=h_dtype)
-    return h, x.new_empty(x.shape, dtype=out_dtype or h_dtype), x.new_empty(x.shape[:1], dtype=ln.acc_dtype(h_dtype))
+    return h, x.new_empty(x.shape, dtype=out_dtype or h_dtype), x.new_empty(x.shape[:1], dtype=nc.acc_dtype(h_dtype))
 
 
 @torch.library.custom_op(f"{NAMESPACE}::add_rms_norm_backward", mutates_args=())
@@ -235,13 +235,13 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor | No
         raise ValueError("x must have at least one dimension (the normalized one)")
     N = x.shape[-1]
     shape = (N,)
-    ln.check_call(x, shape, weight)
-    ln.check_call(delta, shape)
+    nc.check_call(x, shape, weight)
+    nc.check_call(delta, shape)
     if delta.get_device() != x.get_device():
         validate.same_device(x=x, delta=delta)
     if out_dtype is not None and out_dtype not in DTYPES:
         raise TypeError(f"out_dtype must be one of {DTYPES} or None, got {out_dtype!r}")
-    eps = rn.default_eps(torch.promote_types(x.dtype, delta.dtype)) if eps is None else ln.check_eps(eps)
+    eps = rn.default_eps(torch.promote_types(x.dtype, delta.dtype)) if eps is None else nc.check_eps(eps)
     if N > MAX_N:  # wider than a block: the two ops (any width)
         h = x + delta
         y = rn.rms_norm(h, shape, weight, eps)

@@ -32,7 +32,7 @@ from course import ops, runtime  # runtime before triton: chooses the GPU or the
 from course import validate
 from course.bench import Benchmark, bench_dtype
 from course.check import random_tensor
-from week4_triton_dl.layernorm import next_power_of_2  # plain Python: triton's is a jitted helper
+from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.bench import Benchmark, c_function, count_source_lines, itemsize
 from course.check import random_tensor
-from week4_triton_dl import layernorm as triton_layernorm
+from week4_triton_dl import norm_common as triton_norm_common
 from week4_triton_dl import rmsnorm as triton_rmsnorm
 
 HERE = Path(__file__).resolve().parent
