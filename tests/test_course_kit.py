@@ -344,6 +344,30 @@ def test_failure_log_keeps_each_failure_message_as_it_happens(tmp_path, monkeypa
     assert len(text) < suite_conftest.FAILURE_LOG_CHARS + 200
 
 
+# ------------------------------------------------------------------- sweep command line
+def test_sweep_main_asks_for_sweep_passes_its_options_and_refuses_simulation(monkeypatch, capsys):
+    from course.sweep import sweep_main
+
+    calls = []
+
+    def sweep(widths=(1, 2)):
+        calls.append(widths)
+
+    def options(parser):
+        parser.add_argument("--widths", type=int, nargs="*", default=(1, 2))
+
+    doc = "Demo's benchmarks and sweep.\n\nMore."
+    assert sweep_main(sweep, [], doc=doc, help="time configs", options=options) == 2 and calls == []
+    assert "Demo's benchmarks and sweep." in capsys.readouterr().out  # no --sweep: the help
+    assert sweep_main(sweep, ["--sweep"], doc=doc, help="time configs", options=options) == 0
+    assert sweep_main(sweep, ["--sweep", "--widths", "8", "16"], doc=doc, help="time configs", options=options) == 0
+    assert calls == [(1, 2), [8, 16]]
+    monkeypatch.setattr(runtime, "on_gpu", lambda: False)
+    with pytest.raises(SystemExit, match="on a GPU"):
+        sweep_main(sweep, ["--sweep"], doc=doc, help="time configs", gpu_only=True)
+    assert len(calls) == 2
+
+
 # ------------------------------------------------------------------------ the weeks
 def test_the_kit_names_no_week_outside_the_registries():
     """course/ finds the weeks (course/weeks.py): a week's name may stand in a docstring, a comment or
