@@ -7,16 +7,16 @@ and backward.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course.bench import Benchmark, itemsize
 from course.check import random_tensor
+from course.sweep import sweep_main
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -137,10 +137,6 @@ BENCHMARKS = [
 # --------------------------------------------------------------------------------- the sweep
 def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
     """Time every autotune config of the fused kernel (forward, and dx in the backward's layout)."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
     started = time.perf_counter()
     dtype = torch.bfloat16
     print(f"fused LoRA kernel, bf16, r={rank}; TFLOP/s of the base GEMM (2MNK) over the time")
@@ -182,14 +178,7 @@ def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the fused kernel's tile configs (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
+    return sweep_main(sweep, argv, doc=__doc__, help="time the fused kernel's tile configs", gpu_only=True)
 
 
 if __name__ == "__main__":
