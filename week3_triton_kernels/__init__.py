@@ -7,6 +7,11 @@ COURSE = {
     "short": "week3",
     "title": "Triton kernels and the benchmarking framework",
     "order": 3,
+    # results/RECORD.json written by a lesson's own command line (not `course bench`): its command
+    "runners": {
+        "precision_week3": "python -m week3_triton_kernels.precision_bench --write",
+        "precision_k_sweep_week3": "python -m week3_triton_kernels.precision_bench --write",
+    },
     "comparison_page": {
         "file": "performance_comparisons.md",
         "title": "Week 3 · Performance comparisons: one operation, several implementations",
