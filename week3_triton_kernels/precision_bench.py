@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # first: chooses the GPU or simulation
+from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.bench import Benchmark
 
 from week3_triton_kernels.precision import (
@@ -110,8 +110,6 @@ def _error_fields(fmt: str, a, b, reference) -> dict:
 
 def measure_speed_and_error(sizes=None) -> dict:
     """precision_week3: the benchmark record, each row with its measured and predicted error."""
-    from course import bench
-
     record = bench.run(precision_benchmark(sizes))
     for size in precision_benchmark(sizes).active_sizes():
         m, n, k = size
@@ -139,8 +137,6 @@ def measure_speed_and_error(sizes=None) -> dict:
 
 def measure_k_sweep(mn: int | None = None, k_values=None) -> dict:
     """precision_k_sweep_week3: relative error of every format for K = 256 .. 16384 (no timing)."""
-    from course import bench
-
     mn = mn or runtime.pick(gpu=4096, sim=64)
     k_values = k_values or runtime.pick(gpu=[256, 512, 1024, 2048, 4096, 8192, 16384], sim=[256, 1024, 4096])
     rows = []
@@ -163,24 +159,19 @@ def measure_k_sweep(mn: int | None = None, k_values=None) -> dict:
     }
 
 
-def _cell(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def precision_markdown(record: dict) -> str:
     """The speed-and-error table (the shared markdown_table has no error columns)."""
-    from course.bench import measured_on
-
     head = ["size", "format", "significand bits", "u", "ms", "TFLOP/s", "vs fp32", "rel. error",
             "predicted", "how"]
-    lines = [f"**{record['title']}**: {measured_on(record)}.", "",
+    lines = [f"**{record['title']}**: {bench.measured_on(record)}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in record["rows"]:
         lines.append("| " + " | ".join([
-            str(r["size"]), r["variant"], str(r.get("significand_bits", "-")), _cell(r.get("unit_roundoff"), ".1e"),
-            _cell(r.get("ms"), ".4f"), _cell(r.get("tflops"), ".1f"),
+            str(r["size"]), r["variant"], str(r.get("significand_bits", "-")),
+            bench.fmt(r.get("unit_roundoff"), ".1e"),
+            bench.fmt(r.get("ms"), ".4f"), bench.fmt(r.get("tflops"), ".1f"),
             "-" if not r.get("speedup_vs_fp32") else f"{r['speedup_vs_fp32']:.1f}x",
-            _cell(r.get("rel_error"), ".2e"), _cell(r.get("predicted_rel_error"), ".1e"),
+            bench.fmt(r.get("rel_error"), ".2e"), bench.fmt(r.get("predicted_rel_error"), ".1e"),
             r.get("path", r.get("skipped", "-"))]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -239,10 +230,8 @@ def _plot_k_sweep(record: dict, path: Path) -> None:
 
 
 def k_sweep_markdown(record: dict) -> str:
-    from course.bench import measured_on
-
     ks = sorted({r["k"] for r in record["rows"]})
-    lines = [f"**{record['title']}**: {measured_on(record)}. Measured (model in brackets).", "",
+    lines = [f"**{record['title']}**: {bench.measured_on(record)}. Measured (model in brackets).", "",
              "| format | " + " | ".join(f"K = {k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
     for fmt in FORMAT_NAMES:
         by_k = {r["k"]: r for r in record["rows"] if r["variant"] == fmt}

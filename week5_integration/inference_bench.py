@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from course import bench, runtime
+from course.bench import fmt
 from week5_integration import model as m
 from week5_integration.inference import (
     EAGER_US_PER_OP, GRAPH_US_PER_KERNEL, VARIANTS, decode_step_bytes, decode_step_flops, forward_flops,
@@ -124,10 +125,6 @@ def kv_cache_benchmark(plan: dict | None = None, *, variants=VARIANTS, progress:
     }
 
 
-def _f(value, spec) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def markdown_table(result: dict) -> str:
     head = ["size", "variant", "ms / step", "tokens/s", "predicted (bytes)", "predicted (launches)",
             "GB/s", "% of copy", "vs no cache", "prefill ms"]
@@ -138,9 +135,9 @@ def markdown_table(result: dict) -> str:
             continue
         speed = f"{r['speedup_vs_no_cache']:.2f}x" if r.get("speedup_vs_no_cache") else "-"
         lines.append("| " + " | ".join([
-            r["size"], r["variant"], _f(r["ms"], ".3f"), _f(r["tokens_per_s"], ",.0f"),
-            _f(r.get("predicted_tokens_per_s"), ",.0f"), _f(r.get("predicted_launch_bound_tokens_per_s"), ",.0f"),
-            _f(r.get("gbps"), ".0f"), _f(r.get("pct_of_copy"), ".1f"), speed, _f(r.get("prefill_ms"), ".2f")]) + " |")
+            r["size"], r["variant"], fmt(r["ms"], ".3f"), fmt(r["tokens_per_s"], ",.0f"),
+            fmt(r.get("predicted_tokens_per_s"), ",.0f"), fmt(r.get("predicted_launch_bound_tokens_per_s"), ",.0f"),
+            fmt(r.get("gbps"), ".0f"), fmt(r.get("pct_of_copy"), ".1f"), speed, fmt(r.get("prefill_ms"), ".2f")]) + " |")
     return f"**{result['title']}**: {bench.measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
 
 
