@@ -344,6 +344,20 @@ def test_failure_log_keeps_each_failure_message_as_it_happens(tmp_path, monkeypa
     assert len(text) < suite_conftest.FAILURE_LOG_CHARS + 200
 
 
+def test_compile_on_first_call_compiles_once_lazily_with_its_options(monkeypatch):
+    compiled = []
+
+    def fake_compile(fn, **options):
+        compiled.append(options)
+        return lambda *args, **kwargs: ("compiled", fn(*args, **kwargs))
+
+    monkeypatch.setattr(bench.torch, "compile", fake_compile)
+    run = bench.compile_on_first_call(lambda x, y=1: x + y, dynamic=False)
+    assert compiled == []  # nothing at definition: a bench module's import stays cheap
+    assert run(1, y=2) == ("compiled", 3) and run(2) == ("compiled", 3)
+    assert compiled == [{"dynamic": False}]
+
+
 # ------------------------------------------------------------------- sweep command line
 def test_sweep_main_asks_for_sweep_passes_its_options_and_refuses_simulation(monkeypatch, capsys):
     from course.sweep import sweep_main

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, itemsize, time_call
+from course.bench import Benchmark, compile_on_first_call, itemsize, time_call
 from course.check import random_tensor
 from course.sweep import sweep_main
 
@@ -54,17 +54,6 @@ def _fwd_bwd(fn):
     return run
 
 
-_compiled = {}
-
-
-def _compiled_call(key, make):
-    def run(*args):
-        if key not in _compiled:
-            _compiled[key] = torch.compile(make())
-        return _compiled[key](*args)
-    return run
-
-
 def _label(s):
     return f"N={s[0]} d={s[1]} F={s[2]} {str(s[3]).replace('torch.', '')}"
 
@@ -81,7 +70,7 @@ BENCHMARKS = [
         make_inputs=_linear_inputs,
         variants={
             "torch": _no_grad(linear_act_torch),
-            "torch_compile": _compiled_call("linear_gelu", lambda: _no_grad(linear_act_torch)),
+            "torch_compile": compile_on_first_call(_no_grad(linear_act_torch)),
             "fused": _no_grad(linear_act),
         },
         gpu_only=("torch_compile",),
@@ -102,7 +91,7 @@ BENCHMARKS = [
         make_inputs=_mlp_inputs,
         variants={
             "torch": _no_grad(swiglu_mlp_torch),
-            "torch_compile": _compiled_call("swiglu", lambda: _no_grad(swiglu_mlp_torch)),
+            "torch_compile": compile_on_first_call(_no_grad(swiglu_mlp_torch)),
             "fused": _no_grad(swiglu_mlp),
         },
         gpu_only=("torch_compile",),
@@ -123,7 +112,7 @@ BENCHMARKS = [
         make_inputs=lambda s: _mlp_inputs(s, requires_grad=True),
         variants={
             "torch": _fwd_bwd(swiglu_mlp_torch),
-            "torch_compile": _compiled_call("swiglu_train", lambda: _fwd_bwd(swiglu_mlp_torch)),
+            "torch_compile": compile_on_first_call(_fwd_bwd(swiglu_mlp_torch)),
             "fused": _fwd_bwd(swiglu_mlp),
         },
         gpu_only=("torch_compile",),

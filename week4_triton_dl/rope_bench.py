@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, bench_dtype
+from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 
 from week4_triton_dl.rope import (  # noqa: E402
@@ -21,19 +21,7 @@ from week4_triton_dl.rope import (  # noqa: E402
 # (B, S, H_q, H_kv, D), bf16 on the GPU. The last size is the headline: q and k 134 MB each.
 SIZES = [(8, 2048, 32, 8, 128), (4, 4096, 32, 32, 128)]
 SIM_SIZES = [(1, 8, 2, 1, 16)]
-_compiled: dict = {}
-
-
-def _compile(fn):
-    """torch.compile(fn) (dynamic=False), compiled on its first call: the warm-up, never timed."""
-    def run(*args):
-        if fn not in _compiled:
-            _compiled[fn] = torch.compile(fn, dynamic=False)
-        return _compiled[fn](*args)
-    return run
-
-
-_compiled_rotate_half = _compile(rope_rotate_half)
+_compiled_rotate_half = compile_on_first_call(rope_rotate_half, dynamic=False)
 
 
 def _inputs(size, requires_grad: bool = False):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, bench_dtype, itemsize
+from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
 
 from week4_triton_dl.swiglu import (  # noqa: E402
@@ -23,19 +23,8 @@ from week4_triton_dl.swiglu import (  # noqa: E402
 # (M tokens, N hidden): 14336 is LLaMA-3-8B's MLP width. bf16 on the GPU, the last is the headline.
 SIZES = [(8192, 4096), (8192, 14336)]
 SIM_SIZES = [(16, 96)]
-_compiled: dict = {}
-
-
-def _compile(fn):
-    def run(*args):
-        if fn not in _compiled:  # compiled on the first (warm-up) call, never inside the timing
-            _compiled[fn] = torch.compile(fn, dynamic=False)
-        return _compiled[fn](*args)
-    return run
-
-
-_compiled_forward = _compile(swiglu_reference)
-_compiled_backward = _compile(torch_backward_recompute)
+_compiled_forward = compile_on_first_call(swiglu_reference, dynamic=False)
+_compiled_backward = compile_on_first_call(torch_backward_recompute, dynamic=False)
 
 
 def _forward_inputs(size):
@@ -161,7 +150,7 @@ BENCHMARKS += [
         make_inputs=_packed_train_inputs,
         variants={
             "torch": _fwd_bwd_packed(swiglu_packed_reference),
-            "torch_compile": _fwd_bwd_packed(_compile(swiglu_packed_reference)),
+            "torch_compile": _fwd_bwd_packed(compile_on_first_call(swiglu_packed_reference, dynamic=False)),
             "triton": _fwd_bwd_packed(swiglu_packed),
         },
         gpu_only=("torch_compile",),

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, itemsize
+from course.bench import Benchmark, compile_on_first_call, itemsize
 from course.check import random_tensor
 from course.sweep import sweep_main
 
@@ -58,15 +58,6 @@ def _infer(fn):
     return run
 
 
-_compiled = {}
-
-
-def _compiled_torch(x, w, a, b, scale):
-    if "lora" not in _compiled:
-        _compiled["lora"] = torch.compile(lora_linear_torch)
-    return _compiled["lora"](x, w, a, b, scale)
-
-
 def _label(size):
     m, k, n, r, dtype = size
     return f"M={m} K={k} N={n} r={r} {str(dtype).replace('torch.', '')}"
@@ -96,7 +87,7 @@ BENCHMARKS = [
         variants={
             "torch": _train_step(lora_linear_torch),
             "torch_addmm": _train_step(lora_linear_torch_addmm),
-            "torch_compile": _train_step(_compiled_torch),
+            "torch_compile": _train_step(compile_on_first_call(lora_linear_torch)),
             "triton": _train_step(lora_linear),
         },
         gpu_only=("torch_compile",),

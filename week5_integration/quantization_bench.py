@@ -15,7 +15,7 @@ import time
 import torch
 
 from course import bench, runtime  # before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark
+from course.bench import Benchmark, compile_on_first_call
 from course.check import random_tensor
 from course.sweep import sweep_main
 
@@ -49,14 +49,7 @@ def _bytes(size) -> int:
     return matmul_bytes(*size, int8=True)  # what the int8 kernel must move
 
 
-def _compiled_dequant_matmul():
-    compiled = {}
-
-    def run(x, w, q, scale):
-        if "fn" not in compiled:
-            compiled["fn"] = torch.compile(dequant_matmul_torch, dynamic=False)
-        return compiled["fn"](x, q, scale)
-    return run
+_compiled_dequant_matmul = compile_on_first_call(dequant_matmul_torch, dynamic=False)
 
 
 BENCHMARKS = [Benchmark(
@@ -69,7 +62,7 @@ BENCHMARKS = [Benchmark(
     variants={
         "torch": lambda x, w, q, scale: x @ w.t(),                      # bf16 weights, cuBLAS
         "torch_dequant": lambda x, w, q, scale: dequant_matmul_torch(x, q, scale),
-        "torch_compile_dequant": _compiled_dequant_matmul(),
+        "torch_compile_dequant": lambda x, w, q, scale: _compiled_dequant_matmul(x, q, scale),
         "triton_int8": lambda x, w, q, scale: int8_matmul(x, q, scale),
         "triton_int8_dequant_in_loop": lambda x, w, q, scale: int8_matmul_dequant(x, q, scale),
     },
