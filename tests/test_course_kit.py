@@ -438,6 +438,37 @@ def test_a_record_a_lessons_own_command_writes_names_that_command():
         f"_Not measured on a GPU yet: run `python -m course bench {week.short} --only other` on a GPU._"
 
 
+# Lesson modules another change is splitting (benchmarks out, or a reason at the top).
+LONG_MODULES_PENDING: set[str] = {"week1_cuda_python/matmul_tensor_cores.py"}
+LESSON_MAX_LINES = 500   # above this a module says why, in its docstring's first paragraphs
+MIXED_MAX_LINES = 600    # above this a module holds kernels or benchmarks, not both
+
+
+def test_long_lesson_modules_say_why_and_keep_kernels_and_benchmarks_apart():
+    """A lesson module reads like a lesson: its benchmarks, sweeps and command line live in
+    <topic>_bench.py; one over 500 lines says why at its top ('Over 500 lines: ...')."""
+    import ast
+    import re
+
+    kernel = re.compile(r"^@(triton\.jit|cuda\.jit|numba\.cuda\.jit)|^CUDA_SOURCE\b", re.M)
+    benchmark = re.compile(r"\bBenchmark\(|^BENCHMARKS\b", re.M)
+    unexplained, mixed = [], []
+    for week in weeks.all_weeks():
+        for path in sorted((weeks.ROOT / week.package).glob("*.py")):
+            rel = str(path.relative_to(weeks.ROOT))
+            text = path.read_text()
+            lines = len(text.splitlines())
+            if rel in LONG_MODULES_PENDING or path.name == "__init__.py":
+                continue
+            head = "\n\n".join((ast.get_docstring(ast.parse(text)) or "").split("\n\n")[:3])
+            if lines > LESSON_MAX_LINES and "Over 500 lines" not in head:
+                unexplained.append(f"{rel}: {lines} lines")
+            if lines > MIXED_MAX_LINES and kernel.search(text) and benchmark.search(text):
+                mixed.append(f"{rel}: {lines} lines")
+    assert not unexplained, f"over {LESSON_MAX_LINES} lines with no 'Over 500 lines: why' at the top: {unexplained}"
+    assert not mixed, f"over {MIXED_MAX_LINES} lines, kernels and benchmarks in one file: {mixed}"
+
+
 # Imports of another module's private names still to be made public (files another change owns).
 PRIVATE_IMPORTS_PENDING: set[str] = set()
 

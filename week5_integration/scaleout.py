@@ -3,9 +3,9 @@ communication's overlap read from a profile.
 
 `distributed.py` is the lesson (what each strategy keeps and sends; `train` checks that every
 strategy reproduces one process). This is its measuring bench, run the way real jobs run: one
-process per GPU started by torchrun, each joining the NCCL group from its environment. Over 500
-lines: a bench, no kernels: the process group, the strategies' state and wire bytes, the overlap
-read from a profile, the measuring run, the report and the driver, behind one command line.
+process per GPU started by torchrun, each joining the NCCL group from its environment.
+Over 500 lines: a bench, no kernels: the process group, the strategies' state and wire bytes, the
+overlap read from a profile, the measuring run, the report and the driver, behind one command line.
 
     torchrun --standalone --nproc-per-node 1 -m week5_integration.scaleout run --stage /tmp/w5
     torchrun --standalone --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5 --profile
