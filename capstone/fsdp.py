@@ -1,5 +1,9 @@
 """The capstone on N GPUs: FSDP2 over NCCL with the fast model, against one GPU at the same per-GPU batch.
 
+Over 500 lines: a bench, no kernels (the capstone's twin of week 5's scaleout.py, whose process
+group and overlap reading it uses): the runs on 1 and N GPUs, the report, the driver and the
+command line.
+
     python -m torch.distributed.run --standalone --nproc-per-node 1 -m capstone.fsdp run --stage /tmp/cf
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m capstone.fsdp run --stage /tmp/cf --profile
     python -m capstone.fsdp report --stage /tmp/cf --out capstone/results

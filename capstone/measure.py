@@ -1,5 +1,8 @@
 """The capstone's headline numbers, measured in one command (H100: about 4 minutes).
 
+Over 500 lines: the capstone's bench, no kernels: three measuring phases, their records, the
+profile and the summary of every target, behind one command line.
+
     python -m capstone.measure --out capstone/results          # on the GPU
     python -m capstone.measure --out /tmp/capm                 # on a CPU: a smoke test (tiny model)
 

@@ -1,5 +1,9 @@
 """Training the capstone GPT: bf16 autocast, exact checkpoint/resume, a loss log and its plot, FSDP.
 
+Over 500 lines: the Trainer (the step, exact checkpoint and resume, FSDP), its log and plot, and
+the training command itself: `python -m capstone.train` is the capstone's training program, the
+thing this module teaches, not tooling around a kernel.
+
     python -m capstone.train --config tiny --steps 20 --out /tmp/run            # CPU, seconds
     python -m capstone.train --config tiny --steps 40 --stop-after 20 --out /tmp/r  # pause at 20 ...
     python -m capstone.train --config tiny --steps 40 --out /tmp/r --resume         # ... go on to 40

@@ -39,3 +39,24 @@ def test_entries_need_a_key_and_a_config(tmp_path):
 def test_a_stub_reads_its_weeks_results(tmp_path):
     assert tuning.results_folder(str(tmp_path / "week9" / "exercises" / "lesson.py")) == tmp_path / "week9" / "results"
     assert tuning.results_folder(str(tmp_path / "week9" / "lesson.py")) == tmp_path / "week9" / "results"
+
+
+def test_tuned_table_reads_once_builds_configs_and_forgets_on_request(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Config:
+        num_warps: int
+
+    lesson = tmp_path / "week9" / "lesson.py"
+    table = tuning.TunedTable(str(lesson), "demo", Config)
+    assert table.path == tmp_path / "week9" / "results" / "tuned_demo.json"
+    _machine(monkeypatch, "NVIDIA H100 80GB HBM3")
+    assert table.configs() == {} and table.get([2, 1024]) is None  # not swept yet: the heuristic's turn
+    path = table.save([{"key": [2, 1024], "config": {"num_warps": 4}}], "python -m demo --sweep")
+    assert path == table.path
+    assert table.get([2, 1024]) == Config(4) and table.get((2, 2048), "fallback") == "fallback"
+    _machine(monkeypatch, "Tesla T4")
+    assert table.get((2, 1024)) == Config(4)  # kept: the file is read once per process
+    table.forget()
+    assert table.configs() == {}  # read again, on a GPU it was not measured on

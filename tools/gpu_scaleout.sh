@@ -87,4 +87,4 @@ step capstone_report 60 "python -m capstone.fsdp report --stage $STAGE/capstone 
 # 4. One GPU: the LoRA step at GPU-bound sizes and the NF4 dequantize kernel's bandwidth (% of a copy),
 #    then the fine-tuning experiment (the 453M config, then GPT-2's shape; the record is saved after each).
 step lora_nf4_bench 150 "$ONE_GPU python -m course bench week5 --only lora_step_large_week5 nf4_dequantize_week5"
-step finetune 600 "$ONE_GPU python -m week5_integration.finetune $FT"
+step finetune 600 "$ONE_GPU python -m week5_integration.finetune_bench $FT"

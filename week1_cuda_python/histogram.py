@@ -28,7 +28,6 @@ launch shapes of the two fast rungs.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import sys
@@ -326,8 +325,6 @@ def sweep(unrolls=(1, 2, 4), threads_options=(256, 512, 1024), blocks_options=(2
     """Time the per-warp and per-lane rungs over launch shapes (uint8 2^28, int32 2^26, 256 bins)."""
     from course import bench
 
-    if not runtime.on_gpu():
-        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
     copy_gbps = bench.copy_bandwidth_gbps()
     print(f"copy ceiling {copy_gbps:.0f} GB/s; bytes = n * itemsize + 1 KiB; 'ok' = matches torch.bincount")
     print(f"{'input':<10} {'rung':<9} {'unroll':>6} {'threads':>7} {'blk/SM':>6} {'ms':>8} {'GB/s':>6} {'% copy':>7} ok")
@@ -366,14 +363,9 @@ def sweep(unrolls=(1, 2, 4), threads_options=(256, 512, 1024), blocks_options=(2
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the fast rungs' launch shapes (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
+    from course.sweep import sweep_main
+
+    return sweep_main(sweep, argv, doc=__doc__, help="time the fast rungs' launch shapes", gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,13 @@ sequential loop, so they differ from torch.cumsum by rounding (see tests/week1/t
 Launchers: Numba `scan_numba_hillis_steele`, `scan_numba_blelloch` (one block: n <= 1024 and
 2048), `scan_numba_multiblock` (any n); CUDA C (`kernels/scan.cu`, PyCUDA) the same three as
 `scan_cuda_*`, and `scan_cuda_lookback` (any n, the fast one).
-`python -m week1_cuda_python.scan --sweep` (GPU) times the look-back kernel's block shapes.
+Benchmarks, and the sweep of the look-back kernel's block shapes: scan_bench.py
+(`python -m week1_cuda_python.scan_bench --sweep`, GPU).
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import math
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -42,7 +41,6 @@ import torch
 
 from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
-from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
 
 from numba import cuda, float32, int32  # noqa: E402  (after course.runtime on purpose)
@@ -75,7 +73,8 @@ CUDA_C_LAUNCHERS = ("scan_cuda_hillis_steele", "scan_cuda_blelloch", "scan_cuda_
 MAX_ELEMENTS = {"scan_numba_hillis_steele": HILLIS_STEELE_MAX, "scan_numba_blelloch": BLELLOCH_MAX,
                 "scan_numba_multiblock": None, "scan_cuda_hillis_steele": HILLIS_STEELE_MAX,
                 "scan_cuda_blelloch": BLELLOCH_MAX, "scan_cuda_multiblock": None, "scan_cuda_lookback": None}
-_SUFFIX = {torch.float32: "f32", torch.int32: "i32"}
+# Each dtype's suffix in the kernels' names (scan_lookback_f32, ...) and in the benchmark's size labels.
+DTYPE_SUFFIX = {torch.float32: "f32", torch.int32: "i32"}
 
 # EXERCISE NOTE: out[i] = x[0] + ... + x[i] (inclusive), or + x[i-1] with exclusive=True (out[0] = 0);
 #   int32 sums wrap modulo 2^32. The launchers' checks (_checked: dtype, `exclusive` a bool, the
@@ -329,7 +328,7 @@ _FORMATS = {"hillis_steele": "PPii", "blelloch": "PPPqi", "add_offsets": "PPqi",
 @functools.cache
 def _cuda_c_kernel(rung: str, dtype: torch.dtype, defines: tuple[str, ...] = ()):
     """`scan_<rung>_<dtype>`; `defines` (-DLOOKBACK_THREADS=...) for the sweep."""
-    return interop.cuda_kernel(CUDA_SOURCE, f"scan_{rung}_{_SUFFIX[dtype]}", _FORMATS[rung], defines)
+    return interop.cuda_kernel(CUDA_SOURCE, f"scan_{rung}_{DTYPE_SUFFIX[dtype]}", _FORMATS[rung], defines)
 
 
 def scan_cuda_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,
@@ -391,8 +390,10 @@ def scan_cuda_multiblock(x: torch.Tensor, out: torch.Tensor | None = None, *,
     return out
 
 
-def _lookback(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, vectors: int = LOOKBACK_VECTORS,
-              defines: tuple[str, ...] = ()) -> torch.Tensor:
+def lookback_launch(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, vectors: int = LOOKBACK_VECTORS,
+                    defines: tuple[str, ...] = ()) -> torch.Tensor:
+    """`scan_lookback_*` on checked x and out with a chosen block shape: `scan_cuda_lookback`'s
+    launch, and the sweep's (`defines` such as -DLOOKBACK_THREADS=512 recompile kernels/scan.cu)."""
     n = x.numel()
     if n == 0:
         return out
@@ -418,7 +419,7 @@ def scan_cuda_lookback(x: torch.Tensor, out: torch.Tensor | None = None, *,
     """Scan of any length in ONE pass (`scan_lookback_*`, CUDA C): 16 elements per thread
     in 16-byte vectors, warp-shuffle scans, decoupled look-back between tiles."""
     out = _checked(x, out, exclusive, "scan_cuda_lookback")
-    return _lookback(x, out, exclusive)
+    return lookback_launch(x, out, exclusive)
 
 
 def torch_scan(x: torch.Tensor, exclusive: bool = False) -> torch.Tensor:
@@ -441,7 +442,7 @@ def _sanitizer_case(launcher: str, dtype: torch.dtype, n: int, exclusive: bool =
 def _sanitizer_cases() -> dict[str, Callable[[], None]]:
     # Sizes that leave partial blocks and tiles; the multi-block sizes recurse over tile totals.
     cases = {}
-    for dtype, suffix in _SUFFIX.items():
+    for dtype, suffix in DTYPE_SUFFIX.items():
         case = functools.partial
         cases[f"scan_hillis_steele_kernel_{suffix}"] = case(_sanitizer_case, "scan_numba_hillis_steele", dtype, 1000)
         cases[f"scan_blelloch_kernel_{suffix}"] = case(_sanitizer_case, "scan_numba_blelloch", dtype, 2000, True)
@@ -459,101 +460,3 @@ def _sanitizer_cases() -> dict[str, Callable[[], None]]:
 
 # One small synchronized launch per kernel (and per dtype), for compute-sanitizer.
 SANITIZER_CASES: dict[str, Callable[[], None]] = _sanitizer_cases()
-
-
-# --- benchmark ---------------------------------------------------------------------------------------
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-def _inputs(size):
-    n, dtype = size
-    device = runtime.DEVICE
-    return random_tensor(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
-
-
-def _size_label(size) -> str:
-    n, dtype = size
-    return f"{pow2_label(n)} {_SUFFIX[dtype]}"
-
-
-BENCHMARKS = [
-    Benchmark(
-        name="scan_week1",
-        title="Inclusive prefix sum: multi-block (Numba, CUDA C) and single-pass look-back (CUDA C) vs torch.cumsum",
-        # The last size is the headline: 2^28 float32 (1 GiB in, 1 GiB out).
-        sizes=[(1 << 24, torch.float32), (1 << 26, torch.int32), (1 << 28, torch.int32),
-               (1 << 26, torch.float32), (1 << 28, torch.float32)],
-        sim_sizes=[(300, torch.float32)],
-        size_label=_size_label,
-        make_inputs=_inputs,
-        variants={
-            "torch": lambda x, out: torch.cumsum(x, 0, dtype=x.dtype, out=out),
-            "numba_multiblock": lambda x, out: scan_numba_multiblock(x, out),
-            "cuda_multiblock": lambda x, out: scan_cuda_multiblock(x, out),
-            "cuda_lookback": lambda x, out: scan_cuda_lookback(x, out),
-        },
-        gpu_only=("cuda_multiblock", "cuda_lookback"),
-        headline=("numba_multiblock", "cuda_multiblock", "cuda_lookback"),
-        bytes=lambda size: 2 * 4 * size[0],
-        flops=lambda size: size[0],
-        notes="bytes = 8 n (x read once, out written once: the minimum); FLOPs = n additions; "
-              "torch = torch.cumsum(x, 0, dtype=x.dtype, out=out)",
-    ),
-]
-
-
-# --- command line: --sweep (GPU) -----------------------------------------------------------------------
-
-SWEEP_SHAPES = [(threads, vectors) for threads in (128, 256, 512) for vectors in (2, 4, 8)]
-
-
-def sweep(sizes=(1 << 26, 1 << 28)) -> list[dict]:
-    """Time scan_lookback_f32 for each (threads, vectors per thread) at `sizes` (GPU only)."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
-    copy_gbps = bench.copy_bandwidth_gbps()
-    print(f"copy ceiling {copy_gbps:.0f} GB/s; bytes = 8 n; 'exact' = integer-valued input matches float64 cumsum")
-    print(f"{'n':>6} {'threads':>7} {'vectors':>7} {'tile':>6} {'ms':>8} {'GB/s':>6} {'% copy':>7} exact")
-    rows = []
-    for n in sizes:
-        x = random_tensor(n, torch.float32, runtime.DEVICE)
-        small_ints = torch.randint(-2, 3, (n,), device=runtime.DEVICE).float()
-        expected = torch.cumsum(small_ints.double(), 0).float()
-        out = torch.empty_like(x)
-        timing = bench.time_gpu(lambda: torch.cumsum(x, 0, out=out), [()])
-        gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
-        print(f"{pow2_label(n):>6} {'torch.cumsum':>15} {'':>6} {timing.median_ms:8.3f} {gbps:6.0f} "
-              f"{100 * gbps / copy_gbps:6.1f}%")
-        for threads, vectors in SWEEP_SHAPES:
-            defines = (f"-DLOOKBACK_THREADS={threads}", f"-DLOOKBACK_VECTORS={vectors}")
-            try:
-                _lookback(small_ints, out, False, threads, vectors, defines)
-                exact = bool(torch.equal(out, expected))
-                timing = bench.time_gpu(lambda: _lookback(x, out, False, threads, vectors, defines), [()])
-            except Exception as error:  # a shape that fails to compile or launch: report, go on
-                print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} failed: {str(error).splitlines()[0][:70]}")
-                continue
-            gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
-            rows.append({"n": n, "threads": threads, "vectors": vectors, "ms": timing.median_ms, "gbps": gbps})
-            print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} {threads * vectors * 4:>6} {timing.median_ms:8.3f} "
-                  f"{gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
-        del x, small_ints, expected, out
-        torch.cuda.empty_cache()
-    return rows
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the look-back kernel's block shapes (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY

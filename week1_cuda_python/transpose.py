@@ -18,7 +18,6 @@ and float64. `python -m week1_cuda_python.transpose --sweep` (GPU) times the til
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import sys
@@ -262,8 +261,6 @@ def sweep(sizes=(8192, 16384), rows_options=(4, 8, 16, 32)) -> list[dict]:
     """Time every rung and transpose_tile64 with 32 x rows threads per block (float32, GPU only)."""
     from course import bench
 
-    if not runtime.on_gpu():
-        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
     copy_gbps = bench.copy_bandwidth_gbps()
     print(f"copy ceiling {copy_gbps:.0f} GB/s; bytes = 8 n^2")
     print(f"{'n':>6} {'variant':<28} {'ms':>8} {'GB/s':>6} {'% copy':>7} exact")
@@ -294,14 +291,9 @@ def sweep(sizes=(8192, 16384), rows_options=(4, 8, 16, 32)) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the transposes' block shapes (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
+    from course.sweep import sweep_main
+
+    return sweep_main(sweep, argv, doc=__doc__, help="time the transposes' block shapes", gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """The assignment: one model, one training step, many ways to run it; measure each.
 
+Over 500 lines: this module is the week's benchmark, no kernels: the step runners of every
+configuration, the equivalence check against eager float32, the timing, the table, the plot and
+the command line, one assignment.
+
 Configurations (names are the row labels of the results table):
 * ``eager``: plain PyTorch in float32, one kernel launch per op, Python between them. The
   reference every other configuration is checked against and divided by.
@@ -44,6 +48,7 @@ import torch
 import torch.nn as nn
 
 from course import bench, runtime
+from course.bench import fmt
 
 from week2_pytorch_optimizations import models
 
@@ -448,10 +453,6 @@ def best(result: dict, model: str = "gpt", phase: str = "train") -> dict | None:
 
 # --- the table and its files -------------------------------------------------------------------
 
-def _f(value, spec):
-    return "-" if value is None else format(value, spec)
-
-
 def markdown_table(result: dict) -> str:
     head = ["phase / model", "config", "ms / step", "throughput", "TFLOP/s", "peak MiB", "vs eager",
             "rel. err vs eager", "setup s"]
@@ -462,9 +463,9 @@ def markdown_table(result: dict) -> str:
             continue
         thr = f"{r['throughput']:,.0f} {r['unit']}"
         speed = f"{r['speedup_vs_eager']:.2f}x" if r.get("speedup_vs_eager") else "-"
-        err = _f(r.get("check_rel_err"), ".1e") + ("" if r.get("within_tolerance", True) else " (OUT OF TOL.)")
-        lines.append("| " + " | ".join([r["size"], r["variant"], _f(r["ms"], ".3f"), thr, _f(r.get("tflops"), ".1f"),
-                                        _f(r.get("peak_mib"), ".0f"), speed, err, _f(r.get("setup_s"), ".1f")]) + " |")
+        err = fmt(r.get("check_rel_err"), ".1e") + ("" if r.get("within_tolerance", True) else " (OUT OF TOL.)")
+        lines.append("| " + " | ".join([r["size"], r["variant"], fmt(r["ms"], ".3f"), thr, fmt(r.get("tflops"), ".1f"),
+                                        fmt(r.get("peak_mib"), ".0f"), speed, err, fmt(r.get("setup_s"), ".1f")]) + " |")
     m = result["machine"]
     where = ("SIMULATION on the CPU: these times measure the CPU, not a GPU" if result["simulated"]
              else f"{m.get('gpu')}, CUDA {m.get('cuda_runtime')}")

@@ -10,6 +10,11 @@ COURSE = {
     # numbered rungs, each runnable by number: `python -m course rung matmul_triton 1`
     "ladders": {"matmul_triton": "matmul_bench", "matmul_triton_epilogue": "matmul_bench",
                 "matmul_triton_fp8": "matmul_bench"},
+    # results/RECORD.json written by a lesson's own command line (not `course bench`): its command
+    "runners": {
+        "precision_week3": "python -m week3_triton_kernels.precision_bench --write",
+        "precision_k_sweep_week3": "python -m week3_triton_kernels.precision_bench --write",
+    },
     "comparison_page": {
         "file": "performance_comparisons.md",
         "title": "Week 3 · Performance comparisons: one operation, several implementations",

@@ -32,24 +32,18 @@ so each bf16 program brings half as many bytes per unit of work: it needs more r
 or overlap between blocks (the persistent kernel), to keep as many bytes in flight.
 
 `softmax` picks the kernel and its launch settings per (dtype size, padded row width) from
-results/tuned_softmax.json (written by `python -m week3_triton_kernels.softmax --sweep`, used on
-the GPU it was measured on) and falls back to `heuristic_config` elsewhere. bf16 inputs are loaded as bf16, converted to fp32 in
+results/tuned_softmax.json (written by `python -m week3_triton_kernels.softmax_bench --sweep`, used
+on the GPU it was measured on) and falls back to `heuristic_config` elsewhere. bf16 inputs are loaded as bf16, converted to fp32 in
 registers, and rounded back to bf16 only on the store: fp32 arithmetic, bf16 traffic.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import sys
-import time
 from dataclasses import dataclass
 
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import tuning, validate
-from course.bench import Benchmark, itemsize
-from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -191,8 +185,9 @@ class SoftmaxConfig:
         return f"{kind:<15} rows={self.rows:<2} warps={self.num_warps:<2}"
 
 
-def _num_warps(elements_per_program: int) -> int:
-    # ~16 fp32 values per thread keeps registers low enough for two or more programs per SM.
+def default_num_warps(elements_per_program: int) -> int:
+    """Warps for a program of this many elements: ~16 fp32 values per thread keeps registers low
+    enough for two or more programs per SM."""
     return max(4, min(16, triton.next_power_of_2(elements_per_program) // (32 * 16)))
 
 
@@ -201,7 +196,8 @@ def _num_warps(elements_per_program: int) -> int:
 STAGED_BYTES = 160 * 1024
 
 
-def _two_stages_fit(block_bytes: int) -> bool:
+def two_stages_fit(block_bytes: int) -> bool:
+    """Whether two blocks of this many bytes (num_stages=2) fit in STAGED_BYTES of shared memory."""
     return 2 * block_bytes <= STAGED_BYTES
 
 
@@ -216,31 +212,23 @@ def heuristic_config(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
     block = triton.next_power_of_2(max(n_cols, 1))
     itemsize = torch.empty((), dtype=dtype).element_size()
     if itemsize >= 4:
-        return SoftmaxConfig(persistent=False, rows=1, num_warps=_num_warps(block))
+        return SoftmaxConfig(persistent=False, rows=1, num_warps=default_num_warps(block))
     rows = max(1, 8192 // (block * itemsize))
-    return SoftmaxConfig(persistent=True, rows=rows, num_warps=_num_warps(rows * block),
-                         num_stages=2 if _two_stages_fit(rows * block * itemsize) else 1)
+    return SoftmaxConfig(persistent=True, rows=rows, num_warps=default_num_warps(rows * block),
+                         num_stages=2 if two_stages_fit(rows * block * itemsize) else 1)
 
 
-# The fastest config per (itemsize, padded width), measured by `python -m week3_triton_kernels.softmax
-# --sweep` and written by it to results/tuned_softmax.json (with the GPU, versions and date). Read
-# once; used only on the GPU it was measured on (course/tuning.py), else `heuristic_config`.
-RESULTS = tuning.results_folder(__file__)
-_tuned: dict | None = None
-
-
-def tuned_configs() -> dict[tuple[int, int], SoftmaxConfig]:
-    """{(itemsize, padded width): SoftmaxConfig} from results/tuned_softmax.json for this GPU ({} elsewhere)."""
-    global _tuned
-    if _tuned is None:
-        _tuned = {key: SoftmaxConfig(**config) for key, config in tuning.load(RESULTS, "softmax").items()}
-    return _tuned
+# The fastest config per (itemsize, padded width), measured by `python -m
+# week3_triton_kernels.softmax_bench --sweep` and written by it to results/tuned_softmax.json (with
+# the GPU, versions and date). Read once; used only on the GPU it was measured on
+# (course/tuning.py), else `heuristic_config`.
+TUNED = tuning.TunedTable(__file__, "softmax", SoftmaxConfig)
 
 
 def config_for(n_cols: int, dtype: torch.dtype) -> SoftmaxConfig:
     """The launch settings `softmax` uses: the tuned table where it has an entry, else the heuristic."""
     key = (torch.empty((), dtype=dtype).element_size(), triton.next_power_of_2(max(n_cols, 1)))
-    return tuned_configs().get(key) or heuristic_config(n_cols, dtype)
+    return TUNED.get(key) or heuristic_config(n_cols, dtype)
 
 
 _resident_cache: dict = {}
@@ -306,7 +294,7 @@ def _check_one_block(n_cols):
 def _launch_blocks(x, out, n_rows, n_cols, rows, num_warps):
     block = triton.next_power_of_2(n_cols)
     rows = min(rows, triton.next_power_of_2(n_rows))
-    num_warps = num_warps or _num_warps(rows * block)
+    num_warps = num_warps or default_num_warps(rows * block)
     if rows == 1:
         softmax_row_kernel[(n_rows,)](x, out, n_cols, n_cols, n_cols, BLOCK_SIZE=block,
                                       num_warps=num_warps)
@@ -363,7 +351,7 @@ def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None, *,
     rows = rows_per_program or guess.rows
     block = triton.next_power_of_2(n_cols)
     _launch_persistent(x, out, n_rows, n_cols, rows,
-                       num_warps or _num_warps(min(rows, triton.next_power_of_2(n_rows)) * block),
+                       num_warps or default_num_warps(min(rows, triton.next_power_of_2(n_rows)) * block),
                        num_stages or guess.num_stages)
     return out
 
@@ -378,11 +366,12 @@ def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, *,
         return out
     block = min(block_size, max(16, triton.next_power_of_2(n_cols)))
     softmax_online_kernel[(n_rows,)](x, out, n_cols, n_cols, n_cols, BLOCK_SIZE=block,
-                                     num_warps=_num_warps(block))
+                                     num_warps=default_num_warps(block))
     return out
 
 
-def _launch_config(x, out, config: SoftmaxConfig):
+def softmax_with_config(x, out, config: SoftmaxConfig):
+    """Softmax of checked x into out with these launch settings: `softmax`'s launch, and the sweep's."""
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols
     if config.persistent:
@@ -399,157 +388,4 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return out
     if n_cols > AUTO_ONE_BLOCK:
         return softmax_online(x, out)
-    return _launch_config(x, out, config_for(n_cols, x.dtype))
-
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# ---------------------------------------------------------------------------------- benchmarks
-# 256 MB per input whatever the dtype (2^26 fp32, 2^27 bf16): 5x the H100's L2, so HBM is
-# measured, and ~170 us of traffic per call, far above Python's launch cost. At 64 MB per bf16
-# input (~45 us) the first H100 run was launch-bound and noisy.
-INPUT_BYTES = 1 << 28
-WIDTHS = [1024, 2048, 4096, 8192, 16384, 32768]
-
-
-def _rows(size):
-    cols, dtype = size
-    return runtime.pick(gpu=INPUT_BYTES // itemsize(dtype), sim=64 * cols) // cols
-
-
-def _inputs(size):
-    x = random_tensor((_rows(size), size[0]), size[1], runtime.DEVICE)
-    return x, torch.empty_like(x)
-
-
-def _bytes(size):
-    cols, dtype = size
-    return 2 * _rows(size) * cols * itemsize(dtype)
-
-
-def _softmax_benchmark(dtype: torch.dtype) -> Benchmark:
-    short = str(dtype).replace("torch.", "")
-    return Benchmark(
-        name=f"softmax_{short}",
-        title=f"Row softmax, {short} ({INPUT_BYTES >> 20} MB per input; rows = elements / cols)",
-        sizes=[(w, dtype) for w in WIDTHS],
-        sim_sizes=[(64, dtype), (256, dtype)],
-        size_label=lambda size: f"cols={size[0]}",
-        make_inputs=_inputs,
-        variants={
-            "torch": lambda x, out: torch.softmax(x, dim=-1),
-            "triton": softmax,
-            "triton_one_block": softmax_one_block,
-            "triton_4_rows_per_program": lambda x, out: softmax_one_block(x, out, rows_per_program=4),
-            "triton_persistent": softmax_persistent,
-            "triton_online": softmax_online,
-        },
-        headline=("triton",),
-        bytes=_bytes,
-        flops=lambda size: 0,
-        notes="bytes = 2 x rows x cols x itemsize (read x once, write y once); the online "
-              "kernel actually reads x twice, so its % of copy is an under-count of its traffic; "
-              "`triton` is `softmax` (results/tuned_softmax.json, else heuristic_config); `triton_persistent` uses "
-              "heuristic_config's rows/warps/stages with a persistent grid",
-    )
-
-
-BENCHMARKS = [_softmax_benchmark(torch.float32), _softmax_benchmark(torch.bfloat16)]
-
-
-# --------------------------------------------------------------------------------- the sweep
-SWEEP_BYTES = 1 << 27  # 128 MB per input: still 2.5x L2, half the time of the benchmark size
-
-
-def sweep_configs(n_cols: int, dtype: torch.dtype) -> list[SoftmaxConfig]:
-    """The configs `--sweep` times for one (width, dtype): few on purpose (each is a compile).
-
-    One row per program on a grid of rows (the baseline kernel), and the persistent kernel with
-    1 to 16 KB of input per block (or one row), without and with a second block in flight (when
-    two fit in shared memory); each with ~16 and ~8 values per thread (w0 and 2 w0 warps).
-    """
-    block = triton.next_power_of_2(n_cols)
-    element_bytes = itemsize(dtype)
-    configs = []
-    rows = 1
-    while rows == 1 or rows * block * element_bytes <= 16384:
-        w0 = _num_warps(rows * block)
-        for warps in (w0, 2 * w0):
-            if warps > 32 or rows * block < 4 * 32 * warps:  # fewer than 4 values per thread
-                continue
-            if rows == 1:
-                configs.append(SoftmaxConfig(persistent=False, rows=1, num_warps=warps))
-            for stages in (1, 2):
-                if stages == 1 or _two_stages_fit(rows * block * element_bytes):
-                    configs.append(SoftmaxConfig(persistent=True, rows=rows, num_warps=warps, num_stages=stages))
-        rows *= 2
-    return configs
-
-
-def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16), save: bool = True) -> dict:
-    """Time every config of `sweep_configs` against torch.softmax; print GB/s; return the best and
-    (`save`) write it to results/tuned_softmax.json, which `config_for` reads."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
-    started = time.perf_counter()
-    copy = bench.copy_bandwidth_gbps()
-    print(f"copy ceiling {copy:.0f} GB/s; {SWEEP_BYTES >> 20} MB per input; GB/s = 2 x bytes / time")
-    best: dict[tuple[int, int], tuple[float, SoftmaxConfig]] = {}
-    for dtype in dtypes:
-        for width in widths:
-            rows_total = SWEEP_BYTES // itemsize(dtype) // width
-            x = random_tensor((rows_total, width), dtype, runtime.DEVICE)
-            out = torch.empty_like(x)
-            nbytes = 2 * x.numel() * x.element_size()
-            want = torch.softmax(x.float(), dim=-1)
-
-            def rate(fn):
-                timing = bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30)
-                return nbytes / (timing.median_ms * 1e-3) / 1e9
-
-            torch_gbps = rate(lambda: torch.softmax(x, dim=-1))
-            short = str(dtype).replace("torch.", "")
-            print(f"\n{short} cols={width}: torch {torch_gbps:.0f} GB/s ({100 * torch_gbps / copy:.1f}% of copy)")
-            for config in sweep_configs(width, dtype):
-                try:
-                    gbps = rate(lambda: _launch_config(x, out, config))
-                except Exception as error:  # a config that does not compile or fit: say so, go on
-                    print(f"  {config.label()}  failed: {str(error).splitlines()[0][:70]}")
-                    continue
-                err = float((out.float() - want).abs().max())
-                wrong = "  WRONG (max err %.2g)" % err if err > 1e-2 else ""
-                print(f"  {config.label()}  {gbps:6.0f} GB/s {100 * gbps / copy:5.1f}% of copy "
-                      f"{gbps / torch_gbps:5.2f}x torch{wrong}")
-                key = (x.element_size(), triton.next_power_of_2(width))
-                if not wrong and gbps > best.get(key, (0.0, None))[0]:
-                    best[key] = (gbps, config)
-            del x, out, want
-            torch.cuda.empty_cache()
-    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (itemsize, width):")
-    for key, (gbps, c) in sorted(best.items()):
-        print(f"    {key}: {c.label()}  {gbps:.0f} GB/s, {100 * gbps / copy:.1f}% of copy")
-    if save:
-        entries = [{"key": list(key), "config": dataclasses.asdict(c),
-                    "measured": {"gbps": round(gbps), "pct_of_copy": round(100 * gbps / copy, 1)}}
-                   for key, (gbps, c) in sorted(best.items())]
-        print(f"wrote {tuning.save(RESULTS, 'softmax', entries, 'python -m week3_triton_kernels.softmax --sweep')}")
-    return {key: config for key, (_, config) in best.items()}
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time launch configs per width and dtype (GPU)")
-    parser.add_argument("--widths", type=int, nargs="*", default=WIDTHS, help="row widths for --sweep")
-    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], help="dtypes for --sweep")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep(args.widths, [getattr(torch, d) for d in args.dtypes])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY
+    return softmax_with_config(x, out, config_for(n_cols, x.dtype))

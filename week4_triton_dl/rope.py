@@ -47,8 +47,8 @@ per pass that moves the same bytes as ours: against it, the race is bandwidth an
 
 As an op a model calls (the second half of this file), following rmsnorm.py: `apply_rope(q, k,
 ...)` is ONE call for q and k. Eager calls run `RoPEQKFunction` (an autograd.Function), or the
-bare hot path `_forward` when nothing needs a gradient; under torch.compile they go through the
-registered op `torch.ops.course.rope_qk` (fake function + autograd formula; its backward is the
+bare hot path `rope_hot_path` when nothing needs a gradient; under torch.compile they go through
+the registered op `torch.ops.course.rope_qk` (fake function + autograd formula; its backward is the
 op `rope_qk_backward`, the inverse rotation), one node in Dynamo's graph, no graph break.
 `rope(x, ...)` has its own pair, `course::rope` / `course::rope_backward`. The hot path does no
 validation (the public entry checks its arguments with a few comparisons), keeps the launch
@@ -56,8 +56,8 @@ settings of a head count in `_PLANS`, and launches once for q and k: on the H100
 launch costs ~15 us and a custom-op dispatch ~8 us more than an autograd.Function
 (course/ops.py), while a single-token decode step of a batch of 8 moves ~50 KB, well under
 1 us of GPU time: at that size the host is the whole cost, and the eager rotate-half formula
-pays it ten times (10 kernels for q and k). The benchmarks `rope_train_week4` (forward +
-backward through autograd at model shapes, against the eager rotate-half formula and
+pays it ten times (10 kernels for q and k). The benchmarks (rope_bench.py) `rope_train_week4`
+(forward + backward through autograd at model shapes, against the eager rotate-half formula and
 torch.compile of it) and `rope_host_week4` (host cost per call at that decode step,
 clock="wall") measure it as a model calls it.
 """
@@ -69,8 +69,6 @@ import torch
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark, bench_dtype
-from course.check import random_tensor
 from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
 
 import triton  # noqa: E402  (after course.runtime on purpose)
@@ -194,8 +192,9 @@ def _dense_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(t, memory_format=torch.contiguous_format)  # ~2x cheaper than t.new_empty(t.shape)
 
 
-def _forward(q, k, cos, sin, position_offset: int, layout: str, inverse: bool = False):
-    """(rotated q, rotated k or None), new tensors contiguous in the logical layout. Unchecked."""
+def rope_hot_path(q, k, cos, sin, position_offset: int, layout: str, inverse: bool = False):
+    """(rotated q, rotated k or None), new tensors contiguous in the logical layout; `inverse`
+    rotates by -theta (the backward). Unchecked: what the checked entries call."""
     q_out = _dense_like(q)
     k_out = None if k is None else _dense_like(k)
     _launch(q, k, q_out, k_out, cos, sin, position_offset, layout, inverse)
@@ -283,12 +282,12 @@ def rope_forward(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position
 def rope_qk_op(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                position_offset: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(rotated q, rotated k), one launch; see apply_rope. Outputs contiguous in the logical layout."""
-    return _forward(q, k, cos, sin, position_offset, layout)
+    return rope_hot_path(q, k, cos, sin, position_offset, layout)
 
 
 @rope_qk_op.register_fake
 def _rope_qk_fake(q, k, cos, sin, position_offset, layout):
-    # Shapes, dtypes and strides only: new tensors, contiguous (what _forward allocates).
+    # Shapes, dtypes and strides only: new tensors, contiguous (what rope_hot_path allocates).
     return _dense_like(q), _dense_like(k)
 
 
@@ -296,7 +295,7 @@ def _rope_qk_fake(q, k, cos, sin, position_offset, layout):
 def rope_qk_backward_op(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                         position_offset: int, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(dq, dk) of the inputs: the gradients rotated by -theta (gradients of any strides)."""
-    return _forward(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin, position_offset, layout, True)
+    return rope_hot_path(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin, position_offset, layout, True)
 
 
 @rope_qk_backward_op.register_fake
@@ -323,7 +322,7 @@ rope_qk_op.register_autograd(_rope_qk_backward_formula, setup_context=_setup_con
 def rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset: int,
             layout: str) -> torch.Tensor:
     """One tensor rotated; see rope."""
-    return _forward(x, None, cos, sin, position_offset, layout)[0]
+    return rope_hot_path(x, None, cos, sin, position_offset, layout)[0]
 
 
 @rope_op.register_fake
@@ -334,7 +333,7 @@ def _rope_fake(x, cos, sin, position_offset, layout):
 @torch.library.custom_op(f"{NAMESPACE}::rope_backward", mutates_args=())
 def rope_backward_op(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset: int,
                      layout: str) -> torch.Tensor:
-    return _forward(_last_dim_contiguous(dy), None, cos, sin, position_offset, layout, True)[0]
+    return rope_hot_path(_last_dim_contiguous(dy), None, cos, sin, position_offset, layout, True)[0]
 
 
 @rope_backward_op.register_fake
@@ -364,12 +363,12 @@ class RoPEQKFunction(torch.autograd.Function):
     def forward(ctx, q, k, cos, sin, position_offset, layout):
         ctx.save_for_backward(cos, sin)
         ctx.position_offset, ctx.layout = position_offset, layout
-        return _forward(q, k, cos, sin, position_offset, layout)
+        return rope_hot_path(q, k, cos, sin, position_offset, layout)
 
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        dq, dk = _forward(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin,
+        dq, dk = rope_hot_path(_last_dim_contiguous(dq), _last_dim_contiguous(dk), cos, sin,
                           ctx.position_offset, ctx.layout, True)
         return dq, dk, None, None, None, None
 
@@ -381,12 +380,12 @@ class RoPEFunction(torch.autograd.Function):
     def forward(ctx, x, cos, sin, position_offset, layout):
         ctx.save_for_backward(cos, sin)
         ctx.position_offset, ctx.layout = position_offset, layout
-        return _forward(x, None, cos, sin, position_offset, layout)[0]
+        return rope_hot_path(x, None, cos, sin, position_offset, layout)[0]
 
     @staticmethod
     def backward(ctx, dy):
         cos, sin = ctx.saved_tensors
-        dx = _forward(_last_dim_contiguous(dy), None, cos, sin, ctx.position_offset, ctx.layout, True)[0]
+        dx = rope_hot_path(_last_dim_contiguous(dy), None, cos, sin, ctx.position_offset, ctx.layout, True)[0]
         return dx, None, None, None, None
 
 
@@ -438,7 +437,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_offset:
         return rope_op(x, cos, sin, position_offset, layout)
     if ops.needs_grad(x):
         return RoPEFunction.apply(x, cos, sin, position_offset, layout)
-    return _forward(x, None, cos, sin, position_offset, layout)[0]
+    return rope_hot_path(x, None, cos, sin, position_offset, layout)[0]
 
 
 def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -462,7 +461,7 @@ def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
         return rope_qk_op(q, k, cos, sin, position_offset, layout)
     if ops.needs_grad(q, k):
         return RoPEQKFunction.apply(q, k, cos, sin, position_offset, layout)
-    return _forward(q, k, cos, sin, position_offset, layout)
+    return rope_hot_path(q, k, cos, sin, position_offset, layout)
 
 
 # ---------------------------------------------------------------------------- torch references
@@ -496,140 +495,3 @@ def full_tables(cos, sin, S: int, dtype: torch.dtype, layout: str = "bhsd"):
     """(S, D) tables with the halves duplicated, in `dtype`, shaped to broadcast: for rope_rotate_half."""
     c, s = (torch.cat([t[:S], t[:S]], dim=-1).to(dtype) for t in (cos, sin))
     return _table_view(c, S, 0, layout), _table_view(s, S, 0, layout)
-
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# ---------------------------------------------------------------------------------- benchmarks
-# (B, S, H_q, H_kv, D), bf16 on the GPU. The last size is the headline: q and k 134 MB each.
-SIZES = [(8, 2048, 32, 8, 128), (4, 4096, 32, 32, 128)]
-SIM_SIZES = [(1, 8, 2, 1, 16)]
-_compiled: dict = {}
-
-
-def _compile(fn):
-    """torch.compile(fn) (dynamic=False), compiled on its first call: the warm-up, never timed."""
-    def run(*args):
-        if fn not in _compiled:
-            _compiled[fn] = torch.compile(fn, dynamic=False)
-        return _compiled[fn](*args)
-    return run
-
-
-_compiled_rotate_half = _compile(rope_rotate_half)
-
-
-def _inputs(size, requires_grad: bool = False):
-    B, S, Hq, Hkv, D = size
-    dtype = bench_dtype()
-    q = random_tensor((B, Hq, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
-    k = random_tensor((B, Hkv, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
-    cos, sin = rope_tables(S, D)
-    cos_full, sin_full = full_tables(cos, sin, S, dtype)
-    return q, k, cos, sin, cos_full, sin_full
-
-
-def _bytes(size):
-    B, S, Hq, Hkv, D = size
-    itemsize = bench_dtype().itemsize
-    return 2 * B * S * (Hq + Hkv) * D * itemsize + 2 * S * (D // 2) * 4
-
-
-BENCHMARKS = [
-    Benchmark(
-        name="rope_week4",
-        title="RoPE on q and k, (B, H, S, D), bf16 (fp16 before sm_80, fp32 in simulation); "
-              "size = B x S x Hq/Hkv x D",
-        sizes=SIZES, sim_sizes=SIM_SIZES,
-        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}/{s[3]}x{s[4]}",
-        make_inputs=_inputs,
-        variants={
-            "torch": lambda q, k, c, s, cf, sf: rope_rotate_half(q, k, cf, sf),
-            "torch_compile": lambda q, k, c, s, cf, sf: _compiled_rotate_half(q, k, cf, sf),
-            "triton": lambda q, k, c, s, cf, sf: apply_rope(q, k, c, s),
-            "triton_backward": lambda q, k, c, s, cf, sf: _forward(q, k, c, s, 0, "bhsd", True),
-            "triton_two_launches": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s), rope_forward(k, c, s)),
-        },
-        gpu_only=("torch_compile",),
-        headline=("triton",),
-        bytes=_bytes,
-        flops=lambda s: 3 * s[0] * s[1] * (s[2] + s[3]) * s[4],
-        notes="bytes = read q, k + write both (+ the fp32 tables once); torch = x * cos + "
-              "rotate_half(x) * sin in eager bf16 ops (neg, cat, mul, mul, add: ~5x the bytes); "
-              "triton = apply_rope (q and k in one launch); triton_backward = the same kernel "
-              "rotating by -theta; triton_two_launches = the validated launcher rope_forward on q, then k",
-    ),
-]
-
-
-# ------------------------------------------------------------------- as a model calls it
-# (B, S, Hq, Hkv, D): GPT-2 small's attention at 8 x 1024 tokens, a Llama-3-8B-like layer
-# (grouped-query attention, 8 key heads) at 4 x 4096, one long 8192-token sequence; and a
-# single-token decode step of a batch of 8 for the host cost.
-TRAIN_SIZES = [(8, 1024, 12, 12, 64), (4, 4096, 32, 8, 128), (1, 8192, 32, 32, 128)]
-TRAIN_SIM_SIZES = [(1, 4, 2, 1, 8)]
-HOST_SIZES = [(8, 1, 12, 12, 64)]
-
-
-def _train_inputs(size):
-    q, k, cos, sin, cos_full, sin_full = _inputs(size, requires_grad=True)
-    dq, dk = (random_tensor(t.shape, t.dtype, runtime.DEVICE) for t in (q, k))
-    return q, k, cos, sin, cos_full, sin_full, dq, dk
-
-
-def _fwd_bwd_torch(rotate):
-    """forward + backward through autograd, as a training step runs it: (dq, dk)."""
-    return lambda q, k, c, s, cf, sf, dq, dk: torch.autograd.grad(rotate(q, k, cf, sf), (q, k), (dq, dk))
-
-
-def _fwd_bwd_triton(q, k, c, s, cf, sf, dq, dk):
-    return torch.autograd.grad(apply_rope(q, k, c, s, 0, "bhsd"), (q, k), (dq, dk))
-
-
-def _train_bytes(size):
-    return 2 * _bytes(size)  # forward: read q, k, write both; backward: read dq', dk', write dq, dk
-
-
-BENCHMARKS += [
-    Benchmark(
-        name="rope_train_week4",
-        title="RoPE on q and k, forward + backward through autograd, as a model calls it, (B, H, S, D), "
-              "bf16 (fp32 in simulation); size = B x S x Hq/Hkv x D",
-        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES,
-        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}/{s[3]}x{s[4]}",
-        make_inputs=_train_inputs,
-        variants={
-            "torch": _fwd_bwd_torch(rope_rotate_half),
-            "torch_compile": _fwd_bwd_torch(_compiled_rotate_half),
-            "triton": _fwd_bwd_triton,
-        },
-        gpu_only=("torch_compile",),
-        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
-        headline=("triton",),
-        bytes=_train_bytes,
-        flops=lambda s: 6 * s[0] * s[1] * (s[2] + s[3]) * s[4],
-        notes="(q', k') = rope(q, k), then torch.autograd.grad((q', k'), (q, k), (dq', dk')): the public "
-              "entry (apply_rope: one launch forward, one backward) against the rotate-half formula in "
-              "eager ops with (S, D) bf16 tables made beforehand (rope_rotate_half) and torch.compile of "
-              "it (dynamic=False); bytes = forward 2ns + backward 2ns (+ tables), the minimum",
-    ),
-    Benchmark(
-        name="rope_host_week4",
-        title="RoPE on q and k: host cost per call at a single-token decode step, bf16 (fp32 in simulation)",
-        sizes=HOST_SIZES, sim_sizes=HOST_SIZES,
-        size_label=lambda s: f"{s[0]}x{s[1]}x{s[2]}/{s[3]}x{s[4]}",
-        make_inputs=_inputs,
-        variants={
-            "torch": lambda q, k, c, s, cf, sf: rope_rotate_half(q, k, cf, sf),
-            "triton": lambda q, k, c, s, cf, sf: apply_rope(q, k, c, s, 0, "bhsd"),
-            "triton_launcher": lambda q, k, c, s, cf, sf: (rope_forward(q, c, s), rope_forward(k, c, s)),
-        },
-        headline=("triton",),
-        clock="wall",
-        bytes=lambda s: 0,
-        notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
-              "(checks, allocation, launches), the GPU work being ~2 us; torch = the rotate-half formula "
-              "(10 eager kernels for q and k); triton = apply_rope (one launch); triton_launcher = "
-              "rope_forward on q, then k (validated, two launches)",
-    ),
-]
-# END SOLUTION ONLY

@@ -8,11 +8,11 @@ COURSE = {
     "title": "Integration: profile a real model, swap in kernels, extensions, inference, scale-out",
     "order": 5,
     "runners": {
-        "profile_week5": "python -m week5_integration.profile_model --out week5_integration/results",
-        "swaps_week5": "python -m week5_integration.profile_model --out week5_integration/results",
+        "profile_week5": "python -m week5_integration.profile_model_bench --out week5_integration/results",
+        "swaps_week5": "python -m week5_integration.profile_model_bench --out week5_integration/results",
         "compile_reading_week5": "python -m week5_integration.compile_reading --out week5_integration/results",
-        "kv_cache_week5": "python -m week5_integration.inference --out week5_integration/results",
-        "finetune_week5": "python -m week5_integration.finetune --config large gpt2 --out week5_integration/results",
+        "kv_cache_week5": "python -m week5_integration.inference_bench --out week5_integration/results",
+        "finetune_week5": "python -m week5_integration.finetune_bench --config large gpt2 --out week5_integration/results",
         "fsdp_week5": "python -m week5_integration.distributed --gpus 2 --out week5_integration/results",
     },
 }

@@ -37,10 +37,11 @@ from pathlib import Path
 
 import torch
 
-from course import runtime
+from course import bench, runtime
 from week2_pytorch_optimizations import compilation, profiling
 from week5_integration import model as m
 from week5_integration import profile_model as pm
+from week5_integration import profile_model_bench as pm_bench
 from week5_integration import train as tr
 
 KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(triton|cpp_pybinding|cpp)\(", re.M)
@@ -237,7 +238,7 @@ def training_step_fn(model: m.GPT, amp: bool):
 
 def default_setup():
     """GPT_SMALL, batch 32 x 512, bf16 on a GPU; GPT_TINY, 2 x 16, fp32 on the CPU."""
-    cfg, tc = pm.default_setup()
+    cfg, tc = pm_bench.default_setup()
     return cfg, tc
 
 
@@ -249,7 +250,7 @@ def capture(cfg=None, tc=None) -> dict:
     batches, _ = tr.make_batches(model.cfg, tc)
     x, y = batches.next()
     step = training_step_fn(model, tr.amp_enabled(tc, runtime.DEVICE))
-    pm.warm_rope_cache(model, tc)  # else the first graph computes the RoPE tables (see there)
+    pm_bench.warm_rope_cache(model, tc)  # else the first graph computes the RoPE tables (see there)
     code = compilation.generated_code(step, x, y)  # week 2's helper: run_and_get_code, dynamo reset around it
     return {"code": code, "model": model, "step": step, "batch": (x, y), "cfg": cfg, "tc": tc}
 
@@ -285,20 +286,21 @@ def reading_record(captured: dict, times: dict | None = None) -> dict:
         for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
             rows.append({"size": "library", "variant": f"{group} (not generated)", "ms": us / 1e3})
     cfg, tc = captured["cfg"], captured["tc"]
-    return pm.results_record("compile_reading_week5",
-                             f"What torch.compile generates for the torch twin's training step: {pm.model_size_label(cfg, tc)}",
-                             "one row per generated kernel: ms = its GPU time per step (GPU only), its job in course terms "
-                             "and the course kernel doing that job; 'library' rows = kernels Inductor did not generate",
-                             [r for r in rows if r.get("ms") is not None] if times else rows,
-                             {"ceilings": {"copy_gbps": pm.bench.copy_bandwidth_gbps()}, "summary": summary(parsed),
-                              "headline": ["gemm (not generated)", "attention (not generated)"],
-                              "library_calls": parsed["library_calls"],
-                              "all_kernels": [dataclasses.asdict(k) for k in parsed["kernels"]]})
+    title = f"What torch.compile generates for the torch twin's training step: {pm_bench.model_size_label(cfg, tc)}"
+    return pm_bench.results_record(
+        "compile_reading_week5", title,
+        "one row per generated kernel: ms = its GPU time per step (GPU only), its job in course terms "
+        "and the course kernel doing that job; 'library' rows = kernels Inductor did not generate",
+        [r for r in rows if r.get("ms") is not None] if times else rows,
+        {"ceilings": {"copy_gbps": bench.copy_bandwidth_gbps()}, "summary": summary(parsed),
+         "headline": ["gemm (not generated)", "attention (not generated)"],
+         "library_calls": parsed["library_calls"],
+         "all_kernels": [dataclasses.asdict(k) for k in parsed["kernels"]]})
 
 
 def reading_markdown(record: dict) -> str:
     s = record["summary"]
-    lines = [f"**{record['title']}**: {pm.bench.measured_on(record)}.", "",
+    lines = [f"**{record['title']}**: {bench.measured_on(record)}.", "",
              "Graphs: " + ", ".join(f"{g}: {v['kernels']} generated kernels, {v['launches']} launches"
                                     for g, v in s["graphs"].items()),
              f"; library calls: {s['gemm_library_calls']} GEMM, {s['attention_library_calls']} attention; "
@@ -327,7 +329,7 @@ def reading_run(out: Path | None = None, *, cfg=None, tc=None) -> dict:
         times = kernel_times(captured, trace_path=trace)
     record = reading_record(captured, times)
     if out is not None:
-        pm.save(record, out, reading_markdown(record))
+        pm_bench.save(record, out, reading_markdown(record))
         (Path(out) / "compile_week5_output_code.py").write_text(captured["code"])
     return record
 
@@ -336,7 +338,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="results folder (default: week5_integration/results on a GPU, none on the CPU)")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else (pm.RESULTS if runtime.on_gpu() else None)
+    out = Path(args.out) if args.out else (pm_bench.RESULTS if runtime.on_gpu() else None)
     record = reading_run(out)
     print(reading_markdown(record))
     if out is not None:

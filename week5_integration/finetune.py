@@ -16,12 +16,13 @@ Measured per variant: trainable parameters, peak memory (`torch.cuda.max_memory_
 the steady-state steps: everything allocated at the peak, so weights + gradients + optimizer
 states + activations + temporaries), step time (CUDA events, median), the final training loss,
 the validation loss, and exact-match accuracy on held-out sums ("17+25=" -> "42.", greedy).
-`python -m week5_integration.finetune --config small --pretrain-steps N --steps M --out DIR`
-writes `finetune_week5.json` (a `course.bench`-compatible record), `.md` and the loss curves
-`finetune_week5_loss.png`; with several configs (`--config large gpt2`, the GPU run) the record is
-rewritten after each one, so a run cut off later keeps the configs already done.
-`BENCHMARKS` holds `lora_step_large_week5`: one LoRA layer's training step at sizes where the GPU's
-work, not the host's, sets the time, beside a frozen layer's step (the floor).
+`run` runs the experiment for one config. Its record, table, plot and command line are
+finetune_bench.py's: `python -m week5_integration.finetune_bench --config small --pretrain-steps N
+--steps M --out DIR` writes `finetune_week5.json` (a `course.bench`-compatible record), `.md` and
+the loss curves `finetune_week5_loss.png`; with several configs (`--config large gpt2`, the GPU
+run) the record is rewritten after each one, so a run cut off later keeps the configs already
+done. Its `BENCHMARKS` holds `lora_step_large_week5`: one LoRA layer's training step at sizes where
+the GPU's work, not the host's, sets the time, beside a frozen layer's step (the floor).
 
 Where the memory goes (bytes; P parameters, P_lin of them in the adapted nn.Linear layers, P_a
 adapter parameters, T tokens per step, L layers, d model width, h MLP hidden width, V vocabulary):
@@ -48,26 +49,20 @@ config (453M parameters, 16 x 1536, at 8 x 512 tokens) is where model state domi
 """
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import functools
 import random
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import torch
 import torch.utils.checkpoint
 
-from course import runtime  # before triton (imported by lora, nf4)
+from course import bench, runtime  # runtime before triton (imported by lora, nf4)
 from week5_integration import data
 from week5_integration import lora as lora_mod
 from week5_integration import model as gpt
 from week5_integration import nf4 as nf4_mod
 
-BENCHMARK_NAME = "finetune_week5"
 VARIANTS = ("full", "lora_torch", "lora", "qlora")
 REFERENCE_VARIANT = "lora_torch"  # "vs torch": LoRA's step time against PEFT-style torch arithmetic
 CONFIGS = {
@@ -372,7 +367,8 @@ def state_bytes(model, opt) -> dict:
     return {"weights": sum(seen.values()), "optimizer": optimizer}
 
 
-def _release():
+def release_memory():
+    """Wait for the GPU, then hand its cached blocks back: each variant's peak starts from zero."""
     if runtime.on_gpu():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -390,7 +386,7 @@ def pretrain(cfg: gpt.GPTConfig, plan: Plan, steps: int, *, seed: int = SEED, lo
         f"loss {result['losses'][-1] if steps else float('nan'):.3f}, stories val {val:.3f}")
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     del model, result["optimizer"]
-    _release()
+    release_memory()
     return state, {"losses": result["losses"], "val_loss": val}
 
 
@@ -405,7 +401,7 @@ def fresh_model(cfg, state, plan: Plan) -> gpt.GPT:
 def finetune_variant(variant: str, cfg, state, task: Task, plan: Plan, steps: int, *, seed: int = SEED,
                      log=print) -> dict:
     """Fine-tune one variant from the pre-trained state; its row of the table and its curve."""
-    _release()
+    release_memory()
     torch.manual_seed(seed)  # the same initial adapters for lora_torch, lora and qlora
     model = prepare(fresh_model(cfg, state, plan), variant, plan)
     lr = plan.full_lr if variant == "full" else plan.adapter_lr
@@ -442,10 +438,10 @@ def finetune_variant(variant: str, cfg, state, task: Task, plan: Plan, steps: in
                     "reps": len(result["step_ms"])})
         row["tokens_per_s"] = tokens / (row["ms"] * 1e-3)
     log(f"{variant:>10}: {time.perf_counter() - started:6.1f} s, step {row.get('ms', float('nan')):.2f} ms, "
-        f"peak {_fmt(row['peak_mib'], '.0f')} MiB (predicted {row['predicted_peak_mib']:.0f}), "
+        f"peak {bench.fmt(row['peak_mib'], '.0f')} MiB (predicted {row['predicted_peak_mib']:.0f}), "
         f"val {row['val_loss']:.3f}, exact match {row['exact_match']:.0%}")
     del model
-    _release()
+    release_memory()
     return {"row": row, "losses": result["losses"]}
 
 
@@ -492,221 +488,3 @@ def run(config: str = "tiny", *, pretrain_steps: int | None = None, steps: int |
     return {"rows": rows, "curves": curves, "pretrain": pre, "config": config,
             "settings": {**asdict(plan), "pretrain_steps": pretrain_steps, "steps": steps,
                          "model": asdict(cfg), "params": parameter_counts(cfg, plan.rank)}}
-
-
-def record(runs: list[dict]) -> dict:
-    """The course.bench-compatible record of one or more configs' runs."""
-    from course import bench
-
-    ceilings = {"copy_gbps": bench.copy_bandwidth_gbps()}
-    _release()
-    return {
-        "benchmark": BENCHMARK_NAME,
-        "title": "Fine-tuning a pre-trained GPT on sums: full vs LoRA (torch, Triton) vs QLoRA (NF4)",
-        "notes": ("ms = median step (CUDA events, after warm-up steps); peak = torch.cuda.max_memory_allocated "
-                  "over the timed steps (weights + grads + optimizer + activations); vs torch = lora_torch's "
-                  "step time / this step time; exact match = greedy answers to held-out sums"),
-        "headline": ["lora", "qlora"],
-        "simulated": not runtime.on_gpu(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": runtime.describe(),
-        "ceilings": ceilings,
-        "rows": [row for r in runs for row in r["rows"]],
-        "curves": {r["config"]: r["curves"] for r in runs},
-        "pretrain": {r["config"]: r["pretrain"] for r in runs},
-        "settings": {r["config"]: r["settings"] for r in runs},
-    }
-
-
-# BEGIN SOLUTION ONLY: the GPU-bound LoRA benchmark, the table and the plot (tooling around the experiment)
-# ------------------------------------------------------------------- the LoRA step, GPU-bound
-# lora_linear_week5 (lora.py) times one layer's training step at the week-5 model's sizes, M = 4096
-# tokens: ~0.1 ms of GPU work under ~0.6 ms of Python, launches and autograd, so it measured the
-# host. Here M N K grow until the GPU's work is several times the host's (4MNK = 0.55 to 3 TFLOP:
-# ~1-6 ms at ~500 TFLOP/s), and a frozen nn.Linear's step (y = x W^T, dx = dY W: the two GEMMs every
-# variant must do) is the floor each variant is held to.
-LARGE_LORA_SHAPES = [(8192, 4096, 4096), (16384, 4096, 4096), (16384, 4096, 11008)]
-LORA_RANK, LORA_ALPHA = 16, 32.0
-
-
-def _lora_inputs(size):
-    from course.check import random_tensor
-
-    m_, k, n, r, dtype = size
-    dev = runtime.DEVICE
-    x = random_tensor((m_, k), dtype, dev).requires_grad_(True)
-    w = random_tensor((n, k), dtype, dev, scale=k ** -0.5)
-    a = random_tensor((r, k), dtype, dev, scale=k ** -0.5).requires_grad_(True)
-    b = random_tensor((n, r), dtype, dev, scale=r ** -0.5).requires_grad_(True)  # a trained B: not zero
-    return x, w, a, b, random_tensor((m_, n), dtype, dev)
-
-
-def _lora_step(fn):
-    def step(x, w, a, b, dy):
-        y = fn(x, w, a, b, LORA_ALPHA / a.shape[0])
-        return torch.autograd.grad(y, (x, a, b), dy)
-    return step
-
-
-def _frozen_step(x, w, a, b, dy):
-    return torch.autograd.grad(torch.nn.functional.linear(x, w), (x,), dy)
-
-
-def _lora_bytes(size):
-    m_, k, n, r, dtype = size
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return (2 * m_ * k + n * k + 2 * r * k + 2 * n * r + 2 * m_ * n) * itemsize  # x, W, A, B, dY in; y, dx, dA, dB out
-
-
-def _benchmarks():
-    from course.bench import Benchmark
-
-    return [Benchmark(
-        name="lora_step_large_week5",
-        title="LoRA linear, training step at sizes where the GPU's work dominates (forward + backward for x, A, B; "
-              "W frozen), r=16",
-        sizes=[(m_, k, n, LORA_RANK, torch.bfloat16) for m_, k, n in LARGE_LORA_SHAPES],
-        sim_sizes=[(40, 48, 33, 4, torch.float32)],
-        size_label=lambda s: f"M={s[0]} K={s[1]} N={s[2]} r={s[3]} {str(s[4]).replace('torch.', '')}",
-        make_inputs=_lora_inputs,
-        variants={"torch": _lora_step(lora_mod.lora_linear_torch),
-                  "torch_addmm": _lora_step(lora_mod.lora_linear_torch_addmm),
-                  "torch_compile": _lora_step(torch.compile(lora_mod.lora_linear_torch, dynamic=False)),
-                  "triton": _lora_step(lora_mod.lora_linear),
-                  # the registered ops (lora_linear_op and its backward) inside a compiled graph
-                  "triton_compile": _lora_step(torch.compile(lora_mod.lora_linear, fullgraph=True, dynamic=False)),
-                  "frozen_linear": _frozen_step},
-        gpu_only=("torch_compile", "triton_compile"),
-        headline=("triton", "frozen_linear"),
-        bytes=_lora_bytes,
-        flops=lambda s: 4 * s[0] * s[1] * s[2] + 6 * s[0] * s[3] * (s[1] + s[2]),
-        compute_dtype=torch.bfloat16,
-        notes="torch = PEFT's unfused arithmetic under autograd; torch_compile = torch.compile of it; "
-              "triton_compile = torch.compile(lora_linear, fullgraph=True): the registered ops in a graph; frozen_linear = x W^T and dx = dY W alone, no "
-              "adapter (the floor; its TFLOP/s counts the adapters' 6Mr(K+N) it does not do, <1%); flops = "
-              "4MNK + 6Mr(K+N) (no dW)",
-    )]
-
-
-BENCHMARKS = _benchmarks()
-
-
-# ------------------------------------------------------------------------------- table and plot
-def _fmt(value, spec):
-    return "-" if value is None else format(value, spec)
-
-
-def markdown_table(result: dict) -> str:
-    from course.bench import measured_on
-
-    head = ["model, batch", "variant", "trainable", "ms / step", "tokens/s", "vs torch LoRA", "peak MiB",
-            "predicted MiB", "final loss", "val loss", "exact match"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in result["rows"]:
-        speed = f"{r['speedup_vs_torch']:.2f}x" if r.get("speedup_vs_torch") else "-"
-        n = r.get("trainable_params")
-        trainable = "-" if not n else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
-        lines.append("| " + " | ".join([
-            r["size"], r["variant"], trainable, _fmt(r.get("ms"), ".2f"), _fmt(r.get("tokens_per_s"), ",.0f"), speed,
-            _fmt(r.get("peak_mib"), ".0f"),
-            _fmt(r.get("predicted_peak_mib"), ".0f"), _fmt(r.get("final_loss"), ".3f"), _fmt(r.get("val_loss"), ".3f"),
-            _fmt(None if r.get("exact_match") is None else 100 * r["exact_match"], ".0f") + "%"]) + " |")
-    text = f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + "\n"
-    ratios = peak_ratios(result)
-    if ratios:
-        text += "\nPeak memory relative to full fine-tuning: " + ", ".join(
-            f"{size}: " + ", ".join(f"{v} {x:.2f}x" for v, x in r.items()) for size, r in ratios.items()) + ".\n"
-    return text + f"\n{result['notes']}.\n"
-
-
-def peak_ratios(result: dict) -> dict:
-    """{size: {variant: peak / full's peak}} wherever both were measured."""
-    out = {}
-    for size in dict.fromkeys(r["size"] for r in result["rows"]):
-        rows = {r["variant"]: r for r in result["rows"] if r["size"] == size}
-        full = rows.get("full", {}).get("peak_mib")
-        if full:
-            out[size] = {v: r["peak_mib"] / full for v, r in rows.items() if r.get("peak_mib") and v != "full"}
-    return out
-
-
-def plot(result: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    configs = list(result["curves"])
-    fig, axes = plt.subplots(len(configs), 2, figsize=(11, 3.6 * len(configs)), squeeze=False)
-    for (ax_pre, ax), config in zip(axes, configs):
-        pre = result["pretrain"][config]["losses"]
-        ax_pre.plot(range(1, len(pre) + 1), pre, color="gray")
-        ax_pre.set_title(f"{config}: pre-training on stories", fontsize=9)
-        for variant, losses in result["curves"][config].items():
-            ax.plot(range(1, len(losses) + 1), _smooth(losses), label=variant, linewidth=1.2)
-        ax.set_title(f"{config}: fine-tuning on sums (training loss, smoothed)", fontsize=9)
-        ax.legend(fontsize=8)
-        for a in (ax_pre, ax):
-            a.set_xlabel("step")
-            a.set_ylabel("loss (nats / byte)")
-            a.tick_params(labelsize=8)
-    where = result["machine"].get("gpu") or "CPU (simulation)"
-    fig.suptitle(f"{result['title']} ({where})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _smooth(values, width: int = 5):
-    out = []
-    for i in range(len(values)):
-        window = values[max(0, i - width + 1):i + 1]
-        out.append(sum(window) / len(window))
-    return out
-
-
-def save(result: dict, out_dir: Path) -> list[Path]:
-    from course import bench
-
-    paths = bench.write_record(result, out_dir, markdown_table(result))
-    return paths + [plot(result, Path(out_dir) / f"{BENCHMARK_NAME}_loss.png")]
-
-
-# END SOLUTION ONLY
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", nargs="+", default=["tiny" if not runtime.on_gpu() else "small"],
-                        choices=sorted(CONFIGS), help="model size(s): tiny (CPU), small, gpt2 (85M), large (453M)")
-    parser.add_argument("--pretrain-steps", type=int, help="pre-training steps (default: the config's plan)")
-    parser.add_argument("--steps", type=int, help="fine-tuning steps per variant (default: the config's plan)")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--batch", type=int, help="sequences per step (default: the config's plan)")
-    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: the config's plan)")
-    parser.add_argument("--no-checkpointing", action="store_true", help="keep every block's activations")
-    parser.add_argument("--out", help="directory for finetune_week5.json/.md and the loss plot "
-                                      "(default: week5_integration/results on a GPU; nothing saved on the CPU)")
-    args = parser.parse_args(argv)
-    changes = {k: v for k, v in (("batch", args.batch), ("seq_len", args.seq_len)) if v is not None}
-    if args.no_checkpointing:
-        changes["checkpointing"] = False
-    log = functools.partial(print, file=sys.stderr, flush=True)
-    out = Path(args.out) if args.out else (Path(__file__).parent / "results" if runtime.on_gpu() else None)
-    runs = []
-    for c in args.config:
-        runs.append(run(c, pretrain_steps=args.pretrain_steps, steps=args.steps, variants=args.variants,
-                        plan_changes=changes, log=log))
-        result = record(runs)
-        if out is not None:  # after each config: a run cut off later keeps the configs already done
-            for path in save(result, out):
-                log("wrote", path)
-    print(markdown_table(result))
-    if out is None:
-        print("(simulation: nothing saved; pass --out DIR to keep the record)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,27 +36,21 @@ A CUDA graph needs fixed shapes and addresses, but the cache grows by one positi
 mask hiding the positions not yet written, and the position lives in a device tensor.
 
 `measure_generate` times prefill and decode separately (host clock around synchronised work);
-`kv_cache_benchmark` runs the grid (context, batch, variant) and `save` writes
-results/kv_cache_week5.json|md|png, a record shaped like `course.bench.run`'s.
+inference_bench.py's `kv_cache_benchmark` runs the grid (context, batch, variant) and `save`
+writes results/kv_cache_week5.json|md|png, a record shaped like `course.bench.run`'s.
 
-    python -m week5_integration.inference --out week5_integration/results    # on the GPU
+    python -m week5_integration.inference_bench --out week5_integration/results    # on the GPU
 """
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime
 from week5_integration import model as m
 
-BENCHMARK_NAME = "kv_cache_week5"
 VARIANTS = ("no_cache", "cache", "cache_graph")
 # Assumed per-op costs for the launch-bound predictions (the GPU run measures the real ones):
 # eager PyTorch spends ~10 us of CPU per op (Python, dispatcher, launch); a kernel replayed
@@ -412,149 +406,3 @@ def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, 
     step = statistics.median(decode)
     return {"prefill_ms": statistics.median(prefill) * 1e3, "ms": step * 1e3,
             "tokens_per_s": batch / step, "tokens": tokens}
-
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# --------------------------------------------------------------------------- the benchmark
-def benchmark_plan() -> dict:
-    """Model, batches, prompts and new tokens: GPT-2-small-sized in bf16 on the GPU (prompts
-    128..1024), a small fp32 model in simulation."""
-    new = runtime.pick(gpu=64, sim=8)
-    prompts = runtime.pick(gpu=[128, 256, 512, 1024], sim=[16, 64])
-    base = runtime.pick(gpu=m.GPT2_SMALL, sim=m.config(m.GPT_SMALL, d_model=128, n_heads=4, n_layers=2))
-    return {"cfg": m.config(base, max_seq_len=max(prompts) + new), "batches": runtime.pick(gpu=[1, 16], sim=[1, 4]),
-            "prompts": prompts, "new_tokens": new, "dtype": runtime.pick(gpu=torch.bfloat16, sim=torch.float32),
-            "repeats": runtime.pick(gpu=3, sim=1)}
-
-
-def _row(cfg, variant, batch, prompt, new, measured, copy_gbps, tflops, itemsize, ops) -> dict:
-    steps = range(1, new)  # decode calls: context P + t, or a forward over P + t positions
-    mean_context = prompt + sum(steps) / len(steps)
-    if variant == "no_cache":
-        flops = statistics.mean(forward_flops(cfg, batch=batch, length=prompt + t) for t in steps)
-        nbytes = weights_read_per_step(cfg, batch) * itemsize  # weights once; activations left out
-    else:
-        context = static_cache_len(prompt, new, cfg.max_seq_len) if variant == "cache_graph" else round(mean_context)
-        flops = decode_step_flops(cfg, batch=batch, context=context)
-        nbytes = decode_step_bytes(cfg, batch=batch, context=context, itemsize=itemsize)
-    seconds = measured["ms"] * 1e-3
-    roof = predict_decode(cfg, batch=batch, context=round(mean_context), copy_gbps=copy_gbps,
-                          tflops=tflops, itemsize=itemsize)
-    per_op = GRAPH_US_PER_KERNEL * ops["kernels"] if variant == "cache_graph" else EAGER_US_PER_OP * ops["ops"]
-    return {"size": f"B={batch} prompt={prompt}", "variant": variant, "batch": batch, "prompt": prompt,
-            "new_tokens": new, "ms": measured["ms"], "prefill_ms": measured["prefill_ms"],
-            "tokens_per_s": measured["tokens_per_s"], "bytes": nbytes, "flops": flops,
-            "gbps": nbytes / seconds / 1e9, "tflops": flops / seconds / 1e12,
-            "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps,
-            "predicted_tokens_per_s": roof["tokens_per_s"],
-            "predicted_launch_bound_tokens_per_s": batch / max(per_op * 1e-6, roof["ms"] * 1e-3)}
-
-
-def kv_cache_benchmark(plan: dict | None = None, *, variants=VARIANTS, progress: bool = True) -> dict:
-    """Time every (batch, prompt, variant) of `plan`; return the results record."""
-    plan = plan or benchmark_plan()
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")
-    cfg, dtype = plan["cfg"], plan["dtype"]
-    torch.manual_seed(0)
-    model = m.GPT(cfg).to(runtime.DEVICE, dtype).eval()
-    copy_gbps = bench.copy_bandwidth_gbps()
-    tflops = bench.matmul_tflops(dtype) if runtime.on_gpu() else None
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    rows, started = [], time.perf_counter()
-    for batch in plan["batches"]:
-        ops = ops_per_decode_step(model, batch=batch)
-        for prompt in plan["prompts"]:
-            reference = None
-            for variant in variants:
-                if progress:
-                    print(f"[{time.perf_counter() - started:6.1f} s] B={batch} prompt={prompt} {variant}",
-                          file=sys.stderr, flush=True)
-                try:
-                    got = measure_generate(model, batch=batch, prompt=prompt, new_tokens=plan["new_tokens"],
-                                           variant=variant, repeats=plan["repeats"])
-                except Exception as error:  # one failing variant must not lose the table
-                    rows.append({"size": f"B={batch} prompt={prompt}", "variant": variant,
-                                 "skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"})
-                    continue
-                row = _row(cfg, variant, batch, prompt, plan["new_tokens"], got, copy_gbps, tflops, itemsize, ops)
-                # Greedy tokens must not depend on the variant (bf16 rounding may flip a near-tie:
-                # recorded, not asserted; the tests assert it in fp32).
-                if reference is None:
-                    reference = got["tokens"]
-                row["same_tokens_as_first_variant"] = bool(torch.equal(got["tokens"], reference))
-                rows.append(row)
-        for row in rows:
-            if row.get("batch") == batch and "ms" in row:
-                base = next((r for r in rows if r.get("batch") == batch and r.get("prompt") == row["prompt"]
-                             and r["variant"] == "no_cache" and "ms" in r), None)
-                if base:
-                    row["speedup_vs_no_cache"] = base["ms"] / row["ms"]
-    ceilings = {"copy_gbps": copy_gbps}
-    if tflops:
-        ceilings[f"matmul_{str(dtype).replace('torch.', '')}_tflops"] = tflops
-    return {
-        "benchmark": BENCHMARK_NAME,
-        "title": (f"KV-cache decoding: GPT d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size} "
-                  f"{str(dtype).replace('torch.', '')}, {plan['new_tokens']} new tokens, ms per decode step"),
-        "notes": ("ms = one decode step (one new token per sequence), median of runs, prefill excluded; "
-                  "tokens/s = batch / ms; bytes: cached = weights + KV cache read (cache_graph reads the whole "
-                  "fixed buffer), no_cache = weights only; predicted = bytes / copy bandwidth (roofline); "
-                  f"launch-bound = ops x {EAGER_US_PER_OP:g} us (eager) or kernels x {GRAPH_US_PER_KERNEL:g} us (graph)"),
-        "headline": ["cache", "cache_graph"],
-        "simulated": not runtime.on_gpu(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": runtime.describe(),
-        "ceilings": ceilings,
-        "ops_per_step": ops,
-        "rows": rows,
-    }
-
-
-def _f(value, spec) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def markdown_table(result: dict) -> str:
-    head = ["size", "variant", "ms / step", "tokens/s", "predicted (bytes)", "predicted (launches)",
-            "GB/s", "% of copy", "vs no cache", "prefill ms"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in result["rows"]:
-        if "skipped" in r:
-            lines.append(f"| {r['size']} | {r['variant']} | skipped: {r['skipped']} |" + " |" * (len(head) - 3))
-            continue
-        speed = f"{r['speedup_vs_no_cache']:.2f}x" if r.get("speedup_vs_no_cache") else "-"
-        lines.append("| " + " | ".join([
-            r["size"], r["variant"], _f(r["ms"], ".3f"), _f(r["tokens_per_s"], ",.0f"),
-            _f(r.get("predicted_tokens_per_s"), ",.0f"), _f(r.get("predicted_launch_bound_tokens_per_s"), ",.0f"),
-            _f(r.get("gbps"), ".0f"), _f(r.get("pct_of_copy"), ".1f"), speed, _f(r.get("prefill_ms"), ".2f")]) + " |")
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
-
-
-def save(result: dict, results_dir) -> list[Path]:
-    """`kv_cache_week5.json` (the record), `.md` (its table), `.png` (roofline of the rows)."""
-    from course import roofline
-
-    paths = bench.write_record(result, results_dir, markdown_table(result))
-    png = paths[0].with_suffix(".png")
-    roofline.plot_result(result, png)
-    return paths + [png]
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="folder for kv_cache_week5.json|md|png (default: print only)")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), help=f"subset of {VARIANTS}")
-    args = parser.parse_args(argv)
-    result = kv_cache_benchmark(variants=args.variants)
-    print(markdown_table(result))
-    if args.out:
-        for path in save(result, args.out):
-            print("wrote", path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY

@@ -7,16 +7,16 @@ and backward.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, itemsize
+from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course.bench import Benchmark, compile_on_first_call, itemsize
 from course.check import random_tensor
+from course.sweep import sweep_main
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -58,15 +58,6 @@ def _infer(fn):
     return run
 
 
-_compiled = {}
-
-
-def _compiled_torch(x, w, a, b, scale):
-    if "lora" not in _compiled:
-        _compiled["lora"] = torch.compile(lora_linear_torch)
-    return _compiled["lora"](x, w, a, b, scale)
-
-
 def _label(size):
     m, k, n, r, dtype = size
     return f"M={m} K={k} N={n} r={r} {str(dtype).replace('torch.', '')}"
@@ -96,7 +87,7 @@ BENCHMARKS = [
         variants={
             "torch": _train_step(lora_linear_torch),
             "torch_addmm": _train_step(lora_linear_torch_addmm),
-            "torch_compile": _train_step(_compiled_torch),
+            "torch_compile": _train_step(compile_on_first_call(lora_linear_torch)),
             "triton": _train_step(lora_linear),
         },
         gpu_only=("torch_compile",),
@@ -137,10 +128,6 @@ BENCHMARKS = [
 # --------------------------------------------------------------------------------- the sweep
 def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
     """Time every autotune config of the fused kernel (forward, and dx in the backward's layout)."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
     started = time.perf_counter()
     dtype = torch.bfloat16
     print(f"fused LoRA kernel, bf16, r={rank}; TFLOP/s of the base GEMM (2MNK) over the time")
@@ -182,14 +169,7 @@ def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time the fused kernel's tile configs (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
+    return sweep_main(sweep, argv, doc=__doc__, help="time the fused kernel's tile configs", gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,16 @@ matmul over M, the crossover that sets `FUSED_MAX_M`.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime  # before triton: chooses the GPU or the Triton interpreter
 from course.bench import Benchmark
 from course.check import random_tensor
+from course.sweep import sweep_main
 
 from week5_integration.nf4 import (
     BLOCK, DQ_BLOCK, FUSED_MAX_M, NF4_DEQUANTIZE_CODE, NF4_MATMUL_CODE, dequantize_matmul, nf4_dequantize,
@@ -95,10 +95,6 @@ BENCHMARKS = [
 # --------------------------------------------------------------------------------- the sweep
 def sweep(n: int = 4096, k: int = 4096, rows=(1, 4, 16, 32, 64, 128, 256, 1024, 4096)) -> None:
     """Fused dequant-matmul vs dequantize + cuBLAS vs bf16 cuBLAS over M: where the fused kernel stops paying."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
     started = time.perf_counter()
     w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
     q, w16 = nf4_quantize(w), w.to(torch.bfloat16)
@@ -113,14 +109,7 @@ def sweep(n: int = 4096, k: int = 4096, rows=(1, 4, 16, 32, 64, 128, 256, 1024, 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="fused vs dequantize+matmul over M (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
+    return sweep_main(sweep, argv, doc=__doc__, help="fused vs dequantize+matmul over M", gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """int8 weight-only quantization: half the bytes of every weight, dequantized inside the matmul.
 
+Over 500 lines: the two kernels with their launch settings and launchers, the QuantLinear module
+and whole-model conversion, and the accuracy report, one lesson. Its benchmark, tile sweep and
+command line: quantization_bench.py.
+
 Decoding one token at a time multiplies a handful of activation rows (batch 1..16) by every
 weight matrix of the model. Each weight element is used for 2 x M FLOPs (M = rows) after being
 read once: at M = 16 that is 32 FLOPs per bf16 byte, far left of the H100's ridge point (722
@@ -40,7 +44,7 @@ so the prediction is int8 / bf16 time = (NK + 4N) / 2NK ~ 0.5: ~2x faster if bot
 fraction of the copy bandwidth (cuBLAS's GEMV reaches ~85-90% on an H100; a Triton kernel that
 pads M up to 16 rows for `tl.dot` does 16/M times the arithmetic it needs, which is still free
 at 32 FLOP/byte). The benchmark `int8_matmul_week5` measures it; `python -m
-week5_integration.quantization --sweep` times tile shapes and writes the fastest to
+week5_integration.quantization_bench --sweep` times tile shapes and writes the fastest to
 results/tuned_int8_matmul.json, which `config_for` reads on the GPU it was measured on.
 
 Accuracy (`quantization_report`): the per-element error is uniform in [-s/2, s/2], RMS s/sqrt(12).
@@ -52,12 +56,7 @@ treat them separately (Dettmers et al. 2022, arXiv:2208.07339; Lin et al. 2023, 
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
-import math
-import sys
-import time
 from dataclasses import dataclass
 
 import torch
@@ -66,8 +65,6 @@ import torch.nn.functional as F
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import tuning, validate
-from course.bench import Benchmark
-from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -218,6 +215,11 @@ def _pow2_at_least(n: int, low: int) -> int:
     return max(low, triton.next_power_of_2(max(n, 1)))
 
 
+def block_m_for(M: int) -> int:
+    """BLOCK_M for M rows: 16 (tl.dot's minimum) up to 64, just covering M."""
+    return min(64, _pow2_at_least(M, 16))
+
+
 # Shared memory the pipelined tiles may take: the H100 allows 227 KB per program, a T4 64 KB;
 # staying under 96 KB leaves room for the dot operands' layout conversion and 2 programs per SM.
 SMEM_BUDGET = 96 * 1024
@@ -239,7 +241,7 @@ def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
     contiguous bytes per weight row per step, halved while the pipeline's tiles exceed
     `SMEM_BUDGET` (fp32 activations in 64-row blocks take 64 KB per stage at 256).
     """
-    block_m = min(64, _pow2_at_least(M, 16))
+    block_m = block_m_for(M)
     programs_m = max(1, -(-M // block_m))
     want = 2 * runtime.sm_count()
     block_n = 16
@@ -255,27 +257,19 @@ def heuristic_config(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
 
 
 # The fastest tiles per (m_bucket, N, K), m_bucket = 1, 16 or 64 (M <= bucket), with 16-bit
-# activations: written by `python -m week5_integration.quantization --sweep` to
+# activations: written by `python -m week5_integration.quantization_bench --sweep` to
 # results/tuned_int8_matmul.json (GPU, versions, date), read once, used only on the GPU it was
 # measured on (course/tuning.py). No file (not swept yet): `heuristic_config` everywhere.
-RESULTS = tuning.results_folder(__file__)
-_tuned: dict | None = None
+TUNED = tuning.TunedTable(__file__, "int8_matmul", Int8Config)
 
 
-def tuned_configs() -> dict[tuple[int, int, int], Int8Config]:
-    """{(m_bucket, N, K): Int8Config} from results/tuned_int8_matmul.json for this GPU ({} elsewhere)."""
-    global _tuned
-    if _tuned is None:
-        _tuned = {key: Int8Config(**config) for key, config in tuning.load(RESULTS, "int8_matmul").items()}
-    return _tuned
-
-
-def _m_bucket(M: int) -> int:
+def m_bucket(M: int) -> int:
+    """The tuned table's row class of M rows: 1, 16 or 64 (the smallest bucket >= M, 64 beyond)."""
     return 1 if M <= 1 else 16 if M <= 16 else 64
 
 
 def config_for(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
-    tuned = tuned_configs().get((_m_bucket(M), N, K)) if itemsize == 2 else None  # swept with 16-bit activations
+    tuned = TUNED.get((m_bucket(M), N, K)) if itemsize == 2 else None  # swept with 16-bit activations
     return tuned or heuristic_config(M, N, K, itemsize)
 
 
@@ -517,136 +511,9 @@ def predicted_speedup(M: int, K: int, N: int, *, itemsize: int = 2) -> float:
     return matmul_bytes(M, K, N, int8=False, itemsize=itemsize) / matmul_bytes(M, K, N, int8=True, itemsize=itemsize)
 
 
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-# Decode shapes of a 7B-class layer (d = 4096, MLP 4d): the MLP's up (K = d, N = 4d) and down
-# (K = 4d, N = d) projections. 64 MB of int8 per matrix: 1.3x the H100's L2, ~21 us at 3 TB/s.
-GPU_SHAPES = [(4096, 16384), (16384, 4096)]
-BATCHES = [1, 4, 16]
-
-
-def _size_label(size) -> str:
-    M, K, N = size
-    return f"M={M} K={K} N={N}"
-
-
-def _make_inputs(size):
-    M, K, N = size
-    w = random_tensor((N, K), torch.float32, runtime.DEVICE, scale=0.02)
-    q, scale = quantize_int8(w)
-    dtype = runtime.pick(gpu=torch.bfloat16, sim=torch.float16)  # the interpreter's bf16 is wrong
-    return random_tensor((M, K), dtype, runtime.DEVICE), w.to(dtype), q, scale
-
-
-def _bytes(size) -> int:
-    return matmul_bytes(*size, int8=True)  # what the int8 kernel must move
-
-
-def _compiled_dequant_matmul():
-    compiled = {}
-
-    def run(x, w, q, scale):
-        if "fn" not in compiled:
-            compiled["fn"] = torch.compile(dequant_matmul_torch, dynamic=False)
-        return compiled["fn"](x, q, scale)
-    return run
-
-
-BENCHMARKS = [Benchmark(
-    name="int8_matmul_week5",
-    title="int8 weight-only matmul at decode shapes: y = x @ deq(Wq)^T, x bf16 (M x K), W (N x K)",
-    sizes=[(M, K, N) for K, N in GPU_SHAPES for M in BATCHES],
-    sim_sizes=[(1, 64, 96), (16, 128, 64)],
-    size_label=_size_label,
-    make_inputs=_make_inputs,
-    variants={
-        "torch": lambda x, w, q, scale: x @ w.t(),                      # bf16 weights, cuBLAS
-        "torch_dequant": lambda x, w, q, scale: dequant_matmul_torch(x, q, scale),
-        "torch_compile_dequant": _compiled_dequant_matmul(),
-        "triton_int8": lambda x, w, q, scale: int8_matmul(x, q, scale),
-        "triton_int8_dequant_in_loop": lambda x, w, q, scale: int8_matmul_dequant(x, q, scale),
-    },
-    headline=("triton_int8",),
-    gpu_only=("torch_compile_dequant",),  # Inductor on the CPU would time C++ code, not a GPU's
-    bytes=_bytes,
-    flops=lambda size: 2 * size[0] * size[1] * size[2],
-    notes="bytes = N*K (int8) + 4N (scales) + 2MK + 2MN: the int8 kernel's minimum traffic. The bf16 "
-          "`torch` row moves ~2x those bytes, so its GB/s and % of copy read half its real bandwidth: "
-          "compare ms. Prediction at M <= 16: triton_int8 ~2x torch; torch_dequant slower than torch",
-    sources={"triton_int8": [int8_matmul_kernel, _tile_offsets, _dot, int8_matmul, _run, _check, _launch],
-             "triton_int8_dequant_in_loop": [int8_matmul_dequant_kernel, _tile_offsets, _dot, int8_matmul_dequant,
-                                             _run, _check, _launch]},
-)]
-
-
-# ------------------------------------------------------------------------------------ sweep
-def sweep_configs(M: int) -> list[Int8Config]:
-    """The tile shapes `--sweep` times: few on purpose (each is a compile)."""
-    block_m = min(64, _pow2_at_least(M, 16))
-    # num_stages: weight tiles in flight per program; a streaming kernel wants several.
-    return [Int8Config(block_m, bn, bk, 4, stages)
-            for bn in (16, 32, 64) for bk in (128, 256) for stages in (3, 6)]
-
-
-def sweep(shapes=GPU_SHAPES, batches=(1, 16), save: bool = True) -> dict:
-    """Time `int8_matmul` per config and shape against torch bf16; print; return the fastest and
-    (`save`) write it to results/tuned_int8_matmul.json, which `config_for` reads."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep times kernels on the GPU; this machine runs the Triton interpreter")
-    started = time.perf_counter()
-    copy_gbps = bench.copy_bandwidth_gbps()
-    print(f"copy ceiling {copy_gbps:.0f} GB/s; GB/s counts the int8 kernel's bytes (N*K + ...)")
-    best = {}
-    for K, N in shapes:
-        for M in batches:
-            x, w, q, scale = _make_inputs((M, K, N))
-            nbytes = _bytes((M, K, N))
-            want = dequant_matmul_torch(x.float(), q, scale)
-
-            def ms(fn):
-                return bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30).median_ms
-
-            t_torch = ms(lambda: x @ w.t())
-            print(f"\nM={M} K={K} N={N}: torch bf16 {t_torch * 1e3:.1f} us; "
-                  f"heuristic {heuristic_config(M, N, K).label()}")
-            for config in sweep_configs(M):
-                if shared_memory_bytes(config, 2) > 200 * 1024:
-                    continue  # would not fit the H100's 227 KB per program
-                try:
-                    t = ms(lambda: int8_matmul(x, q, scale, config=config))
-                except Exception as error:  # a config that does not compile: say so, go on
-                    print(f"  {config.label()}  failed: {str(error).splitlines()[0][:70]}")
-                    continue
-                err = float((int8_matmul(x, q, scale, config=config).float() - want).abs().max())
-                wrong = f"  WRONG (max err {err:.2g})" if err > 5e-2 * float(want.abs().max()) else ""
-                gbps = nbytes / (t * 1e-3) / 1e9
-                print(f"  {config.label()}  {t * 1e3:7.1f} us {gbps:6.0f} GB/s {100 * gbps / copy_gbps:5.1f}% "
-                      f"of copy {t_torch / t:5.2f}x torch{wrong}")
-                key = (_m_bucket(M), N, K)
-                if not wrong and t < best.get(key, (math.inf, None))[0]:
-                    best[key] = (t, config)
-    print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (m_bucket, N, K):")
-    for key, (t, c) in sorted(best.items()):
-        print(f"    {key}: {c.label()}  {t * 1e3:.1f} us")
-    if save:
-        entries = [{"key": list(key), "config": dataclasses.asdict(c), "measured": {"us": round(t * 1e3, 1)}}
-                   for key, (t, c) in sorted(best.items())]
-        print(f"wrote {tuning.save(RESULTS, 'int8_matmul', entries, 'python -m week5_integration.quantization --sweep')}")
-    return {key: config for key, (_, config) in best.items()}
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time tile configs at decode shapes (GPU)")
-    args = parser.parse_args(argv)
-    if not args.sweep:
-        parser.print_help()
-        return 2
-    sweep()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY
+# ------------------------------------------------------------------------- the code behind each entry
+# What `int8_matmul` and `int8_matmul_dequant` run: the benchmark (quantization_bench.py) counts its
+# lines beside each variant (`Benchmark.sources`).
+INT8_MATMUL_CODE = (int8_matmul_kernel, _tile_offsets, _dot, int8_matmul, _run, _check, _launch)
+INT8_MATMUL_DEQUANT_CODE = (int8_matmul_dequant_kernel, _tile_offsets, _dot, int8_matmul_dequant, _run, _check,
+                            _launch)

@@ -4,6 +4,8 @@ communication's overlap read from a profile.
 `distributed.py` is the lesson (what each strategy keeps and sends; `train` checks that every
 strategy reproduces one process). This is its measuring bench, run the way real jobs run: one
 process per GPU started by torchrun, each joining the NCCL group from its environment.
+Over 500 lines: a bench, no kernels: the process group, the strategies' state and wire bytes, the
+overlap read from a profile, the measuring run, the report and the driver, behind one command line.
 
     torchrun --standalone --nproc-per-node 1 -m week5_integration.scaleout run --stage /tmp/w5
     torchrun --standalone --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5 --profile
@@ -64,6 +66,7 @@ import torch
 import torch.distributed as dist
 
 from course import runtime  # before anything imports triton (torch.profiler, FSDP may)
+from course.bench import fmt
 from week5_integration import data
 from week5_integration import distributed as dd
 from week5_integration import model as m
@@ -630,10 +633,6 @@ def _meta_model(cfg: m.GPTConfig) -> m.GPT:
         return m.GPT(cfg)
 
 
-def _f(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def markdown(record: dict) -> str:
     """The step table, the collectives' bandwidth measured in the same run, the overlap table."""
     from course.bench import measured_on
@@ -649,7 +648,7 @@ def markdown(record: dict) -> str:
         lines.append("| " + " | ".join([
             str(r["world"]), r["variant"], "-" if r["zero_stage"] is None else str(r["zero_stage"]), f"{r['ms']:.2f}",
             f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{100 * eff:.1f}%",
-            _f(r.get("peak_mib"), ",.0f"), f"{r['state_mib']:,.0f}",
+            fmt(r.get("peak_mib"), ",.0f"), f"{r['state_mib']:,.0f}",
             f"{r['state_bytes_per_param']:.2f} ({r['predicted_state_bytes_per_param']:.2f})"]) + " |")
     plan = record["plan"]
     text = [f"**{record['title']}**: {measured_on(record)}.", "",
@@ -672,11 +671,11 @@ def markdown(record: dict) -> str:
             o = r["overlap"]
             k = o["kernel_ms"]
             lines.append("| " + " | ".join([
-                str(r["world"]), r["variant"], f"{o['span_ms']:.2f}", _f(k.get("all_reduce"), ".2f"),
-                _f(k.get("all_gather"), ".2f"), _f(k.get("reduce_scatter"), ".2f"), f"{o['comm_ms']:.2f}",
+                str(r["world"]), r["variant"], f"{o['span_ms']:.2f}", fmt(k.get("all_reduce"), ".2f"),
+                fmt(k.get("all_gather"), ".2f"), fmt(k.get("reduce_scatter"), ".2f"), f"{o['comm_ms']:.2f}",
                 f"{o['hidden_ms']:.2f}", f"{o['exposed_ms']:.2f}",
                 "-" if o["hidden_fraction"] is None else f"{100 * o['hidden_fraction']:.0f}%",
-                _f(r.get("wire_ms"), ".2f"), f"{o['compute_ms']:.2f}", f"{o['idle_ms']:.2f}"]) + " |")
+                fmt(r.get("wire_ms"), ".2f"), f"{o['compute_ms']:.2f}", f"{o['idle_ms']:.2f}"]) + " |")
         text += ["**Communication against computation** (torch.profiler, rank 0, per step; every rank's figures in "
                  "the json):", "", "\n".join(lines), "",
                  "all-reduce / all-gather / reduce-scatter ms = summed NCCL kernel time of that collective (a kernel "

@@ -203,9 +203,9 @@ def test_scaled_mm_is_the_dequantized_product():
 # --- the results writer and the ladder roofline (tooling: always the course's own code) ----------
 
 def test_writer_saves_speed_and_error_tables(tmp_path):
-    from week3_triton_kernels import precision
+    from week3_triton_kernels import precision, precision_bench
 
-    paths = precision.write_results(tmp_path, sizes=[(32, 32, 32)], k_values=[64, 256], mn=32)
+    paths = precision_bench.write_results(tmp_path, sizes=[(32, 32, 32)], k_values=[64, 256], mn=32)
     assert sorted(p.name for p in paths) == sorted(f"{name}.{ext}" for name in ("precision_week3",
                                                    "precision_k_sweep_week3") for ext in ("json", "md", "png"))
     speed = json.loads((tmp_path / "precision_week3.json").read_text())

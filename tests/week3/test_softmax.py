@@ -65,7 +65,9 @@ def swept_configs(dtype, part):
     """Each swept config is a compile on a GPU (14 to 18 per dtype): the default checks the first two
     (the one-row kernel, the persistent one at one stage) and the last (most rows per block, two
     stages); `--slow` the ones between."""
-    configs = sm.sweep_configs(1024, dtype)
+    from week3_triton_kernels import softmax_bench  # the sweep (softmax_bench.py) times these configs
+
+    configs = softmax_bench.sweep_configs(1024, dtype)
     ends = configs[:2] + configs[-1:]
     return ends if part == "ends" else [c for c in configs if c not in ends]
 
@@ -89,7 +91,7 @@ def test_every_swept_config_computes_softmax(dtype, part):
 def test_tuned_table_is_well_formed_and_correct():
     # results/tuned_softmax.json is written by the sweep: every entry must be a launchable config
     # and give the right answer at its width, checked on any machine (whatever GPU measured it).
-    record = json.loads(tuning.tuned_path(sm.RESULTS, "softmax").read_text())
+    record = json.loads(sm.TUNED.path.read_text())
     assert record["entries"] and record["machine"]["gpu"] and record["date"]
     for entry in record["entries"]:
         (itemsize, width), config = entry["key"], sm.SoftmaxConfig(**entry["config"])
@@ -98,21 +100,21 @@ def test_tuned_table_is_well_formed_and_correct():
         dtype = torch.float32 if itemsize == 4 else torch.float16
         x = random_tensor((3, width - 1), dtype, DEVICE, scale=3.0)
         out = torch.full_like(x, float("nan"))  # poisoned: an unwritten element fails
-        sm._launch_config(x, out, config)
+        sm.softmax_with_config(x, out, config)
         assert_close(out, reference(x), name=f"tuned {entry['key']}: {config.label()}")
 
 
 def test_tuned_table_is_used_only_on_the_gpu_it_was_measured_on(monkeypatch):
-    record = json.loads(tuning.tuned_path(sm.RESULTS, "softmax").read_text())
+    record = json.loads(sm.TUNED.path.read_text())
     first = record["entries"][0]
-    monkeypatch.setattr(sm, "_tuned", None)
+    sm.TUNED.forget()
     monkeypatch.setattr(tuning.runtime, "on_gpu", lambda: True)
     monkeypatch.setattr(tuning.runtime, "describe", lambda: {"gpu": record["machine"]["gpu"]})
-    assert sm.tuned_configs()[tuple(first["key"])] == sm.SoftmaxConfig(**first["config"])
-    monkeypatch.setattr(sm, "_tuned", None)
+    assert sm.TUNED.configs()[tuple(first["key"])] == sm.SoftmaxConfig(**first["config"])
+    sm.TUNED.forget()
     monkeypatch.setattr(tuning.runtime, "describe", lambda: {"gpu": "Tesla T4"})
-    assert sm.tuned_configs() == {}
-    monkeypatch.setattr(sm, "_tuned", None)  # the next test reads the table for this machine again
+    assert sm.TUNED.configs() == {}
+    sm.TUNED.forget()  # the next test reads the table for this machine again
 
 
 def test_config_for_falls_back_to_the_heuristic():

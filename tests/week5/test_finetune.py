@@ -7,6 +7,7 @@ import torch
 
 from course import bench, runtime
 from course.check import assert_close
+from week5_integration import finetune_bench  # the record, table and command line (of the solution's run)
 from week5_integration import model as gpt
 
 ft = runtime.lesson("week5_integration.finetune")
@@ -133,7 +134,7 @@ def test_checkpointed_blocks_give_the_same_loss_and_gradients():
 def test_the_experiment_runs_and_writes_a_course_record(tmp_path):
     run = ft.run("tiny", pretrain_steps=30, steps=12, plan_changes={"prompts": 8, "eval_batches": 2, "warmup": 3},
                  log=lambda *a, **k: None)
-    result = ft.record([run])
+    result = finetune_bench.record([run])
     assert bench.is_result(result) and result["benchmark"] == "finetune_week5"
     assert result["simulated"] == (not runtime.on_gpu()) and "copy_gbps" in result["ceilings"]
     rows = {r["variant"]: r for r in result["rows"]}
@@ -150,7 +151,7 @@ def test_the_experiment_runs_and_writes_a_course_record(tmp_path):
     assert rows["lora"]["trainable_params"] == rows["qlora"]["trainable_params"] == rows["lora_torch"]["trainable_params"]
     if not runtime.on_gpu():  # in simulation "lora" runs the torch twin: the very same arithmetic
         assert result["curves"]["tiny"]["lora"] == result["curves"]["tiny"]["lora_torch"]
-    paths = ft.save(result, tmp_path)
+    paths = finetune_bench.save(result, tmp_path)
     assert [p.name for p in paths] == ["finetune_week5.json", "finetune_week5.md", "finetune_week5_loss.png"]
     assert json.loads(paths[0].read_text())["rows"] == json.loads(json.dumps(result["rows"]))
     table = paths[1].read_text()
@@ -161,7 +162,7 @@ def test_the_experiment_runs_and_writes_a_course_record(tmp_path):
 def test_the_command_line_prints_the_table(tmp_path, capsys):
     # The command line's plumbing on the cheapest variant: on a GPU "qlora" compiles the NF4 and
     # LoRA kernels (~20 s), which the experiment test above (slow) and the week-5 kernel tests run.
-    assert ft.main(["--config", "tiny", "--pretrain-steps", "3", "--steps", "2", "--variants", "full",
+    assert finetune_bench.main(["--config", "tiny", "--pretrain-steps", "3", "--steps", "2", "--variants", "full",
                     "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| full |" in out and (tmp_path / "finetune_week5_loss.png").is_file()

@@ -247,10 +247,12 @@ def prompt_tokens(model, length=4):
 
 
 def test_benchmark_record_is_course_bench_compatible(tmp_path):
+    from week5_integration import inference_bench  # the benchmark (inference_bench.py) of the solution
+
     cfg = m.config(TINY, max_seq_len=24)
     plan = {"cfg": cfg, "batches": [2], "prompts": [4, 16], "new_tokens": 4, "dtype": torch.float32,
             "repeats": 1}
-    result = inf.kv_cache_benchmark(plan, progress=False)
+    result = inference_bench.kv_cache_benchmark(plan, progress=False)
     assert bench.is_result(result)
     for key in ("benchmark", "title", "simulated", "date", "machine", "ceilings", "rows"):
         assert key in result
@@ -262,7 +264,7 @@ def test_benchmark_record_is_course_bench_compatible(tmp_path):
         assert row["same_tokens_as_first_variant"], row  # fp32: every variant decodes alike
         assert row["predicted_tokens_per_s"] > 0 and row["bytes"] > 0 and row["flops"] > 0
         assert row["speedup_vs_no_cache"] > 0
-    paths = inf.save(result, tmp_path)
+    paths = inference_bench.save(result, tmp_path)
     assert [p.name for p in paths] == ["kv_cache_week5.json", "kv_cache_week5.md", "kv_cache_week5.png"]
     record = json.loads(paths[0].read_text())
     assert bench.is_result(record) and record["rows"][0]["variant"] == "no_cache"
@@ -270,4 +272,4 @@ def test_benchmark_record_is_course_bench_compatible(tmp_path):
     # The course's generic table (what `python -m course report` puts in the README) reads it too.
     assert "B=2 prompt=16" in bench.markdown_table(record)
     with pytest.raises(ValueError, match="unknown variants"):
-        inf.kv_cache_benchmark(plan, variants=["cache", "paged"], progress=False)
+        inference_bench.kv_cache_benchmark(plan, variants=["cache", "paged"], progress=False)

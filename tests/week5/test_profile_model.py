@@ -10,6 +10,7 @@ from course import runtime
 from course.bench import is_result
 from week5_integration import data
 from week5_integration import model as m
+from week5_integration import profile_model_bench as pm_bench  # the runs that write results (the solution's)
 
 pm = runtime.lesson("week5_integration.profile_model")
 kernels = runtime.lesson("week5_integration.kernels")
@@ -134,7 +135,7 @@ def test_a_profile_of_the_torch_twin_sees_every_group_and_writes_a_trace(tmp_pat
 
 
 def test_results_files_before_and_after_the_swaps(tmp_path):
-    record = pm.profile_run([m.TORCH_OPS, kernels.swap_plan(TINY)[1]], cfg=TINY, tc=small_setup(), out=tmp_path, steps=1)
+    record = pm_bench.profile_run([m.TORCH_OPS, kernels.swap_plan(TINY)[1]], cfg=TINY, tc=small_setup(), out=tmp_path, steps=1)
     assert is_result(record) and record["benchmark"] == "profile_week5"
     saved = json.loads((tmp_path / "profile_week5.json").read_text())
     assert {r["size"] for r in saved["rows"]} == {"torch ops", "+norm ops"}
@@ -148,7 +149,7 @@ def test_results_files_before_and_after_the_swaps(tmp_path):
 def test_swaps_table_times_each_variant_from_the_same_start(tmp_path):
     plan = kernels.swap_plan(TINY)
     variants = [(plan[0], None), (plan[1], None), (dataclasses.replace(m.TORCH_OPS, name="broken", norm=None), None)]
-    record = pm.swaps_run(cfg=TINY, tc=small_setup(), out=tmp_path, variants=variants)
+    record = pm_bench.swaps_run(cfg=TINY, tc=small_setup(), out=tmp_path, variants=variants)
     rows = {r["variant"]: r for r in record["rows"]}
     assert "skipped" not in rows["+norm"], rows["+norm"]["skipped"]  # a failing variant is recorded, not raised
     assert rows["torch"]["speedup_vs_torch"] == 1.0 and rows["+norm"]["ms"] > 0
@@ -158,14 +159,14 @@ def test_swaps_table_times_each_variant_from_the_same_start(tmp_path):
 
 
 def test_swap_variants_include_the_compiled_torch_twin():
-    names = [ops.name for ops, _ in pm.swap_variants(TINY)]
+    names = [ops.name for ops, _ in pm_bench.swap_variants(TINY)]
     assert names[0] == "torch" and "torch.compile" in names and "course" in names
 
 
 @pytest.mark.gpu(reason="kernel names and times come from a CUDA trace")
 def test_gpu_profile_of_gpt_small_is_classified(tmp_path):
-    cfg, tc = pm.default_setup()
-    record = pm.profile_run(cfg=cfg, tc=dataclasses.replace(tc, batch=8), out=tmp_path, steps=2)
+    cfg, tc = pm_bench.default_setup()
+    record = pm_bench.profile_run(cfg=cfg, tc=dataclasses.replace(tc, batch=8), out=tmp_path, steps=2)
     for ops in ("torch", "course"):
         rows = {r["variant"]: r for r in record["rows"] if r["size"] == f"{ops} ops"}
         assert rows["gemm"]["share"] > 0.2 and rows["attention"]["ms"] > 0 and rows["optimizer"]["ms"] > 0

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course import runtime, tuning
+from course import runtime
 from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params, huge, last_programs, layouts,
                           past_int32_marks, poisoned, random_tensor, sweep)
 
@@ -170,7 +170,9 @@ def test_explicit_tiles_with_tails_in_every_dimension(kernel, block_n, block_k):
 def swept_configs(M, part):
     """The first two and the last swept config ("ends": both stage counts, the narrowest and the
     widest tiles), or the ones between (each a compile on a GPU: slow)."""
-    configs = qz.sweep_configs(M)
+    from week5_integration import quantization_bench  # the sweep (quantization_bench.py) times these configs
+
+    configs = quantization_bench.sweep_configs(M)
     ends = configs[:2] + configs[-1:]
     return ends if part == "ends" else [c for c in configs if c not in ends]
 
@@ -191,7 +193,7 @@ def test_every_swept_config_is_correct(M, part):
 
 def test_tuned_table_entries_are_launchable():
     # results/tuned_int8_matmul.json, when a sweep has written it: every entry launches and is right.
-    path = tuning.tuned_path(qz.RESULTS, "int8_matmul")
+    path = qz.TUNED.path
     entries = json.loads(path.read_text())["entries"] if path.exists() else []
     for entry in entries:
         (bucket, N, K), config = entry["key"], qz.Int8Config(**entry["config"])

@@ -36,7 +36,6 @@ the lesson's notes are the week's README and the docstring of week1_cuda_python/
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import sys
