@@ -9,17 +9,18 @@ norm_bench.py.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, bench_dtype, itemsize
+from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
 from week4_triton_dl import norm_bench
 from week4_triton_dl.layernorm import FORWARD_KERNEL, layer_norm, layer_norm_forward, layer_norm_unfused
 from week4_triton_dl.layernorm_backward import layer_norm_backward
 from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, size_label
-from week4_triton_dl.norm_common import compile_on_first_call
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -36,7 +37,7 @@ def torch_backward(dy, x, w, b, mean, rstd):
                                                      [True, True, True])
 
 
-_torch_backward_compiled = compile_on_first_call(torch_backward)
+_torch_backward_compiled = compile_on_first_call(torch_backward, dynamic=False)
 
 
 def _forward_inputs(size):
@@ -62,7 +63,7 @@ BENCHMARKS = [
         make_inputs=_forward_inputs,
         variants={
             "torch": torch_forward,
-            "torch_compile": compile_on_first_call(torch_forward),
+            "torch_compile": compile_on_first_call(torch_forward, dynamic=False),
             "torch_unfused": lambda x, w, b: layer_norm_unfused(x, w, b, EPS),
             "triton": lambda x, w, b: layer_norm_forward(x, w, b, EPS)[0],  # FORWARD_KERNEL: row
             "triton_persistent": lambda x, w, b: layer_norm_forward(x, w, b, EPS, kernel="persistent")[0],
@@ -140,4 +141,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 
 if __name__ == "__main__":
-    norm_bench.sweep_cli("week4_triton_dl.layernorm_bench", sweep)
+    sys.exit(norm_bench.sweep_cli("week4_triton_dl.layernorm_bench", sweep, __doc__))

@@ -11,14 +11,13 @@ layernorm_bench.py and rmsnorm_bench.py time their op the same ways, and declare
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, bench_dtype
+from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
-from week4_triton_dl.norm_common import compile_on_first_call, next_power_of_2, pipeline_stages
+from course.sweep import sweep_main
+from week4_triton_dl.norm_common import next_power_of_2, pipeline_stages
 
 # bf16, 128 MB per input at every shape (2.5x the H100's L2), 8192 x 8192 last: the headline.
 SIZES = [(65536, 1024), (16384, 4096), (8192, 8192)]
@@ -69,7 +68,7 @@ def train_benchmark(norm: str, op: str, torch_forward, triton_forward, *, parame
         make_inputs=train_inputs(parameters),
         variants={
             "torch": fwd_bwd(torch_forward),
-            "torch_compile": fwd_bwd(compile_on_first_call(torch_forward)),
+            "torch_compile": fwd_bwd(compile_on_first_call(torch_forward, dynamic=False)),
             "triton": fwd_bwd(triton_forward),
         },
         gpu_only=("torch_compile",),
@@ -172,17 +171,16 @@ def print_sweep(title: str, rows: list, copy_gbps: float) -> None:
               f"{100 * gbps / copy_gbps:.1f} | {reference[pass_] / ms:.2f}x |")
 
 
-def sweep_cli(module_name: str, run) -> None:
-    """The norms' command line: `python -m MODULE --sweep [--shape MxN] [--dtype D]` calls run(M, N, dtype)."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module_name}")
-    parser.add_argument("--sweep", action="store_true", help="time launch configurations")
-    parser.add_argument("--shape", default=None, help="MxN (default 8192x8192 on a GPU, 64x256 simulated)")
-    parser.add_argument("--dtype", default=None, choices=("bfloat16", "float16", "float32"))
-    args = parser.parse_args()
-    if not args.sweep:
-        parser.print_help()
-        return
-    shape = args.shape or runtime.pick(gpu="8192x8192", sim="64x256")
-    M, N = (int(v) for v in shape.lower().split("x"))
-    dtype = getattr(torch, args.dtype or runtime.pick(gpu="bfloat16", sim="float32"))
-    run(M, N, dtype)
+def sweep_cli(module_name: str, run, doc: str | None = None) -> int:
+    """The norms' command line (course.sweep.sweep_main): `python -m MODULE --sweep [--shape MxN]
+    [--dtype D]` calls run(M, N, dtype)."""
+    def options(parser):
+        parser.add_argument("--shape", default=None, help="MxN (default 8192x8192 on a GPU, 64x256 simulated)")
+        parser.add_argument("--dtype", default=None, choices=("bfloat16", "float16", "float32"))
+
+    def sweep(shape, dtype):
+        M, N = (int(v) for v in (shape or runtime.pick(gpu="8192x8192", sim="64x256")).lower().split("x"))
+        run(M, N, getattr(torch, dtype or runtime.pick(gpu="bfloat16", sim="float32")))
+
+    return sweep_main(sweep, doc=doc, help="time launch configurations",
+                      options=options, prog=f"python -m {module_name}")

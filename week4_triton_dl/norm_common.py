@@ -256,18 +256,3 @@ def column_sums(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     launch(partial_sum_kernel, (-(-N // PARTIAL_BLOCK_N),), (P, N, partials.dtype, dtype),
            (partials, out, P, N, PARTIAL_BLOCK_P, PARTIAL_BLOCK_N), num_warps=4)
     return out
-
-
-# ------------------------------------------------------- the norms' torch.compile baseline
-# For layernorm_bench.py, rmsnorm_bench.py and add_rmsnorm.py, whose benchmarks are still inline
-# (a lesson imports no bench module).
-_compiled: dict = {}
-
-
-def compile_on_first_call(fn):
-    """torch.compile(fn), compiled on its first call (the benchmark's warm-up, not timed)."""
-    def run(*args):
-        if fn not in _compiled:
-            _compiled[fn] = torch.compile(fn, dynamic=False)  # one kernel per shape, as in training
-        return _compiled[fn](*args)
-    return run

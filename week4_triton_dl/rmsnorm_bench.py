@@ -8,15 +8,16 @@ sweep): norm_bench.py.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
 from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course.bench import Benchmark, bench_dtype, itemsize
+from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
 from week4_triton_dl import norm_bench
 from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
-from week4_triton_dl.norm_common import compile_on_first_call
 from week4_triton_dl.rmsnorm import (
     FORWARD_KERNEL, rms_norm, rms_norm_backward, rms_norm_backward_unfused, rms_norm_forward, rms_norm_unfused)
 
@@ -54,8 +55,8 @@ def torch_unfused_forward(x, w):
     return rms_norm_unfused(x, w, EPS)
 
 
-_compiled_forward = compile_on_first_call(torch_unfused_forward)
-_compiled_backward = compile_on_first_call(rms_norm_backward_unfused)
+_compiled_forward = compile_on_first_call(torch_unfused_forward, dynamic=False)
+_compiled_backward = compile_on_first_call(rms_norm_backward_unfused, dynamic=False)
 
 
 def _forward_inputs(size):
@@ -202,4 +203,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 
 if __name__ == "__main__":
-    norm_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep)
+    sys.exit(norm_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep, __doc__))

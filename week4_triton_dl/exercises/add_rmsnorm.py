@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from course.bench import Benchmark, bench_dtype
+from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.launch import launch
 from week4_triton_dl import norm_common as nc  # checks, launch sizing and the stage-2 sum of both norms
