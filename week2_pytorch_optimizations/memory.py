@@ -212,11 +212,22 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
 def caching_allocator_demo(mib: int = 64) -> dict:
     """memory_allocated vs memory_reserved around one allocation, its free, and empty_cache."""
     _need_gpu("caching_allocator_demo")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    # empty_cache returns only wholly free segments: a segment that still holds a live tensor keeps
+    # its free part, and a request that fits in there reserves nothing new (then "reserved" cannot
+    # show the cache at work). So ask for more than the largest such free block.
+    free_blocks = [block["size"] for segment in torch.cuda.memory_snapshot() for block in segment["blocks"]
+                   if block["state"] == "inactive"]
+    mib = max(mib, -(-max(free_blocks, default=0) // 2**20) + 2)
+    return {"mib": mib, **allocator_readings(mib)}
+
+
+def allocator_readings(mib: int) -> dict:
+    """The readings of `caching_allocator_demo` for one mib-sized tensor (caches emptied first)."""
     # BEGIN EXERCISE: memory_allocated and memory_reserved (MiB above the start) with a mib-sized tensor
     #   alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current segment
     #   count from torch.cuda.memory_stats()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
     mb = lambda b: b / 2**20  # noqa: E731
     base_alloc, base_res = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     x = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")

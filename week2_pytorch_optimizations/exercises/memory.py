@@ -4,7 +4,7 @@ goes.
 Check your work with `pytest tests/week2/test_memory.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 148 lines in 8 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 146 lines in 8 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * `shares_storage`: compare where their storages start: t.untyped_storage().data_ptr() (not
   t.data_ptr(): that is where the first element is, which moves with a slice's offset) (about 1
@@ -26,9 +26,9 @@ until you fill them):
   of bf16 matmuls about as long as the copy), both one after the other, and both at once (the copy
   on a side stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the
   fraction of the shorter one hidden (about 57 lines)
-* `caching_allocator_demo`: memory_allocated and memory_reserved (MiB above the start) with a
-  mib-sized tensor alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the
-  current segment count from torch.cuda.memory_stats() (about 14 lines)
+* `allocator_readings`: memory_allocated and memory_reserved (MiB above the start) with a mib-sized
+  tensor alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current
+  segment count from torch.cuda.memory_stats() (about 12 lines)
 * `saved_activation_bytes`: count in the pack hook of torch.autograd.graph.saved_tensors_hooks the
   bytes of each storage saved for backward by one forward (and loss_fn(out) when given), each
   storage once, parameters not counted (about 14 lines)
@@ -132,10 +132,23 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
 def caching_allocator_demo(mib: int = 64) -> dict:
     """memory_allocated vs memory_reserved around one allocation, its free, and empty_cache."""
     _need_gpu("caching_allocator_demo")
-    # TODO (about 14 lines): memory_allocated and memory_reserved (MiB above the start) with a mib-sized
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    # empty_cache returns only wholly free segments: a segment that still holds a live tensor keeps
+    # its free part, and a request that fits in there reserves nothing new (then "reserved" cannot
+    # show the cache at work). So ask for more than the largest such free block.
+    free_blocks = [block["size"] for segment in torch.cuda.memory_snapshot() for block in segment["blocks"]
+                   if block["state"] == "inactive"]
+    mib = max(mib, -(-max(free_blocks, default=0) // 2**20) + 2)
+    return {"mib": mib, **allocator_readings(mib)}
+
+
+def allocator_readings(mib: int) -> dict:
+    """The readings of `caching_allocator_demo` for one mib-sized tensor (caches emptied first)."""
+    # TODO (about 12 lines): memory_allocated and memory_reserved (MiB above the start) with a mib-sized
     #   tensor alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current
     #   segment count from torch.cuda.memory_stats()
-    raise NotImplementedError('not implemented yet: caching_allocator_demo: memory_allocated and memory_reserved ...')
+    raise NotImplementedError('not implemented yet: allocator_readings: memory_allocated and memory_reserved (MiB ...')
 
 
 def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> int:
