@@ -339,10 +339,12 @@ class Sanitizer:
         return ROOT / self.package / "results"
 
     def lesson_modules(self) -> list[str]:
-        """The week's lesson modules (short names), in file order."""
+        """The week's lesson modules (short names), in file order. Not a `<topic>_bench` module: it
+        times the kernels of its lesson module, whose SANITIZER_CASES cover them."""
         package = importlib.import_module(self.package)
         return sorted(info.name for info in pkgutil.iter_modules(package.__path__)
-                      if info.name not in NOT_LESSONS and not info.name.startswith("_"))
+                      if info.name not in NOT_LESSONS and not info.name.startswith("_")
+                      and not info.name.endswith("_bench"))
 
     def module_cases(self, module: str) -> dict[str, Callable[[], None]]:
         """The module's own SANITIZER_CASES, else the ones defined here for it, else none."""

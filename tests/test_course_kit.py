@@ -439,7 +439,7 @@ def test_a_record_a_lessons_own_command_writes_names_that_command():
 
 
 # Lesson modules another change is splitting (benchmarks out, or a reason at the top).
-LONG_MODULES_PENDING: set[str] = {"week1_cuda_python/matmul_tensor_cores.py"}
+LONG_MODULES_PENDING: set[str] = set()
 LESSON_MAX_LINES = 500   # above this a module says why, in its docstring's first paragraphs
 MIXED_MAX_LINES = 600    # above this a module holds kernels or benchmarks, not both
 

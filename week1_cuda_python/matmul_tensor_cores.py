@@ -1,5 +1,11 @@
 """The top of the matmul ladder: tensor cores, programmed through WMMA in CUDA C (PyCUDA).
 
+Over 500 lines: the host side of two families of rungs, each a lesson of its own: the WMMA
+launchers (tile configurations, padding, launch geometry, input checks), and the Hopper rung's,
+which the kit cannot do for it (an sm_90a build, TMA tensor maps encoded and the kernel launched
+through the CUDA driver API with ctypes). Its benchmark, tile sweep and SASS dump are in
+matmul_tensor_cores_bench.py.
+
 The fp32 ladder (`matmul.py`) ends close to cuBLAS fp32: the CUDA cores' roof. The tensor cores
 are a different unit: one warp-wide instruction multiplies a 16x16 tile of fp16 (or bf16) values
 by another and adds the product into an fp32 tile, 4096 multiply-adds at once. The H100 SXM
@@ -17,7 +23,8 @@ This lesson reaches for them with `nvcuda::wmma`, CUDA C++'s portable tensor-cor
 What it teaches: fragments and warp-wide operations; that the tensor cores make the *same*
 data-reuse problem as the fp32 ladder ~15x harder (every byte must feed ~15x more FLOPs to keep
 up); shared-memory bank conflicts and the skew that removes them; asynchronous copies and
-software pipelining; and reading SASS (`--sass`) to see what the compiler really emitted.
+software pipelining; and reading SASS (matmul_tensor_cores_bench.py `--sass`) to see what the
+compiler really emitted.
 
 Cost model for A (M x K) @ B (K x N): 2*M*N*K FLOPs; at least 2*(M*K + K*N) + s*M*N bytes
 (s = 2 for an fp16/bf16 C, 4 for fp32). At 4096^3 with an fp16 C: 137 GFLOP on 101 MB,
@@ -48,20 +55,18 @@ The wgmma_tma rung runs on compute capability 9.0 only (H100/H200: wgmma is an s
 elsewhere `matmul_wgmma_tma` raises a RuntimeError naming the fallback, wmma_cp_async. It needs no
 padding to tile multiples (the TMA reads past the edges as zeros), only K and N rounded up to 8.
 
-Command line (GPU): `python -m week1_cuda_python.matmul_tensor_cores --sweep` times block /
-warp tile shapes and pipeline depths at 4096^3; `--sass` prints the instruction mix of every
-kernel (HMMA = tensor-core mma, LDSM = ldmatrix, LDGSTS = cp.async, HGMMA = wgmma, UTMALDG = TMA
-load) from `cuobjdump -sass`; on sm_90 it also disassembles the sm_90a build of kernels/matmul_wgmma.cu.
+The benchmark, the tile sweep and the SASS dump live in matmul_tensor_cores_bench.py: `python -m
+week1_cuda_python.matmul_tensor_cores_bench --sweep` (GPU) times block / warp tile shapes and
+pipeline depths at 4096^3; `--sass` prints the instruction mix of every kernel (HMMA = tensor-core
+mma, LDSM = ldmatrix, LDGSTS = cp.async, HGMMA = wgmma, UTMALDG = TMA load) from `cuobjdump -sass`;
+on sm_90 it also disassembles the sm_90a build of kernels/matmul_wgmma.cu.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import functools
 import math
-import re
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +76,6 @@ import torch
 
 from course import runtime  # first: chooses the GPU or simulation
 from course import interop, validate
-from course.bench import Benchmark, c_function
 from course.check import poisoned, random_tensor
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul_tc.cu"
@@ -212,7 +216,7 @@ def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES
 
 # --- launchers ---------------------------------------------------------------------------------
 
-def _capability() -> tuple[int, int] | None:
+def device_capability() -> tuple[int, int] | None:
     """The GPU's compute capability, or None in simulation (nothing is launched there)."""
     return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
 
@@ -228,7 +232,7 @@ def _checked(a, b, out, out_dtype):
     if k != k_b:
         raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k_b} x {n} "
                          f"(a.shape[1] = {k} != b.shape[0] = {k_b})")
-    capability = _capability()
+    capability = device_capability()
     if a.dtype == torch.bfloat16 and capability is not None and capability < (8, 0):
         raise TypeError(f"a has dtype bfloat16, but bf16 tensor cores need compute capability 8.0 "
                         f"(Ampere) or newer; this GPU is {capability[0]}.{capability[1]}: use float16")
@@ -261,7 +265,9 @@ def _kernel(name: str, defines: tuple[str, ...] = ()):
     return interop.cuda_kernel(CUDA_SOURCE, name, "PPPiiiii", defines)
 
 
-def _launch(rung: str, a, b, out, out_dtype, tiles: TileConfig = DEFAULT_TILES):
+def launch_wmma(rung: str, a, b, out, out_dtype, tiles: TileConfig = DEFAULT_TILES):
+    """C = A @ B with the WMMA rung `rung` (a key of RUNGS) built with `tiles`: what the
+    matmul_wmma_* launchers call, and the benchmark and the tile sweep (matmul_tensor_cores_bench.py)."""
     out, m, n, k = _checked(a, b, out, out_dtype)
     if m == 0 or n == 0:
         return out
@@ -284,19 +290,19 @@ def matmul_wmma_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None
     a, b: fp16 (or bf16 on sm_80+), 2-D, contiguous, same device. C is written in the inputs'
     type, or in fp32 with `out_dtype=torch.float32` (or an fp32 `out`).
     """
-    return _launch("naive", a, b, out, out_dtype)
+    return launch_wmma("naive", a, b, out, out_dtype)
 
 
 def matmul_wmma_shared(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """C = A @ B with 128x128x32 shared-memory block tiles and 64x64 warp tiles (`wmma_shared_*`)."""
-    return _launch("shared", a, b, out, out_dtype)
+    return launch_wmma("shared", a, b, out, out_dtype)
 
 
 def matmul_wmma_cp_async(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """C = A @ B as `matmul_wmma_shared`, tiles copied by a cp.async pipeline (`wmma_cp_async_*`)."""
-    return _launch("cp_async", a, b, out, out_dtype)
+    return launch_wmma("cp_async", a, b, out, out_dtype)
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -515,9 +521,11 @@ def encoded_tensor_map(address: int, dtype: torch.dtype, rows: int, cols: int, r
     return ctypes.string_at(aligned, 128)
 
 
-def _launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
+def launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
+    """C = A @ B with the wgmma + TMA kernel built with `tiles` (its block order): what
+    matmul_wgmma_tma calls, and the benchmark's A/B row `wgmma_tma_row_major`."""
     out, m, n, k = _checked(a, b, out, out_dtype)
-    why = wgmma_unsupported(_capability())
+    why = wgmma_unsupported(device_capability())
     if why is not None:
         raise RuntimeError(why)
     if m == 0 or n == 0:
@@ -555,7 +563,7 @@ def matmul_wgmma_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None 
     capability 9.0 (H100, H200): on any other GPU it raises RuntimeError naming the fallback,
     `matmul_wmma_cp_async`.
     """
-    return _launch_wgmma(a, b, out, out_dtype)
+    return launch_wgmma(a, b, out, out_dtype)
 
 
 TC_LAUNCHERS = (*WMMA_LAUNCHERS, "matmul_wgmma_tma")
@@ -568,7 +576,7 @@ def _sanitizer_case(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) ->
     # Sizes that are not multiples of any tile: the padding and the bounds-checked stores run.
     a = random_tensor((70, 40), in_dtype, runtime.DEVICE)
     b = random_tensor((40, 50), in_dtype, runtime.DEVICE)
-    _launch(rung, a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
+    launch_wmma(rung, a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
     torch.cuda.synchronize()
 
 
@@ -579,211 +587,3 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = {
     for rung in RUNGS for in_dtype in DTYPES for out_dtype in (in_dtype, torch.float32)
 }
 
-
-# --- benchmark ---------------------------------------------------------------------------------
-
-# BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
-def _inputs(size):
-    n, dtype = size
-    device = runtime.DEVICE
-    # B scaled by 1/sqrt(n) keeps C ~ N(0, 1): no fp16 overflow however large n is.
-    return (random_tensor((n, n), dtype, device), random_tensor((n, n), dtype, device, scale=n**-0.5),
-            torch.empty((n, n), dtype=dtype, device=device))
-
-
-def _size_label(size) -> str:
-    n, dtype = size
-    return f"{n}^3 {TYPE_SUFFIX[dtype]}"
-
-
-def _c(*names):
-    return [c_function(CUDA_SOURCE, name) for name in names]
-
-
-# What each variant runs, for the LoC column: the kernel body, its device helpers, the launcher.
-_SHARED_HELPERS = ("mma_warp_tile", "load_shared", "store_warp_tile", "store_fragment")
-_SOURCES = {
-    "wmma_naive": _c("wmma_naive_body", "store_fragment") + [_launch],
-    "wmma_shared": _c("wmma_shared_body", "copy_tile_sync", *_SHARED_HELPERS) + [_launch],
-    "wmma_cp_async": _c("wmma_cp_async_body", "copy_tile_async", "copy16_async", "copy_commit", "copy_wait",
-                        *_SHARED_HELPERS) + [_launch],
-    "wgmma_tma": [c_function(WGMMA_SOURCE, name) for name in (
-        "wgmma_tma_body", "grouped_tile", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait",
-        "tma_load_2d", "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")]
-        + [_launch_wgmma, tensor_map, encoded_tensor_map],
-}
-# The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
-_WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(_capability()) is None else ()
-# The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of
-# what the grouped order (kernels/matmul_wgmma.cu, "Block order") buys, at 8192^3 above all.
-_ROW_MAJOR = WgmmaTiles(group_m=1)
-_WGMMA_AB_ROWS = ("wgmma_tma_row_major",) if _WGMMA_ROWS else ()
-
-BENCHMARKS = [
-    Benchmark(
-        name="matmul_tc_week1",
-        title="Matmul on tensor cores, WMMA in CUDA C (fp16/bf16 in, fp32 accumulate) vs cuBLAS",
-        # The last size is the headline (README table and roofline): 4096^3 fp16.
-        sizes=[(2048, torch.float16), (8192, torch.float16), (4096, torch.bfloat16), (4096, torch.float16)],
-        sim_sizes=[(32, torch.float16)],
-        size_label=_size_label,
-        make_inputs=_inputs,
-        variants={
-            "torch": lambda a, b, out: torch.matmul(a, b, out=out),
-            **{f"wmma_{rung}": (lambda rung: lambda a, b, out: _launch(rung, a, b, out, None))(rung)
-               for rung in RUNGS},
-            **{label: lambda a, b, out: _launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
-            **{label: lambda a, b, out: _launch_wgmma(a, b, out, None, _ROW_MAJOR) for label in _WGMMA_AB_ROWS},
-        },
-        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS),
-        headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
-        # Also replayed from a CUDA graph (rows "<label>_graph"): the GPU's time without the Python
-        # launcher's, which at 2048^3 (~30 us of work) is most of a call.
-        graphed=("torch", *_WGMMA_ROWS),
-        bytes=lambda size: 3 * 2 * size[0] ** 2,
-        flops=lambda size: 2 * size[0] ** 3,
-        compute_dtype=torch.float16,
-        sources={label: spec for label, spec in _SOURCES.items() if label != "wgmma_tma" or _WGMMA_ROWS},
-        notes="FLOPs = 2 n^3; bytes = 2 (n^2 A + n^2 B + n^2 C), each matrix once; torch = "
-              "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype; wgmma_tma only on "
-              "compute capability 9.0 (H100/H200); wgmma_tma_row_major = the same kernel with "
-              "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order",
-    ),
-]
-
-
-# --- command line: --sweep (GPU), --sass (nvcc + cuobjdump) ------------------------------------
-
-SWEEP_CONFIGS = [
-    TileConfig(128, 128, 32, 64, 64, 2),  # the default
-    TileConfig(128, 128, 32, 64, 32, 2),  # 8 warps, smaller warp tiles
-    TileConfig(128, 128, 32, 32, 64, 2),
-    TileConfig(64, 128, 32, 32, 64, 2),
-    TileConfig(128, 128, 16, 64, 64, 3),  # shallower k slices buy pipeline depth within 48 KB
-    TileConfig(128, 128, 16, 64, 64, 4),
-    TileConfig(128, 256, 16, 64, 64, 2),  # 8 warps on a wider tile: more reuse per L2 byte
-    TileConfig(128, 256, 16, 64, 64, 3),
-    TileConfig(256, 128, 16, 64, 64, 2),
-    TileConfig(64, 64, 32, 32, 32, 2),
-]
-
-
-def sweep(n: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
-    """Time wmma_shared and wmma_cp_async for each tile configuration at n^3 fp16 (GPU only)."""
-    from course import bench
-
-    if not runtime.on_gpu():
-        raise RuntimeError("the sweep times PyCUDA launches: it needs an NVIDIA GPU")
-    a, b, out = _inputs((n, torch.float16))
-    flops = 2 * n**3
-    reference = a.double() @ b.double()
-    cublas = bench.time_gpu(lambda: torch.matmul(a, b, out=out), [()])
-    cublas_tflops = flops / (cublas.median_ms * 1e-3) / 1e12
-    print(f"torch.matmul fp16 (cuBLAS) {n}^3: {cublas.median_ms:.3f} ms, {cublas_tflops:.1f} TFLOP/s")
-    print(f"{'tiles':<48} {'rung':<9} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'max rel err':>11}")
-    rows = []
-    for config in configs:
-        problems = config.problems()
-        if problems:
-            print(f"{config.label():<48} skipped: {'; '.join(problems)}")
-            continue
-        for rung in ("shared", "cp_async"):
-            try:
-                timing = bench.time_gpu(lambda: _launch(rung, a, b, out, None, config), [()])
-            except Exception as error:  # a config that fails to compile or launch: report, go on
-                print(f"{config.label():<48} {rung:<9} failed: {str(error).splitlines()[0][:80]}")
-                continue
-            err = float(((out.double() - reference).abs().max() / reference.abs().max()))
-            tflops = flops / (timing.median_ms * 1e-3) / 1e12
-            rows.append({"tiles": config, "rung": rung, "ms": timing.median_ms, "tflops": tflops})
-            print(f"{config.label():<48} {rung:<9} {timing.median_ms:8.3f} {tflops:8.1f} "
-                  f"{tflops / cublas_tflops:8.1%} {err:11.2e}")
-    return rows
-# END SOLUTION ONLY
-
-
-SASS_OPCODES = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "LDS", "LDG", "LD", "STS", "STG", "BAR")
-_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
-
-
-def sass_opcode_counts(sass: str) -> dict[str, dict[str, int]]:
-    """{kernel: {opcode family: count}} from `cuobjdump -sass` text (static instruction counts)."""
-    counts: dict[str, dict[str, int]] = {}
-    current = None
-    for line in sass.splitlines():
-        if "Function :" in line:
-            current = line.split("Function :")[1].strip()
-            counts[current] = dict.fromkeys(SASS_OPCODES, 0)
-            continue
-        match = _SASS_LINE.search(line)
-        if current is not None and match and match.group(1) in counts[current]:
-            counts[current][match.group(1)] += 1
-    return counts
-
-
-# BEGIN SOLUTION ONLY: the SASS dump and the command line (tools for the solution's kernels)
-def dump_sass(arch: str = "sm_90", out_dir: Path | None = None, full: bool = False) -> Path:
-    """Compile kernels/matmul_tc.cu for `arch` (sm_90a: kernels/matmul_wgmma.cu, the Hopper rung),
-    print each kernel's instruction mix, save the SASS."""
-    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="matmul_tc_sass_"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    source = WGMMA_SOURCE if arch == "sm_90a" else CUDA_SOURCE
-    cubin = out_dir / f"{source.stem}.{arch}.cubin"
-    if arch == "sm_90a":
-        compiled = subprocess.run(wgmma_nvcc_command(cubin, runtime.nvcc_path() or "nvcc"),
-                                  capture_output=True, text=True)
-    else:
-        compiled = interop.nvcc_compile(CUDA_SOURCE, arch, out_dir)
-    if compiled.returncode != 0:
-        raise RuntimeError(f"nvcc failed for {arch}:\n{compiled.stderr}")
-    return _print_sass(cubin, arch, full)
-
-
-def _print_sass(cubin: Path, arch: str, full: bool) -> Path:
-    import shutil
-
-    if shutil.which("cuobjdump") is None:
-        raise RuntimeError("cuobjdump (CUDA toolkit) is not on PATH: cannot disassemble " + str(cubin))
-    sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    path = cubin.with_suffix(".sass")
-    path.write_text(sass)
-    if full:
-        print(sass)
-    counts = sass_opcode_counts(sass)
-    print(f"static instruction counts per kernel ({arch}); full SASS in {path}")
-    print(f"{'kernel':<26}" + "".join(f"{op:>8}" for op in SASS_OPCODES))
-    for kernel in sorted(counts):
-        print(f"{kernel:<26}" + "".join(f"{counts[kernel][op]:>8}" for op in SASS_OPCODES))
-    return path
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time tile shapes at n^3 fp16 (GPU)")
-    parser.add_argument("--size", type=int, default=4096, help="n for --sweep (default 4096)")
-    parser.add_argument("--sass", action="store_true", help="instruction mix of every kernel (cuobjdump)")
-    parser.add_argument("--arch", default=None, help="for --sass: sm_75, sm_90, ... (default: this GPU, else sm_90); "
-                        "sm_90a disassembles the wgmma rung (kernels/matmul_wgmma.cu)")
-    parser.add_argument("--full", action="store_true", help="with --sass: print the whole SASS listing")
-    parser.add_argument("--out", default=None, help="with --sass: folder for the cubin and .sass files")
-    args = parser.parse_args(argv)
-    if not (args.sweep or args.sass):
-        parser.print_help()
-        return 2
-    if args.sass:
-        arch = args.arch
-        if arch is None:
-            major, minor = _capability() or (9, 0)
-            arch = f"sm_{major}{minor}"
-        out = Path(args.out) if args.out else None
-        dump_sass(arch, out, full=args.full)
-        if arch == "sm_90":  # on Hopper the ladder goes one rung further: wgmma (HGMMA) and TMA (UTMALDG)
-            dump_sass("sm_90a", out, full=args.full)
-    if args.sweep:
-        sweep(args.size)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-# END SOLUTION ONLY

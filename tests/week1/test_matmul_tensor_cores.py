@@ -30,6 +30,8 @@ from course import runtime
 from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep
 
 tc = runtime.lesson("week1_cuda_python.matmul_tensor_cores")
+# The SASS parser is tooling, not an exercise: the bench module always (it measures the solution).
+tc_bench = importlib.import_module("week1_cuda_python.matmul_tensor_cores_bench")
 
 DEVICE = runtime.DEVICE
 U32 = 2.0**-24
@@ -207,9 +209,9 @@ def test_rejects_bad_input_before_launch(name, case, error, message, make):
 def patch_capability(monkeypatch, name: str, capability) -> None:
     """Pretend the GPU has this compute capability, in the module that defines the launcher too
     (under --impl=exercises the stub imports the wgmma launcher from the solution)."""
-    monkeypatch.setattr(tc, "_capability", lambda: capability)
+    monkeypatch.setattr(tc, "device_capability", lambda: capability)
     owner = importlib.import_module(getattr(tc, name).__module__)
-    monkeypatch.setattr(owner, "_capability", lambda: capability)
+    monkeypatch.setattr(owner, "device_capability", lambda: capability)
 
 
 @pytest.mark.parametrize("name", tc.TC_LAUNCHERS)
@@ -296,7 +298,7 @@ def test_sass_opcode_counts_parses_cuobjdump_output():
         Function : wmma_naive_f16_f16
         /*0100*/                   HMMA.16816.F32 R8, R4, R6, R8 ;
     """
-    counts = tc.sass_opcode_counts(sass)
+    counts = tc_bench.sass_opcode_counts(sass)
     assert counts["wmma_shared_f16_f16"]["HMMA"] == 1 and counts["wmma_shared_f16_f16"]["LDSM"] == 1
     assert counts["wmma_shared_f16_f16"]["LDGSTS"] == 1 and counts["wmma_shared_f16_f16"]["LDS"] == 1
     assert counts["wmma_naive_f16_f16"]["HMMA"] == 1 and counts["wmma_naive_f16_f16"]["LDSM"] == 0
@@ -459,6 +461,6 @@ def test_wgmma_source_compiles_for_sm_90a(tmp_path):
         assert instruction in text, f"{instruction} is missing from the PTX"
     if shutil.which("cuobjdump"):  # the SASS: HGMMA, the tensor cores' asynchronous instruction
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-        counts = tc.sass_opcode_counts(sass)
+        counts = tc_bench.sass_opcode_counts(sass)
         assert set(counts) == names
         assert all(c["HGMMA"] >= 4 and c["UTMALDG"] >= 2 and c["HMMA"] == 0 for c in counts.values()), counts

@@ -42,7 +42,7 @@ using namespace nvcuda;
 #define SKEW 8
 
 // Tile shapes of the shared-memory rungs. The defaults were chosen for the H100 with
-// `python -m week1_cuda_python.matmul_tensor_cores --sweep`, which recompiles this file with
+// `python -m week1_cuda_python.matmul_tensor_cores_bench --sweep`, which recompiles this file with
 // -DTC_BM=... for each candidate. Static shared memory is capped at 48 KB per block, which
 // bounds BM, BN, BK and STAGES together (static_asserts below say which combination is over).
 #ifndef TC_BM
