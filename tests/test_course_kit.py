@@ -503,3 +503,19 @@ def test_no_module_uses_another_modules_private_names():
                         and node.attr.startswith("_") and not node.attr.startswith("__")):
                     found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not found, found
+
+
+def test_every_input_set_is_warmed_up_before_timing():
+    """A graphed variant captures one CUDA graph per input set; a set first reached inside the
+    timing loop would time its capture (tiny sizes rotate through 64 sets)."""
+    seen = []
+    sets = [(torch.tensor(float(i)),) for i in range(7)]
+    bench.warm_up(lambda t: seen.append(float(t)), sets)
+    assert seen == [float(i) for i in range(7)]
+
+
+@pytest.mark.skipif(not runtime.on_gpu(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_graphed_tiny_op_times_replays_not_captures():
+    sets = [(torch.randn(8, 768, device="cuda"),) for _ in range(64)]
+    timing = bench.time_gpu(bench.graphed(lambda x: x * 2 + 1), sets)
+    assert timing.median_ms < 0.2, timing  # a replay of one tiny kernel: microseconds, not a capture

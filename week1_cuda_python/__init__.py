@@ -6,6 +6,8 @@ COURSE = {
     "short": "week1",
     "title": "GPU fundamentals and CUDA from Python",
     "order": 1,
+    # numbered rungs, each runnable by number: `python -m course rung matmul_cuda 5`
+    "ladders": {"matmul_cuda": "matmul", "matmul_tensor_cores": "matmul_tensor_cores_bench"},
     "comparisons": {
         "vector_add": [
             {"file": "vector_add.py", "bench": "vector_add_week1", "size": "2^28", "rows": [

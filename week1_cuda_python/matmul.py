@@ -38,6 +38,7 @@ import torch
 from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
 from course.bench import Benchmark
+from course.rungs import Ladder, Rung as LadderRung  # the benchmark's variants as numbered rungs
 from course.check import random_tensor
 
 from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
@@ -420,4 +421,23 @@ BENCHMARKS = [
         notes="FLOPs = 2 M N K; bytes = 4 (MK + KN + MN), each matrix once (the minimum)",
     ),
 ]
+
+# The ladder, runnable by number: `python -m course rung matmul_cuda 5` (course/rungs.py). Every rung
+# sums K = 4096 fp32 products per element, as torch does in fp32 (TF32 off) but in another order:
+# the norm-wise difference is a few fp32 roundings times sqrt(K), ~1e-6; 1e-4 leaves room for that
+# and catches any wrong tile, index or tail.
+MATMUL_STORIES = {
+    "numba_naive": "Numba, one thread per element of C, operands straight from global memory",
+    "numba_tiled": "Numba, 16x16 tiles of A and B staged in shared memory",
+    "numba_regblock": "Numba, each thread computes an 8x4 block of C in registers (128x64 block tiles)",
+    "cuda_naive": "CUDA C, one thread per element, threadIdx.x along rows: uncoalesced loads",
+    "cuda_coalesced": "threadIdx.x along columns: a warp reads consecutive addresses",
+    "cuda_shared": "32x32 tiles in shared memory",
+    "cuda_blocktile_1d": "each thread computes 8 elements of a column: fewer shared-memory loads per FMA",
+    "cuda_blocktile_2d": "each thread computes an 8x8 block: outer products from registers",
+    "cuda_vectorized": "float4 loads and a transposed A tile: 16-byte accesses",
+    "cuda_warptiling": "warp tiles: each warp owns a sub-block, threads a block inside it",
+}
+LADDERS = [Ladder("matmul_cuda", BENCHMARKS[0], [LadderRung(v, story) for v, story in MATMUL_STORIES.items()],
+                  rel_tol=1e-4)]
 # END SOLUTION ONLY

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from course import bench, interop, runtime  # runtime first: chooses the GPU or simulation
+from course.rungs import Ladder, Rung as LadderRung
 from course.bench import Benchmark, c_function
 from course.check import random_tensor
 from course.sweep import sweep_main
@@ -105,6 +106,17 @@ BENCHMARKS = [
               "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order",
     ),
 ]
+
+# The ladder, runnable by number: `python -m course rung matmul_tensor_cores 3` (course/rungs.py).
+# fp16 operands, fp32 accumulation over K, C rounded to fp16 once: against cuBLAS (the same
+# arithmetic in another order) the norm-wise difference is about one fp16 rounding, 2^-11 ~ 5e-4;
+# 5e-3 catches a wrong fragment, tile or tail. The wgmma rung only where it runs (sm_90).
+LADDERS = [Ladder("matmul_tensor_cores", BENCHMARKS[0],
+                  [LadderRung(f"wmma_{name}", rung.what) for name, rung in RUNGS.items()]
+                  + [LadderRung(label, "wgmma + TMA: warpgroup MMAs fed by the copy engine through an "
+                                       "mbarrier ring, producer and consumer warpgroups (sm_90a)")
+                     for label in _WGMMA_ROWS],
+                  rel_tol=5e-3)]
 
 
 # --- the tile sweep (GPU) ------------------------------------------------------------------------
