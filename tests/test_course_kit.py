@@ -514,7 +514,7 @@ def test_every_input_set_is_warmed_up_before_timing():
     assert seen == [float(i) for i in range(7)]
 
 
-@pytest.mark.skipif(not runtime.on_gpu(), reason="needs a CUDA GPU (CUDA graphs)")
+@pytest.mark.skipif(not runtime.on_gpu(), reason="needs a real NVIDIA GPU (timing CUDA-graph replays)")
 def test_graphed_tiny_op_times_replays_not_captures():
     sets = [(torch.randn(8, 768, device="cuda"),) for _ in range(64)]
     timing = bench.time_gpu(bench.graphed(lambda x: x * 2 + 1), sets)
