@@ -414,7 +414,8 @@ def test_tensor_maps_are_cached_per_address_shape_stride_dtype_and_box(monkeypat
             ctypes.memmove(address, bytes([len(encoded)]) * 128, 128)  # a distinct map per encoding
             return 0
 
-    monkeypatch.setattr(tc, "_driver", Driver)
+    # patched where encoded_tensor_map is defined (an exercise stub imports the Hopper rung from the solution)
+    monkeypatch.setattr(importlib.import_module(tc.encoded_tensor_map.__wrapped__.__module__), "_driver", Driver)
     tc.encoded_tensor_map.cache_clear()
     storage = torch.zeros(64 * 64, dtype=torch.float16)
     square = storage.view(64, 64)
