@@ -99,6 +99,8 @@ def flops(b, h, s, d, causal):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="S=4096 non-causal only")
+    parser.add_argument("--wide", action="store_true",
+                        help="also BLOCK_M=256 (two warpgroups of 128 rows), BLOCK_N=64 with 8 warps, deeper pipelines")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         print("needs an sm_90 GPU (TMA descriptors, wgmma)")
@@ -108,6 +110,11 @@ def main(argv=None) -> int:
     shapes = [(4096, False)] if args.quick else [(1024, False), (4096, False), (16384, False), (4096, True)]
     configs = [dict(block_m=bm, block_n=bn, warps=w, stages=st, ws=ws)
                for bm, bn, w, st, ws in itertools.product((128,), (64, 128), (4, 8), (2, 3), (False, True))]
+    if args.wide:
+        configs += [dict(block_m=bm, block_n=bn, warps=w, stages=st, ws=ws) for bm, bn, w, st, ws in
+                    [(128, 64, 4, 4, False), (64, 64, 4, 3, False), (256, 64, 8, 2, False), (256, 64, 8, 3, False),
+                     (256, 128, 8, 2, False), (256, 64, 8, 2, True), (256, 128, 8, 2, True), (128, 128, 8, 4, False),
+                     (128, 32, 4, 3, False)]]
     try:  # the course's kernel, for the same inputs
         from week4_triton_dl.flash_attention import flash_attention as course_fa
     except Exception as exc:  # noqa: BLE001  (a probe: report and go on)
