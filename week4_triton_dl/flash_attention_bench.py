@@ -4,8 +4,10 @@
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
 it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.flash_attention_bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
-the split and atomic backward strategies. `LADDERS`: the forward as numbered rungs, naive to fused
+the split and atomic backward strategies; `--sweep-tma` picks rung 4's tile per head dim and mask. `LADDERS`: the forward as numbered rungs, naive to fused
 (`python -m course rung attention` lists them, `python -m course rung attention 2` runs one).
+Over 500 lines: the measuring side of one op, with no kernel in it (benchmarks, the ladder, rung
+3's sweep and rung 4's tile sweep, each its own section below).
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from course.check import random_tensor
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 
+from week4_triton_dl import flash_attention as rung3  # noqa: E402
 from week4_triton_dl.attention_naive import attention_naive  # noqa: E402
 from week4_triton_dl.flash_attention import FWD_CONFIGS, flash_attention, flash_attention_forward  # noqa: E402
+from week4_triton_dl.flash_attention_tma import TUNED as TUNED_TMA, flash_attention_tma_forward, launch_forward_tma  # noqa: E402
 from week4_triton_dl.flash_attention_backward import (  # noqa: E402
     BWD_KV_CONFIGS, BWD_Q_CONFIGS, backward_delta, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel)
 from week4_triton_dl.flash_attention_forward import flash_attention_forward_only  # noqa: E402
@@ -86,6 +90,17 @@ def _forward_backward(fn, causal):
     return run
 
 
+def _rung3_only(fn):
+    """fn with flash_attention's forward kept on rung 3's kernel (no TMA dispatch): the rung-3 rows."""
+    def run(*args):
+        saved, rung3.TMA_MIN_SCORES = rung3.TMA_MIN_SCORES, math.inf
+        try:
+            return fn(*args)
+        finally:
+            rung3.TMA_MIN_SCORES = saved
+    return run
+
+
 def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False):
     """4 B H Sq Sk D for the forward (halved when causal); the backward counts 2.5x that."""
     fwd = 4 * batch * heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0)
@@ -107,7 +122,8 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
     variants = {"torch": wrap(_sdpa(), causal)}
     for label in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
         variants[label] = wrap(_sdpa(_backends()[label]), causal)
-    variants["triton_flash"] = wrap(ours, causal)
+    variants["triton_flash"] = wrap(ours, causal)  # the op as a model gets it: rung 4's forward on an H100
+    variants["triton_flash_rung3"] = _rung3_only(wrap(ours, causal))
 
     def flops(size):
         b, h, s, d, _ = _size_numbers(size)
@@ -134,7 +150,9 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
         notes=("flops = 4 B H S^2 D for the forward, halved when causal; forward + backward counts 3.5x "
                "that (backward = 2.5x forward; recomputation not counted). bytes = q, k, v read and o "
                "written once (forward), plus q, k, v, o, dO read and dq, dk, dv written once (backward). "
-               "'torch' is SDPA's default choice of backend."),
+               "'torch' is SDPA's default choice of backend. triton_flash: flash_attention, the op a model "
+               "calls (its forward runs rung 4, TMA, flash_attention_tma.py, on sm_90 GPUs); triton_flash_rung3: "
+               "the same op with the forward kept on rung 3's pointer kernel."),
     )
 
 
@@ -145,7 +163,8 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
         "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
         "triton_flash_fwd_only": _forward_only(lambda q, k, v, c: flash_attention_forward_only(q, k, v, c), False),
-        "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False),
+        "triton_flash": _rung3_only(_forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False)),
+        "triton_flash_tma": _forward_only(lambda q, k, v, c: flash_attention_tma_forward(q, k, v, c)[0], False),
     }
 
     def nbytes(size):
@@ -171,7 +190,8 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         notes=("bytes counts only q, k, v, o (the fused minimum): the naive version also writes and reads "
                "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses. "
                "triton_flash_fwd_only: flash_attention_forward.py, the one-kernel forward with every "
-               "block masked and one fixed tile; triton_flash: the full kernel's forward."),
+               "block masked and one fixed tile; triton_flash: the full kernel's forward (rung 3, pointer loads); "
+               "triton_flash_tma: rung 4, the same forward with every tile moved by TMA (sm_90)."),
     )
 
 
@@ -202,6 +222,8 @@ LADDERS = [
                                           "the chip (flash_attention_forward.py)"),
         Rung("triton_flash", "+ mask-free blocks off the diagonal, exp2, autotuned tiles, launch plans kept "
                              "per shape (flash_attention.py's forward)"),
+        Rung("triton_flash_tma", "+ Q, K, V and O moved by the TMA copy engine through tensor descriptors, "
+                                 "one tile (flash_attention_tma.py; sm_90, else rung 3 with a warning)"),
     ], rel_tol=4 * 2.0**-8),
 ]
 
@@ -259,14 +281,16 @@ BENCHMARKS += [
         sizes=HOST_SIZES, sim_sizes=HOST_SIM_SIZES, size_label=_model_label,
         make_inputs=lambda size: _model_inputs(size, False),
         variants={"torch": lambda q, k, v: _sdpa()(q, k, v, True),
-                  "triton": lambda q, k, v: flash_attention(q, k, v, True)},
+                  "triton": lambda q, k, v: flash_attention(q, k, v, True),
+                  "triton_tma": lambda q, k, v: flash_attention_tma_forward(q, k, v, True)[0]},
         headline=("triton",),
         clock="wall",
         bytes=lambda s: 0,
         notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
               "(argument checks, allocation, the launch), the GPU work being a few us; torch = "
               "F.scaled_dot_product_attention; triton = flash_attention (the public entry; no input "
-              "needs a gradient, so no autograd on either side)",
+              "needs a gradient, so no autograd on either side; below TMA_MIN_SCORES it runs rung 3); "
+              "triton_tma = rung 4 forced (flash_attention_tma_forward): four tensor descriptors built per call",
     ),
 ]
 
@@ -451,6 +475,55 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
     say(f"# sweep took {time.time() - t0:.0f} s")
 
 
+# Rung 4's tiles: (BLOCK_M, BLOCK_N, warps, stages). The probe's best at D = 128 first
+# (tools/probe_fa_hopper.py), then its runners-up and tiles a D = 64 accumulator leaves room for.
+TMA_TILES = [(128, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3),
+             (128, 128, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
+
+
+def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.stdout):
+    """Time rung 4's tiles per (head dim, causal) beside cuDNN, check each against SDPA first, and
+    save the fastest to results/tuned_attention_tma.json (the launcher reads it)."""
+    if not runtime.on_gpu():
+        raise SystemExit("--sweep-tma times kernels on a GPU; this machine runs the Triton interpreter")
+    say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
+    entries = []
+    for head_dim in head_dims:
+        for causal in (False, True):
+            batch = _batch(seq)
+            q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, runtime.DEVICE) for _ in range(3))
+            flops = attention_flops(batch, HEADS, seq, seq, head_dim, causal)
+            ref = _sdpa()(q, k, v, causal)
+            cudnn = _time_ms(lambda: _sdpa(_backends()["sdpa_cudnn"])(q, k, v, causal), 25, 200)
+            say(f"D={head_dim} {'causal' if causal else 'full'} S={seq} B={batch}: cuDNN {cudnn:.4f} ms "
+                f"{flops / cudnn / 1e9:.0f} TFLOP/s")
+            best = None
+            for bm, bn, warps, stages in TMA_TILES:
+                tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+                run = lambda: launch_forward_tma(q, k, v, causal, 1 / math.sqrt(head_dim), None, tile=tile)  # noqa: E731
+                out, err = _try(lambda: run()[0])
+                if err is not None:
+                    say(f"  {bm}x{bn} w{warps} s{stages}: failed: {err}")
+                    continue
+                rel = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                if not rel < 2e-2:  # bf16 attention: ~4e-3 norm-wise; NaN fails too
+                    say(f"  {bm}x{bn} w{warps} s{stages}: WRONG, rel err {rel:.1e}")
+                    continue
+                ms = _time_ms(run, 25, 200)
+                say(f"  {bm}x{bn} w{warps} s{stages}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s "
+                    f"{cudnn / ms:.2f}x cuDNN (rel err {rel:.1e})")
+                if best is None or ms < best[0]:
+                    best = (ms, tile)
+            if best is not None:
+                entries.append({"key": [head_dim, causal], "config": best[1],
+                                "measured": {"ms": round(best[0], 4), "tflops": round(flops / best[0] / 1e9, 1),
+                                             "vs_cudnn": round(cudnn / best[0], 3), "seq": seq, "batch": batch}})
+            del q, k, v, ref
+            torch.cuda.empty_cache()
+    path = TUNED_TMA.save(entries, "python -m week4_triton_dl.flash_attention_bench --sweep-tma")
+    say(f"wrote {path}")
+
+
 def _memory_line(head_dim, dtype, say, seq=4096):
     """Peak extra memory of the naive and the fused forward, measured, beside the model."""
     from week4_triton_dl.attention_naive import naive_scores_bytes
@@ -474,11 +547,16 @@ def _memory_line(head_dim, dtype, say, seq=4096):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="time every config beside SDPA (GPU)")
+    parser.add_argument("--sweep-tma", action="store_true",
+                        help="time rung 4's tiles per head dim and mask, save results/tuned_attention_tma.json (GPU)")
     parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
     parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--quick", action="store_true", help="a few configs only")
     args = parser.parse_args(argv)
+    if args.sweep_tma:
+        sweep_tma(dtype=getattr(torch, args.dtype))
+        return 0
     if not args.sweep:
         parser.print_help()
         return 0

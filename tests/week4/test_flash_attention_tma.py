@@ -1,0 +1,213 @@
+"""week4_triton_dl.flash_attention_tma: rung 4, the forward through TMA tensor descriptors.
+
+Outputs and log-sum-exp against float64 torch (`attention_reference`) within the element-wise
+bound of `attention_error_bounds` (attention_naive.py's error model), written into poisoned
+outputs so an unwritten element fails. The interpreter emulates TMA descriptors (zero-filled
+loads and dropped stores out of bounds, as the hardware does), so these run on a CPU with 32 x 16
+tiles, every length ragged against them; on an H100 they run the real copy engine with the
+launch tile. On a GPU older than sm_90 the rung falls back to rung 3 with a warning (tested).
+bf16 runs on the GPU only (the interpreter computes bf16 on raw bits: course.check.dtype_params).
+"""
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course import runtime
+from course.check import assert_close, dtype_params, poisoned, random_tensor, sweep
+
+tma = runtime.lesson("week4_triton_dl.flash_attention_tma")
+an = runtime.lesson("week4_triton_dl.attention_naive")
+DEVICE = runtime.DEVICE
+ON_HOPPER = runtime.on_gpu() and torch.cuda.get_device_capability(DEVICE) >= (9, 0)
+# (Sq, Sk): one token, primes, more queries than keys and fewer (top-left causal), a multiple of both
+# simulated tiles; on the GPU also past one 128-row tile, ragged.
+RAGGED = [(1, 1), (37, 37), (20, 45), (50, 19)]
+SHAPES = sweep(RAGGED + runtime.pick(gpu=[(300, 300), (129, 500)], sim=[]), [(64, 64)], unpack=True)
+needs_tma = pytest.mark.skipif(runtime.on_gpu() and not ON_HOPPER,
+                               reason="needs a real NVIDIA GPU (compute capability >= 9.0: TMA) or the interpreter")
+
+
+def qkv(B, H, Sq, Sk, D, dtype):
+    return (random_tensor((B, H, Sq, D), dtype, DEVICE), random_tensor((B, H, Sk, D), dtype, DEVICE),
+            random_tensor((B, H, Sk, D), dtype, DEVICE))
+
+
+def assert_within(actual, expected, bound, name="out"):
+    """|actual - expected| <= bound element-wise; NaN must meet NaN and inf the same inf."""
+    assert_close(actual.double() / bound, expected.double() / bound, rtol=0.0, atol=1.0,
+                 name=f"{name} (in units of its error bound)")
+
+
+def reference_lse(q, k, causal, sm_scale=None, key_lengths=None):
+    """Each row's natural log-sum-exp of its scaled, masked scores, in float64 (-inf: no visible key)."""
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    Sq, Sk = s.shape[-2:]
+    visible = torch.ones(Sq, Sk, dtype=torch.bool, device=s.device)
+    if causal:
+        visible = torch.tril(visible)
+    visible = visible.expand(s.shape).clone()
+    if key_lengths is not None:
+        keys = torch.arange(Sk, device=s.device)
+        visible &= (keys[None, :] < key_lengths[:, None].to(s.device))[:, None, None, :]
+    return torch.logsumexp(s.masked_fill(~visible, -math.inf), dim=-1)
+
+
+def check_forward(q, k, v, causal, sm_scale=None, key_lengths=None, clean_kv=None):
+    """Run rung 4 into a poisoned out and check out and lse; `clean_kv`: the (k, v) the reference uses
+    when k and v hold garbage past key_lengths (the reference would carry it: 0 * NaN in P @ V)."""
+    out = poisoned(q.shape, q.dtype, DEVICE)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got, lse = tma.flash_attention_tma_forward(q, k, v, causal, sm_scale, key_lengths=key_lengths, out=out)
+    fallbacks = [str(w.message) for w in seen if "running rung 3" in str(w.message)]
+    assert not fallbacks, f"eligible inputs on a TMA-capable machine fell back: {fallbacks}"
+    assert got is out, "the launcher must write into the `out` it was given"
+    k, v = clean_kv or (k, v)
+    want = an.attention_reference(q, k, v, causal, sm_scale, key_lengths=key_lengths)
+    assert_within(got, want, an.attention_error_bounds(q, k, v, None, causal, sm_scale, key_lengths=key_lengths)["out"])
+    # The log-sum-exp feeds the backward: fp32 sums of exp2 over Sk keys, scores from 16-bit inputs.
+    want_lse = reference_lse(q, k, causal, sm_scale, key_lengths)
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite) and (lse[~finite] == -math.inf).all()
+    # error model: the fp32 score (D products of 16-bit values, each exact in fp32, summed: D * 2^-24
+    # relative to sum |q||k| * scale) and the log of an fp32 sum of Sk terms (Sk * 2^-24 relative)
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    magnitude = (q.double().abs() @ k.double().abs().transpose(-1, -2)).amax(-1) * scale
+    bound = (q.shape[-1] + k.shape[2] + 8) * 2.0**-24 * (magnitude + want_lse.abs().where(finite, 0) + 1)
+    assert_close((lse.double()[finite] - want_lse[finite]) / bound[finite], torch.zeros_like(bound[finite]),
+                 rtol=0.0, atol=1.0, name="lse (in units of its error bound)")
+
+
+@needs_tma
+@pytest.mark.parametrize("dtype", dtype_params([torch.float16, torch.bfloat16]))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", SHAPES)
+def test_matches_float64(dtype, causal, seq_q, seq_k):
+    check_forward(*qkv(1, 2, seq_q, seq_k, 32, dtype), causal)
+
+
+@needs_tma
+@pytest.mark.parametrize("head_dim", sweep([16, 128], [64]))
+def test_head_dims(head_dim):
+    check_forward(*qkv(1, 1, 37, 29, head_dim, torch.float16), True)
+
+
+@needs_tma
+def test_explicit_scale_and_batches():
+    # Several batches and heads: each tile's box is [1, 1, rows, D] at (b, h), so a tile past the end of
+    # one head reads zeros, never the next head's rows.
+    check_forward(*qkv(2, 3, 21, 19, 16, torch.float16), True, sm_scale=0.37)
+
+
+@needs_tma
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_key_padding_with_garbage_and_empty_rows(causal):
+    # Padding keys inside S are real memory here (TMA zero-fills only past S): NaN in their K and V
+    # must not reach any output. key_lengths 0 makes every row of batch 1 empty: zeros, lse -inf.
+    q, k, v = qkv(3, 2, 23, 23, 16, torch.float16)
+    lengths = torch.tensor([17, 0, 23], device=DEVICE)
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, 17:] = math.nan
+    v2[0, :, 17:] = math.nan
+    check_forward(q, k2, v2, causal, key_lengths=lengths, clean_kv=(k, v))
+    out, lse = tma.flash_attention_tma_forward(q, k2, v2, causal, key_lengths=lengths)
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and (lse[1] == -math.inf).all()
+
+
+@needs_tma
+def test_transposed_layout_read_in_place():
+    # (B, S, H, D) storage viewed as (B, H, S, D): the 4-D descriptors walk its strides, nothing is
+    # copied, and the output goes out through its own (transposed) descriptor.
+    B, S, H, D = 2, 27, 3, 16
+    q, k, v = (random_tensor((B, S, H, D), torch.float16, DEVICE).transpose(1, 2) for _ in range(3))
+    out = poisoned((B, S, H, D), torch.float16, DEVICE).transpose(1, 2)
+    assert not q.is_contiguous() and tma.tma_eligible(q, k, v, out)
+    tma.flash_attention_tma_forward(q, k, v, True, out=out)
+    assert_within(out, an.attention_reference(q, k, v, True), an.attention_error_bounds(q, k, v, None, True)["out"])
+
+
+@needs_tma
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_nan_propagates_like_sdpa(where):
+    q, k, v = qkv(1, 2, 12, 12, 16, torch.float16)
+    bound = an.attention_error_bounds(q, k, v)["out"]
+    {"q": q, "k": k, "v": v}[where][0, 1, 5, 3] = math.nan
+    got, _ = tma.flash_attention_tma_forward(q, k, v)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert_within(got, want, bound)
+
+
+@needs_tma
+def test_large_scores_stay_finite():
+    q, k, v = qkv(1, 1, 35, 35, 16, torch.float32)
+    q, k, v = (q + 30.0).half(), (k + 30.0).half(), v.half()
+    check_forward(q, k, v, True)
+
+
+@needs_tma
+def test_empty_inputs():
+    for B, Sq, Sk in ((0, 4, 4), (1, 0, 4)):
+        q, k, v = qkv(B, 2, Sq, Sk, 16, torch.float16)
+        out, lse = tma.flash_attention_tma_forward(q, k, v)
+        assert out.shape == (B, 2, Sq, 16) and lse.shape == (B, 2, Sq)
+    q, k, v = qkv(1, 2, 5, 0, 16, torch.float16)  # no keys: zeros, like SDPA
+    out, lse = tma.flash_attention_tma_forward(q, k, v, out=poisoned((1, 2, 5, 16), torch.float16, DEVICE))
+    assert torch.equal(out, torch.zeros_like(out)) and (lse == -math.inf).all()
+
+
+def test_falls_back_to_rung3_with_a_clear_warning(monkeypatch):
+    # fp32 (TMA here is for the 16-bit tensor-core path) and strides TMA cannot walk: rung 3 runs, with a
+    # warning that says why, and the answer is still right.
+    monkeypatch.setattr(tma, "_warned", False)
+    q, k, v = qkv(1, 2, 19, 19, 16, torch.float32)
+    assert not tma.tma_eligible(q, k, v)
+    with pytest.warns(UserWarning, match=r"compute capability >= 9.0, fp16 or bf16.*running rung 3"):
+        out, lse = tma.flash_attention_tma_forward(q, k, v, True)
+    assert_within(out, an.attention_reference(q, k, v, True), an.attention_error_bounds(q, k, v, None, True)["out"])
+    # A head dim slice of a wider buffer at an odd element offset: base address not 16-byte aligned.
+    base = random_tensor((1, 2, 19, 17), torch.float16, DEVICE)
+    q = base[..., 1:]
+    assert not tma.tma_eligible(q, q, q)
+    monkeypatch.setattr(tma, "_warned", False)
+    with pytest.warns(UserWarning, match="strides"):
+        out, _ = tma.flash_attention_tma_forward(q, q, q)
+    assert_within(out, an.attention_reference(q, q, q, False), an.attention_error_bounds(q, q, q)["out"])
+
+
+def test_rejects_bad_input_before_launch():
+    ok = torch.ones(1, 2, 8, 16, dtype=torch.float16, device=DEVICE)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        tma.flash_attention_tma_forward([[1.0]], ok, ok)
+    with pytest.raises(ValueError, match="head dimension"):
+        bad = torch.ones(1, 2, 8, 96, dtype=torch.float16, device=DEVICE)
+        tma.flash_attention_tma_forward(bad, bad, bad)
+    with pytest.raises(ValueError, match="out has shape"):
+        tma.flash_attention_tma_forward(ok, ok, ok, out=torch.ones(1, 2, 7, 16, dtype=torch.float16, device=DEVICE))
+
+
+@pytest.mark.gpu(reason="the dispatch to rung 4 happens on a real sm_90 GPU only")
+def test_the_op_runs_rung4_on_hopper_for_large_problems(monkeypatch):
+    # flash_attention (rung 3's op, what a model calls) sends its forward to rung 4 on an H100 when the
+    # problem is large enough for the descriptors' host cost to pay (TMA_MIN_SCORES), and the backward
+    # still gets a correct log-sum-exp from it.
+    fa = runtime.lesson("week4_triton_dl.flash_attention")
+    calls = []
+    real = fa.rung4.launch_forward_tma
+    monkeypatch.setattr(fa.rung4, "launch_forward_tma", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(fa, "TMA_MIN_SCORES", 1)
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 150, 150, 64, torch.bfloat16))
+    out = fa.flash_attention(q, k, v, True)
+    assert calls == ([1] if ON_HOPPER else [])
+    do = random_tensor(out.shape, out.dtype, DEVICE)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(an.attention_reference(qd, kd, vd, True), (qd, kd, vd), do.double())
+    bounds = an.attention_error_bounds(q, k, v, do, True)
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, want):
+        assert_within(got, ref, bounds[name], name)

@@ -1,0 +1,241 @@
+"""FlashAttention's forward with Q, K, V and O moved by the Hopper TMA copy engine (rung 4).
+
+    O = softmax(Q K^T * scale + mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
+
+Read flash_attention.py first (rung 3 of `python -m course rung attention`): this is its forward,
+the same online softmax, the same mask-free blocks off the diagonal, the same log-sum-exp for the
+backward. One idea changes: how the tiles get from HBM into shared memory.
+
+Rung 3 loads a K block with `tl.load` on a BLOCK_N x D grid of pointers: every thread computes
+addresses, issues its share of the copy (cp.async) and tracks it. On an H100 the tensor pipe
+sat ~52% busy in that kernel against ~76% in cuDNN's (Nsight Compute, results/ncu_hopper.md).
+Hopper has a copy engine for this, the Tensor Memory Accelerator: one thread hands it a
+*tensor descriptor* (base address, shape, strides, tile shape; built once on the host) and a tile
+coordinate, and the engine moves the whole tile into shared memory, in the swizzled layout the
+wgmma tensor-core instructions read, while the warps compute. Rows outside the tensor arrive as
+zeros and stores outside it are dropped, so ragged tiles need no load or store masks.
+
+What this rung does with it:
+* One 4-D descriptor per tensor over (B, H, S, D) with the tensor's own strides: the tile at
+  [b, h, row, 0] is BLOCK x D of one head, and S is each head's own bound (a tile past the end
+  of one head is zero-filled, never the next head's rows). So q.transpose(1, 2) of a (B, S, H,
+  D) tensor is read in place, as in rung 3. TMA's rules: the last stride 1, every other stride
+  and the base address multiples of 16 bytes (`tma_eligible` checks them).
+* One tile for every shape, measured on the H100 (tools/probe_fa_hopper.py, results/
+  probe_fa_hopper*.json): 128 queries x 64 keys with 4 warps and 2 stages was the fastest of 30
+  configs at S = 1k, 4k, 16k and causal 4k, D = 128, at 0.77-0.86x cuDNN against rung 3's
+  0.66-0.79x; a sweep (`python -m week4_triton_dl.flash_attention_bench --sweep-tma`) writes
+  results/tuned_attention_tma.json per head dim, which the launcher reads.
+* Key padding (`key_lengths`): padding keys are real memory here (TMA fills zeros only past S),
+  so V's padding rows are zeroed in the masked loop; a NaN there must not leak through 0 * NaN.
+
+Where it runs: compute capability >= 9.0 (H100), fp16 or bf16, D in 16, 32, 64, 128, strides as
+above. `flash_attention` (rung 3's op) dispatches its forward here when they hold
+(`tma_eligible`), so a model gets it without asking. On an older GPU (Colab's T4, sm_75) or
+another dtype, `flash_attention_tma_forward` runs rung 3's forward and says so once. The
+Triton interpreter emulates descriptors, so the tests run it on a CPU too (with small tiles).
+
+What is still missing against cuDNN (week4_triton_dl/notes/flash_attention.md has the numbers):
+cuDNN and FlashAttention-3 split each CTA into a producer warp (TMA only) and two consumer
+warpgroups that ping-pong, one doing its softmax while the other's matmuls run, and keep one CTA
+per SM alive across tiles. Triton 3.6's automatic warp specialisation (`tl.range(...,
+warp_specialize=True)`) did not compile for the 4-warp tile and changed nothing at 8 warps.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import tuning
+
+import triton  # noqa: E402  (after course.runtime on purpose)
+import triton.language as tl  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from week4_triton_dl.attention_naive import check_out  # noqa: E402
+from week4_triton_dl.flash_attention_plans import (  # noqa: E402
+    HEAD_DIMS, LOG2E, check_inputs, query_block_key_range, stats_dtype, visible_key_count)
+
+TMA_DTYPES = (torch.float16, torch.bfloat16)
+MIN_CAPABILITY = (9, 0)
+# The probe's winner at D = 128 (see the docstring); results/tuned_attention_tma.json overrides it
+# per (head dim, causal) once a sweep has run on this kind of GPU.
+DEFAULT_TILE = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+# The interpreter: small tiles, BLOCK_M != BLOCK_N, so ragged lengths and the causal bound are
+# exercised with tiles smaller than the tests' sequences.
+SIM_TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+TUNED = tuning.TunedTable(__file__, "attention_tma")
+_LN2 = tl.constexpr(0.6931471805599453)
+
+
+# =============================================================================== the kernel
+# BEGIN EXERCISE: rung 3's forward (flash_attention.py) with every tile moved by TMA: K and V blocks with
+#   k_desc.load([b, h, row, 0]) (a [1, 1, BLOCK_N, D] box: .reshape(BLOCK_N, HEAD_DIM)), Q likewise, O with
+#   o_desc.store; the log-sum-exp through tl.store. Padding keys inside S (key_lengths) are real memory: zero
+#   their V rows. Rows past S need no mask at all (TMA zero-fills loads and drops stores out of bounds)
+@triton.jit
+def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, start, stop, n_keys, qk_scale,
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Online-softmax update of (acc, m_i, l_i) with the key blocks [start, stop), in base 2."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        # One TMA copy per tile: a [1, 1, BLOCK_N, D] box of the (B, H, S, D) tensor.
+        k = k_desc.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, k.T)
+        if MASKED:
+            cols = start_n + offs_n
+            keep = cols[None, :] < n_keys
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            s = tl.where(keep, qk * qk_scale, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row with no visible key yet has m = -inf: shift by 0 so exp2(-inf) = 0, not NaN.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            p = tl.exp2(s - shift[:, None])
+            alpha = tl.exp2(m_i - shift)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = v_desc.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        if MASKED and HAS_KEY_LENGTHS:
+            # Keys past key_lengths[b] but inside S are real memory (possibly NaN): p is 0 there,
+            # but 0 * NaN = NaN, so their V rows are zeroed, as rung 3's masked load does.
+            v = tl.where((start_n + offs_n)[:, None] < n_keys, v, 0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, key_len_ptr,
+                               n_heads, seq_q, seq_k, qk_scale,
+                               CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if CAUSAL:  # the longest causal query blocks first (rung 3 says why)
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    n_keys = visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+    m_start = pid_m * BLOCK_M
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    # Rows of Q past Sq arrive as zeros: no mask, and their results are dropped at the store.
+    q = q_desc.load([b, h, m_start, 0]).reshape(BLOCK_M, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
+    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, 0, full_hi, n_keys, qk_scale,
+                                    False, CAUSAL, HAS_KEY_LENGTHS, HEAD_DIM, BLOCK_N)
+    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, full_hi, hi, n_keys, qk_scale,
+                                    True, CAUSAL, HAS_KEY_LENGTHS, HEAD_DIM, BLOCK_N)
+
+    empty = l_i == 0.0  # no visible key: output 0 and log-sum-exp -inf, as rung 3 and SDPA
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / l_safe)[:, None]
+    lse = tl.where(empty, -float("inf"), (m_i + tl.log2(l_safe)) * _LN2)
+    # The TMA store drops the rows past Sq; the log-sum-exp goes out through ordinary stores.
+    o_desc.store([b, h, m_start, 0], out.to(o_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
+# END EXERCISE
+
+
+# =============================================================================== where it runs
+def supported_here() -> bool:
+    """True on a GPU of compute capability >= 9.0, and in the interpreter (it emulates TMA)."""
+    if not runtime.on_gpu():
+        return True
+    return torch.cuda.get_device_capability(runtime.DEVICE) >= MIN_CAPABILITY
+
+
+def _tma_layout_ok(t: torch.Tensor) -> bool:
+    """TMA's rule: last stride 1; every other stride and the base address multiples of 16 bytes."""
+    item = t.element_size()
+    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0
+            and all(t.stride(i) * item % 16 == 0 for i in range(3)))
+
+
+def tma_eligible(q, k, v, out=None) -> bool:
+    """Whether this rung can run checked inputs here: GPU (or interpreter) able, 16-bit dtype,
+    a head dim the kernel knows, and TMA-compatible strides for q, k, v (and `out` when given)."""
+    return (q.dtype in TMA_DTYPES and q.shape[3] in HEAD_DIMS and supported_here()
+            and all(_tma_layout_ok(t) for t in (q, k, v) + (() if out is None else (out,))))
+
+
+def tile_for(head_dim: int, causal: bool) -> dict:
+    """The launch tile: the interpreter's small one, the swept one for (D, causal) on this GPU,
+    else DEFAULT_TILE."""
+    if not runtime.on_gpu():
+        return SIM_TILE
+    return TUNED.get((head_dim, causal)) or DEFAULT_TILE
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[3]])
+
+
+# =============================================================================== launchers
+def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None):
+    """(out, lse) of checked, `tma_eligible` inputs, as flash_attention.launch_forward returns them.
+    `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides `tile_for` (the sweep's)."""
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    if out is None:
+        out = torch.empty((B, H, Sq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Sq), dtype=stats_dtype(q.dtype), device=q.device)
+    if B * H * Sq == 0:
+        return out, lse
+    if Sk == 0:  # no keys: an empty sum (output 0, log-sum-exp -inf); a descriptor needs every dim > 0
+        return out.zero_(), lse.fill_(-float("inf"))
+    tile = dict(tile or tile_for(D, causal))
+    block_m, block_n = tile.pop("BLOCK_M"), tile.pop("BLOCK_N")
+    has_kl = key_lengths is not None
+    # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with a descriptor per tensor (`_descriptor`,
+    #   block rows BLOCK_M for q and out, BLOCK_N for k and v) and the tile's num_warps and num_stages
+    flash_attention_tma_kernel[(triton.cdiv(Sq, block_m), B * H)](
+        _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(out, block_m),
+        lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E,
+        CAUSAL=causal, HAS_KEY_LENGTHS=has_kl, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n, **tile)
+    # END EXERCISE
+    return out, lse
+
+
+_warned = False
+
+
+def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                                sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
+                                out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rung 4: (out, lse) like flash_attention.flash_attention_forward, loads and stores through TMA.
+
+    Where TMA cannot run (a GPU older than sm_90, fp32/fp64, strides TMA refuses) it warns once and
+    runs rung 3's forward, so a notebook on Colab's T4 still gets the right answer.
+    """
+    scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
+    out = check_out(out, q.shape, q.dtype)
+    if tma_eligible(q, k, v, out):
+        return launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
+    global _warned
+    if not _warned:
+        _warned = True
+        if runtime.on_gpu() and not supported_here():
+            major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+            why = f"this GPU ({torch.cuda.get_device_name(runtime.DEVICE)}) is sm_{major}{minor}"
+        else:
+            why = (f"got dtype {q.dtype}, strides q {q.stride()} k {k.stride()} v {v.stride()}"
+                   + ("" if out is None else f" out {out.stride()}"))
+        warnings.warn(f"flash_attention_tma_forward needs compute capability >= 9.0, fp16 or bf16, and strides TMA "
+                      f"can walk (last stride 1, the others and the base address multiples of 16 bytes); {why}: "
+                      f"running rung 3's forward (flash_attention.py) instead", stacklevel=2)
+    # Imported here: flash_attention.py imports this module (its forward dispatches to rung 4).
+    from week4_triton_dl.flash_attention import launch_forward
+    return launch_forward(q, k, v, causal, scale, key_lengths, out=out, tma=False)
