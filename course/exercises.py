@@ -315,11 +315,14 @@ def _module_name(solution: Path, root: Path) -> str:
 
 
 def _region_names(tree: ast.Module, region: Region) -> list[str]:
-    """Names bound by the module-level statements of a region (0-based line indices, ast 1-based)."""
+    """Names bound by the module-level statements of a region (0-based line indices, ast 1-based).
+    Imports are left out: what the region itself imports is its own tooling, not the lesson's names."""
     names = []
     for node in tree.body:
         main_block = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
-        if region.body[0] < node.lineno <= region.body[1] and not main_block:  # script-only names stay out
+        if isinstance(node, (ast.Import, ast.ImportFrom)) or main_block:  # script-only names stay out too
+            continue
+        if region.body[0] < node.lineno <= region.body[1]:
             names += sorted(_bound_names(node, deep=False) - set(names))
     return names
 

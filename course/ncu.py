@@ -15,6 +15,8 @@ report. (week 1's `python -m week1_cuda_python.sanitize --launch ...` is the sam
 
     python -m course.ncu --table report.csv --labels naive tiled          the week-1 table
     python -m course.ncu --table report.csv --labels a b --hopper         the Hopper table
+    python -m course.ncu --table report.csv --labels a b --record R.json --group G --title T
+    python -m course.ncu --render results/ncu_hopper.json                 writes results/ncu_hopper.md
 
 take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
 The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
@@ -24,6 +26,10 @@ instruction counts tell them apart), issue slots, occupancy, the three largest w
 Metric names change between ncu versions and GPUs, so each Hopper column lists alternatives and
 takes the first one the CSV has; a column whose names are all absent shows "-" (kept, so a
 wrong name is visible, not silently dropped).
+
+The figures are read from the CSV once, into a record ({kernel: {column: number}}, ncu_record);
+the tables are rendered from it, and `--record` keeps it in a week's results/ncu_hopper.json (the
+figures the notes quote), from which `--render` writes the matching ncu_hopper.md.
 """
 from __future__ import annotations
 
@@ -137,78 +143,17 @@ def short_kernel_name(name: str) -> str:
     return ".".join(parts) or name
 
 
-def _format(total: float, convert: str | None) -> str:
-    if convert == "us":
-        return f"{total * 1e6:.1f}"
-    if convert == "KB":
-        return f"{total / 1e3:.1f}"
-    if convert == "MB":
-        return f"{total / 1e6:.0f}"
-    if convert == "GB/s":
-        return f"{total / 1e9:.0f}"
-    return f"{total:.0f}" if abs(total - round(total)) < 1e-9 or abs(total) >= 100 else f"{total:.1f}"
+# Each column keeps one number format, in the table and in the results JSON alike, so that a table
+# rendered back from the JSON (`--render`) reads as the one made from the CSV: times, kilobytes,
+# ratios and percentages with one decimal; megabytes, GB/s and counts (instructions, registers,
+# conflicts) with none.
+DECIMALS = {"us": 1, "KB": 1, "ratio": 1, "MB": 0, "GB/s": 0}
+_IN_UNIT = {"us": 1e-6, "KB": 1e3, "MB": 1e6, "GB/s": 1e9}  # the column's unit, in ncu's base units
 
 
-def ncu_table(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUMNS, *,
-              keep_empty: bool = False) -> str:
-    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as a markdown table:
-    one row per profiled kernel, labelled by `labels` in launch order when their count matches.
-    Columns no kernel has a value for are left out, unless `keep_empty` (then they show "-")."""
-    rows = list(csv.reader(io.StringIO(csv_text)))
-    rows = [r for r in rows if r and not r[0].startswith("==")]  # ==PROF== / ==WARNING== lines
-    if not rows:
-        return "_ncu exported no kernels: check the kernel-name regex._\n"
-    header, body = rows[0], rows[1:]
-    units = body[0] if body and not body[0][0].strip().isdigit() else [""] * len(header)
-    kernels = [r for r in body if r and r[0].strip().isdigit()]
-    column = {name: i for i, name in enumerate(header)}
-    use_labels = labels and len(labels) == len(kernels)
-
-    def value(row, metric):
-        if metric not in column or column[metric] >= len(row):
-            return None
-        return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
-
-    def stalls(row, families) -> str:
-        for family in families:
-            found = [(m.group(1), value(row, name)) for name in header if (m := re.fullmatch(family, name))]
-            found = [(reason, v) for reason, v in found
-                     if v is not None and reason not in NOT_STALLS and not reason.endswith("_not_issued")]
-            if found:
-                top = sorted(found, key=lambda item: -item[1])[:3]
-                return ", ".join(f"{reason} {v:.2g}" for reason, v in top)
-        return "-"
-
-    def cell(row, metric, convert) -> str:
-        if convert == "stalls":
-            return stalls(row, metric)
-        if isinstance(metric, tuple):
-            values = [value(row, m) for m in metric]
-            if convert == "ratio":
-                top, bottom = values
-                return "-" if top is None or not bottom else f"{top / bottom:.1f}"
-            present = [v for v in values if v is not None]
-            if not present:
-                return "-"
-            total = present[0] if convert in (None, "GB/s") else sum(present)
-        else:
-            total = value(row, metric)
-        return "-" if total is None else _format(total, convert)
-
-    name_index = column.get("Kernel Name")
-    shown = [c for c in columns if keep_empty or any(cell(r, c[1], c[2]) != "-" for r in kernels)]
-    lines = ["| kernel | " + " | ".join(c[0] for c in shown) + " |", "|---|" + "---|" * len(shown)]
-    for i, row in enumerate(kernels):
-        name = labels[i] if use_labels else short_kernel_name(row[name_index]) if name_index is not None else str(i)
-        lines.append(f"| {name} | " + " | ".join(cell(row, c[1], c[2]) for c in shown) + " |")
-    if labels and not use_labels:
-        lines.append(f"\n_{len(kernels)} kernels profiled but {len(labels)} labels given: kernel names shown._")
-    return "\n".join(lines) + "\n"
-
-
-def hopper_table(csv_text: str, labels: list[str] | None = None) -> str:
-    """The Hopper (sm_90) table: HOPPER_COLUMNS, every column kept ("-" where ncu had no such metric)."""
-    return ncu_table(csv_text, labels, HOPPER_COLUMNS, keep_empty=True)
+def column_decimals(header: str, convert: str | None) -> int:
+    """Decimals a column keeps: by its unit conversion, else one for a percentage, none for a count."""
+    return DECIMALS.get(convert, 1 if header.endswith("%") else 0)
 
 
 def slug(header: str) -> str:
@@ -216,32 +161,172 @@ def slug(header: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", header.lower().replace("%", "pct")).strip("_")
 
 
-def hopper_record(csv_text: str, labels: list[str] | None = None) -> dict:
-    """The Hopper table as numbers, {kernel label: {column slug: value}}: what a results JSON keeps
-    so that notes quote ncu's figures through `<!-- fig NAME path=... -->` (course/figures.py)."""
-    lines = [l for l in hopper_table(csv_text, labels).splitlines() if l.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
+def _kernel_rows(csv_text: str) -> tuple[list[str], list[str], list[list[str]]]:
+    """ncu's raw-page CSV split into (metric names, their units, one row per profiled kernel)."""
+    rows = list(csv.reader(io.StringIO(csv_text)))
+    rows = [r for r in rows if r and not r[0].startswith("==")]  # ==PROF== / ==WARNING== lines
+    if not rows:
+        return [], [], []
+    header, body = rows[0], rows[1:]
+    units = body[0] if body and not body[0][0].strip().isdigit() else [""] * len(header)
+    return header, units, [r for r in body if r and r[0].strip().isdigit()]
+
+
+def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUMNS) -> dict[str, dict]:
+    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as numbers:
+    {kernel label: {column slug: value}}, kernels in launch order, each value in its column's unit
+    rounded to the decimals the table shows (the stalls column: its text). Kernels are labelled by
+    `labels` when their count matches, else by their short names; a metric ncu did not export has
+    no entry. Both the tables and the results JSON are made from this record."""
+    header, units, kernels = _kernel_rows(csv_text)
+    column = {name: i for i, name in enumerate(header)}
+
+    def value(row, metric):
+        if metric not in column or column[metric] >= len(row):
+            return None
+        return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
+
+    def stalls(row, families) -> str | None:
+        for family in families:
+            found = [(m.group(1), value(row, name)) for name in header if (m := re.fullmatch(family, name))]
+            found = [(reason, v) for reason, v in found
+                     if v is not None and reason not in NOT_STALLS and not reason.endswith("_not_issued")]
+            if found:
+                top = sorted(found, key=lambda item: -item[1])[:3]
+                return ", ".join(f"{reason} {v:.2g}" for reason, v in top)
+        return None
+
+    def number(row, metric, convert) -> float | None:
+        if convert == "ratio":
+            top, bottom = (value(row, m) for m in metric)
+            return None if top is None or not bottom else top / bottom
+        if isinstance(metric, tuple):
+            present = [v for v in (value(row, m) for m in metric) if v is not None]
+            if not present:
+                return None
+            # alternatives (no conversion, or a rate): the first present; parts of one quantity: their sum
+            total = present[0] if convert in (None, "GB/s") else sum(present)
+        else:
+            total = value(row, metric)
+        return None if total is None else total / _IN_UNIT.get(convert, 1)
+
+    name_index = column.get("Kernel Name")
+    use_labels = labels and len(labels) == len(kernels)
     record = {}
-    for line in lines[1:]:  # the separator row |---| is not among them
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    for i, row in enumerate(kernels):
+        name = labels[i] if use_labels else short_kernel_name(row[name_index]) if name_index is not None else str(i)
+        key, copy = name, 1
+        while key in record:  # the same kernel launched twice: both rows kept
+            copy += 1
+            key = f"{name} #{copy}"
         values = {}
-        for name, text in zip(header[1:], cells[1:]):
-            if text == "-":
-                continue
-            try:
-                values[slug(name)] = float(text)
-            except ValueError:
-                values[slug(name)] = text
-        record[cells[0]] = values
+        for header_text, metric, convert in columns:
+            if convert == "stalls":
+                cell = stalls(row, metric)
+            else:
+                cell = number(row, metric, convert)
+                if cell is not None:
+                    cell = float(f"{cell:.{column_decimals(header_text, convert)}f}")
+            if cell is not None:
+                values[slug(header_text)] = cell
+        record[key] = values
     return record
 
 
-def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> None:
-    """Merge one group's Hopper figures into the results JSON at `path` (other groups kept)."""
+def render_table(kernels: dict[str, dict], columns=NCU_COLUMNS, *, keep_empty: bool = False) -> str:
+    """A record of ncu_record's shape as a markdown table, one row per kernel. Columns no kernel has
+    a value for are left out, unless `keep_empty` (then they show "-", as does any missing value)."""
+    def cell(values, header_text, convert) -> str:
+        v = values.get(slug(header_text))
+        if v is None:
+            return "-"
+        return v if isinstance(v, str) else f"{v:.{column_decimals(header_text, convert)}f}"
+
+    shown = [c for c in columns if keep_empty or any(slug(c[0]) in values for values in kernels.values())]
+    lines = ["| kernel | " + " | ".join(c[0] for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    for name, values in kernels.items():
+        lines.append(f"| {name} | " + " | ".join(cell(values, c[0], c[2]) for c in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def ncu_table(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUMNS, *,
+              keep_empty: bool = False) -> str:
+    """ncu's raw-page CSV (`ncu --import R --page raw --csv --print-units base`) as a markdown table:
+    one row per profiled kernel, labelled by `labels` in launch order when their count matches.
+    Columns no kernel has a value for are left out, unless `keep_empty` (then they show "-")."""
+    kernels = ncu_record(csv_text, labels, columns)
+    if not kernels:
+        return "_ncu exported no kernels: check the kernel-name regex._\n"
+    text = render_table(kernels, columns, keep_empty=keep_empty)
+    if labels and len(labels) != len(kernels):
+        text += f"\n_{len(kernels)} kernels profiled but {len(labels)} labels given: kernel names shown._\n"
+    return text
+
+
+def hopper_table(csv_text: str, labels: list[str] | None = None) -> str:
+    """The Hopper (sm_90) table: HOPPER_COLUMNS, every column kept ("-" where ncu had no such metric)."""
+    return ncu_table(csv_text, labels, HOPPER_COLUMNS, keep_empty=True)
+
+
+def hopper_record(csv_text: str, labels: list[str] | None = None) -> dict:
+    """The Hopper table as numbers, {kernel label: {column slug: value}}: what a results JSON keeps
+    so that notes quote ncu's figures through `<!-- fig NAME path=... -->` (course/figures.py)."""
+    return ncu_record(csv_text, labels, HOPPER_COLUMNS)
+
+
+# --- the results record: ncu_hopper.json, and ncu_hopper.md rendered from it ---------------------------
+#
+# {"gpu": ..., "ncu": ..., "date": ..., "how": ...,
+#  "groups": {GROUP: {"title": "BENCH at SIZE",
+#                     "kernels": {LABEL: {slug: value}},    the Hopper table (notes quote these)
+#                     "profile": {LABEL: {slug: value}}}}}  week 1's profiling table
+# Groups, kernels and columns are kept in the order they were profiled and shown.
+
+def group_record(csv_text: str, labels: list[str] | None, title: str) -> dict:
+    """One profiled group (one ncu run) as its results entry: both tables' figures."""
+    return {"title": title, "kernels": hopper_record(csv_text, labels),
+            "profile": ncu_record(csv_text, labels, NCU_COLUMNS)}
+
+
+def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> dict:
+    """Merge one group's figures into the results JSON at `path` (other groups kept); returns the group."""
     record = json.loads(path.read_text()) if path.is_file() else {}
     record.update({k: v for k, v in meta.items() if v})
-    record.setdefault("groups", {})[group] = {"title": title, "kernels": hopper_record(csv_text, labels)}
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    entry = record.setdefault("groups", {})[group] = group_record(csv_text, labels, title)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return entry
+
+
+def render_group(name: str, group: dict) -> str:
+    """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table."""
+    text = f"## {name}: {group.get('title', '')}\n\n" + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True)
+    if group.get("profile"):
+        text += ("\nLaunch, memory and store/load efficiency (week 1's profiling table):\n\n"
+                 + render_table(group["profile"], NCU_COLUMNS))
+    return text
+
+
+def render_record(record: dict) -> str:
+    """ncu_hopper.md from ncu_hopper.json alone: where and how it was measured, then every group."""
+    meta = {key: record.get(key, "?") for key in ("gpu", "ncu", "date", "how")}
+    head = (
+        "# Nsight Compute on the H100: the Hopper table\n\n"
+        f"{meta['gpu']}, ncu {meta['ncu']}, {meta['date']}; `{meta['how']}` (ncu --set full --clock-control none, "
+        "after one warm-up call of each variant). Times are ncu's replays (caches flushed before each pass): "
+        "compare kernels with each other, take speed from the benchmarks. Raw metrics: `ncu_GROUP.csv` beside "
+        "this file; the figures the notes quote: `ncu_hopper.json`, which this file is rendered from "
+        "(`python -m course.ncu --render ncu_hopper.json`).\n\n"
+        "Columns: tensor pipe busy % = sm__pipe_tensor_op_hmma_cycles_active (HMMA, HGMMA and QGMMA alike) over "
+        "active cycles; wgmma inst = HGMMA instructions; tensor inst = HMMA + HGMMA; stalls: warps stalled per "
+        "issued instruction, the largest three.\n")
+    return head + "".join("\n" + render_group(name, group) for name, group in record.get("groups", {}).items())
+
+
+def render_file(json_path: Path) -> Path:
+    """Write the ncu_hopper.md that matches `json_path`, beside it; returns its path."""
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(render_record(json.loads(json_path.read_text())))
+    return md_path
 
 
 # --- the launch driver ------------------------------------------------------------------------------
@@ -307,19 +392,29 @@ def main(argv=None) -> int:
     parser.add_argument("--labels", nargs="+", help="with --table: one label per kernel, launch order")
     parser.add_argument("--hopper", action="store_true", help="with --table: the Hopper columns")
     parser.add_argument("--record", metavar="JSON", type=Path,
-                        help="with --table: also merge the Hopper figures into this results JSON")
+                        help="with --table: merge the group's figures (both tables) into this results JSON, "
+                             "and print the group's section of ncu_hopper.md")
     parser.add_argument("--group", help="with --record: the group's key (e.g. tc_8192)")
     parser.add_argument("--title", default="", help="with --record: what the group profiled")
     parser.add_argument("--meta", nargs="*", default=[], metavar="KEY=VALUE",
                         help="with --record: gpu=..., ncu=..., date=..., how=... kept at the top")
+    parser.add_argument("--render", metavar="JSON", type=Path,
+                        help="write the ncu_hopper.md matching this results JSON beside it, from the JSON alone")
     args = parser.parse_args(argv)
+    if args.render:
+        if not args.render.is_file():
+            parser.error(f"--render: no such file {args.render}")
+        print(f"wrote {render_file(args.render)}")
+        return 0
     if args.table:
         text = args.table.read_text()
         if args.record:
             if not args.group:
                 parser.error("--record needs --group")
             meta = dict(item.split("=", 1) for item in args.meta)
-            add_to_record(args.record, args.group, args.title, text, args.labels, meta)
+            print(render_group(args.group, add_to_record(args.record, args.group, args.title, text, args.labels,
+                                                         meta)), end="")
+            return 0
         print(hopper_table(text, args.labels) if args.hopper else ncu_table(text, args.labels), end="")
         return 0
     if args.launch:

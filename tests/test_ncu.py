@@ -1,6 +1,8 @@
-"""course/ncu.py: the Hopper table built from a small synthetic `ncu --page raw --csv` export, and
-the launch driver's entry point for any week (the week-1 table and driver: tests/week1/test_sanitize.py)."""
+"""course/ncu.py: the Hopper table built from a small synthetic `ncu --page raw --csv` export, the
+results record both tables and ncu_hopper.md are made from, and the launch driver's entry point for any week (the week-1 table and driver: tests/week1/test_sanitize.py)."""
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +75,53 @@ def test_launch_driver_for_any_week(capsys):
         ncu.main(["--launch", "vector_add_week1"])  # which week's benchmark: --package is required
     with pytest.raises(KeyError, match="no benchmark"):
         ncu.launch_benchmark("week3_triton_kernels", "nope")
+
+
+def test_record_holds_the_table_figures_as_numbers():
+    # The figures are read once into the record; the table is rendered from it, so the two agree.
+    record = ncu.hopper_record(HOPPER_CSV, ["wgmma_tma", "torch"])
+    assert list(record) == ["wgmma_tma", "torch"]  # launch order, not sorted
+    wgmma = record["wgmma_tma"]
+    assert wgmma["time_us"] == 240.0 and wgmma["grid"] == 512.0 and wgmma["dram_mb"] == 154.0
+    assert wgmma["l2_hit_pct"] == 82.2 and wgmma["tma_load_mb"] == 1611.0
+    assert wgmma["top_stalls_warps_per_issue"] == "gmma 7.2, wait 2.5, long_scoreboard 0.5"
+    assert "tensor_inst_mma_sync_wgmma" not in wgmma and "tma_load_mb" not in record["torch"]  # missing: no entry
+    table = ncu.render_table(record, ncu.HOPPER_COLUMNS, keep_empty=True)
+    assert table == ncu.hopper_table(HOPPER_CSV, ["wgmma_tma", "torch"])
+
+
+def test_same_kernel_twice_keeps_both_rows():
+    twice = HOPPER_CSV.replace('"1","nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN"', '"1","wgmma_tma_f16_f16"')
+    record = ncu.hopper_record(twice)
+    assert list(record) == ["wgmma_tma_f16_f16", "wgmma_tma_f16_f16 #2"]
+
+
+def test_record_and_render_from_the_json_alone(tmp_path, capsys):
+    report, results = tmp_path / "r.csv", tmp_path / "ncu_hopper.json"
+    report.write_text(HOPPER_CSV)
+    for group in ("tc_4096", "tc_2048"):  # groups stay in the order they ran
+        assert ncu.main(["--table", str(report), "--labels", "wgmma_tma", "torch", "--record", str(results),
+                         "--group", group, "--title", f"matmul at {group}", "--meta", "gpu=H100", "ncu=2025.3",
+                         "date=today", "how=bash tools/ncu_hopper.sh"]) == 0
+    printed = capsys.readouterr().out  # each call prints its group's section
+    assert printed.startswith("## tc_4096: matmul at tc_4096\n") and "\n## tc_2048: matmul at tc_2048\n" in printed
+    record = json.loads(results.read_text())
+    assert list(record["groups"]) == ["tc_4096", "tc_2048"] and record["gpu"] == "H100"
+    assert record["groups"]["tc_4096"]["kernels"]["torch"]["grid"] == 132.0  # the notes' path
+    assert ncu.main(["--render", str(results)]) == 0
+    md = (tmp_path / "ncu_hopper.md").read_text()
+    assert md.startswith("# Nsight Compute") and "H100, ncu 2025.3, today" in md
+    assert md.index("## tc_4096") < md.index("## tc_2048")
+    # both tables, exactly as made from the CSV
+    assert md.count(ncu.hopper_table(HOPPER_CSV, ["wgmma_tma", "torch"])) == 2
+    assert md.count(ncu.ncu_table(HOPPER_CSV, ["wgmma_tma", "torch"])) == 2
+    with pytest.raises(SystemExit):
+        ncu.main(["--render", str(tmp_path / "missing.json")])
+
+
+def test_committed_markdown_is_rendered_from_its_json():
+    # Each week's results/ncu_hopper.md is `python -m course.ncu --render results/ncu_hopper.json`.
+    found = sorted(Path(__file__).resolve().parent.parent.glob("week*/results/ncu_hopper.json"))
+    assert found
+    for path in found:
+        assert ncu.render_record(json.loads(path.read_text())) == path.with_suffix(".md").read_text(), path

@@ -20,6 +20,8 @@
 #
 # Writes under $OUT/ncu_hopper (OUT defaults to /tmp/ncu-hopper):
 #   summary.md            one section per group: the Hopper table, then the week-1 table
+#   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv   what a week's results/ keeps (the .md rendered from
+#                         the .json: python -m course.ncu --render PACKAGE/ncu_hopper.json)
 #   GROUP.csv             every collected metric, one row per kernel (--page raw --csv --print-units base)
 #   GROUP_details.txt     ncu's sections as text, with its rule engine's advice
 #   GROUP.ncu-rep         the full report, kept only if under 20 MB (open it in the Nsight Compute GUI)
@@ -119,31 +121,36 @@ for g in $groups; do
     if [ -f "$DIR/$name.ncu-rep" ]; then
         "$NCU" --import "$DIR/$name.ncu-rep" --page raw --csv --print-units base > "$DIR/$name.csv" 2>> "$DIR/${name}_run.log"
         "$NCU" --import "$DIR/$name.ncu-rep" --page details --print-units base > "$DIR/${name}_details.txt" 2>&1
-        # shellcheck disable=SC2086
-        # the figures the notes quote: $DIR/<package>/ncu_hopper.json (copy it, with ncu_GROUP.csv,
-        # into that week's results/); a variant that launches several kernels (the padded copy
-        # before a matmul) shows kernel names instead of labels: pass LABELS_<group> to name each
+        # the figures the notes quote: $DIR/<package>/ncu_hopper.json, both tables' figures read once
+        # from the CSV (course/ncu.py); the command prints the group's section, and ncu_hopper.md is
+        # rendered from the JSON when every group has run (below). Copy ncu_hopper.{json,md} and
+        # ncu_GROUP.csv into that week's results/. A variant that launches several kernels (the padded
+        # copy before a matmul) shows kernel names instead of labels: pass LABELS_<group> to name each
         label_var="LABELS_$name"; labels=${!label_var:-$variants}
         mkdir -p "$DIR/$package"
         cp "$DIR/$name.csv" "$DIR/$package/ncu_$name.csv"
-        { COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $labels --hopper \
-              --record "$DIR/$package/ncu_hopper.json" --group "$name" --title "$bench at $size" \
-              --meta "gpu=$(cat "$DIR/gpu.txt" | cut -d, -f1-2)" "ncu=$(cat "$DIR/ncu_version.txt")" \
-                     "date=$(date -u '+%Y-%m-%d %H:%M UTC')" "how=bash tools/ncu_hopper.sh"
-          echo
-          COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $variants
-        } > "$DIR/$name.md" 2>&1
+        # shellcheck disable=SC2086  # $labels is a list of words on purpose
+        COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $labels \
+            --record "$DIR/$package/ncu_hopper.json" --group "$name" --title "$bench at $size" \
+            --meta "gpu=$(awk -F', ' '{ print $1 ", driver " $2 }' "$DIR/gpu.txt")" "ncu=$(cat "$DIR/ncu_version.txt")" \
+                   "date=$(date -u '+%Y-%m-%d %H:%M UTC')" "how=bash tools/ncu_hopper.sh" \
+            > "$DIR/$name.md" 2>&1
         size_bytes=$(stat -c %s "$DIR/$name.ncu-rep")
         if [ "$size_bytes" -ge "$KEEP_REPORT_BYTES" ]; then
             rm -f "$DIR/$name.ncu-rep"
             echo "(report of $((size_bytes / 1048576)) MB dropped: over 20 MB; the CSV and details keep its numbers)"
         fi
     else
-        echo "_no report: ncu exited with status $status; see ${name}_run.log_" > "$DIR/$name.md"
+        { echo "## $name: $bench at $size"; echo
+          echo "_no report: ncu exited with status $status; see ${name}_run.log_"; } > "$DIR/$name.md"
         tail -n 15 "$DIR/${name}_run.log"
     fi
-    { echo; echo "## $name: \`$bench\` at $size ($package)"; echo; cat "$DIR/$name.md"; } >> "$DIR/summary.md"
+    { echo; cat "$DIR/$name.md"; } >> "$DIR/summary.md"
     echo "--- $name: exit $status after $((SECONDS - start)) s"
     cat "$DIR/$name.md"
 done
-echo "=== done in $((SECONDS - start_all)) s; tables in $DIR/summary.md"
+# Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one).
+for json in "$DIR"/*/ncu_hopper.json; do
+    [ -f "$json" ] && COURSE_BACKEND=auto "$PY" -m course.ncu --render "$json"
+done
+echo "=== done in $((SECONDS - start_all)) s; tables in $DIR/summary.md and $DIR/<package>/ncu_hopper.md"

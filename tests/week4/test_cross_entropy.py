@@ -1,7 +1,9 @@
 """week4_triton_dl.cross_entropy: CE on given logits, forward, backward and reductions, against float64 torch.
 
 The fused linear + CE (fused_linear_cross_entropy.py) has its own tests:
-test_fused_linear_cross_entropy.py, which holds its loss to the error model below.
+test_fused_linear_cross_entropy.py, which holds its loss to the error model below. The helpers
+both files use (tolerances, float64 references, inputs, the compile check) are in
+cross_entropy_helpers.py.
 
 Error model for the tolerances. The kernels accumulate in fp32 (fp64 for fp64 inputs): the
 logsumexp of a V-wide row is off by a few units of fp32 (u = 2^-24) times log2(V) in relative
@@ -32,9 +34,11 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor, with_specials
+from tests.week4.cross_entropy_helpers import (DEVICE, SLOW, U32, case, compile_and_compare, grad_atol,
+                                               large_logits, large_loss_tolerance, make_targets,
+                                               reference_grad, rtol_for)
 
 ce = runtime.lesson("week4_triton_dl.cross_entropy")
-DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # (rows, classes): ones, primes, a vocabulary wider than the small block used below.
 SHAPES = [(1, 1), (1, 7), (3, 17), (5, 300)] + runtime.pick(gpu=[(64, 32000), (8, 128256)], sim=[])
@@ -46,13 +50,7 @@ SHAPES = [(1, 1), (1, 7), (3, 17), (5, 300)] + runtime.pick(gpu=[(64, 32000), (8
 # fp32's sum in test_reductions_on_both_paths, and one case of each reduction-, path-, block-,
 # gradcheck-, opcheck- and compile-matrix; slow adds the products, the other small shapes and fp32's
 # LM-sized vocabulary.
-SLOW = pytest.mark.slow
 LARGE_DEFAULTS = {(torch.bfloat16, (8, 128256), "mean")}
-
-
-def case(*values, id=None, keep, marks=()):
-    """One case of a sweep: marked slow unless the default run keeps it."""
-    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
 
 
 def logits_cases():
@@ -67,29 +65,6 @@ def logits_cases():
                 else:
                     keep = dtype == torch.float32 and reduction == "mean" and shape == (1, 1)
                 yield case(dtype, shape, reduction, id=f"{p.id}-{shape}-{reduction}", keep=keep, marks=p.marks)
-
-
-UNIT = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
-
-
-def grad_atol(ref, dtype, k=8):
-    """k units of the gradient dtype's precision (fp32 at best: the kernel's arithmetic) times max |ref|."""
-    unit = max(UNIT[dtype], UNIT[torch.float32]) if dtype != torch.float64 else UNIT[dtype]
-    return k * unit * float(ref.detach().abs().max().clamp_min(1e-30))
-
-
-def make_targets(n, v, ignore_some=True):
-    t = torch.randint(0, v, (n,), device=DEVICE)
-    if ignore_some and n > 2:
-        t[1] = ce.IGNORE_INDEX
-    return t
-
-
-def reference_grad(logits, targets, **kwargs):
-    x = logits.detach().double().requires_grad_()
-    loss = F.cross_entropy(x, targets, **kwargs)
-    (g,) = torch.autograd.grad(loss.sum(), x)
-    return loss, g
 
 
 # ------------------------------------------------------------------------------ CE on logits
@@ -385,33 +360,6 @@ def test_backward_launcher_rejects_bad_grad():
 
 
 # --------------------------------------------------------------------- precision at |x| ~ 1e4
-U32 = 2.0**-24  # fp32's unit roundoff
-
-
-def large_loss_tolerance(v, block_v=ce.BLOCK_V):
-    """(rtol, atol) of the module docstring's model: 8u * loss + 8u (log2 V + V / BLOCK_V + 4)."""
-    return 8 * U32, 8 * U32 * (math.log2(v) + v / min(block_v, 2 ** math.ceil(math.log2(v))) + 4)
-
-
-def large_logits(n, v):
-    """The realistic case: three logits per row near 1e4 (1e4 + N(0, 1)), the rest N(0, 10) far
-    below, at columns that cross block edges; a row of +-1e4 only; a row all near 1e4 (a large
-    shift of ordinary logits: the loss is ~log V, and CE is shift-invariant). Targets: the top
-    logit, a near one, a far one, an ignored row."""
-    x = random_tensor((n, v), torch.float32, DEVICE, scale=10.0)
-    near = [2, v // 2, v - 1]
-    x[:, near] = 1e4 + random_tensor((n, 3), torch.float32, DEVICE)
-    x[-2] = 1e4 + random_tensor(v, torch.float32, DEVICE)
-    x[-1] = 1e4 * torch.sign(random_tensor(v, torch.float32, DEVICE))
-    t = torch.randint(0, v, (n,), device=DEVICE)
-    t[0] = near[int(x[0, near].argmax())]  # the largest logit: a loss of ~0.1-1, where 1e-3 errors showed
-    t[1] = near[0]
-    t[2] = 5  # far below: a loss of ~1e4
-    t[3] = ce.IGNORE_INDEX
-    t[-1] = int((x[-1] > 0).nonzero()[0])  # one of the +1e4 entries: loss = log(count of them)
-    return x, t
-
-
 @pytest.mark.parametrize("block_v, label_smoothing", [  # many chunks with and without smoothing, one block once
     case(b, s, id=f"{b}-{s}", keep=(b, s) in ((16, 0.0), (16, 0.1), (ce.BLOCK_V, 0.0)))
     for b in (16, ce.BLOCK_V) for s in (0.0, 0.1, 1.0)])
@@ -477,21 +425,6 @@ def logits_model(x, w, t):
     return ce.cross_entropy(logits, t, label_smoothing=0.1) + 0.01 * logits.square().mean()
 
 
-def compile_and_compare(fn, leaves, t, dtype, rtol):
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
-    ours = [x.clone().requires_grad_(True) for x in leaves]
-    loss = compiled(*ours, t)
-    grads = torch.autograd.grad(loss, ours)
-    eager = [x.clone().requires_grad_(True) for x in leaves]
-    want = fn(*eager, t)
-    want_grads = torch.autograd.grad(want, eager)
-    # The same kernels: only the torch ops around them may round differently once fused.
-    assert_close(loss, want, rtol=2 * rtol, atol=1e-5, name="loss")
-    for got, ref in zip(grads, want_grads):
-        assert_close(got, ref, rtol=4 * rtol, atol=16 * rtol * float(ref.abs().max()), name="grad")
-
-
 @pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
                                    for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_model_with_cross_entropy_compiles_with_no_graph_break(dtype):
@@ -501,10 +434,6 @@ def test_model_with_cross_entropy_compiles_with_no_graph_break(dtype):
     x = random_tensor((n, d), dtype, DEVICE)
     w = random_tensor((v, d), dtype, DEVICE, scale=d**-0.5)
     compile_and_compare(logits_model, [x, w], make_targets(n, v), dtype, rtol_for(dtype))
-
-
-def rtol_for(dtype):
-    return {torch.float32: 1.3e-6, torch.bfloat16: 1.6e-2}[dtype]
 
 
 def test_compiled_graph_holds_the_op_not_its_kernels():

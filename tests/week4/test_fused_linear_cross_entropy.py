@@ -3,8 +3,8 @@
 The error model is test_cross_entropy.py's (the row loss's kernels accumulate in fp32, fp64 for
 fp64 inputs; losses meet the float64 reference within the default tolerance, gradients within a
 few units of their dtype's precision times the largest reference entry; at logits ~1e4 the loss's
-error is <= 8u * loss + 8u (log2 V + V / BLOCK_V + 4), `large_loss_tolerance`). Its helpers are
-restated below: test modules do not import each other. What this file adds: dh = dlogits @ W and
+error is <= 8u * loss + 8u (log2 V + V / BLOCK_V + 4), `large_loss_tolerance`); the helpers both files use are in
+cross_entropy_helpers.py. What this file adds: dh = dlogits @ W and
 dW = dlogits^T @ h are fp32 (or bf16) matmuls of those gradients, whose bounds each test states,
 and dW accumulated in W's dtype adds one rounding per chunk.
 """
@@ -18,40 +18,13 @@ from torch.utils._pytree import tree_leaves
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
+from tests.week4.cross_entropy_helpers import (DEVICE, SLOW, U32, case, compile_and_compare, grad_atol,
+                                               large_logits, large_loss_tolerance, make_targets,
+                                               reference_grad, rtol_for)
 
 flce = runtime.lesson("week4_triton_dl.fused_linear_cross_entropy")
-DEVICE = runtime.DEVICE
 # What the default run keeps (the rest is marked slow; `pytest --slow` runs it all): fp32 at every
 # chunk size, fp64 on two (7 rows and the default), and one case of each opcheck and compile matrix.
-SLOW = pytest.mark.slow
-
-
-def case(*values, id=None, keep, marks=()):
-    """One case of a sweep: marked slow unless the default run keeps it."""
-    return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
-
-
-UNIT = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
-
-
-def grad_atol(ref, dtype, k=8):
-    """k units of the gradient dtype's precision (fp32 at best: the kernel's arithmetic) times max |ref|."""
-    unit = max(UNIT[dtype], UNIT[torch.float32]) if dtype != torch.float64 else UNIT[dtype]
-    return k * unit * float(ref.detach().abs().max().clamp_min(1e-30))
-
-
-def make_targets(n, v, ignore_some=True):
-    t = torch.randint(0, v, (n,), device=DEVICE)
-    if ignore_some and n > 2:
-        t[1] = flce.IGNORE_INDEX
-    return t
-
-
-def reference_grad(logits, targets, **kwargs):
-    x = logits.detach().double().requires_grad_()
-    loss = F.cross_entropy(x, targets, **kwargs)
-    (g,) = torch.autograd.grad(loss.sum(), x)
-    return loss, g
 
 
 # ------------------------------------------------------ loss and gradient in one kernel
@@ -277,33 +250,6 @@ def test_fused_linear_rejects_bad_input(case, error, message, make):
 
 
 # --------------------------------------------------------------------- precision at |x| ~ 1e4
-U32 = 2.0**-24  # fp32's unit roundoff
-
-
-def large_loss_tolerance(v, block_v=flce.BLOCK_V):
-    """(rtol, atol) of the module docstring's model: 8u * loss + 8u (log2 V + V / BLOCK_V + 4)."""
-    return 8 * U32, 8 * U32 * (math.log2(v) + v / min(block_v, 2 ** math.ceil(math.log2(v))) + 4)
-
-
-def large_logits(n, v):
-    """The realistic case: three logits per row near 1e4 (1e4 + N(0, 1)), the rest N(0, 10) far
-    below, at columns that cross block edges; a row of +-1e4 only; a row all near 1e4 (a large
-    shift of ordinary logits: the loss is ~log V, and CE is shift-invariant). Targets: the top
-    logit, a near one, a far one, an ignored row."""
-    x = random_tensor((n, v), torch.float32, DEVICE, scale=10.0)
-    near = [2, v // 2, v - 1]
-    x[:, near] = 1e4 + random_tensor((n, 3), torch.float32, DEVICE)
-    x[-2] = 1e4 + random_tensor(v, torch.float32, DEVICE)
-    x[-1] = 1e4 * torch.sign(random_tensor(v, torch.float32, DEVICE))
-    t = torch.randint(0, v, (n,), device=DEVICE)
-    t[0] = near[int(x[0, near].argmax())]  # the largest logit: a loss of ~0.1-1, where 1e-3 errors showed
-    t[1] = near[0]
-    t[2] = 5  # far below: a loss of ~1e4
-    t[3] = flce.IGNORE_INDEX
-    t[-1] = int((x[-1] > 0).nonzero()[0])  # one of the +1e4 entries: loss = log(count of them)
-    return x, t
-
-
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_fwd_grad_kernel_at_logits_near_1e4(label_smoothing):
     n, v = 8, 301
@@ -405,21 +351,6 @@ def lm_head(x, w, t):
     return flce.fused_linear_cross_entropy(h, w, t, chunk_size=5, label_smoothing=0.1)
 
 
-def compile_and_compare(fn, leaves, t, dtype, rtol):
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, fullgraph=True, backend=runtime.pick(gpu="inductor", sim="aot_eager"))
-    ours = [x.clone().requires_grad_(True) for x in leaves]
-    loss = compiled(*ours, t)
-    grads = torch.autograd.grad(loss, ours)
-    eager = [x.clone().requires_grad_(True) for x in leaves]
-    want = fn(*eager, t)
-    want_grads = torch.autograd.grad(want, eager)
-    # The same kernels: only the torch ops around them may round differently once fused.
-    assert_close(loss, want, rtol=2 * rtol, atol=1e-5, name="loss")
-    for got, ref in zip(grads, want_grads):
-        assert_close(got, ref, rtol=4 * rtol, atol=16 * rtol * float(ref.abs().max()), name="grad")
-
-
 @pytest.mark.parametrize("dtype", [case(*p.values, id=p.id, keep=p.id == "float32", marks=p.marks)
                                    for p in dtype_params([torch.float32, torch.bfloat16])])
 def test_lm_head_with_fused_linear_loss_compiles_with_no_graph_break(dtype):
@@ -427,10 +358,6 @@ def test_lm_head_with_fused_linear_loss_compiles_with_no_graph_break(dtype):
     x = random_tensor((n, d), dtype, DEVICE)
     w = random_tensor((v, d), dtype, DEVICE, scale=d**-0.5)
     compile_and_compare(lm_head, [x, w], make_targets(n, v), dtype, rtol_for(dtype))
-
-
-def rtol_for(dtype):
-    return {torch.float32: 1.3e-6, torch.bfloat16: 1.6e-2}[dtype]
 
 
 def test_compiled_graph_holds_the_op_not_its_kernels():

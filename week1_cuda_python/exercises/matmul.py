@@ -53,9 +53,6 @@ import torch
 
 from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
-from course.bench import Benchmark
-from course.rungs import Ladder, Rung as LadderRung  # the benchmark's variants as numbered rungs
-from course.check import random_tensor
 
 from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
 
