@@ -459,6 +459,19 @@ def _tma_operands(a, b):
     return a, b, False
 
 
+def stores_c_through_tma(out: torch.Tensor, itemsize: int, config: dict | None = None) -> bool:
+    """Whether the TMA kernel writes `out` through a TMA store: wherever TMA allows it (out
+    row-major with 16-byte aligned rows) and, for a given config (operands of `itemsize` bytes),
+    where the C staging buffer still fits in shared memory beside the pipeline (the autotuner's
+    pruner counts it the same way). Anywhere else: the masked stores of the pointer kernels."""
+    if not rows_16_byte_aligned(out):
+        return False
+    if config is None:
+        return True
+    as_config = triton.Config(config, num_stages=config.get("num_stages", 3))
+    return shared_memory_bytes(as_config, itemsize, out.element_size()) <= runtime.shared_memory_per_block()
+
+
 def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners):
     M, K = a.shape
     N = b.shape[1]
@@ -469,14 +482,7 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners
     bm, bn, bk = ((config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]) if config is not None
                   else (64, 64, 64))  # placeholder block shapes: the tuner's pre_hook sets them
     subtile = config is not None and config.get("EPILOGUE_SUBTILE", False)
-    # C through a TMA store wherever TMA allows it (out row-major, 16-byte aligned rows), and, for
-    # a given config, where its staging buffer still fits beside the pipeline (the autotuner's
-    # pruner counts it the same way); anywhere else the masked stores of the pointer kernels.
-    c_tma = rows_16_byte_aligned(out)
-    if c_tma and config is not None:
-        stages = triton.Config(config, num_stages=config.get("num_stages", 3))
-        c_tma = (shared_memory_bytes(stages, a.element_size(), out.element_size())
-                 <= runtime.shared_memory_per_block())
+    c_tma = stores_c_through_tma(out, a.element_size(), config)
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b_stored, [bn, bk] if b_kmajor else [bk, bn])
     c_desc = TensorDescriptor.from_tensor(out, c_block_shape(bm, bn, subtile)) if c_tma else None
