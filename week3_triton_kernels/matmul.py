@@ -5,7 +5,7 @@ Read matmul_basic.py first: rung 1 is a plain tiled `tl.dot` kernel, one program
 rung 2 the same with the tiles in grouped order (`grouped_tile`, imported from there). fp8, the
 last rung, is matmul_fp8.py (it runs these kernels with their HAS_SCALE and FP8_PRECISE switches
 on). Benchmarks, the config sweep and the ladder's command line: matmul_bench.py. Over 500 lines:
-three kernels sharing their tile code (`_tile_product`, `_finish_tile`), their tuning, launchers.
+three kernels sharing their tile code (`_tile_product`, `_epilogue`, `_finish_tile`), their tuning, launchers.
 
 * Rung 3, `matmul_kernel` (`matmul_tiled`): rung 2's kernel, tuned. `@triton.autotune` times a few
   `triton.Config`s (tile shape, warps, pipeline stages) on the first call for each (M, N, K,
