@@ -5,7 +5,7 @@ Read matmul_basic.py first: rung 1 is a plain tiled `tl.dot` kernel, one program
 rung 2 the same with the tiles in grouped order (`grouped_tile`, imported from there). fp8, the
 last rung, is matmul_fp8.py (it runs these kernels with their HAS_SCALE and FP8_PRECISE switches
 on). Benchmarks, the config sweep and the ladder's command line: matmul_bench.py. Over 500 lines:
-three kernels sharing their tile code (`_tile_product`, `_finish_tile`), their tuning, launchers.
+three kernels sharing their tile code (`_tile_product`, `_epilogue`, `_finish_tile`), their tuning, launchers.
 
 * Rung 3, `matmul_kernel` (`matmul_tiled`): rung 2's kernel, tuned. `@triton.autotune` times a few
   `triton.Config`s (tile shape, warps, pipeline stages) on the first call for each (M, N, K,
@@ -22,10 +22,13 @@ three kernels sharing their tile code (`_tile_product`, `_finish_tile`), their t
 * Rung 5, `matmul_tma_kernel`: the persistent kernel with A and B read through tensor descriptors
   (`TensorDescriptor`): the Hopper TMA engine copies whole tiles from HBM to shared memory, with
   no address arithmetic or masks in the threads (out-of-bounds parts of a tile are filled with
-  zeros). Needs compute capability >= 9.0 (H100); the Triton interpreter emulates it.
-* Rung 6, the fused epilogue (`_finish_tile`): bias and activation (relu, gelu, gelu_tanh, silu)
+  zeros). C goes back the same way when `out` allows it (row-major, rows on 16-byte boundaries):
+  the tile is staged in shared memory and the TMA engine writes it in whole rows
+  (`_finish_tile_tma`); otherwise through masked stores. Needs compute capability >= 9.0 (H100);
+  the Triton interpreter emulates it.
+* Rung 6, the fused epilogue (`_epilogue`): bias and activation (relu, gelu, gelu_tanh, silu)
   applied to the fp32 accumulator before the one store, instead of more passes over C in memory.
-  Every kernel here runs it; with no bias and no activation it is just the masked store.
+  Every kernel here runs it, before a masked store (`_finish_tile`) or a TMA store.
 
 Entry points (all return C and accept `out=`; a, b any strides, the same dtype, fp16 or bf16):
     matmul(a, b, bias=None, activation=None, out=None, *, pad_strides=True)   the fastest of:
@@ -37,13 +40,16 @@ Entry points (all return C and accept `out=`; a, b any strides, the same dtype, 
 Odd strides: Triton proves 16-byte alignment from integer arguments that are multiples of 16
 (it compiles a kernel variant for them), and only then loads 8 fp16 values per instruction.
 A row stride of 3000 or 4097 elements defeats that and the kernel falls to 2-byte loads, ~5x
-slower. `pad_strides=True` copies such an operand into a buffer whose row stride is padded to a
-multiple of 16 elements (K padded with zeros, which add nothing to the dot products). What that
-costs, at 5000 x 3000 x 4000: A's row stride (4000) passes, B (4000 x 3000, row stride 3000) is
-copied, 24 MB read and 24 MB written: ~16 us at ~3 TB/s, against ~200 us for the 120 GFLOP of
-the matmul itself at ~600 TFLOP/s, so ~8% on top. The TMA engine needs 16-BYTE aligned strides
-only (3000 x 2 = 6000 bytes is a multiple of 16): `matmul_tma` reads B in place, and `matmul`
-takes the TMA kernel wherever the sweep found it fastest (results/tuned_matmul.json).
+slower. Yet 3000 fp16 elements are 6000 bytes, a multiple of 16: every row of such a tensor
+still starts on a 16-byte boundary; only the compiler cannot see it. Where a, b and out all
+have such rows (`row_align`), the launcher says so (ROW_ALIGN, a compile-time argument) and the
+kernels tell the compiler (`_multiple_of`): vector loads and stores, no copy. Where a stride
+really is misaligned (4097 elements), `pad_strides=True` copies the operand into a buffer whose
+row stride is padded to a multiple of 16 elements (K padded with zeros, which add nothing to
+the dot products): one read and one write of the operand, small beside the ~5x it saves.
+pad_strides=False runs the kernels on the operands as they are, told only what is true. The TMA
+engine needs exactly the 16-byte rule: `matmul_tma` reads B in place, and `matmul` takes the TMA
+kernel wherever the sweep found it fastest (results/tuned_matmul.json).
 
 Cost model: 2 * M * N * K FLOPs. Minimum traffic (M*K + K*N + M*N) * itemsize; at 4096^3 fp16
 that is 100 MB for 137 GFLOP, ~1400 FLOPs per byte: compute-bound, so the yardstick is
@@ -116,15 +122,12 @@ def _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols,
 
 
 @triton.jit
-def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N,
-                 stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
-                 ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # BEGIN EXERCISE: the epilogue on the fp32 tile still in registers: * a_scale * b_scale (HAS_SCALE), +
-    #   bias, the ACTIVATION (relu must keep NaN: tl.maximum(..., propagate_nan=tl.PropagateNan.ALL)); one
-    #   masked store in c's dtype
-    # Epilogue on the fp32 accumulator, while the tile is still in registers; then one store.
-    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _epilogue(acc, bias_ptr, a_scale_ptr, b_scale_ptr, offs_cn, N, HAS_BIAS: tl.constexpr,
+              HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr):
+    # BEGIN EXERCISE: the epilogue on the fp32 tile still in registers (columns offs_cn): * a_scale * b_scale
+    #   (HAS_SCALE), + bias (masked to N), the ACTIVATION (relu must keep NaN: tl.maximum(...,
+    #   propagate_nan=tl.PropagateNan.ALL)); returns the fp32 tile
+    # Epilogue on the fp32 accumulator, while the tile is still in registers; the caller stores it.
     if HAS_SCALE:  # fp8: the operands were stored divided by their scales
         acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
     if HAS_BIAS:
@@ -140,10 +143,60 @@ def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M
         acc = acc / (1.0 + tl.exp(-2.0 * u))  # 0.5 h (1 + tanh u) = h * sigmoid(2u)
     elif ACTIVATION == 4:
         acc = acc / (1.0 + tl.exp(-acc))  # silu(h) = h * sigmoid(h)
+    return acc
+    # END EXERCISE
+
+
+@triton.jit
+def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N,
+                 stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN EXERCISE: tile (pid_m, pid_n) of C: _epilogue, then one masked store in c's dtype
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, bias_ptr, a_scale_ptr, b_scale_ptr, offs_cn, N, HAS_BIAS, HAS_SCALE, ACTIVATION)
     c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
     c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
     # END EXERCISE
+
+
+@triton.jit
+def _finish_tile_tma(acc, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, N,
+                     HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
+    # BEGIN EXERCISE: tile (pid_m, pid_n) of C through the TMA engine: _epilogue, then c_desc.store([row, col],
+    #   tile in c_desc.dtype), no mask; EPILOGUE_SUBTILE: as two BLOCK_N / 2 halves (tl.reshape, tl.permute,
+    #   tl.split)
+    # The same epilogue, then the tile goes to shared memory and the TMA engine copies it to C in
+    # whole 16-byte rows, where the masked store above wrote each row in pieces whenever Triton
+    # could not prove that C's rows start on 16-byte boundaries. No mask: a TMA store clips at the
+    # tensor's bounds (the descriptor holds C's shape), so the ragged edge tiles need none.
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, bias_ptr, a_scale_ptr, b_scale_ptr, offs_cn, N, HAS_BIAS, HAS_SCALE, ACTIVATION)
+    row, col = pid_m * BLOCK_M, pid_n * BLOCK_N
+    if EPILOGUE_SUBTILE:
+        # Two stores of BLOCK_M x BLOCK_N / 2 each: the staging buffer in shared memory is half
+        # the tile, which leaves room for one more pipeline stage of A and B.
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        c_desc.store([row, col], left.to(c_desc.dtype))
+        c_desc.store([row, col + BLOCK_N // 2], right.to(c_desc.dtype))
+    else:
+        c_desc.store([row, col], acc.to(c_desc.dtype))
+    # END EXERCISE
+
+
+@triton.jit
+def _multiple_of(x, MULTIPLE: tl.constexpr):
+    """x, with the compiler told that it is a multiple of MULTIPLE (the caller's promise).
+
+    tl.multiple_of(x, MULTIPLE) is the usual spelling, but on a kernel's integer *argument* Triton
+    drops the hint (it sticks only to values computed in the kernel). x // MULTIPLE * MULTIPLE is x
+    itself when the promise holds, and a product of MULTIPLE is a multiple of it as far as the
+    compiler's alignment analysis can see.
+    """
+    return x // MULTIPLE * MULTIPLE
 
 
 # ----------------------------------------------------------------------------------- kernels
@@ -151,8 +204,16 @@ def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M
 def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K, a_rows, b_cols,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, ACTIVATION: tl.constexpr,
-                  FP8_PRECISE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                  FP8_PRECISE: tl.constexpr, ROW_ALIGN: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # ROW_ALIGN > 1 is the launcher's promise (`row_align`) that A, B and C are row-major with every
+    # row starting on a 16-byte boundary: K, N, b_cols and the row strides are multiples of ROW_ALIGN
+    # elements. Triton sees that for itself only in numbers divisible by 16; told here, it loads and
+    # stores 16-byte vectors along the rows at N = 3000 too (no padded copy of B needed).
+    if ROW_ALIGN > 1:  # (a compile-time branch: ROW_ALIGN = 1 compiles exactly as before)
+        K, N, b_cols = _multiple_of(K, ROW_ALIGN), _multiple_of(N, ROW_ALIGN), _multiple_of(b_cols, ROW_ALIGN)
+        stride_am, stride_bk = _multiple_of(stride_am, ROW_ALIGN), _multiple_of(stride_bk, ROW_ALIGN)
+        stride_cm = _multiple_of(stride_cm, ROW_ALIGN)
     # BEGIN EXERCISE: one program per tile: grouped_tile(program_id), _tile_product, _finish_tile
     # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
@@ -168,9 +229,14 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
 def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
                              a_rows, b_cols, stride_am, stride_ak, stride_bk, stride_bn,
                              stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
-                             ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr,
+                             ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr, ROW_ALIGN: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr):
+    # ROW_ALIGN > 1: the launcher's promise of 16-byte aligned rows, passed on as in matmul_kernel.
+    if ROW_ALIGN > 1:  # (a compile-time branch: ROW_ALIGN = 1 compiles exactly as before)
+        K, N, b_cols = _multiple_of(K, ROW_ALIGN), _multiple_of(N, ROW_ALIGN), _multiple_of(b_cols, ROW_ALIGN)
+        stride_am, stride_bk = _multiple_of(stride_am, ROW_ALIGN), _multiple_of(stride_bk, ROW_ALIGN)
+        stride_cm = _multiple_of(stride_cm, ROW_ALIGN)
     # BEGIN EXERCISE: persistent: NUM_PROGRAMS programs, each looping over tiles tile_id = program_id,
     #   + NUM_PROGRAMS, ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
@@ -190,14 +256,15 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
 
 
 @triton.jit
-def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
+def matmul_tma_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
                       stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                       ACTIVATION: tl.constexpr, FP8_PRECISE: tl.constexpr, B_KMAJOR: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr):
+                      C_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
+                      EPILOGUE_SUBTILE: tl.constexpr = False):
     # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, loading tiles through tensor
     #   descriptors: a_desc.load([row, col]) and b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
-    #   storage: use the loaded tile transposed, .T)
+    #   storage: use the loaded tile transposed, .T); C_TMA: store with _finish_tile_tma, else _finish_tile
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
@@ -213,9 +280,12 @@ def matmul_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr,
             else:
                 b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
             acc = _dot(a, b, acc, FP8_PRECISE, BLOCK_K)
-        # C goes out through ordinary (masked) stores, so `out` may have any strides.
-        _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
-                     stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
+        if C_TMA:  # `out` is row-major with 16-byte aligned rows: C leaves through the TMA engine too
+            _finish_tile_tma(acc, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, N, HAS_BIAS,
+                             HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        else:  # any other `out` (a column slice with an odd stride, say): ordinary masked stores
+            _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M, N, stride_cm,
+                         stride_cn, HAS_BIAS, HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N)
     # END EXERCISE
 
 
@@ -245,24 +315,35 @@ PERSISTENT_CONFIGS = [
 SMALL_PROBLEM = 512 * 512  # C this small: tiles of 64 x 128 already give every SM work
 
 
-def shared_memory_bytes(config, itemsize: int) -> int:
-    """Bytes of shared memory a config's pipeline buffers take: stages x (BLOCK_M + BLOCK_N) x BLOCK_K x itemsize."""
+def shared_memory_bytes(config, itemsize: int, c_itemsize: int = 0) -> int:
+    """Bytes of shared memory a config takes: its pipeline buffers, stages x (BLOCK_M + BLOCK_N) x
+    BLOCK_K x itemsize, plus, when C leaves through a TMA store (c_itemsize: C's element size, 0
+    for ordinary stores), the staging buffer of one C tile (half a tile with EPILOGUE_SUBTILE)."""
     kw = config.kwargs
-    return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize
+    staging = kw["BLOCK_M"] * kw["BLOCK_N"] * c_itemsize // (2 if kw.get("EPILOGUE_SUBTILE") else 1)
+    return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize + staging
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    # Each config is a compile (seconds). Drop those whose pipeline buffers cannot fit the GPU's
-    # shared memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles
-    # would leave most SMs idle anyway, time only the smallest tile.
+    # Each config is a compile (seconds). Drop those whose buffers cannot fit the GPU's shared
+    # memory (a T4 has 64 KB per block, an H100 227 KB); for a small C, where big tiles would leave
+    # most SMs idle anyway, time only the smallest tile.
     operand = named_args.get("a_ptr", named_args.get("a_desc"))
     itemsize = (operand.base if isinstance(operand, TensorDescriptor) else operand).element_size()
+    c_desc = named_args.get("c_desc")  # the TMA kernel storing through a descriptor: count its staging
+    c_itemsize = c_desc.base.element_size() if c_desc is not None else 0
+    size = lambda c: shared_memory_bytes(c, itemsize, c_itemsize)  # noqa: E731
     limit = runtime.shared_memory_per_block()
-    fitting = [c for c in configs if shared_memory_bytes(c, itemsize) <= limit]
-    fitting = fitting or [min(configs, key=lambda c: shared_memory_bytes(c, itemsize))]
+    fitting = [c for c in configs if size(c) <= limit]
+    fitting = fitting or [min(configs, key=size)]
     if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
         return [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
     return fitting
+
+
+def c_block_shape(bm: int, bn: int, epilogue_subtile: bool = False) -> list[int]:
+    """The block shape of C's descriptor: the tile, or half of it along N with EPILOGUE_SUBTILE."""
+    return [bm, bn // 2 if epilogue_subtile else bn]
 
 
 def _tma_block_shapes(nargs):
@@ -270,6 +351,8 @@ def _tma_block_shapes(nargs):
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
     nargs["a_desc"].block_shape = [bm, bk]
     nargs["b_desc"].block_shape = [bn, bk] if nargs["B_KMAJOR"] else [bk, bn]
+    if nargs.get("c_desc") is not None:
+        nargs["c_desc"].block_shape = c_block_shape(bm, bn, nargs.get("EPILOGUE_SUBTILE", False))
 
 
 def with_tma_block_shapes(configs):
@@ -278,12 +361,18 @@ def with_tma_block_shapes(configs):
                           pre_hook=_tma_block_shapes) for c in configs]
 
 
+# The autotuners' keys: a best config is kept per value of each. ROW_ALIGN (the pointer kernels'
+# promise of aligned rows) and C_TMA (the TMA kernel's store, whose staging buffer takes shared
+# memory) change which configs fit and win.
 KEY = ["M", "N", "K", "HAS_BIAS", "HAS_SCALE", "ACTIVATION", "FP8_PRECISE"]
+POINTER_KEY = KEY + ["ROW_ALIGN"]
+TMA_KEY = KEY + ["B_KMAJOR", "C_TMA"]
 PRUNE = {"early_config_prune": _prune_configs}
-matmul_kernel_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_kernel)
-matmul_persistent_autotuned = triton.autotune(configs=PERSISTENT_CONFIGS, key=KEY,
+matmul_kernel_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=POINTER_KEY,
+                                          prune_configs_by=PRUNE)(matmul_kernel)
+matmul_persistent_autotuned = triton.autotune(configs=PERSISTENT_CONFIGS, key=POINTER_KEY,
                                               prune_configs_by=PRUNE)(matmul_persistent_kernel)
-matmul_tma_autotuned = triton.autotune(configs=with_tma_block_shapes(PERSISTENT_CONFIGS), key=KEY + ["B_KMAJOR"],
+matmul_tma_autotuned = triton.autotune(configs=with_tma_block_shapes(PERSISTENT_CONFIGS), key=TMA_KEY,
                                        prune_configs_by=PRUNE)(matmul_tma_kernel)
 # The interpreter cannot time configs (no device clock); it runs this small one instead.
 SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
@@ -378,6 +467,25 @@ def _aligned(t: torch.Tensor, row_major: bool) -> bool:
             and t.data_ptr() % 16 == 0)
 
 
+def rows_16_byte_aligned(t: torch.Tensor) -> bool:
+    """t (2-D) is row-major and every row starts on a 16-byte boundary: columns contiguous, the
+    row stride a multiple of 16 bytes (8 fp16 elements) and the base 16-byte aligned. That is what
+    the TMA engine needs of a tensor it reads or writes, and what lets the pointer kernels move
+    16-byte vectors along the rows once told (ROW_ALIGN)."""
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
+def row_align(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> int:
+    """The pointer kernels' ROW_ALIGN: 16 bytes in elements (8 for fp16) when a, b and out, of one
+    dtype, all have 16-byte aligned rows (`rows_16_byte_aligned`) and K and N are multiples of it
+    (no row ends inside a vector); else 1, nothing promised. Such operands need no padded copy:
+    at 5000 x 3000 x 4000 B's row stride of 3000 elements is 6000 bytes, a multiple of 16."""
+    step = 16 // a.element_size()
+    same_dtype = a.dtype == b.dtype == out.dtype
+    aligned = same_dtype and all(rows_16_byte_aligned(t) for t in (a, b, out))
+    return step if aligned and a.shape[1] % step == 0 and b.shape[1] % step == 0 else 1
+
+
 def padded_copy(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """t (r x c) copied into a row-major buffer with row stride round_up(cols, 16), rows >= r.
 
@@ -435,7 +543,9 @@ def _programs(config: dict, M: int, N: int) -> tuple[int, int]:
 def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_strides, config, tuners):
     M, K = a.shape
     N = b.shape[1]
-    if pad_strides:
+    # fp8 wants B column-major (pad_for_vector_loads makes it so): no ROW_ALIGN promise there.
+    align = row_align(a, b, out) if scales is None else 1
+    if pad_strides and align == 1:  # aligned rows need no copy: the kernel is told instead
         a, b, K, a_rows, b_cols = pad_for_vector_loads(a, b, k_major_b=scales is not None)
     else:
         a_rows, b_cols = M, N
@@ -443,7 +553,7 @@ def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_
     args = (a, b, out, bias if bias is not None else out, a_scale, b_scale, M, N, K, a_rows, b_cols,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
     meta = dict(HAS_BIAS=bias is not None, HAS_SCALE=scales is not None,
-                ACTIVATION=ACTIVATIONS[activation], FP8_PRECISE=fp8_precise)
+                ACTIVATION=ACTIVATIONS[activation], FP8_PRECISE=fp8_precise, ROW_ALIGN=align)
     tiles = lambda m: triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])  # noqa: E731
     if kind == "tiled":
         kernel = matmul_kernel_autotuned if config is None else matmul_kernel
@@ -462,25 +572,31 @@ def _launch_pointer(kind, a, b, bias, activation, out, scales, fp8_precise, pad_
 
 def _tma_operands(a, b):
     """A row-major and B either way round, both with 16-byte aligned strides (TMA's rule)."""
-    itemsize = a.element_size()
-    step = 16 // itemsize  # elements per 16 bytes
     M, K = a.shape
     N = b.shape[1]
-
-    def tma_ok(t, row_major):
-        inner, outer = (1, 0) if row_major else (0, 1)
-        return t.stride(inner) == 1 and t.stride(outer) % step == 0 and t.data_ptr() % 16 == 0
-
-    if not tma_ok(a, row_major=True):
+    if not rows_16_byte_aligned(a):
         a = padded_copy(a, M, K)
-    if tma_ok(b, row_major=False):  # K-major B (b = w.t()): the descriptor walks w, (N, K)
+    if rows_16_byte_aligned(b.t()):  # K-major B (b = w.t()): the descriptor walks w, (N, K)
         return a, b.t(), True
     if a.element_size() == 1:
         # fp8 wgmma reads B only K-major from shared memory: make that layout once here.
         return a, padded_copy(b.t(), N, K), True
-    if not tma_ok(b, row_major=True):
+    if not rows_16_byte_aligned(b):
         b = padded_copy(b, K, N)
     return a, b, False
+
+
+def stores_c_through_tma(out: torch.Tensor, itemsize: int, config: dict | None = None) -> bool:
+    """Whether the TMA kernel writes `out` through a TMA store: wherever TMA allows it (out
+    row-major with 16-byte aligned rows) and, for a given config (operands of `itemsize` bytes),
+    where the C staging buffer still fits in shared memory beside the pipeline (the autotuner's
+    pruner counts it the same way). Anywhere else: the masked stores of the pointer kernels."""
+    if not rows_16_byte_aligned(out):
+        return False
+    if config is None:
+        return True
+    as_config = triton.Config(config, num_stages=config.get("num_stages", 3))
+    return shared_memory_bytes(as_config, itemsize, out.element_size()) <= runtime.shared_memory_per_block()
 
 
 def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners):
@@ -492,13 +608,16 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners
     config = dict(config) if config is not None else None
     bm, bn, bk = ((config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]) if config is not None
                   else (64, 64, 64))  # placeholder block shapes: the tuner's pre_hook sets them
+    subtile = config is not None and config.get("EPILOGUE_SUBTILE", False)
+    c_tma = stores_c_through_tma(out, a.element_size(), config)
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b_stored, [bn, bk] if b_kmajor else [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(out, c_block_shape(bm, bn, subtile)) if c_tma else None
     a_scale, b_scale = scales if scales is not None else (out, out)
-    args = (a_desc, b_desc, out, bias if bias is not None else out, a_scale, b_scale, M, N, K,
+    args = (a_desc, b_desc, c_desc, out, bias if bias is not None else out, a_scale, b_scale, M, N, K,
             out.stride(0), out.stride(1))
     meta = dict(HAS_BIAS=bias is not None, HAS_SCALE=scales is not None, ACTIVATION=ACTIVATIONS[activation],
-                FP8_PRECISE=fp8_precise, B_KMAJOR=b_kmajor)
+                FP8_PRECISE=fp8_precise, B_KMAJOR=b_kmajor, C_TMA=c_tma)
     if config is None:
         sms = runtime.sm_count()
         grid = lambda m: (min(sms, triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"])),)  # noqa: E731
@@ -589,10 +708,10 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = Non
                activation: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """`matmul_persistent` reading A and B through TMA tensor descriptors (compute capability >= 9.0).
 
-    TMA needs 16-byte aligned row strides (8 fp16 elements), not the pointer kernels' 16
-    elements: a 5000 x 3000 x 4000 problem's B (row stride 3000 elements = 6000 bytes) is read
-    in place, where `matmul`'s pointer kernels copy it. Other operands are copied first
-    (`padded_copy`).
+    TMA needs 16-byte aligned row strides (8 fp16 elements): a 5000 x 3000 x 4000 problem's B
+    (row stride 3000 elements = 6000 bytes) is read in place, and C (the same stride) written
+    through a descriptor too. Operands that fail the rule are copied first (`padded_copy`); an
+    `out` that fails it gets masked stores.
     """
     M, N, K, out = check_args(a, b, bias, activation, out)
     require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")

@@ -5,6 +5,9 @@ persistent, TMA) against cuBLAS in fp16 and bf16, and fp8 against torch._scaled_
 fp8. `python -m week3_triton_kernels.matmul_bench --sweep --out DIR` (GPU, ~4 minutes) times a wide
 set of configs of each kernel at the benchmark shapes beside cuBLAS and writes the fastest to
 DIR/tuned_matmul.json, the table `matmul` reads from results/ (see "the sweep" below).
+Over 500 lines: the benchmarks, the ladders and the sweep (parallel precompile, timing loop,
+table) of one lesson module, together because the sweep times exactly the launches the
+benchmarks run.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from course.check import random_tensor
 from course.rungs import Ladder, Rung
 
 from week3_triton_kernels.matmul import (  # noqa: E402
-    device_capability, matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, run_kernel)
+    device_capability, matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, row_align, run_kernel,
+    stores_c_through_tma)
 from week3_triton_kernels.matmul_basic import matmul_grouped, matmul_plain  # noqa: E402
 from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, matmul_fp8, matmul_fp8_torch, quantize_fp8  # noqa: E402
 
@@ -162,11 +166,11 @@ MATMUL_RUNGS = [
     Rung("triton_plain", "one program per C tile in row-major order, a K loop of tl.dot into fp32, masked edges"),
     Rung("triton_grouped", "the same kernel, tiles in grouped order: programs in flight share A and B panels in L2"),
     Rung("triton_tiled", "tuned configs (tile shape, warps, stages; the sweep's table, else autotune), unmasked "
-                         "wrap-around loads, odd strides padded"),
+                         "wrap-around loads, 16-byte aligned rows promised (ROW_ALIGN), misaligned strides padded"),
     Rung("triton_persistent", "one program per SM looping over tiles: no partial last wave, loads of the next "
                               "tile overlap this tile's store"),
-    Rung("triton_tma", "A and B tiles copied by the TMA engine through tensor descriptors (sm_90): no address "
-                       "math, no masks"),
+    Rung("triton_tma", "A and B tiles copied by the TMA engine through tensor descriptors (sm_90), C stored "
+                       "through one where out allows: no address math, no masks"),
     Rung("triton", "matmul: whichever of rungs 3-5 the sweep measured fastest at this shape"),
 ]
 LADDERS = [Ladder("matmul_triton", MATMUL_BF16, MATMUL_RUNGS, rel_tol=1e-2)]
@@ -208,8 +212,10 @@ def sweep_config(bm, bn, bk, warps, stages, group=8, **extra) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, num_warps=warps, num_stages=stages, **extra)
 
 
-def _persistent(bm, bn, bk, warps, stages, group=8, flatten=True, per_sm=1) -> dict:
-    return sweep_config(bm, bn, bk, warps, stages, group, FLATTEN=flatten, PER_SM=per_sm)
+def _persistent(bm, bn, bk, warps, stages, group=8, flatten=True, per_sm=1, subtile=False) -> dict:
+    # subtile (the TMA kernel): C stored as two BLOCK_N / 2 halves, half the staging buffer
+    extra = {"EPILOGUE_SUBTILE": True} if subtile else {}
+    return sweep_config(bm, bn, bk, warps, stages, group, FLATTEN=flatten, PER_SM=per_sm, **extra)
 
 
 # Most promising first. Shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K x 2 bytes must fit
@@ -218,7 +224,9 @@ def _persistent(bm, bn, bk, warps, stages, group=8, flatten=True, per_sm=1) -> d
 # such. 128x128 tiles with 3 stages (96 KB) let two programs share an SM (PER_SM=2). Smaller tiles
 # are there for wave quantization: 5000 x 3000 in 128 x 256 tiles is 40 x 12 = 480 tiles, 3.6
 # waves on 132 SMs (the 4th wave 64% full); in 128 x 128 tiles 960, 7.3 waves (the 8th 27% full,
-# but a smaller share of the time).
+# but a smaller share of the time). The TMA kernel's C store stages a C tile (128 x 256 x 2 = 64 KB) in
+# shared memory too: 4-stage 128x256 / 256x128 pipelines (192 KB) fit only storing C in halves (sub,
+# 32 KB); without, they fall back to masked stores (matmul.stores_c_through_tma; the log says which).
 SWEEP_CANDIDATES = {
     "tiled": [
         sweep_config(128, 256, 64, 8, 3), sweep_config(128, 256, 64, 8, 4), sweep_config(256, 128, 64, 8, 3),
@@ -235,8 +243,10 @@ SWEEP_CANDIDATES = {
         _persistent(128, 128, 64, 4, 3, per_sm=2), _persistent(128, 256, 64, 8, 3, 16),
     ],
     "tma": [
-        _persistent(128, 256, 64, 8, 3), _persistent(128, 256, 64, 8, 4), _persistent(256, 128, 64, 8, 3),
-        _persistent(256, 128, 64, 8, 4), _persistent(128, 128, 64, 8, 4), _persistent(128, 128, 64, 4, 4),
+        _persistent(128, 256, 64, 8, 3), _persistent(128, 256, 64, 8, 4, subtile=True), _persistent(256, 128, 64, 8, 3),
+        _persistent(256, 128, 64, 8, 4, subtile=True), _persistent(128, 256, 64, 8, 3, subtile=True),
+        _persistent(256, 128, 64, 8, 3, subtile=True), _persistent(128, 256, 64, 8, 4), _persistent(256, 128, 64, 8, 4),
+        _persistent(128, 128, 64, 8, 4), _persistent(128, 128, 64, 4, 4),
         _persistent(128, 128, 64, 8, 5), _persistent(64, 256, 64, 8, 4), _persistent(128, 256, 64, 8, 3, 4),
         _persistent(128, 256, 64, 8, 3, 16), _persistent(128, 256, 64, 8, 3, flatten=False),
         _persistent(128, 256, 64, 8, 4, flatten=False), _persistent(128, 128, 64, 4, 3, per_sm=2),
@@ -255,12 +265,13 @@ SWEEP_WRONG = 2e-2  # max |out - fp32 ref| / max |ref| past which a config is re
 
 
 def config_label(config: dict) -> str:
-    """e.g. '128x256x64 g8 w8 s3 flat' (+ ' 2/SM' or ' 1/tile' for the persistent kernels)."""
+    """e.g. '128x256x64 g8 w8 s3 flat' (+ ' 2/SM' or ' 1/tile', persistent; ' sub': C in two halves)."""
     flat = "" if "FLATTEN" not in config else (" flat" if config["FLATTEN"] else " nofl")
     per_sm = config.get("PER_SM", 1)
     programs = "" if per_sm == 1 else (" 1/tile" if per_sm == 0 else f" {per_sm}/SM")
+    halves = " sub" if config.get("EPILOGUE_SUBTILE") else ""
     return (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} g{config['GROUP_M']} "
-            f"w{config['num_warps']} s{config['num_stages']}{flat}{programs}")
+            f"w{config['num_warps']} s{config['num_stages']}{flat}{programs}{halves}")
 
 
 def _sweep_inputs(shape, dtype_name):
@@ -338,6 +349,16 @@ def precompile(jobs: list, workers: int, budget_s: float, log) -> None:
         f"{time.perf_counter() - started:.0f} s ({failed} failed, {len(pending)} left to the timing loop)")
 
 
+def _paths(kind, config, inputs, out, dtype_name) -> str:
+    """Which of the launchers' paths the candidate ran: how C is stored (and B read)."""
+    a, b = inputs[:2]
+    if kind == "tma":
+        return "C: TMA store" if stores_c_through_tma(out, a.element_size(), config) else "C: masked stores"
+    if dtype_name != "fp8" and row_align(a, b, out) > 1:
+        return "rows aligned: in place, vector stores"
+    return ""
+
+
 def _time_ms(fn, warmup_ms, rep_ms) -> float:
     from course import bench
     if runtime.on_gpu():
@@ -410,7 +431,8 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
             err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
             ok = err <= SWEEP_WRONG  # NaN fails
             log(f"  {kind:<10} {config_label(config):<32} {ms:8.4f} ms {tflops(ms):7.1f} TFLOP/s "
-                f"{cublas_ms / ms:5.2f}x cuBLAS" + ("" if ok else f"  WRONG (rel err {err:.2g})"))
+                f"{cublas_ms / ms:5.2f}x cuBLAS  {_paths(kind, config, inputs, out, name)}"
+                + ("" if ok else f"  WRONG (rel err {err:.2g})"))
             if ok and (kind not in best or ms < best[kind][0]):
                 best[kind] = (ms, config)
         cublas_ms = min(cublas_ms, _time_ms(reference, warmup_ms, 4 * rep_ms))  # the faster of before/after

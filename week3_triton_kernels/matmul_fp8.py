@@ -34,8 +34,8 @@ from course import validate
 import triton  # noqa: E402  (after course.runtime on purpose)
 
 from week3_triton_kernels.matmul import (  # noqa: E402
-    KEY, PRUNE, check_args, device_capability, epilogue_torch, matmul_persistent_kernel, matmul_tma_kernel,
-    require_capability, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
+    POINTER_KEY, PRUNE, TMA_KEY, check_args, device_capability, epilogue_torch, matmul_persistent_kernel,
+    matmul_tma_kernel, require_capability, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -54,9 +54,9 @@ FP8_CONFIGS = [
     tile_config(64, 128, FP8_BLOCK_K, 4, 4, FLATTEN=True),
 ]
 # fp8 has its own tuners: C is bf16 like a bf16 matmul's, so the key alone would not tell them apart.
-matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=KEY,
+matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=POINTER_KEY,
                                                   prune_configs_by=PRUNE)(matmul_persistent_kernel)
-matmul_tma_fp8_autotuned = triton.autotune(configs=with_tma_block_shapes(FP8_CONFIGS), key=KEY + ["B_KMAJOR"],
+matmul_tma_fp8_autotuned = triton.autotune(configs=with_tma_block_shapes(FP8_CONFIGS), key=TMA_KEY,
                                            prune_configs_by=PRUNE)(matmul_tma_kernel)
 FP8_TUNERS = {"persistent": matmul_persistent_fp8_autotuned, "tma": matmul_tma_fp8_autotuned}
 

@@ -48,6 +48,17 @@ def test_sweep_times_each_candidate_and_writes_the_table(tmp_path, capsys):
     assert set(best["measured"]) == {"ms", "tflops", "cublas_ms", "cublas_tflops", "vs_cublas"}
     log = (tmp_path / "sweep_matmul.log").read_text()
     assert log.count("ms ") >= 3 and "WRONG" not in log and "failed" not in log
+    assert "C: TMA store" in log  # out (40 x 24 fp16, 48-byte rows) is TMA-storable: the log says so
+
+
+def test_tma_candidates_cover_the_tile_shapes_of_issue_21():
+    # 5000 x 3000 x 4000 (issue 21): the TMA kernel with its C store, in 128 x 256, 256 x 128 and
+    # 128 x 128 tiles, and the 4-stage 128 x 256 / 256 x 128 pipelines with C stored in halves.
+    tiles = {(c["BLOCK_M"], c["BLOCK_N"], c.get("EPILOGUE_SUBTILE", False), c["num_stages"])
+             for c in matmul_bench.SWEEP_CANDIDATES["tma"]}
+    assert {(128, 256, False, 3), (256, 128, False, 3), (128, 128, False, 4)} <= tiles
+    assert {(128, 256, True, 4), (256, 128, True, 4)} <= tiles
+    assert (5000, 3000, 4000) in matmul_bench.SWEEP_SHAPES
 
 
 def test_sweep_candidates_are_valid_configs():

@@ -1,5 +1,5 @@
 """Not an exercise: fp8 is the ladder's last rung, and what is new in it lives in the kernels of
-matmul.py (the HAS_SCALE epilogue in `_finish_tile`, FP8_PRECISE's promotion in `_dot`), which
+matmul.py (the HAS_SCALE epilogue in `_epilogue`, FP8_PRECISE's promotion in `_dot`), which
 are holes of exercises/matmul.py; this file re-exports week3_triton_kernels.matmul_fp8 (its
 configs, the launcher `matmul_fp8`, `quantize_fp8` and the float64 references), so
 `--impl=exercises` tests the course's own launcher here. To practise anyway, replace this
