@@ -16,16 +16,23 @@ wgmma tensor-core instructions read, while the warps compute. Rows outside the t
 zeros and stores outside it are dropped, so ragged tiles need no load or store masks.
 
 What this rung does with it:
-* One 4-D descriptor per tensor over (B, H, S, D) with the tensor's own strides: the tile at
-  [b, h, row, 0] is BLOCK x D of one head, and S is each head's own bound (a tile past the end
-  of one head is zero-filled, never the next head's rows). So q.transpose(1, 2) of a (B, S, H,
-  D) tensor is read in place, as in rung 3. TMA's rules: the last stride 1, every other stride
-  and the base address multiples of 16 bytes (`tma_eligible` checks them).
-* One tile for every shape, measured on the H100 (tools/probe_fa_hopper.py, results/
-  probe_fa_hopper*.json): 128 queries x 64 keys with 4 warps and 2 stages was the fastest of 30
-  configs at S = 1k, 4k, 16k and causal 4k, D = 128, at 0.77-0.86x cuDNN against rung 3's
-  0.66-0.79x; a sweep (`python -m week4_triton_dl.flash_attention_bench --sweep-tma`) writes
-  results/tuned_attention_tma.json per head dim, which the launcher reads.
+* One descriptor per tensor and (batch, head), built by each program on the device
+  (`tl.make_tensor_descriptor`, `head_descriptor`) over that head's (S, D) matrix with the
+  tensor's own strides: its bound is the head's S, so a tile past the end of one head is
+  zero-filled, never the next head's rows, and q.transpose(1, 2) of a (B, S, H, D) tensor is read
+  in place, as in rung 3. TMA's rules: the last stride 1, every other stride and the base address
+  multiples of 16 bytes (`tma_eligible` checks them).
+  Why on the device: the first version built four host descriptors (`TensorDescriptor`) per call,
+  and on the H100 that cost the host ~0.15 ms a call (results/attention_host_week4_host_descriptors.md:
+  0.209 ms against rung 3's 0.057 ms at a short prompt), which made GPT-2's eager training step
+  slower, not faster (results/attention_train_week4_host_descriptors.md). A device-built
+  descriptor costs the host one pointer per tensor, as rung 3's loads do; each program writes its
+  four 128-byte descriptors into scratch memory that Triton asks for at launch
+  (`descriptor_workspace`, from torch's caching allocator).
+* One tile per (head dim, causal), from a sweep of eight on the H100 beside cuDNN
+  (`python -m week4_triton_dl.flash_attention_bench --sweep-tma` writes
+  results/tuned_attention_tma.json, which the launcher reads; DEFAULT_TILE, the D = 128 winner of
+  tools/probe_fa_hopper.py's 30 configs, where no sweep has run on this kind of GPU).
 * Key padding (`key_lengths`): padding keys are real memory here (TMA fills zeros only past S),
   so V's padding rows are zeroed in the masked loop; a NaN there must not leak through 0 * NaN.
 
@@ -52,7 +59,6 @@ from course import tuning
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from week4_triton_dl.attention_naive import check_out  # noqa: E402
 from week4_triton_dl.flash_attention_plans import (  # noqa: E402
@@ -71,20 +77,29 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # =============================================================================== the kernel
-# BEGIN EXERCISE: rung 3's forward (flash_attention.py) with every tile moved by TMA: K and V blocks with
-#   k_desc.load([b, h, row, 0]) (a [1, 1, BLOCK_N, D] box: .reshape(BLOCK_N, HEAD_DIM)), Q likewise, O with
-#   o_desc.store; the log-sum-exp through tl.store. Padding keys inside S (key_lengths) are real memory: zero
-#   their V rows. Rows past S need no mask at all (TMA zero-fills loads and drops stores out of bounds)
+# BEGIN EXERCISE: rung 3's forward (flash_attention.py) with every tile moved by TMA: build one descriptor per
+#   tensor for this program's (batch, head) with `head_descriptor`, load K and V blocks with
+#   k_desc.load([row, 0]), Q likewise, store O with o_desc.store; the log-sum-exp through tl.store. Padding
+#   keys inside S (key_lengths) are real memory: zero their V rows. Rows past S need no mask at all (TMA
+#   zero-fills loads and drops stores out of bounds)
 @triton.jit
-def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, start, stop, n_keys, qk_scale,
+def head_descriptor(ptr, b, h, stride_b, stride_h, stride_s, seq, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    """A TMA descriptor of one head's (seq, HEAD_DIM) matrix, built on the device, moving ROWS x HEAD_DIM
+    tiles: its bound is the head's own seq, so a tile past the end reads zeros, never the next head."""
+    base = ptr + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    return tl.make_tensor_descriptor(base, shape=[seq, HEAD_DIM], strides=[stride_s, 1],
+                                     block_shape=[ROWS, HEAD_DIM])
+
+
+@triton.jit
+def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, start, stop, n_keys, qk_scale,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
-                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+                    BLOCK_N: tl.constexpr):
     """Online-softmax update of (acc, m_i, l_i) with the key blocks [start, stop), in base 2."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        # One TMA copy per tile: a [1, 1, BLOCK_N, D] box of the (B, H, S, D) tensor.
-        k = k_desc.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = k_desc.load([start_n, 0])  # one TMA copy: the BLOCK_N x D tile at row start_n
         qk = tl.dot(q, k.T)
         if MASKED:
             cols = start_n + offs_n
@@ -103,7 +118,7 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, start, stop,
             alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = v_desc.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([start_n, 0])
         if MASKED and HAS_KEY_LENGTHS:
             # Keys past key_lengths[b] but inside S are real memory (possibly NaN): p is 0 there,
             # but 0 * NaN = NaN, so their V rows are zeroed, as rung 3's masked load does.
@@ -114,8 +129,9 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, start, stop,
 
 
 @triton.jit
-def flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, key_len_ptr,
-                               n_heads, seq_q, seq_k, qk_scale,
+def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr, n_heads, seq_q, seq_k, qk_scale,
+                               stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+                               stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                                CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -124,27 +140,29 @@ def flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, key_len_
     bh = tl.program_id(1)
     b = bh // n_heads
     h = bh % n_heads
+    q_desc = head_descriptor(q_ptr, b, h, stride_qb, stride_qh, stride_qs, seq_q, HEAD_DIM, BLOCK_M)
+    k_desc = head_descriptor(k_ptr, b, h, stride_kb, stride_kh, stride_ks, seq_k, HEAD_DIM, BLOCK_N)
+    v_desc = head_descriptor(v_ptr, b, h, stride_vb, stride_vh, stride_vs, seq_k, HEAD_DIM, BLOCK_N)
+    o_desc = head_descriptor(o_ptr, b, h, stride_ob, stride_oh, stride_os, seq_q, HEAD_DIM, BLOCK_M)
     n_keys = visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
     m_start = pid_m * BLOCK_M
     offs_m = m_start + tl.arange(0, BLOCK_M)
-    # Rows of Q past Sq arrive as zeros: no mask, and their results are dropped at the store.
-    q = q_desc.load([b, h, m_start, 0]).reshape(BLOCK_M, HEAD_DIM)
+    q = q_desc.load([m_start, 0])  # rows past Sq arrive as zeros; their results are dropped at the store
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
     full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, 0, full_hi, n_keys, qk_scale,
-                                    False, CAUSAL, HAS_KEY_LENGTHS, HEAD_DIM, BLOCK_N)
-    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, b, h, offs_m, full_hi, hi, n_keys, qk_scale,
-                                    True, CAUSAL, HAS_KEY_LENGTHS, HEAD_DIM, BLOCK_N)
+    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, 0, full_hi, n_keys, qk_scale,
+                                    False, CAUSAL, HAS_KEY_LENGTHS, BLOCK_N)
+    acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, full_hi, hi, n_keys, qk_scale,
+                                    True, CAUSAL, HAS_KEY_LENGTHS, BLOCK_N)
 
     empty = l_i == 0.0  # no visible key: output 0 and log-sum-exp -inf, as rung 3 and SDPA
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc * (1.0 / l_safe)[:, None]
     lse = tl.where(empty, -float("inf"), (m_i + tl.log2(l_safe)) * _LN2)
-    # The TMA store drops the rows past Sq; the log-sum-exp goes out through ordinary stores.
-    o_desc.store([b, h, m_start, 0], out.to(o_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    o_desc.store([m_start, 0], out.to(o_ptr.dtype.element_ty))  # rows past Sq are dropped
     tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
 # END EXERCISE
 
@@ -179,8 +197,10 @@ def tile_for(head_dim: int, causal: bool) -> dict:
     return TUNED.get((head_dim, causal)) or DEFAULT_TILE
 
 
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[3]])
+def descriptor_workspace(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the descriptors a kernel builds on the device (128 bytes each, per program),
+    from torch's caching allocator: no cudaMalloc per call. Triton asks for it at launch."""
+    return torch.empty(size, dtype=torch.int8, device=runtime.DEVICE)
 
 
 # =============================================================================== launchers
@@ -199,11 +219,14 @@ def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None)
     tile = dict(tile or tile_for(D, causal))
     block_m, block_n = tile.pop("BLOCK_M"), tile.pop("BLOCK_N")
     has_kl = key_lengths is not None
-    # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with a descriptor per tensor (`_descriptor`,
-    #   block rows BLOCK_M for q and out, BLOCK_N for k and v) and the tile's num_warps and num_stages
+    # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with the tile's num_warps and num_stages
+    # Descriptors built on the device need scratch memory; set per call, since Triton keeps the
+    # allocator per thread (a ContextVar) and a call may come from autograd's or a compiler's thread.
+    triton.set_allocator(descriptor_workspace)
     flash_attention_tma_kernel[(triton.cdiv(Sq, block_m), B * H)](
-        _descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), _descriptor(out, block_m),
-        lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E,
+        q, k, v, out, lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         CAUSAL=causal, HAS_KEY_LENGTHS=has_kl, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n, **tile)
     # END EXERCISE
     return out, lse
