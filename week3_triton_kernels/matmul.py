@@ -588,10 +588,15 @@ def _tma_operands(a, b):
 
 def stores_c_through_tma(out: torch.Tensor, itemsize: int, config: dict | None = None) -> bool:
     """Whether the TMA kernel writes `out` through a TMA store: wherever TMA allows it (out
-    row-major with 16-byte aligned rows) and, for a given config (operands of `itemsize` bytes),
+    row-major with 16-byte aligned rows, each row a whole number of 16-byte pieces) and, for a given config (operands of `itemsize` bytes),
     where the C staging buffer still fits in shared memory beside the pipeline (the autotuner's
     pruner counts it the same way). Anywhere else: the masked stores of the pointer kernels."""
     if not rows_16_byte_aligned(out):
+        return False
+    if out.shape[1] * out.element_size() % 16:
+        # Measured on the H100 (Triton 3.6, tools/probe_tma_store_edge.py): a TMA store into a column
+        # slice 53 fp16 wide wrote columns 53-55 too, up to the next 16-byte boundary, where the
+        # neighbouring columns of the buffer live. So C's width must end on a 16-byte boundary.
         return False
     if config is None:
         return True

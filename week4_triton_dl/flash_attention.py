@@ -214,18 +214,19 @@ FWD = TunedKernel("fwd", flash_attention_fwd_kernel, flash_attention_fwd_autotun
 
 
 # =============================================================================== launchers
-# Rung 4 (TMA loads and stores, flash_attention_tma.py) on a real sm_90 GPU only: in the interpreter
-# this module's tests are about this module's kernel. Below TMA_MIN_SCORES scores (B*H*Sq*Sk) the
+# Rung 4 (TMA loads and stores, flash_attention_tma.py) on a real sm_90 GPU only (in the interpreter
+# this module's tests are about this module's kernel), where its sweep found it the faster forward. Below TMA_MIN_SCORES scores (B*H*Sq*Sk) the
 # call is paced by the host, and building four tensor descriptors per call costs more host time
 # than TMA saves on the GPU (measured: flash_attention_bench's attention_host_week4).
 TMA_MIN_SCORES = 1 << 22
 
 
-def use_tma(q, k, v, out=None) -> bool:
-    """Whether the forward of these checked inputs goes to rung 4 (see TMA_MIN_SCORES)."""
+def use_tma(q, k, v, causal, out=None) -> bool:
+    """Whether the forward of these checked inputs goes to rung 4: TMA can run it, the problem has
+    TMA_MIN_SCORES scores, and rung 4's sweep measured it faster than this rung for (D, causal)."""
     B, H, Sq, _ = q.shape
     return (runtime.ON_GPU and B * H * Sq * k.shape[2] >= TMA_MIN_SCORES and q.shape[3] > 0
-            and rung4.tma_eligible(q, k, v, out))
+            and rung4.tma_eligible(q, k, v, out) and rung4.faster_than_rung3(q.shape[3], causal))
 
 
 # No checks in launch_forward: flash_attention_forward below and the public entry check once,
@@ -242,7 +243,7 @@ def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, t
     """
     # BEGIN EXERCISE: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
     #   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
-    if tma and config is None and use_tma(q, k, v, out):
+    if tma and config is None and use_tma(q, k, v, causal, out):
         return rung4.launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
     B, H, Sq, D = q.shape
     Sk = k.shape[2]

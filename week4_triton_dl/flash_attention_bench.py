@@ -27,7 +27,8 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 from week4_triton_dl import flash_attention as rung3  # noqa: E402
 from week4_triton_dl.attention_naive import attention_naive  # noqa: E402
 from week4_triton_dl.flash_attention import FWD_CONFIGS, flash_attention, flash_attention_forward  # noqa: E402
-from week4_triton_dl.flash_attention_tma import TUNED as TUNED_TMA, flash_attention_tma_forward, launch_forward_tma  # noqa: E402
+from week4_triton_dl.flash_attention_tma import (  # noqa: E402
+    RUNG3_MARGIN, TUNED as TUNED_TMA, flash_attention_tma_forward, launch_forward_tma)
 from week4_triton_dl.flash_attention_backward import (  # noqa: E402
     BWD_KV_CONFIGS, BWD_Q_CONFIGS, backward_delta, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel)
 from week4_triton_dl.flash_attention_forward import flash_attention_forward_only  # noqa: E402
@@ -515,9 +516,17 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                 if best is None or ms < best[0]:
                     best = (ms, tile)
             if best is not None:
-                entries.append({"key": [head_dim, causal], "config": best[1],
+                # Rung 3 as the op would run it (autotuned pointer kernel), same inputs: rung 4 becomes
+                # what a model gets only where it beats this by RUNG3_MARGIN.
+                scale = 1 / math.sqrt(head_dim)
+                rung3_ms = _time_ms(lambda: rung3.launch_forward(q, k, v, causal, scale, None, tma=False), 25, 200)
+                faster = rung3_ms / best[0] >= RUNG3_MARGIN
+                say(f"  rung 3 (autotuned): {rung3_ms:.4f} ms {cudnn / rung3_ms:.2f}x cuDNN; best rung 4 tile "
+                    f"{rung3_ms / best[0]:.2f}x rung 3: {'rung 4' if faster else 'rung 3'} for the op")
+                entries.append({"key": [head_dim, causal], "config": dict(best[1], faster_than_rung3=faster),
                                 "measured": {"ms": round(best[0], 4), "tflops": round(flops / best[0] / 1e9, 1),
-                                             "vs_cudnn": round(cudnn / best[0], 3), "seq": seq, "batch": batch}})
+                                             "vs_cudnn": round(cudnn / best[0], 3), "rung3_ms": round(rung3_ms, 4),
+                                             "vs_rung3": round(rung3_ms / best[0], 3), "seq": seq, "batch": batch}})
             del q, k, v, ref
             torch.cuda.empty_cache()
     path = TUNED_TMA.save(entries, "python -m week4_triton_dl.flash_attention_bench --sweep-tma")

@@ -38,7 +38,8 @@ What this rung does with it:
 
 Where it runs: compute capability >= 9.0 (H100), fp16 or bf16, D in 16, 32, 64, 128, strides as
 above. `flash_attention` (rung 3's op) dispatches its forward here when they hold
-(`tma_eligible`), so a model gets it without asking. On an older GPU (Colab's T4, sm_75) or
+(`tma_eligible`) and the tile sweep measured this rung faster than rung 3 for the head dim and
+mask (`faster_than_rung3`: on the H100 at D = 128, not at D = 64), so a model gets it where it pays. On an older GPU (Colab's T4, sm_75) or
 another dtype, `flash_attention_tma_forward` runs rung 3's forward and says so once. The
 Triton interpreter emulates descriptors, so the tests run it on a CPU too (with small tiles).
 
@@ -74,6 +75,7 @@ DEFAULT_TILE = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 # exercised with tiles smaller than the tests' sequences.
 SIM_TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
 TUNED = tuning.TunedTable(__file__, "attention_tma")
+RUNG3_MARGIN = 1.03  # rung 4 must beat rung 3 by 3% in the sweep to be what the op runs (run-to-run noise ~2%)
 _LN2 = tl.constexpr(0.6931471805599453)
 
 
@@ -202,7 +204,18 @@ def tile_for(head_dim: int, causal: bool) -> dict:
     else DEFAULT_TILE."""
     if not runtime.on_gpu():
         return SIM_TILE
-    return TUNED.get((head_dim, causal)) or DEFAULT_TILE
+    tuned = TUNED.get((head_dim, causal))
+    if tuned is None:
+        return DEFAULT_TILE
+    return {name: value for name, value in tuned.items() if name != "faster_than_rung3"}
+
+
+def faster_than_rung3(head_dim: int, causal: bool) -> bool:
+    """Whether the tile sweep on this kind of GPU measured rung 4 faster than rung 3's autotuned
+    forward for (D, causal) (by RUNG3_MARGIN): where a model should get rung 4. False without a sweep.
+    Measured on the H100: yes at D = 128, no at D = 64 (rung 3's autotuner picks per length there)."""
+    tuned = TUNED.get((head_dim, causal))
+    return bool(tuned and tuned.get("faster_than_rung3"))
 
 
 def descriptor_workspace(size: int, alignment: int, stream) -> torch.Tensor:

@@ -193,14 +193,15 @@ def test_rejects_bad_input_before_launch():
 
 @pytest.mark.gpu(reason="the dispatch to rung 4 happens on a real sm_90 GPU only")
 def test_the_op_runs_rung4_on_hopper_for_large_problems(monkeypatch):
-    # flash_attention (rung 3's op, what a model calls) sends its forward to rung 4 on an H100 when the
-    # problem is large enough for the descriptors' host cost to pay (TMA_MIN_SCORES), and the backward
-    # still gets a correct log-sum-exp from it.
+    # flash_attention (rung 3's op, what a model calls) sends its forward to rung 4 on an H100 where the
+    # sweep found rung 4 faster and the problem is large enough (TMA_MIN_SCORES; both forced here), and
+    # the backward still gets a correct log-sum-exp from it.
     fa = runtime.lesson("week4_triton_dl.flash_attention")
     calls = []
     real = fa.rung4.launch_forward_tma
     monkeypatch.setattr(fa.rung4, "launch_forward_tma", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     monkeypatch.setattr(fa, "TMA_MIN_SCORES", 1)
+    monkeypatch.setattr(fa.rung4, "faster_than_rung3", lambda head_dim, causal: True)
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 150, 150, 64, torch.bfloat16))
     out = fa.flash_attention(q, k, v, True)
     assert calls == ([1] if ON_HOPPER else [])

@@ -57,18 +57,19 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # =============================================================================== launchers
-# Rung 4 (TMA loads and stores, flash_attention_tma.py) on a real sm_90 GPU only: in the interpreter
-# this module's tests are about this module's kernel. Below TMA_MIN_SCORES scores (B*H*Sq*Sk) the
+# Rung 4 (TMA loads and stores, flash_attention_tma.py) on a real sm_90 GPU only (in the interpreter
+# this module's tests are about this module's kernel), where its sweep found it the faster forward. Below TMA_MIN_SCORES scores (B*H*Sq*Sk) the
 # call is paced by the host, and building four tensor descriptors per call costs more host time
 # than TMA saves on the GPU (measured: flash_attention_bench's attention_host_week4).
 TMA_MIN_SCORES = 1 << 22
 
 
-def use_tma(q, k, v, out=None) -> bool:
-    """Whether the forward of these checked inputs goes to rung 4 (see TMA_MIN_SCORES)."""
+def use_tma(q, k, v, causal, out=None) -> bool:
+    """Whether the forward of these checked inputs goes to rung 4: TMA can run it, the problem has
+    TMA_MIN_SCORES scores, and rung 4's sweep measured it faster than this rung for (D, causal)."""
     B, H, Sq, _ = q.shape
     return (runtime.ON_GPU and B * H * Sq * k.shape[2] >= TMA_MIN_SCORES and q.shape[3] > 0
-            and rung4.tma_eligible(q, k, v, out))
+            and rung4.tma_eligible(q, k, v, out) and rung4.faster_than_rung3(q.shape[3], causal))
 
 
 # No checks in launch_forward: flash_attention_forward below and the public entry check once,
