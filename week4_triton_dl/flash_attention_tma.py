@@ -10,7 +10,7 @@ Rung 3 loads a K block with `tl.load` on a BLOCK_N x D grid of pointers: every t
 addresses, issues its share of the copy (cp.async) and tracks it. On an H100 the tensor pipe
 sat ~52% busy in that kernel against ~76% in cuDNN's (Nsight Compute, results/ncu_hopper.md).
 Hopper has a copy engine for this, the Tensor Memory Accelerator: one thread hands it a
-*tensor descriptor* (base address, shape, strides, tile shape; built once on the host) and a tile
+*tensor descriptor* (base address, shape, strides, tile shape: 128 bytes) and a tile
 coordinate, and the engine moves the whole tile into shared memory, in the swizzled layout the
 wgmma tensor-core instructions read, while the warps compute. Rows outside the tensor arrive as
 zeros and stores outside it are dropped, so ragged tiles need no load or store masks.
@@ -39,9 +39,10 @@ What this rung does with it:
 Where it runs: compute capability >= 9.0 (H100), fp16 or bf16, D in 16, 32, 64, 128, strides as
 above. `flash_attention` (rung 3's op) dispatches its forward here when they hold
 (`tma_eligible`) and the tile sweep measured this rung faster than rung 3 for the head dim and
-mask (`faster_than_rung3`: on the H100 at D = 128, not at D = 64), so a model gets it where it pays. On an older GPU (Colab's T4, sm_75) or
-another dtype, `flash_attention_tma_forward` runs rung 3's forward and says so once. The
-Triton interpreter emulates descriptors, so the tests run it on a CPU too (with small tiles).
+mask (`faster_than_rung3`: on the H100 at D = 128, not at D = 64), so a model gets it where it
+pays. On an older GPU (Colab's T4, sm_75) or another dtype, `flash_attention_tma_forward` runs
+rung 3's forward and says so once. The Triton interpreter emulates descriptors, so the tests run
+it on a CPU too (with small tiles).
 
 What is still missing against cuDNN (week4_triton_dl/notes/flash_attention.md has the numbers):
 cuDNN and FlashAttention-3 split each CTA into a producer warp (TMA only) and two consumer
