@@ -43,11 +43,21 @@ def _values(record: dict, opts: dict) -> list[float]:
     """The numbers a spec selects from one results record."""
     if "path" in opts:
         value = record
-        for key in opts["path"].split("."):
-            try:
-                value = value[int(key)] if isinstance(value, list) else value[key]
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise ValueError(f"no '{key}' on the path {opts['path']}") from None
+        parts, i = opts["path"].split("."), 0
+        while i < len(parts):
+            # A key may itself hold dots ("torch.float32"): take the longest run of parts that is one.
+            for j in range(len(parts), i, -1):
+                key = ".".join(parts[i:j])
+                if isinstance(value, dict) and key in value:
+                    value, i = value[key], j
+                    break
+            else:
+                key = parts[i]
+                try:
+                    value = value[int(key)] if isinstance(value, list) else value[key]
+                except (KeyError, IndexError, ValueError, TypeError):
+                    raise ValueError(f"no '{key}' on the path {opts['path']}") from None
+                i += 1
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ValueError(f"{opts['path']} is {value!r}, not a number")
         return [float(value)]

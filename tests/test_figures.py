@@ -25,10 +25,12 @@ RECORD = {"benchmark": "fake_host", "simulated": False, "rows": [
     ("fake variant=triton field=tflops size=1k,4k agg=min", "405"),
     ("fake variant=triton field=tflops over=torch", "0.81"),   # 4k has no torch row: left out
     ("summary path=steps.1.loss fmt=.3f", "2.500"),
+    ("summary path=err.torch.float16 fmt=.1e", "3.5e-04"),      # a key with a dot in it
     ('fake variant=triton field=ms size="B=1, context 960+64" fmt=.3f', "0.635"),  # ", " is inside a size
 ])
 def test_a_spec_reads_its_number(spec, text):
-    record = {"steps": [{"loss": 3.0}, {"loss": 2.5}]} if spec.startswith("summary") else RECORD
+    record = ({"steps": [{"loss": 3.0}, {"loss": 2.5}], "err": {"torch.float16": 3.5e-4, "torch": {"x": 1.0}}}
+              if spec.startswith("summary") else RECORD)
     assert figures.render(record, spec) == text
 
 
