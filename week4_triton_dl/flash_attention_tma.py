@@ -40,9 +40,10 @@ Where it runs: compute capability >= 9.0 (H100), fp16 or bf16, D in 16, 32, 64, 
 above. `flash_attention` (rung 3's op) dispatches its forward here when they hold
 (`tma_eligible`) and the tile sweep measured this rung faster than rung 3 for the head dim and
 mask (`faster_than_rung3`: on the H100 at D = 128, not at D = 64), so a model gets it where it
-pays. On an older GPU (Colab's T4, sm_75) or another dtype, `flash_attention_tma_forward` runs
-rung 3's forward and says so once. The Triton interpreter emulates descriptors, so the tests run
-it on a CPU too (with small tiles).
+pays, and rung 3 everywhere else: on an older GPU (Colab's T4, sm_75) a model falls back to rung
+3 by itself. Called directly, `flash_attention_tma_forward` refuses what TMA cannot run, with
+the reason and the rung to use instead (as week 3's `matmul_tma` does). The Triton interpreter
+emulates descriptors, so the tests run it on a CPU too (with small tiles).
 
 What is still missing against cuDNN (week4_triton_dl/notes/flash_attention.md has the numbers):
 cuDNN and FlashAttention-3 split each CTA into a producer warp (TMA only) and two consumer
@@ -51,8 +52,6 @@ per SM alive across tiles. Triton 3.6's automatic warp specialisation (`tl.range
 warp_specialize=True)`) did not compile for the 4-warp tile and changed nothing at 8 warps.
 """
 from __future__ import annotations
-
-import warnings
 
 import torch
 
@@ -259,33 +258,29 @@ def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None)
     return out, lse
 
 
-_warned = False
-
-
 def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                                 sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
                                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rung 4: (out, lse) like flash_attention.flash_attention_forward, loads and stores through TMA.
 
-    Where TMA cannot run (a GPU older than sm_90, fp32/fp64, strides TMA refuses) it warns once and
-    runs rung 3's forward, so a notebook on Colab's T4 still gets the right answer.
+    Refuses, before any launch, what TMA cannot run: a GPU older than sm_90 (RuntimeError), fp32 or
+    fp64 (TypeError), strides TMA cannot walk (ValueError). flash_attention_forward and the op
+    flash_attention take every input: they run this rung where it runs and pays, rung 3 elsewhere.
     """
     scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
-    if tma_eligible(q, k, v, out):
-        return launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
-    global _warned
-    if not _warned:
-        _warned = True
-        if runtime.on_gpu() and not supported_here():
-            major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-            why = f"this GPU ({torch.cuda.get_device_name(runtime.DEVICE)}) is sm_{major}{minor}"
-        else:
-            why = (f"got dtype {q.dtype}, strides q {q.stride()} k {k.stride()} v {v.stride()}"
-                   + ("" if out is None else f" out {out.stride()}"))
-        warnings.warn(f"flash_attention_tma_forward needs compute capability >= 9.0, fp16 or bf16, and strides TMA "
-                      f"can walk (last stride 1, the others and the base address multiples of 16 bytes); {why}: "
-                      f"running rung 3's forward (flash_attention.py) instead", stacklevel=2)
-    # Imported here: flash_attention.py imports this module (its forward dispatches to rung 4).
-    from week4_triton_dl.flash_attention import launch_forward
-    return launch_forward(q, k, v, causal, scale, key_lengths, out=out, tma=False)
+    if not supported_here():
+        major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+        raise RuntimeError(f"flash_attention_tma_forward needs compute capability >= 9.0 (the TMA engine); this GPU "
+                           f"({torch.cuda.get_device_name(runtime.DEVICE)}) is {major}.{minor}: "
+                           f"flash_attention_forward (rung 3) runs there")
+    if q.dtype not in TMA_DTYPES:
+        raise TypeError(f"flash_attention_tma_forward takes fp16 or bf16 (the tensor-core path), got {q.dtype}: "
+                        f"flash_attention_forward (rung 3) takes fp32 and fp64")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t is not None and not _tma_layout_ok(t):
+            raise ValueError(f"{name} has strides {tuple(t.stride())} ({t.element_size()}-byte elements) at an address "
+                             f"{t.data_ptr() % 16} bytes past a 16-byte boundary: TMA needs the last stride 1 and "
+                             f"the others and the base address multiples of 16 bytes; flash_attention_forward "
+                             f"(rung 3) takes any strides")
+    return launch_forward_tma(q, k, v, causal, scale, key_lengths, out)

@@ -5,11 +5,11 @@ bound of `attention_error_bounds` (attention_naive.py's error model), written in
 outputs so an unwritten element fails. The interpreter emulates TMA descriptors (zero-filled
 loads and dropped stores out of bounds, as the hardware does), so these run on a CPU with 32 x 16
 tiles, every length ragged against them; on an H100 they run the real copy engine with the
-launch tile. On a GPU older than sm_90 the rung falls back to rung 3 with a warning (tested).
+launch tile. What TMA cannot run is refused with the rung to use instead (tested), and the op
+takes it to rung 3.
 bf16 runs on the GPU only (the interpreter computes bf16 on raw bits: course.check.dtype_params).
 """
 import math
-import warnings
 
 import pytest
 import torch
@@ -60,11 +60,7 @@ def check_forward(q, k, v, causal, sm_scale=None, key_lengths=None, clean_kv=Non
     """Run rung 4 into a poisoned out and check out and lse; `clean_kv`: the (k, v) the reference uses
     when k and v hold garbage past key_lengths (the reference would carry it: 0 * NaN in P @ V)."""
     out = poisoned(q.shape, q.dtype, DEVICE)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        got, lse = tma.flash_attention_tma_forward(q, k, v, causal, sm_scale, key_lengths=key_lengths, out=out)
-    fallbacks = [str(w.message) for w in seen if "running rung 3" in str(w.message)]
-    assert not fallbacks, f"eligible inputs on a TMA-capable machine fell back: {fallbacks}"
+    got, lse = tma.flash_attention_tma_forward(q, k, v, causal, sm_scale, key_lengths=key_lengths, out=out)
     assert got is out, "the launcher must write into the `out` it was given"
     k, v = clean_kv or (k, v)
     want = an.attention_reference(q, k, v, causal, sm_scale, key_lengths=key_lengths)
@@ -161,23 +157,32 @@ def test_empty_inputs():
     assert torch.equal(out, torch.zeros_like(out)) and (lse == -math.inf).all()
 
 
-def test_falls_back_to_rung3_with_a_clear_warning(monkeypatch):
-    # fp32 (TMA here is for the 16-bit tensor-core path) and strides TMA cannot walk: rung 3 runs, with a
-    # warning that says why, and the answer is still right.
-    monkeypatch.setattr(tma, "_warned", False)
+def test_refuses_what_tma_cannot_run_and_rung3_takes_it(monkeypatch):
+    # fp32 (TMA here is the 16-bit tensor-core path), strides TMA cannot walk, a GPU older than sm_90:
+    # each refused before any launch, saying why and which rung to use; that rung's entry
+    # (flash_attention_forward, which runs rung 4 itself where it can) gets the right answer.
+    fa = runtime.lesson("week4_triton_dl.flash_attention")
     q, k, v = qkv(1, 2, 19, 19, 16, torch.float32)
     assert not tma.tma_eligible(q, k, v)
-    with pytest.warns(UserWarning, match=r"compute capability >= 9.0, fp16 or bf16.*running rung 3"):
-        out, lse = tma.flash_attention_tma_forward(q, k, v, True)
+    with pytest.raises(TypeError, match=r"fp16 or bf16.*flash_attention_forward \(rung 3\)"):
+        tma.flash_attention_tma_forward(q, k, v, True)
+    out, _ = fa.flash_attention_forward(q, k, v, True)
     assert_within(out, an.attention_reference(q, k, v, True), an.attention_error_bounds(q, k, v, None, True)["out"])
-    # A head dim slice of a wider buffer at an odd element offset: base address not 16-byte aligned.
+    # A head dim slice of a wider buffer one element in: neither the row stride (17 elements) nor the
+    # base address is a multiple of 16 bytes.
     base = random_tensor((1, 2, 19, 17), torch.float16, DEVICE)
     q = base[..., 1:]
     assert not tma.tma_eligible(q, q, q)
-    monkeypatch.setattr(tma, "_warned", False)
-    with pytest.warns(UserWarning, match="strides"):
-        out, _ = tma.flash_attention_tma_forward(q, q, q)
+    with pytest.raises(ValueError, match=r"q has strides \(646, 323, 17, 1\).*16 bytes"):
+        tma.flash_attention_tma_forward(q, q, q)
+    out, _ = fa.flash_attention_forward(q, q, q)
     assert_within(out, an.attention_reference(q, q, q, False), an.attention_error_bounds(q, q, q)["out"])
+    q, k, v = qkv(1, 2, 19, 19, 16, torch.float16)
+    monkeypatch.setattr(tma, "supported_here", lambda: False)
+    if runtime.on_gpu():  # the message names this GPU
+        with pytest.raises(RuntimeError, match=r"compute capability >= 9.0.*rung 3"):
+            tma.flash_attention_tma_forward(q, k, v)
+    assert not tma.tma_eligible(q, k, v)  # so the op keeps rung 3 on such a GPU
 
 
 def test_rejects_bad_input_before_launch():
