@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
+from tests.week4.attention_helpers import assert_within, qkv
 
 import triton  # noqa: E402  (after course.runtime: the interpreter switch)
 
@@ -94,19 +95,6 @@ def backward_cases():
                     keep = default_mask(dtype, causal) and head_dim == DEFAULT_HEAD_DIMS[dtype]
                     yield case(dtype, causal, seq_q, seq_k, head_dim, id=f"{p.id}-{mask}-{seq_q}-{seq_k}-{head_dim}",
                                keep=keep, marks=p.marks)
-
-
-def qkv(B, H, Sq, Sk, D, dtype, requires_grad=False):
-    q = random_tensor((B, H, Sq, D), dtype, DEVICE)
-    k = random_tensor((B, H, Sk, D), dtype, DEVICE)
-    v = random_tensor((B, H, Sk, D), dtype, DEVICE)
-    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v))
-
-
-def assert_within(actual, expected, bound, name):
-    """|actual - expected| <= bound element-wise; NaN must meet NaN and inf the same inf."""
-    assert_close(actual.double() / bound, expected.double() / bound, rtol=0.0, atol=1.0,
-                 name=f"{name} (in units of its error bound)")
 
 
 def reference_grads(q, k, v, do, causal, sm_scale=None, key_lengths=None):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor
+from course.check import dtype_params, poisoned, random_tensor
+from tests.week4.attention_helpers import assert_within, qkv
 
 from week4_triton_dl.flash_attention import flash_attention_forward  # noqa: E402  (the solution's forward)
 
@@ -26,17 +27,6 @@ HEADS = runtime.pick(gpu=2, sim=1)
 def case(*values, id, keep, marks=()):
     """One case of a sweep: marked slow unless the default run keeps it."""
     return pytest.param(*values, id=id, marks=[*marks, *([] if keep else [SLOW])])
-
-
-def qkv(B, H, Sq, Sk, D, dtype):
-    return (random_tensor((B, H, Sq, D), dtype, DEVICE), random_tensor((B, H, Sk, D), dtype, DEVICE),
-            random_tensor((B, H, Sk, D), dtype, DEVICE))
-
-
-def assert_within(actual, expected, bound, name):
-    """|actual - expected| <= bound element-wise; NaN must meet NaN and inf the same inf."""
-    assert_close(actual.double() / bound, expected.double() / bound, rtol=0.0, atol=1.0,
-                 name=f"{name} (in units of its error bound)")
 
 
 def check_grads(grads, q, k, v, do, causal, key_lengths=None):

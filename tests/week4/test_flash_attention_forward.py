@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime
-from course.check import assert_close, dtype_params, poisoned, random_tensor, sweep
+from course.check import dtype_params, poisoned, random_tensor, sweep
+from tests.week4.attention_helpers import assert_within, qkv
 
 ff = runtime.lesson("week4_triton_dl.flash_attention_forward")
 an = runtime.lesson("week4_triton_dl.attention_naive")
@@ -22,17 +23,6 @@ SLOW = pytest.mark.slow
 # both tile sizes; on the GPU also lengths past one 64-row tile, ragged.
 RAGGED = [(1, 1), (37, 37), (20, 45), (50, 19)]
 SHAPES = sweep(RAGGED + runtime.pick(gpu=[(300, 300), (129, 500)], sim=[]), [(64, 64)], unpack=True)
-
-
-def qkv(B, H, Sq, Sk, D, dtype):
-    return (random_tensor((B, H, Sq, D), dtype, DEVICE), random_tensor((B, H, Sk, D), dtype, DEVICE),
-            random_tensor((B, H, Sk, D), dtype, DEVICE))
-
-
-def assert_within(actual, expected, bound, name="out"):
-    """|actual - expected| <= bound element-wise; NaN must meet NaN and inf the same inf."""
-    assert_close(actual.double() / bound, expected.double() / bound, rtol=0.0, atol=1.0,
-                 name=f"{name} (in units of its error bound)")
 
 
 def check_forward(q, k, v, causal, sm_scale=None):
