@@ -68,8 +68,10 @@ def use_tma(q, k, v, causal, out=None) -> bool:
     """Whether the forward of these checked inputs goes to rung 4: TMA can run it, the problem has
     TMA_MIN_SCORES scores, and rung 4's sweep measured it faster than this rung for (D, causal)."""
     B, H, Sq, _ = q.shape
+    # Cheapest first: a model whose head dim the sweep left on rung 3 (GPT-2's 64) pays one dict
+    # lookup per call, not the stride and address checks.
     return (runtime.ON_GPU and B * H * Sq * k.shape[2] >= TMA_MIN_SCORES and q.shape[3] > 0
-            and rung4.tma_eligible(q, k, v, out) and rung4.faster_than_rung3(q.shape[3], causal))
+            and rung4.faster_than_rung3(q.shape[3], causal) and rung4.tma_eligible(q, k, v, out))
 
 
 # No checks in launch_forward: flash_attention_forward below and the public entry check once,
