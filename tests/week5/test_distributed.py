@@ -3,6 +3,9 @@
 Two gloo processes on the CPU (any machine) each take half of every global batch; every
 strategy must give the single-process losses and final weights, up to float32 reduction order.
 """
+import os
+import signal
+
 import pytest
 import torch
 
@@ -61,6 +64,15 @@ def test_weights_actually_moved(single):
 def test_launcher_reports_a_failing_worker():
     with pytest.raises(RuntimeError, match="worker process failed.*strategy must be"):
         dd.launch(dd._compare_worker, 1, ("bogus",), {}, backend="gloo")
+
+
+def _dies_mid_work(rank, world):  # module level: the spawned process imports it by name
+    os.kill(os.getpid(), signal.SIGABRT)  # what a crash in native code looks like: a signal, no exception
+
+
+def test_launcher_reports_a_worker_killed_by_a_signal_and_how_far_each_rank_got():
+    with pytest.raises(RuntimeError, match="worker process died.*SIGABRT.*rank 0: still running its work"):
+        dd.launch(_dies_mid_work, 1, backend="gloo")
 
 
 def test_shard_batch_takes_contiguous_equal_shards():

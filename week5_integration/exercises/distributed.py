@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import faulthandler
 import os
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -236,6 +238,9 @@ def _sync(device: torch.device) -> None:
 
 # ------------------------------------------------------------------------------- launching
 def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -> None:
+    # A rank that dies in native code (a signal, no Python exception) prints every thread's Python
+    # stack first, so a log shows where it was: in `fn`, or in the process group's teardown.
+    faulthandler.enable(all_threads=True)
     if backend == "gloo":
         torch.set_num_threads(1)  # N processes on a few cores: one thread each, no oversubscription
     device_id = None
@@ -249,13 +254,31 @@ def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -
                             world_size=world, device_id=device_id)
     try:
         result = fn(rank, world, *args)
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-        # Leave together: a rank that tears its process group down while another still has
-        # gloo work in flight with it can make that rank's background thread abort the process
-        # ("terminate called without an active exception", seen once in CI under xdist).
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        dist.destroy_process_group()  # then the exception travels to the launcher as before
+        raise
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    # Leave together: a rank that tears its process group down while another still has
+    # gloo work in flight with it can make that rank's background thread abort the process
+    # ("terminate called without an active exception", seen once in CI under xdist).
+    dist.barrier()
+    Path(out_dir, f"rank{rank}.done").touch()  # every rank's result is saved: the work is complete
+    dist.destroy_process_group()
+    # Leave without the interpreter's shutdown: gloo's worker threads can still hold tensors whose
+    # destruction needs the GIL while Python is being torn down, which aborts a finished process
+    # (SIGABRT, "malloc(): unaligned fastbin chunk detected", seen once in CI). Nothing is left to
+    # run or flush but the standard streams.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _stage(out_dir: str, rank: int) -> str:
+    if Path(out_dir, f"rank{rank}.done").exists():
+        return "done"
+    if Path(out_dir, f"rank{rank}.pt").exists():
+        return "result saved, not past the final barrier"
+    return "still running its work"
 
 
 def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
@@ -264,7 +287,10 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
     `fn` must be a module-level function (the processes are spawned: fresh interpreters that
     import it by name). Backend: "nccl" (one GPU per rank) or "gloo" (CPU); default nccl when
     there are enough GPUs. Each rank's return value travels back through a file (torch.save),
-    not a pipe, so a large result cannot deadlock a process at exit.
+    not a pipe, so a large result cannot deadlock a process at exit. A rank that dies from a signal
+    after every rank saved its result and passed the final barrier died tearing the process group
+    down, not computing: the results stand, with a warning. A death before that is an error that
+    says how far each rank got.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -282,7 +308,14 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
             last = str(error).strip().splitlines()[-1]
             raise RuntimeError(f"a worker process failed: {last}\n{error}") from None
         except mp.ProcessExitedException as error:  # died without a Python exception (killed, OOM)
-            raise RuntimeError(f"a worker process died: {error}") from None
+            stages = [_stage(out_dir, r) for r in range(world_size)]
+            if any(stage != "done" for stage in stages):
+                where = "; ".join(f"rank {r}: {stage}" for r, stage in enumerate(stages))
+                raise RuntimeError(f"a worker process died: {error} ({where}; its stderr above shows "
+                                   f"every thread's Python stack at the moment it died)") from None
+            warnings.warn(f"a worker process died after every rank had saved its result ({error}): "
+                          f"a crash in {backend}'s teardown; the results are complete and are used",
+                          RuntimeWarning, stacklevel=2)
         return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]
 
 
