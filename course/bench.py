@@ -107,7 +107,7 @@ def bench_dtype() -> torch.dtype:
     (sm_80+), fp16 on older ones (Colab's T4), fp32 simulated (the interpreter's bf16 is slow)."""
     if not runtime.on_gpu():
         return torch.float32
-    return torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+    return torch.bfloat16 if runtime.has_capability((8, 0)) else torch.float16
 
 
 # ------------------------------------------------------------------------- lines of code

@@ -37,7 +37,7 @@ def _compiled(path: Path, defines: tuple[str, ...]):
     runtime.pycuda_driver()
     from pycuda.compiler import SourceModule
 
-    major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
+    major, minor = runtime.capability()
     return SourceModule(path.read_text(), arch=f"sm_{major}{minor}", no_extern_c=True,
                         options=["-O3", "-lineinfo", *defines], include_dirs=[str(path.parent)])
 

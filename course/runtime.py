@@ -16,6 +16,7 @@ in simulation, importing it after either of them raises a RuntimeError that says
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import os
 import shutil
@@ -117,6 +118,38 @@ ON_GPU = BACKEND == "gpu"
 
 def on_gpu() -> bool:
     return BACKEND == "gpu"
+
+
+@functools.cache
+def _capability_of(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def capability(device=None) -> tuple[int, int] | None:
+    """(major, minor) compute capability of the GPU `device` (default: the current one), or None
+    in simulation, where the interpreters emulate every construct. Asked of the driver once per
+    device, so a launcher may ask on every call (a dictionary lookup)."""
+    if not ON_GPU:
+        return None
+    index = None if device is None else torch.device(device).index
+    return _capability_of(torch.cuda.current_device() if index is None else index)
+
+
+def has_capability(minimum: tuple[int, int], device=None) -> bool:
+    """Whether `device` can run what needs compute capability `minimum` (sm_90 for TMA and wgmma,
+    sm_89 for fp8 tensor cores, sm_80 for bf16 tensor cores); always True in simulation."""
+    found = capability(device)
+    return found is None or found >= tuple(minimum)
+
+
+def require_capability(minimum: tuple[int, int], what: str, instead: str, device=None) -> None:
+    """RuntimeError naming `what`, this GPU and `instead` (what to use here) when the GPU is older
+    than `minimum`; nothing in simulation."""
+    if not has_capability(minimum, device):
+        major, minor = capability(device)
+        name = torch.cuda.get_device_name(DEVICE if device is None else device) if ON_GPU else "simulated"
+        raise RuntimeError(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
+                           f"({name}) is {major}.{minor}: {instead}")
 
 
 def pick(gpu, sim):

@@ -519,3 +519,21 @@ def test_graphed_tiny_op_times_replays_not_captures():
     sets = [(torch.randn(8, 768, device="cuda"),) for _ in range(64)]
     timing = bench.time_gpu(bench.graphed(lambda x: x * 2 + 1), sets)
     assert timing.median_ms < 0.2, timing  # a replay of one tiny kernel: microseconds, not a capture
+
+
+def test_capability_questions_are_answered_in_one_place(monkeypatch):
+    """course.runtime answers "can this GPU run it?" for every week (sm_90: TMA and wgmma, sm_89:
+    fp8, sm_80: bf16 tensor cores): the interpreters emulate everything, and a refusal names the
+    need, the GPU's capability and what to use instead."""
+    if runtime.on_gpu():
+        import torch
+        assert runtime.capability() == torch.cuda.get_device_capability()
+    else:
+        assert runtime.capability() is None and runtime.has_capability((99, 0))
+        runtime.require_capability((99, 0), "anything", "nothing")  # no refusal in simulation
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (8, 0))
+    assert runtime.has_capability((8, 0)) and not runtime.has_capability((8, 9))
+    runtime.require_capability((7, 5), "bf16", "-")
+    with pytest.raises(RuntimeError, match=r"the TMA engine needs compute capability >= 9.0; this GPU \(.*\) "
+                                           r"is 8.0: use the previous rung"):
+        runtime.require_capability((9, 0), "the TMA engine", "use the previous rung")

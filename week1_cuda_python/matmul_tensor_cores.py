@@ -216,11 +216,6 @@ def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES
 
 # --- launchers ---------------------------------------------------------------------------------
 
-def device_capability() -> tuple[int, int] | None:
-    """The GPU's compute capability, or None in simulation (nothing is launched there)."""
-    return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
-
-
 def _checked(a, b, out, out_dtype):
     """Validate A (M x K), B (K x N) and the output; return (out, M, N, K)."""
     validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
@@ -232,7 +227,7 @@ def _checked(a, b, out, out_dtype):
     if k != k_b:
         raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k_b} x {n} "
                          f"(a.shape[1] = {k} != b.shape[0] = {k_b})")
-    capability = device_capability()
+    capability = runtime.capability()  # None in simulation (nothing is launched there)
     if a.dtype == torch.bfloat16 and capability is not None and capability < (8, 0):
         raise TypeError(f"a has dtype bfloat16, but bf16 tensor cores need compute capability 8.0 "
                         f"(Ampere) or newer; this GPU is {capability[0]}.{capability[1]}: use float16")
@@ -525,7 +520,7 @@ def launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
     """C = A @ B with the wgmma + TMA kernel built with `tiles` (its block order): what
     matmul_wgmma_tma calls, and the benchmark's A/B row `wgmma_tma_row_major`."""
     out, m, n, k = _checked(a, b, out, out_dtype)
-    why = wgmma_unsupported(device_capability())
+    why = wgmma_unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)
     if m == 0 or n == 0:

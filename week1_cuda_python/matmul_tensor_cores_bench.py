@@ -31,7 +31,7 @@ from course.check import random_tensor
 from course.sweep import sweep_main
 
 from week1_cuda_python.matmul_tensor_cores import (
-    CUDA_SOURCE, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles, device_capability,
+    CUDA_SOURCE, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
     encoded_tensor_map, launch_wgmma, launch_wmma, tensor_map, wgmma_nvcc_command, wgmma_unsupported)
 
 PROG = "python -m week1_cuda_python.matmul_tensor_cores_bench"
@@ -69,7 +69,7 @@ _SOURCES = {
         + [launch_wgmma, tensor_map, encoded_tensor_map],
 }
 # The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
-_WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(device_capability()) is None else ()
+_WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(runtime.capability()) is None else ()
 # The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of
 # what the grouped order (kernels/matmul_wgmma.cu, "Block order") buys, at 8192^3 above all.
 _ROW_MAJOR = WgmmaTiles(group_m=1)
@@ -234,7 +234,7 @@ def sass_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     arch = args.arch
     if arch is None:
-        major, minor = device_capability() or (9, 0)
+        major, minor = runtime.capability() or (9, 0)
         arch = f"sm_{major}{minor}"
     out = Path(args.out) if args.out else None
     dump_sass(arch, out, full=args.full)

@@ -429,20 +429,6 @@ def tuned_config(M: int, N: int, K: int, dtype, kind: str = "best", table: dict 
 
 
 # ------------------------------------------------------------------------- input handling
-def device_capability() -> tuple[int, int] | None:
-    """(major, minor) of the GPU, or None in simulation (the interpreter runs any kernel)."""
-    return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
-
-
-def require_capability(minimum: tuple[int, int], what: str, instead: str) -> None:
-    """RuntimeError naming `what`, this GPU and `instead` when the GPU is older than `minimum`."""
-    capability = device_capability()
-    if capability is not None and capability < minimum:
-        name = torch.cuda.get_device_name(runtime.DEVICE) if runtime.on_gpu() else "simulated"
-        raise RuntimeError(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
-                           f"({name}) is {capability[0]}.{capability[1]}: {instead}")
-
-
 def check_args(a, b, bias, activation, out, *, dtypes=DTYPES, out_dtype=None):
     """(M, N, K, out) after `check_operands` (a, b, out: matmul_basic) and the epilogue's arguments:
     `activation` one of ACTIVATIONS, `bias` N elements in out's dtype."""
@@ -719,7 +705,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = Non
     `out` that fails it gets masked stores.
     """
     M, N, K, out = check_args(a, b, bias, activation, out)
-    require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
+    runtime.require_capability((9, 0), "matmul_tma (the TMA engine)", "use matmul or matmul_persistent")
     return run_tuned("tma", a, b, bias, activation, out, M, N, K)
 
 

@@ -25,7 +25,7 @@ from course.check import random_tensor
 from course.rungs import Ladder, Rung
 
 from week3_triton_kernels.matmul import (  # noqa: E402
-    device_capability, matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, row_align, run_kernel,
+    matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, row_align, run_kernel,
     stores_c_through_tma)
 from week3_triton_kernels.matmul_basic import matmul_grouped, matmul_plain  # noqa: E402
 from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, matmul_fp8, matmul_fp8_torch, quantize_fp8  # noqa: E402
@@ -50,11 +50,6 @@ def _fp8_inputs(size):
     return a, w.t(), a_scale, b_scale  # b = w.t(): column-major, as torch._scaled_mm requires
 
 
-def _has(minimum) -> bool:
-    capability = device_capability()
-    return capability is None or capability >= minimum  # the interpreter emulates everything
-
-
 def _matmul_benchmark(dtype):
     short = str(dtype).replace("torch.", "")
     variants = {
@@ -68,7 +63,7 @@ def _matmul_benchmark(dtype):
         "triton_persistent": matmul_persistent,
         "triton_tma": matmul_tma,
     }
-    if not _has((9, 0)):
+    if not runtime.has_capability((9, 0)):
         del variants["triton_tma"]  # no TMA before Hopper: the table simply has no such row
     return Benchmark(
         name=f"matmul_{short}",
@@ -150,7 +145,7 @@ def _epilogue_benchmark():
 
 MATMUL_FP16, MATMUL_BF16, MATMUL_EPILOGUE = (_matmul_benchmark(torch.float16), _matmul_benchmark(torch.bfloat16),
                                             _epilogue_benchmark())
-MATMUL_FP8 = _fp8_benchmark() if _has((8, 9)) else None  # fp8 tensor cores: Ada and Hopper
+MATMUL_FP8 = _fp8_benchmark() if runtime.has_capability((8, 9)) else None  # fp8 tensor cores: Ada and Hopper
 BENCHMARKS = [MATMUL_FP16, MATMUL_BF16, MATMUL_EPILOGUE] + ([MATMUL_FP8] if MATMUL_FP8 else [])
 
 
@@ -398,7 +393,7 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
 
     combos = [(shape, name) for name in dtypes for shape in (FP8_SHAPES if name == "fp8" and shapes is SWEEP_SHAPES
                                                               else shapes)]
-    if not _has((9, 0)):
+    if not runtime.has_capability((9, 0)):
         kinds = tuple(k for k in kinds if k != "tma")
     if runtime.on_gpu() and workers > 0:
         jobs = [(kind, config, shape, name) for shape, name in combos for kind, config in candidates_for(name)]

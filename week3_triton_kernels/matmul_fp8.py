@@ -34,8 +34,8 @@ from course import validate
 import triton  # noqa: E402  (after course.runtime on purpose)
 
 from week3_triton_kernels.matmul import (  # noqa: E402
-    POINTER_KEY, PRUNE, TMA_KEY, check_args, device_capability, epilogue_torch, matmul_persistent_kernel,
-    matmul_tma_kernel, require_capability, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
+    POINTER_KEY, PRUNE, TMA_KEY, check_args, epilogue_torch, matmul_persistent_kernel,
+    matmul_tma_kernel, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -88,13 +88,12 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.T
         raise ValueError(f"kernel must be one of {FP8_KERNELS}, got {kernel!r}")
     M, N, K, out = check_args(a, b, bias, activation, out, dtypes=FP8_DTYPES, out_dtype=out_dtype)
     scales = (_scale_tensor(a_scale, "a_scale"), _scale_tensor(b_scale, "b_scale"))
-    require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
-                        "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
-    capability = device_capability()
+    runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
+                               "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
     if kernel == "auto":
-        kernel = "tma" if capability is None or capability >= (9, 0) else "persistent"
+        kernel = "tma" if runtime.has_capability((9, 0)) else "persistent"
     if kernel == "tma":
-        require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
+        runtime.require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
     # The sweep (`matmul_bench --sweep --dtypes fp8`) times fp8 with promotion: its table serves that.
     config = tuned_config(M, N, K, a.dtype, kernel) if runtime.on_gpu() and not fast_accum else None
     return run_kernel(kernel, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum,

@@ -195,7 +195,7 @@ def matmul_emulated(fmt: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def fp8_native_available() -> bool:
     """torch._scaled_mm on this GPU: fp8 tensor cores exist from compute capability 8.9 (Ada, Hopper)."""
     return (runtime.on_gpu() and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
-            and torch.cuda.get_device_capability(runtime.DEVICE) >= (8, 9))
+            and runtime.has_capability((8, 9)))
 
 
 def prepare(fmt: str, a: torch.Tensor, b: torch.Tensor) -> tuple:

@@ -171,17 +171,9 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
 
 
 # =============================================================================== where it runs
-_capable: dict = {}  # device index -> whether its compute capability is >= MIN_CAPABILITY (asked once)
-
-
 def supported_here() -> bool:
     """True on a GPU of compute capability >= 9.0, and in the interpreter (it emulates TMA)."""
-    if not runtime.on_gpu():
-        return True
-    device = torch.cuda.current_device()
-    if device not in _capable:
-        _capable[device] = torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
-    return _capable[device]
+    return runtime.has_capability(MIN_CAPABILITY)
 
 
 def _tma_layout_ok(t: torch.Tensor) -> bool:
@@ -269,11 +261,8 @@ def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     """
     scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
-    if not supported_here():
-        major, minor = torch.cuda.get_device_capability(runtime.DEVICE)
-        raise RuntimeError(f"flash_attention_tma_forward needs compute capability >= 9.0 (the TMA engine); this GPU "
-                           f"({torch.cuda.get_device_name(runtime.DEVICE)}) is {major}.{minor}: "
-                           f"flash_attention_forward (rung 3) runs there")
+    runtime.require_capability(MIN_CAPABILITY, "flash_attention_tma_forward (the TMA engine)",
+                               "flash_attention_forward (rung 3) runs there")
     if q.dtype not in TMA_DTYPES:
         raise TypeError(f"flash_attention_tma_forward takes fp16 or bf16 (the tensor-core path), got {q.dtype}: "
                         f"flash_attention_forward (rung 3) takes fp32 and fp64")

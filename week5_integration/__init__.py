@@ -13,6 +13,6 @@ COURSE = {
         "compile_reading_week5": "python -m week5_integration.compile_reading --out week5_integration/results",
         "kv_cache_week5": "python -m week5_integration.inference_bench --out week5_integration/results",
         "finetune_week5": "python -m week5_integration.finetune_bench --config large gpt2 --out week5_integration/results",
-        "fsdp_week5": "python -m week5_integration.distributed --gpus 2 --out week5_integration/results",
+        "fsdp_week5": "python -m week5_integration.distributed_bench --gpus 2 --out week5_integration/results",
     },
 }

@@ -101,7 +101,7 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 
 def has_bf16_tensor_cores(device: torch.device) -> bool:
     """sm_80 (Ampere) or newer. A T4 (sm_75) emulates bf16: slow, and Triton's bf16 dot refuses it."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+    return device.type == "cuda" and runtime.has_capability((8, 0), device)
 
 
 def amp_enabled(tc: TrainConfig, device: torch.device) -> bool:

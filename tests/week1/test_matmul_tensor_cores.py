@@ -207,11 +207,9 @@ def test_rejects_bad_input_before_launch(name, case, error, message, make):
 
 
 def patch_capability(monkeypatch, name: str, capability) -> None:
-    """Pretend the GPU has this compute capability, in the module that defines the launcher too
-    (under --impl=exercises the stub imports the wgmma launcher from the solution)."""
-    monkeypatch.setattr(tc, "device_capability", lambda: capability)
-    owner = importlib.import_module(getattr(tc, name).__module__)
-    monkeypatch.setattr(owner, "device_capability", lambda: capability)
+    """Pretend the GPU has this compute capability: every launcher (the solution's, and the one an
+    exercise stub imports from it) asks course.runtime."""
+    monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
 
 
 @pytest.mark.parametrize("name", tc.TC_LAUNCHERS)

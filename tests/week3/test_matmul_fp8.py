@@ -12,7 +12,6 @@ there. This bound is loose (it is a worst case) but still far below the O(1) err
 or a lost scale; the exact K-loop bookkeeping is checked tightly by the fp16 tests and by the fp8
 tests with fp32 output in simulation, which run the same code.
 """
-import importlib
 
 import pytest
 import torch
@@ -140,11 +139,8 @@ def test_quantize_fp8_scales_to_the_e4m3_range():
     ((8, 9), "fp8_tma", "compute capability >= 9.0"),
 ])
 def test_refuses_gpus_without_the_hardware(monkeypatch, capability, call, message):
-    # matmul_fp8 asks device_capability which kernel to use, and require_capability (matmul.py's,
-    # which asks its own module's device_capability) whether to refuse: pretend in both.
-    monkeypatch.setattr(mm8, "device_capability", lambda: capability)
-    monkeypatch.setattr(importlib.import_module(mm8.require_capability.__module__), "device_capability",
-                        lambda: capability)
+    # matmul_fp8 asks course.runtime both which kernel to use and whether to refuse: pretend there.
+    monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
     a, b, sa, sb = fp8_inputs(16, 16, 16)
     run = {"fp8": lambda: mm8.matmul_fp8(a, b, sa, sb),
            "fp8_tma": lambda: mm8.matmul_fp8(a, b, sa, sb, kernel="tma")}[call]

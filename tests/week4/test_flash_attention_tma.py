@@ -168,10 +168,9 @@ def test_refuses_what_tma_cannot_run_and_rung3_takes_it(monkeypatch):
     out, _ = fa.flash_attention_forward(q, q, q)
     assert_within(out, an.attention_reference(q, q, q, False), an.attention_error_bounds(q, q, q)["out"])
     q, k, v = qkv(1, 2, 19, 19, 16, torch.float16)
-    monkeypatch.setattr(tma, "supported_here", lambda: False)
-    if runtime.on_gpu():  # the message names this GPU
-        with pytest.raises(RuntimeError, match=r"compute capability >= 9.0.*rung 3"):
-            tma.flash_attention_tma_forward(q, k, v)
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (8, 0))  # an A100: no TMA engine
+    with pytest.raises(RuntimeError, match=r"compute capability >= 9.0.*is 8.0.*rung 3"):
+        tma.flash_attention_tma_forward(q, k, v)
     assert not tma.tma_eligible(q, k, v)  # so the op keeps rung 3 on such a GPU
 
 

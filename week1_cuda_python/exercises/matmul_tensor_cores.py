@@ -168,11 +168,6 @@ def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES
 
 # --- launchers ---------------------------------------------------------------------------------
 
-def device_capability() -> tuple[int, int] | None:
-    """The GPU's compute capability, or None in simulation (nothing is launched there)."""
-    return torch.cuda.get_device_capability(runtime.DEVICE) if runtime.on_gpu() else None
-
-
 def _checked(a, b, out, out_dtype):
     """Validate A (M x K), B (K x N) and the output; return (out, M, N, K)."""
     validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
@@ -184,7 +179,7 @@ def _checked(a, b, out, out_dtype):
     if k != k_b:
         raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k_b} x {n} "
                          f"(a.shape[1] = {k} != b.shape[0] = {k_b})")
-    capability = device_capability()
+    capability = runtime.capability()  # None in simulation (nothing is launched there)
     if a.dtype == torch.bfloat16 and capability is not None and capability < (8, 0):
         raise TypeError(f"a has dtype bfloat16, but bf16 tensor cores need compute capability 8.0 "
                         f"(Ampere) or newer; this GPU is {capability[0]}.{capability[1]}: use float16")
