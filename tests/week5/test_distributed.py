@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from course import runtime
 from course.check import assert_close
@@ -67,12 +68,31 @@ def test_launcher_reports_a_failing_worker():
 
 
 def _dies_mid_work(rank, world):  # module level: the spawned process imports it by name
-    os.kill(os.getpid(), signal.SIGABRT)  # what a crash in native code looks like: a signal, no exception
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGABRT)  # a crash in native code: a signal, no Python exception
+    return rank
 
 
-def test_launcher_reports_a_worker_killed_by_a_signal_and_how_far_each_rank_got():
-    with pytest.raises(RuntimeError, match="worker process died.*SIGABRT.*rank 0: still running its work"):
-        dd.launch(_dies_mid_work, 1, backend="gloo")
+def _dies_tearing_down(rank, world):
+    real = dist.destroy_process_group
+
+    def destroy_then_crash(*args, **kwargs):  # what gloo's teardown did once in CI
+        real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGABRT)
+
+    dist.destroy_process_group = destroy_then_crash  # this process's module: the launcher calls it next
+    return {"rank": rank}
+
+
+def test_launcher_reports_a_worker_killed_by_a_signal_and_which_ranks_were_at_work():
+    with pytest.raises(RuntimeError, match=r"worker process died.*SIGABRT.*rank\(s\) \[1\] still running their work"):
+        dd.launch(_dies_mid_work, 2, backend="gloo")
+
+
+def test_a_rank_that_dies_after_every_rank_saved_its_result_costs_a_warning_not_the_results():
+    with pytest.warns(RuntimeWarning, match="after every rank had saved its result.*teardown"):
+        got = dd.launch(_dies_tearing_down, 2, backend="gloo")
+    assert got == [{"rank": 0}, {"rank": 1}]
 
 
 def test_shard_batch_takes_contiguous_equal_shards():

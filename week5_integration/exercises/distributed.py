@@ -251,12 +251,13 @@ def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -
     except BaseException:
         dist.destroy_process_group()  # then the exception travels to the launcher as before
         raise
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    path = os.path.join(out_dir, f"rank{rank}.pt")
+    torch.save(result, path + ".part")
+    os.replace(path + ".part", path)  # whole or absent: a rank that dies later leaves a complete result
     # Leave together: a rank that tears its process group down while another still has
     # gloo work in flight with it can make that rank's background thread abort the process
     # ("terminate called without an active exception", seen once in CI under xdist).
     dist.barrier()
-    Path(out_dir, f"rank{rank}.done").touch()  # every rank's result is saved: the work is complete
     dist.destroy_process_group()
     # Leave without the interpreter's shutdown: gloo's worker threads can still hold tensors whose
     # destruction needs the GIL while Python is being torn down, which aborts a finished process
@@ -267,14 +268,6 @@ def _entry(rank: int, world: int, backend: str, out_dir: str, fn, args: tuple) -
     os._exit(0)
 
 
-def _stage(out_dir: str, rank: int) -> str:
-    if Path(out_dir, f"rank{rank}.done").exists():
-        return "done"
-    if Path(out_dir, f"rank{rank}.pt").exists():
-        return "result saved, not past the final barrier"
-    return "still running its work"
-
-
 def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
     """Run `fn(rank, world_size, *args)` in `world_size` new processes; return each rank's result.
 
@@ -282,9 +275,8 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
     import it by name). Backend: "nccl" (one GPU per rank) or "gloo" (CPU); default nccl when
     there are enough GPUs. Each rank's return value travels back through a file (torch.save),
     not a pipe, so a large result cannot deadlock a process at exit. A rank that dies from a signal
-    after every rank saved its result and passed the final barrier died tearing the process group
-    down, not computing: the results stand, with a warning. A death before that is an error that
-    says how far each rank got.
+    after every rank saved its result died tearing the process group down, not computing: the
+    results stand, with a warning. A death before that is an error naming the ranks still at work.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -302,11 +294,11 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
             last = str(error).strip().splitlines()[-1]
             raise RuntimeError(f"a worker process failed: {last}\n{error}") from None
         except mp.ProcessExitedException as error:  # died without a Python exception (killed, OOM)
-            stages = [_stage(out_dir, r) for r in range(world_size)]
-            if any(stage != "done" for stage in stages):
-                where = "; ".join(f"rank {r}: {stage}" for r, stage in enumerate(stages))
-                raise RuntimeError(f"a worker process died: {error} ({where}; its stderr above shows "
-                                   f"every thread's Python stack at the moment it died)") from None
+            running = [r for r in range(world_size) if not os.path.exists(os.path.join(out_dir, f"rank{r}.pt"))]
+            if running:
+                raise RuntimeError(f"a worker process died: {error} (rank(s) {running} still running their work, "
+                                   f"the others had saved their results; its stderr above shows every "
+                                   f"thread's Python stack at the moment it died)") from None
             warnings.warn(f"a worker process died after every rank had saved its result ({error}): "
                           f"a crash in {backend}'s teardown; the results are complete and are used",
                           RuntimeWarning, stacklevel=2)
