@@ -3,12 +3,10 @@
 Two gloo processes on the CPU (any machine) each take half of every global batch; every
 strategy must give the single-process losses and final weights, up to float32 reduction order.
 """
-import os
-import signal
+from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from course import runtime
 from course.check import assert_close
@@ -67,31 +65,22 @@ def test_launcher_reports_a_failing_worker():
         dd.launch(dd._compare_worker, 1, ("bogus",), {}, backend="gloo")
 
 
-def _dies_mid_work(rank, world):  # module level: the spawned process imports it by name
-    if rank == 1:
-        os.kill(os.getpid(), signal.SIGABRT)  # a crash in native code: a signal, no Python exception
-    return rank
+@pytest.fixture
+def launch_cases(monkeypatch):
+    """tests/week5/launch_cases.py, importable by name in the spawned processes too."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    import launch_cases
+    return launch_cases
 
 
-def _dies_tearing_down(rank, world):
-    real = dist.destroy_process_group
-
-    def destroy_then_crash(*args, **kwargs):  # what gloo's teardown did once in CI
-        real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGABRT)
-
-    dist.destroy_process_group = destroy_then_crash  # this process's module: the launcher calls it next
-    return {"rank": rank}
+def test_launcher_reports_a_worker_killed_by_a_signal_and_which_ranks_were_at_work(launch_cases):
+    with pytest.raises(RuntimeError, match=r"worker process died.*SIGABRT.*rank\(s\) \[1\] had not saved a result"):
+        dd.launch(launch_cases.dies_mid_work, 2, backend="gloo")
 
 
-def test_launcher_reports_a_worker_killed_by_a_signal_and_which_ranks_were_at_work():
-    with pytest.raises(RuntimeError, match=r"worker process died.*SIGABRT.*rank\(s\) \[1\] still running their work"):
-        dd.launch(_dies_mid_work, 2, backend="gloo")
-
-
-def test_a_rank_that_dies_after_every_rank_saved_its_result_costs_a_warning_not_the_results():
+def test_a_rank_that_dies_after_every_rank_saved_its_result_costs_a_warning_not_the_results(launch_cases):
     with pytest.warns(RuntimeWarning, match="after every rank had saved its result.*teardown"):
-        got = dd.launch(_dies_tearing_down, 2, backend="gloo")
+        got = dd.launch(launch_cases.dies_tearing_down, 2, backend="gloo")
     assert got == [{"rank": 0}, {"rank": 1}]
 
 

@@ -276,7 +276,7 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
     there are enough GPUs. Each rank's return value travels back through a file (torch.save),
     not a pipe, so a large result cannot deadlock a process at exit. A rank that dies from a signal
     after every rank saved its result died tearing the process group down, not computing: the
-    results stand, with a warning. A death before that is an error naming the ranks still at work.
+    results stand, with a warning. A death before that is an error naming the ranks without a result.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -296,9 +296,9 @@ def launch(fn, world_size: int, *args, backend: str | None = None) -> list:
         except mp.ProcessExitedException as error:  # died without a Python exception (killed, OOM)
             running = [r for r in range(world_size) if not os.path.exists(os.path.join(out_dir, f"rank{r}.pt"))]
             if running:
-                raise RuntimeError(f"a worker process died: {error} (rank(s) {running} still running their work, "
-                                   f"the others had saved their results; its stderr above shows every "
-                                   f"thread's Python stack at the moment it died)") from None
+                raise RuntimeError(f"a worker process died: {error} (rank(s) {running} had not saved a result; "
+                                   f"a rank killed by a signal printed every thread's Python stack to stderr, "
+                                   f"above)") from None
             warnings.warn(f"a worker process died after every rank had saved its result ({error}): "
                           f"a crash in {backend}'s teardown; the results are complete and are used",
                           RuntimeWarning, stacklevel=2)
