@@ -505,6 +505,43 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, found
 
 
+def test_no_two_modules_import_each_other_even_lazily():
+    """The house has floors: a lesson imports the kit and earlier lessons, never the other way
+    round, and no two modules reach each other through any chain of imports, a lazy one inside a
+    function included (that is how the last circle hid: a command line importing its caller)."""
+    import ast
+
+    root = weeks.ROOT
+    packages = {w.package for w in weeks.all_weeks()} | {"course"}
+    names = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            if "exercises" not in path.parts:
+                name = ".".join(path.relative_to(root).with_suffix("").parts)
+                names[name.removesuffix(".__init__")] = path
+    imports = {name: set() for name in names}
+    for name, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            # a package's own __init__ runs before any of its modules: not an edge back
+            imports[name] |= {t for t in targets if t in names and t != name and not name.startswith(t + ".")}
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in imports[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    circles = sorted({tuple(sorted((a, b))) for a in names for b in imports[a] if a in reach(b)})
+    assert not circles, f"modules that import each other (directly or through others): {circles}"
+
+
 def test_every_input_set_is_warmed_up_before_timing():
     """A graphed variant captures one CUDA graph per input set; a set first reached inside the
     timing loop would time its capture (tiny sizes rotate through 64 sets)."""
