@@ -473,6 +473,19 @@ def test_long_lesson_modules_say_why_and_keep_kernels_and_benchmarks_apart():
 PRIVATE_IMPORTS_PENDING: set[str] = set()
 
 
+def _kit_and_lesson_modules() -> dict:
+    """{dotted module name: path} of the kit's and the lessons' own modules, in order; an exercise
+    stub is its solution's copy, and tests and tools probe, so neither counts."""
+    packages = sorted({w.package for w in weeks.all_weeks()} | {"course"})
+    modules = {}
+    for package in packages:
+        for path in sorted((weeks.ROOT / package).rglob("*.py")):
+            if "exercises" not in path.parts:
+                name = ".".join(path.relative_to(weeks.ROOT).with_suffix("").parts)
+                modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
 def test_no_module_uses_another_modules_private_names():
     """What one module needs of another is public and documented; a `_name` stays in its module.
     (Lesson packages and the kit; an exercise stub is its solution's copy; tests and tools probe.)"""
@@ -481,27 +494,26 @@ def test_no_module_uses_another_modules_private_names():
     root = weeks.ROOT
     packages = {w.package for w in weeks.all_weeks()} | {"course"}
     found = []
-    for package in sorted(packages):
-        for path in sorted((root / package).rglob("*.py")):
-            rel = str(path.relative_to(root))
-            if "exercises" in path.parts or rel in PRIVATE_IMPORTS_PENDING:
-                continue
-            tree = ast.parse(path.read_text())
-            modules = {}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
-                    for alias in node.names:
-                        if alias.name.startswith("_") and not alias.name.startswith("__"):
-                            found.append(f"{rel}:{node.lineno}: from {node.module} import {alias.name}")
-                        modules[alias.asname or alias.name] = node.module
-                elif isinstance(node, ast.Import):
-                    for alias in node.names:
-                        if alias.name.split(".")[0] in packages:
-                            modules[alias.asname or alias.name.split(".")[0]] = alias.name
-            for node in ast.walk(tree):
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                        and node.attr.startswith("_") and not node.attr.startswith("__")):
-                    found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    for path in _kit_and_lesson_modules().values():
+        rel = str(path.relative_to(root))
+        if rel in PRIVATE_IMPORTS_PENDING:
+            continue
+        tree = ast.parse(path.read_text())
+        modules = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{rel}:{node.lineno}: from {node.module} import {alias.name}")
+                    modules[alias.asname or alias.name] = node.module
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in packages:
+                        modules[alias.asname or alias.name.split(".")[0]] = alias.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not found, found
 
 
@@ -511,14 +523,7 @@ def test_no_two_modules_import_each_other_even_lazily():
     function included (that is how the last circle hid: a command line importing its caller)."""
     import ast
 
-    root = weeks.ROOT
-    packages = {w.package for w in weeks.all_weeks()} | {"course"}
-    names = {}
-    for package in packages:
-        for path in (root / package).rglob("*.py"):
-            if "exercises" not in path.parts:
-                name = ".".join(path.relative_to(root).with_suffix("").parts)
-                names[name.removesuffix(".__init__")] = path
+    names = _kit_and_lesson_modules()
     imports = {name: set() for name in names}
     for name, path in names.items():
         for node in ast.walk(ast.parse(path.read_text())):
