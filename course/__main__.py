@@ -163,8 +163,9 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import exercises, progress, rungs  # the exercise and ladder commands: a module each
+    from course import exercises, install_size, progress, rungs  # commands with a module each
     exercises.add_parser(sub)
+    install_size.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
     args = parser.parse_args(argv)
@@ -174,7 +175,8 @@ def main(argv=None) -> int:
         args.pytest_args = args.pytest_args[1:]
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
-            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main}[args.command](args)
+            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
+            "install-size": install_size.command}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -129,8 +129,12 @@ def skips_section(root: Path = ROOT) -> str:
     lines += [f"| {name} (to be removed: a skip is for missing hardware only) | {n:,} |"
               for name, n in rows if name in not_hardware]
     lines.append(f"\nCounted on {record['date']} from a `{record['command']}` run on {record['cpu_count']} CPU "
-                 f"cores (torch {record['torch']}, triton {record['triton']}); CI fails when its run skips "
-                 f"otherwise. Every reason, with its test files: `{skips.SKIPS_FILE}`.")
+                 f"cores (torch {record['torch']}, triton {record['triton']}); CI fails when its run passes or "
+                 f"skips otherwise. Every reason, with its test files: `{skips.SKIPS_FILE}`.")
+    if record.get("nvcc_tests"):
+        lines.append(f"\nThat run had nvcc (the CUDA compiler). Without it (most laptops) {record['nvcc_tests']:,} "
+                     "more tests skip: the compile checks of the CUDA C sources (`tests/test_cuda_sources.py`, "
+                     "reason: \"nvcc (CUDA toolkit) is not installed here\"). Colab has nvcc.")
     return "\n".join(lines) + "\n"
 
 
@@ -423,7 +427,10 @@ def generated_texts(root: Path = ROOT) -> dict[Path, tuple[str | None, str]]:
     readme = root / "README.md"
     if readme.is_file():
         old = readme.read_text()
-        texts[readme] = (old, readme_text(old, root))
+        # README's own figures (test counts, install size, GPU times) read the repository's records
+        # by their path from the root: `<!-- fig tests/skips_cpu path=totals.passed -->`.
+        texts[readme] = (old, figures.fill(readme_text(old, root), lambda name: root / f"{name}.json",
+                                           "README.md"))
         results = root / RESULTS_FILE  # README's companion: the long table README links to
         texts[results] = (results.read_text() if results.is_file() else None, results_markdown(root))
     page = comparisons_file()

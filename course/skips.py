@@ -1,6 +1,7 @@
 """What a run without a GPU skips, counted from pytest's own summary and kept in tests/skips_cpu.json.
 
-    python -m course skips pytest.log           fail if the run's skips differ from tests/skips_cpu.json
+    python -m course skips pytest.log           fail if the run's skips, passed count or nvcc count
+                                                differ from tests/skips_cpu.json
     python -m course skips pytest.log --write   record them there (then `python -m course report`
                                                 rewrites README's count)
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -118,8 +121,21 @@ def load(root: Path = ROOT) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def record_of(text: str) -> dict:
-    """A run's skips with the facts README quotes beside them: versions, cores, date."""
+def nvcc_tests(root: Path = ROOT) -> int:
+    """How many tests need nvcc (the `nvcc` marker): they run where nvcc is installed, as in CI, and
+    skip on most laptops, so README counts them apart. Asked of pytest's collection (~30 s)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "nvcc",
+                           "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
+    if done.returncode == 5:  # pytest's "no tests collected"
+        return 0
+    found = re.search(r"(\d+)(?:/\d+)? tests? (?:collected|selected)", done.stdout)
+    if done.returncode != 0 or not found:
+        raise ValueError(f"counting the nvcc tests failed (pytest exit {done.returncode}):\n{done.stdout[-2000:]}")
+    return int(found.group(1))
+
+
+def record_of(text: str, root: Path = ROOT) -> dict:
+    """A run's skips with the facts README quotes beside them: versions, cores, date, nvcc tests."""
     from course.versions import installed
 
     parsed = parse(text)
@@ -129,12 +145,22 @@ def record_of(text: str) -> dict:
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "command": "pytest -n 2", "cpu_count": os.cpu_count(),
             "torch": versions["torch"], "triton": versions["triton"],
-            "totals": parsed["totals"], "seconds": parsed["seconds"], "reasons": parsed["reasons"]}
+            "totals": parsed["totals"], "seconds": parsed["seconds"], "nvcc_tests": nvcc_tests(root),
+            "reasons": parsed["reasons"]}
+
+
+def compared(record: dict) -> dict:
+    """What the check holds a run to: every skip reason's count, the totals (passed, failed, skipped:
+    README quotes them) and the nvcc tests; line numbers, timings and warnings may change freely."""
+    totals = {k: record["totals"].get(k, 0) for k in ("passed", "failed", "skipped", "error", "errors")}
+    return {**{f"skipped: {r}": n for r, n in counted(record).items()},
+            **{f"tests {k}": n for k, n in totals.items() if n},
+            "tests that need nvcc": record.get("nvcc_tests", 0)}
 
 
 def main(log: Path, root: Path = ROOT, write: bool = False) -> int:
     try:
-        record = record_of(log.read_text(errors="replace"))
+        record = record_of(log.read_text(errors="replace"), root)
     except (OSError, ValueError) as error:
         print(f"skips: {log}: {error}")
         return 1
@@ -147,14 +173,14 @@ def main(log: Path, root: Path = ROOT, write: bool = False) -> int:
         print(f"wrote {SKIPS_FILE}; now run `python -m course report` to update README's count")
         return 0
     kept = load(root)
-    if kept is None or counted(kept) != counted(record):
-        old, new = counted(kept or {"reasons": []}), counted(record)
+    old, new = compared(kept or {"reasons": [], "totals": {}}), compared(record)
+    if kept is None or old != new:
         changed = sorted(set(old) | set(new), key=lambda r: (r not in new, r))
-        for reason in changed:
-            if old.get(reason) != new.get(reason):
-                print(f"  {old.get(reason, 0):>5} -> {new.get(reason, 0):<5} {reason}")
-        print(f"skips differ from {SKIPS_FILE} (above: recorded -> this run). If the change is meant, "
-              f"run `python -m course skips {log} --write` and `python -m course report`.")
+        for what in changed:
+            if old.get(what) != new.get(what):
+                print(f"  {old.get(what, 0):>5} -> {new.get(what, 0):<5} {what}")
+        print(f"this run differs from {SKIPS_FILE} (above: recorded -> this run), whose counts README quotes. "
+              f"If the change is meant, run `python -m course skips {log} --write` and `python -m course report`.")
         return 1
-    print(f"skips match {SKIPS_FILE}")
+    print(f"passed, skipped and nvcc counts match {SKIPS_FILE}")
     return 0

@@ -17,6 +17,7 @@ def test_sources_were_found():
     assert SOURCES, "no kernels/*.cu files found under the lesson folders"
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -140,6 +140,20 @@ def test_skips_check_fails_on_a_changed_count_and_write_fixes_it(tmp_path, capsy
     assert "430 -> 431" in out and "--write" in out
 
 
+def test_skips_check_fails_when_the_passed_count_moves(tmp_path, capsys):
+    """README quotes the recorded run's passed count: a run that passes more (a test added) must
+    send the developer to --write, or README's count goes stale."""
+    log = tmp_path / "pytest.log"
+    log.write_text(LOG)
+    (tmp_path / "tests").mkdir()
+    assert skips.main(log, tmp_path, write=True) == 0
+    passed = skips.load(tmp_path)["totals"]["passed"]
+    log.write_text(LOG.replace(f"{passed} passed", f"{passed + 1} passed"))
+    capsys.readouterr()
+    assert skips.main(log, tmp_path) == 1
+    assert f"{passed} -> {passed + 1}" in capsys.readouterr().out
+
+
 def test_a_log_without_totals_is_refused(tmp_path, capsys):
     log = tmp_path / "pytest.log"
     log.write_text("SKIPPED [1] tests/a.py:1: why\n")
