@@ -306,7 +306,8 @@ def _upload_filter(w: torch.Tensor) -> None:
     #   after whoever wrote w and before the launch.
     # HINT: get the driver, call get_global('c_filter') on the cached module, check the filter fits, then one
     #   memcpy_dtod_async with stream None.
-    # HINT: `drv.memcpy_dtod_async(address, w.data_ptr(), w.numel() * 4, None)`
+    # HINT: get_global returns (device address, size in bytes): the copy is w.numel() * 4 bytes, and that
+    #   must not exceed the size.
     drv = runtime.pycuda_driver()
     address, size = interop.cuda_module(CUDA_SOURCE).get_global("c_filter")
     assert w.numel() * 4 <= size, "the launcher's K check keeps the filter inside c_filter"

@@ -269,13 +269,13 @@ def pipeline_torch_streams(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     #   wait for the default stream); chunk c on stream c % streams (`with torch.cuda.stream(s):`):
     #   non_blocking copies in, busy_add_reference on the chunk, non_blocking copy out; then synchronise
     #   every side stream (which also keeps the workspace alive until they are done with it)
-    # HINT: torch side streams do not wait for the default stream, so they must be made to wait for whatever
-    #   produced the inputs; then each chunk runs in its own stream context, and the final
-    #   synchronisation also keeps the workspace alive (the allocator only knows the default stream used
-    #   it).
-    # HINT: current stream, the pool, `wait_stream(current)` on each side stream; loop over chunks with `with
-    #   torch.cuda.stream(pool[c % streams]):` doing two non_blocking copies in, busy_add_reference on
-    #   the slices, one non_blocking copy out; then synchronize each side stream.
+    # HINT: work queued on a torch side stream is ordered only within that stream: without an explicit
+    #   dependency it can start before the default-stream work that filled the inputs. At the end,
+    #   waiting on the side streams also protects the workspace, which the caching allocator believes
+    #   only the default stream uses.
+    # HINT: fetch the current stream and the pool, make each pool stream wait on the current one, then per
+    #   chunk enter the chunk's stream context and queue copy in, compute on the slices, copy out (all
+    #   non_blocking); finish with synchronize() on each pool stream.
     # HINT: `stream.wait_stream(current)` before anything is queued on the side streams.
     current = torch.cuda.current_stream()
     pool = _torch_streams(streams)
