@@ -192,8 +192,8 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
             # HINT: loop kk over bk: fill reg_m (A at the thread's strided rows) and reg_n (B at its strided
             #   columns), then a double loop adding their outer product into acc; one barrier after the
             #   kk loop.
-            # HINT: thread i-th row is `thread_row + i * rows_of_threads` (strided, so a half-warp reads
-            #   consecutive words).
+            # HINT: the thread's i-th row is `thread_row + i * rows_of_threads` (strided, so a half-warp
+            #   reads consecutive words).
             for kk in range(bk):
                 for i in range(tm):
                     reg_m[i] = a_tile[kk, thread_row + i * rows_of_threads]

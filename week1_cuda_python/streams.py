@@ -65,9 +65,9 @@ def chunk_bounds(n: int, chunks: int, align: int = CHUNK_ALIGN) -> list[tuple[in
     n, chunks, align = _int(n, "n", 0), _int(chunks, "chunks", 1), _int(align, "align", 1)
     # BEGIN EXERCISE: one chunk size for all: n / chunks rounded up, then up to a multiple of `align`;
     #   the pieces (lo, hi) in order, the last one cut at n; [] for n = 0
-    # HINT: every chunk but the last has the same size, and aligned chunk starts keep each chunk's device
-    #   pointer aligned for vector loads: take the ceiling of n / chunks, then round that up to a
-    #   multiple of align.
+    # HINT: every chunk but the last has the same size, and starting every chunk at a multiple of `align`
+    #   elements keeps each chunk's device address 256-byte aligned, like the allocation itself: take the
+    #   ceiling of n / chunks, then round that up to a multiple of align.
     # HINT: two lines: the size (ceiling, then round up to `align`), and a list comprehension over range(0,
     #   n, size) cutting each piece's end at n; n = 0 returns [].
     # HINT: `(lo, min(lo + size, n))` for each lo.
