@@ -76,6 +76,11 @@ def conv2d_naive_kernel(x, w, out):
     """One thread per output, image and filter read from global memory (through L1/L2)."""
     # BEGIN EXERCISE: one thread per output: col, row = cuda.grid(2); guard; acc = float32(0) over the K x
     #   K taps (dy outer, dx inner), skipping taps outside the image (zero padding); out[row, col] = acc
+    # HINT: each output pixel is a weighted sum of the K x K pixels centred on it; taps that fall outside the
+    #   image contribute 0 (zero padding), so skipping them is the same as adding zeros.
+    # HINT: 2-D grid index with x on columns (coalesced); guard; r = K // 2; a float32 accumulator; two
+    #   nested loops over dy and dx, each skipping out-of-image coordinates; one store.
+    # HINT: the tap's image coordinates: `y = row + dy - r`, `xx = col + dx - r`.
     col, row = cuda.grid(2)  # x over columns: a warp reads 32 neighbouring pixels
     h, wd = x.shape
     if row < h and col < wd:
@@ -103,6 +108,12 @@ def _const_kernel(weights: np.ndarray):
         # BEGIN EXERCISE: the filter from constant memory: w = cuda.const.array_like(weights) (the array
         #   the factory closed over, compiled into the kernel); then conv2d_naive_kernel's loop, k and r
         #   closure constants
+        # HINT: all threads of a warp read the same filter tap at the same moment, which the constant cache
+        #   serves with a single broadcast; Numba's const array copies the closed-over NumPy filter into
+        #   the kernel.
+        # HINT: first line: the constant array from `weights`; then the naive kernel's body unchanged, with k
+        #   and r taken from the factory's closure.
+        # HINT: `w = cuda.const.array_like(weights)`
         # All 32 threads of a warp read the same tap at the same moment: the constant
         # cache answers with one broadcast.
         w = cuda.const.array_like(weights)
@@ -136,6 +147,14 @@ def _tiled_kernel(weights: np.ndarray):
         #   block's outputs window plus the K//2 halo on each side, starting at image (by * TILE_H - r,
         #   bx * TILE_W - r); all the block's threads load it (consecutive threads, consecutive pixels),
         #   0 outside the image; cuda.syncthreads()
+        # HINT: each input pixel is needed by up to K^2 outputs; loading the block's window (outputs plus an
+        #   r-pixel halo on every side) into shared memory once makes those re-reads cheap; storing zeros
+        #   outside the image removes bounds checks from the inner loop.
+        # HINT: constant w; shared (tile_h, tile_w) float32 tile; the window's top-left in image coordinates
+        #   (block origin minus r); a loop over the flattened tile by the block's linear thread id in
+        #   steps of the block size, storing the pixel or 0; then a barrier.
+        # HINT: flattened index i -> `ty = i // tile_w`, `tc = i - ty * tile_w`: consecutive threads load
+        #   consecutive pixels (coalesced).
         w = cuda.const.array_like(weights)
         # One cuda.shared.array per line: the simulator merges allocations sharing a line.
         tile = cuda.shared.array((tile_h, tile_w), float32)
@@ -161,6 +180,12 @@ def _tiled_kernel(weights: np.ndarray):
         # BEGIN EXERCISE: each thread computes ROWS_PER_THREAD outputs of column bx * TILE_W + tx, rows
         #   threadIdx.y + j * BLOCK[1] of the block's tile, from the shared tile (no bounds checks
         #   inside: the halo holds the zeros); bounds-check the store
+        # HINT: each thread now computes several outputs of one column from the shared tile; the halo already
+        #   holds the zeros, so the tap loop needs no bounds checks, only the final store does.
+        # HINT: col from blockIdx.x and tx; loop j over ROWS_PER_THREAD with local row ly = threadIdx.y + j *
+        #   BLOCK[1]; guard the image row/col; a float32 accumulator over dy, dx; store.
+        # HINT: the shared read: `tile[ly + dy, tx + dx]` (tile coordinate = output's local coordinate + tap
+        #   offset).
         col = cuda.blockIdx.x * TILE_W + tx
         for j in range(ROWS_PER_THREAD):
             ly = cuda.threadIdx.y + j * BLOCK[1]
@@ -212,6 +237,9 @@ def _checked(x, w, out, *, max_k: int | None):
 def _naive_grid(x) -> tuple:
     h, wd = x.shape
     # BEGIN EXERCISE: one thread per output in BLOCK = (32, 8) blocks: the grid (x over columns, y over rows)
+    # HINT: one thread per output: blocks along x cover the columns with BLOCK[0] threads each, blocks along
+    #   y the rows with BLOCK[1].
+    # HINT: a tuple of two ceiling divisions: width by BLOCK[0] first, height by BLOCK[1].
     return (math.ceil(wd / BLOCK[0]), math.ceil(h / BLOCK[1]))
     # END EXERCISE
 
@@ -219,6 +247,9 @@ def _naive_grid(x) -> tuple:
 def _tiled_grid(x) -> tuple:
     h, wd = x.shape
     # BEGIN EXERCISE: one block per TILE_H x TILE_W tile of outputs: the grid
+    # HINT: a tiled block produces a whole TILE_H x TILE_W tile of outputs (its threads loop over rows), so
+    #   each axis divides by the tile, not the block.
+    # HINT: `(math.ceil(wd / TILE_W), math.ceil(h / TILE_H))`
     return (math.ceil(wd / TILE_W), math.ceil(h / TILE_H))
     # END EXERCISE
 
@@ -270,6 +301,13 @@ def _upload_filter(w: torch.Tensor) -> None:
     # BEGIN EXERCISE: the address and size of c_filter: interop.cuda_module(CUDA_SOURCE).get_global(...);
     #   copy w's K * K floats there with drv.memcpy_dtod_async(address, w.data_ptr(), nbytes, None)
     #   (drv = runtime.pycuda_driver(); stream None: in order with torch's work and the launches)
+    # HINT: a __constant__ array is a module global: ask the compiled module for its device address and size,
+    #   then copy the filter there device-to-device, on the same stream as torch so the copy is ordered
+    #   after whoever wrote w and before the launch.
+    # HINT: get the driver, call get_global('c_filter') on the cached module, check the filter fits, then one
+    #   memcpy_dtod_async with stream None.
+    # HINT: get_global returns (device address, size in bytes): the copy is w.numel() * 4 bytes, and that
+    #   must not exceed the size.
     drv = runtime.pycuda_driver()
     address, size = interop.cuda_module(CUDA_SOURCE).get_global("c_filter")
     assert w.numel() * 4 <= size, "the launcher's K check keeps the filter inside c_filter"

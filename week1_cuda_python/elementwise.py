@@ -39,6 +39,9 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 @cuda.jit
 def scale_kernel(x, alpha, out):
     # BEGIN EXERCISE: one thread per element: i = cuda.grid(1), guard i < out.size, out[i] = alpha * x[i]
+    # HINT: the vector-add pattern again with one input: each thread scales its own element, and the last
+    #   block's extra threads do nothing.
+    # HINT: global index, bounds guard, one store of alpha times the input.
     i = cuda.grid(1)
     if i < out.size:
         out[i] = alpha * x[i]
@@ -49,6 +52,11 @@ def scale_kernel(x, alpha, out):
 def relu_kernel(x, out):
     # BEGIN EXERCISE: one thread per element, guarded; keep NaN (careful: NaN > 0 is False, so
     #   `v if v > 0 else 0` turns NaN into 0 where torch.relu keeps it)
+    # HINT: ReLU is a select, not arithmetic, and comparisons with NaN are always False: pick the comparison
+    #   whose False branch keeps v.
+    # HINT: guarded global index, load into a local, then one conditional expression that returns 0 only when
+    #   v is known to be negative.
+    # HINT: `0 if v < 0 else v` (not `v if v > 0 else 0`).
     i = cuda.grid(1)
     if i < out.size:
         v = x[i]
@@ -63,6 +71,9 @@ ELEMENTS_PER_THREAD = 4
 @cuda.jit(device=True)
 def _relu(v):
     # BEGIN EXERCISE: ReLU of one value, NaN kept (the select of relu_kernel)
+    # HINT: a device function is an ordinary function the kernels inline; it holds the same NaN-keeping
+    #   select as relu_kernel.
+    # HINT: a single return of the conditional expression, testing `v < 0` so NaN falls through to v.
     return 0 if v < 0 else v
     # END EXERCISE
 
@@ -76,6 +87,13 @@ def relu_x4_kernel(x, out):
     # BEGIN EXERCISE: thread t of block b owns base = b * 256 * 4 + t and base + 256, + 512, + 768;
     #   when the last of them is < n: four loads into registers first, then four stores of _relu; else
     #   (the last block) element by element with the bounds check
+    # HINT: four independent loads issued before any store keep four memory requests in flight per thread;
+    #   keeping the four elements 256 apart keeps every warp's accesses contiguous (coalesced).
+    # HINT: compute base from the block and thread index (each block covers 256 * 4 elements) and the last of
+    #   the four offsets; if the last is in range do 4 loads then 4 stores, otherwise loop k over 4 with
+    #   a bounds check.
+    # HINT: `base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x`; offsets
+    #   are base + k * THREADS_PER_BLOCK.
     n = out.size
     base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
     last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
@@ -101,6 +119,9 @@ def scale_x4_kernel(x, alpha, out):
     """scale_kernel with four independent loads per thread (see relu_x4_kernel)."""
     # BEGIN EXERCISE: as relu_x4_kernel with alpha * v: the four elements base + k * 256, all four
     #   loads before any store when they are all in range, element by element in the last block
+    # HINT: the same four-loads-in-flight layout as relu_x4_kernel; only the per-element operation changes.
+    # HINT: copy the structure: base, last, a fast path with four loads then four stores of alpha * v, and a
+    #   guarded loop for the final block.
     n = out.size
     base = cuda.blockIdx.x * (THREADS_PER_BLOCK * ELEMENTS_PER_THREAD) + cuda.threadIdx.x
     last = base + (ELEMENTS_PER_THREAD - 1) * THREADS_PER_BLOCK
@@ -124,6 +145,9 @@ def scale_x4_kernel(x, alpha, out):
 @cuda.jit
 def saxpy_kernel(alpha, x, y, out):
     # BEGIN EXERCISE: one thread per element, guarded: out[i] = alpha * x[i] + y[i]
+    # HINT: saxpy is memory-bound (two loads, one store, two flops): one guarded thread per element is all it
+    #   needs.
+    # HINT: global index, guard against out.size, then one fused expression.
     i = cuda.grid(1)
     if i < out.size:
         out[i] = alpha * x[i] + y[i]
@@ -133,6 +157,9 @@ def saxpy_kernel(alpha, x, y, out):
 @cuda.jit
 def saxpy_grid_stride_kernel(alpha, x, y, out):
     # BEGIN EXERCISE: the grid-stride loop: i from cuda.grid(1) to out.size in steps of cuda.gridsize(1)
+    # HINT: a grid smaller than n walks the array in steps of the whole grid's thread count; range() stops at
+    #   the end, so no extra guard is needed.
+    # HINT: start from the global index, step by cuda.gridsize(1), one store per trip.
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     for i in range(start, out.size, stride):
@@ -143,6 +170,10 @@ def saxpy_grid_stride_kernel(alpha, x, y, out):
 @cuda.jit
 def matrix_add_kernel(a, b, out):
     # BEGIN EXERCISE: col, row = cuda.grid(2) (x over columns: why?); guard both against out.shape
+    # HINT: x is the fastest-moving thread index inside a warp, so putting x on the column makes 32
+    #   neighbouring threads read 32 neighbouring elements of one row (one coalesced transaction).
+    # HINT: unpack the 2-D grid index with x first, guard row and column, then one add-and-store.
+    # HINT: `col, row = cuda.grid(2)`
     # x walks columns: the 32 threads of a warp share a row and read 32 neighbouring
     # elements. With x over rows instead, each thread of a warp would hit a different row.
     col, row = cuda.grid(2)
@@ -155,6 +186,8 @@ def matrix_add_kernel(a, b, out):
 
 def _blocks(n: int) -> int:
     # BEGIN EXERCISE: blocks of THREADS_PER_BLOCK threads that cover n elements (a partial last block counts)
+    # HINT: round up, in integers: a partial last block still needs launching.
+    # HINT: `(n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK`
     return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     # END EXERCISE
 
@@ -164,6 +197,9 @@ def _scalar(alpha, name: str, dtype: torch.dtype):
         raise TypeError(f"{name} must be a Python int or float, got {type(alpha).__name__}")
     # BEGIN EXERCISE: the scalar in the array's NumPy dtype (_NUMPY[dtype]): a Python float is a
     #   float64 and would make every float32 multiply float64
+    # HINT: NumPy promotes float32 * Python float to float64 inside a Numba kernel, doubling the work and
+    #   changing the rounding; convert alpha to the array's own dtype first.
+    # HINT: look the NumPy scalar type up in _NUMPY by the torch dtype and call it on alpha.
     return _NUMPY[dtype](alpha)  # a float64 scalar would promote every float32 multiply
     # END EXERCISE
 
@@ -194,6 +230,9 @@ def relu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
 
 def _blocks_x4(n: int) -> int:
     # BEGIN EXERCISE: blocks for the x4 kernels: each block covers THREADS_PER_BLOCK * ELEMENTS_PER_THREAD elements
+    # HINT: a block of the x4 kernels covers threads-per-block times elements-per-thread elements, so the
+    #   ceiling division uses that product.
+    # HINT: a name for the per-block count, then the usual `(n + per_block - 1) // per_block`.
     per_block = THREADS_PER_BLOCK * ELEMENTS_PER_THREAD
     return (n + per_block - 1) // per_block
     # END EXERCISE
@@ -241,6 +280,9 @@ def saxpy_grid_stride(alpha: float, x: torch.Tensor, y: torch.Tensor,
     alpha, out = _saxpy_checked(alpha, x, y, out)
     if out.numel():
         # BEGIN EXERCISE: enough blocks for n, but at most 32 per SM (runtime.sm_count()): the loop covers the rest
+        # HINT: more resident blocks than the SMs can hold only adds scheduling; cap the grid and let each
+        #   thread loop over the rest.
+        # HINT: `min(` blocks for n `, 32 * runtime.sm_count())`
         blocks = min(_blocks(out.numel()), 32 * runtime.sm_count())
         # END EXERCISE
         saxpy_grid_stride_kernel[blocks, THREADS_PER_BLOCK](alpha, *_flat(x, y, out))
@@ -257,6 +299,9 @@ def matrix_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
     rows, cols = out.shape
     if out.numel():
         # BEGIN EXERCISE: the 2-D grid (blocks along x, blocks along y): x covers the columns, y the rows
+        # HINT: each grid axis is a ceiling division of its own extent by the block's extent along it; x is
+        #   the column axis.
+        # HINT: a tuple: ceil(cols / BLOCK_2D[0]) first, then ceil(rows / BLOCK_2D[1]).
         grid = (math.ceil(cols / BLOCK_2D[0]), math.ceil(rows / BLOCK_2D[1]))
         # END EXERCISE
         if grid[1] > 65535:

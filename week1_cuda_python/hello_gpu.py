@@ -48,6 +48,11 @@ def hello_1d_kernel(out):
     """Thread i of the grid writes row i: its block, thread, global index, warp and lane."""
     # BEGIN EXERCISE: i = cuda.grid(1); guard i < out.shape[0]; row i = (blockIdx.x, threadIdx.x, i,
     #   warp = threadIdx.x // cuda.warpsize, lane = cuda.laneid)
+    # HINT: one row per global thread: the row records where the thread sits in the hierarchy, and the
+    #   threads of the last, partial block must write nothing.
+    # HINT: compute the global index, guard it against the table's row count, then five stores; the warp is
+    #   the thread's position in its block divided by the warp size.
+    # HINT: the lane comes from the hardware (`cuda.laneid`), and should equal threadIdx.x % 32.
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     # The grid is rounded up to whole blocks, so the last block has threads past the end:
     # without this guard they would write into memory that is not ours.
@@ -66,6 +71,11 @@ def hello_2d_kernel(out):
     """A 2-D grid over a (rows, cols) table: x is the column, y the row."""
     # BEGIN EXERCISE: col, row = cuda.grid(2) (x first); guard both; out[row, col] = (block x, block y,
     #   thread x, thread y, col, row, warp, lane): warps are cut from the linear id ty * blockDim.x + tx
+    # HINT: a 2-D grid is two independent 1-D indexings; Numba returns x first, and x is the column so that a
+    #   warp walks a row.
+    # HINT: unpack the 2-D grid index, guard both bounds together, then eight stores; warps are cut from the
+    #   linear id in the block with x fastest.
+    # HINT: `linear = ty * cuda.blockDim.x + tx`, and the warp is `linear // cuda.warpsize`.
     col, row = cuda.grid(2)  # x first: (blockIdx.x * blockDim.x + threadIdx.x, ... y ...)
     if row < out.shape[0] and col < out.shape[1]:
         tx = cuda.threadIdx.x
@@ -89,6 +99,11 @@ def hello_grid_stride_kernel(out):
     """A fixed grid walks any n: element i is handled by thread i % gridsize, on trip i // gridsize."""
     # BEGIN EXERCISE: loop i over range(cuda.grid(1), out.shape[0], cuda.gridsize(1)), counting trips:
     #   out[i] = (this thread's global id, trip number)
+    # HINT: thread t handles elements t, t + gridsize, t + 2*gridsize...: the trip counter is how many times
+    #   round the loop it has gone.
+    # HINT: start and stride from cuda.grid/cuda.gridsize, a counter set to 0 before the `for`, two stores
+    #   and an increment inside.
+    # HINT: store `start` (not i) as the thread id: that is who handled element i.
     start = cuda.grid(1)
     stride = cuda.gridsize(1)  # blocks * threads per block
     step = 0
@@ -103,6 +118,8 @@ def hello_grid_stride_kernel(out):
 def hello_print_kernel():
     """printf from the GPU: lines arrive in whatever order the warps ran (and only at a sync)."""
     # BEGIN EXERCISE: each thread prints its block and thread index (print() works in Numba kernels)
+    # HINT: Numba kernels may call print() with constants and scalars; each thread prints its own line.
+    # HINT: one print call with the block index and the thread index along x.
     print("hello from block", cuda.blockIdx.x, "thread", cuda.threadIdx.x)
     # END EXERCISE
 
@@ -143,6 +160,9 @@ def who_am_i_1d(n: int, threads_per_block: int = THREADS_PER_BLOCK,
     out = _output(out, (n, len(WHO_1D)))
     if n:  # a grid of zero blocks is an invalid launch
         # BEGIN EXERCISE: the grid: enough blocks of threads_per_block threads to cover n rows
+        # HINT: n rows at threads_per_block per block need a ceiling division: a partial last block still
+        #   counts.
+        # HINT: `math.ceil(n / threads_per_block)` (or the integer form (n + t - 1) // t).
         blocks = math.ceil(n / threads_per_block)
         # END EXERCISE
         hello_1d_kernel[blocks, threads_per_block](interop.to_numba(out))
@@ -161,6 +181,9 @@ def who_am_i_2d(rows: int, cols: int, block: tuple = BLOCK_2D,
         raise ValueError(f"block {block} has {bx * by} threads; at most {MAX_THREADS_PER_BLOCK} per block")
     # BEGIN EXERCISE: the 2-D grid (blocks along x, blocks along y): x covers the columns with bx
     #   threads per block, y the rows with by
+    # HINT: each grid dimension is covered independently: x blocks over the columns, y blocks over the rows,
+    #   each a ceiling division.
+    # HINT: a tuple (blocks along x, blocks along y): `math.ceil(cols / bx)` first, because x is the column.
     grid = (math.ceil(cols / bx), math.ceil(rows / by))
     # END EXERCISE
     if grid[1] > MAX_GRID_Y:
@@ -182,6 +205,10 @@ def who_am_i_grid_stride(n: int, blocks: int, threads_per_block: int = THREADS_P
     if n:
         # BEGIN EXERCISE: launch hello_grid_stride_kernel on exactly `blocks` blocks of threads_per_block
         #   threads, whatever n: the loop inside covers the rest
+        # HINT: Numba's launch syntax is kernel[grid, block](args); the grid is fixed by the caller, and the
+        #   stride loop makes it correct for any n.
+        # HINT: pass the torch tensor through interop.to_numba so Numba sees the same device memory.
+        # HINT: `hello_grid_stride_kernel[blocks, threads_per_block](...)`
         hello_grid_stride_kernel[blocks, threads_per_block](interop.to_numba(out))
         # END EXERCISE
     return out
@@ -193,6 +220,8 @@ def hello_print(blocks: int = 2, threads_per_block: int = 4) -> None:
     threads_per_block = _count(threads_per_block, "threads_per_block", minimum=1, maximum=64)
     # BEGIN EXERCISE: launch hello_print_kernel on blocks x threads_per_block threads, then
     #   synchronise (device printf is flushed to stdout at a sync)
+    # HINT: a launch is asynchronous and device printf output sits in a buffer until the host synchronises.
+    # HINT: two lines: the launch with [blocks, threads] and no arguments, then cuda.synchronize().
     hello_print_kernel[blocks, threads_per_block]()
     cuda.synchronize()  # device printf is flushed to stdout at synchronisation points
     # END EXERCISE
@@ -253,6 +282,13 @@ def device_facts(measure: bool = True) -> dict:
     #   SMs, memory), the driver's attributes of numba.cuda.get_current_device() (_DRIVER_ATTRIBUTES),
     #   warps per SM and the peak bandwidth (2 x memory clock x bus width / 8), the copy bandwidth
     #   measured (course.bench.copy_bandwidth_gbps) when `measure`
+    # HINT: most facts are one attribute away: torch's device properties for name/capability/SMs/memory, the
+    #   driver for the rest; a couple are derived (warps per SM, DDR peak bandwidth).
+    # HINT: build a dict from props, loop over _DRIVER_ATTRIBUTES calling _driver_attribute, then derive: max
+    #   threads // warp size, and 2 * clock(Hz) * bus width(bytes); guard the derivations on attributes
+    #   that may be None.
+    # HINT: the peak: `2 * clock_khz * 1e3 * bus_width_bits / 8 / 1e9` GB/s (double data rate: two transfers
+    #   per clock).
     props = torch.cuda.get_device_properties(runtime.DEVICE)
     facts = {
         "simulated": False,

@@ -74,6 +74,11 @@ def histogram_global_kernel(x, counts):
     """One thread per element, one atomic add in global memory per element."""
     # BEGIN EXERCISE: one thread per element (guarded): cuda.atomic.add(counts, value, 1) when
     #   0 <= value < counts.size
+    # HINT: many threads hit the same bin at once, so the increment must be atomic; values outside [0, bins)
+    #   are ignored rather than written out of bounds.
+    # HINT: guarded global index, load the value, a second guard on its range, then one atomic add of 1 at
+    #   index `value`.
+    # HINT: the range guard: `value >= 0 and value < counts.size`.
     i = cuda.grid(1)
     if i < x.size:
         value = x[i]
@@ -88,6 +93,13 @@ def histogram_shared_kernel(x, counts):
     # BEGIN EXERCISE: block_counts = cuda.shared.array(0, int32) (dynamic: sized by the launch); zero it
     #   (threads striding over the bins), cuda.syncthreads(), grid-stride over x with shared atomics,
     #   cuda.syncthreads(), add each nonzero counter to `counts` with one global atomic
+    # HINT: a private histogram per block in shared memory turns most atomics into fast on-SM ones that only
+    #   this block competes for; the global histogram then gets one atomic per nonzero bin per block.
+    # HINT: dynamic shared int32 array (size 0 in the kernel, set at launch); zero it with a block-stride
+    #   loop over bins; barrier; grid-stride loop over x with range-checked shared atomics; barrier;
+    #   block-stride loop over bins adding nonzero counts to `counts`.
+    # HINT: two barriers: after zeroing (nobody counts into an unzeroed bin) and before merging (every count
+    #   is in).
     block_counts = cuda.shared.array(0, int32)  # size set at launch: bins * 4 bytes
     bins = counts.size
     tid = cuda.threadIdx.x
@@ -137,6 +149,9 @@ def histogram_numba_global(x: torch.Tensor, bins: int, out: torch.Tensor | None 
     out = _checked(x, bins, out, "histogram_numba_global")
     if x.numel():
         # BEGIN EXERCISE: launch histogram_global_kernel, one thread per element in blocks of THREADS
+        # HINT: no loop in the global kernel: one thread per element, so the grid is n rounded up to whole
+        #   blocks of THREADS.
+        # HINT: Numba launch `kernel[blocks, THREADS](...)` with both tensors through interop.to_numba.
         histogram_global_kernel[math.ceil(x.numel() / THREADS), THREADS](interop.to_numba(x), interop.to_numba(out))
         # END EXERCISE
     return out
@@ -151,6 +166,9 @@ def histogram_numba_shared(x: torch.Tensor, bins: int, out: torch.Tensor | None 
         # BEGIN EXERCISE: launch histogram_shared_kernel on _grid(n, THREADS, BLOCKS_PER_SM) blocks with
         #   kernel[blocks, THREADS, 0, shared bytes]: the last number sizes the dynamic shared array, in
         #   bytes (one int32 counter per bin)
+        # HINT: dynamic shared memory is sized at launch, in bytes: the fourth launch-config item; one int32
+        #   per bin is 4 bytes each.
+        # HINT: `histogram_shared_kernel[_grid(n, THREADS, BLOCKS_PER_SM), THREADS, 0, 4 * bins](...)`
         histogram_shared_kernel[_grid(x.numel(), THREADS, BLOCKS_PER_SM), THREADS, 0, 4 * bins](
             interop.to_numba(x), interop.to_numba(out))
         # END EXERCISE
@@ -172,6 +190,10 @@ def histogram_cuda_global(x: torch.Tensor, bins: int, out: torch.Tensor | None =
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
         # BEGIN EXERCISE: launch `histogram_global_*` (_cuda_c_kernel("global", dtype)) with one thread per
         #   element: prepared_async_call(grid, (THREADS, 1, 1), None, x, out pointers, n, bins)
+        # HINT: the CUDA C global kernel is the same one-thread-per-element launch, through PyCUDA's prepared
+        #   call: a 2-D grid tuple, a 3-D block tuple and stream None.
+        # HINT: grid `(math.ceil(n / THREADS), 1)`, then the pointers via data_ptr(), n and bins in the
+        #   prepared order.
         _cuda_c_kernel("global", x.dtype).prepared_async_call(
             (math.ceil(n / THREADS), 1), (THREADS, 1, 1), None, x.data_ptr(), out.data_ptr(), n, bins)
         # END EXERCISE
@@ -185,6 +207,11 @@ def histogram_cuda_shared(x: torch.Tensor, bins: int, out: torch.Tensor | None =
     if n:
         # BEGIN EXERCISE: launch `histogram_shared_*` on the grid-stride grid (_grid) with shared_size = the
         #   dynamic shared memory in bytes (one int per bin)
+        # HINT: PyCUDA passes the dynamic shared memory size as a keyword of the call, in bytes; the kernel
+        #   grid-strides, so the grid comes from _grid.
+        # HINT: prepared_async_call((_grid(...), 1), (THREADS, 1, 1), None, pointers, n, bins,
+        #   shared_size=...)
+        # HINT: `shared_size=4 * bins`
         _cuda_c_kernel("shared", x.dtype).prepared_async_call(
             (_grid(n, THREADS, BLOCKS_PER_SM), 1), (THREADS, 1, 1), None, x.data_ptr(), out.data_ptr(), n, bins,
             shared_size=4 * bins)
@@ -206,6 +233,13 @@ def _private(rung: str, x, out, bins: int, threads: int = PRIVATE_THREADS,
     # BEGIN EXERCISE: the launch shape: copies = copies_for(rung, bins, threads) sub-histograms; 16-byte
     #   vector loads only when x is 16-byte aligned (vectorize 0 or 1); a vector holds 16 // itemsize
     #   elements, and the grid (_grid) counts threads for vectors, not elements
+    # HINT: several sub-histogram copies spread contention for hot bins; 16-byte loads need an aligned base;
+    #   and since each thread reads one 16-byte vector per step, the grid is sized in vectors, not
+    #   elements.
+    # HINT: four names: copies from copies_for, vectorize as int of the alignment test, elements per vector
+    #   from the item size, grid from _grid on the vector count.
+    # HINT: `per_thread = 16 // x.element_size()` and `_grid(math.ceil(n / per_thread), threads,
+    #   blocks_per_sm)`.
     copies = copies_for(rung, bins, threads)
     vectorize = int(x.data_ptr() % 16 == 0)  # 16-byte loads need 16-byte aligned addresses
     per_thread = 16 // x.element_size()

@@ -60,6 +60,12 @@ def matmul_numba_naive_kernel(a, b, c):
     threads of a warp read consecutive elements of B's row and write a contiguous piece of C."""
     # BEGIN EXERCISE: col, row = cuda.grid(2) (x is the column: why?); guard both; acc = float32(0)
     #   summed over k of a[row, k] * b[k, col]; c[row, col] = acc
+    # HINT: each thread computes one dot product, row of A times column of B; with x on the column the 32
+    #   threads of a warp read 32 consecutive elements of B's row k (coalesced) and all read the same A
+    #   element (a broadcast).
+    # HINT: 2-D grid index (x first), guard both against C's shape, a float32 accumulator, a loop over k, one
+    #   store.
+    # HINT: `acc += a[row, k] * b[k, col]` with `acc = float32(0.0)` (a Python 0.0 would make it float64).
     col, row = cuda.grid(2)
     m, k_total = a.shape
     n = b.shape[1]
@@ -79,6 +85,13 @@ def matmul_numba_tiled_kernel(a, b, c):
     #   merges two on one line); for each k0 step of TILE: load one element of each tile per thread (0
     #   outside the matrices), cuda.syncthreads(), accumulate TILE products, cuda.syncthreads() again;
     #   then write c with a bounds check
+    # HINT: each element loaded into a shared tile is reused by TILE threads, cutting global traffic by a
+    #   factor TILE; padding tiles with zeros past the matrix edges lets the inner loop run unguarded.
+    # HINT: two shared arrays on two lines; row/col from block and thread indices; loop k0 over K in steps of
+    #   TILE: guarded loads (else 0) of a[row, k0 + tx] and b[k0 + ty, col], barrier, TILE FMAs, barrier;
+    #   bounds-checked store at the end.
+    # HINT: the second `cuda.syncthreads()` after the FMAs: otherwise a fast warp overwrites the tile a slow
+    #   warp is still reading.
     # One cuda.shared.array per line: the simulator merges two allocations written on one.
     a_tile = cuda.shared.array((TILE, TILE), float32)
     b_tile = cuda.shared.array((TILE, TILE), float32)
@@ -146,6 +159,13 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
             # BEGIN EXERCISE: load the bm x bk tile of A TRANSPOSED (a_tile[kk, r]) and the bk x bn tile of B
             #   (a_loads and b_loads elements per thread: idx = tid + load * threads), 0 outside the
             #   matrices; then cuda.syncthreads()
+            # HINT: all the block's threads cooperate on the copy: element idx = tid + load * threads of the
+            #   flattened tile, so consecutive threads read consecutive addresses; A is stored transposed
+            #   (k-major) so the compute loop reads both tiles along k.
+            # HINT: for each of a_loads: idx -> (r, kk) with // and % by bk, a guarded load into a_tile[kk,
+            #   r] (0 outside); for each of b_loads: idx -> (kk, cc) with // and % by bn, into b_tile[kk,
+            #   cc]; then one barrier.
+            # HINT: the transpose happens in the store: `a_tile[kk, r] = a[block_row + r, k0 + kk]`.
             for load in range(a_loads):
                 idx = tid + load * threads
                 r = idx // bk
@@ -167,6 +187,13 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
             # BEGIN EXERCISE: for each kk of the tile: tm values of A (rows thread_row + i * rows_of_threads)
             #   and tn of B (columns thread_col + j * cols_of_threads) into reg_m, reg_n, then their outer
             #   product into acc; cuda.syncthreads() before the next tile overwrites these
+            # HINT: register blocking: for each k, a thread loads tm values of A and tn of B from shared
+            #   memory once and forms all tm * tn products, so each shared read feeds several FMAs.
+            # HINT: loop kk over bk: fill reg_m (A at the thread's strided rows) and reg_n (B at its strided
+            #   columns), then a double loop adding their outer product into acc; one barrier after the
+            #   kk loop.
+            # HINT: the thread's i-th row is `thread_row + i * rows_of_threads` (strided, so a half-warp
+            #   reads consecutive words).
             for kk in range(bk):
                 for i in range(tm):
                     reg_m[i] = a_tile[kk, thread_row + i * rows_of_threads]
@@ -179,6 +206,10 @@ def _regblock_kernel(bm: int, bn: int, bk: int, tm: int, tn: int):
             # END EXERCISE
         # BEGIN EXERCISE: store acc[i, j] at row block_row + thread_row + i * rows_of_threads, column
         #   block_col + thread_col + j * cols_of_threads, bounds-checked
+        # HINT: the thread's outputs sit at the same strided positions it read: tile origin + thread offset +
+        #   i (or j) times the thread grid's extent; edges of C need a check.
+        # HINT: double loop over i, j; compute row and col; check row < m (outside the j loop) and col < n;
+        #   store acc[i, j].
         for i in range(tm):
             row = block_row + thread_row + i * rows_of_threads
             if row < m:
@@ -239,6 +270,8 @@ def matmul_numba_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | Non
     if _trivial(out, m, n, k):
         return out
     # BEGIN EXERCISE: TILE x TILE threads per block, one per output: the grid (x over C's columns, y over its rows)
+    # HINT: one thread per output of C and TILE x TILE blocks: x covers the columns, y the rows.
+    # HINT: `(math.ceil(n / TILE), math.ceil(m / TILE))`
     grid = (math.ceil(n / TILE), math.ceil(m / TILE))
     # END EXERCISE
     matmul_numba_naive_kernel[grid, (TILE, TILE)](*(interop.to_numba(t) for t in (a, b, out)))
@@ -251,6 +284,9 @@ def matmul_numba_tiled(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | Non
     if _trivial(out, m, n, k):
         return out
     # BEGIN EXERCISE: one TILE x TILE block per TILE x TILE tile of C: the grid
+    # HINT: the tiled kernel also gives each block one TILE x TILE tile of C, so the grid is the same as the
+    #   naive one.
+    # HINT: a tuple of ceiling divisions: columns by TILE along x, rows by TILE along y.
     grid = (math.ceil(n / TILE), math.ceil(m / TILE))  # x over the tiles of a row of C
     # END EXERCISE
     matmul_numba_tiled_kernel[grid, (TILE, TILE)](*(interop.to_numba(t) for t in (a, b, out)))
@@ -265,6 +301,9 @@ def matmul_numba_regblock(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | 
     kernel = matmul_numba_regblock_kernel
     bm, bn, _, _, _, threads = kernel.tiles
     # BEGIN EXERCISE: one block of `threads` threads per bm x bn tile of C: the grid
+    # HINT: a register-blocked block computes a bm x bn tile of C with `threads` threads, so the grid counts
+    #   tiles, not threads.
+    # HINT: `(math.ceil(n / bn), math.ceil(m / bm))`: x over C's columns.
     grid = (math.ceil(n / bn), math.ceil(m / bm))
     # END EXERCISE
     kernel[grid, threads](*(interop.to_numba(t) for t in (a, b, out)))
@@ -313,6 +352,14 @@ def _launch_cuda_c(rung: str, a, b, out) -> torch.Tensor:
     #   up to it (_padded, _round_up; float4 rungs also need 16-byte aligned pointers), compute into a
     #   padded C when needed, grid = (Np / bn, Mp / bm); the bounds-checked rungs: c = out, a grid
     #   covering M x N with `block` threads, threadIdx.x over rows or over columns as `layout` says
+    # HINT: the fast rungs have no bounds checks, so they need sizes that are multiples of their tile: pad
+    #   the operands with zeros (zeros add nothing to the dot products) and compute into a padded C when
+    #   the shape or alignment differs; the simple rungs check bounds and only need a grid over M x N.
+    # HINT: if `multiple`: unpack (bm, bn, bk), round m, n, k up, pad a and b with _padded, pick c (out or a
+    #   fresh padded tensor), grid in tiles; else: grid from `block`, oriented by `layout` (rows_in_x
+    #   puts M along x).
+    # HINT: the padded grid: `(np_ // bn, mp // bm)`; allocate a new c when `(mp, np_) != (m, n)` or the
+    #   float4 rung sees an unaligned out.
     c = out
     if multiple is not None:
         bm, bn, bk = multiple

@@ -182,6 +182,10 @@ def kernel_name(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> str
 def padded_shape(rung: str, m: int, n: int, k: int, tiles: TileConfig = DEFAULT_TILES) -> tuple[int, int, int]:
     """(Mp, Np, Kp): M, N, K rounded up to the multiples the rung's kernel assumes."""
     # BEGIN EXERCISE: M, N, K each rounded up to the multiple RUNGS[rung].tiles(tiles) gives (_round_up)
+    # HINT: the tensor-core kernels have no bounds checks, so each dimension must be a whole number of the
+    #   rung's tiles; zero padding does not change the product.
+    # HINT: ask the rung for its (tm, tn, tk) multiples given `tiles`, then round each of m, n, k up with
+    #   _round_up.
     tm, tn, tk = RUNGS[rung].tiles(tiles)
     return _round_up(m, tm), _round_up(n, tn), _round_up(k, tk)
     # END EXERCISE
@@ -191,6 +195,11 @@ def padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """`t` itself if it already is rows x cols and 32-byte aligned, else a zero-padded copy."""
     # BEGIN EXERCISE: no copy when t already is rows x cols and ALIGNMENT-byte aligned (t.data_ptr());
     #   else a zeros((rows, cols)) tensor (fresh, so aligned) with t in its top-left corner
+    # HINT: copying is only needed when the kernel's assumptions fail: the shape is not the padded one, or
+    #   the base address is not aligned for the vector/wmma loads; a fresh allocation is always aligned.
+    # HINT: an early return of t when both hold; else a zeros tensor of the padded shape (t's dtype and
+    #   device) with t copied into its top-left slice.
+    # HINT: the test: `tuple(t.shape) == (rows, cols) and t.data_ptr() % ALIGNMENT == 0`.
     if tuple(t.shape) == (rows, cols) and t.data_ptr() % ALIGNMENT == 0:
         return t
     out = torch.zeros((rows, cols), dtype=t.dtype, device=t.device)
@@ -204,6 +213,12 @@ def launch_geometry(rung: str, m: int, n: int, tiles: TileConfig = DEFAULT_TILES
     # BEGIN EXERCISE: the C tile one block covers (NAIVE_BLOCK for the naive rung, else tiles.bm x tiles.bn)
     #   and its threads (NAIVE_THREADS, else tiles.threads); grid = (blocks along N, blocks along M),
     #   block = (threads, 1, 1)
+    # HINT: a block covers one tile of C, whose size and thread count depend on the rung: a fixed small tile
+    #   for the naive rung, the tile configuration for the others; blockIdx.x walks N so that the grid's
+    #   x matches C's columns.
+    # HINT: an if/else choosing (block_m, block_n, threads), then return the pair (grid, block): grid by
+    #   ceiling division along N then M, block as a 3-tuple.
+    # HINT: `return (math.ceil(n / block_n), math.ceil(m / block_m)), (threads, 1, 1)`
     if rung == "naive":
         block_m, block_n = NAIVE_BLOCK
         threads = NAIVE_THREADS

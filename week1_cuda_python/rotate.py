@@ -46,6 +46,11 @@ def rotate_cw_naive_kernel(x, out):
     warp hits a different row, one 32-byte sector for 4 useful bytes."""
     # BEGIN EXERCISE: one thread per element of x: col, row = cuda.grid(2) (x walks a row of x); guard
     #   both; out[col, rows - 1 - row] = x[row, col]
+    # HINT: a clockwise rotation is a transpose followed by a mirror: row i of x becomes column R - 1 - i of
+    #   out, element j of that row lands in row j.
+    # HINT: 2-D grid index with x on the column (coalesced reads), guard against x's shape, one store at the
+    #   rotated position.
+    # HINT: the destination: `out[col, rows - 1 - row]`.
     col, row = cuda.grid(2)
     rows, cols = x.shape
     if row < rows and col < cols:
@@ -57,6 +62,9 @@ def rotate_cw_naive_kernel(x, out):
 def rotate_ccw_naive_kernel(x, out):
     """Same access pattern, element (i, j) to (C - 1 - j, i)."""
     # BEGIN EXERCISE: as rotate_cw_naive_kernel, element (row, col) to out[cols - 1 - col, row]
+    # HINT: counter-clockwise mirrors the other axis: column j of x becomes row C - 1 - j of out, row i
+    #   becomes the column.
+    # HINT: same three lines as the clockwise kernel; only the destination indices change.
     col, row = cuda.grid(2)
     rows, cols = x.shape
     if row < rows and col < cols:
@@ -73,6 +81,11 @@ def _tiled_kernel(clockwise: bool, pad: int, dtype):
         # BEGIN EXERCISE: tile = cuda.shared.array((TILE, width), dtype); block (bx, by) reads the tile of
         #   x at rows by * TILE.., cols bx * TILE.. with threadIdx.x along a row (coalesced), BLOCK_ROWS
         #   rows at a time (bounds-checked); then cuda.syncthreads()
+        # HINT: staging through shared memory lets both the read of x and the write of out walk rows
+        #   (coalesced); the read is exactly the tiled transpose's load phase.
+        # HINT: shared tile (padded width given), this block's column from blockIdx.x * TILE + tx, loop j
+        #   over range(0, TILE, BLOCK_ROWS) with a bounds check, then a barrier.
+        # HINT: `tile[ty + j, tx] = x[row, col]` for in-range elements, then `cuda.syncthreads()`.
         tile = cuda.shared.array((TILE, width), dtype)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -93,6 +106,15 @@ def _tiled_kernel(clockwise: bool, pad: int, dtype):
         #   element (coalesced): the block writes the mirror-image tile of out (which one depends on the
         #   direction), and clockwise each thread reads the mirror-image row of the tile (TILE - 1 - tx);
         #   bounds-check both coordinates (a partial tile's mirror starts below 0)
+        # HINT: tile column c becomes one row of out; thread tx writes element tx of that row, so the warp
+        #   writes contiguously; which out tile the block writes, and whether the tile is read reversed,
+        #   follow from the rotation formulas.
+        # HINT: loop j in steps of BLOCK_ROWS with c = ty + j; branch on `clockwise`: compute out_row and
+        #   out_col for the block (clockwise: row from bx, column counted back from rows; ccw: row
+        #   counted back from cols, column from by), bounds-check (>= 0 on the mirrored side), store from
+        #   the tile.
+        # HINT: clockwise: `out_col = rows - (cuda.blockIdx.y + 1) * TILE + tx` reading `tile[TILE - 1 - tx,
+        #   c]`.
         for j in range(0, TILE, BLOCK_ROWS):
             c = ty + j
             if clockwise:
@@ -145,6 +167,9 @@ def rotate90_naive(x: torch.Tensor, clockwise: bool = True, out: torch.Tensor | 
         kernel = rotate_cw_naive_kernel if clockwise else rotate_ccw_naive_kernel
         # BEGIN EXERCISE: one thread per element in blocks of TILE x BLOCK_ROWS threads: the grid (blocks
         #   along x over the columns of x, blocks along y over its rows)
+        # HINT: one thread per element with blocks of TILE x BLOCK_ROWS threads: each axis is its own ceiling
+        #   division.
+        # HINT: `(math.ceil(cols / TILE), math.ceil(rows / BLOCK_ROWS))`: x over columns.
         grid = (math.ceil(cols / TILE), math.ceil(rows / BLOCK_ROWS))
         # END EXERCISE
         kernel[grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
@@ -157,6 +182,9 @@ def _tiled(kind, x, clockwise, out):
         rows, cols = x.shape
         # BEGIN EXERCISE: one block of TILE x BLOCK_ROWS threads per TILE x TILE tile of x: the grid (x
         #   over the tiles of a row, y over the tiles of a column)
+        # HINT: the tiled kernel maps one block to a whole TILE x TILE tile (its threads loop over the tile's
+        #   rows), so both axes divide by TILE.
+        # HINT: a tuple of ceil(cols / TILE) and ceil(rows / TILE); a partial edge tile still gets its block.
         grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
         # END EXERCISE
         _TILED[kind, clockwise, x.dtype][grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))

@@ -92,6 +92,12 @@ def _hillis_steele_kernel(dtype):
         # BEGIN EXERCISE: the load into a double buffer: buffer = cuda.shared.array((2, HILLIS_STEELE_MAX),
         #   dtype); thread t loads x[t] (x[t - 1] when exclusive, 0 outside) into buffer[0, t];
         #   cuda.syncthreads()
+        # HINT: an exclusive scan is the inclusive scan of x shifted right by one with 0 shifted in, so only
+        #   the load differs; threads past n (the block is rounded up) load the identity 0 so they add
+        #   nothing.
+        # HINT: allocate the (2, HILLIS_STEELE_MAX) shared buffer, pick the source index (t - 1 or t), store
+        #   x[src] or 0 into row 0 at t, then a barrier before anyone reads a neighbour.
+        # HINT: the guard for the real load: `t < n and src >= 0`.
         buffer = cuda.shared.array((2, HILLIS_STEELE_MAX), dtype)
         t = cuda.threadIdx.x
         n = x.size
@@ -105,6 +111,14 @@ def _hillis_steele_kernel(dtype):
         # END EXERCISE
         # BEGIN EXERCISE: for offset = 1, 2, 4, ... < n: read one buffer, add the element `offset` to the
         #   left (t >= offset), write the other buffer, swap, cuda.syncthreads(); then out[t] (t < n)
+        # HINT: each step adds the element `offset` to the left, doubling the span every thread has summed;
+        #   reading and writing the same buffer would let a thread read a neighbour that has already been
+        #   updated in this step, hence two buffers.
+        # HINT: track which buffer is current (0/1); while offset < n: read own value, add the left neighbour
+        #   if t >= offset, write into the other buffer, flip, barrier, double offset; finally store row
+        #   `current` if t < n.
+        # HINT: the barrier sits inside the loop after the flip: no thread may overwrite a buffer a slower
+        #   warp still reads.
         current = 0
         offset = 1
         while offset < n:
@@ -132,6 +146,9 @@ scan_hillis_steele_kernel_i32 = _hillis_steele_kernel(int32)
 def padded(i):
     """Index i after inserting one padding word every 32: spreads strided accesses over banks."""
     # BEGIN EXERCISE: i plus one padding word per 32 words before it (i >> LOG_BANKS)
+    # HINT: with strides of 32 words, all addresses of a warp fall into one bank; inserting one spare word
+    #   after every 32 shifts each run into the next bank.
+    # HINT: one return: i plus the number of complete 32-word runs before it, a shift by LOG_BANKS.
     return i + (i >> LOG_BANKS)
     # END EXERCISE
 
@@ -144,6 +161,12 @@ def _blelloch_kernel(dtype):
         # BEGIN EXERCISE: the tile into shared memory: tree = cuda.shared.array(BLELLOCH_SHARED, dtype); the
         #   tile of m = 2 * blockDim.x elements from blockIdx.x * m: thread t loads elements t and t + m/2
         #   (0 past the end) into tree[padded(...)], and keeps them (xa, xb) for the inclusive result
+        # HINT: each block scans a tile of twice its thread count; thread t owns elements t and t + m/2 so
+        #   both loads coalesce across a warp; past the end it stores the identity.
+        # HINT: shared array, t, m = 2 * blockDim.x, base = blockIdx.x * m; two guarded loads into tree at
+        #   padded indices (else 0); then read both back into xa and xb.
+        # HINT: reading xa/xb back from shared memory keeps them in the tile's dtype (a Python 0 next to
+        #   float32 would turn the adds into float64).
         tree = cuda.shared.array(BLELLOCH_SHARED, dtype)
         t = cuda.threadIdx.x
         m = 2 * cuda.blockDim.x
@@ -168,6 +191,12 @@ def _blelloch_kernel(dtype):
         # BEGIN EXERCISE: the up-sweep: partial sums of 2, 4, 8, ... elements, m/2, m/4, ... active threads,
         #   cuda.syncthreads() before each level; thread t adds node left = stride * (2t + 1) - 1 into
         #   right = stride * (2t + 2) - 1
+        # HINT: the up-sweep builds a tree of partial sums in place: at level with stride s, each active
+        #   thread adds the left child's sum into the right child, and the number of active threads
+        #   halves each level.
+        # HINT: stride = 1, active = m // 2; while active > 0: barrier, if t < active compute left/right from
+        #   stride and t and add, then double stride and halve active.
+        # HINT: `left = stride * (2 * t + 1) - 1`, `right = stride * (2 * t + 2) - 1`, each through padded().
         stride = 1
         active = m // 2
         while active > 0:  # up-sweep: partial sums of 2, 4, 8, ... elements
@@ -183,6 +212,12 @@ def _blelloch_kernel(dtype):
         # BEGIN EXERCISE: thread 0 writes the root (the tile's total) to block_sums[blockIdx.x] and sets it to
         #   0; the down-sweep (1, 2, 4, ... active threads, cuda.syncthreads() before each level): each
         #   node passes its prefix to its left child and prefix + left to its right child
+        # HINT: after the up-sweep the last node holds the whole tile's sum: save it for the multi-block
+        #   pass, replace it with 0 (the identity), and walk the tree down; each node hands its prefix to
+        #   the left child and prefix + left's old sum to the right.
+        # HINT: thread 0 writes block_sums and zeroes the root; active = 1; while active < m: halve stride,
+        #   barrier, if t < active swap-and-add left/right, double active.
+        # HINT: the swap: save tree[left], set tree[left] = tree[right], then tree[right] += the saved value.
         if t == 0:
             block_sums[cuda.blockIdx.x] = tree[padded(m - 1)]  # the root: this tile's total
             tree[padded(m - 1)] = 0  # the identity at the root starts the exclusive scan
@@ -202,6 +237,10 @@ def _blelloch_kernel(dtype):
         # The tree holds the exclusive scan; the inclusive one adds each element once more.
         # BEGIN EXERCISE: write the two elements of this thread (bounds-checked): the tree's value when
         #   exclusive, plus the element itself (xa, xb) when inclusive
+        # HINT: the tree now holds the exclusive scan; the inclusive scan of an element is its exclusive
+        #   prefix plus itself, which is why xa and xb were kept.
+        # HINT: two bounds-checked stores (base + a, base + b), each choosing the tree value alone or the
+        #   tree value plus xa/xb.
         if base + a < n:
             out[base + a] = tree[padded(a)] if exclusive else tree[padded(a)] + xa
         if base + b < n:
@@ -219,6 +258,10 @@ scan_blelloch_kernel_i32 = _blelloch_kernel(int32)
 def scan_add_offsets_kernel(out, offsets, tile):
     """out[i] += offsets[i // tile]: the sum of all tiles before element i's tile."""
     # BEGIN EXERCISE: one thread per element: out[i] += offsets[i // tile], tile 0 adding nothing
+    # HINT: tile k needs the total of tiles 0..k-1 added to each of its elements; the offsets array is that
+    #   exclusive scan, and tile 0 gets nothing.
+    # HINT: global index, its tile number by integer division, a guard on both i < out.size and tile > 0,
+    #   then an in-place add.
     i = cuda.grid(1)
     block = i // tile
     if i < out.size and block > 0:
@@ -258,6 +301,10 @@ def scan_numba_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *
     if n:
         kernel = _NUMBA["hillis_steele", x.dtype]
         # BEGIN EXERCISE: one block of n threads, one element each (exclusive passed as an int)
+        # HINT: the single-block Hillis-Steele kernel gives each thread one element, so the block has exactly
+        #   n threads (n <= the block limit, checked before).
+        # HINT: Numba launch kernel[1, n] with the two tensors through interop.to_numba and exclusive as an
+        #   int.
         kernel[1, n](interop.to_numba(x), interop.to_numba(out), int(exclusive))
         # END EXERCISE
     return out
@@ -271,6 +318,9 @@ def scan_numba_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     if n:
         scratch = torch.empty(1, dtype=x.dtype, device=x.device)  # the block total, unused here
         # BEGIN EXERCISE: one block of next_power_of_two(n) / 2 threads (at least 1): two elements each
+        # HINT: Blelloch's tree needs a power-of-two tile, and each thread handles two elements, so the
+        #   thread count is half the next power of two.
+        # HINT: `max(1, _next_pow2(n) // 2)`: n = 1 still needs one thread.
         threads = max(1, _next_pow2(n) // 2)
         # END EXERCISE
         _NUMBA["blelloch", x.dtype][1, threads](interop.to_numba(x), interop.to_numba(out),
@@ -292,6 +342,13 @@ def _numba_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threa
     # BEGIN EXERCISE: tiles of 2 * threads elements: the Blelloch kernel on every tile at once, writing each
     #   tile's total; when there is more than one tile, the exclusive scan of the totals (this function,
     #   recursively) and scan_add_offsets_kernel to add them back (one thread per element)
+    # HINT: scan every tile independently, collect each tile's total, scan those totals (exclusive) to get
+    #   each tile's offset, and add the offsets back; the totals are a tile-times-shorter scan, so the
+    #   same function recurses.
+    # HINT: tile = 2 * threads; blocks = ceil(n / tile); a totals tensor; launch the blelloch kernel on
+    #   [blocks, threads]; if blocks > 1: offsets = empty_like(totals), recurse with exclusive=True, then
+    #   scan_add_offsets_kernel on one thread per element.
+    # HINT: the recursion is always exclusive: `_numba_multiblock(totals, offsets, True, threads)`.
     tile = 2 * threads
     blocks = math.ceil(x.numel() / tile)
     totals = torch.empty(blocks, dtype=x.dtype, device=x.device)
@@ -340,6 +397,10 @@ def scan_cuda_hillis_steele(x: torch.Tensor, out: torch.Tensor | None = None, *,
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
         # BEGIN EXERCISE: `scan_hillis_steele_*` on one block of n threads: prepared_async_call(grid, block,
         #   None, x, out pointers, n, exclusive)
+        # HINT: a PyCUDA launch needs a grid tuple, a 3-D block tuple, a stream (None: torch's legacy default
+        #   stream, so ordering with torch holds) and the raw arguments in the prepared order.
+        # HINT: one prepared_async_call on the hillis_steele kernel for x.dtype: grid (1, 1), block (n, 1,
+        #   1), then pointers, n and int(exclusive).
         _cuda_c_kernel("hillis_steele", x.dtype).prepared_async_call(
             (1, 1), (n, 1, 1), None, x.data_ptr(), out.data_ptr(), n, int(exclusive))
         # END EXERCISE
@@ -354,6 +415,10 @@ def scan_cuda_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
     if n:
         # BEGIN EXERCISE: `scan_blelloch_*` on one block of next_power_of_two(n) / 2 threads, block_sums = 0
         #   (NULL: no tile total wanted)
+        # HINT: same single-tile Blelloch shape as the Numba launcher: half the next power of two threads;
+        #   block_sums is a pointer argument, and 0 is the NULL the kernel checks for.
+        # HINT: threads from _next_pow2, then prepared_async_call with grid (1, 1), block (threads, 1, 1),
+        #   None, x and out pointers, 0, n, int(exclusive).
         threads = max(1, _next_pow2(n) // 2)
         _cuda_c_kernel("blelloch", x.dtype).prepared_async_call(
             (1, 1), (threads, 1, 1), None, x.data_ptr(), out.data_ptr(), 0, n, int(exclusive))
@@ -364,6 +429,11 @@ def scan_cuda_blelloch(x: torch.Tensor, out: torch.Tensor | None = None, *,
 def _cuda_multiblock(x: torch.Tensor, out: torch.Tensor, exclusive: bool, threads: int) -> None:
     # BEGIN EXERCISE: as _numba_multiblock with the CUDA C kernels: `scan_blelloch_*` on every tile (writing
     #   the totals), the recursion over the totals, `scan_add_offsets_*`
+    # HINT: the CUDA C kernels follow the same three-phase plan as _numba_multiblock: tile scans with totals,
+    #   a recursive exclusive scan of the totals, then an offsets pass.
+    # HINT: translate each Numba launch into a prepared_async_call: grid (blocks, 1) and block (threads, 1,
+    #   1); pointers via data_ptr(); the add_offsets kernel takes out, offsets, n and tile.
+    # HINT: recurse on `_cuda_multiblock(totals, offsets, True, threads)` between the two launches.
     tile = 2 * threads
     n = x.numel()
     blocks = math.ceil(n / tile)
@@ -400,6 +470,12 @@ def lookback_launch(x, out, exclusive: bool, threads: int = LOOKBACK_THREADS, ve
     # BEGIN EXERCISE: one block per tile of threads * vectors * 4 elements; the work buffer, ZEROED on every
     #   call (all flags NOT_READY): word 0 the counter that hands out tile numbers, words 1..tiles each
     #   tile's status; 16-byte vectors only when x and out are both 16-byte aligned
+    # HINT: decoupled look-back tiles publish a status word that later tiles poll; a stale flag from the
+    #   previous call would be read as READY, so the buffer must be zero (NOT_READY) every call, plus one
+    #   word the blocks use to take tile numbers in launch order.
+    # HINT: tile = threads * vectors * 4 elements; tiles by ceiling division; an int64 zeros tensor of tiles
+    #   + 1 words; vectorize as 0/1 from both pointers' alignment.
+    # HINT: `torch.zeros(tiles + 1, dtype=torch.int64, ...)`: zeros, never empty.
     tile = threads * vectors * 4
     tiles = math.ceil(n / tile)
     # Word 0: the counter that hands out tile numbers; words 1..tiles: each tile's status

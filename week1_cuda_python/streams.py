@@ -65,6 +65,12 @@ def chunk_bounds(n: int, chunks: int, align: int = CHUNK_ALIGN) -> list[tuple[in
     n, chunks, align = _int(n, "n", 0), _int(chunks, "chunks", 1), _int(align, "align", 1)
     # BEGIN EXERCISE: one chunk size for all: n / chunks rounded up, then up to a multiple of `align`;
     #   the pieces (lo, hi) in order, the last one cut at n; [] for n = 0
+    # HINT: every chunk but the last has the same size, and starting every chunk at a multiple of `align`
+    #   elements keeps each chunk's device address 256-byte aligned, like the allocation itself: take the
+    #   ceiling of n / chunks, then round that up to a multiple of align.
+    # HINT: two lines: the size (ceiling, then round up to `align`), and a list comprehension over range(0,
+    #   n, size) cutting each piece's end at n; n = 0 returns [].
+    # HINT: `(lo, min(lo + size, n))` for each lo.
     size = math.ceil(math.ceil(n / chunks) / align) * align
     return [(lo, min(lo + size, n)) for lo in range(0, n, size)] if n else []
     # END EXERCISE
@@ -166,6 +172,14 @@ def _enqueue(a, b, out, workspace, streams: tuple, bounds, iters: int) -> None:
         #   in (drv.memcpy_htod_async(device pointer + 4 * lo, host numpy slice, stream)), launch
         #   busy_add_f32 on the chunk (kernel.prepared_async_call(grid, block, stream, ...pointers at the
         #   chunk, hi - lo, iters)), copy out[lo:hi] back (drv.memcpy_dtoh_async)
+        # HINT: overlap comes from giving each chunk its own stream: its H2D copies, its kernel and its D2H
+        #   copy are ordered within that stream, but can run beside other chunks' work on the copy and
+        #   compute engines.
+        # HINT: pick the stream round-robin, compute the chunk's byte offset (4 bytes per float32), two
+        #   memcpy_htod_async, a prepared_async_call on (blocks for hi - lo) with pointers offset by that
+        #   many bytes, then one memcpy_dtoh_async, all on that stream.
+        # HINT: the device address of chunk c is `da.data_ptr() + 4 * lo`: pointer arithmetic in bytes, not
+        #   elements.
         stream = streams[c % len(streams)]
         offset = 4 * lo
         # Depth first (all of one chunk, then the next): on GPUs since Kepler each stream is
@@ -196,6 +210,9 @@ def pipeline_streams(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None 
     _enqueue(a, b, out, _workspace(a.numel()), pool, bounds, iters)
     # BEGIN EXERCISE: wait for every stream of the pool: the host reads `out` next, and the
     #   asynchronous copies back may not have landed yet
+    # HINT: asynchronous D2H copies return before the data arrives; the host must not read `out` until every
+    #   stream has drained.
+    # HINT: a loop over the pool calling synchronize() on each stream.
     for stream in pool:
         stream.synchronize()  # the host reads `out` next: every D2H must have landed
     # END EXERCISE
@@ -214,6 +231,13 @@ def pipeline_torch_serial(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | 
     # BEGIN EXERCISE: copy a and b into device buffers (non_blocking only when all three host tensors
     #   are pinned, on a GPU), busy_add_reference there into the third, copy it back into `out`; on a
     #   GPU, synchronise the current stream before returning (a non-blocking copy back has not landed yet)
+    # HINT: the one-stream baseline: copies in, compute, copy out, in stream order; non_blocking only helps
+    #   (and is only safe) when the host memory is pinned.
+    # HINT: decide `pinned` from on_gpu() and all three tensors' is_pinned(); take the workspace; two copy_
+    #   in, busy_add_reference into the third buffer, copy_ back into out's flat view; on a GPU
+    #   synchronise the current stream.
+    # HINT: `torch.cuda.current_stream().synchronize()`: a non_blocking copy back has not landed when copy_
+    #   returns.
     pinned = runtime.on_gpu() and a.is_pinned() and b.is_pinned() and out.is_pinned()
     da, db, dout = _workspace(a.numel())
     da.copy_(a.view(-1), non_blocking=pinned)
@@ -245,6 +269,14 @@ def pipeline_torch_streams(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     #   wait for the default stream); chunk c on stream c % streams (`with torch.cuda.stream(s):`):
     #   non_blocking copies in, busy_add_reference on the chunk, non_blocking copy out; then synchronise
     #   every side stream (which also keeps the workspace alive until they are done with it)
+    # HINT: work queued on a torch side stream is ordered only within that stream: without an explicit
+    #   dependency it can start before the default-stream work that filled the inputs. At the end,
+    #   waiting on the side streams also protects the workspace, which the caching allocator believes
+    #   only the default stream uses.
+    # HINT: fetch the current stream and the pool, make each pool stream wait on the current one, then per
+    #   chunk enter the chunk's stream context and queue copy in, compute on the slices, copy out (all
+    #   non_blocking); finish with synchronize() on each pool stream.
+    # HINT: `stream.wait_stream(current)` before anything is queued on the side streams.
     current = torch.cuda.current_stream()
     pool = _torch_streams(streams)
     for stream in pool:

@@ -103,6 +103,13 @@ def add_gpu_with_transfers(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor |
     # BEGIN EXERCISE: a and b into da, db (non_blocking only when a, b and out are all pinned), torch.add on
     #   the device into dout, dout back into `out`; a pinned copy back returns before the bytes arrive:
     #   on a GPU, synchronise the current stream before the host reads `out`
+    # HINT: a copy from pageable memory has to be staged by the driver and blocks the host; only page-locked
+    #   (pinned) memory can be copied by DMA asynchronously, which is why non_blocking is only used when
+    #   all three host tensors are pinned.
+    # HINT: one `pinned` flag; two copy_ calls in, torch.add with out=dout, one copy_ back; then, on a GPU
+    #   with pinned memory, synchronise the current stream.
+    # HINT: without `torch.cuda.current_stream().synchronize()` the host could read `out` before the
+    #   non-blocking D2H copy has landed.
     pinned = a.is_pinned() and b.is_pinned() and out.is_pinned()
     da.copy_(a, non_blocking=pinned)
     db.copy_(b, non_blocking=pinned)
@@ -122,6 +129,10 @@ def host_buffer(n: int, *, pinned: bool) -> torch.Tensor:
     """n float32 in host memory; page-locked if `pinned` (on a GPU machine; plain elsewhere)."""
     # BEGIN EXERCISE: torch.empty on the host, page-locked with .pin_memory() when `pinned` and there is a
     #   GPU (runtime.on_gpu()): without a driver there is nothing to pin for
+    # HINT: pinning asks the CUDA driver to page-lock the memory; on a machine without a GPU there is no
+    #   driver, so return plain memory.
+    # HINT: allocate n float32 on the host, then a conditional expression returning `t.pin_memory()` or t.
+    # HINT: the condition: `pinned and runtime.on_gpu()`.
     t = torch.empty(n, dtype=torch.float32)
     return t.pin_memory() if pinned and runtime.on_gpu() else t
     # END EXERCISE
@@ -130,6 +141,9 @@ def host_buffer(n: int, *, pinned: bool) -> torch.Tensor:
 def h2d(host: torch.Tensor, device: torch.Tensor) -> torch.Tensor:
     """host -> device copy; asynchronous (returns at once) when `host` is pinned."""
     # BEGIN EXERCISE: device.copy_ from host, non_blocking exactly when host is pinned; return device
+    # HINT: an H2D copy from pinned memory can be asynchronous; from pageable memory torch must block, so tie
+    #   non_blocking to the host tensor's pinned state.
+    # HINT: one line: `device.copy_(host, non_blocking=...)` returns the destination.
     return device.copy_(host, non_blocking=host.is_pinned())
     # END EXERCISE
 
@@ -137,6 +151,9 @@ def h2d(host: torch.Tensor, device: torch.Tensor) -> torch.Tensor:
 def d2h(device: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
     """device -> host copy; asynchronous when `host` is pinned (synchronise before reading it)."""
     # BEGIN EXERCISE: host.copy_ from device, non_blocking exactly when host is pinned; return host
+    # HINT: the mirror of h2d: the host tensor is the destination, and its pinned state decides whether the
+    #   copy may return early.
+    # HINT: `return host.copy_(device, non_blocking=host.is_pinned())`
     return host.copy_(device, non_blocking=host.is_pinned())
     # END EXERCISE
 
@@ -168,6 +185,13 @@ def memory_snapshot(stage: str) -> dict:
     #   (process_memory_used()), "numba_free", "numba_total" (cuda.current_context().get_memory_info()),
     #   "torch_allocated", "torch_reserved" (torch.cuda.memory_allocated / memory_reserved), "not_torch"
     #   (in use on the GPU but not reserved by torch: total - free - reserved)}
+    # HINT: three views of the same GPU memory: the driver's free/total (whole GPU), torch's allocator
+    #   (allocated: live tensors; reserved: live + cached), and Numba's context (the same driver
+    #   numbers); what torch has not reserved but is in use is the CUDA context and other libraries.
+    # HINT: unpack mem_get_info and Numba's get_memory_info, then return one dict with the stage, the driver
+    #   numbers, process_memory_used(), the Numba numbers, allocated/reserved from torch, and the
+    #   difference.
+    # HINT: `not_torch = total - free - torch.cuda.memory_reserved(runtime.DEVICE)`
     free, total = torch.cuda.mem_get_info(runtime.DEVICE)  # cudaMemGetInfo: the whole GPU
     numba_free, numba_total = cuda.current_context().get_memory_info()  # cuMemGetInfo: the same
     return {
@@ -202,6 +226,12 @@ def memory_footprint(nbytes: int = 256 * MIB) -> list[dict]:
     # BEGIN EXERCISE: six snapshots: start; after torch.empty of nbytes; after del (back in torch's
     #   cache); after torch.cuda.empty_cache(); after a Numba cuda.device_array of nbytes; after deleting
     #   it and flush_numba_frees()
+    # HINT: the experiment shows the caching allocator at work: freeing a tensor returns its memory to
+    #   torch's cache, not to the driver, until empty_cache(); Numba frees lazily, so its deallocations
+    #   must be flushed before measuring.
+    # HINT: a list starting with the start snapshot; then allocate / del / empty_cache / Numba device_array /
+    #   del + flush, appending a labelled snapshot after each step (six in all).
+    # HINT: sizes are in float32 elements: `nbytes // 4`.
     rows = [memory_snapshot("start")]
     x = torch.empty(nbytes // 4, dtype=torch.float32, device=runtime.DEVICE)
     rows.append(memory_snapshot(f"torch.empty: {nbytes / MIB:g} MiB"))

@@ -55,6 +55,11 @@ def transpose_naive_kernel(x, out):
     elements R floats apart, one 32-byte sector each for 4 useful bytes."""
     # BEGIN EXERCISE: one thread per element: col, row = cuda.grid(2) (x walks a row of x); guard both;
     #   out[col, row] = x[row, col]
+    # HINT: the simplest transpose: each thread copies one element to the mirrored position; reads are
+    #   coalesced because x is the column of x, writes are strided (that is the lesson's baseline).
+    # HINT: unpack the 2-D grid index with x first, guard against x's shape (rows, cols), then one store with
+    #   the indices swapped.
+    # HINT: `out[col, row] = x[row, col]`
     col, row = cuda.grid(2)
     if row < x.shape[0] and col < x.shape[1]:
         out[col, row] = x[row, col]
@@ -70,6 +75,13 @@ def _tiled_kernel(pad: int, dtype):
         # BEGIN EXERCISE: tile = cuda.shared.array((TILE, width), dtype); read the block's TILE x TILE tile
         #   of x with threadIdx.x along x's rows (coalesced), BLOCK_ROWS rows at a time, bounds-checked;
         #   cuda.syncthreads()
+        # HINT: stage the tile in shared memory so that both the global read and the later global write are
+        #   row-wise (coalesced); the block has only BLOCK_ROWS rows of threads, so each thread loads
+        #   several rows of the tile.
+        # HINT: allocate the shared tile (its width is the padded one you were given), compute this block's
+        #   column from blockIdx.x, loop j over range(0, TILE, BLOCK_ROWS) with a bounds check, then a
+        #   barrier.
+        # HINT: `cuda.syncthreads()` after the loop: the write phase reads elements other threads loaded.
         tile = cuda.shared.array((TILE, width), dtype)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -88,6 +100,12 @@ def _tiled_kernel(pad: int, dtype):
         # BEGIN EXERCISE: write the transposed tile with threadIdx.x along out's rows (coalesced again): the
         #   block's tile of out sits at the swapped block coordinates, and each thread reads a column of
         #   the shared tile; bounds-check against out's shape (C x R)
+        # HINT: the tile is written to the block at the swapped block coordinates (blockIdx.y becomes the
+        #   column block); threadIdx.x again walks a row of out, so the write coalesces, while the read
+        #   walks a column of the shared tile (the padding avoids bank conflicts there).
+        # HINT: out's column comes from blockIdx.y and tx, out's row from blockIdx.x, ty and j; loop j in
+        #   steps of BLOCK_ROWS, bounds-check against out's shape (cols x rows).
+        # HINT: the store reads the tile transposed: `tile[tx, ty + j]`.
         out_col = cuda.blockIdx.y * TILE + tx
         for j in range(0, TILE, BLOCK_ROWS):
             out_row = cuda.blockIdx.x * TILE + ty + j
@@ -132,6 +150,9 @@ def transpose_naive(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
         rows, cols = x.shape
         # BEGIN EXERCISE: one thread per element in TILE x BLOCK_ROWS blocks: the grid (x over x's
         #   columns, y over its rows)
+        # HINT: with one thread per element, each block covers TILE columns and BLOCK_ROWS rows, so each axis
+        #   divides by a different extent.
+        # HINT: a tuple: ceil(cols / TILE) along x, ceil(rows / BLOCK_ROWS) along y.
         grid = (math.ceil(cols / TILE), math.ceil(rows / BLOCK_ROWS))
         # END EXERCISE
         transpose_naive_kernel[grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
@@ -143,6 +164,9 @@ def _tiled(kind, x, out):
     if x.numel():
         rows, cols = x.shape
         # BEGIN EXERCISE: one block of TILE x BLOCK_ROWS threads per TILE x TILE tile of x: the grid
+        # HINT: now a block covers a whole TILE x TILE tile (its threads loop over the rows), so both axes
+        #   divide by TILE; a partial tile at the edge still gets a block.
+        # HINT: `(math.ceil(cols / TILE), math.ceil(rows / TILE))`
         grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))  # a partial tile gets a block too
         # END EXERCISE
         _TILED[kind, x.dtype][grid, (TILE, BLOCK_ROWS)](interop.to_numba(x), interop.to_numba(out))
@@ -173,6 +197,9 @@ def transpose_cuda_padded(x: torch.Tensor, out: torch.Tensor | None = None) -> t
         rows, cols = x.shape
         # BEGIN EXERCISE: as the Numba padded rung: one block of TILE x BLOCK_ROWS threads per tile, the
         #   grid in PyCUDA's (x, y) form
+        # HINT: the CUDA C padded kernel has the same block-per-tile layout as the Numba one, so the grid is
+        #   the same.
+        # HINT: a PyCUDA grid is an (x, y) tuple: ceil over columns first, then over rows, both by TILE.
         grid = (math.ceil(cols / TILE), math.ceil(rows / TILE))
         # END EXERCISE
         # Stream None: the legacy default stream that torch queues on, so ordering holds.
@@ -186,6 +213,11 @@ def _tile64(x, out, rows_per_block: int = TILE64_ROWS, defines: tuple[str, ...] 
     # BEGIN EXERCISE: one block per TILE64 x TILE64 tile: the grid; vectorize (1 or 0) only when every
     #   row of x starts aligned to a pair of elements: an even width and a base aligned to two
     #   elements (x.data_ptr()), else the kernel reads element by element
+    # HINT: reading two elements at once needs every row start to sit on a two-element boundary: that holds
+    #   only when the width is even and the base pointer is aligned to 2 * element size.
+    # HINT: the grid divides both extents by TILE64; then one boolean expression (cols even and data_ptr
+    #   aligned) turned into 0/1 with int().
+    # HINT: the alignment test: `x.data_ptr() % (2 * x.element_size()) == 0`
     grid = (math.ceil(cols / TILE64), math.ceil(rows / TILE64))
     # Reading a row as pairs needs every row start aligned to a pair (2 elements): an even
     # width and an aligned base. Otherwise the kernel reads element by element.

@@ -39,6 +39,11 @@ def add_kernel(a, b, out):
     """One thread per element."""
     # BEGIN EXERCISE: one thread per element: i = this thread's global index (cuda.grid(1)); skip
     #   threads past out.size (the last block is partly past the end)
+    # HINT: Each thread owns exactly one element; its number across the whole grid is block * block size +
+    #   lane, which Numba computes for you.
+    # HINT: Two statements: get the global index, then a guarded store; the guard is needed because the grid
+    #   is rounded up to whole blocks.
+    # HINT: The guard: `if i < out.size:` around the add and store.
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     if i < out.size:  # the last block is partly past the end unless n divides evenly
         out[i] = a[i] + b[i]
@@ -50,6 +55,12 @@ def add_grid_stride_kernel(a, b, out):
     """A fixed grid walks the whole array: any n, launch size chosen for the GPU, not for n."""
     # BEGIN EXERCISE: the grid-stride loop: start = cuda.grid(1), stride = cuda.gridsize(1) (threads
     #   in the whole grid), loop over range(start, out.size, stride)
+    # HINT: A grid smaller than the array walks it in strides of the whole grid's thread count, so each
+    #   thread handles elements i, i+T, i+2T...; neighbouring threads still touch neighbouring addresses
+    #   (coalesced).
+    # HINT: Two names (first index, stride) and one Python `for` over range; no bounds check is needed
+    #   because range stops at out.size.
+    # HINT: The stride is `cuda.gridsize(1)`, not the block size: the whole grid advances together.
     start = cuda.grid(1)
     stride = cuda.gridsize(1)  # threads in the whole grid
     for i in range(start, out.size, stride):
@@ -70,6 +81,10 @@ def _checked(a, b, out, dtypes):
 def _blocks_for(n: int) -> int:
     # BEGIN EXERCISE: how many blocks of THREADS_PER_BLOCK threads cover n elements: ceil(n / 256) in
     #   integer arithmetic (a partial last block counts)
+    # HINT: Rounding down would leave the tail of the array without a thread; round up instead, using only
+    #   integers (no float division or math.ceil on large n).
+    # HINT: The classic ceiling division: add (divisor - 1) before the floor division.
+    # HINT: `(n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK`
     return (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     # END EXERCISE
 
@@ -94,6 +109,10 @@ def vector_add_numba_grid_stride(a: torch.Tensor, b: torch.Tensor,
     # scheduling work, while the loop covers any n.
     # BEGIN EXERCISE: the grid of the grid-stride kernel: enough blocks for n (_blocks_for), but at most
     #   32 per SM (runtime.sm_count())
+    # HINT: More blocks than the SMs can keep resident only add scheduling work; the grid-stride loop covers
+    #   whatever the grid does not.
+    # HINT: Take the smaller of the blocks needed for n and a per-SM cap times the SM count.
+    # HINT: `min(_blocks_for(...), 32 * runtime.sm_count())`
     blocks = min(_blocks_for(out.numel()), 32 * runtime.sm_count())
     # END EXERCISE
     flat = [interop.to_numba(t.view(-1)) for t in (a, b, out)]
@@ -112,6 +131,11 @@ def _launch_cuda_c(kernel_name: str, a, b, out, elements_per_thread: int) -> Non
     n = out.numel()
     # BEGIN EXERCISE: the grid: threads = ceil(n / elements_per_thread) (each moves that many
     #   elements), grid = (blocks for those threads, at least 1; 1) as PyCUDA's (x, y) tuple
+    # HINT: Each thread moves elements_per_thread elements, so the number of threads needed is n divided by
+    #   that (rounded up), and blocks follow from threads, not from n.
+    # HINT: Two lines: a ceiling division for threads, then a (blocks, 1) tuple; keep at least one block so n
+    #   < 4 still launches.
+    # HINT: `grid = (max(1, _blocks_for(threads)), 1)`
     threads = (n + elements_per_thread - 1) // elements_per_thread
     grid = (max(1, _blocks_for(threads)), 1)
     # END EXERCISE
@@ -137,6 +161,11 @@ def vector_add_cuda_vec4(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
         return out
     # BEGIN EXERCISE: float4 accesses need 16-byte aligned pointers (t.data_ptr() % 16): launch
     #   vector_add_f32x4 with 4 elements per thread when a, b and out all are, else vector_add_f32
+    # HINT: A float4 load reads 16 bytes at once and faults on an address that is not a multiple of 16; a
+    #   slice such as x[1:] starts 4 bytes into its allocation.
+    # HINT: An if/else: test the address of all three tensors, then call _launch_cuda_c with the scalar
+    #   kernel name and 1, or the float4 name and 4.
+    # HINT: The test: `any(t.data_ptr() % 16 for t in (a, b, out))` means the scalar path.
     if any(t.data_ptr() % 16 for t in (a, b, out)):
         # A view that starts mid-allocation (x[1:]) is not 16-byte aligned, and a float4
         # access there faults. The scalar kernel gives the same answer.

@@ -55,6 +55,13 @@ def grad_fn_chain(t: torch.Tensor) -> list[str]:
         raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
     # BEGIN EXERCISE: walk the graph from t.grad_fn through each node's next_functions, depth first (first
     #   input first), each node once; collect type(node).__name__
+    # HINT: the backward graph is a DAG of Node objects: each node's next_functions lists (node, input_nr)
+    #   pairs for its inputs (None for inputs that need no gradient); a node reachable by two paths must
+    #   be listed once.
+    # HINT: an explicit stack seeded with t.grad_fn (none for a leaf), a `seen` set; pop, skip None/seen,
+    #   record the class name, push the children.
+    # HINT: push the children reversed (`reversed(node.next_functions)`) so the first input is popped, and
+    #   visited, first.
     names, seen, stack = [], set(), [t.grad_fn] if t.grad_fn is not None else []
     while stack:
         node = stack.pop()
@@ -73,6 +80,13 @@ def format_graph(t: torch.Tensor) -> str:
     # BEGIN EXERCISE: an indented tree of the backward graph from t.grad_fn (a leaf or no-grad tensor: a
     #   one-line note); each line the node's name and the shapes it saved for backward (its _saved_*
     #   attributes); AccumulateGrad lines read '-> .grad of leaf (shape)'
+    # HINT: nodes expose what they saved for backward as attributes named `_saved_<name>`; AccumulateGrad is
+    #   the node that writes a leaf's .grad, and its `.variable` is that leaf.
+    # HINT: return a one-line note when t.grad_fn is None; otherwise a recursive walk(node, depth) appending
+    #   one line per node (two spaces per depth level), then recursing into non-None children; join with
+    #   newlines.
+    # HINT: the saved shapes: `[n for n in dir(node) if n.startswith('_saved_')]`, keeping those whose value
+    #   is a Tensor.
     if t.grad_fn is None:
         return f"(leaf or no grad: requires_grad={t.requires_grad})"
     lines = []
@@ -113,6 +127,11 @@ class SiLUFunction(torch.autograd.Function):
         # BEGIN EXERCISE: save only x (ctx.save_for_backward; sigmoid is recomputed in backward: FLOPs for
         #   memory); return x * sigmoid(x) computed in float32 for 16-bit inputs (_opmath), cast back to
         #   x.dtype
+        # HINT: what forward saves is what backward can use, and saved tensors live until backward: saving
+        #   only x and recomputing sigmoid trades a few FLOPs for a whole activation of memory.
+        # HINT: save x on ctx, upcast 16-bit inputs with _opmath, compute x * sigmoid(x) in that precision,
+        #   cast back to x.dtype.
+        # HINT: `ctx.save_for_backward(x)` and nothing else.
         ctx.save_for_backward(x)  # only x: sigmoid is recomputed, trading FLOPs for memory
         xf = _opmath(x)
         return (xf * torch.sigmoid(xf)).to(x.dtype)
@@ -122,6 +141,11 @@ class SiLUFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         # BEGIN EXERCISE: recompute s = sigmoid(x) from the saved x; return grad_out * s * (1 + x * (1 -
         #   s)), with torch ops (so that double backward works too)
+        # HINT: d/dx [x * s(x)] = s + x * s * (1 - s) = s * (1 + x * (1 - s)); s is recomputed from the saved
+        #   x. Using torch ops keeps backward itself differentiable (double backward).
+        # HINT: unpack ctx.saved_tensors, upcast, recompute s, return grad_out times the derivative, cast to
+        #   x.dtype.
+        # HINT: `grad_out * (s * (1 + xf * (1 - s)))`
         (x,) = ctx.saved_tensors
         xf = _opmath(x)
         s = torch.sigmoid(xf)
@@ -141,6 +165,9 @@ class GELUTanhFunction(torch.autograd.Function):
     def forward(ctx, x):
         # BEGIN EXERCISE: save x; return 0.5 x (1 + tanh(K (x + C x^3))) (GELU_K, GELU_C) in float32 for
         #   16-bit inputs, cast back
+        # HINT: the tanh approximation of GELU: 0.5 x (1 + tanh(K (x + C x^3))); computing it in float32 for
+        #   16-bit inputs avoids the cubic's rounding; only x is saved.
+        # HINT: save x, upcast with _opmath, one expression with GELU_K and GELU_C, cast back to x.dtype.
         ctx.save_for_backward(x)
         xf = _opmath(x)
         return (0.5 * xf * (1 + torch.tanh(GELU_K * (xf + GELU_C * xf * xf * xf)))).to(x.dtype)
@@ -150,6 +177,11 @@ class GELUTanhFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         # BEGIN EXERCISE: dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) K (1 + 3 C x^2), t recomputed from the saved
         #   x; grad_out * dy/dx
+        # HINT: with t = tanh(u), u = K (x + C x^3): the product rule on 0.5 x (1 + t) gives 0.5 (1 + t) +
+        #   0.5 x t', and t' = (1 - t^2) K (1 + 3 C x^2).
+        # HINT: unpack and upcast x, recompute t, build dydx from the formula, return grad_out * dydx in
+        #   grad_out's dtype.
+        # HINT: `dydx = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_K * (1 + 3 * GELU_C * x * x)`
         (x,) = ctx.saved_tensors
         x = _opmath(x)
         t = torch.tanh(GELU_K * (x + GELU_C * x * x * x))
@@ -190,6 +222,13 @@ def saved_bytes(fn, x: torch.Tensor) -> int:
     # BEGIN EXERCISE: count in the pack hook of torch.autograd.graph.saved_tensors_hooks(pack, unpack) the
     #   bytes of each tensor saved while building fn(x).sum() (x a fresh leaf that requires grad), each
     #   storage once
+    # HINT: saved_tensors_hooks calls pack(t) for every tensor autograd saves while the graph is built, so
+    #   counting bytes there measures exactly what backward will keep; the same storage can be saved
+    #   twice (x by two ops) and must count once.
+    # HINT: a set of keys and a running total; pack(t) adds t.numel() * t.element_size() for unseen keys and
+    #   returns t unchanged; make x a fresh leaf requiring grad; run fn(x).sum() inside the hooks context
+    #   with an identity unpack.
+    # HINT: a key per saved tensor: `(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))`.
     storages, total = set(), 0
 
     def pack(t):
@@ -219,6 +258,11 @@ def clamp_grad_hook(t: torch.Tensor, limit: float):
         raise ValueError(f"limit must be positive, got {limit}")
     # BEGIN EXERCISE: a tensor hook (t.register_hook) that returns the gradient clamped to [-limit, limit]:
     #   the returned tensor replaces it; return the handle
+    # HINT: a tensor hook runs on the gradient flowing into that tensor during backward; if it returns a
+    #   tensor, that tensor replaces the gradient (the clipping happens inside backward).
+    # HINT: one line: register a lambda that clamps its argument to [-limit, limit] and return the handle
+    #   register_hook gives.
+    # HINT: `t.register_hook(lambda g: g.clamp(-limit, limit))`
     return t.register_hook(lambda g: g.clamp(-limit, limit))
     # END EXERCISE
 
@@ -232,6 +276,12 @@ def record_activations(model: nn.Module, kinds=(nn.Linear,)):
     # BEGIN EXERCISE: a forward hook (register_forward_hook) on every submodule of the given kinds:
     #   records[name] = (output shape, mean, std) of its output (detached; std 0 for one element); return
     #   (records, handles)
+    # HINT: a forward hook sees (module, inputs, output) after each forward; record statistics of the
+    #   detached output so the hook adds nothing to the graph.
+    # HINT: loop named_modules(), filter with isinstance(module, kinds), define a hook that stores (shape,
+    #   mean, std) under its name, keep every handle returned by register_forward_hook.
+    # HINT: bind the loop variable as a default argument (`def hook(mod, inputs, output, name=name)`):
+    #   otherwise every hook sees the last name.
     records, handles = {}, []
     for name, module in model.named_modules():
         if isinstance(module, kinds):
@@ -251,6 +301,11 @@ def record_grad_norms(model: nn.Module):
     """
     # BEGIN EXERCISE: register_post_accumulate_grad_hook on each parameter that requires grad: norms[name] =
     #   the L2 norm of its .grad after backward; return (norms, handles)
+    # HINT: register_post_accumulate_grad_hook fires once a parameter's .grad is final for this backward (all
+    #   contributions summed), the point where a fused optimizer could update that parameter.
+    # HINT: loop named_parameters(), skip those not requiring grad, register a hook taking the parameter that
+    #   stores param.grad.norm().item() under its name; collect the handles.
+    # HINT: again bind `name=name` in the lambda's defaults, or all hooks write the last name.
     norms, handles = {}, []
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -273,6 +328,13 @@ def grad_mode_demo(model: nn.Module, x: torch.Tensor) -> dict:
     #   requires_grad, has_grad_fn and is_inference of the output; then save the inference-mode output for
     #   backward (multiply it by a tensor that requires grad, backward) and record the first line of the
     #   RuntimeError autograd raises
+    # HINT: no_grad records no graph but leaves tensors ordinary; inference_mode also marks the outputs as
+    #   inference tensors, which autograd refuses to save for backward later.
+    # HINT: three runs (plain, `with torch.no_grad()`, `with torch.inference_mode()`), each recording
+    #   requires_grad, grad_fn is not None and is_inference(); then a try: multiply the inference output
+    #   by a ones tensor requiring grad and backward, except RuntimeError recording its first line.
+    # HINT: the forbidden save: `(inf_out * w).sum().backward()` with `w = torch.ones_like(inf_out,
+    #   requires_grad=True)`.
     result = {}
     out = model(x)
     result["grad"] = {"requires_grad": out.requires_grad, "has_grad_fn": out.grad_fn is not None,

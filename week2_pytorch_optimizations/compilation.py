@@ -41,6 +41,12 @@ def script_and_trace_demo() -> dict:
     #   branchy, on -torch.ones(3); return {'eager', 'traced', 'scripted'}: the traced one recorded only the
     #   ops it saw. Silence the trace and the script in warnings.catch_warnings() + simplefilter('ignore'):
     #   the TracerWarning is exactly this bug
+    # HINT: tracing runs the function once and records the ops that actually executed, so a Python `if` on
+    #   tensor values is frozen to the branch the example took; scripting compiles the Python source,
+    #   branches included.
+    # HINT: build a positive and a negative input; inside a catch_warnings block that ignores warnings, trace
+    #   with the positive example and script; return the three results on the negative input.
+    # HINT: `torch.jit.trace(branchy, (pos,))`: the example input decides which branch is baked in.
     pos, neg = torch.ones(3), -torch.ones(3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TracerWarning (the frozen branch) and the deprecation notice
@@ -55,6 +61,13 @@ def graph_breaks(fn, *args) -> dict:
     # BEGIN EXERCISE: torch._dynamo.reset() first (forget earlier compiles), then out =
     #   torch._dynamo.explain(fn)(*args); return {'graph_count', 'graph_break_count', 'break_reasons': the
     #   first line of str(r.reason) for each break}
+    # HINT: Dynamo's explain runs the function through the tracer without generating code and reports how
+    #   many graphs it had to split it into and why; a reset first stops earlier compiles' caches from
+    #   hiding breaks.
+    # HINT: reset, call `torch._dynamo.explain(fn)(*args)`, and return its graph_count, graph_break_count and
+    #   the first line of each break reason.
+    # HINT: a reason may be an object with `.reason` or a plain string: `str(getattr(r, 'reason',
+    #   r)).split('\n')[0]`.
     torch._dynamo.reset()
     out = torch._dynamo.explain(fn)(*args)
     return {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count,
@@ -76,6 +89,14 @@ def count_compiles(fn, sizes, *, dynamic=None) -> int:
     # BEGIN EXERCISE: a backend that only counts: torch.compile(fn, backend=counting_backend,
     #   dynamic=dynamic), where counting_backend(gm, example_inputs) adds one and returns gm.forward; call
     #   it on torch.randn(n) for each size; torch._dynamo.reset() before and after
+    # HINT: a custom backend is just a callable receiving the FX GraphModule Dynamo captured; counting its
+    #   calls counts compilations, which shows recompiles on new shapes (static) versus one shape-generic
+    #   graph (dynamic=True).
+    # HINT: a nonlocal counter; a backend that increments it and returns gm.forward unchanged; reset;
+    #   torch.compile with that backend and `dynamic`; call on randn of each size; reset again; return
+    #   the count.
+    # HINT: a backend must return a callable that runs the graph: `gm.forward` just runs it eagerly, so only
+    #   the count changes.
     compiles = 0
 
     def counting_backend(gm, example_inputs):
@@ -96,6 +117,10 @@ def generated_code(fn, *args) -> str:
     """The source Inductor generates for `fn(*args)`: Triton on a GPU, C++ on the CPU."""
     # BEGIN EXERCISE: run_and_get_code(torch.compile(fn), *args) (from torch._inductor.utils) runs it and
     #   returns the generated sources: join them with newlines; torch._dynamo.reset() before and after
+    # HINT: Inductor writes source code (Triton kernels on a GPU, C++ on a CPU); run_and_get_code runs the
+    #   compiled function and hands that source back.
+    # HINT: import run_and_get_code from torch._inductor.utils; reset; take the second item of its result for
+    #   `torch.compile(fn)` and the args; reset; join the sources with newlines.
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()

@@ -38,6 +38,11 @@ def format_facts() -> dict:
     #   'max', 'smallest_normal'} read from torch.finfo(dtype): .bits, .eps (the gap after 1.0 = 2^-(p-1)
     #   for p significant bits, the implicit leading 1 counted), .max, .tiny; the unit roundoff is eps / 2.
     #   Expect p = 24, 8 and 11
+    # HINT: torch.finfo describes a float format; its eps is the gap after 1.0, 2^-(p-1) for p significant
+    #   bits, so p follows from log2(eps), and rounding to nearest errs by at most half that gap.
+    # HINT: loop over the three dtypes, build one dict per dtype name (without the 'torch.' prefix) from
+    #   finfo's bits, eps, max and tiny.
+    # HINT: `mantissa_bits = 1 - log2(eps)` (rounded to an int); `unit_roundoff = eps / 2`.
     out = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         info = torch.finfo(dtype)
@@ -55,6 +60,14 @@ def autocast_dtypes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype = torc
     # BEGIN EXERCISE: a forward hook (register_forward_hook) on every leaf module (no children) records its
     #   output dtype under torch.autocast(x.device.type, dtype=dtype), keyed by its name in named_modules();
     #   remove the hooks afterwards (in a finally); add '<parameters>': the dtype of the first parameter
+    # HINT: autocast decides per op which dtype to run in (matmuls and linears in 16 bits, reductions and
+    #   norms in float32) while the parameters stay float32; forward hooks on the leaves reveal each op's
+    #   choice.
+    # HINT: register a hook on every module without children that stores its output's dtype by name; run the
+    #   model inside torch.autocast(device type, dtype) in a try, removing every handle in the finally;
+    #   then add the first parameter's dtype.
+    # HINT: bind the name in the lambda's defaults: `lambda m, i, o, name=name: ...`, or every hook records
+    #   under the last name.
     seen, handles = {}, []
     for name, module in model.named_modules():
         if not list(module.children()):
@@ -80,6 +93,11 @@ def matmul_error(k: int, dtype: torch.dtype, *, m: int = 64, n: int = 64, device
     device = runtime.DEVICE if device is None else device
     # BEGIN EXERCISE: inputs drawn in float64 (a seeded generator), rounded to dtype and multiplied on
     #   device; the Frobenius norm of the error against the float64 product, relative to it
+    # HINT: the reference is the float64 product of the very same draws; rounding the inputs to the low dtype
+    #   and multiplying on the device gives the error a real kernel makes (input rounding dominates it).
+    # HINT: a seeded torch.Generator, two float64 randn matrices, the exact product on the CPU, the product
+    #   of the converted inputs brought back as float64, then a ratio of Frobenius norms.
+    # HINT: `float((got - exact).norm() / exact.norm())`
     g = torch.Generator().manual_seed(seed)
     a, b = torch.randn(m, k, generator=g, dtype=torch.float64), torch.randn(k, n, generator=g, dtype=torch.float64)
     exact = a @ b
@@ -95,6 +113,12 @@ def accumulation_error(n: int, dtype: torch.dtype) -> dict:
     #   total = total + value at a time (a Python loop: torch.sum would accumulate in float32 for you, which
     #   is the point); return {'low_accumulator', 'fp32_accumulator': value.float() * n, 'exact': n *
     #   float(value), 'rel_err'}. Why does bf16 stall far below 20 for n = 2000?
+    # HINT: a running total in a 16-bit format stalls once it is so large that adding 0.01 is less than half
+    #   its spacing (the add rounds back to the old total); that is why kernels accumulate in float32.
+    # HINT: the rounded value as a 0-d tensor of dtype, a 0-d zero total of dtype, a Python loop of total =
+    #   total + value, then the four numbers; the exact answer uses the rounded value, n * float(value).
+    # HINT: bf16 keeps 8 significant bits: in [4, 8) its spacing is 2^-5 ~ 0.031, and 0.01 is less than
+    #   half of that, so from 4 on every add rounds back to the old total.
     value = torch.tensor(0.01, dtype=dtype)
     total = torch.zeros((), dtype=dtype)
     for _ in range(n):  # sequential on purpose: torch.sum would accumulate in float32 for us
@@ -109,6 +133,12 @@ def fp16_underflow_fraction(values: torch.Tensor, scale: float = 1.0) -> float:
     """Fraction of nonzero float32 `values` that become 0 when stored as float16 after `scale`."""
     # BEGIN EXERCISE: the fraction of the nonzero values that become exactly 0 once values.float() * scale
     #   is stored as float16 (0.0 when none is nonzero)
+    # HINT: float16's smallest subnormal is about 6e-8: smaller magnitudes round to 0 (underflow); scaling
+    #   before the cast (as loss scaling does) moves them into range. Count only values that were nonzero
+    #   to begin with.
+    # HINT: a nonzero mask, the scaled values cast to float16, then the count of (stored == 0) among the
+    #   nonzero ones divided by the number of nonzero values (at least 1 to avoid dividing by zero).
+    # HINT: `float(((stored == 0) & nonzero).sum()) / max(int(nonzero.sum()), 1)`
     nonzero = values != 0
     stored = (values.float() * scale).to(torch.float16)
     return float(((stored == 0) & nonzero).sum()) / max(int(nonzero.sum()), 1)
@@ -121,6 +151,12 @@ def fp16_step(model: nn.Module, opt: torch.optim.Optimizer, scaler, x: torch.Ten
     #   = mse_loss(model(x).float(), y); note scaler.get_scale(); scaler.scale(loss).backward(),
     #   scaler.step(opt) (unscales, skips the update when a gradient is inf/NaN), scaler.update(); return
     #   {'loss', 'scale_before', 'scale_after', 'skipped': scale_after < scale_before}
+    # HINT: the GradScaler multiplies the loss by a large scale so small fp16 gradients do not underflow,
+    #   unscales before the step, skips the step when any gradient overflowed (inf/NaN) and lowers the
+    #   scale; a drop in the scale is how you see the skip.
+    # HINT: zero_grad; the forward and loss under fp16 autocast (loss computed on float32 output); remember
+    #   get_scale(); scale(loss).backward(); step(opt); update(); return the dict.
+    # HINT: `skipped = scaler.get_scale() < scale_before` (read after update()).
     opt.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.float16):
         loss = nn.functional.mse_loss(model(x).float(), y)
@@ -145,6 +181,12 @@ def loss_error_vs_fp64(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> di
     # BEGIN EXERCISE: the relative error of the MSE loss against a float64 copy of the model (on x.double(),
     #   y.double()), under torch.no_grad(): {'float32': the plain forward, 'bfloat16' and 'float16': the
     #   forward under autocast of that dtype, loss on model(x).float()}. Expect float32 < float16 < bfloat16
+    # HINT: compare each precision's loss against a float64 copy of the same model and data: float32 is near
+    #   exact, fp16 has more mantissa bits than bf16 (so a smaller error) but less range.
+    # HINT: deepcopy the model to double; under no_grad compute the exact loss, the plain float32 loss, then
+    #   for each low dtype the loss under autocast on model(x).float(); relative errors keyed by dtype
+    #   name.
+    # HINT: each entry is `abs(loss - exact) / exact`.
     exact_model = copy.deepcopy(model).double()
     out = {}
     with torch.no_grad():

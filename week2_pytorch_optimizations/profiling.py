@@ -40,6 +40,13 @@ def profile_steps(step: Callable, *, steps: int = 3, warmup: int = 2, trace_path
     #   each step in record_function(label) so it shows as one span; on a GPU torch.cuda.synchronize()
     #   before the profile and before leaving it (kernels run asynchronously); with trace_path, create its
     #   folder and prof.export_chrome_trace(str(trace_path))
+    # HINT: the first calls pay one-off costs (CUDA context, cuBLAS heuristics, compilation) that would
+    #   dominate a profile; and since kernels run asynchronously, the profile must start and end with the
+    #   GPU idle or it cuts kernels in half.
+    # HINT: a warmup loop; the activity list (CPU, plus CUDA on a GPU); synchronise; `with profile(...) as
+    #   prof:` around a loop that wraps each step in record_function(label), synchronising again before
+    #   the block ends; then export the trace if asked, creating its folder.
+    # HINT: the last `torch.cuda.synchronize()` goes inside the `with profile(...)` block, after the loop.
     for _ in range(warmup):  # first calls include lazy init, autotuning, compilation
         step()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if runtime.on_gpu() else [])
@@ -63,6 +70,11 @@ def top_ops(prof, n: int = 10) -> list[dict]:
     # BEGIN EXERCISE: the n entries of prof.key_averages() with the most self time, largest first, as
     #   {'name': evt.key, 'calls': evt.count, 'self_us': float}; self time is evt.self_device_time_total on
     #   a GPU (kernels), evt.self_cpu_time_total on a CPU; leave out entries whose self time is 0
+    # HINT: key_averages() groups events by name; self time excludes children, so it points at where time is
+    #   really spent; on a GPU the interesting time is the device's (kernels), on a CPU the CPU's.
+    # HINT: loop the averages, pick self_device_time_total or self_cpu_time_total by on_gpu, keep rows with
+    #   positive time as dicts, sort by self_us descending and slice n.
+    # HINT: `sorted(rows, key=lambda r: r['self_us'], reverse=True)[:n]`
     on_gpu = runtime.on_gpu()
     rows = []
     for evt in prof.key_averages():
@@ -88,6 +100,15 @@ def gpu_busy_fraction(trace_path) -> float | None:
     #   start, merge the overlaps: streams run concurrently) over the span from the first start to the last
     #   end; None without such events (a CPU trace), 1.0 for a zero span. [0,10] + [5,15] + [30,40] gives 25
     #   / 40
+    # HINT: GPU utilisation is the time covered by at least one kernel or copy divided by the wall span;
+    #   kernels on different streams overlap, so summing durations would overcount: merge overlapping
+    #   intervals first.
+    # HINT: read the JSON (gzip.decompress for .gz), filter complete events ('X') of the GPU categories into
+    #   sorted (start, end) pairs, return None when empty; sweep: extend the current interval while the
+    #   next starts before its end, else add it to `busy` and start a new one; divide by last end minus
+    #   first start.
+    # HINT: the merge test: `if start > cur_end:` closes the current interval; otherwise `cur_end =
+    #   max(cur_end, end)`.
     path = Path(trace_path)
     text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     events = json.loads(text).get("traceEvents", [])

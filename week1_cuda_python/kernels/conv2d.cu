@@ -30,6 +30,12 @@ extern "C" __global__ void conv2d_naive(const float* __restrict__ x,
     // BEGIN EXERCISE: col and row from blockIdx, blockDim, threadIdx; return when outside the image; acc
     //   over the taps (dy outer, dx inner, fmaf), skipping taps outside the image; index with
     //   (long long)row * W + col
+    // HINT: one thread per output pixel with x on the column (a warp touches 32 neighbouring floats); taps
+    //   outside the image count as zero, so they are simply skipped.
+    // HINT: col/row from the 2-D indices and an early return outside the image; r = K / 2; a float
+    //   accumulator; dy loop (continue when the row is outside), dx loop (skip when the column is
+    //   outside) with fmaf; one store.
+    // HINT: the input offset in 64 bits: `(long long)y * W + xx`, since H * W can pass 2^31.
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= H || col >= W) {
@@ -61,6 +67,10 @@ extern "C" __global__ void conv2d_const(const float* __restrict__ x,
 {
     // As conv2d_naive, the filter from constant memory: its reads leave the L1/load path.
     // BEGIN EXERCISE: conv2d_naive with c_filter[dy * K + dx] instead of w
+    // HINT: identical arithmetic to conv2d_naive; only where the filter lives changes: the __constant__
+    //   array is cached and broadcast to a warp that reads the same tap.
+    // HINT: copy the naive body and replace the w[...] read with the module's c_filter at the same index `dy
+    //   * K + dx`.
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= H || col >= W) {
@@ -94,6 +104,13 @@ extern "C" __global__ void conv2d_tiled(const float* __restrict__ x,
     //   (TILE_H + K - 1) x (TILE_W + K - 1) window starting at (blockIdx.y * TILE_H - K/2,
     //   blockIdx.x * TILE_W - K/2) with all the block's threads (0 outside the image), __syncthreads(),
     //   then each thread computes rows threadIdx.y + k * BLOCK_H of its column from the tile and c_filter
+    // HINT: every input pixel feeds up to K^2 outputs, so the block loads its output tile plus an r-pixel
+    //   halo into shared memory once, stores zeros outside the image (no bounds checks in the tap loop),
+    //   and computes from there.
+    // HINT: phase 1: the block's linear thread id walks the flattened (tile_h x tile_w) window in steps of
+    //   the block size, storing the pixel or 0; __syncthreads(); phase 2: loop k over TILE_H / BLOCK_H
+    //   rows per thread, guard the image bounds, fmaf over dy, dx from the tile and c_filter.
+    // HINT: the shared read: `tile[ly + dy][threadIdx.x + dx]`, with `ly = threadIdx.y + k * BLOCK_H`.
     __shared__ float tile[TILE_H + HALO_MAX][TILE_W + HALO_MAX];
     const int r = K / 2;
     const int tile_w = TILE_W + K - 1;
@@ -145,6 +162,10 @@ __device__ __forceinline__ void conv2d_tiled_fixed(const float* __restrict__ x,
 {
     // BEGIN EXERCISE: conv2d_tiled with K a template constant: the tile sized exactly (TILE_H + K - 1) x
     //   (TILE_W + K - 1), and #pragma unroll on the tap loops (they unroll completely)
+    // HINT: with K known at compile time, the tile has its exact size (more blocks fit per SM) and the tap
+    //   loops unroll completely into straight-line FMAs with constant filter offsets.
+    // HINT: conv2d_tiled's body with constexpr R, TW, TH and `__shared__ float tile[TH][TW]`, and #pragma
+    //   unroll before the row loop and both tap loops.
     constexpr int R = K / 2;
     constexpr int TW = TILE_W + K - 1;
     constexpr int TH = TILE_H + K - 1;
@@ -231,6 +252,14 @@ __device__ __forceinline__ void conv2d_regblock_fixed(const float* __restrict__ 
     //   accumulators in registers; for each of the ROWS + K - 1 input rows they touch: its K values into
     //   registers once (v[dx]), added into every output j it feeds (filter row dy = t - j); then the
     //   bounds-checked stores. Keep the order of each sum: dy outer, dx inner
+    // HINT: register blocking: a thread owns ROWS consecutive output rows, and input row t of the window
+    //   feeds output j through filter row t - j, so each shared value is read into a register once and
+    //   reused for every output it touches.
+    // HINT: ROWS accumulators zeroed; unrolled loop t over ROWS + K - 1 input rows: load K values into v[],
+    //   then for each j with 0 <= t - j < K add v[dx] * c_filter[(t - j) * K + dx]; finally
+    //   bounds-checked stores of each accumulator.
+    // HINT: `const int dy = t - j;` becomes a compile-time constant once everything is unrolled, so the `if`
+    //   costs nothing.
     constexpr int ROWS = TILE_H / BLOCK_H;
     const int ly0 = threadIdx.y * ROWS;  // this thread's first output row inside the tile
     float acc[ROWS];

@@ -27,6 +27,10 @@ __device__ __forceinline__ void count_one(int* counters, unsigned value, unsigne
 {
     // BEGIN EXERCISE: count `value` when value < bins (unsigned: negative int32 values are huge and
     //   fall out too): atomicAdd on counter `value` of this sub-histogram (counters + value * stride)
+    // HINT: casting to unsigned folds the two range checks into one: a negative value becomes a huge
+    //   unsigned number and fails `< bins` too.
+    // HINT: one if on the unsigned comparison, one atomicAdd of 1 at this sub-histogram's counter for the
+    //   value (counters are `stride` ints apart).
     if (value < bins) {
         atomicAdd(counters + value * stride, 1);
     }
@@ -53,6 +57,10 @@ template <typename T>
 __device__ void histogram_global(const T* __restrict__ x, int* __restrict__ counts, long long n, int bins)
 {
     // BEGIN EXERCISE: one thread per element (64-bit index, guarded): count_one in the global counts
+    // HINT: the first rung: every element is one global atomic; the index must be 64-bit because n can
+    //   exceed 2^31.
+    // HINT: a long long global index, a guard against n, then count_one on the global counts with stride 1
+    //   (cast the value and bins to unsigned).
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         count_one(counts, (unsigned)x[i], (unsigned)bins, 1);
@@ -82,6 +90,12 @@ __device__ void histogram_shared(const T* __restrict__ x, int* __restrict__ coun
     // BEGIN EXERCISE: extern __shared__ int block_counts[] (bins ints, sized by the launch); zero it,
     //   __syncthreads(), grid-stride over x counting into it, __syncthreads(), one global atomicAdd per
     //   nonzero bin
+    // HINT: a block-private histogram in shared memory: atomics there are on-SM and contended only within
+    //   the block; the merge costs one global atomic per nonzero bin per block.
+    // HINT: extern shared int array; block-stride loop zeroing bins; __syncthreads(); 64-bit grid-stride
+    //   loop calling count_one on it; __syncthreads(); block-stride loop adding nonzero counts with
+    //   atomicAdd.
+    // HINT: the grid stride in 64 bits: `(long long)gridDim.x * blockDim.x`.
     extern __shared__ int block_counts[];  // `bins` ints, sized by the launch
     for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         block_counts[b] = 0;
@@ -129,6 +143,13 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
     // BEGIN EXERCISE: zero all copies * bins counters, __syncthreads(); this thread's sub-histogram
     //   `mine` and its `stride`: per warp, copy warp % copies laid out copy after copy (stride 1); per
     //   lane, copy lane % copies interleaved (counter b of copy c at b * copies + c, stride copies)
+    // HINT: several copies of the histogram split the contention for a hot bin: one per warp (copies laid
+    //   end to end) or one per lane (interleaved, so counter b of copy c is one word from copy c+1 and
+    //   lanes hit different banks).
+    // HINT: lane and warp from threadIdx.x; block-stride zero loop over copies * bins; __syncthreads(); then
+    //   pick `mine` and `stride` with the PER_LANE template flag.
+    // HINT: per lane: `mine = sub_counts + lane % copies`, stride copies; per warp: `sub_counts + (warp %
+    //   copies) * bins`, stride 1.
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int k = threadIdx.x; k < copies * bins; k += blockDim.x) {
         sub_counts[k] = 0;
@@ -146,6 +167,14 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
     //   flight before counting their words with count_word(mine, ..., T()); the vectors left over one
     //   by one; then the tail past the last whole vector element by element (count_one); finally
     //   __syncthreads()
+    // HINT: reading 16-byte vectors and issuing HISTOGRAM_UNROLL of them before counting any keeps several
+    //   loads in flight per thread (latency hiding); what does not fill a vector, or a full unrolled
+    //   group, is handled by simpler loops.
+    // HINT: per_vector = 16 / sizeof(T); vectors = n / per_vector when vectorize, else 0; 64-bit first and
+    //   grid stride; an unrolled main loop (load array, then count_word on .x .y .z .w), a one-vector
+    //   loop, a scalar tail loop, then a barrier before the merge.
+    // HINT: the main loop's condition: `v + (HISTOGRAM_UNROLL - 1) * grid < vectors` (the last of the group
+    //   must be in range).
     const long long per_vector = 16 / sizeof(T);
     const long long vectors = vectorize ? n / per_vector : 0;
     const uint4* x4 = reinterpret_cast<const uint4*>(x);
@@ -184,6 +213,11 @@ __device__ void histogram_private(const T* __restrict__ x, int* __restrict__ cou
     // BEGIN EXERCISE: the merge: for each bin b of this thread (striding by blockDim.x), the total over
     //   the copies (start at copy b % copies: neighbouring threads, neighbouring banks), one global
     //   atomicAdd when it is nonzero
+    // HINT: each bin's total is the sum over the copies; starting each thread's walk at copy b % copies
+    //   makes neighbouring threads read neighbouring banks in the per-warp layout too.
+    // HINT: block-stride loop over bins; inner loop over k < copies with c = (k + b) % copies, reading the
+    //   counter with the layout PER_LANE selects; one atomicAdd if the total is nonzero.
+    // HINT: the two layouts: `PER_LANE ? sub_counts[b * copies + c] : sub_counts[c * bins + b]`.
     for (int b = threadIdx.x; b < bins; b += blockDim.x) {
         int total = 0;
         for (int k = 0; k < copies; ++k) {

@@ -110,6 +110,13 @@ __device__ __forceinline__ void wmma_naive_body(const In* __restrict__ A, const 
     //   col0 >= N); an fp32 accumulator fragment filled with 0; for k in steps of 16: load_matrix_sync an
     //   A and a B fragment straight from global memory (leading dimensions lda, ldb), mma_sync; store
     //   with store_fragment through a 16x16 float __shared__ scratch per warp
+    // HINT: wmma works per warp: each warp owns one 16x16 tile of C and accumulates A(16x16) x B(16x16)
+    //   products along K in an fp32 fragment; this naive version loads fragments straight from global
+    //   memory.
+    // HINT: warp id from threadIdx.x; row0/col0 from the block index and the warp's position in the 2 x 2
+    //   warp grid (times FRAG); early return for whole warps outside C; accumulator filled with 0; loop
+    //   k by 16: two load_matrix_sync, one mma_sync; store_fragment via this warp's scratch.
+    // HINT: the fragment addresses: `A + (size_t)row0 * lda + k` and `B + (size_t)k * ldb + col0`.
     __shared__ __align__(128) float scratch[NAIVE_WARPS_M * NAIVE_WARPS_N][FRAG * FRAG];
     const int warp = threadIdx.x / WARPSIZE;
     const int row0 = (blockIdx.y * NAIVE_WARPS_M + warp / NAIVE_WARPS_N) * FRAG;
@@ -202,6 +209,14 @@ __device__ __forceinline__ void mma_warp_tile(const In* As, int a_pitch, const I
     // BEGIN EXERCISE: per 16-wide k step of the BK slice: FM fragments of A (load_shared, rows i * 16 of
     //   As) and FN of B (columns j * 16 of Bs), then the FM x FN mma_syncs: each fragment feeds FN (or
     //   FM) of them
+    // HINT: each warp computes an FM x FN grid of 16x16 tiles; loading all FM A fragments and FN B fragments
+    //   once per k step lets each fragment feed FN (or FM) mma_syncs, the tensor-core version of
+    //   register blocking.
+    // HINT: arrays of FM A fragments and FN B fragments; unrolled loop kk over BK by FRAG: load_shared each
+    //   A fragment (row block i of As, column kk) and each B fragment (row kk of Bs, column block j),
+    //   then the double loop of mma_sync.
+    // HINT: the A fragment at `As + i * FRAG * a_pitch + kk`, the B fragment at `Bs + kk * b_pitch + j *
+    //   FRAG`.
     wmma::fragment<wmma::matrix_a, FRAG, FRAG, FRAG, In, wmma::row_major> a[FM];
     wmma::fragment<wmma::matrix_b, FRAG, FRAG, FRAG, In, wmma::row_major> b[FN];
 #pragma unroll
@@ -267,6 +282,13 @@ __device__ __forceinline__ void wmma_shared_body(const In* __restrict__ A, const
     // BEGIN EXERCISE: per BK slice: the block copies its tile of A (BM x BK) and of B (BK x BN) into shared
     //   memory (copy_tile_sync, rows skewed: S::A_PITCH, S::B_PITCH), __syncthreads(), each warp runs
     //   mma_warp_tile on its part of the tiles, __syncthreads() before the next copy overwrites them
+    // HINT: the classic shared-memory tiling, with warps as the unit of compute: the block stages a BM x BK
+    //   slice of A and a BK x BN slice of B, then every warp multiplies its own part of them.
+    // HINT: loop k0 over K by BK: copy_tile_sync for A (offset k0 along the row) and for B (offset k0 rows,
+    //   so k0 * ldb), __syncthreads(), mma_warp_tile with As offset by the warp's rows and Bs by the
+    //   warp's columns, __syncthreads().
+    // HINT: the second barrier matters: the next iteration's copy would overwrite a tile another warp is
+    //   still reading.
     for (int k0 = 0; k0 < K; k0 += BK) {
         copy_tile_sync<BM, BK, THREADS>(As, S::A_PITCH, A_block + k0, lda);
         copy_tile_sync<BK, BN, THREADS>(Bs, S::B_PITCH, B_block + (size_t)k0 * ldb, ldb);
@@ -366,6 +388,14 @@ __device__ __forceinline__ void wmma_cp_async_body(const In* __restrict__ A, con
     //   thread's, and every warp is done with tile t-1), issue tile t + STAGES - 1 into the freed stage,
     //   mma_warp_tile on tile t; finally copy_wait<0>() and __syncthreads() before the stages become
     //   the epilogue's scratch
+    // HINT: a multi-stage cp.async pipeline: while the tensor cores work on tile t, the copies of the next
+    //   STAGES - 1 tiles are already in flight; one commit group per tile keeps the wait count in step
+    //   with t.
+    // HINT: a lambda issue(t) that copies tile t into stage t % STAGES when t < tiles and always commits; a
+    //   prologue issuing tiles 0..STAGES-2; the main loop wait / barrier / issue(t + STAGES - 1) / mma
+    //   on stage t % STAGES; then drain with copy_wait<0>() and a barrier.
+    // HINT: in the loop, `copy_wait<STAGES - 2>()` then `__syncthreads()` before issuing: the barrier also
+    //   guarantees every warp is done with the stage about to be refilled.
     In* stage_base = reinterpret_cast<In*>(smem);
     const int tiles = K / BK;
     // Tile t lives in stage t % STAGES and is copy group number t of every thread.

@@ -13,6 +13,12 @@ extern "C" __global__ void busy_add_f32(const float* __restrict__ a,
 {
     // BEGIN EXERCISE: one thread per element (64-bit index, guarded): v = a[i] + b[i], then `iters` times
     //   v = fmaf(v, 0.5f, b[i]) (v * 0.5 is exact: one rounding per step, as the reference); out[i] = v
+    // HINT: an artificially compute-heavy elementwise kernel (so copies and compute are comparable): each
+    //   thread repeats a cheap update `iters` times, rounding exactly as the reference does.
+    // HINT: 64-bit global index and a guard; load b[i] once into a register; v = a + b; a for loop of fmaf;
+    //   one store.
+    // HINT: `v = fmaf(v, 0.5f, y);`: halving is exact, so the single rounding of the fma matches the
+    //   reference's v / 2 + y.
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float y = b[i];

@@ -26,6 +26,14 @@ __device__ void transpose_padded(const T* __restrict__ x, T* __restrict__ out, i
     // BEGIN EXERCISE: __shared__ T tile[TILE][TILE + 1]; read the block's tile of x with threadIdx.x
     //   along x's rows (bounds-checked, 64-bit offsets: (size_t)row * cols + col), __syncthreads(),
     //   write it transposed with threadIdx.x along out's rows (reading a column of the tile)
+    // HINT: two coalesced phases joined by shared memory: read a tile row-wise from x, barrier, write it
+    //   row-wise to out while reading a column of the tile; the +1 column of padding spreads that column
+    //   over 32 banks.
+    // HINT: declare the padded tile; loop j over the tile's rows in steps of BLOCK_ROWS for the load
+    //   (bounds-checked), __syncthreads(), then a second loop at the swapped block coordinates for the
+    //   store.
+    // HINT: index with size_t products (`(size_t)row * cols + col`): rows * cols can pass 2^31 even when
+    //   each fits an int.
     __shared__ T tile[TILE][TILE + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col = blockIdx.x * TILE + tx;  // threadIdx.x along x's rows: coalesced reads
@@ -80,6 +88,13 @@ __device__ void transpose_tile64(const T* __restrict__ x, T* __restrict__ out, i
     //   vectorize): each thread loads its PAIRS_PER_THREAD pairs (T2 vectors: lane tx gets columns 2tx,
     //   2tx + 1 of row ty + j * TILE64_ROWS) into registers first, then stores them, the even column in
     //   `even`, the odd one in `odd`; edge tiles element by element, bounds-checked
+    // HINT: a full tile can be read as pairs (one T2 per lane, two columns at once), and issuing all loads
+    //   before any store keeps several requests in flight; the two columns of a pair are split into the
+    //   even and odd half-tiles.
+    // HINT: decide `full` (vectorize, and the tile fits inside both extents); full: a register array of T2,
+    //   one unrolled loop of vector loads, a second loop storing .x to even and .y to odd; else: a
+    //   bounds-checked loop storing column 2tx and 2tx+1 separately.
+    // HINT: the vector load: `reinterpret_cast<const T2*>(x + (size_t)(row0 + r) * cols + col0)[tx]`.
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * TILE64, row0 = blockIdx.y * TILE64;
     const bool full = vectorize && col0 + TILE64 <= cols && row0 + TILE64 <= rows;
@@ -119,6 +134,12 @@ __device__ void transpose_tile64(const T* __restrict__ x, T* __restrict__ out, i
     // BEGIN EXERCISE: row c = ty + j * TILE64_ROWS of this block's part of out is column c of the tile,
     //   in the half-tile of c's parity at index c / 2; lanes write elements tx and tx + 32 of that row
     //   (bounds-checked against cols and rows)
+    // HINT: row c of the output block is column c of the tile; column c lives in the half-tile of its parity
+    //   at position c/2, and lanes take tile rows tx and tx + 32 so a warp writes 32 consecutive
+    //   elements of out.
+    // HINT: loop j over PAIRS_PER_THREAD: c from ty and j, pick the half by c & 1 (uniform per warp, so no
+    //   divergence), point at out's row col0 + c starting at column row0, and two bounds-checked stores.
+    // HINT: the shared read: `half[tx * HALF_PITCH + c / 2]` (and tx + 32 for the second store).
 #pragma unroll
     for (int j = 0; j < PAIRS_PER_THREAD; ++j) {
         const int c = ty + j * TILE64_ROWS;

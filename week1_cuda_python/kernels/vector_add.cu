@@ -15,6 +15,12 @@ extern "C" __global__ void vector_add_f32(const float* __restrict__ a,
     // floats, so the warp's 32 loads coalesce into 128 contiguous bytes.
     // BEGIN EXERCISE: one thread per element: i = blockIdx.x * blockDim.x + threadIdx.x as a long long
     //   (an int wraps past 2^31 elements); guard i < n
+    // HINT: thread i of the whole grid owns element i; the index must be computed in 64 bits because
+    //   blockIdx.x * blockDim.x is an unsigned int product that wraps past 2^32 (and an int index past
+    //   2^31).
+    // HINT: two statements: the global index (cast one factor to long long before multiplying), then a
+    //   guarded add-and-store for the partial last block.
+    // HINT: `long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;`
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {  // the last block hangs past the end whenever n is not a multiple of it
         out[i] = a[i] + b[i];
@@ -33,6 +39,11 @@ extern "C" __global__ void vector_add_f32x4(const float* __restrict__ a,
     // BEGIN EXERCISE: one float4 (4 elements) per thread for the first n / 4 * 4 elements
     //   (reinterpret_cast<const float4*>), then the remaining n % 4 elements one by one (the first
     //   threads take them)
+    // HINT: view the arrays as float4 for the whole groups of 4 (one 16-byte access per thread, still
+    //   coalesced), and treat the n % 4 leftovers as a separate scalar tail.
+    // HINT: the same global index i twice: once as a float4 index guarded by i < n/4 (reinterpret_cast the
+    //   three pointers), once as an offset into the tail starting at 4*(n/4), guarded by < n.
+    // HINT: the tail element of thread i is `4 * n4 + i`: only threads 0..2 ever pass its guard.
     long long n4 = n / 4;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) {
