@@ -519,3 +519,10 @@ def test_functional_checks_normalized_shape():
         ln.layer_norm(x, (3,))
     with pytest.raises(ValueError, match="weight has shape"):
         ln.layer_norm(x, (3, 4), torch.ones(12, device=DEVICE))
+
+
+def test_public_layer_norm_names_the_device_it_runs_on():
+    """The public entry checks the device itself: a meta tensor (is_cuda and is_cpu both false) used
+    to pass its cheap check and fail inside torch's storage code ('Cannot copy out of meta tensor')."""
+    with pytest.raises(ValueError, match="kernels run on"):
+        ln.layer_norm(torch.ones(4, 8, device="meta"), (8,))

@@ -425,3 +425,9 @@ def test_backward_rejects_bad_input_before_launch():
 def test_functional_checks_normalized_shape():
     with pytest.raises(ValueError, match="normalized_shape"):
         rn.rms_norm(torch.ones(2, 3, 4, device=DEVICE), (3,))
+
+
+def test_public_rms_norm_names_the_device_it_runs_on():
+    """As layer_norm: a meta tensor is refused with the device the kernels run on, before any copy."""
+    with pytest.raises(ValueError, match="kernels run on"):
+        rn.rms_norm(torch.ones(4, 8, device="meta"), (8,))
