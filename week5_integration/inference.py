@@ -94,8 +94,6 @@ def decode_step_bytes(cfg: m.GPTConfig, *, batch: int, context: int, itemsize: i
     # HINT: One K-and-V entry for every layer and sequence is 2 * n_layers * batch * d_model values; it is
     #   read for each of the `context` positions and written once; add the weight values; everything in
     #   bytes via itemsize.
-    # HINT: `kv = 2 * cfg.n_layers * batch * cfg.d_model * itemsize`, then `weights * itemsize + kv *
-    #   context + kv`.
     kv = 2 * cfg.n_layers * batch * cfg.d_model * itemsize
     return weights_read_per_step(cfg, batch) * itemsize + kv * context + kv
     # END EXERCISE
