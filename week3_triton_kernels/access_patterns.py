@@ -75,6 +75,11 @@ def read_amplification(stride: int, itemsize: int, sector_bytes: int = SECTOR_BY
 def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: out[i] = x[i * stride] for the BLOCK_SIZE values of i this program owns: int64
     #   offsets, mask offs < n, the load strided, the store contiguous
+    # HINT: The lesson is the cost of the read pattern, not the math: the store stays contiguous, only the
+    #   load address jumps by `stride` elements per lane.
+    # HINT: Offsets as in vector_add (int64 program id times BLOCK_SIZE plus arange), one mask; the load
+    #   adds offs * stride to x_ptr, the store adds plain offs to out_ptr.
+    # HINT: `x = tl.load(x_ptr + offs * stride, mask=mask)`
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     # With stride == 1 Triton compiles a specialised kernel (the argument becomes the constant 1)
@@ -89,6 +94,11 @@ def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK_SIZE: tl.constexpr):
 def copy2d_gather_kernel(x_ptr, out_ptr, n, n_cols, stride_r, stride_c, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: one program per BLOCK_SIZE output elements, walking the OUTPUT in row-major order (a
     #   coalesced store): rows = offs // n_cols, cols = offs % n_cols; load x through its strides
+    # HINT: Walk the output in flat row-major order so the store is coalesced; each flat index becomes a
+    #   (row, col) pair, and x's own strides decide where the load goes.
+    # HINT: Flat offsets and mask as usual; row = offs // n_cols, col = offs % n_cols; the load address is
+    #   row * stride_r + col * stride_c, the store address is offs.
+    # HINT: `tl.load(x_ptr + rows * stride_r + cols * stride_c, mask=mask)`
     # Walk the OUTPUT in row-major order: the store is coalesced, and the load goes wherever
     # x's strides send it. For x = a.t(), neighbouring lanes read addresses a whole row apart.
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -114,6 +124,12 @@ def copy2d_tiled_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, out_
     # BEGIN EXERCISE: one program per [BLOCK_R, BLOCK_C] tile: tile_r, tile_c = _tile_coords(...); int64 row
     #   and column offsets; a 2-D mask for both edges; load through x's strides, store to out (row stride
     #   out_stride_r, column stride 1)
+    # HINT: A 2-D tile lets the compiler see both dimensions at once, so it can read along whichever
+    #   dimension is contiguous in x and write along out's rows (converting through shared memory).
+    # HINT: Row and column index vectors from the tile coordinates (int64), a 2-D mask rows[:, None] <
+    #   n_rows & cols[None, :] < n_cols, pointers built by broadcasting with the strides.
+    # HINT: Load at `rows[:, None] * stride_r + cols[None, :] * stride_c`; store at `rows[:, None] *
+    #   out_stride_r + cols[None, :]`.
     tl.static_assert(BLOCK_R * BLOCK_C <= 128 * 128, "a larger tile spills registers")
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     rows = tile_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -131,6 +147,13 @@ def copy2d_block_ptr_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_r, stride_c, 
                             BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, X_COLUMN_MAJOR: tl.constexpr):
     # BEGIN EXERCISE: the tiled copy with tl.make_block_ptr and boundary_check=(0, 1) instead of masks: a
     #   block pointer for x (order (0, 1) if X_COLUMN_MAJOR else (1, 0)) and one for out
+    # HINT: A block pointer carries the tensor's shape, strides and the tile's position, so the compiler
+    #   checks the edges for you (boundary_check) and knows which dimension is contiguous (order).
+    # HINT: Two tl.make_block_ptr calls with shape (n_rows, n_cols), the tile's offsets (tile_r * BLOCK_R,
+    #   tile_c * BLOCK_C) and block_shape (BLOCK_R, BLOCK_C); `order` lists the fastest dimension first, so
+    #   it depends on X_COLUMN_MAJOR for the source; order must be a constant, hence an if/else around the
+    #   whole call.
+    # HINT: `tile = tl.load(src, boundary_check=(0, 1))`, then `tl.store(dst, tile, boundary_check=(0, 1))`.
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     # `order` lists the dimensions from fastest-varying in memory to slowest.
     if X_COLUMN_MAJOR:
@@ -156,6 +179,11 @@ def copy2d_descriptor_kernel(x_desc, out_desc, n_cols,
     # BEGIN EXERCISE: the tiled copy through tensor descriptors: x_desc.load([r0, c0]), out_desc.store([r0,
     #   c0], tile); if TRANSPOSED, x_desc describes x.t(): load its [BLOCK_C, BLOCK_R] tile at [c0, r0] and
     #   tl.trans it
+    # HINT: A tensor descriptor hands a whole tile copy to the TMA engine: you give only the tile's starting
+    #   coordinates, and out-of-bounds parts are zero-filled on load and skipped on store.
+    # HINT: r0, c0 from _tile_coords times the block sizes; when TRANSPOSED the descriptor is of x.t(), so
+    #   ask for the tile at the swapped coordinates and transpose it on chip; then one store.
+    # HINT: `tile = tl.trans(x_desc.load([c0, r0]))` in the transposed case.
     tile_r, tile_c = _tile_coords(n_cols, BLOCK_R, BLOCK_C)
     r0 = tile_r * BLOCK_R
     c0 = tile_c * BLOCK_C
@@ -173,6 +201,8 @@ def copy2d_descriptor_kernel(x_desc, out_desc, n_cols,
 @triton.jit
 def copy_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: a plain copy, one block per program, masked
+    # HINT: The baseline every other copy is compared with: vector_add with one input.
+    # HINT: int64 offsets from the program id, mask offs < n, a masked load feeding a masked store.
     offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
@@ -183,6 +213,12 @@ def copy_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
 def copy_persistent_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: a grid-stride loop: a fixed number of programs, each copying blocks pid, pid +
     #   num_programs, ... (range(tl.program_id(0), tl.cdiv(n, BLOCK_SIZE), tl.num_programs(0)))
+    # HINT: A grid-stride loop: launch a fixed number of programs and let each copy blocks pid, pid + P, pid
+    #   + 2P ...; a loop is what gives the compiler something to pipeline.
+    # HINT: `for block in range(tl.program_id(0), tl.cdiv(n, BLOCK_SIZE), tl.num_programs(0)):` with the
+    #   plain copy's body inside, offsets computed from `block`.
+    # HINT: Use `tl.cast(block, tl.int64) * BLOCK_SIZE` (not block.to(): the interpreter's loop variable is
+    #   a Python int).
     # A fixed number of programs loop over the blocks (a grid-stride loop). Only a loop gives
     # num_stages something to do: the compiler may issue the next blocks' loads before the
     # current block is stored (software pipelining), if its pipeliner takes this loop.

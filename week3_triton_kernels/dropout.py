@@ -34,6 +34,11 @@ def dropout_kernel(x_ptr, out_ptr, n, p, scale, seed, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: the element's random number r = tl.rand(seed, offset) (the global index as Philox
     #   counter: the same mask whatever the block size); keep where r >= p; out = x * scale there (in fp32),
     #   0 elsewhere; masked to n
+    # HINT: The random number of element i must depend only on (seed, i), so the mask is reproducible for
+    #   the backward pass and independent of the block size: use i as the Philox counter.
+    # HINT: Offsets and mask as in vector_add; r = tl.rand(seed, offsets as int32) is uniform in [0, 1);
+    #   keep where r >= p; tl.where picks x * scale or 0; store in out's dtype.
+    # HINT: `y = tl.where(tl.rand(seed, offsets.to(tl.int32)) >= p, x.to(tl.float32) * scale, 0.0)`
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -62,6 +67,10 @@ def dropout(x: torch.Tensor, p: float, seed: int, out: torch.Tensor | None = Non
         return out
     # BEGIN EXERCISE: the inverted-dropout scale: kept elements are multiplied by 1 / (1 - p), so the
     #   expectation is unchanged (p = 1 drops everything: no 1/0)
+    # HINT: Inverted dropout scales the survivors up at training time so that E[out] = x and inference needs
+    #   no rescale.
+    # HINT: scale is 1 / (1 - p), except p == 1, where nothing survives: any finite value works, and
+    #   dividing by zero must not happen.
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)  # p = 1 drops everything; no 1/0
     # END EXERCISE
     dropout_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, float(p), scale, seed,
@@ -73,6 +82,10 @@ def dropout_mask(n: int, p: float, seed: int) -> torch.Tensor:
     """The keep-mask `dropout` uses for n elements (recomputed, as a backward pass would)."""
     # BEGIN EXERCISE: the keep-mask of n elements, recomputed from the seed (as a backward pass would)
     #   rather than stored
+    # HINT: The mask is never stored: rerun dropout with the same seed on an input whose kept elements are
+    #   guaranteed nonzero.
+    # HINT: Build a tensor of ones with n elements on the course device, call dropout on it with the same p
+    #   and seed, and compare with 0.
     ones = torch.ones(n, device=runtime.DEVICE)
     return dropout(ones, p, seed) != 0
     # END EXERCISE

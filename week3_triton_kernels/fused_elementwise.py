@@ -50,6 +50,13 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n, n_cols,
     # BEGIN EXERCISE: the fused epilogue: x and its bias (column i % n_cols of flat element i) in fp32, h =
     #   x + b, then the exact 0.5 h (1 + erf(h / sqrt 2)) or, when TANH, 0.5 h (1 + tanh(sqrt(2/pi) (h +
     #   0.044715 h^3))); one store in out's dtype: h never goes to memory
+    # HINT: Fusion means one read of x, one write of out: the bias add and GELU happen in registers. The
+    #   bias of flat element i is column i % n_cols because x is row-major.
+    # HINT: Same offsets/mask as vector_add; load x and bias[offsets % n_cols] and cast both to fp32;
+    #   compute h, then pick the formula with `if TANH:` (a constexpr, so no runtime branch); cast back on
+    #   store.
+    # HINT: tanh needs no tl.tanh: 0.5 h (1 + tanh u) = h * sigmoid(2u) = `h / (1.0 + tl.exp(-2.0 * u))`;
+    #   the exact form is `0.5 * h * (1.0 + tl.erf(h * 0.70710678...))`.
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
@@ -71,6 +78,11 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, n, n_cols,
 def mul_add_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: out = x * y + z in fp32 in one pass (one fma: the product is never rounded), masked
     #   like vector_add
+    # HINT: An elementwise kernel like vector_add with three inputs; compute in fp32 so x * y + z contracts
+    #   to one fused multiply-add.
+    # HINT: Offsets and mask as in vector_add, three masked loads cast with .to(tl.float32), one masked
+    #   store cast to out_ptr.dtype.element_ty.
+    # HINT: `tl.store(out_ptr + offsets, (x * y + z).to(out_ptr.dtype.element_ty), mask=mask)`
     pid = tl.program_id(0)
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n

@@ -82,6 +82,10 @@ ALIGN = 16
 def _dot(a, b, acc, FP8_PRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
     # BEGIN EXERCISE: acc + a @ b with tl.dot (fp32 accumulation); with FP8_PRECISE pass
     #   max_num_imprecise_acc=BLOCK_K (the fp8 tensor cores' partial sums are promoted every BLOCK_K)
+    # HINT: tl.dot already accumulates into the fp32 acc you pass; fp8 on Hopper needs one extra argument so
+    #   partial sums are promoted to true fp32 every BLOCK_K.
+    # HINT: A constexpr `if FP8_PRECISE:` with two tl.dot calls that differ only in a keyword; return acc.
+    # HINT: `tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)`
     if FP8_PRECISE:
         # Hopper's fp8 wgmma keeps its running sum in reduced precision; max_num_imprecise_acc
         # = BLOCK_K makes Triton add each BLOCK_K-long partial product into a separate fp32
@@ -100,6 +104,11 @@ def _tile_product(a_ptr, b_ptr, pid_m, pid_n, K, a_rows, b_cols,
     # BEGIN EXERCISE: the fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B: row offsets % a_rows and
     #   column offsets % b_cols (wrap instead of mask: the loads stay unmasked, the wrapped results are
     #   never stored); loop over K in BLOCK_K steps masking K only; accumulate with _dot
+    # HINT: The K loop of matmul_basic, with one trick: instead of masking rows past M and columns past N,
+    #   wrap their offsets with %, so the loads need no M/N mask; those results are simply never stored.
+    # HINT: offs_am = (pid_m * BLOCK_M + arange) % a_rows, offs_bn likewise % b_cols; pointer tiles from the
+    #   strides; in the loop mask only K (offs_k < K - k * BLOCK_K, other=0), call _dot, advance pointers.
+    # HINT: K must stay masked: a wrapped K index would add real but wrong products into the sum.
     # Rows/cols past the end wrap around (% a_rows, % b_cols) instead of being masked: the loads
     # stay unmasked and aligned, and the wrapped results are never stored. When a_rows / b_cols
     # are multiples of 16 the compiler can still prove that runs of 16 offsets are contiguous.
@@ -127,6 +136,13 @@ def _epilogue(acc, bias_ptr, a_scale_ptr, b_scale_ptr, offs_cn, N, HAS_BIAS: tl.
     # BEGIN EXERCISE: the epilogue on the fp32 tile still in registers (columns offs_cn): * a_scale * b_scale
     #   (HAS_SCALE), + bias (masked to N), the ACTIVATION (relu must keep NaN: tl.maximum(...,
     #   propagate_nan=tl.PropagateNan.ALL)); returns the fp32 tile
+    # HINT: Everything after the K loop happens on the fp32 tile while it is still in registers: scaling,
+    #   bias, activation, so C is written exactly once.
+    # HINT: Constexpr ifs in order: HAS_SCALE multiplies by the two loaded scales; HAS_BIAS loads
+    #   bias[offs_cn] masked to N (fp32) and adds bias[None, :]; ACTIVATION 1..4 = relu, exact gelu, tanh
+    #   gelu, silu.
+    # HINT: relu must keep NaN like torch: `tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)`; silu
+    #   is `acc / (1.0 + tl.exp(-acc))`.
     # Epilogue on the fp32 accumulator, while the tile is still in registers; the caller stores it.
     if HAS_SCALE:  # fp8: the operands were stored divided by their scales
         acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
@@ -152,6 +168,10 @@ def _finish_tile(acc, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, M
                  stride_cm, stride_cn, HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr,
                  ACTIVATION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN EXERCISE: tile (pid_m, pid_n) of C: _epilogue, then one masked store in c's dtype
+    # HINT: The tile's rows and columns, the epilogue, and a masked store: the only place M and N edges are
+    #   masked.
+    # HINT: offs_cm and offs_cn from pid_m/pid_n and the block sizes; call _epilogue; pointers from
+    #   stride_cm/stride_cn; 2-D mask on both; cast to c_ptr.dtype.element_ty on store.
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = _epilogue(acc, bias_ptr, a_scale_ptr, b_scale_ptr, offs_cn, N, HAS_BIAS, HAS_SCALE, ACTIVATION)
@@ -168,6 +188,13 @@ def _finish_tile_tma(acc, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid
     # BEGIN EXERCISE: tile (pid_m, pid_n) of C through the TMA engine: _epilogue, then c_desc.store([row, col],
     #   tile in c_desc.dtype), no mask; EPILOGUE_SUBTILE: as two BLOCK_N / 2 halves (tl.reshape, tl.permute,
     #   tl.split)
+    # HINT: The TMA store needs no mask: the descriptor knows C's shape and clips. You only give the tile's
+    #   top-left corner and a tile in the descriptor's dtype.
+    # HINT: Columns offs_cn for the bias, _epilogue, then either one c_desc.store([row, col], ...) or, with
+    #   EPILOGUE_SUBTILE, split the tile into two column halves and store each at col and col + BLOCK_N //
+    #   2.
+    # HINT: The split: reshape to (BLOCK_M, 2, BLOCK_N // 2), permute to (0, 2, 1) so the size-2 axis is
+    #   last, then `left, right = tl.split(...)`.
     # The same epilogue, then the tile goes to shared memory and the TMA engine copies it to C in
     # whole 16-byte rows, where the masked store above wrote each row in pieces whenever Triton
     # could not prove that C's rows start on 16-byte boundaries. No mask: a TMA store clips at the
@@ -215,6 +242,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale_ptr, M, N,
         stride_am, stride_bk = _multiple_of(stride_am, ROW_ALIGN), _multiple_of(stride_bk, ROW_ALIGN)
         stride_cm = _multiple_of(stride_cm, ROW_ALIGN)
     # BEGIN EXERCISE: one program per tile: grouped_tile(program_id), _tile_product, _finish_tile
+    # HINT: One program, one tile: the three helpers above compose into the whole kernel.
+    # HINT: Assert BLOCK_K >= 16 at compile time, get (pid_m, pid_n) from grouped_tile on the program id,
+    #   compute the tile with _tile_product, hand it to _finish_tile.
     # Checked while compiling, so a bad config fails with this sentence, not an MLIR error.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -239,6 +269,11 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, a_scale_ptr, b_scale
         stride_cm = _multiple_of(stride_cm, ROW_ALIGN)
     # BEGIN EXERCISE: persistent: NUM_PROGRAMS programs, each looping over tiles tile_id = program_id,
     #   + NUM_PROGRAMS, ... (tl.range(..., flatten=FLATTEN)); per tile as matmul_kernel
+    # HINT: A persistent kernel launches about one program per SM and loops over tiles, saving launch waves
+    #   and letting the pipeline run across tile boundaries.
+    # HINT: num_tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N); a tl.range loop from the program id with step
+    #   NUM_PROGRAMS and flatten=FLATTEN; matmul_kernel's three calls inside.
+    # HINT: `for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):`
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     # NUM_PROGRAMS programs (one per SM, or a few per SM); program p computes tiles p,
@@ -265,6 +300,12 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, a_scale_ptr, b_sc
     # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, loading tiles through tensor
     #   descriptors: a_desc.load([row, col]) and b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
     #   storage: use the loaded tile transposed, .T); C_TMA: store with _finish_tile_tma, else _finish_tile
+    # HINT: Same persistent loop, but operand tiles arrive by TMA: a descriptor load takes only tile
+    #   coordinates, zero-fills out-of-bounds parts, and needs no pointer arithmetic or masks.
+    # HINT: Inside the tile loop: fp32 acc of zeros, a K loop loading a at [pid_m * BLOCK_M, k * BLOCK_K]
+    #   and b at its coordinates, _dot; then _finish_tile_tma if C_TMA else _finish_tile.
+    # HINT: B_KMAJOR means b_desc describes the (N, K) weight: `b = b_desc.load([pid_n * BLOCK_N, k *
+    #   BLOCK_K]).T`.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):

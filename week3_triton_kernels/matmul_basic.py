@@ -54,6 +54,13 @@ def matmul_plain_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     # BEGIN EXERCISE: tile (pid_m, pid_n) of C in row-major order of program_id; offsets of its rows,
     #   columns and of one BLOCK_K step; a K loop that loads masked A and B tiles (zeros past M, N, K)
     #   and tl.dot's them into an fp32 accumulator; one masked store in c's dtype
+    # HINT: Each program computes one BLOCK_M x BLOCK_N tile of C by walking K in BLOCK_K steps and summing
+    #   tile products in fp32 (tl.dot uses the tensor cores).
+    # HINT: pid_m = pid // tiles_per_row, pid_n = pid % tiles_per_row; pointer tiles a_ptrs[offs_m, offs_k]
+    #   and b_ptrs[offs_k, offs_n] from the strides; in the loop load both with masks (other=0), tl.dot into
+    #   acc, advance the pointers by BLOCK_K * stride.
+    # HINT: The last K step may be short: mask with `offs_k < K - k * BLOCK_K` on both tiles, or it
+    #   multiplies garbage; accumulate with `acc = tl.dot(a, b, acc)`.
     # Which tile: the grid of C tiles, numbered row by row.
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = tl.program_id(0) // num_pid_n
@@ -85,6 +92,13 @@ def grouped_tile(tile_id, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GR
     # BEGIN EXERCISE: grouped ordering: (pid_m, pid_n) of tile number tile_id, consecutive ids filling a
     #   GROUP_M-tall column of tiles before moving right (the last group may be shorter), so concurrently
     #   running programs share A's rows and B's columns in L2
+    # HINT: Programs that run at the same time should reuse the same rows of A and columns of B so they stay
+    #   in L2: number the tiles down a band of GROUP_M tile rows before moving to the next column.
+    # HINT: Compute tiles per group (GROUP_M * tiles across N), the group of tile_id and its first tile row,
+    #   the group's real height (the last group may be short), then pid_m from the remainder modulo that
+    #   height and pid_n from its quotient.
+    # HINT: `group_size_m = min(num_pid_m - first_pid_m, GROUP_M)`; `pid_m = first_pid_m + (tile_id %
+    #   num_pid_in_group) % group_size_m`.
     # Grouped ordering: consecutive tile ids fill a GROUP_M-tall column of tiles, then move
     # right. With GROUP_M = 1 this is plain row-major order.
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -104,6 +118,11 @@ def matmul_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, st
                           stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # BEGIN EXERCISE: matmul_plain_kernel with the tile of program_id from grouped_tile
+    # HINT: Only the tile order changes: the body of matmul_plain_kernel, with (pid_m, pid_n) taken from
+    #   grouped_tile instead of plain division.
+    # HINT: Copy the plain kernel's offsets, K loop and masked store; replace the two pid lines with one
+    #   call.
+    # HINT: `pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)`
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)  # the one change
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -99,6 +99,12 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"x has dtype {x.dtype}; expected torch.float32")
     # BEGIN EXERCISE: round to tf32 on the bits (nearest, ties to even): view x as int32, add 0xFFF plus the
     #   lowest kept bit (bit 13), clear the 13 low bits; NaN and Inf stay as they are
+    # HINT: tf32 keeps fp32's exponent and the top 10 of 23 fraction bits, so rounding is integer arithmetic
+    #   on the bit pattern: add half of the dropped 13 bits (plus the tie-breaking bit), then clear them.
+    # HINT: Reinterpret with .view(torch.int32) (no conversion), read bit 13 (the lowest kept bit) for
+    #   round-half-to-even, add 0xFFF plus that bit, mask off the low 13 bits, view back as float32; keep
+    #   non-finite x unchanged with torch.where.
+    # HINT: `((bits + 0xFFF + ((bits >> 13) & 1)) & -8192).view(torch.float32)` (-8192 is ~0x1FFF).
     bits = x.contiguous().view(torch.int32)
     lowest_kept = (bits >> 13) & 1
     rounded = ((bits + 0xFFF + lowest_kept) & -8192).view(torch.float32)  # -8192 = ~0x1FFF
@@ -115,6 +121,11 @@ def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # BEGIN EXERCISE: one scale per tensor: the largest |x| maps to 448 (scale 1 for an all-zero x); q = x /
     #   scale in float8_e4m3fn, clamped to +-448 first (x / scale can land a hair above 448, and e4m3fn has
     #   no Inf)
+    # HINT: e4m3 only spans about 2^-9 .. 448, so scale the tensor so its largest magnitude lands on 448;
+    #   the scale is kept to undo it.
+    # HINT: amax = max |x| (as fp32); scale = amax / 448, or 1 when amax is 0; divide in fp32, clamp to
+    #   +-448, cast to torch.float8_e4m3fn; return (q, scale).
+    # HINT: The clamp is not optional: e4m3fn has no Inf, so a value a rounding step above 448 becomes NaN.
     amax = x.abs().max().float()
     scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     # clamp: x / scale can land a hair above 448 by fp32 rounding; e4m3fn has no Inf to absorb it
@@ -127,6 +138,10 @@ def round_to(fmt: str, x: torch.Tensor) -> torch.Tensor:
     """x (fp32) as the format stores it, returned in fp32: what the tensor cores multiply."""
     # BEGIN EXERCISE: x (fp32) as the format stores it, returned in fp32: fp32 itself, tf32 (round_to_tf32),
     #   fp8 (q * scale), the 16-bit types by a cast there and back
+    # HINT: Model each format as 'what value does the hardware actually multiply': round x into the format,
+    #   then bring it back to fp32.
+    # HINT: One branch per family: fp32 unchanged; tf32 via round_to_tf32; fp8 via quantize_fp8 then
+    #   dequantize (q.float() * scale); the 16-bit types by casting to FORMATS[fmt].storage and back.
     if fmt == "fp32":
         return x
     if fmt == "tf32":
@@ -182,6 +197,12 @@ def matmul_emulated(fmt: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     # BEGIN EXERCISE: the model: inputs rounded to fmt, the product in fp32 (TF32 off: matmul_flags), C
     #   rounded to OUTPUT_DTYPES[FORMATS[fmt].output]; fp8: (q_a @ q_b) * (s_a * s_b), the scales applied to
     #   the fp32 sum
+    # HINT: The tensor cores multiply rounded inputs exactly and sum in fp32, so the model is: round the
+    #   inputs, do an fp32 matmul with TF32 disabled, round C to the output type.
+    # HINT: Inside `with matmul_flags(tf32=False):` pick fp8 (quantize both, multiply the fp32 views of q,
+    #   then multiply by sa * sb) or the others (round_to on both operands); finish with a cast to
+    #   OUTPUT_DTYPES[FORMATS[fmt].output].
+    # HINT: For fp8 the scales go on the sum, not the operands: `(qa.float() @ qb.float()) * (sa * sb)`.
     with matmul_flags(tf32=False):
         if fmt == "fp8_e4m3":
             (qa, sa), (qb, sb) = quantize_fp8(a), quantize_fp8(b)
@@ -283,6 +304,12 @@ def running_sum(values: torch.Tensor, acc_dtype: torch.dtype) -> torch.Tensor:
     """
     # BEGIN EXERCISE: one term at a time into an accumulator of acc_dtype, rounded at every step (what a
     #   register of that type does; torch.sum would use a wider one)
+    # HINT: To see what a narrow accumulator loses, you must round after every addition, exactly as a
+    #   register of that type would; torch.sum would hide it with a wider accumulator.
+    # HINT: Start from zeros of shape values.shape[:-1] in acc_dtype, loop over the last dimension, add each
+    #   slice converted to acc_dtype.
+    # HINT: `acc = acc + values[..., k].to(acc_dtype)` (both operands in acc_dtype, so the sum is rounded to
+    #   it).
     acc = torch.zeros(values.shape[:-1], dtype=acc_dtype, device=values.device)
     for k in range(values.shape[-1]):
         acc = acc + values[..., k].to(acc_dtype)  # the sum of two acc_dtype values is rounded to it

@@ -66,6 +66,11 @@ def softmax_row_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
     # BEGIN EXERCISE: one program per row, the whole row in one block: row = tl.program_id(0) as int64 (row
     #   * stride passes 2^31 on big inputs); load the row with other=-inf past n_cols, in fp32; subtract
     #   tl.max (exp of large numbers overflows), tl.exp, divide by tl.sum; store in out's dtype, masked
+    # HINT: The whole row fits in one block, so one program can do max, exp and sum in registers.
+    #   Subtracting the row max first keeps exp from overflowing without changing the result.
+    # HINT: cols = tl.arange(0, BLOCK_SIZE) with mask cols < n_cols; row start = row * stride; load with
+    #   other=-inf so padding never wins the max and exp(-inf) = 0 adds nothing to the sum.
+    # HINT: `z = x - tl.max(x, axis=0)`, then `num = tl.exp(z)` and divide by `tl.sum(num, axis=0)`.
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -84,6 +89,12 @@ def softmax_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_row_st
                         BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: BLOCK_ROWS rows per program in a 2-D block [BLOCK_ROWS, BLOCK_SIZE]:
     #   softmax_row_kernel's body, reducing along axis=1, masked on rows and columns
+    # HINT: Same math as softmax_row_kernel, but each program handles a [BLOCK_ROWS, BLOCK_SIZE] tile: more
+    #   bytes in flight per program for narrow rows.
+    # HINT: rows is a vector (program id * BLOCK_ROWS + arange), broadcast rows[:, None] against cols[None,
+    #   :] for pointers and for a 2-D mask on both rows and columns; reductions use axis=1.
+    # HINT: Reductions come back 1-D: broadcast them back with `[:, None]`, e.g. `x - tl.max(x, axis=1)[:,
+    #   None]`.
     # BLOCK_ROWS rows per program: a 1k-wide bf16 row is only 2 KB per program; packing rows
     # gives each program more bytes to load at once.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -108,6 +119,12 @@ def softmax_persistent_kernel(x_ptr, out_ptr, n_rows, n_cols, x_row_stride, out_
     #   tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_ROWS), tl.num_programs(0), num_stages=NUM_STAGES),
     #   the body of softmax_rows_kernel for rows block * BLOCK_ROWS + arange (int64 before multiplying by
     #   the stride)
+    # HINT: Launch only as many programs as the GPU holds at once and let each loop over row blocks with a
+    #   stride of the program count: no tail wave of half-empty SMs.
+    # HINT: A `for block in tl.range(start, n_blocks, step, num_stages=...)` loop whose body is
+    #   softmax_rows_kernel's; the column offsets and column mask can be computed once, outside the loop.
+    # HINT: `rows = (block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)` inside the loop, then the
+    #   same 2-D mask and axis=1 reductions.
     # The grid is sized to what the GPU holds at once (see `_resident_programs_per_sm`); each
     # program strides through the row blocks: program p takes blocks p, p + P, p + 2P, ...
     n_blocks = tl.cdiv(n_rows, BLOCK_ROWS)
@@ -136,6 +153,12 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
     # BEGIN EXERCISE: rows of any width in two passes: first the online max and sum over BLOCK_SIZE chunks
     #   (m_new = max(m, x); d = d * exp(m - m_new) + exp(x - m_new); beware -inf - -inf = NaN while a lane
     #   has seen only -inf), reduced across lanes; then a second loop writes exp(x - max) / sum
+    # HINT: A row too wide for one block needs the max and sum built up chunk by chunk: when the running max
+    #   grows, rescale the sum so far by exp(old_max - new_max).
+    # HINT: Keep per-lane vectors m (starts at -inf) and d (zeros) across the first loop; after it, reduce
+    #   them to one row max and one row sum; a second loop reloads x and writes exp(x - max) / sum.
+    # HINT: Guard the -inf lanes: `shift = tl.where(m_new == -float("inf"), 0.0, m_new)`, then `d = d *
+    #   tl.exp(m - shift) + tl.exp(x - shift)`; at the end `row_sum = tl.sum(d * tl.exp(m - row_max), 0)`.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride

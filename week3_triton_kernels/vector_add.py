@@ -28,6 +28,12 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: program pid adds elements pid * BLOCK_SIZE .. + BLOCK_SIZE - 1: offsets from
     #   tl.program_id(0) (int64 before multiplying: past 2^31 elements it overflows) and tl.arange, a mask
     #   for offsets < n, masked loads of a and b, a masked store of their sum
+    # HINT: Each program owns one contiguous block of BLOCK_SIZE elements; the block's position comes from
+    #   the program id, and a mask keeps the last, partial block from touching memory past n.
+    # HINT: Three steps: offsets = start of this block + tl.arange(0, BLOCK_SIZE); mask = offsets < n; load
+    #   a and b with that mask, store a + b with the same mask.
+    # HINT: The line that matters: `offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)`
+    #   (int64 first, or the product wraps).
     pid = tl.program_id(axis=0)
     # int64 before multiplying: pid * BLOCK_SIZE overflows int32 past 2^31 elements.
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -50,6 +56,10 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
         return out  # a grid of zero programs is an invalid launch
     # BEGIN EXERCISE: the launch: a 1-D grid of cdiv(n, BLOCK_SIZE) programs running add_kernel (BLOCK_SIZE
     #   is a constexpr; num_warps=4)
+    # HINT: The grid is how many programs run: enough blocks of BLOCK_SIZE to cover all n elements, rounding
+    #   up.
+    # HINT: A 1-tuple grid, then `kernel[grid](...)` with the tensors, n, and BLOCK_SIZE/num_warps as
+    #   keyword arguments.
     grid = (triton.cdiv(n, BLOCK_SIZE),)
     add_kernel[grid](a, b, out, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
     # END EXERCISE

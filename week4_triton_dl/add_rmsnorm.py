@@ -64,6 +64,14 @@ def add_rmsnorm_fwd_kernel(x_ptr, d_ptr, w_ptr, h_ptr, y_ptr, rstd_ptr, N, eps,
     # BEGIN EXERCISE: h = x + delta (both loaded masked, in ACC), rounded to h's dtype and stored: the norm
     #   reads that rounded h (back in ACC); rstd = 1 / sqrt(sum(h * h + (h - h)) / N + eps) (+ (h - h): a row
     #   holding an Inf comes out NaN, as rmsnorm._rstd); y = h * rstd (* w) stored in y's dtype; rstd stored
+    # HINT: Fusing the residual add into the norm saves one round trip of h through memory, but the result
+    #   must match the unfused pair: the norm has to see h rounded to its storage dtype, exactly as torch's
+    #   add would leave it.
+    # HINT: Load x and delta masked (other=0) in ACC and add; cast to h's dtype, store, cast back to ACC;
+    #   then rmsnorm's rstd over the row (axis 0), y = h * rstd times w when HAS_WEIGHT; store y and the
+    #   row's rstd.
+    # HINT: `rstd = 1.0 / tl.sqrt(tl.sum(h * h + (h - h), axis=0) / N + eps)`: h - h is 0 except for Inf,
+    #   where it is NaN, so an Inf row turns NaN as torch's does.
     h = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(ACC) + tl.load(d_ptr + offsets, mask=mask, other=0.0).to(ACC)
     h = h.to(h_ptr.dtype.element_ty)  # rounded once, as torch's add rounds it: the norm reads this h
     tl.store(h_ptr + offsets, h, mask=mask)
@@ -103,6 +111,13 @@ def add_rmsnorm_bwd_kernel(dy_ptr, dh_ptr, h_ptr, w_ptr, rstd_ptr, dx_ptr, dd_pt
         # BEGIN EXERCISE: rmsnorm_bwd_kernel's step on h: hhat = h * rstd, g = dy * w (dy without weight),
         #   c1 = mean(g * hhat) per row, dh_total = (g - hhat * c1) * rstd, plus dh (loaded masked, in ACC)
         #   when HAS_DH; stored in dx's dtype, and in dd's when STORE_DD; dw_acc += dy * hhat
+        # HINT: RMSNorm's backward with y = hhat * w: the gradient wrt h removes the component along hhat
+        #   (the rstd depends on h), then scales by rstd; the residual's own gradient simply adds.
+        # HINT: Per row: hhat from h and rstd[:, None]; g = dy times w[None, :] when HAS_WEIGHT; c1 = row
+        #   mean of g * hhat (axis=1, divide by N); dh_total = (g - hhat * c1) * rstd; add the loaded dh if
+        #   HAS_DH; store to dx (and dd if STORE_DD); grow dw_acc.
+        # HINT: `dh_total = (g - hhat * c1[:, None]) * rstd[:, None]` and `dw_acc += dy * hhat` (dw uses dy,
+        #   not g).
         hhat = h * rstd[:, None]
         if HAS_WEIGHT:
             g = dy * w[None, :]

@@ -63,6 +63,15 @@ def scaled_masked_scores_kernel(q_ptr, k_ptr, s_ptr, key_len_ptr, n_heads, seq_q
     #   input_precision=DOT_PRECISION) * sm_scale; keep key j for query i when j < n_keys (key_lengths[b]
     #   clamped to [0, seq_k] when HAS_KEY_LENGTHS) and, if CAUSAL, j <= i: tl.where(keep, s, -inf); store
     #   into the contiguous S, masked
+    # HINT: The naive attention's first step writes all of S to memory: each program computes one BLOCK_M x
+    #   BLOCK_N tile of Q K^T for one (batch, head), then masks padding keys and the causal future with
+    #   -inf.
+    # HINT: Split program_id(0) into tile row and column (// and % by the number of key tiles),
+    #   program_id(1) into b and h; int64 base pointers; load q and k tiles masked on the sequence; tl.dot
+    #   with k transposed; build `keep` from n_keys and the causal test; tl.where; store into S at bh *
+    #   seq_q * seq_k + row * seq_k + col.
+    # HINT: `s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale`, then `keep =
+    #   offs_n[None, :] < n_keys` and `& (offs_n[None, :] <= offs_m[:, None])` when CAUSAL.
     tiles_n = tl.cdiv(seq_k, BLOCK_N)
     pid_m = tl.program_id(0) // tiles_n
     pid_n = tl.program_id(0) % tiles_n
@@ -119,6 +128,13 @@ def probs_times_values_kernel(p_ptr, v_ptr, o_ptr, key_len_ptr, n_heads, seq_q, 
     # BEGIN EXERCISE: O = P @ V over the keys in BLOCK_N steps into an fp32 accumulator: read only the first
     #   n_keys columns of P (a row with no key at all is NaN after the softmax and must not reach the sum),
     #   round each P tile to v's dtype for tl.dot; store in o's dtype
+    # HINT: O = P V is a matmul with K = the keys: loop over key blocks, accumulate tl.dot of a P tile and a
+    #   V tile in fp32. Stopping at n_keys keeps padding keys, and the NaN of an empty row, out of the sum.
+    # HINT: acc = zeros [BLOCK_M, HEAD_DIM] fp32; `for start in range(0, n_keys, BLOCK_N)`: load P's columns
+    #   start..start+BLOCK_N (masked on rows and cols < n_keys), V's rows at the same keys (masked), tl.dot;
+    #   store acc in o's dtype through o's strides.
+    # HINT: `acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)`: P is rounded to V's dtype,
+    #   as `P.to(v.dtype) @ V` would.
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     # Only the first n_keys columns of P are read: padding keys (and the NaN that the softmax
     # leaves on a row with no key at all) never reach the sum, so such a row comes out 0.
@@ -278,6 +294,10 @@ def attention_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     check_out(out, q.shape, q.dtype)  # before any launch
     # BEGIN EXERCISE: the three steps: the scores, the softmax in place (out=scores: P reuses S's buffer),
     #   then P @ V into out
+    # HINT: The naive attention is three separate kernels with S and P materialized in memory: scores, row
+    #   softmax, then P times V.
+    # HINT: Call scaled_masked_scores, then the softmax with out= the scores tensor (in place saves a second
+    #   S-sized buffer), then probs_times_values into out; pass key_lengths to both ends.
     scores = scaled_masked_scores(q, k, causal, sm_scale, key_lengths=key_lengths)
     probs = softmax(scores, out=scores)  # in place: one row is read whole before it is written
     return probs_times_values(probs, v, key_lengths=key_lengths, out=out)

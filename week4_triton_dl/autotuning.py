@@ -78,6 +78,13 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, row_stride, n_rows_bucket,
     # BEGIN EXERCISE: split-K over programs: program (row, part) sums columns [part * SPLIT_COLS, +
     #   SPLIT_COLS) of its row in BLOCK_N steps (fp32, masked to the part), then tl.atomic_add of its
     #   partial into out[row]: several programs meet there, so out must start at zero
+    # HINT: Split the row across several programs so short-and-wide inputs still fill the GPU; each program
+    #   sums its share and the partial sums meet through an atomic add.
+    # HINT: row from program_id(0), first/last columns of the share from program_id(1) and SPLIT_COLS
+    #   (capped at n_cols); a loop in BLOCK_N steps accumulating masked fp32 loads into a vector; one
+    #   reduction, one atomic.
+    # HINT: `tl.atomic_add(out_ptr + row, tl.sum(acc, axis=0))`; mask with `offs < last`, not `< n_cols`, or
+    #   two shares count the same columns.
     row = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * SPLIT_COLS  # this program's share of the row
     last = tl.minimum(first + SPLIT_COLS, n_cols)
@@ -95,6 +102,9 @@ def row_sum_kernel(x_ptr, out_ptr, n_rows, n_cols, row_stride, n_rows_bucket,
 def axpy_kernel(y_ptr, x_ptr, a, n, BLOCK: tl.constexpr):
     # y += a * x, in place: run twice, it adds twice.
     # BEGIN EXERCISE: y += a * x, in place, masked to n (int64 offsets)
+    # HINT: A tiny elementwise kernel whose point is that it changes y in place: running it twice adds
+    #   twice, which matters to the autotuner.
+    # HINT: Offsets in int64 from the program id, mask offs < n, load y and x, store y + a * x back into y.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     y = tl.load(y_ptr + offs, mask=mask)
@@ -126,6 +136,14 @@ def prune_row_sum_configs(configs, named_args, **kwargs):
     # BEGIN EXERCISE: keep only configs worth timing for named_args['n_cols']: no block wider than the row
     #   needs (keep at least the narrowest), no grid taller than MAX_GRID_Y, and one of each set that
     #   behaves identically (splits the row never reaches); never return an empty list
+    # HINT: Pruning saves benchmarking time: a block wider than the row only loads masked lanes, a grid
+    #   taller than the hardware limit fails to launch, and configs that differ only in an unreachable split
+    #   time the same thing.
+    # HINT: Filter by BLOCK_N <= the next power of two of n_cols (but never below the narrowest config) and
+    #   cdiv(n_cols, SPLIT_COLS) <= MAX_GRID_Y; deduplicate on (BLOCK_N, min(SPLIT_COLS, n_cols),
+    #   num_warps); fall back to the narrowest config if nothing is left.
+    # HINT: `return unique or [min(configs, key=lambda c: c.kwargs["BLOCK_N"])]` (an empty list would make
+    #   the autotuner fail).
     n_cols = named_args["n_cols"]
     widest_useful = max(triton.next_power_of_2(max(n_cols, 1)), min(c.kwargs["BLOCK_N"] for c in configs))
     kept = [c for c in configs
@@ -162,6 +180,11 @@ def make_row_sum_tuner(configs=None, *, key=("n_rows_bucket", "n_cols"), reset_t
     # BEGIN EXERCISE: triton.autotune(...)(row_sum_kernel) with the key, reset_to_zero=['out_ptr'] (every
     #   timed run adds into out: atomics), prune_configs_by with prune_row_sum_configs, and do_bench
     #   (default_do_bench() when None)
+    # HINT: The autotuner runs the kernel many times per config; with atomic adds every timed run adds into
+    #   out, so out must be zeroed before each one, and the result cached per key.
+    # HINT: `triton.autotune(configs=..., key=..., reset_to_zero=..., prune_configs_by={...}, do_bench=...)`
+    #   applied to row_sum_kernel; honour the reset_to_zero/prune flags by passing None when they are off.
+    # HINT: `prune_configs_by={"early_config_prune": prune_row_sum_configs}`
     return triton.autotune(
         configs=list(configs or ROW_SUM_CONFIGS), key=list(key),
         reset_to_zero=["out_ptr"] if reset_to_zero else None,
@@ -173,6 +196,10 @@ def make_row_sum_tuner(configs=None, *, key=("n_rows_bucket", "n_cols"), reset_t
 def make_axpy_tuner(configs=None, *, restore_value=True, do_bench=None):
     # BEGIN EXERCISE: triton.autotune(...)(axpy_kernel) keyed on n, with restore_value=['y_ptr'] (a timed
     #   run changes y in place: each trial must start from the same y) and do_bench
+    # HINT: axpy writes y in place, so each timed trial would start from a different y: ask the autotuner to
+    #   save y and restore it after every trial.
+    # HINT: triton.autotune(...)(axpy_kernel) keyed on ["n"], restore_value=["y_ptr"] when asked (None
+    #   otherwise), do_bench defaulting to default_do_bench().
     return triton.autotune(configs=list(configs or AXPY_CONFIGS), key=["n"],
                            restore_value=["y_ptr"] if restore_value else None,
                            do_bench=do_bench or default_do_bench())(axpy_kernel)

@@ -132,6 +132,14 @@ def row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, BL
     #   shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d * exp(m - shift) + exp(x - shift);
     #   then row_max = max of m, log_sum = log(sum of d * exp(m - row_max)), shifted_sum = sum_j (x_j - row_max)
     #   (0 without SMOOTHING); return the three
+    # HINT: A 128k-wide vocabulary row does not fit one block, so compute logsumexp online in one read: keep
+    #   a running max and a sum of exp(x - max), rescaling the sum whenever the max grows (week 3's
+    #   softmax_online_kernel).
+    # HINT: Per-lane vectors m, d (and s, n for SMOOTHING) made with _to_acc; a loop over BLOCK_V chunks
+    #   loading with other=-inf; update d with the rescale, then m = m_new; after the loop reduce the lanes
+    #   against the row's max; without SMOOTHING the third value is zeros_like(log_sum).
+    # HINT: `shift = tl.where(m_new == -float("inf"), 0.0, m_new)`; `d = d * tl.exp(m - shift) + tl.exp(x -
+    #   shift)`; finally `log_sum = tl.log(tl.sum(d * tl.exp(m - row_max), axis=0))`.
     cols = tl.arange(0, BLOCK_V)
     # Per-lane running max, sum, shifted x-sum and count: no cross-lane reduction inside the loop.
     m = _to_acc(tl.full([BLOCK_V], -float("inf"), tl.float32), FP64)
@@ -174,6 +182,12 @@ def row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_co
     #   shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1 - eps) t_shift
     #   - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the target is out of
     #   range, 0 where ignored
+    # HINT: Write the loss in shifted form: lse - x_t = log_sum - (x_t - row_max); both terms are small and
+    #   never cancel catastrophically, unlike lse and x_t separately at large magnitudes.
+    # HINT: Read x at the target only where the target is valid and in range (else column 0, so no wild
+    #   address); t_shift = x_t - row_max; the plain or the smoothed formula (coefficients loaded from
+    #   coef_ptr); then NaN where not in range and 0 where ignored, with two tl.where.
+    # HINT: `x_t = tl.load(x_row + tl.where(valid & in_range, target, 0))`
     # An ignored row's target (-100) is no address, nor is a target outside [0, V): read column 0
     # instead, and discard it.
     x_t = tl.load(x_row + tl.where(valid & in_range, target, 0)).to(row_max.dtype)
@@ -195,6 +209,12 @@ def write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
     """g_row[j] = (softmax(x)_j - y_j) * g, softmax = exp((x - hi) - lo) with hi + lo = lse."""
     # BEGIN EXERCISE: chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V everywhere with
     #   SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype
+    # HINT: d loss / d x_j = softmax(x)_j - y_j, times the incoming gradient; the softmax is recomputed from
+    #   the saved lse, split into hi + lo so the subtraction keeps fp32 accuracy.
+    # HINT: Load the two coefficients (1 - eps and eps / V) once; loop over BLOCK_V chunks: load x masked, p
+    #   = exp of the shifted x, y = on_target where offs == target (plus off_target everywhere when
+    #   SMOOTHING), store (p - y) * g masked.
+    # HINT: `p = tl.exp((x - hi) - lo)`: subtract hi first (exact near the max), then the small lo.
     cols = tl.arange(0, BLOCK_V)
     on_target = tl.load(coef_ptr)        # 1 - eps
     off_target = tl.load(coef_ptr + 2)   # eps / V
@@ -220,6 +240,13 @@ def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols,
     # BEGIN EXERCISE: one program per row (an int64 row index: row * stride passes 2^31); the target, valid (not
     #   ignore_index) and in range; row_logsumexp, then the row's loss (row_loss) stored; with STORE_LSE,
     #   lse = row_max + log_sum added in float64 (exact) and stored
+    # HINT: One program per row: the two helpers above do the work; this kernel only finds the row, reads
+    #   its target and classifies it.
+    # HINT: int64 row from program_id(0); row base pointer; target (int64); valid = target != ignore_index;
+    #   in_range = 0 <= target < n_cols; row_logsumexp, row_loss stored at loss_ptr + row; with STORE_LSE
+    #   also the lse.
+    # HINT: Store lse as `row_max.to(tl.float64) + log_sum.to(tl.float64)`: the sum of two fp32 values is
+    #   exact in float64.
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -242,6 +269,13 @@ def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits
     # BEGIN EXERCISE: split the float64 lse once: hi = lse in the accumulation dtype, lo = (lse - hi) in it; the incoming
     #   gradient g read at row * grad_stride (0: one scalar for every row), NaN for an out-of-range target, 0
     #   for an ignored row; then write_row_grad
+    # HINT: The backward needs the per-row lse and the incoming gradient; everything else is write_row_grad.
+    #   The gradient must be read on the device (no host sync), with stride 0 meaning one scalar for all
+    #   rows.
+    # HINT: int64 row; target; lse loaded and split: hi = _to_acc(lse, FP64), lo = _to_acc(lse - hi in
+    #   float64, FP64); g loaded at row * grad_stride; NaN for an out-of-range target, 0 for an ignored one
+    #   (two tl.where); call write_row_grad with the row pointers.
+    # HINT: `lo = _to_acc(lse - hi.to(tl.float64), FP64)`
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(targets_ptr + row).to(tl.int64)
     # The float64 lse, split once per row into hi + lo of the accumulation dtype (lo = 0 in fp64).
@@ -265,6 +299,14 @@ def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.conste
     # BEGIN EXERCISE: BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK] vector (read with
     #   cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not kept coherent),
     #   and 1 for each target that is not ignore_index into another; return both summed
+    # HINT: A deterministic reduction: one program walks all rows in a fixed order, so the sum is
+    #   bit-identical from run to run (atomics would not be). The rows were just written by other programs,
+    #   so read them from L2.
+    # HINT: Two [BLOCK] accumulators (loss total and count) in the loss dtype; loop over BLOCK rows at a
+    #   time with a mask; add the masked losses; load targets (other=ignore_index) and add 1 where not
+    #   ignored; return both reduced with tl.sum.
+    # HINT: `tl.load(loss_rows_ptr + idx, mask=mask, other=0.0, cache_modifier=".cg")`: .cg bypasses the
+    #   SM's non-coherent L1.
     offs = tl.arange(0, BLOCK)
     total = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
     count = tl.zeros([BLOCK], loss_rows_ptr.dtype.element_ty)
@@ -321,6 +363,13 @@ def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_
     # BEGIN EXERCISE: every thread's stores before the ticket (tl.debug_barrier), then ticket = tl.atomic_add(ticket_ptr, 1,
     #   sem="acq_rel", scope="gpu"); the program that draws n_rows - 1 sums the rows (_sum_rows), divides for
     #   MEAN, stores out (and count with STORE_LSE) and sets the counter back to 0
+    # HINT: The last program to finish does the reduction: every program takes a ticket from an atomic
+    #   counter after its store; whoever draws n_rows - 1 knows all the other rows are written
+    #   (release/acquire ordering).
+    # HINT: A barrier so all threads' stores precede the ticket; an atomic_add on the counter with acq_rel
+    #   semantics at gpu scope; `if ticket == n_rows - 1:` call _sum_rows, divide by the count for MEAN,
+    #   store out (and count), reset the counter to 0 for the next call.
+    # HINT: `ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")`, after `tl.debug_barrier()`.
     # Every thread's store happens before the ticket (the barrier), and the ticket is a release:
     # whoever draws the last one sees all the stores (the acquire half). The pattern of CUDA's
     # "threadFenceReduction" sample, with the fence folded into the atomic's semantics.
@@ -391,6 +440,11 @@ def _forward(logits, targets, ignore_index, label_smoothing, block_v=BLOCK_V, ne
     #   for 0 rows; launch_plan(n_cols, block_v) gives BLOCK_V and num_warps; one launch of cross_entropy_fwd_kernel
     #   per row through course.launch, with a key that pins every specialization (dtypes, ints, constexprs);
     #   without need_lse pass the loss buffer as lse_ptr (it is never written)
+    # HINT: Only the buffers are yours here (the launch follows the region): the per-row losses live in the
+    #   accumulation dtype, the lse in float64 for the backward's precision.
+    # HINT: Read n_rows, n_cols from logits.shape; acc = acc_dtype(logits.dtype); torch.empty for loss (acc)
+    #   and, if need_lse, lse (float64) on the logits' device; return early with both when there are no rows
+    #   (a zero grid is an invalid launch).
     n_rows, n_cols = logits.shape
     acc = acc_dtype(logits.dtype)
     loss = torch.empty(n_rows, dtype=acc, device=logits.device)
@@ -414,6 +468,10 @@ def _backward(grad, logits, targets, lse, ignore_index, label_smoothing, out=Non
     """dlogits = (softmax - y) * grad, grad a scalar or one value per row (any stride)."""
     # BEGIN EXERCISE: dlogits (or out) of the logits' shape and dtype; nothing to launch for 0 rows; grad's stride 0 for a
     #   scalar; cross_entropy_bwd_kernel, one program per row, through course.launch
+    # HINT: Only the output buffer is yours here (the launch follows the region): a caller may pass `out` to
+    #   reuse memory.
+    # HINT: dlogits = a new empty tensor of the logits' shape and dtype on its device, unless out was given;
+    #   return it at once when there are no rows.
     n_rows, n_cols = logits.shape
     dlogits = torch.empty((n_rows, n_cols), dtype=logits.dtype, device=logits.device) if out is None else out
     if n_rows == 0:
@@ -437,6 +495,12 @@ def reduce_losses(loss_rows, targets, ignore_index, reduction, dtype, need_count
     # BEGIN EXERCISE: "none": the rows in `dtype`; else a 0-d out (and a count when need_count); no rows: out is 0 (sum) or
     #   NaN (mean, 0 / 0 as torch) without a launch; else ONE program of cross_entropy_reduce_kernel
     #   (REDUCE_BLOCK rows a step) through course.launch. No host sync anywhere
+    # HINT: Reducing on the device keeps the loss a tensor that never forces a host sync; the edge cases
+    #   must match torch: 'none' returns the rows, an empty batch gives 0 for sum and NaN (0 / 0) for mean.
+    # HINT: Return early for 'none'; allocate a 0-d out in dtype and a 0-d count (loss dtype) when asked;
+    #   for 0 rows fill them and return; otherwise one launch of cross_entropy_reduce_kernel with grid (1,)
+    #   and a key of every specialising value.
+    # HINT: `out.fill_(math.nan if reduction == "mean" else 0.0)` for the empty batch: no launch.
     if reduction == "none":
         return loss_rows.to(dtype), None
     n_rows = loss_rows.shape[0]
@@ -478,6 +542,13 @@ def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, 
     # BEGIN EXERCISE: the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse (float64, n_rows) and a
     #   0-d count in the accumulation dtype when need_lse; one launch of cross_entropy_fwd_reduce_kernel (grid:
     #   one program per row) through course.launch, keyed like _forward's plus the reduction
+    # HINT: One launch computes every row's loss and the reduction (the last-ticket pattern in the kernel);
+    #   the host only allocates and launches, never syncs.
+    # HINT: ticket and loss_rows from _scratch; 0-d out in logits' dtype; lse and a 0-d count only if
+    #   need_lse; launch_plan for block and num_warps; a key naming dtypes, sizes, strides, ignore_index and
+    #   the constexpr flags; grid (n_rows,); unused pointer slots get `out` as a placeholder.
+    # HINT: `launch(cross_entropy_fwd_reduce_kernel, (n_rows,), key, (...), num_warps=num_warps)` with
+    #   arguments in the kernel's signature order.
     n_rows, n_cols = logits.shape
     acc = acc_dtype(logits.dtype)
     device = logits.device

@@ -84,6 +84,13 @@ def bias_gelu_op(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     #   a GPU, so that the compiler sees the launch; in the interpreter torch 2.11's wrap_triton refuses
     #   interpreted kernels: launch directly there (runtime.on_gpu() says which); nothing to launch for an
     #   empty x
+    # HINT: A triton_op body is what torch.compile traces: the launch must go through wrap_triton so the
+    #   compiler sees the kernel and its grid; only the interpreter needs a direct launch.
+    # HINT: Allocate a contiguous out like x; if x is non-empty: grid of ceil(n / BLOCK_SIZE) computed with
+    #   integer arithmetic, then `if runtime.on_gpu():` launch wrap_triton(kernel)[grid](...) else
+    #   kernel[grid](...); n_cols is x.shape[-1], TANH=False.
+    # HINT: `torch.library.wrap_triton(fused_elementwise.bias_gelu_kernel)[grid](x, bias, out, n,
+    #   x.shape[-1], TANH=False, BLOCK_SIZE=block)`
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x.numel()
     if n:
@@ -123,6 +130,12 @@ def _bias_gelu_backward(ctx, grad):
     # BEGIN EXERCISE: the backward in plain torch ops (the compiler fuses them): dh = grad * gelu'(x + bias)
     #   with gelu'(h) = Phi(h) + h phi(h), computed in fp32 and rounded to x's dtype; dbias = dh summed over
     #   every row, in fp32, in bias's dtype
+    # HINT: The backward is the chain rule through gelu: dh = grad * gelu'(h) with h = x + bias; bias was
+    #   broadcast over rows, so its gradient sums dh over them.
+    # HINT: Recompute h from the saved x and bias in fp32; gelu' = Phi(h) + h * phi(h) (Phi from erf, phi =
+    #   exp(-h^2/2) / sqrt(2 pi)); dh in x's dtype; dbias = dh reshaped to (-1, cols) summed over dim 0 with
+    #   an fp32 accumulator, cast to bias's dtype.
+    # HINT: `dgelu = 0.5 * (1 + torch.erf(h / sqrt 2)) + h * 0.39894228 * torch.exp(-0.5 * h * h)`
     x, bias = ctx.saved_tensors
     h = (x + bias).float()
     dgelu = 0.5 * (1.0 + torch.erf(h * 0.7071067811865476)) + h * 0.3989422804014327 * torch.exp(-0.5 * h * h)

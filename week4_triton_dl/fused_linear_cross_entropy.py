@@ -97,6 +97,13 @@ def cross_entropy_fwd_grad_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr
     #   device (NaN for an out-of-range target, 0 for an ignored row) and write_row_grad with hi = row_max,
     #   lo = log_sum. dlogits may be the logits buffer: every warp must have read x[target] before any writes
     #   it (and say why in a comment)
+    # HINT: Loss and gradient from one program: after the forward sweep, the row's max and log-sum are still
+    #   in registers, so the softmax for the gradient needs no saved lse and no second kernel.
+    # HINT: The forward kernel's lines (row, target, valid, in_range, row_logsumexp, row_loss stored); then
+    #   a barrier; g = the device-side scale, NaN if not in_range, 0 if not valid; write_row_grad with hi =
+    #   row_max and lo = log_sum.
+    # HINT: `tl.debug_barrier()` before the gradient sweep: dlogits may alias the logits, and warps run
+    #   independently, so every warp must have read x[target] before any writes it.
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * row_stride
     target = tl.load(targets_ptr + row).to(tl.int64)
@@ -134,6 +141,9 @@ def _forward_grad(logits, targets, loss, dlogits, scale, ignore_index, label_smo
     """Per-row loss into `loss` and (softmax - y) * scale into `dlogits` (which may be `logits`)."""
     # BEGIN EXERCISE: nothing to launch for 0 rows; cross_entropy_fwd_grad_kernel, one program per row (a plain launch is
     #   fine: it runs once per chunk of a large batch)
+    # HINT: Only the early exit is yours here (the launch follows): a grid of zero programs is an invalid
+    #   launch.
+    # HINT: Unpack logits.shape, and return (loss, dlogits) unchanged when there are no rows.
     n_rows, n_cols = logits.shape
     if n_rows == 0:
         return loss, dlogits
@@ -155,6 +165,12 @@ def _linear_ce_chunks(h, weight, targets, ignore_index, reduction, label_smoothi
     #   (C from chunk_size or default_chunk_size); the mean's scale 1 / (rows counted) made on the device; per
     #   chunk: logits = h_c @ W^T (_mm), then without gradients the forward kernel only, else _forward_grad in
     #   place (the logits become dlogits), dh_c = dlogits @ W, dW += dlogits^T @ h_c; finally ce.reduce_losses
+    # HINT: The point of the chunking is memory: the N x V logits never exist at once, only a C x V buffer
+    #   that every chunk reuses; this region sets up the outputs (the loop follows).
+    # HINT: n_rows from h, n_cols = vocabulary size from weight; per-row losses in ce.acc_dtype(h.dtype); dh
+    #   empty when needed; dW zeros when needed (chunks add into it); for 0 rows return the reduced empty
+    #   loss at once.
+    # HINT: dW starts at `torch.zeros(...)`, not empty: every chunk accumulates `dW += dlogits^T @ h_c`.
     n_rows, n_cols = h.shape[0], weight.shape[0]
     acc = ce.acc_dtype(h.dtype)
     loss_rows = torch.empty(n_rows, dtype=acc, device=h.device)

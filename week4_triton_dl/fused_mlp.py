@@ -73,6 +73,10 @@ def _act_and_grad(z, ACTIVATION: tl.constexpr):
     # BEGIN EXERCISE: grad = act'(z) by ACTIVATION: 1 relu (where(z <= 0, 0, 1): NaN passes dy through, as
     #   torch's relu), 2 gelu (erf): Phi(z) + z phi(z), 3 gelu_tanh: the derivative of z sigmoid(2u), u =
     #   sqrt(2/pi) (z + 0.044715 z^3), 4 silu: s (1 + z (1 - s)), s = sigmoid(z)
+    # HINT: One closed-form derivative per activation, in fp32, chosen by a constexpr if/elif chain on
+    #   ACTIVATION.
+    # HINT: relu: `tl.where(z <= 0, 0.0, 1.0)` (NaN passes dy through); silu: `sig * (1.0 + z * (1.0 -
+    #   sig))`.
     if ACTIVATION == 1:
         grad = tl.where(z <= 0, 0.0, 1.0)  # NaN <= 0 is false: NaN passes dy through, as torch's relu
     elif ACTIVATION == 2:
@@ -99,6 +103,9 @@ def act_backward_kernel(dy_ptr, z_ptr, dz_ptr, n, ACTIVATION: tl.constexpr, BLOC
     # formula as 4-6 separate kernels, each through HBM).
     # BEGIN EXERCISE: dz = dy * act'(z) in one pass: this program's BLOCK offsets (int64), masked, dy and z
     #   read in fp32, dz written in its dtype
+    # HINT: One pass instead of eager autograd's several: read dy and z once, write dz once (in fp32
+    #   between).
+    # HINT: vector_add's offsets and mask; `dz = dy * _act_and_grad(z, ACTIVATION)`, stored in dz's dtype.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     dy = tl.load(dy_ptr + offs, mask=mask).to(tl.float32)
@@ -112,6 +119,8 @@ def swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, dgu_ptr, n, n_cols, BLOCK: tl.c
     """dgu[:, :F] = dh * u * silu'(g), dgu[:, F:] = dh * silu(g); dh, g, u are (N, F)."""
     # BEGIN EXERCISE: the SwiGLU gradient in one pass over (N, F): dg = dh * u * silu'(g), du = dh *
     #   silu(g), written side by side into the (N, 2F) buffer dgu (element (r, c) to (r, c) and (r, F + c))
+    # HINT: Both gradients come from the same loads; side by side in (N, 2F), dx later is one matmul.
+    # HINT: `row, col = offs // n_cols, offs % n_cols`; dg goes to row * 2F + col, du n_cols further on.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     dh = tl.load(dh_ptr + offs, mask=mask).to(tl.float32)
@@ -139,6 +148,9 @@ def swiglu_gate_up_kernel(x_ptr, w_ptr, h_ptr, g_ptr, u_ptr, M, F, K,
     # BEGIN EXERCISE: the dual GEMM: week 3's tiled, grouped matmul with TWO accumulators fed by one x tile
     #   per K step (gate rows [0, F) and up rows [F, 2F) of w); epilogue on the fp32 accumulators: h =
     #   silu(g) * u, stored masked; g and u too when STORE_GU
+    # HINT: Dual GEMM: each K step loads one x tile and feeds two tl.dot calls (gate and up accumulators).
+    # HINT: Week 3's grouped, wrapped-offset K loop; `wu_ptrs = wg_ptrs + F * stride_wf` (W is (2F, K)).
+    # HINT: Epilogue in fp32 registers: `h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u`; mask only the store.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(F, BLOCK_N)
@@ -329,6 +341,9 @@ class LinearActFunction(torch.autograd.Function):
         # BEGIN EXERCISE: the backward recomputes the pre-activation z (week 3's matmul with the bias, no
         #   activation) instead of saving it; dz = act_backward(dy, z); then dx, dw and db (summed in fp32)
         #   for the inputs that need them
+        # HINT: Recompute z (matmul with the bias, no activation) rather than saving N x F activations.
+        # HINT: dz = act_backward(dy, z, ...); then `dz @ weight`, `dz.t() @ x2`, and dz's fp32 row sum for
+        #   db.
         x2, weight, bias = ctx.saved_tensors
         z = week3_matmul.matmul(x2, weight.t(), bias)  # the pre-activation, recomputed
         dz = act_backward(dy.contiguous(), z, ctx.activation)
@@ -382,6 +397,9 @@ class SwiGLUMLPFunction(torch.autograd.Function):
     def backward(ctx, dout):
         # BEGIN EXERCISE: the backward: dh = dout W_down, dgu = swiglu_backward(dh, g, u), then dx and
         #   dW_gate_up each in ONE matmul of [dg du], and dW_down = dout^T h
+        # HINT: Backprop out = h W_down^T, then h = silu(g) u, then [g u] = x [Wg; Wu]^T, each one matmul.
+        # HINT: dh = dout @ w_down; dgu = swiglu_backward(dh, g, u); `dx = dgu @ w_gate_up`; dW = dgu.t() @
+        #   x2.
         x2, w_gate_up, w_down, g, u, h = ctx.saved_tensors
         dout = dout.contiguous()
         dh = dout @ w_down
@@ -454,6 +472,8 @@ def activation_bytes(n: int, d: int, f: int, itemsize: int) -> dict:
     # BEGIN EXERCISE: count the activation bytes of one forward yourself first (the module docstring has the
     #   counts): keys linear_gelu_torch, linear_gelu_fused, swiglu_torch, swiglu_fused_inference,
     #   swiglu_fused_training
+    # HINT: Count each N x d or N x F tensor written or read in HBM per variant; weights are left out.
+    # HINT: e.g. eager linear+gelu: read x (Nd), write z, read z, write y (3NF); all times the itemsize.
     """Activation traffic (bytes) of one forward, per the counts in the module docstring."""
     s = itemsize
     return {

@@ -121,6 +121,12 @@ def layernorm_fwd_row_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, N, 
     #   .to(ACC); mean; centre with tl.where(mask, x - mean, 0) so padding adds nothing to the variance;
     #   rstd = _rstd(xc, N, eps, 0); y = xc * rstd (* w) (+ b) stored in y's dtype; mean and rstd stored
     #   when STORE_STATS
+    # HINT: With the whole row in registers, compute the mean first and then the variance of the centred
+    #   values: two reductions over registers, no sum(x^2) - mean^2 cancellation.
+    # HINT: int64 row, cols = arange(BLOCK_N) masked to N; load x in ACC with other=0; mean = sum / N;
+    #   centre, but force padding lanes back to 0; rstd from _rstd; scale, then optional weight and bias
+    #   (each loaded masked); store y and, if asked, the two per-row stats.
+    # HINT: `xc = tl.where(mask, x - mean, 0.0)`: without it every padding lane adds mean^2 to the variance.
     row = tl.program_id(0).to(tl.int64)  # int64: row * N passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -155,6 +161,13 @@ def layernorm_fwd_persistent_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_p
     #   num_stages=NUM_STAGES): a [BLOCK_M, BLOCK_N] tile of rows first + step + arange(BLOCK_M), masked against
     #   M and N; the row kernel's arithmetic with reductions along axis=1 (_rstd(xc, N, eps, 1)); y, mean and
     #   rstd stored masked
+    # HINT: Narrow rows give a one-row program too little work; here each program owns many rows, loads w
+    #   and b once, and handles BLOCK_M rows per step while the next step's rows are prefetched.
+    # HINT: Optional w and b loaded before the loop; a tl.range loop with num_stages; per step a 2-D tile
+    #   (rows masked against M, cols against N); the row kernel's math with axis=1 and [:, None] broadcasts;
+    #   stats stored masked by rows.
+    # HINT: `xc = tl.where(mask, x - mean[:, None], 0.0)`, `rstd = _rstd(xc, N, eps, 1)`, `y = xc * rstd[:,
+    #   None]`.
     # Loaded once per program and kept in registers for all its rows (not once per row).
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
@@ -198,6 +211,13 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
     #   element-wise into a [BLOCK_N] vector, reduced once: the mean; pass 2: the same for the centred squares
     #   (padding lanes 0), and `largest`, the running element-wise max of |x - mean| (the rescue below needs
     #   it); var = their sum / N, rstd = 1 / sqrt(var + eps)
+    # HINT: A row wider than one block needs passes over memory: one to get the mean, one for the variance
+    #   of the centred values (still no cancellation), keeping per-lane vectors and reducing once after each
+    #   loop.
+    # HINT: Pass 1: a [BLOCK_N] zeros vector, add masked chunks, mean = tl.sum / N. Pass 2: reload chunks,
+    #   centre (padding 0), add squares and track `largest` with tl.maximum of |xc|; then var and rstd.
+    # HINT: `largest = tl.maximum(largest, tl.abs(xc))`: the rescue after this region divides by it when the
+    #   squares overflow.
     sums = tl.zeros([BLOCK_N], dtype=ACC)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -226,6 +246,9 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
         rstd = inv_m / tl.sqrt(tl.sum(scaled, axis=0) / N + eps * inv_m * inv_m)
     # BEGIN EXERCISE: pass 3: chunk by chunk, y = (x - mean) * rstd (* w) (+ b) stored masked in y's dtype;
     #   then mean and rstd when STORE_STATS
+    # HINT: The statistics are known; the third pass only normalizes each chunk and writes it.
+    # HINT: A loop over BLOCK_N chunks: load x in ACC masked, (x - mean) * rstd, optional w and b loaded for
+    #   the same columns, masked store in y's dtype; after the loop the two stats if STORE_STATS.
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N

@@ -80,6 +80,12 @@ def _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT: tl.constexpr):
     # BEGIN EXERCISE: the backward formula on a [BLOCK_M, BLOCK_N] tile: xhat = (x - mean) * rstd (0 in padding
     #   lanes); g = dy * w (dy without weight); per row c1 = mean(g * xhat), c2 = mean(g) (axis=1);
     #   dx = (g - xhat * c1 - c2) * rstd; return dx, xhat
+    # HINT: LayerNorm's input gradient: with g = dy * w and xhat the normalized input, dx = rstd * (g -
+    #   mean(g) - xhat * mean(g * xhat)); the two means remove the components the mean and variance depend
+    #   on.
+    # HINT: xhat from x, mean[:, None], rstd[:, None], zeroed in padding lanes; g = dy, times w[None, :] if
+    #   HAS_WEIGHT; c1 and c2 as row sums (axis=1) divided by N; combine; return dx and xhat.
+    # HINT: `dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]`
     xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
     if HAS_WEIGHT:
         g = dy * w[None, :]
@@ -111,6 +117,13 @@ def layernorm_bwd_atomic_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
     rstd = tl.load(rstd_ptr + row + tl.arange(0, 1))
     # BEGIN EXERCISE: dx, xhat from _row_grads, dx stored masked in dx's dtype; then this row's dy * xhat and dy
     #   (summed over the tile's one row, axis=0) added into the fp32 dw and db with tl.atomic_add (masked columns)
+    # HINT: dx is per row, but dw and db sum over all rows: here every program adds its row's contribution
+    #   into the same fp32 buffers with atomics (simple, but contended, the baseline the next kernel
+    #   improves).
+    # HINT: _row_grads gives dx and xhat; store dx in dx's dtype; then, for each present parameter, sum the
+    #   tile over axis 0 (one row) and tl.atomic_add it at dw_ptr + cols / db_ptr + cols with the column
+    #   mask.
+    # HINT: `tl.atomic_add(dw_ptr + cols, tl.sum(dy * xhat, axis=0), mask=col_mask)`
     dx, xhat = _row_grads(x, dy, w, mean, rstd, mask, N, HAS_WEIGHT)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     # Every program adds into the same N addresses: M updates per address, one at a time.
@@ -139,6 +152,13 @@ def layernorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr,
     #   masked against M; x, dy (in ACC), mean and rstd loaded; dx, xhat = _row_grads(...), dx stored in dx's
     #   dtype; dw_acc += dy * xhat, db_acc += dy. After the loop their column sums (axis=0) into row pid of the
     #   partials (no atomics: no other program writes that row)
+    # HINT: Replace the contended atomics with a two-stage reduction: each program sums its own rows' dw and
+    #   db contributions in registers and writes one partial row; a second kernel sums the partials.
+    # HINT: Two [BLOCK_M, BLOCK_N] ACC zero accumulators; a pipelined tl.range loop over BLOCK_M-row steps:
+    #   load x, dy (masked 2-D), mean and rstd (masked by rows), _row_grads, store dx, add dy * xhat and dy
+    #   element-wise; after the loop store the column sums into row pid of each partial buffer.
+    # HINT: `tl.store(dw_partial_ptr + pid * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)`: no atomics,
+    #   no other program writes that row.
     # Stage 1 of the dw/db reduction: this program's share, in registers, [BLOCK_M, BLOCK_N]
     # so a step adds element-wise and the cross-row sum happens once, at the end.
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
@@ -184,6 +204,14 @@ def layernorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
     #   padding lanes, g = dy * w) into [BLOCK_N] vectors: c1 = mean(g * xhat), c2 = mean(g); pass 2 stores
     #   dx = (g - xhat * c1 - c2) * rstd and adds dy * xhat and dy to row pid of the partials: read back with
     #   other=0 for the program's first row (the buffer is never zeroed), add, store
+    # HINT: For rows too wide for registers, the backward needs two passes per row: the first gathers the
+    #   two row means c1 and c2, the second writes dx and folds this row's dy * xhat and dy into the
+    #   program's partial row.
+    # HINT: Outer loop over rows in [first, last); pass 1 over chunks accumulates xhat * g and g into
+    #   [BLOCK_N] vectors (xhat masked to 0 in padding), then c1, c2; pass 2 recomputes xhat and g, stores
+    #   dx, and read-add-writes the partials.
+    # HINT: The partials buffer is never zeroed: read it with `mask=mask & (row > first), other=0.0`, so the
+    #   program's first row starts the sum.
     for row in range(first, last):
         offset = row * N
         mean = tl.load(mean_ptr + row)

@@ -236,6 +236,12 @@ def partial_sum_kernel(partial_ptr, out_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_
     # BEGIN EXERCISE: stage 2: a [BLOCK_P, BLOCK_N] accumulator in the partials' dtype (fp32); walk down the P rows
     #   BLOCK_P at a time (rows masked against P, int64 offsets), adding tiles element-wise; then tl.sum(axis=0)
     #   stored masked in out's dtype (rounded once)
+    # HINT: Stage 2 of the split reduction: each program owns BLOCK_N columns and sums the P partial rows,
+    #   keeping a 2-D tile accumulator so the loop only adds element-wise and reduces once at the end.
+    # HINT: acc = zeros [BLOCK_P, BLOCK_N] in the partials' dtype; loop start over range(0, P, BLOCK_P):
+    #   rows = start + arange, mask rows < P and the column mask, load with other=0 and add; after the loop
+    #   tl.sum over axis 0 and one masked store.
+    # HINT: Index with `rows[:, None].to(tl.int64) * N + cols[None, :]`: P * N can pass 2^31.
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=partial_ptr.dtype.element_ty)
     for start in range(0, P, BLOCK_P):
         rows = start + tl.arange(0, BLOCK_P)

@@ -101,6 +101,12 @@ def rmsnorm_fwd_row_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
     # BEGIN EXERCISE: one row per program (int64 row index): load the row masked (other=0: padding adds 0 to
     #   sum x^2) .to(ACC); rstd = _rstd(x, N, eps, 0); y = x * rstd (* w) stored in y's dtype; rstd stored when
     #   STORE_STATS
+    # HINT: RMSNorm is LayerNorm without the mean: divide the row by its root mean square. The whole row
+    #   fits one block, so one program, one load, one reduction.
+    # HINT: int64 row, cols masked to N; load in ACC with other=0 (zeros add nothing to the sum of squares);
+    #   rstd from _rstd along axis 0; y = x * rstd, times w when HAS_WEIGHT; store y, and rstd if
+    #   STORE_STATS.
+    # HINT: `rstd = _rstd(x, N, eps, 0)`
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -125,6 +131,12 @@ def rmsnorm_fwd_persistent_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, rows_per_
     # BEGIN EXERCISE: w loaded once, before the loop; for step in tl.range(0, rows_per_program, BLOCK_M,
     #   num_stages=NUM_STAGES): a [BLOCK_M, BLOCK_N] tile of rows masked against M and N; rstd = _rstd(x, N,
     #   eps, 1) (along axis=1); y and rstd stored masked
+    # HINT: Many rows per program for narrow rows: w is loaded once, rows come BLOCK_M at a time, and the
+    #   loop is software-pipelined so the next tile loads while this one reduces.
+    # HINT: Optional w load before the loop; `for step in tl.range(0, rows_per_program, BLOCK_M,
+    #   num_stages=NUM_STAGES)`; 2-D tile with row and column masks; rstd along axis 1; broadcast rstd[:,
+    #   None] and w[None, :]; store y and rstd (rows-masked).
+    # HINT: `y = x * rstd[:, None]` after `rstd = _rstd(x, N, eps, 1)`.
     if HAS_WEIGHT:  # once per program, not once per row
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(ACC)
     for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
@@ -157,6 +169,12 @@ def rmsnorm_fwd_looped_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, N, eps,
     # BEGIN EXERCISE: pass 1: for start in range(0, N, BLOCK_N), x * x + (x - x) of each masked chunk added
     #   element-wise into a [BLOCK_N] vector of ACC, reduced once: rstd = 1 / sqrt(sum / N + eps); pass 2:
     #   y = x * rstd (* w) chunk by chunk, stored masked in y's dtype; rstd stored when STORE_STATS
+    # HINT: A row wider than a block: pass 1 streams it to get the sum of squares (per-lane vector, one
+    #   reduction at the end), pass 2 streams it again to scale and store.
+    # HINT: Pass 1: zeros [BLOCK_N] in ACC, add each masked chunk's squares; rstd = 1 / sqrt(sum / N + eps).
+    #   Pass 2: reload each chunk, multiply by rstd (and w), store masked; then rstd if STORE_STATS.
+    # HINT: `squares += x * x + (x - x)`: the (x - x) is 0 for finite x and NaN for Inf, so an Inf row gives
+    #   NaN as _rstd does.
     squares = tl.zeros([BLOCK_N], dtype=ACC)  # element-wise partial sums, reduced once at the end
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -191,6 +209,12 @@ def rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial_ptr,
     #   num_stages=NUM_STAGES): rows masked against M; x, dy (in ACC) and rstd loaded; xhat = x * rstd, g = dy * w
     #   (dy without weight); c1 = mean(g * xhat) per row (axis=1); dx = (g - xhat * c1) * rstd stored in dx's
     #   dtype; dw_acc += dy * xhat. After the loop dw_acc's column sums (axis=0) into row pid of the partials
+    # HINT: RMSNorm's backward: with xhat = x * rstd and g = dy * w, dx = (g - xhat * mean(g * xhat)) * rstd
+    #   (no mean term: nothing was subtracted); dw sums dy * xhat over rows, here per program first.
+    # HINT: An ACC zeros [BLOCK_M, BLOCK_N] dw accumulator; a pipelined tl.range loop over row tiles: load
+    #   x, dy (2-D masked) and rstd (rows-masked), xhat, g, c1 along axis 1, store dx, add dy * xhat; after
+    #   the loop store the column sums into row pid of the partials.
+    # HINT: `dx = (g - xhat * c1[:, None]) * rstd[:, None]`, with `c1 = tl.sum(xhat * g, axis=1) / N`.
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)  # this program's share of dw, in registers
     for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=NUM_STAGES):
         rows = first + step + tl.arange(0, BLOCK_M)
@@ -233,6 +257,12 @@ def rmsnorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial
     # BEGIN EXERCISE: for each row in [first, last): pass 1 accumulates x * rstd * g (g = dy * w) chunk by chunk
     #   into a [BLOCK_N] vector: c1 = its sum / N; pass 2 stores dx = (g - xhat * c1) * rstd and adds dy * xhat
     #   to dw_row: read back with other=0 for the program's first row (the buffer is never zeroed), add, store
+    # HINT: The wide-row backward: each row needs c1 = mean(g * xhat) before any dx can be written, so two
+    #   passes per row; dw's per-program partial row is read, added to, and written back chunk by chunk.
+    # HINT: Outer loop `for row in range(first, last)`; pass 1 over chunks accumulates x * rstd * g into a
+    #   [BLOCK_N] vector, c1 = its sum / N; pass 2 reloads x and dy, stores dx, updates dw_row + cols.
+    # HINT: The partials are never zeroed: `before = tl.load(dw_row + cols, mask=mask & (row > first),
+    #   other=0.0)`.
     for row in range(first, last):
         offset = row * N
         rstd = tl.load(rstd_ptr + row)

@@ -88,6 +88,12 @@ def _rotate(x_ptr, y_ptr, b, s, heads, H, HALF, cos, sin, stride_xb, stride_xs, 
     # BEGIN EXERCISE: the rotation of BLOCK_H rows: mask heads past H and lanes past HALF, address
     #   each row through its (batch, seq, head) strides (int64), load x1 = x[:HALF] and x2 =
     #   x[HALF:] in ACC, store y1 = x1 cos - x2 sin and y2 = x2 cos + x1 sin in y's dtype
+    # HINT: RoPE rotates each pair (x[i], x[i + D/2]) by the position's angle: a 2x2 rotation applied to the
+    #   two halves of a head's vector, for several heads at once.
+    # HINT: d = arange(BLOCK_D) with a 2-D mask (heads < H) x (d < HALF); a base pointer per head row from
+    #   b, s and the head (int64) through the strides; load the first half at d and the second at d + HALF
+    #   in ACC; two stores.
+    # HINT: `y1 = x1 * cos - x2 * sin`, `y2 = x2 * cos + x1 * sin`, cast to y's dtype on store.
     d = tl.arange(0, BLOCK_D)
     mask = (heads < H)[:, None] & (d < HALF)[None, :]
     h = heads[:, None].to(tl.int64)
@@ -113,6 +119,12 @@ def rope_kernel(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, S, HQ, HK, HALF,
     # BEGIN EXERCISE: b and s from program_id(0) (int64), j from program_id(1); this position's
     #   cos and sin rows (position_offset + s), loaded once for all BLOCK_H heads; INVERSE (the
     #   backward) rotates by -theta; j < q_blocks rotates a head block of q, else one of k (_rotate)
+    # HINT: The cos/sin row depends only on the position, so load it once per program and reuse it for every
+    #   head; q and k share one launch, the second grid axis choosing which head block to rotate.
+    # HINT: b, s = divmod of program_id(0) (int64) by S; j = program_id(1); load cos and sin at
+    #   (position_offset + s) * HALF + d masked to HALF, broadcast with [None, :]; negate sin when INVERSE;
+    #   if j < q_blocks call _rotate on q's head block j, else on k's block j - q_blocks.
+    # HINT: The backward is the inverse rotation R(-theta): `if INVERSE: sin = -sin`.
     pid = tl.program_id(0).to(tl.int64)
     b = pid // S
     s = pid % S

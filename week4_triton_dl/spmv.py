@@ -69,6 +69,12 @@ def spmv_csr_scalar_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, M, BLOCK_RO
     # BEGIN EXERCISE: CSR-scalar: BLOCK_ROWS rows per program, one lane per row: each lane reads its row's
     #   start and end from crow and loops k up to the LONGEST row of the block (lanes past their own row
     #   masked), acc += val * x[col] in fp32; store y for the rows < M
+    # HINT: The simplest CSR kernel: one lane per row, each lane walks its own row's nonzeros. Simple, but
+    #   lanes of a block wait for the longest row and their loads are scattered (not coalesced).
+    # HINT: rows = a block of row indices, masked to M; start and end from crow; loop k from 0 to the
+    #   block's longest length; each lane is live while k < its length; load value and column at start + k,
+    #   gather x[col], accumulate in fp32; store y.
+    # HINT: `for k in range(0, tl.max(length, axis=0)):` with `live = k < length` as the mask of every load.
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     rmask = rows < M
     start = tl.load(crow_ptr + rows, mask=rmask, other=0)
@@ -90,6 +96,12 @@ def spmv_csr_scalar_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, M, BLOCK_RO
 def spmv_csr_vector_kernel(crow_ptr, col_ptr, val_ptr, x_ptr, y_ptr, BLOCK: tl.constexpr):
     # BEGIN EXERCISE: CSR-vector: one program per row, BLOCK consecutive nonzeros per step (coalesced loads
     #   of values and columns, masked at the row's end), the x gather, then one tl.sum
+    # HINT: One program per row, its lanes reading BLOCK consecutive nonzeros at once: coalesced loads of
+    #   values and columns; only the x gather stays irregular.
+    # HINT: start/end from crow for this row; `for k in range(start, end, BLOCK)`: idx = k + arange, live =
+    #   idx < end, masked loads of val and col, gather x[col], accumulate a [BLOCK] vector; store its
+    #   tl.sum.
+    # HINT: `acc += a * tl.load(x_ptr + c, mask=live, other=0.0)`
     row = tl.program_id(0)
     start = tl.load(crow_ptr + row)
     end = tl.load(crow_ptr + row + 1)
@@ -113,6 +125,12 @@ def spmv_csr_rows_kernel(row_ids_ptr, n_ids, crow_ptr, col_ptr, val_ptr, x_ptr, 
     # BEGIN EXERCISE: ROWS rows of similar length (row_ids[slot]) per program, one row per line of a [ROWS,
     #   BLOCK] tile: loop k up to the block's longest row in BLOCK steps, each line masked to its own
     #   length; store the row sums for the slots < n_ids
+    # HINT: Bucket rows by length so a program's ROWS rows are similar: a [ROWS, BLOCK] tile wastes little
+    #   when the longest row is at most a few times the shortest.
+    # HINT: slots -> row ids (masked to n_ids); start, end, length per row; loop k over the longest length
+    #   in BLOCK steps; idx = start[:, None] + k + lanes[None, :], live = (k + lanes) < length[:, None]; 2-D
+    #   accumulate; store row sums (axis=1).
+    # HINT: `live = (k + lanes[None, :]) < length[:, None]`: each line is masked to its own row's length.
     slots = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     smask = slots < n_ids
     rows = tl.load(row_ids_ptr + slots, mask=smask, other=0)
@@ -140,6 +158,12 @@ def spmv_csr_split_kernel(seg_rows_ptr, seg_starts_ptr, crow_ptr, col_ptr, val_p
     # BEGIN EXERCISE: one SEGMENT of one very long row per program (seg_rows, seg_starts; the segment ends
     #   at the row's end at the latest), BLOCK nonzeros per step; several programs share the row:
     #   tl.atomic_add the partial sum into y[row] (zeroed by the launcher)
+    # HINT: A single very long row would make one program a straggler; cut it into segments handled by
+    #   separate programs, whose partial sums meet through atomics.
+    # HINT: Load this segment's row and first position; its end is min(first + SEGMENT, the row's end from
+    #   crow); a CSR-vector style loop over [first, last) in BLOCK steps; one atomic add of the sum.
+    # HINT: `last = tl.minimum(first + SEGMENT, tl.load(crow_ptr + row + 1))` and `tl.atomic_add(y_ptr +
+    #   row, tl.sum(acc, axis=0))`.
     seg = tl.program_id(0)
     row = tl.load(seg_rows_ptr + seg)
     first = tl.load(seg_starts_ptr + seg)
@@ -249,6 +273,14 @@ def _build_plan(a: CSR, split_len: int, segment: int) -> dict:
     #   LONG_BLOCK, 1); rows longer than split_len cut into segments of segment nonzeros: seg_rows (the row
     #   of each segment) and seg_starts (its first position); drop empty buckets; index tensors in crow's
     #   dtype
+    # HINT: The plan is built once per matrix on the device: every row belongs to exactly one length bucket
+    #   (half-open ranges (lower, upper]), and rows beyond split_len go to the segment kernel instead.
+    # HINT: Loop over BUCKETS plus the long bucket, with upper capped at split_len, torch.nonzero of the
+    #   length range for the ids; then for the huge rows: segments per row by ceil division,
+    #   repeat_interleave for seg_rows, and each segment's index within its row for seg_starts; drop empty
+    #   buckets.
+    # HINT: `seg_starts = a.crow.long()[seg_rows] + j * segment`, where j = position of the segment among
+    #   its row's segments (arange minus the repeated cumsum offsets).
     lengths = a.row_lengths().long()
     dev, idx = lengths.device, a.crow.dtype
     buckets, lower = [], -1
@@ -340,6 +372,10 @@ def spmv_bytes(m: int, n: int, nnz: int, index_size: int = 4) -> int:
     """Minimum traffic: values, column indices, row pointers, x read once, y written once."""
     # BEGIN EXERCISE: the minimum traffic, in bytes: values (fp32) and column indices for every nonzero, the
     #   m + 1 row pointers, x read once, y written once
+    # HINT: The lower bound on traffic: each stored array read once and y written once; the x gather's
+    #   repeats are not counted.
+    # HINT: Per nonzero a 4-byte value plus an index; m + 1 row pointers of index_size; n fp32 x values; m
+    #   fp32 y values.
     return nnz * (4 + index_size) + (m + 1) * index_size + 4 * n + 4 * m
     # END EXERCISE
 

@@ -80,6 +80,11 @@ def swiglu_fwd_kernel(a_ptr, b_ptr, y_ptr, M, N, stride_a, stride_b, stride_y,
     # BEGIN EXERCISE: the fused forward of one tile: rows, cols and mask from _tile; a and b loaded (through
     #   their row strides) in ACC; s = sigmoid(a) = 1 / (1 + exp(-a)); y = a * s * b stored in y's dtype,
     #   masked
+    # HINT: SwiGLU is silu(a) * b elementwise: fusing it reads a and b once and writes y once, instead of
+    #   materializing silu(a).
+    # HINT: Get rows, cols, mask from _tile; load a and b through their row strides in ACC; s = sigmoid(a);
+    #   store a * s * b masked in y's dtype.
+    # HINT: `s = 1.0 / (1.0 + tl.exp(-a))`
     rows, cols, mask = _tile(M, N, BLOCK_M, BLOCK_N)
     a = tl.load(a_ptr + rows * stride_a + cols, mask=mask, other=0.0).to(ACC)
     b = tl.load(b_ptr + rows * stride_b + cols, mask=mask, other=0.0).to(ACC)
@@ -95,6 +100,12 @@ def swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, M, N,
     # BEGIN EXERCISE: the fused backward, s = sigmoid(a) recomputed (nothing saved but a and b): db = dy *
     #   silu(a) (silu first: dy * a may overflow), da = dy * b * s * (1 + a * (1 - s)); both stored masked
     #   in their dtypes
+    # HINT: Recompute sigmoid in the backward rather than saving it: it is cheap and saves memory. d/db =
+    #   silu(a); d/da = b * silu'(a) with silu'(a) = s (1 + a (1 - s)).
+    # HINT: Load dy, a, b in ACC from the tile; s = sigmoid(a); store db = dy * silu(a) and da = dy * b *
+    #   silu'(a), each masked in its own dtype.
+    # HINT: Multiply in the order `dy * (a * s)`: (dy * a) * s can overflow to inf * 0 = NaN for very
+    #   negative a.
     rows, cols, mask = _tile(M, N, BLOCK_M, BLOCK_N)
     dy = tl.load(dy_ptr + rows * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     a = tl.load(a_ptr + rows * stride_a + cols, mask=mask, other=0.0).to(ACC)

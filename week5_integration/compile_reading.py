@@ -139,6 +139,14 @@ def describe_kernel(name: str, graph: str, call_sites: int, reads: int | None = 
     #   embedding fused into a norm, the residual add fused into a norm (it reads more tensors than
     #   NORM_READS: the name cannot tell, "+ eps" is an add too), a layout copy (clone/transpose/split) fused
     #   into RoPE or SwiGLU, the residual-gradient add in a norm backward.
+    # HINT: Reading Inductor's output means naming each generated kernel in course terms: its fused name
+    #   lists the ops it contains, and the ordered COUNTERPARTS table maps the first matching pattern to a
+    #   job and the course kernel that does it.
+    # HINT: fused_part and ops_of give the ops; a first-match loop over COUNTERPARTS (label, test, course);
+    #   then an if/elif chain for the cross-op fusions, each a job plus an op test; build the
+    #   GeneratedKernel.
+    # HINT: The residual add cannot be told from the name (the norm's `+ eps` is an add too): require `reads
+    #   > NORM_READS["forward"]` as well as has_op(fused, "add").
     fused = fused_part(name)
     ops = ops_of(fused)
     job, counterpart = None, None
@@ -189,6 +197,13 @@ def parse(code: str) -> dict:
     #   sequence after CALL_BODY, call sites per kernel (name( or name.run( in it), then describe_kernel(name,
     #   graph, sites, kernel_reads(source, name)); library calls: LIBRARY_CALL matches in the launch sequence,
     #   counted as "graph: call".
+    # HINT: Inductor's output code defines each kernel as a source string and then launches them in a `call`
+    #   function: find the definitions, then count how often each name is called in that launch sequence.
+    # HINT: Loop over split_graphs(code); names from KERNEL_DEF.finditer; the launch sequence is the part
+    #   after CALL_BODY (split with maxsplit=1); count `name(` or `name.run(` occurrences with a regex;
+    #   count LIBRARY_CALL matches into a dict keyed "graph: call".
+    # HINT: `len(re.findall(rf"\b{re.escape(name)}(?:\.run)?\(", body))`: escape the name, and the word
+    #   boundary keeps kernel_1 from counting kernel_10's calls.
     kernels, library = [], {}
     for graph, source in split_graphs(code):
         names = [match.group(1) for match in KERNEL_DEF.finditer(source)]

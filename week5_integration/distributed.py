@@ -84,6 +84,12 @@ def zero_memory_per_gpu(params: float, world: int, stage: int, *, param_bytes: i
     # BEGIN EXERCISE: check params and world (_check_counts) and stage in 0..3 (ValueError "stage must be ...");
     #   per parameter param + grad + optimizer bytes, of which stage 1 divides the optimizer's by world,
     #   stage 2 also the gradients', stage 3 also the parameters'
+    # HINT: ZeRO removes the redundancy of data parallelism one state at a time: stage 1 shards the
+    #   optimizer state over the GPUs, stage 2 also the gradients, stage 3 also the weights.
+    # HINT: Validate first (_check_counts, then the stage); total bytes per parameter = param + grad +
+    #   optimizer; the sharded part is the first `stage` of [optimizer, grad, param]; it counts 1/world, the
+    #   rest in full.
+    # HINT: `sharded = sum([optimizer_bytes, grad_bytes, param_bytes][:stage])`
     _check_counts(params=params, world=world)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -112,6 +118,11 @@ def zero_comm_bytes_per_gpu(params: float, world: int, stage: int, *, value_byte
     # BEGIN EXERCISE: check params and stage as zero_memory_per_gpu; stage 0: ring_bytes("all_reduce", params x
     #   value_bytes, world); stages 1-2: a reduce-scatter + one all-gather; stage 3: a reduce-scatter + two
     #   all-gathers
+    # HINT: An all-reduce is a reduce-scatter plus an all-gather, so ZeRO 1-2 move the same bytes as DDP;
+    #   stage 3 must gather the weights twice (forward and backward): 1.5x.
+    # HINT: Validate; size = params * value_bytes; stage 0 returns one ring all-reduce; otherwise one ring
+    #   reduce-scatter plus 1 or 2 ring all-gathers of the same size.
+    # HINT: `ring_bytes("reduce_scatter", size, world) + gathers * ring_bytes("all_gather", size, world)`
     _check_counts(params=params)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
@@ -135,6 +146,10 @@ def tensor_parallel_comm_bytes_per_gpu(cfg: m.GPTConfig, *, batch: int, seq_len:
     """
     # BEGIN EXERCISE: check batch, seq_len, tp (_check_counts); n_layers x 4 ring all-reduces of batch x seq_len x
     #   d_model x value_bytes over tp processes
+    # HINT: Megatron tensor parallelism all-reduces an activation-sized tensor twice per layer in the
+    #   forward (after attention and after the MLP) and twice in the backward: 4 per layer.
+    # HINT: Validate the counts; one activation is batch * seq_len * d_model * value_bytes; multiply a ring
+    #   all-reduce of it over tp by n_layers * 4.
     _check_counts(batch=batch, seq_len=seq_len, tp=tp)
     activation = batch * seq_len * cfg.d_model * value_bytes
     return cfg.n_layers * 4 * ring_bytes("all_reduce", activation, tp)
@@ -158,6 +173,11 @@ def shard_batch(x: torch.Tensor, y: torch.Tensor, rank: int, world: int):
     """This rank's contiguous 1/world of the global batch (rows), inputs and targets."""
     # BEGIN EXERCISE: check 0 <= rank < world (ValueError naming rank) and that the rows split evenly (ValueError
     #   "... does not split evenly ..."); return rows [rank B / world, (rank + 1) B / world) of x and of y
+    # HINT: Each rank trains on its own contiguous slice of the global batch; the slices must be equal, or
+    #   averaging the ranks' mean losses would weight tokens unequally.
+    # HINT: Validate rank and world (ints, 0 <= rank < world) and divisibility, each with a ValueError
+    #   naming the values; rows = B // world; slice x and y identically.
+    # HINT: `x[rank * rows:(rank + 1) * rows]`
     if not isinstance(world, int) or world < 1 or not isinstance(rank, int) or not 0 <= rank < world:
         raise ValueError(f"need 0 <= rank < world, got rank={rank!r}, world={world!r}")
     if x.shape[0] % world:
@@ -188,6 +208,12 @@ def wrap_model(strategy: str, gpt: m.GPT, lr: float, device: torch.device):
     #   on CUDA, None on the CPU), AdamW on its parameters. zero1: DDP + ZeroRedundancyOptimizer
     #   (optimizer_class=torch.optim.AdamW). fsdp / fsdp_grad_op: fully_shard each block, then the root module,
     #   with mesh=fsdp_mesh(device) and reshard_after_forward True / False; AdamW on module.parameters()
+    # HINT: Each strategy is a wrapper plus an optimizer: DDP replicates and all-reduces gradients; ZeRO-1
+    #   keeps DDP but shards the optimizer state; FSDP (fully_shard) shards parameters per block.
+    # HINT: Wrap LossModel(gpt); device_ids only on CUDA; for FSDP call fully_shard on every block first,
+    #   then on the root module (embedding, head, final norm), with reshard_after_forward True for fsdp and
+    #   False for fsdp_grad_op; the optimizer always gets the wrapped module's parameters.
+    # HINT: `ZeroRedundancyOptimizer(wrapped.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)`
     module = LossModel(gpt)
     ids = [device.index] if device.type == "cuda" else None
     if strategy == "single":
@@ -262,6 +288,10 @@ def train(strategy: str, *, rank: int = 0, world: int = 1, cfg: m.GPTConfig | No
         local = float(loss)  # this rank's shard mean, before averaging
         # BEGIN EXERCISE: the global batch's mean loss from this rank's shard mean: with world > 1, all-reduce
         #   `loss` (a sum over the ranks) and divide by world (equal shards)
+        # HINT: Each rank's loss is the mean over its shard; with equal shards the global mean is the mean
+        #   of the ranks' means: sum them with a collective, divide by world.
+        # HINT: Only when world > 1: an in-place dist.all_reduce (default op SUM) on the loss tensor, then
+        #   divide by world.
         if world > 1:
             dist.all_reduce(loss)  # sum of the shard means; / world = the global mean (equal shards)
             loss /= world

@@ -134,6 +134,12 @@ def activation_bytes(cfg: gpt.GPTConfig, tokens: int, checkpointing: bool) -> in
     # BEGIN EXERCISE: per token and block 22d + 8h (d = d_model, h = hidden); with checkpointing L x 4d (each
     #   block's fp32 input) + one block's, without it L blocks'; plus 6d + 10V for the head and the loss; times
     #   tokens
+    # HINT: The saved-activation model from the module docstring: a fixed number of bytes per token per
+    #   block, plus the head and loss; checkpointing keeps only each block's input, plus one block's full
+    #   set while it is recomputed.
+    # HINT: Name d, h, L, V from cfg; block = 22d + 8h, head = 6d + 10V; per token either L * 4d + block
+    #   (checkpointing) or L * block, plus head; times tokens.
+    # HINT: `per_token = (L * 4 * d + block if checkpointing else L * block) + head`
     d, h, L, V = cfg.d_model, cfg.hidden, cfg.n_layers, cfg.vocab_size
     block = 22 * d + 8 * h
     head = 6 * d + 10 * V
@@ -149,6 +155,14 @@ def memory_model(cfg: gpt.GPTConfig, variant: str, tokens: int, *, rank: int = 1
     #   4 other + 4 adapters; qlora nf4_mod.bits_per_parameter(True) / 8 P_lin + 4 other + 4 adapters) and the
     #   trainable count (all P; adapters + the embedding when train_embedding); grads 4 x trainable, optimizer
     #   8 x trainable, activation_bytes(...); their 'total'. ValueError "variant must be one of ..." otherwise
+    # HINT: Peak memory = weights + gradients + AdamW's two fp32 states + activations; only the trainable
+    #   parameters have gradients and optimizer states, and the weight bytes depend on how the frozen
+    #   linears are stored.
+    # HINT: From parameter_counts: full = 4 bytes x all parameters, all trainable; lora = bf16 linears (2
+    #   bytes) + fp32 rest and adapters; qlora = NF4 linears at bits_per_parameter / 8; trainable = adapters
+    #   (+ embedding when train_embedding); grads 4 and optimizer 8 bytes per trainable; add the total.
+    # HINT: Unknown variants end in `raise ValueError(f"variant must be one of {VARIANTS}, got
+    #   {variant!r}")`.
     n = parameter_counts(cfg, rank)
     extra = n["embedding"] if train_embedding else 0  # trained beside the adapters (fp32, counted in "other")
     if variant == "full":
@@ -175,6 +189,12 @@ def checkpoint_blocks(model: gpt.GPT) -> gpt.GPT:
     #   x, rope, None, layer, pending, use_reentrant=False) when grad is enabled and there is no KV cache (else
     #   the plain forward); bind each block's own forward (a default argument: a closure would see the last
     #   block's); return the model
+    # HINT: Activation checkpointing trades compute for memory: in the backward, each block's forward is
+    #   rerun from its saved input instead of keeping all its intermediate tensors.
+    # HINT: For each block replace block.forward by a wrapper; skip checkpointing when there is a KV cache
+    #   or grad is off (inference); otherwise torch.utils.checkpoint.checkpoint with use_reentrant=False.
+    # HINT: Bind the block's own forward as a default argument (`_forward=forward`): a closure over the loop
+    #   variable would call the last block's forward in every block.
     for block in model.blocks:
         forward = block.forward
 
@@ -193,6 +213,13 @@ def prepare(model: gpt.GPT, variant: str, plan: Plan) -> gpt.GPT:
     #   alpha=plan.alpha, kernel "torch" / "auto", base_dtype=amp_dtype() on a GPU, else None); qlora:
     #   nf4_mod.apply_qlora(..., kernel="auto"); any other variant: ValueError "variant must be one of ...";
     #   then the byte embedding trains too when plan.train_embedding (model.tok.weight)
+    # HINT: Preparing a variant is swapping the linear layers: LoRA adds trainable low-rank adapters on a
+    #   frozen base; QLoRA also stores the base in NF4.
+    # HINT: full returns at once; lora / lora_torch call lora_mod.apply_lora with kernel "torch" or "auto"
+    #   and a half-precision base on a GPU; qlora calls nf4_mod.apply_qlora; anything else raises; finally
+    #   unfreeze model.tok.weight when plan.train_embedding.
+    # HINT: `model.tok.weight.requires_grad_(True)`: digits and '+'/'=' never appear in pre-training, so
+    #   their (tied) embedding rows must learn.
     half = amp_dtype() if runtime.on_gpu() else None  # a frozen base needs no fp32 copy
     if variant == "full":
         return model
@@ -280,6 +307,12 @@ def score_answers(generated: list[str], answers: list[str]) -> float:
     """Exact match: the text up to and including the first '.' must be the answer."""
     # BEGIN EXERCISE: ValueError "... generations for ... answers" on a length mismatch; a hit when the text up
     #   to and including its first '.' is the answer; the fraction of hits
+    # HINT: Exact-match scoring: the model should stop after the answer's period, so compare the text up to
+    #   and including the first '.'.
+    # HINT: Check the lengths match (ValueError naming both counts); for each pair find the first '.', count
+    #   a hit when it exists and the prefix equals the answer; return hits over the count (guarding an empty
+    #   list).
+    # HINT: `cut = text.find(".")`; a hit is `cut >= 0 and text[:cut + 1] == answer`.
     if len(generated) != len(answers):
         raise ValueError(f"{len(generated)} generations for {len(answers)} answers")
     hits = 0

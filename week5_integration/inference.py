@@ -89,6 +89,11 @@ def decode_step_bytes(cfg: m.GPTConfig, *, batch: int, context: int, itemsize: i
     # BEGIN EXERCISE: weights_read_per_step(cfg, batch) values, plus K and V (2 x n_layers x batch x d_model
     #   values) for each of the `context` cached positions read and for the one new position written;
     #   everything times itemsize.
+    # HINT: A decode step is memory-bound: count the bytes that must cross HBM at least once, the weights
+    #   and the whole KV cache read, plus one new K and V written.
+    # HINT: One K-and-V entry for every layer and sequence is 2 * n_layers * batch * d_model values; it is
+    #   read for each of the `context` positions and written once; add the weight values; everything in
+    #   bytes via itemsize.
     kv = 2 * cfg.n_layers * batch * cfg.d_model * itemsize
     return weights_read_per_step(cfg, batch) * itemsize + kv * context + kv
     # END EXERCISE
@@ -122,6 +127,11 @@ def generation_flops(cfg: m.GPTConfig, *, prompt: int, new_tokens: int, use_cach
     # BEGIN EXERCISE: without the cache: sum of forward_flops over lengths prompt + t, t = 0..n-1; with it:
     #   forward_flops over the prompt, then decode_step_flops at context prompt + t for t = 1..n-1. Pass
     #   `attention` through.
+    # HINT: Without a cache every new token reruns the whole growing sequence; with it, the prompt runs once
+    #   and each later token costs one decode step against a growing context.
+    # HINT: Without cache: a sum of forward_flops at length prompt + t for t in range(new_tokens). With
+    #   cache: forward_flops of the prompt, plus decode_step_flops at context prompt + t for t from 1 to
+    #   new_tokens - 1; pass `attention` everywhere.
     if not use_cache:
         return sum(forward_flops(cfg, batch=batch, length=prompt + t, attention=attention)
                    for t in range(new_tokens))
@@ -143,6 +153,12 @@ def predict_decode(cfg: m.GPTConfig, *, batch: int, context: int, copy_gbps: flo
     # BEGIN EXERCISE: bytes and flops from decode_step_bytes / decode_step_flops; ms_memory = bytes / (GB/s
     #   x 1e9) in ms, ms_compute = flops / (TFLOP/s x 1e12) in ms (0 when tflops is None); ms = the larger;
     #   tokens_per_s = batch / seconds.
+    # HINT: A roofline estimate: the step takes as long as the slower of moving its bytes at the copy
+    #   bandwidth and doing its flops at peak compute.
+    # HINT: Get bytes and flops from the two helpers; convert each to milliseconds (bytes / (GB/s * 1e9) *
+    #   1e3, flops / (TFLOP/s * 1e12) * 1e3, or 0 with no tflops); take the max; tokens per second is batch
+    #   over the step's seconds.
+    # HINT: `"tokens_per_s": batch / (ms * 1e-3)`: every step produces one token per sequence.
     nbytes = decode_step_bytes(cfg, batch=batch, context=context, itemsize=itemsize)
     flops = decode_step_flops(cfg, batch=batch, context=context)
     ms_memory = nbytes / (copy_gbps * 1e9) * 1e3
@@ -226,6 +242,15 @@ class StaticDecoder:
         #   write k, v into self.cache.k[layer] / .v[layer] at self.pos (index_copy_ along dim 2); SDPA of q
         #   against the WHOLE cache with attn_mask=visible (shaped to broadcast); output projection back to
         #   (B, 1, d).
+        # HINT: For CUDA graphs every step must run the same kernels on the same buffers: write this token's
+        #   K and V into a preallocated cache at the device-side position, and attend over the whole cache
+        #   with a mask instead of slicing it.
+        # HINT: Project with attn.qkv and split into q, k, v; view each as (B, 1, H, Dh) and transpose to
+        #   (B, H, 1, Dh); rope when given; index_copy_ k and v into the layer's cache along the sequence
+        #   dim at self.pos; SDPA against the full cache with the mask reshaped to broadcast; transpose back
+        #   and project.
+        # HINT: `self.cache.k[layer].index_copy_(2, self.pos, k)` (a tensor position, not a Python int: no
+        #   host sync, graph-safe).
         cfg, attn = self.model.cfg, block.attn
         B = h.shape[0]
         q, k, v = attn.qkv(h).split(cfg.d_model, dim=2)
@@ -245,6 +270,14 @@ class StaticDecoder:
         #   self.pos of self.rope (index_select); visible = self.key_positions <= self.pos; the blocks (x +
         #   attention(norm1 x); x + mlp(norm2 x)), final norm, head; copy the logits into self.logits and
         #   their argmax into self.token; self.pos += 1, in place.
+        # HINT: One decode step of the whole model, written only with device-side state (token, pos, logits
+        #   buffers) so it can be captured once as a CUDA graph and replayed.
+        # HINT: Embed the token (plus learned positions), pick this position's rope rows with index_select,
+        #   build the visibility mask by comparing key positions with pos; pre-norm residual blocks; final
+        #   norm and head; copy_ the last logits and their argmax into the persistent buffers; increment pos
+        #   in place.
+        # HINT: Everything in place: `self.logits.copy_(...)`, `self.token.copy_(...)`, `self.pos.add_(1)`:
+        #   a graph replays addresses, new tensors would not be seen.
         model = self.model
         x = model.tok(self.token)
         if model.pos is not None:

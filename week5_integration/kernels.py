@@ -90,6 +90,10 @@ def course_norm(x, weight, bias, eps: float, kind: str):
     """Triton RMSNorm / LayerNorm (week 4), forward and backward; x (..., d), weight (d,)."""
     # BEGIN EXERCISE: kind "rmsnorm": rmsnorm.rms_norm(x, (d,), weight, eps); "layernorm": layernorm.layer_norm
     #   (with the bias); any other kind: ValueError "kind must be one of ..." (m.NORMS)
+    # HINT: An adapter translates the model's Ops signature to the week 4 kernel's: the normalized shape is
+    #   the last dimension; only the two known kinds are accepted.
+    # HINT: Branch on kind: rmsnorm.rms_norm with the normalized shape (d,) and weight; layernorm.layer_norm
+    #   with the bias too; otherwise a ValueError that lists m.NORMS and shows the bad kind.
     if kind == "rmsnorm":
         return rmsnorm.rms_norm(x, (x.shape[-1],), weight, eps)
     if kind == "layernorm":
@@ -103,6 +107,10 @@ def course_add_norm(x, delta, weight, bias, eps: float, kind: str, out_dtype=Non
     out_dtype; LayerNorm has no fused kernel: the add, then course_norm."""
     # BEGIN EXERCISE: kind "rmsnorm": week 4's add_rmsnorm.add_rms_norm(x, delta, weight, eps, out_dtype) (one
     #   kernel); otherwise h = x + delta, then course_norm of h, cast to out_dtype when one is given
+    # HINT: Only RMSNorm has a fused add+norm kernel (one pass over h); LayerNorm falls back to a separate
+    #   add and course_norm, with the same return shape (h, y).
+    # HINT: For rmsnorm return add_rmsnorm.add_rms_norm(...) directly; else h = x + delta, y =
+    #   course_norm(h, ...), converted to out_dtype only when one was given; return (h, y).
     if kind == "rmsnorm":
         return add_rmsnorm.add_rms_norm(x, delta, weight, eps, out_dtype)
     h = x + delta
@@ -114,6 +122,9 @@ def course_add_norm(x, delta, weight, bias, eps: float, kind: str, out_dtype=Non
 def course_rope(q, k, cos, sin):
     """Triton RoPE on (B, H, T, Dh) q and k; cos/sin (T, Dh/2) fp32 are the rows of these positions."""
     # BEGIN EXERCISE: rope_module.apply_rope with position offset 0 and layout "bhsd"
+    # HINT: The model keeps q and k as (B, H, T, Dh) and passes cos/sin rows for exactly these positions, so
+    #   no position offset is needed.
+    # HINT: One call of week 4's apply_rope with an offset of 0 and the layout string for (B, H, S, D).
     return rope_module.apply_rope(q, k, cos, sin, 0, "bhsd")
     # END EXERCISE
 
@@ -133,6 +144,10 @@ def course_attention(q, k, v, causal: bool):
     """FlashAttention-2 in Triton (week 4) when Tq == Tk; torch's SDPA otherwise (counted)."""
     # BEGIN EXERCISE: reason = _attention_fallback_reason(q, k); if there is one, count it (_fallback("attention",
     #   reason)) and return m.torch_attention(q, k, v, causal); else flash_attention(q, k, v, causal=causal)
+    # HINT: The Triton FlashAttention covers the common case; anything else goes to torch's SDPA, and each
+    #   fallback is counted so a benchmark can tell what actually ran.
+    # HINT: Ask _attention_fallback_reason; if it returns a reason, record it with _fallback("attention",
+    #   reason) and return m.torch_attention(...); otherwise call flash_attention with causal as a keyword.
     reason = _attention_fallback_reason(q, k)
     if reason is not None:
         _fallback("attention", reason)
@@ -145,6 +160,9 @@ def course_swiglu(h):
     """silu(gate) * up of h = [gate | up], forward and backward one Triton kernel each (week 4);
     the halves are read in place and the backward writes one dh (no chunk, no cat)."""
     # BEGIN EXERCISE: week 4's swiglu.swiglu_packed (h = [gate | up], read in place)
+    # HINT: The MLP's up projection produces [gate | up] side by side; week 4's packed SwiGLU reads both
+    #   halves in place, so no chunk or cat is needed.
+    # HINT: A single call into week 4's swiglu module, the packed variant, on h as it is.
     return swiglu.swiglu_packed(h)
     # END EXERCISE
 
@@ -155,6 +173,10 @@ class GeluTanhFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         # BEGIN EXERCISE: save x; return week 3's fused_elementwise.bias_gelu(x, a zero bias of d elements, "tanh")
+        # HINT: Forward of a custom autograd Function: keep what the backward needs (x) and reuse week 3's
+        #   fused bias+GELU kernel with a bias of zeros.
+        # HINT: ctx.save_for_backward(x); a zeros bias of x.shape[-1] elements in x's dtype and device; call
+        #   bias_gelu with the "tanh" variant.
         ctx.save_for_backward(x)
         zero_bias = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)  # d elements: negligible
         return fused_elementwise.bias_gelu(x, zero_bias, "tanh")
@@ -163,6 +185,10 @@ class GeluTanhFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         # BEGIN EXERCISE: week 4's fused_mlp.act_backward(dy.contiguous(), x, "gelu_tanh") with the saved x
+        # HINT: The backward multiplies dy by gelu_tanh'(x) in one fused pass: week 4's act_backward does
+        #   exactly that.
+        # HINT: Unpack the saved x from ctx.saved_tensors; call fused_mlp.act_backward on a contiguous dy
+        #   (the kernel indexes flat memory) with the "gelu_tanh" activation.
         (x,) = ctx.saved_tensors
         return fused_mlp.act_backward(dy.contiguous(), x, "gelu_tanh")
         # END EXERCISE
@@ -171,6 +197,8 @@ class GeluTanhFunction(torch.autograd.Function):
 def course_gelu(x):
     """gelu(x, approximate="tanh"), forward and backward one Triton kernel each."""
     # BEGIN EXERCISE: GeluTanhFunction.apply on a contiguous x
+    # HINT: Calling a custom autograd Function goes through .apply; its kernels assume dense memory.
+    # HINT: Apply GeluTanhFunction to x made contiguous.
     return GeluTanhFunction.apply(x.contiguous())
     # END EXERCISE
 
@@ -180,6 +208,12 @@ def course_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -10
     # BEGIN EXERCISE: under autocast (autocast_dtype(hidden.device) is not None) cast hidden and weight to that
     #   dtype, as F.linear would; call fused_linear_cross_entropy.fused_linear_cross_entropy (ignore_index too) with
     #   autocast disabled; return the loss in float32
+    # HINT: The fused kernel bypasses F.linear, so autocast no longer casts for it: do by hand what autocast
+    #   would (cast hidden and weight to its dtype), then run with autocast off so nothing is cast twice.
+    # HINT: dtype = autocast_dtype(hidden.device); if not None cast both; inside `with
+    #   torch.autocast(device_type, enabled=False):` call the fused loss with ignore_index; return it in
+    #   float32.
+    # HINT: `with torch.autocast(hidden.device.type, enabled=False):`
     dtype = autocast_dtype(hidden.device)
     if dtype is not None:  # what F.linear does under autocast, done by hand (see the docstring)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
@@ -201,6 +235,11 @@ def course_mlp(x, w_up, w_down, kind: str):
     # BEGIN EXERCISE: "gelu": F.linear, course_gelu, F.linear. "swiglu": fused_mlp.swiglu_mlp(x, w_up, w_down)
     #   with x and the weights cast to the autocast dtype first and autocast off, as in
     #   course_linear_cross_entropy; any other kind: ValueError "kind must be one of ..." (m.MLPS)
+    # HINT: Two MLP kinds: GELU keeps torch's GEMMs around course_gelu; SwiGLU goes entirely to week 4's
+    #   fused dual-GEMM MLP, which, like the fused loss, must be given inputs already in the autocast dtype.
+    # HINT: gelu: linear, course_gelu, linear; reject unknown kinds with a ValueError naming m.MLPS; swiglu:
+    #   cast x and both weights when autocast_dtype is set, then call swiglu_mlp inside an autocast-disabled
+    #   block.
     if kind == "gelu":
         return F.linear(course_gelu(F.linear(x, w_up)), w_down)
     if kind != "swiglu":

@@ -109,6 +109,13 @@ def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
     #   tile [BM, BK], W^T tile [BK, BN], acc, INPUT_PRECISION) (course.tl_dot.dot: tl.dot, with fp64 as plain
     #   FMAs) (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T [BLOCK_R, BN] (mask r < R,
     #   other=0), acc = dot(xa, b, acc, INPUT_PRECISION); store_tile(acc, ...).
+    # HINT: LoRA's y = x W^T + (s x A^T) B^T: the low-rank term is just one more small dot (K = r) added to
+    #   the base GEMM's accumulator while the tile is still in registers, so y is written once.
+    # HINT: Week 3's grouped tile order and wrapped offsets; a K loop masking only k (other=0) with `dot(x,
+    #   w, acc, INPUT_PRECISION)`; after it load the xa tile [BM, BLOCK_R] and the B^T tile [BLOCK_R, BN],
+    #   both masked to r < R; one more dot; store_tile.
+    # HINT: The padding rank lanes must be zeros on both sides: `mask=r_mask[None, :]` on xa and
+    #   `mask=r_mask[:, None]` on B^T, `other=0.0`.
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # Rows and columns past M and N wrap around instead of being masked, so the loads need no
     # row/column masks; the wrapped results are never stored.
@@ -149,6 +156,14 @@ def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, sca
     #   BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop: xa = where(r <
     #   R, xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one more dot with B^T,
     #   store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R).
+    # HINT: Fuse further: xa = x A^T uses the same x tiles as the base GEMM, so compute it in the same K
+    #   loop (a second, narrow accumulator) and never read x twice.
+    # HINT: Add an A^T tile pointer [BK, BLOCK_R] advanced with the others; per step two dots on the same x
+    #   tile; after the loop zero the padding columns while scaling, round xa to x's dtype, dot with B^T,
+    #   store y; with STORE_XA only the pid_n == 0 column of programs writes xa (masked to rows < M and r <
+    #   R).
+    # HINT: `xa = tl.where(r_mask[None, :], xa * scale, 0.0)`: an Inf in x makes the padding sum(x * 0) NaN,
+    #   which must not leak into y.
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -393,6 +408,12 @@ def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True,
     """
     # BEGIN EXERCISE: fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B); otherwise g
     #   = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa.
+    # HINT: The LoRA backward: with G = s dY B, the input gradient is dY W + G A, and the adapter gradients
+    #   are dA = G^T x_in and dB = dY^T xa; when x_in is x, the two dx terms can be fused in one kernel.
+    # HINT: Fused path: allocate dx (rows x in_features) and g (rows x r), call _fused on dy with the
+    #   transposed views of W, B, A and the scale. Otherwise compute g with torch, and dx and dx_in as two
+    #   matmuls when dx is needed. Then the two adapter gradients.
+    # HINT: `d_a = g.t() @ x_in` and `d_b = dy.t() @ xa` (xa = s x_in A^T, saved from the forward).
     g = None
     dx = dx_in = None
     if needs_dx and fused_dx:
@@ -540,6 +561,10 @@ def lora_linear_torch_addmm(x, weight, lora_a, lora_b, scale):
 def merged_weight(weight, lora_a, lora_b, scale):
     """W + s B A, computed in fp32 (fp64 for fp64) and rounded once to W's dtype."""
     # BEGIN EXERCISE: W + s B A computed in fp32 (fp64 for fp64), rounded once to W's dtype.
+    # HINT: Merging folds the adapter into the base weight for inference; do the arithmetic in a wide type
+    #   and round only once, or the tiny s B A update is lost in W's bf16 rounding.
+    # HINT: Pick float64 for float64 weights, else float32; delta = (B @ A in the wide type) * scale; add to
+    #   W in the wide type; cast back to W's dtype.
     wide = torch.float64 if weight.dtype == torch.float64 else torch.float32
     delta = (lora_b.to(wide) @ lora_a.to(wide)) * scale
     return (weight.to(wide) + delta).to(weight.dtype)
@@ -640,6 +665,14 @@ class LoRALinear(nn.Module):
         # BEGIN EXERCISE: merged: plain F.linear (refuse training: RuntimeError "... unmerge() ..."). Else
         #   cast x, W, A, B to compute_dtype(x); x_in = dropout(x) when training with dropout > 0;
         #   lora_linear_torch or lora_linear by resolve_kernel(self.kernel); add the bias.
+        # HINT: A merged layer is a plain linear (and must not be trained, or the gradient would go to the
+        #   merged weight); otherwise compute in one dtype, apply dropout to the adapter's input only, and
+        #   dispatch to the torch or Triton path.
+        # HINT: Merged: raise RuntimeError when training with grad enabled, else F.linear. Unmerged: dtype =
+        #   compute_dtype(x); cast x, W, A, B; x_in = F.dropout(...) only when training with dropout > 0
+        #   (else None); resolve_kernel picks lora_linear_torch or lora_linear; add the bias in y's dtype.
+        # HINT: `x_in = F.dropout(x, self.dropout, training=True) if self.dropout and self.training else
+        #   None` passed as adapter_input.
         if self.merged:
             if self.training and torch.is_grad_enabled():
                 raise RuntimeError("this LoRALinear is merged (its update is folded into weight): "
@@ -716,6 +749,10 @@ def apply_lora(model: nn.Module, targets=TARGETS, r: int = 8, alpha: float = 16.
     """
     # BEGIN EXERCISE: resolve_kernel(kernel); replace_linears(model, targets, LoRALinear.from_linear...);
     #   freeze_all_but(model, is_adapter); return model.
+    # HINT: Applying LoRA = swap the target nn.Linear layers for LoRALinear, then freeze everything except
+    #   the adapters; validate the kernel name first so a typo fails before any swap.
+    # HINT: resolve_kernel(kernel); replace_linears with a factory calling LoRALinear.from_linear(lin, r,
+    #   alpha, dropout, kernel=..., base_dtype=...); freeze_all_but(model, is_adapter); return the model.
     resolve_kernel(kernel)
     replace_linears(model, targets, lambda lin: LoRALinear.from_linear(lin, r, alpha, dropout, kernel=kernel,
                                                                        base_dtype=base_dtype))

@@ -101,6 +101,12 @@ def nf4_code_table(offset: float = NF4_OFFSET) -> torch.Tensor:
     """
     # BEGIN EXERCISE: 8 positive quantiles: torch.special.ndtri(linspace(offset, 0.5, 9)[:-1]) (float64); 7
     #   negative: -ndtri(linspace(offset, 0.5, 8)[:-1]); add 0; sort; divide by the max.
+    # HINT: NF4's 16 levels are quantiles of a standard normal (weights are roughly normal), asymmetric so
+    #   that exact 0 is a level: 8 on the positive side, 7 on the negative, and 0.
+    # HINT: ndtri (the inverse normal CDF) of probabilities from linspace(offset, 0.5, ...) with the last
+    #   point (0.5, i.e. 0) dropped: 9 points for the positive half, 8 for the negative (negated);
+    #   concatenate with a zero, sort, normalize by the max, all in float64.
+    # HINT: `torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])`
     positive = torch.special.ndtri(torch.linspace(offset, 0.5, 9, dtype=torch.float64)[:-1])
     negative = -torch.special.ndtri(torch.linspace(offset, 0.5, 8, dtype=torch.float64)[:-1])
     levels = torch.cat((negative, torch.zeros(1, dtype=torch.float64), positive)).sort().values
@@ -207,6 +213,12 @@ def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
     # BEGIN EXERCISE: numel None: 4 + 8/64 + 32/(64*256) (double_quant) or 4 + 32/64. Else count bytes:
     #   ceil(n/2) codes + per block of 64 one fp32 (or one int8, plus 4 bytes per 256 blocks and 4 for the
     #   mean).
+    # HINT: Storage cost per weight: 4 bits of code plus the scales' bits spread over their block of 64
+    #   (double quantization makes each scale 8 bits, plus an fp32 step per 256 scales).
+    # HINT: Without numel return the large-tensor limit; with it count bytes exactly: ceil(n / 2) code
+    #   bytes, number of blocks = ceil(n / 64), then either 4 bytes per block, or 1 byte per block + 4 per
+    #   group of 256 blocks + 4 for the mean; convert to bits per element.
+    # HINT: Ceil division in integers: `-(-numel // BLOCK)`.
     if numel is None:
         return 4 + (8 / BLOCK + 32 / (BLOCK * DQ_BLOCK) if double_quant else 32 / BLOCK)
     blocks = -(-numel // BLOCK)
@@ -218,6 +230,10 @@ def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
 def pack_codes(codes: torch.Tensor) -> torch.Tensor:
     """Two 4-bit codes per uint8 (an odd count gets a zero code at the end)."""
     # BEGIN EXERCISE: pad to even; (codes[0::2] << 4) | codes[1::2] as uint8.
+    # HINT: Two 4-bit codes fit one byte: the even element goes in the high nibble, the odd one in the low
+    #   nibble; an odd count needs one padding code.
+    # HINT: Append a zero code if the count is odd; reshape to (-1, 2) as uint8; shift the first column left
+    #   by 4 and OR the second.
     if codes.numel() % 2:
         codes = torch.cat((codes, codes.new_zeros(1)))
     pairs = codes.reshape(-1, 2).to(torch.uint8)
@@ -228,6 +244,10 @@ def pack_codes(codes: torch.Tensor) -> torch.Tensor:
 def unpack_codes(packed: torch.Tensor, numel: int) -> torch.Tensor:
     """int64 codes (numel,) from `pack_codes`' bytes."""
     # BEGIN EXERCISE: high nibble then low nibble per byte, int64, first numel.
+    # HINT: The inverse of pack_codes: split each byte into its high and low nibble, in that order, and drop
+    #   the padding.
+    # HINT: Stack (byte >> 4) & 0xF and byte & 0xF along a new dim 1 so they interleave, flatten, keep the
+    #   first numel, convert to int64.
     pairs = torch.stack(((packed >> 4) & 0xF, packed & 0xF), dim=1)
     return pairs.reshape(-1)[:numel].long()
     # END EXERCISE
@@ -245,6 +265,13 @@ def double_quantize(absmax: torch.Tensor):
     """(q int8, step float32 per 256, mean float32 (1,)): the scales on a centred 8-bit grid."""
     # BEGIN EXERCISE: mean (shape (1,)); centred = absmax - mean, padded to blocks of 256; step = block max
     #   |centred| / 127; q = round(centred / step) (step 0 -> divide by 1), int8.
+    # HINT: Double quantization stores the fp32 per-block scales as int8: centre them on their mean (they
+    #   are all positive), then quantize each group of 256 symmetrically with its own fp32 step.
+    # HINT: mean as a (1,) tensor (zeros for an empty input); centred values zero-padded to a multiple of
+    #   256; step = per-group max |centred| / 127; q = round(centred / step) clamped to +-127, int8, trimmed
+    #   to n.
+    # HINT: Guard the all-equal group: divide by `torch.where(step > 0, step, torch.ones_like(step))`, since
+    #   0/0 would be NaN.
     mean = absmax.mean().reshape(1) if absmax.numel() else absmax.new_zeros(1)
     centred = absmax - mean
     n = centred.numel()
@@ -264,6 +291,13 @@ def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weigh
     # BEGIN EXERCISE: flatten in float32, pad to blocks of 64; absmax per block; codes = bucketize(w /
     #   absmax, nf4_midpoints()) (absmax 0 -> divide by 1); pack; store the scales plainly or
     #   double-quantized in an NF4Weight.
+    # HINT: Block-wise absmax quantization: each block of 64 weights is divided by its largest magnitude so
+    #   it lies in [-1, 1], then each value takes the nearest NF4 level.
+    # HINT: Flatten in fp32, zero-pad to a multiple of 64, view (-1, 64); absmax per row; divide (by 1 where
+    #   absmax is 0); nearest level = bucketize against the midpoints between levels; trim to n; pack; store
+    #   absmax plainly or through double_quantize.
+    # HINT: `codes = torch.bucketize(normalized, nf4_midpoints().to(flat.device))`: the midpoints turn
+    #   'nearest level' into a sorted search.
     flat = weight.detach().reshape(-1).float()
     n = flat.numel()
     padded = torch.zeros(-(-n // BLOCK) * BLOCK, dtype=torch.float32, device=flat.device)
@@ -286,6 +320,10 @@ def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weigh
 def nf4_dequantize_torch(w: NF4Weight, dtype=torch.bfloat16) -> torch.Tensor:
     """dequant(W) with torch ops: unpack, look up, scale. The reference the kernels are held to."""
     # BEGIN EXERCISE: unpack, NF4_TABLE[codes] * w.block_scales() repeated 64 times, cast, reshape.
+    # HINT: The reference dequantization: value = table[code] * scale of its block; each scale serves 64
+    #   consecutive elements.
+    # HINT: unpack_codes; w.block_scales() repeated 64 times with repeat_interleave and trimmed to numel;
+    #   index the table (on w's device) with the codes, multiply, cast to dtype, reshape to w.shape.
     codes = unpack_codes(w.packed, w.numel)
     scales = w.block_scales().repeat_interleave(BLOCK)[:w.numel]
     return (NF4_TABLE.to(w.device)[codes] * scales).to(dtype).reshape(w.shape)
@@ -298,6 +336,11 @@ def _nf4_levels(packed_ptr, table_ptr, idx, mask):
     """The NF4 level of element idx (int32): its nibble of byte idx >> 1, looked up in the table."""
     # BEGIN EXERCISE: byte = load(packed + (idx >> 1)); the even element's code is the HIGH nibble; return
     #   tl.load(table_ptr + code).
+    # HINT: Element idx's code sits in byte idx // 2: the high nibble for even idx, the low nibble for odd
+    #   idx; the 16-entry table lookup is a tiny gather that stays in L1.
+    # HINT: Load the byte at packed_ptr + (idx >> 1) with the mask (other=0) as int32; shift right by 4 for
+    #   even idx and by 0 for odd idx; & 0xF; load table_ptr + code.
+    # HINT: `code = (byte >> ((1 - (idx & 1)) * 4)) & 0xF`
     byte = tl.load(packed_ptr + (idx >> 1), mask=mask, other=0).to(tl.int32)
     code = (byte >> ((1 - (idx & 1)) * 4)) & 0xF  # even element: high nibble
     # A 16-entry gather: the 64-byte table stays in L1 after the first touch.
@@ -310,6 +353,12 @@ def _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, block, mask, 
     """absmax of quantization block(s) `block` (float32), undoing the double quantization."""
     # BEGIN EXERCISE: DOUBLE_QUANT: tl.fma(q (int8 -> fp32), step[block >> 8], mean) (one rounding, as
     #   block_scales computes it); else absmax[block].
+    # HINT: Recover each block's fp32 scale: either stored plainly, or as int8 q on a centred grid, absmax =
+    #   q * step + mean with one step per 256 blocks.
+    # HINT: Constexpr branch on DOUBLE_QUANT: load q (int8 to fp32) at block and the step at block >> 8,
+    #   masked; else load absmax at block.
+    # HINT: `tl.fma(q, step, mean)`: one rounding, matching block_scales on the host whatever the compiler's
+    #   contraction default.
     if DOUBLE_QUANT:
         q = tl.load(absmax_q_ptr + block, mask=mask, other=0).to(tl.float32)
         step = tl.load(absmax_step_ptr + (block >> 8), mask=mask, other=0.0)  # 256 scales per step
@@ -324,6 +373,12 @@ def nf4_dequantize_kernel(packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_ptr,
                           out_ptr, n, DOUBLE_QUANT: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: offs of this program (BLOCK_SIZE), mask < n; level * scale of block offs >> 6; store
     #   in out's dtype.
+    # HINT: Elementwise dequantization: each lane gets its level from the packed codes and multiplies by the
+    #   scale of its 64-element block.
+    # HINT: Offsets and mask as in vector_add (int32 is enough, n < 2^31 is checked); mean loaded only when
+    #   DOUBLE_QUANT; _nf4_levels for the levels; _block_scales with block index offs >> 6; store in out's
+    #   dtype.
+    # HINT: `scale = _block_scales(..., mean, offs >> 6, mask, DOUBLE_QUANT)`
     offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)  # int32: n < 2^31 is checked
     mask = offs < n
     mean = 0.0
@@ -346,6 +401,15 @@ def nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, absmax_q_ptr, absmax_step_p
     # BEGIN EXERCISE: tiles as in lora's kernels; per K step of 64: the x tile, idx = n * K + k for the W^T
     #   tile [BK, BN], levels, scales (one per column when ROW_ALIGNED, else per element), zero past K, cast
     #   to x's dtype, tl.dot into the fp32 accumulator; store_tile.
+    # HINT: Never materialize the dequantized weight: inside the GEMM's K loop, dequantize each W^T tile in
+    #   registers and feed it straight to tl.dot. BLOCK_K = 64 makes one K step one quantization block per
+    #   row.
+    # HINT: Grouped tile order and wrapped row/col offsets as in lora; per K step: load the x tile masked on
+    #   k; idx = n * K + k for the [BK, BN] W^T tile; levels; scales per column if ROW_ALIGNED (block (n * K
+    #   + k0) >> 6) else per element (idx >> 6); zero past K; cast to x's dtype; dot into fp32 acc;
+    #   store_tile.
+    # HINT: `w = tl.where(k_mask[:, None], w, 0.0).to(x_ptr.dtype.element_ty)` before `acc = tl.dot(x, w,
+    #   acc, ...)`.
     tl.static_assert(BLOCK_K == 64, "one K step = one quantization block of a row")
     pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped rows: loads need no row mask

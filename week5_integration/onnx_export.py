@@ -85,6 +85,13 @@ class ExportableGPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         # BEGIN EXERCISE: GPT.forward for start = 0 without a cache, but the rotary tables are self.cos[:T],
         #   self.sin[:T] (learned positions: gpt.pos.weight[:T])
+        # HINT: The ONNX graph must be a pure function of idx: no KV cache, start at 0, and the rotary
+        #   tables as registered buffers sliced to T, so the exporter sees plain tensor ops.
+        # HINT: Embed the tokens; learned positions add gpt.pos.weight[:T], rope uses (self.cos[:T],
+        #   self.sin[:T]); run each block as block(x, rope, None, layer, pending), threading `pending`
+        #   through; finish with the final norm's add_forward and the head.
+        # HINT: `gpt.head(gpt.norm_f.add_forward(x, pending)[1])`: the last block left its residual add
+        #   pending.
         gpt = self.gpt
         T = idx.shape[1]
         x = gpt.tok(idx)
@@ -131,6 +138,13 @@ def export_onnx(model: m.GPT, path, *, batch: int = 2, seq_len: int = 8, dynamic
     #   torch.export specializes sizes 0 and 1 to constants), torch.onnx.export(..., dynamo=True,
     #   input_names=['idx'], output_names=['logits'], dynamic_shapes={'idx': {0: Dim, 1: Dim}} if dynamic);
     #   .save(path); restore the model's training mode; return the Path
+    # HINT: torch.onnx.export with dynamo=True traces the model with torch.export on an example input;
+    #   dynamic axes must be declared, and sizes 0 or 1 in the example would be baked in as constants.
+    # HINT: Make the parent directory; remember model.training; wrap ExportableGPT(model.eval()); an int64
+    #   example of shape (batch, max(seq_len, 2) when dynamic); dynamic_shapes {"idx": {0: Dim("batch"), 1:
+    #   Dim("seq", max=max_seq_len)}}; export, program.save(path); restore the mode in a finally.
+    # HINT: `torch.onnx.export(wrapper, (example,), dynamo=True, input_names=["idx"],
+    #   output_names=["logits"], dynamic_shapes=...)`
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     was_training = model.training

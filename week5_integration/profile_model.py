@@ -99,6 +99,10 @@ def classify(name: str) -> str:
     """The group of a kernel (GPU) or aten op (CPU) name: one of GROUPS, "other" if none matches."""
     # BEGIN EXERCISE: lower-case the name; the first (group, pattern) of _COMPILED whose pattern.search()es
     #   it wins; "other" if none does
+    # HINT: Kernel names vary by library and case; an ordered table of regexes where the first match wins
+    #   lets specific patterns (flash attention, say) take precedence over generic ones (gemm).
+    # HINT: Lower-case once, loop over _COMPILED in order, return the group of the first pattern whose
+    #   .search() finds it, fall back to "other".
     lowered = name.lower()
     for group, pattern in _COMPILED:
         if pattern.search(lowered):
@@ -128,6 +132,13 @@ def group_costs(cfg: m.GPTConfig, batch: int, seq: int, *, act_bytes: int = 2,
     #   "attention", "norm", "elementwise", "loss", "optimizer"} -> {"flops": ..., "bytes": ...} per
     #   training step (use linear_shapes(cfg)): the formulas are in the docstring, derive them yourself
     #   first
+    # HINT: A per-group cost model of one training step: for each group, how many flops it must do and how
+    #   many bytes it must move at the least; the docstring gives the formulas (try deriving them first).
+    # HINT: Count parameters on the meta device (no memory) when not given; gemm sums over
+    #   linear_shapes(cfg): forward + two backward matmuls (x3) of 2 N i o flops each, and their
+    #   operand/result bytes; norm, elementwise (rope, activation, residual), attention, loss and optimizer
+    #   as per-token or per-parameter multiples.
+    # HINT: `gemm_flops = sum(3 * 2 * N * i * o * c for _, i, o, c in linear_shapes(cfg))`
     N, T, d, h, L, V, s = batch * seq, seq, cfg.d_model, cfg.hidden, cfg.n_layers, cfg.vocab_size, act_bytes
     if n_params is None:
         with torch.device("meta"):
@@ -242,6 +253,12 @@ def place_on_roofline(profile: Profile, costs: dict, *, copy_gbps: float, peak_t
     # BEGIN EXERCISE: for each group with time (profile.groups()) and a cost: seconds per step, intensity =
     #   flops / bytes, roof = min(peak_tflops, copy_gbps * intensity / 1e3), achieved TFLOP/s and GB/s, % of
     #   the roof, and "compute" or "memory" bound (the keys the tests read)
+    # HINT: The roofline: at arithmetic intensity I = flops / bytes the hardware allows min(peak compute,
+    #   bandwidth x I); compare what each group achieved with that roof.
+    # HINT: For each group with time and a cost: seconds from its microseconds, intensity, the roof in
+    #   TFLOP/s, achieved TFLOP/s and GB/s, percent of the roof, and "compute" when bandwidth x I reaches
+    #   peak, else "memory".
+    # HINT: `roof = min(peak_tflops, copy_gbps * intensity / 1e3)` (GB/s x FLOP/byte / 1e3 = TFLOP/s).
     placed = {}
     for group, g in profile.groups().items():
         cost = costs.get(group)

@@ -88,6 +88,11 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                          "fix the weights before quantizing")
     # BEGIN EXERCISE: in float32: amax per row (K = 0: no weights, amax 0), scale = amax / 127 (1 where amax
     #   is 0), q = round(w / scale) clamped to [-127, 127], int8; return both contiguous
+    # HINT: Per-output-channel symmetric int8: each row of W gets its own scale so its largest magnitude
+    #   maps to 127; with one scale per row, the dequantization later factors out of the K sum.
+    # HINT: amax over dim 1 (zeros when K is 0); scale = amax / 127, but 1 where amax is 0 (no 0/0); divide
+    #   row-wise with scale[:, None], round, clamp to [-127, 127], cast to int8; return both contiguous.
+    # HINT: `q = torch.round(w32 / scale[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)`
     amax = w32.abs().amax(dim=1) if w32.shape[1] else w32.new_zeros(w32.shape[0])  # K = 0: no weights
     scale = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
     # torch.round rounds half to even; either tie direction keeps the error within scale / 2.
@@ -144,6 +149,12 @@ def int8_matmul_dequant_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_x
     #   (BLOCK_M, BLOCK_K) and to W^T's tile (BLOCK_K, BLOCK_N) of the (N, K) int8 weight; load the N
     #   block's scales; loop over K: masked loads (other=0), w = (q.to(fp32) * scale).to(x.dtype), acc =
     #   _dot(...); store acc in y's dtype, masked to M and N
+    # HINT: Weight-only quantization reads int8 weights (half the bytes of fp16) and dequantizes each W^T
+    #   tile in registers just before the tensor-core dot: the full-precision W never exists in memory.
+    # HINT: Offsets from _tile_offsets, m/n masks; x tile pointers (int64 row times stride) and a (BLOCK_K,
+    #   BLOCK_N) view of W^T (n times stride_qn, plus k); load the N block's scales once; K loop with masked
+    #   loads, dequantize, _dot; masked store in y's dtype.
+    # HINT: `w = (q.to(tl.float32) * scale[None, :]).to(x.dtype)`
     offs_m, offs_n = _tile_offsets(M, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     m_mask, n_mask = offs_m < M, offs_n < N
@@ -174,6 +185,11 @@ def int8_matmul_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, M, N, K, stride_xm, strid
                        BLOCK_K: tl.constexpr):
     # BEGIN EXERCISE: as int8_matmul_dequant_kernel, but convert q to x's dtype (exact) in the loop and
     #   multiply the fp32 accumulator by the scales once, after the loop
+    # HINT: Because the scale is per output column, it factors out of the K sum: multiply by int8 values
+    #   converted to x's dtype (exact: -127..127 fit fp16/bf16) and apply the scales once, after the loop.
+    # HINT: Same pointers and K loop as the dequantizing kernel, but the dot takes q.to(x.dtype) directly;
+    #   after the loop load the scales and multiply acc by scale[None, :]; store masked.
+    # HINT: `acc = acc * scale[None, :]`: N * M multiplies instead of N * K * M / BLOCK_M dequantizations.
     offs_m, offs_n = _tile_offsets(M, BLOCK_M, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     m_mask, n_mask = offs_m < M, offs_n < N
@@ -413,6 +429,12 @@ def quantize_model(model: nn.Module, *, kernel: str = "triton", skip: tuple[str,
     # BEGIN EXERCISE: deep-copy unless inplace; refuse `skip` names that are not nn.Linear modules
     #   (ValueError); replace every nn.Linear not skipped by QuantLinear.from_linear (setattr on its parent,
     #   found with get_submodule)
+    # HINT: Swap modules by name: collect the nn.Linear names first (so the swap does not disturb the walk),
+    #   validate the skip list against them, then replace each one on its parent.
+    # HINT: Deep-copy unless inplace; names from named_modules filtered by isinstance nn.Linear; unknown
+    #   skip names raise ValueError; for each kept name split off the parent path with rpartition("."),
+    #   get_submodule the parent (the root if empty), setattr a QuantLinear.from_linear.
+    # HINT: `parent_name, _, child = name.rpartition(".")`
     target = model if inplace else copy.deepcopy(model)
     names = [name for name, module in target.named_modules() if isinstance(module, nn.Linear)]
     unknown = set(skip) - set(names)
@@ -501,6 +523,10 @@ def matmul_bytes(M: int, K: int, N: int, *, int8: bool, itemsize: int = 2) -> in
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     # BEGIN EXERCISE: the cost model: weights N K (+ 4 N for the fp32 scales) if int8, else itemsize N K;
     #   plus itemsize (M K + M N) for x and y
+    # HINT: A minimum-traffic model: every operand read once and the result written once; int8 weights cost
+    #   one byte each plus an fp32 scale per output channel.
+    # HINT: Weight bytes are N * K + 4 * N for int8, itemsize * N * K otherwise; x (M x K) and y (M x N)
+    #   always in itemsize.
     weights = N * K + 4 * N if int8 else itemsize * N * K
     return weights + itemsize * (M * K + M * N)
     # END EXERCISE

@@ -88,6 +88,12 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     # BEGIN EXERCISE: refuse steps outside [0, tc.steps) with ValueError("step must be in ..."). Warm-up:
     #   step s < tc.warmup gets tc.lr * (s + 1) / tc.warmup. Then a cosine from tc.lr (first step after the
     #   warm-up) to tc.min_lr_ratio * tc.lr at the last step (tc.steps - 1).
+    # HINT: Linear warm-up then cosine decay: warm-up avoids huge early updates while Adam's statistics are
+    #   poor; the cosine ends at a floor, not at 0.
+    # HINT: Validate the step range; during warm-up scale lr by (s + 1) / warmup; after it compute progress
+    #   in [0, 1] over the remaining steps (guard a zero-length decay), then interpolate between floor and
+    #   lr with 0.5 (1 + cos(pi * progress)).
+    # HINT: `floor + (tc.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))`
     if step < 0 or step >= tc.steps:
         raise ValueError(f"step must be in [0, {tc.steps}), got {step}")
     if step < tc.warmup:
@@ -117,6 +123,10 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Matrices (embeddings, linear weights) decayed; vectors (norm gains, biases) not."""
     # BEGIN EXERCISE: two groups of the parameters that require grad: dim >= 2 with weight_decay, the rest
     #   with 0.0.
+    # HINT: Weight decay is meant for matrices (it limits their norm); applied to norm gains and biases it
+    #   only pulls them towards 0 and hurts.
+    # HINT: Split the trainable parameters by p.dim() (>= 2 decayed, < 2 not) into two dicts with "params"
+    #   and "weight_decay".
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -153,6 +163,14 @@ def make_step(model: m.GPT, opt: torch.optim.Optimizer, tc: TrainConfig, *, loss
     #   enabled=amp_enabled(...)), backward, clip_grad_norm_(params, tc.grad_clip, foreach=True) when
     #   tc.grad_clip is set (else compute the global norm), opt.step(); return (loss.detach(),
     #   norm.detach()). No .item().
+    # HINT: A training step as a closure that never syncs with the host: the loss and grad norm stay device
+    #   tensors, so the GPU can run ahead of Python.
+    # HINT: Resolve device, autocast flag, loss function and trainable params once, outside the closure;
+    #   inside: set lr in every param group, zero grads with set_to_none, forward under
+    #   torch.autocast(bfloat16), backward, clip (or just measure) the global grad norm, opt.step, return
+    #   detached tensors.
+    # HINT: `norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip, foreach=True)`: it returns the
+    #   pre-clip norm as a tensor, no .item().
     device = next(model.parameters()).device
     amp = amp_enabled(tc, device)
     loss_fn = model.loss if loss_fn is None else loss_fn

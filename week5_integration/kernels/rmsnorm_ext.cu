@@ -25,6 +25,11 @@ template <typename T>
 void rmsnorm_forward_cpu(const T* x, const T* w, T* y, T* rstd, int64_t M, int64_t N, double eps) {
     // BEGIN EXERCISE: for each row r: sum_sq of x over the row (in T), inv = 1 / sqrt(sum_sq / N + eps),
     //   rstd[r] = inv, y[r * N + c] = x * inv * w[c].
+    // HINT: The CPU reference is the formula written as two loops per row: the sum of squares, then the
+    //   scaled output; it is the ground truth the CUDA kernels are checked against.
+    // HINT: for r in rows: pointer to the row, accumulate x*x in T, inv = 1 / sqrt(mean + eps), store
+    //   rstd[r], then a second loop writing y = x * inv * w[c].
+    // HINT: `const T inv = T(1) / std::sqrt(sum_sq / T(N) + T(eps));`
     for (int64_t r = 0; r < M; ++r) {
         const T* xr = x + r * N;
         T sum_sq = 0;
@@ -45,6 +50,11 @@ void rmsnorm_backward_cpu(const T* dy, const T* x, const T* w, const T* rstd, T*
     // BEGIN EXERCISE: zero dw_partial (P x N); for each row r (program r % P): inv = rstd[r], mean =
     //   sum_c(dy * w * x * inv) / N, dx = inv * (dy * w - xhat * mean), and add dy * xhat into row r % P of
     //   dw_partial.
+    // HINT: Mirror the GPU's decomposition on the CPU: row r belongs to 'program' r % P, which adds its
+    //   rows' dw contributions into its own partial row; dx needs the row's mean of g * xhat first.
+    // HINT: Zero all of dw_partial; for each row: inv = rstd[r], a first loop summing dy * w * x * inv,
+    //   mean = that / N; a second loop writing dx and adding dy * xhat into row r % P of the partials.
+    // HINT: `dx[r * N + c] = inv * (dyr[c] * w[c] - xhat * mean);`
     for (int64_t i = 0; i < P * N; ++i) dw_partial[i] = 0;
     for (int64_t r = 0; r < M; ++r) {
         const T* xr = x + r * N;
@@ -91,6 +101,14 @@ __device__ float block_sum(float v) {
     //   warp into a __shared__ float[32], __syncthreads, warp 0 adds the partials, broadcast the total
     //   through shared memory to every thread (and __syncthreads before returning: the next call reuses
     //   it).
+    // HINT: A block-wide sum in two levels: inside a warp, lanes exchange registers with shuffles (no
+    //   shared memory, no barrier); then one value per warp goes through shared memory and warp 0 adds
+    //   those.
+    // HINT: A __shared__ float[32]; butterfly loop `for offset = 16; offset > 0; offset /= 2` with
+    //   __shfl_xor_sync; lane 0 stores its warp's sum; __syncthreads; warp 0 loads (0 past the warp count),
+    //   shuffles again, lane 0 stores the total; __syncthreads; everyone reads it; __syncthreads again.
+    // HINT: The last `__syncthreads()` matters: the next call overwrites warp_sums, and a fast thread must
+    //   not do so before a slow one has read the total.
     __shared__ float warp_sums[32];
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
@@ -118,6 +136,12 @@ __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x, const T* __restrict_
     // BEGIN EXERCISE: one block per row (blockIdx.x); each thread strides over the columns by blockDim.x
     //   (coalesced); sum of squares in fp32 -> block_sum -> inv = rsqrtf(sum / N + eps); thread 0 writes
     //   rstd[row]; every thread writes its y elements (from_float<T>).
+    // HINT: One thread block per row; its threads stride across the columns so consecutive threads read
+    //   consecutive elements (coalesced); the two loops read the row twice, the second mostly from cache.
+    // HINT: row = blockIdx.x; loop c = threadIdx.x; c < N; c += blockDim.x summing squares in fp32
+    //   (to_float); block_sum; inv = rsqrtf(sum / N + eps); thread 0 writes rstd; a second strided loop
+    //   writes y via from_float<T>.
+    // HINT: `const float inv = rsqrtf(block_sum(sum_sq) / static_cast<float>(N) + eps);`
     const int64_t row = blockIdx.x;
     const T* xr = x + row * N;
     float sum_sq = 0.0f;
@@ -145,6 +169,14 @@ __global__ void rmsnorm_bwd_kernel(const T* __restrict__ dy, const T* __restrict
     //   columns); loop rows blockIdx.x, blockIdx.x + gridDim.x, ...: mean = block_sum(sum of dy * w * xhat)
     //   / N, dx = inv * (dy * w - xhat * mean), dw_acc[c] += dy * xhat; finally write dw_acc into row
     //   blockIdx.x of dw_partial.
+    // HINT: Each block takes rows blockIdx.x, + gridDim.x, ... and accumulates its dw share in dynamic
+    //   shared memory; each thread only ever touches its own columns, so the zeroing and the adds need no
+    //   barrier.
+    // HINT: extern __shared__ float dw_acc[] zeroed by the strided column loop; grid-stride loop over rows:
+    //   strided dot of dy * w * xhat, block_sum / N for the mean, a strided loop writing dx and adding dy *
+    //   xhat to dw_acc[c]; finally copy dw_acc into row blockIdx.x of dw_partial.
+    // HINT: `for (int64_t row = blockIdx.x; row < M; row += gridDim.x)`: the grid has P blocks, fewer than
+    //   the rows.
     extern __shared__ float dw_acc[];
     for (int64_t c = threadIdx.x; c < N; c += blockDim.x) dw_acc[c] = 0.0f;
     for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
