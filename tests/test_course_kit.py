@@ -452,16 +452,12 @@ def test_long_lesson_modules_say_why_and_keep_kernels_and_benchmarks_apart():
 
     kernel = re.compile(r"^@(triton\.jit|cuda\.jit|numba\.cuda\.jit)|^CUDA_SOURCE\b|\bcuda_(kernel|module)\(", re.M)
     benchmark = re.compile(r"\bBenchmark\(|^BENCHMARKS\b", re.M)
-    # A `# HINT:` line of an exercise region and its continuation lines (comments indented 2+ spaces).
-    hint_block = re.compile(r"^[ \t]*# HINT:.*\n(?:[ \t]*#[ \t]{2,}\S.*\n)*", re.M)
     unexplained, mixed = [], []
     for week in weeks.all_weeks():
         for path in sorted((weeks.ROOT / week.package).glob("*.py")):
             rel = str(path.relative_to(weeks.ROOT))
             text = path.read_text()
-            # A solution's `# HINT:` blocks are not counted: the stub drops them and
-            # `python -m course hint` shows them one at a time, so they add nothing to read here.
-            lines = len(hint_block.sub("", text).splitlines())
+            lines = len(text.splitlines())
             if rel in LONG_MODULES_PENDING or path.name == "__init__.py":
                 continue
             head = "\n\n".join((ast.get_docstring(ast.parse(text)) or "").split("\n\n")[:3])
