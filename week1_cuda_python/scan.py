@@ -1,5 +1,8 @@
 """Prefix sum (scan): Hillis-Steele, Blelloch, multi-block, and a single pass with look-back.
 
+Over 500 lines: five scan rungs (two block trees, multi-block, decoupled look-back) share one
+launcher and one set of checks here, and each of the lesson's 15 holes carries its graded hints.
+
 What it teaches: an operation where every output depends on every input before it, done by
 thousands of threads at once. Within one block, two classic trees: Hillis-Steele (log2 n steps,
 each adding the element 2^d to the left: O(n log n) additions, simple) and Blelloch

@@ -1,5 +1,8 @@
 """Rotary position embedding (RoPE) in Triton: q and k rotated by their position, forward and backward.
 
+Over 500 lines: one kernel, but the op a model calls needs its launchers, the custom-op
+registration with fake and backward, and the q+k fused variant; the holes carry their graded hints.
+
 RoPE (Su et al. 2021, "RoFormer") encodes the position m of a token by rotating pairs of
 coordinates of its query and key vectors by angles proportional to m. With head dimension D
 and i = 0 .. D/2 - 1, the frequencies are theta_i = base^(-2i / D) (base = 10000) and the

@@ -1,5 +1,8 @@
 """A CUDA C++ extension: RMSNorm forward + backward as a torch op, beside its Triton twin of week 4.
 
+Over 500 lines: the build (load_inline and its cache), the op registration with fake and
+backward, and the comparison with week 4's Triton twin belong to one lesson; the holes carry their hints.
+
 Sometimes the kernel you need is best written in CUDA C++ (a library you already have, a feature
 Triton does not expose: warp-level intrinsics, clusters, inline PTX) and called from PyTorch. The
 standard route is a C++ extension built by `torch.utils.cpp_extension`; `load_inline` compiles

@@ -1,5 +1,8 @@
 """The fine-tuning experiment: full fine-tuning vs LoRA vs QLoRA, on the week's GPT.
 
+Over 500 lines: four ways to fine-tune run through one experiment (same data, seed, steps),
+so their shared loop stays in one file; the holes carry their graded hints.
+
 A model is pre-trained briefly on `corpus("stories")`, then adapted to a second task,
 `corpus("arithmetic")` (sums like "17+25=42."), four ways, with the same steps, seed and batches:
 

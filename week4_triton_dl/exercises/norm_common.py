@@ -117,7 +117,7 @@ def check_call(x, shape: tuple, weight=None, bias=None) -> None:
             raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
     elif k == 0 or x.dim() < k or tuple(x.shape[-k:]) != shape:
         raise ValueError(f"normalized_shape {shape} must be the last dimensions of x (shape {tuple(x.shape)})")
-    if x.dtype not in DTYPES or x.is_cuda != ON_GPU:
+    if x.dtype not in DTYPES or x.is_cuda != ON_GPU or x.is_cpu == ON_GPU:  # a meta tensor is neither
         validate.tensor(x, "x", dtypes=DTYPES, contiguous=False)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
