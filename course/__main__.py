@@ -18,6 +18,10 @@
                                           the known-wrong solutions in tests/<week>/wrong/, each must fail)
     python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
     python -m course rung [LADDER [N|all]] a ladder's rungs by number: check rung N against torch, time it
+    python -m course hint LESSON [N]      an exercise's holes; hole N's next hint (--all: every level;
+                                          --check: list holes with fewer than two hints)
+    python -m course time LESSON          your kernel timed beside the solution and torch (simulation:
+                                          bytes and FLOPs the interpreter counted); --ncu for counters
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -163,10 +167,12 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import exercises, progress, rungs  # the exercise and ladder commands: a module each
+    from course import attempts, exercises, hints, progress, rungs  # the exercise and ladder commands: a module each
     exercises.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
+    hints.add_parser(sub)
+    attempts.add_parser(sub)
     args = parser.parse_args(argv)
     if args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported
@@ -174,7 +180,8 @@ def main(argv=None) -> int:
         args.pytest_args = args.pytest_args[1:]
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
-            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main}[args.command](args)
+            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
+            "hint": hints.main, "time": attempts.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ pytest per CPU core). Each exercise is then
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course import exercises, pytest_lesson
+from course import exercises, hints, pytest_lesson
 
 ROOT = exercises.ROOT
 
@@ -32,7 +33,7 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
     """(lesson, stub, test file) of a week, in the order the week's README teaches them."""
     found = []
     for stub in sorted((package_dir / "exercises").glob("*.py")):
-        if stub.name == "__init__.py":
+        if stub.name == "__init__.py" or not is_exercise(stub):
             continue
         test = root / "tests" / exercises.week_of(package_dir) / f"test_{stub.stem}.py"
         if test.exists():
@@ -44,6 +45,16 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
         at = text.find(f"`{item[0]}.py`")
         return (at if at >= 0 else len(text) + 1, item[0])
     return sorted(found, key=order)
+
+
+def is_exercise(stub: Path) -> bool:
+    """False for a stub whose docstring starts 'Not an exercise' (machinery the week re-exports, such
+    as week 3's matmul_fp8.py): it has nothing to fill, so it is never done nor not started."""
+    try:
+        doc = ast.get_docstring(ast.parse(stub.read_text())) or ""
+    except SyntaxError:  # a learner's half-written stub is still an exercise
+        return True
+    return not doc.lower().startswith("not an exercise")
 
 
 def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
@@ -199,6 +210,9 @@ def main(args) -> int:
                 working = f"pytest {rel} --impl={impl} -x"  # what you are working on comes first
             if state == "not started" and next_command is None:
                 next_command = f"pytest {rel} --impl={impl}"
+            used = hints.used(f"{short}/{name}", root)  # `course hint` keeps what it showed
+            if used:
+                detail = f"{used} hint{'s' if used != 1 else ''} used" + (f"; {detail}" if detail else "")
             line = f"  {name:<{name_w}}{state:<13}"
             print(line + _fit(detail, max(20, width - len(line) - 1)) if detail else line)
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))

@@ -66,6 +66,13 @@ def softmax_row_kernel(x_ptr, out_ptr, n_cols, x_row_stride, out_row_stride,
     # BEGIN EXERCISE: one program per row, the whole row in one block: row = tl.program_id(0) as int64 (row
     #   * stride passes 2^31 on big inputs); load the row with other=-inf past n_cols, in fp32; subtract
     #   tl.max (exp of large numbers overflows), tl.exp, divide by tl.sum; store in out's dtype, masked
+    # HINT: softmax(x) = softmax(x - max x): with the row's max subtracted the largest exponent is 0,
+    #   so nothing overflows; lanes past the row's end hold -inf, which never wins the max and adds exp(-inf) = 0
+    # HINT: offsets: one int64 row number times the row stride, plus tl.arange(0, BLOCK_SIZE); load with
+    #   mask=cols < n_cols and other=-inf, .to(tl.float32); z = x - tl.max(x, axis=0); num = tl.exp(z);
+    #   divide by tl.sum(num, axis=0); store y.to(out_ptr.dtype.element_ty) with the same mask
+    # HINT: the load that makes the padding harmless:
+    #   `tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf"))`
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 on big inputs
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols

@@ -28,6 +28,11 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: program pid adds elements pid * BLOCK_SIZE .. + BLOCK_SIZE - 1: offsets from
     #   tl.program_id(0) (int64 before multiplying: past 2^31 elements it overflows) and tl.arange, a mask
     #   for offsets < n, masked loads of a and b, a masked store of their sum
+    # HINT: a program owns one block of BLOCK_SIZE consecutive elements, and the last block may hang
+    #   past n: every lane computes its own offset, and a mask switches off the lanes past the end
+    # HINT: offsets = (program id, widened to int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE); mask =
+    #   offsets < n; two tl.load(ptr + offsets, mask=mask), then one tl.store of the sum with the same mask
+    # HINT: the line that keeps a 2^31-element vector right: `pid.to(tl.int64) * BLOCK_SIZE`
     pid = tl.program_id(axis=0)
     # int64 before multiplying: pid * BLOCK_SIZE overflows int32 past 2^31 elements.
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -50,6 +55,9 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
         return out  # a grid of zero programs is an invalid launch
     # BEGIN EXERCISE: the launch: a 1-D grid of cdiv(n, BLOCK_SIZE) programs running add_kernel (BLOCK_SIZE
     #   is a constexpr; num_warps=4)
+    # HINT: one program per block of BLOCK_SIZE elements, rounded up so the tail is covered
+    # HINT: the grid is a 1-tuple, `(triton.cdiv(n, BLOCK_SIZE),)`; launch with kernel[grid](...), the
+    #   tensors and n as arguments, BLOCK_SIZE and num_warps as keywords
     grid = (triton.cdiv(n, BLOCK_SIZE),)
     add_kernel[grid](a, b, out, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=4)
     # END EXERCISE
