@@ -1,7 +1,7 @@
 """The course's command line.
 
     python -m course info                 what hardware and which backend this machine uses
-    python -m course check week1 [-- ...] run that week's tests (extra args go to pytest)
+    python -m course check week1 [-- ...] run that week's tests, one process per core (extra args go to pytest)
     python -m course bench week1          time the week's kernels beside torch; save results/
     python -m course report [--check]     rebuild every generated table from the results/ files:
                                           RESULTS.md, README's results and skips sections, each
@@ -52,9 +52,23 @@ def cmd_info(_args) -> int:
     return 0
 
 
+def check_command(week_short: str, pytest_args: list[str], jobs: int = 0) -> list[str]:
+    """pytest on the week's tests, in `jobs` processes (pytest-xdist; 0: one per core, as README's
+    `pytest -n 2`): a week's simulated tests take minutes serially. `-n` in pytest_args wins."""
+    command = [sys.executable, "-m", "pytest", str(ROOT / "tests" / week_short)]
+    jobs = jobs or os.cpu_count() or 1
+    given = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args)
+    if jobs > 1 and not given:
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is not None:
+            command += ["-n", str(jobs)]
+    return command + list(pytest_args)
+
+
 def cmd_check(args) -> int:
     week = weeks.resolve(args.week)
-    command = [sys.executable, "-m", "pytest", str(ROOT / "tests" / week.short), *args.pytest_args]
+    command = check_command(week.short, args.pytest_args, args.jobs)
     print("running:", " ".join(command), flush=True)
     return subprocess.call(command, cwd=ROOT)
 
@@ -139,6 +153,7 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="hardware, backend and versions")
     check = sub.add_parser("check", help="run a week's tests")
     check.add_argument("week")
+    check.add_argument("--jobs", type=int, default=0, help="pytest processes (pytest -n; default: one per CPU core)")
     check.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
     bench_p = sub.add_parser("bench", help="time a week's kernels")
     bench_p.add_argument("week")
