@@ -394,7 +394,7 @@ def note_of(solution: Path) -> Path:
     return readme
 
 
-def _cu_function(lines: list[str], index: int) -> str | None:
+def cu_function(lines: list[str], index: int) -> str | None:
     """The name of the C/CUDA function whose body holds line `index` (a definition at column 0;
     `extern "C"` and `__launch_bounds__(...)` before the name, or the name alone on the line after
     its qualifiers, are read through)."""
@@ -457,7 +457,7 @@ def generate(solution: Path, root: Path = ROOT) -> str | None:
                 statement = None
                 label = f"in class `{scope[2]}`" if scope else "at module level"
         else:
-            fn = _cu_function(lines, region.begin)
+            fn = cu_function(lines, region.begin)
             statement, label = None, (f"`{fn}`" if fn else "at file level")
         holes.append(Hole(label, region.hint, region.size))
         replaced.append((region, _hole_lines(region, comment, statement)))

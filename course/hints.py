@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import re
+import textwrap
 from pathlib import Path
 
 from course import exercises
@@ -60,7 +61,7 @@ def region_hints(lines: list[str], region: exercises.Region, comment: str) -> li
 
 def holes_of(solution: Path, root: Path = ROOT) -> list[HoleHints]:
     """Every EXERCISE region of a marked solution, with its hints, in file order."""
-    comment = exercises._comment_of(solution)
+    comment = "//" if solution.suffix in (".cu", ".cuh", ".c", ".cpp", ".h") else "#"
     text = solution.read_text()
     lines = text.splitlines()
     regions = [r for r in exercises.parse_regions(lines, comment, str(solution)) if r.kind == "EXERCISE"]
@@ -71,13 +72,17 @@ def holes_of(solution: Path, root: Path = ROOT) -> list[HoleHints]:
             scope = exercises.innermost_scope(scopes, r.begin + 1)
             where = f"`{scope[2]}`" if scope else "at module level"
         else:
-            fn = exercises._cu_function(lines, r.begin)
+            fn = exercises.cu_function(lines, r.begin)
             where = f"`{fn}` ({solution.name})" if fn else f"file level ({solution.name})"
         out.append(HoleHints(where, " ".join(r.hint), r.size, region_hints(lines, r, comment), solution, r.begin + 1))
     return out
 
 
 # ------------------------------------------------------------------------------ which lesson
+def _rel(path: Path, root: Path) -> str:
+    return path.resolve().relative_to(root.resolve()).as_posix()
+
+
 def lesson_key(solution: Path, root: Path = ROOT) -> str:
     """'week3/softmax' (a CUDA C file counts with the lesson of the same name: week1/vector_add)."""
     package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
@@ -150,7 +155,7 @@ def check(root: Path = ROOT, minimum: int = MIN_HINTS) -> list[str]:
     for key, files in lessons(root).items():
         for n, hole in enumerate(lesson_holes(files, root), 1):
             if len(hole.hints) < minimum:
-                rel = exercises._rel(hole.solution, root)
+                rel = _rel(hole.solution, root)
                 problems.append(f"{key} hole {n} ({hole.where}, {rel}:{hole.line}): "
                                 f"{len(hole.hints)} hint{'s' if len(hole.hints) != 1 else ''}")
     return problems
@@ -158,11 +163,12 @@ def check(root: Path = ROOT, minimum: int = MIN_HINTS) -> list[str]:
 
 # ------------------------------------------------------------------------------ command line
 def _wrap(text: str, prefix: str) -> str:
-    return "\n".join(exercises._wrap(text, prefix=prefix, width=100))
+    return "\n".join(textwrap.wrap(text, width=100, initial_indent=prefix, subsequent_indent=" " * len(prefix),
+                                   break_on_hyphens=False))
 
 
 def show_list(lesson: str, holes: list[HoleHints], seen: dict, root: Path) -> None:
-    stubs = sorted({exercises._rel(exercises.stub_path(h.solution), root) for h in holes})
+    stubs = sorted({_rel(exercises.stub_path(h.solution), root) for h in holes})
     print(f"{lesson}: {len(holes)} hole{'s' if len(holes) != 1 else ''} in {', '.join(stubs)}")
     for n, hole in enumerate(holes, 1):
         shown = seen.get(_hole_id(hole), 0)

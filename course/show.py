@@ -29,8 +29,8 @@ def strip_markers(source: str) -> str:
     out, skipping = [], None
     for line in source.splitlines():
         m = _BEGIN.match(line) or _HINT.match(line)
-        if m:
-            skipping = m[1]  # the comment leader: a continuation line is that leader and 2+ spaces
+        if m:  # after BEGIN or a hint, a continuation line is the same comment leader and 2+ spaces
+            skipping = None if "END" in m.groups() else m[1]
             continue
         if skipping and re.match(rf"^[ \t]*{re.escape(skipping)}[ \t]{{2,}}\S", line):
             continue
