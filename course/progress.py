@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from course import exercises, hints, pytest_lesson
@@ -184,7 +184,13 @@ def main(args) -> int:
     jobs = args.jobs or os.cpu_count() or 1
     chunks = _chunks(to_run, jobs)  # one pytest per chunk of a week's test files: imports paid once each
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(lambda c: run_week(c[1], impl, root, args.timeout), chunks))
+        futures = [pool.submit(run_week, files, impl, root, args.timeout) for _, files in chunks]
+        for finished, future in enumerate(as_completed(futures), 1):  # a line per run: the wait is minutes
+            _, seconds, _ = future.result()
+            week = weeks[chunks[futures.index(future)][0]][0]
+            print(f"  [{finished}/{len(futures)}] {week}: {len(chunks[futures.index(future)][1])} test files "
+                  f"checked ({seconds:.0f} s)", flush=True)
+        done = [future.result() for future in futures]
     runs = []
     for w in range(len(weeks)):
         mine = [result for (week, _), result in zip(chunks, done) if week == w]
