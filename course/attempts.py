@@ -303,7 +303,8 @@ def gpu_rows(record: dict) -> list[dict]:
 def gpu_table(rows: list[dict], problems: dict) -> str:
     from course.bench import fmt
 
-    lines = ["| size | variant | ms | GB/s | TFLOP/s | % of copy | % of peak | vs torch |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| size | variant | ms | GB/s | TFLOP/s | % of copy | % of peak | vs torch |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['size']} | {r['variant']} | skipped: {r['skipped']} |  |  |  |  |  |")
@@ -361,20 +362,33 @@ def ncu_metrics() -> list[str]:
 
 
 def run_ncu(lesson: str, impl: str, bench_name: str, labels: list[str], root: Path = ROOT) -> int:
-    """ncu on a child process that calls each variant once inside a profiler range; its table."""
+    """ncu (as week 1's profile_ncu.sh runs it: its sections, the notes' metrics that this ncu knows,
+    clocks not locked) on a child process that calls each variant once inside a profiler range."""
+    import re
+    import tempfile
+
     from course import ncu
 
-    command = ["ncu", "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base",
-               "--metrics", ",".join(ncu_metrics()), sys.executable, "-m", "course.attempts", "--launch", lesson,
-               "--impl", impl, "--bench", bench_name, "--variants", *labels]
-    print("profiling:", " ".join(command[:9]), "...", flush=True)
-    proc = subprocess.run(command, cwd=root, capture_output=True, text=True)
-    csv_text = proc.stdout[proc.stdout.find('"ID"'):] if '"ID"' in proc.stdout else ""
-    if proc.returncode != 0 or not csv_text:
-        print(f"ncu failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-800:]}")
-        return 1
+    known = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True).stdout
+    # only the metrics this ncu knows on this GPU: one unknown name would stop the run
+    metrics = [m for m in ncu_metrics()
+               if "__" not in known or re.search(rf"^{re.escape(m.split('.')[0])}\b", known, re.M)]
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "attempt"
+        command = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--section", "LaunchStats",
+                   "--section", "Occupancy", "--section", "SpeedOfLight", *(["--metrics", ",".join(metrics)] if metrics
+                                                                           else []),
+                   "-f", "-o", str(report), sys.executable, "-m", "course.attempts", "--launch", lesson,
+                   "--impl", impl, "--bench", bench_name, "--variants", *labels]
+        print(f"profiling {', '.join(labels)} with ncu (one pass per section: a minute or so)...", flush=True)
+        run = subprocess.run(command, cwd=root, capture_output=True, text=True)
+        if not report.with_suffix(".ncu-rep").exists():
+            print(f"ncu wrote no report (exit {run.returncode}): {(run.stderr or run.stdout).strip()[-800:]}")
+            return 1
+        csv_text = subprocess.run(["ncu", "--import", str(report.with_suffix(".ncu-rep")), "--page", "raw", "--csv",
+                                   "--print-units", "base"], capture_output=True, text=True).stdout
     print(ncu.ncu_table(csv_text), end="")
-    print("(what each column means: the lesson's note, and week 1's profiling_with_nsight.md)")
+    print("(each column is explained in the lesson's note and in week 1's profiling_with_nsight.md)")
     return 0
 
 

@@ -15,7 +15,6 @@ import torch
 from course import attempts, exercises, hints, progress, show, sim_count
 from course import runtime  # noqa: F401  (before triton: the interpreter on a CPU)
 from course.__main__ import check_command
-from course.bench import Benchmark
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -217,8 +216,9 @@ def test_time_rebinds_the_benchmark_to_the_stub_through_helpers(tmp_path, monkey
 
 
 def test_time_reports_an_unfilled_stub_instead_of_timing_it(tmp_path, monkeypatch):
-    rebinder, bench = _toy_lesson(tmp_path, monkeypatch, "def kernel(x):\n    raise NotImplementedError("
-                                  "'not implemented yet: kernel: add one')\n\n\ndef launcher(x):\n    return kernel(x)\n")
+    stub = ("def kernel(x):\n    raise NotImplementedError('not implemented yet: kernel: add one')\n\n\n"
+            "def launcher(x):\n    return kernel(x)\n")
+    rebinder, bench = _toy_lesson(tmp_path, monkeypatch, stub)
     p = attempts.plan(bench, rebinder, "exercises", every_variant=False, every_size=False)
     problems = attempts.preflight(p)
     assert problems["yours:mine"].startswith("not timed: NotImplementedError: not implemented yet: kernel")
@@ -247,3 +247,27 @@ def test_time_in_simulation_prints_what_the_interpreter_counted(capsys):
     assert solution["loaded"] + solution["stored"] == model["moved"]  # the kernel moves its cost model's bytes
     table = attempts.sim_table(rows)
     assert "| solution:triton | 1 |" in table and "12.0" in table and "not a Triton kernel" in table
+
+
+def test_time_ncu_profiles_the_variants_with_the_notes_metrics_and_prints_their_table(tmp_path, monkeypatch, capsys):
+    """A stand-in `ncu` on PATH: it records its command line, writes a report, and exports a small CSV."""
+    csv = ('"ID","Kernel Name","gpu__time_duration.sum","launch__grid_size","dram__bytes_read.sum"\\n'
+           '"","","nsecond","","byte"\\n"0","add_kernel","12,000","4096","8,000,000"\\n')
+    fake = tmp_path / "ncu"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$@" >> {tmp_path}/calls.txt
+        case "$1" in
+          --query-metrics) echo "dram__bytes_read   Counter  bytes read from DRAM";;
+          --import) printf '{csv}';;
+          *) while [ "$1" != "-o" ]; do shift; done; touch "$2.ncu-rep";;
+        esac
+    """))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    assert attempts.run_ncu("week3/vector_add", "exercises", "vector_add_week3", ["solution:triton", "yours:triton"]) == 0
+    calls = (tmp_path / "calls.txt").read_text()
+    assert "--profile-from-start off" in calls and "--launch week3/vector_add" in calls
+    assert "dram__bytes_read.sum" in calls and "l1tex__data_bank_conflicts" not in calls  # only metrics ncu knows
+    table = capsys.readouterr().out
+    assert "| add_kernel | 12.0 | 4096 | 8 |" in table  # course/ncu.py's table: us, grid, DRAM MB
