@@ -447,7 +447,8 @@ def main(args) -> int:
     info = runtime.describe()
     common = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "lesson": lesson,
               "impl": args.impl, "gpu": info.get("gpu") or "CPU (simulation)", "stub_hash": blob_hash(stub_file)}
-    history, entries = load_history(), []
+    where = Path(args.root) if getattr(args, "root", None) else ROOT  # the history's checkout (tests: a temp dir)
+    history, entries = load_history(where), []
     for p in plans:
         problems = preflight(p) if args.impl == "exercises" else {}
         for label, problem in problems.items():
@@ -484,8 +485,8 @@ def main(args) -> int:
     if args.ncu and not runtime.on_gpu():
         print("--ncu: ncu profiles a GPU; in simulation the counts above are what there is")
     if entries:
-        path = append_history(entries)
-        print(f"\n{len(entries)} result(s) added to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+        path = append_history(entries, where)
+        print(f"\n{len(entries)} result(s) added to {path.relative_to(where)} "
               f"({len(history) + len(entries)} in all)")
     return 0
 
@@ -500,6 +501,7 @@ def add_parser(sub) -> None:
     p.add_argument("--only", nargs="*", help="benchmark names (default: every benchmark of the lesson)")
     p.add_argument("--all-variants", action="store_true", help="every variant of the lesson, not the headline ones")
     p.add_argument("--all-sizes", action="store_true", help="every size (default: the largest)")
+    p.add_argument("--root", help=argparse.SUPPRESS)  # where .course/ is (the kit's tests use a temp dir)
 
 
 if __name__ == "__main__":  # the ncu child: python -m course.attempts --launch LESSON --impl I --bench B --variants ...

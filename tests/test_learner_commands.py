@@ -271,3 +271,30 @@ def test_time_ncu_profiles_the_variants_with_the_notes_metrics_and_prints_their_
     assert "dram__bytes_read.sum" in calls and "l1tex__data_bank_conflicts" not in calls  # only metrics ncu knows
     table = capsys.readouterr().out
     assert "| add_kernel | 12.0 | 4096 | 8 |" in table  # course/ncu.py's table: us, grid, DRAM MB
+
+
+def test_time_on_a_gpu_prints_rates_and_ceilings_keeps_the_attempt_and_shows_the_best(tmp_path, monkeypatch, capsys):
+    """The GPU branch, with course/bench.py's run replaced by a record as a GPU writes it (no GPU here)."""
+    from course import bench
+
+    def fake_run(b, progress=None):
+        rows = [{"size": "2^28", "variant": "torch", "ms": 1.0, "gbps": 3000.0, "tflops": None, "pct_of_copy": 90.0},
+                {"size": "2^28", "variant": "solution:triton", "ms": 0.8, "gbps": 3750.0, "tflops": 0.3,
+                 "pct_of_copy": 95.0, "speedup_vs_torch": 1.25}]
+        return {"title": b.title, "rows": rows, "ceilings": {"copy_gbps": 3950.0, "matmul_bfloat16_tflops": 600.0},
+                "machine": {"gpu": "Fake GPU", "torch": "2.11"}, "simulated": False, "date": "today"}
+
+    monkeypatch.setattr(runtime, "on_gpu", lambda: True)
+    monkeypatch.setattr(runtime, "describe", lambda: {"gpu": "Fake GPU"})
+    monkeypatch.setattr(bench, "run", fake_run)
+    args = argparse.Namespace(lesson="week3/vector_add", impl="solutions", ncu=False, only=None, all_variants=False,
+                              all_sizes=False, launch=None, root=str(tmp_path))
+    assert attempts.main(args) == 0
+    assert attempts.main(args) == 0
+    out = capsys.readouterr().out
+    assert "| 2^28 | solution:triton | 0.8000 | 3750 | 0.30 | 95.0 | 0.1 | 1.25x |" in out  # 0.3 of 600 TFLOP/s
+    assert "Fake GPU, copy ceiling 3950 GB/s measured in the same run" in out
+    assert out.count("best solution:triton at 2^28 on this GPU: 0.8000 ms") == 2 and "<- this run" in out
+    history = attempts.load_history(tmp_path)
+    assert len(history) == 2 and history[0]["gpu"] == "Fake GPU" and history[0]["impl"] == "solutions"
+    assert history[0]["stub_hash"] == attempts.blob_hash(exercises.ROOT / "week3_triton_kernels" / "vector_add.py")
