@@ -1,7 +1,7 @@
 """The course's command line.
 
     python -m course info                 what hardware and which backend this machine uses
-    python -m course check week1 [-- ...] run that week's tests (extra args go to pytest)
+    python -m course check week1 [-- ...] run that week's tests, one process per core (extra args go to pytest)
     python -m course bench week1          time the week's kernels beside torch; save results/
     python -m course report [--check]     rebuild every generated table from the results/ files:
                                           RESULTS.md, README's results and skips sections, each
@@ -18,6 +18,10 @@
                                           the known-wrong solutions in tests/<week>/wrong/, each must fail)
     python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
     python -m course rung [LADDER [N|all]] a ladder's rungs by number: check rung N against torch, time it
+    python -m course hint LESSON [N]      an exercise's holes; hole N's next hint (--all: every level;
+                                          --check: list holes with fewer than two hints)
+    python -m course time LESSON          your kernel timed beside the solution and torch (simulation:
+                                          bytes and FLOPs the interpreter counted); --ncu for counters
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -48,9 +52,23 @@ def cmd_info(_args) -> int:
     return 0
 
 
+def check_command(week_short: str, pytest_args: list[str], jobs: int = 0) -> list[str]:
+    """pytest on the week's tests, in `jobs` processes (pytest-xdist; 0: one per core, as README's
+    `pytest -n 2`): a week's simulated tests take minutes serially. `-n` in pytest_args wins."""
+    command = [sys.executable, "-m", "pytest", str(ROOT / "tests" / week_short)]
+    jobs = jobs or os.cpu_count() or 1
+    given = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in pytest_args)
+    if jobs > 1 and not given:
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is not None:
+            command += ["-n", str(jobs)]
+    return command + list(pytest_args)
+
+
 def cmd_check(args) -> int:
     week = weeks.resolve(args.week)
-    command = [sys.executable, "-m", "pytest", str(ROOT / "tests" / week.short), *args.pytest_args]
+    command = check_command(week.short, args.pytest_args, args.jobs)
     print("running:", " ".join(command), flush=True)
     return subprocess.call(command, cwd=ROOT)
 
@@ -135,6 +153,7 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="hardware, backend and versions")
     check = sub.add_parser("check", help="run a week's tests")
     check.add_argument("week")
+    check.add_argument("--jobs", type=int, default=0, help="pytest processes (pytest -n; default: one per CPU core)")
     check.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
     bench_p = sub.add_parser("bench", help="time a week's kernels")
     bench_p.add_argument("week")
@@ -163,11 +182,13 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import exercises, install_size, progress, rungs  # commands with a module each
+    from course import attempts, exercises, hints, install_size, progress, rungs  # commands with a module each
     exercises.add_parser(sub)
     install_size.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
+    hints.add_parser(sub)
+    attempts.add_parser(sub)
     args = parser.parse_args(argv)
     if args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported
@@ -176,7 +197,7 @@ def main(argv=None) -> int:
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
-            "install-size": install_size.command}[args.command](args)
+            "install-size": install_size.command, "hint": hints.main, "time": attempts.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -367,12 +367,34 @@ def _header(solution: Path, holes: list[Hole], root: Path, summary: str, notes: 
                               + ", ".join(f"`{name}`" for name in imported) + ".")
     lines += [""]
     lines += _wrap(f"Everything else is given and calls your code: read it first. This file is {GENERATED_MARK} "
-                   f"from {rel} (its marked regions are the holes); the lesson's notes are the week's README "
-                   f"and the {'docstring' if solution.suffix == '.py' else 'leading comment'} of {rel}.")
+                   f"from {rel} (its marked regions are the holes); the lesson's notes are "
+                   f"{_rel(note_of(solution), root)} and the {'docstring' if solution.suffix == '.py' else 'leading comment'} "
+                   f"of {rel}.")
     return lines
 
 
-def _cu_function(lines: list[str], index: int) -> str | None:
+def note_of(solution: Path) -> Path:
+    """The lesson's note: notes/<name>.md, else the note whose title names the file (`layernorm_backward.py`,
+    `kernels/rmsnorm_ext.cu`), else the note the README's lessons table links beside the file
+    (`add_rmsnorm.py`), else the week's README (a week without notes/)."""
+    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    notes = week_dir / "notes"
+    if (notes / f"{solution.stem}.md").exists():
+        return notes / f"{solution.stem}.md"
+    named = f"`{solution.relative_to(week_dir).as_posix()}`"
+    for note in sorted(notes.glob("*.md")):
+        title = next(iter(note.read_text().splitlines()), "")
+        if named in title:
+            return note
+    readme = week_dir / "README.md"
+    for line in readme.read_text().splitlines() if readme.exists() else []:  # the lessons table's row
+        link = re.search(r"\]\(notes/([\w-]+\.md)\)", line)
+        if named in line and link and (notes / link[1]).exists():
+            return notes / link[1]
+    return readme
+
+
+def cu_function(lines: list[str], index: int) -> str | None:
     """The name of the C/CUDA function whose body holds line `index` (a definition at column 0;
     `extern "C"` and `__launch_bounds__(...)` before the name, or the name alone on the line after
     its qualifiers, are read through)."""
@@ -435,7 +457,7 @@ def generate(solution: Path, root: Path = ROOT) -> str | None:
                 statement = None
                 label = f"in class `{scope[2]}`" if scope else "at module level"
         else:
-            fn = _cu_function(lines, region.begin)
+            fn = cu_function(lines, region.begin)
             statement, label = None, (f"`{fn}`" if fn else "at file level")
         holes.append(Hole(label, region.hint, region.size))
         replaced.append((region, _hole_lines(region, comment, statement)))

@@ -13,6 +13,7 @@ pytest per CPU core). Each exercise is then
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -20,10 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course import exercises, pytest_lesson
+from course import exercises, hints, pytest_lesson
 
 ROOT = exercises.ROOT
 
@@ -32,7 +33,7 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
     """(lesson, stub, test file) of a week, in the order the week's README teaches them."""
     found = []
     for stub in sorted((package_dir / "exercises").glob("*.py")):
-        if stub.name == "__init__.py":
+        if stub.name == "__init__.py" or not is_exercise(stub):
             continue
         test = root / "tests" / exercises.week_of(package_dir) / f"test_{stub.stem}.py"
         if test.exists():
@@ -44,6 +45,16 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
         at = text.find(f"`{item[0]}.py`")
         return (at if at >= 0 else len(text) + 1, item[0])
     return sorted(found, key=order)
+
+
+def is_exercise(stub: Path) -> bool:
+    """False for a stub whose docstring starts 'Not an exercise' (machinery the week re-exports, such
+    as week 3's matmul_fp8.py): it has nothing to fill, so it is never done nor not started."""
+    try:
+        doc = ast.get_docstring(ast.parse(stub.read_text())) or ""
+    except SyntaxError:  # a learner's half-written stub is still an exercise
+        return True
+    return not doc.lower().startswith("not an exercise")
 
 
 def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
@@ -173,7 +184,13 @@ def main(args) -> int:
     jobs = args.jobs or os.cpu_count() or 1
     chunks = _chunks(to_run, jobs)  # one pytest per chunk of a week's test files: imports paid once each
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(lambda c: run_week(c[1], impl, root, args.timeout), chunks))
+        futures = [pool.submit(run_week, files, impl, root, args.timeout) for _, files in chunks]
+        for finished, future in enumerate(as_completed(futures), 1):  # a line per run: the wait is minutes
+            _, seconds, _ = future.result()
+            week = weeks[chunks[futures.index(future)][0]][0]
+            print(f"  [{finished}/{len(futures)}] {week}: {len(chunks[futures.index(future)][1])} test files "
+                  f"checked ({seconds:.0f} s)", flush=True)
+        done = [future.result() for future in futures]
     runs = []
     for w in range(len(weeks)):
         mine = [result for (week, _), result in zip(chunks, done) if week == w]
@@ -199,6 +216,9 @@ def main(args) -> int:
                 working = f"pytest {rel} --impl={impl} -x"  # what you are working on comes first
             if state == "not started" and next_command is None:
                 next_command = f"pytest {rel} --impl={impl}"
+            used = hints.used(f"{short}/{name}", root)  # `course hint` keeps what it showed
+            if used:
+                detail = f"{used} hint{'s' if used != 1 else ''} used" + (f"; {detail}" if detail else "")
             line = f"  {name:<{name_w}}{state:<13}"
             print(line + _fit(detail, max(20, width - len(line) - 1)) if detail else line)
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
