@@ -17,6 +17,7 @@ None, with the reason, when it is not: the generated corpus is then the fallback
 from __future__ import annotations
 
 import hashlib
+import http.client
 import math
 import urllib.request
 from pathlib import Path
@@ -116,7 +117,7 @@ def public_domain_book(dest, url: str = GUTENBERG_URL, timeout: float = 20.0) ->
         request = urllib.request.Request(url, headers={"User-Agent": "gpu-kernels-course"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
-    except (OSError, ValueError) as error:  # URLError and socket timeouts are OSErrors
+    except (OSError, ValueError, http.client.HTTPException) as error:  # URLError, timeouts: OSErrors
         return None, f"could not download {url} ({error.__class__.__name__}: {error}): offline?"
     text = raw.decode("utf-8", errors="replace").replace("\r\n", "\n")
     start, end = text.find("*** START OF"), text.find("*** END OF")
