@@ -88,6 +88,14 @@ def generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, method: st
         model.train(was_training)
 
 
+def to_text(tokens) -> str:
+    """Token ids as text: ids 0..255 are bytes (decoded as UTF-8, U+FFFD where they do not decode);
+    an id no byte uses (the 124M preset has 50048 of them, which greedy decoding of an undertrained
+    model may pick) shows as U+FFFD too, instead of failing the run at its last step."""
+    return b"".join(bytes((t,)) if t < data.VOCAB_SIZE else "\ufffd".encode() for t in map(int, tokens)).decode(
+        "utf-8", errors="replace")
+
+
 def generate_texts(model: m.GPT, prompts: list[str], max_new_tokens: int, *, method: str = "graph") -> list[str]:
     """Continue each prompt (bytes as tokens); prompts of equal byte length share one batch."""
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
@@ -101,7 +109,7 @@ def generate_texts(model: m.GPT, prompts: list[str], max_new_tokens: int, *, met
         idx = torch.stack([data.encode(prompts[i]) for i in indices]).to(device)
         tokens = generate(model, idx, max_new_tokens, method=method)
         for row, i in enumerate(indices):
-            out[i] = data.decode(tokens[row].tolist())
+            out[i] = to_text(tokens[row].tolist())
     return out
 
 
@@ -135,7 +143,7 @@ def sample_text(model: m.GPT, prompt: str, max_new_tokens: int, **kwargs) -> str
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
     idx = data.encode(prompt)[None].to(model.tok.weight.device)
-    return data.decode(sample(model, idx, max_new_tokens, **kwargs)[0].tolist())
+    return to_text(sample(model, idx, max_new_tokens, **kwargs)[0].tolist())
 
 
 def load_model(checkpoint, *, ops: str = "fast", device=None, dtype=None) -> m.GPT:

@@ -162,6 +162,11 @@ def test_sampling_draws_bytes_only_and_is_seeded():
             cg.sample(model, idx, 5, temperature=bad)
     with pytest.raises(ValueError, match="max_seq_len"):
         cg.sample(model, idx, cfg.max_seq_len, temperature=1.0)
+    # Greedy decoding takes the argmax over every id: a non-byte id shows as U+FFFD, not an error.
+    greedy = cg.generate(model, idx, 6, method="cache")
+    assert int(greedy.max()) >= 256
+    assert cg.generate_texts(model, ["The "], 6, method="cache")[0] == cg.to_text(greedy[0].tolist())
+    assert cg.to_text([72, 105, 300, 0xC3, 0xA9]) == "Hi\ufffdé"
 
 
 def test_notebook_book_falls_back_offline(tmp_path):
