@@ -83,7 +83,7 @@ def markdown(rec: dict) -> str:
         + f"), median step {rec['median_step_ms']:.2f} ms, {rec['tokens_per_s']:,.0f} tokens/s, "
         f"{rec['wall_s']:.0f} s of training.", "",
         "| loss (nats per byte) | value |", "|---|---|",
-        f"| train, mean of the last {TAIL} steps | {rec['final_train_loss']:.3f} |",
+        f"| train, mean of the last {min(TAIL, len(rec['curves']['train']))} steps | {rec['final_train_loss']:.3f} |",
         f"| validation, held-out last {src.get('val_tokens', 0):,} bytes, at the end | {rec['final_val_loss']:.3f} |",
     ]
     if rec.get("best_val"):
