@@ -10,5 +10,8 @@ COURSE = {
         "capstone_train": "python -m capstone.measure --out capstone/results",
         "capstone_decode": "python -m capstone.measure --out capstone/results",
         "capstone_fsdp": "python -m capstone.fsdp all --gpus 2 --out capstone/results",
+        "capstone_text": ("python -m capstone.train --config gpt2_124m --text capstone/data/tinyshakespeare.txt "
+                          "--steps 1000 --batch 8 --warmup 100 --eval-every 50 --sample-bytes 400 "
+                          "--out /tmp/capstone_text --record capstone/results"),
     },
 }

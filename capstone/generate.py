@@ -24,6 +24,12 @@ Batches. The model has no padding mask, so one batch holds prompts of one length
 (sequences of a batch share every weight read, the cost that bounds a decode step: batch B
 costs little more than batch 1 until the KV cache dominates the bytes).
 
+Sampling (`sample`, `--temperature`): greedy decoding of a model trained on real text tends to
+fall into a loop (the likeliest next byte of "the " leads back to "the "); drawing each byte from
+softmax(logits / temperature) reads more like the text. Only the 256 byte ids are drawn: the
+124M preset's 50048 ids that no byte uses (see README) stay out of the text whatever their small
+probability. Seeded: one seed, one text, on a given device.
+
 Greedy decoding is a function of the logits only, so the fast model and the reference twin
 must emit the same tokens (in fp32; in bf16 a near-tie may round either way).
 """
@@ -82,6 +88,14 @@ def generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, method: st
         model.train(was_training)
 
 
+def to_text(tokens) -> str:
+    """Token ids as text: ids 0..255 are bytes (decoded as UTF-8, U+FFFD where they do not decode);
+    an id no byte uses (the 124M preset has 50048 of them, which greedy decoding of an undertrained
+    model may pick) shows as U+FFFD too, instead of failing the run at its last step."""
+    return b"".join(bytes((t,)) if t < data.VOCAB_SIZE else "\ufffd".encode() for t in map(int, tokens)).decode(
+        "utf-8", errors="replace")
+
+
 def generate_texts(model: m.GPT, prompts: list[str], max_new_tokens: int, *, method: str = "graph") -> list[str]:
     """Continue each prompt (bytes as tokens); prompts of equal byte length share one batch."""
     if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) and p for p in prompts):
@@ -95,8 +109,41 @@ def generate_texts(model: m.GPT, prompts: list[str], max_new_tokens: int, *, met
         idx = torch.stack([data.encode(prompts[i]) for i in indices]).to(device)
         tokens = generate(model, idx, max_new_tokens, method=method)
         for row, i in enumerate(indices):
-            out[i] = data.decode(tokens[row].tolist())
+            out[i] = to_text(tokens[row].tolist())
     return out
+
+
+@torch.no_grad()
+def sample(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.8,
+           seed: int = 0) -> torch.Tensor:
+    """idx (B, P) continued by max_new_tokens bytes drawn from softmax(logits[:256] / temperature),
+    with week 5's KV cache: (B, P + max_new_tokens)."""
+    _check_prompt(model, idx, max_new_tokens)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a number > 0 (0 is greedy: use generate), got {temperature!r}")
+    generator = torch.Generator(device=idx.device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        cache = m.KVCache(model.cfg, idx.shape[0], device=idx.device, dtype=model.tok.weight.dtype)
+        out, step_input = [idx], idx
+        for _ in range(max_new_tokens):
+            start = cache.length
+            logits = model(step_input, start=start, cache=cache)[:, -1, :data.VOCAB_SIZE].float()
+            cache.length = start + step_input.shape[1]
+            step_input = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
+            out.append(step_input)
+        return torch.cat(out, dim=1)
+    finally:
+        model.train(was_training)
+
+
+def sample_text(model: m.GPT, prompt: str, max_new_tokens: int, **kwargs) -> str:
+    """`sample` for one prompt, as text (a multi-byte character cut at the end shows as U+FFFD)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
+    idx = data.encode(prompt)[None].to(model.tok.weight.device)
+    return to_text(sample(model, idx, max_new_tokens, **kwargs)[0].tolist())
 
 
 def load_model(checkpoint, *, ops: str = "fast", device=None, dtype=None) -> m.GPT:
@@ -116,10 +163,16 @@ def main(argv=None) -> int:
     p.add_argument("-n", "--max-new-tokens", type=int, default=40)
     p.add_argument("--method", choices=METHODS, default="graph")
     p.add_argument("--ops", choices=cm.OPS_NAMES, default="fast")
+    p.add_argument("--temperature", type=float, default=0.0, help="> 0: sample bytes (seeded) instead of greedy")
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     model = load_model(args.checkpoint, ops=args.ops) if args.checkpoint else cm.build("tiny", args.ops)
     prompts = args.prompt or ["The fox saw", "A cat found"]
     n = min(args.max_new_tokens, model.cfg.max_seq_len - max(len(t.encode()) for t in prompts))
+    if args.temperature > 0:
+        for prompt in prompts:
+            print(repr(sample_text(model, prompt, n, temperature=args.temperature, seed=args.seed)))
+        return 0
     for text in generate_texts(model, prompts, n, method=args.method):
         print(repr(text))
     return 0

@@ -7,6 +7,7 @@ thing this module teaches, not tooling around a kernel.
     python -m capstone.train --config tiny --steps 20 --out /tmp/run            # CPU, seconds
     python -m capstone.train --config tiny --steps 40 --stop-after 20 --out /tmp/r  # pause at 20 ...
     python -m capstone.train --config tiny --steps 40 --out /tmp/r --resume         # ... go on to 40
+    python -m capstone.train --text capstone/data/tinyshakespeare.txt --sample-bytes 200 --out /tmp/t  # your text
     torchrun --nproc_per_node 2 -m capstone.train --config tiny --steps 20 --fsdp --out /tmp/run2
     python -m capstone.train --config gpt2_124m --steps 300 --batch 8 --out /tmp/gpt2   # an H100
 
@@ -52,12 +53,15 @@ import torch.distributed as dist
 
 from course import runtime
 from capstone import model as cm
+from capstone import text as texts
 from week5_integration import data
 from week5_integration.distributed import LossModel, fsdp_mesh, full_parameters, shard_batch
 from week5_integration.train import TrainConfig, amp_enabled, lr_at, param_groups
 
 CHECKPOINT = "checkpoint.pt"
 LOG = "log.jsonl"
+VAL_LOG = "val.jsonl"
+SAMPLE = "sample.txt"
 PLOT = "loss.png"
 SUMMARY = "summary.json"
 
@@ -111,6 +115,8 @@ class Trainer:
     FSDP wraps it: the per-block recipe that works with FSDP2, whose hooks stay outside the
     compiled code (all-gather before a block's forward, reduce-scatter after its backward) while
     the block's own Python (its ops, autograd's bookkeeping) is replaced by compiled graphs.
+    `text`: the path of a UTF-8 file to train on (capstone/text.py: bytes as tokens, its tail held
+    out); None: the generated stories corpus of tc.corpus_bytes.
     `autograd_threads=False` runs the backward on the calling thread instead of autograd's CUDA
     worker thread: a Python backward (every course op's autograd.Function) then needs no GIL
     hand-over between threads (torch.autograd.set_multithreading_enabled).
@@ -118,7 +124,7 @@ class Trainer:
 
     def __init__(self, config: str | cm.GPTConfig, tc: TrainConfig, *, ops: str = "fast", device=None,
                  fsdp: bool = False, compile: bool | str = False, autograd_threads: bool = True,
-                 compile_blocks: bool | str = False):
+                 compile_blocks: bool | str = False, text=None):
         if not isinstance(tc, TrainConfig):
             raise TypeError(f"tc must be a week5 TrainConfig, got {type(tc).__name__}")
         self.cfg, self.tc, self.ops_name = cm.preset(config), tc, ops
@@ -132,6 +138,13 @@ class Trainer:
             raise ValueError(f"seq_len {seq_len} exceeds the model's max_seq_len {self.cfg.max_seq_len}")
         if tc.batch % self.world:
             raise ValueError(f"batch {tc.batch} (global) must split evenly over {self.world} processes")
+        # The data first: a text file that cannot be trained on is refused before a model is built.
+        if text is None:
+            tokens = data.encode(data.corpus("stories", tc.corpus_bytes, seed=tc.seed))
+            self.train_tokens, self.val_tokens = data.split(tokens)
+            self.source = {"corpus": "stories", "bytes": tc.corpus_bytes}
+        else:
+            self.train_tokens, self.val_tokens, self.source = texts.load(text, seq_len)
         self.model = cm.build(self.cfg, ops, seed=tc.seed, device=self.device)
         self.module = LossModel(self.model)
         self.compile_blocks = compile_mode(compile_blocks)
@@ -153,8 +166,6 @@ class Trainer:
         self.opt = torch.optim.AdamW(param_groups(self.module, tc.weight_decay), lr=tc.lr, betas=tc.betas,
                                      fused=fused or None, foreach=None if fused else True)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
-        tokens = data.encode(data.corpus("stories", tc.corpus_bytes, seed=tc.seed))
-        self.train_tokens, self.val_tokens = data.split(tokens)
         # The global batch is drawn on the CPU in every rank (same seed: same batches), then sharded.
         self.batches = data.Batches(self.train_tokens, tc.batch, seq_len, seed=tc.seed, device="cpu")
         self.amp = amp_enabled(tc, self.device)
@@ -282,7 +293,7 @@ class Trainer:
             "data": self.batches.state(), "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "config": dataclasses.asdict(self.cfg), "train_config": dataclasses.asdict(self.tc),
-            "ops": self.ops_name, "world": self.world,
+            "ops": self.ops_name, "world": self.world, "source": self.source,
         }
 
     def save(self, path) -> Path:
@@ -309,6 +320,8 @@ class Trainer:
             if saved != mine:
                 diff = {k: (saved.get(k), mine.get(k)) for k in mine if saved.get(k) != mine.get(k)}
                 raise ValueError(f"checkpoint {path} was made with another {key}: (saved, now) = {diff}")
+        if state.get("source", self.source) != self.source:  # checkpoints older than `source` have none
+            raise ValueError(f"checkpoint {path} was trained on {state['source']}, this run reads {self.source}")
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
         set_state_dict(self.module, self.opt, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
@@ -333,8 +346,8 @@ def write_log(path, records: list[dict], *, append: bool = True) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-def plot_losses(records: list[dict], path, *, title: str = "") -> Path:
-    """The loss curve (and its 20-step moving average) as a png."""
+def plot_losses(records: list[dict], path, *, title: str = "", val: list[dict] = ()) -> Path:
+    """The loss curve (and its 20-step moving average) as a png; `val`: {"step", "val_loss"} points."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -347,6 +360,9 @@ def plot_losses(records: list[dict], path, *, title: str = "") -> Path:
     if len(losses) > window:
         avg = [statistics.fmean(losses[i - window + 1:i + 1]) for i in range(window - 1, len(losses))]
         ax.plot(steps[window - 1:], avg, lw=1.5, label=f"{window}-step mean")
+    if val:
+        ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", ms=3, lw=1.2,
+                label="validation (held-out text)")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats / byte)")
     ax.set_title(title, fontsize=9)
@@ -390,8 +406,9 @@ def train_run(args, *, out: Path) -> dict:
     device = None
     if world > 1 and torch.cuda.is_available() and dist.get_backend() == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
-    trainer = Trainer(args.config, tc, ops=args.ops, device=device, fsdp=args.fsdp, compile=args.compile)
-    checkpoint, log_path = out / CHECKPOINT, out / LOG
+    trainer = Trainer(args.config, tc, ops=args.ops, device=device, fsdp=args.fsdp, compile=args.compile,
+                      text=args.text)
+    checkpoint, log_path, val_path = out / CHECKPOINT, out / LOG, out / VAL_LOG
     if args.resume:
         if not checkpoint.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint}")
@@ -400,8 +417,11 @@ def train_run(args, *, out: Path) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         # The log holds exactly the steps the weights have seen: lines after the checkpoint's step
         # (a run that crashed after saving) are dropped, and a fresh run starts a fresh log.
-        kept = [r for r in read_log(log_path) if r["step"] < trainer.step] if args.resume else []
-        write_log(log_path, kept, append=False)
+        # (A validation point at step s was measured after s steps: it stays when the checkpoint is at s.)
+        write_log(log_path, [r for r in read_log(log_path) if r["step"] < trainer.step] if args.resume else [],
+                  append=False)
+        write_log(val_path, [r for r in read_log(val_path) if r["step"] <= trainer.step] if args.resume else [],
+                  append=False)
     until = min(args.stop_after, tc.steps) if args.stop_after is not None else tc.steps
     tokens_per_step = tc.batch * trainer.batches.seq_len
     if rank == 0 and not args.quiet:
@@ -420,16 +440,24 @@ def train_run(args, *, out: Path) -> dict:
                 bar.update(group[-1]["step"] + 1, group[-1]["loss"], tokens_per_step / (ms * 1e-3))
 
     started = time.perf_counter()
-    save_every = args.save_every or until
+    save_every, eval_every = args.save_every or until, args.eval_every or until
     records = []
     while trainer.step < until:
-        next_stop = min(until, (trainer.step // save_every + 1) * save_every)
+        next_save = (trainer.step // save_every + 1) * save_every
+        next_stop = min(until, next_save, (trainer.step // eval_every + 1) * eval_every)
         records += trainer.run(next_stop, log_every=args.log_every, on_flush=on_flush)
-        trainer.save(checkpoint)
+        if trainer.step % eval_every == 0 and trainer.step < until:  # the final one is below
+            val = trainer.evaluate()  # every rank: a collective under FSDP
+            if rank == 0:
+                write_log(val_path, [{"step": trainer.step, "val_loss": val}])
+        if trainer.step in (next_save, until):
+            trainer.save(checkpoint)
     if bar is not None:
         bar.close()
     wall = time.perf_counter() - started
     val = trainer.evaluate()
+    if rank == 0:
+        write_log(val_path, [{"step": trainer.step, "val_loss": val}])
     history = read_log(log_path) if rank == 0 else []
     timed = [r["ms"] for r in records[min(tc.skip, max(len(records) - 1, 0)):]]
     summary = {
@@ -440,12 +468,23 @@ def train_run(args, *, out: Path) -> dict:
         "median_step_ms": statistics.median(timed) if timed else None,
         "tokens_per_s": tokens_per_step / (statistics.median(timed) * 1e-3) if timed else None,
         "peak_mib": torch.cuda.max_memory_allocated(trainer.device) / 2**20 if trainer.device.type == "cuda" else None,
-        "machine": runtime.describe(),
+        "source": trainer.source, "machine": runtime.describe(),
     }
     if rank == 0:
+        val_history = read_log(val_path)
+        summary["val_curve"] = [[r["step"], r["val_loss"]] for r in val_history]
+        if args.sample_bytes:
+            summary["samples"] = texts.write_samples(trainer, out / SAMPLE, checkpoint, prompt=args.prompt,
+                                                     n=args.sample_bytes, temperature=args.temperature,
+                                                     seed=args.seed)
         (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
         if not args.no_plot and history:
-            plot_losses(history, out / PLOT, title=f"capstone {args.config}, ops={args.ops}, {world} process(es)")
+            what = summary["source"].get("text") or "generated stories"
+            plot_losses(history, out / PLOT, val=val_history,
+                        title=f"capstone {args.config} on {what}, ops={args.ops}, {world} process(es)")
+        if args.record:
+            from capstone import text_record
+            text_record.save(text_record.record(summary, history, args), Path(args.record), out / PLOT)
     return summary
 
 
@@ -461,6 +500,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus-bytes", type=int, default=None, help="default 4 MiB on a GPU, 256 KiB on the CPU")
+    p.add_argument("--text", default=None, metavar="FILE",
+                   help="train on this UTF-8 file (bytes as tokens; its last 10%% held out) instead of the "
+                        "generated corpus, e.g. capstone/data/tinyshakespeare.txt")
+    p.add_argument("--eval-every", type=int, default=None, help="validation loss every N steps (default: at the end)")
+    p.add_argument("--prompt", default=None, help="after training, sample from this prompt (default: the start "
+                                                  "of a held-out line, or 'The fox saw' for the generated corpus)")
+    p.add_argument("--sample-bytes", type=int, default=0, help="after training, write OUT/sample.txt: this many "
+                                                               "bytes, greedy and sampled (0: no sample)")
+    p.add_argument("--temperature", type=float, default=0.8, help="of the sampled continuation")
+    p.add_argument("--record", default=None, metavar="DIR",
+                   help="also write DIR/capstone_text.json, .md and _loss.png: the README's record of this run")
     p.add_argument("--out", required=True, help="folder for checkpoint.pt, log.jsonl, loss.png, summary.json")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (default: at the end)")
@@ -478,6 +528,11 @@ def _defaults(args) -> None:
     args.batch = args.batch or runtime.pick(gpu=8, sim=2)
     args.lr = args.lr or (1e-3 if args.config == "tiny" else 6e-4)
     args.corpus_bytes = args.corpus_bytes or runtime.pick(gpu=1 << 22, sim=1 << 18)
+    for name in ("eval_every", "sample_bytes"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.text is not None:  # refused here, before a process group or a model exists
+        texts.read_text(args.text, args.seq_len or cm.preset(args.config).max_seq_len)
 
 
 def _init_from_env() -> bool:
@@ -495,7 +550,11 @@ def _init_from_env() -> bool:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    _defaults(args)
+    try:
+        _defaults(args)
+    except ValueError as error:
+        print(f"capstone.train: {error}", file=sys.stderr)
+        return 2
     joined = _init_from_env()
     if args.fsdp and not joined:
         print("--fsdp needs a process group: run under torchrun --nproc_per_node N -m capstone.train ...",
@@ -511,6 +570,8 @@ def main(argv=None) -> int:
         print(f"steps {summary['steps_done']}/{summary['steps_total']}: loss {summary['last_loss']}, "
               f"val {summary['val_loss']:.4f}, median step {summary['median_step_ms'] or 0:.2f} ms, "
               f"{tps or 0:,.0f} tokens/s, peak {summary['peak_mib'] or 0:.0f} MiB; wrote {args.out}")
+        for sample in summary.get("samples", []):
+            print(f"{sample['method']}: {sample['text']!r}")
         if not runtime.on_gpu():
             print("(CPU: the Triton kernels run in the interpreter; these times measure Python)")
     return 0
