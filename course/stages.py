@@ -112,3 +112,37 @@ def stage_rows(stub: Path, solution: Path, records: list[dict], shipped: bool, r
     fresh = untouched(stub, solution, root) if not shipped else {}
     return [(n, title, [r for r in records if r.get("stage") == n], shipped or fresh.get(n, False))
             for n, title in exercises.stages(solution).items()]
+
+
+def is_staged(stub: Path) -> bool:
+    solution = stub.parent.parent / stub.name
+    return solution.exists() and solution.suffix == ".py" and exercises.is_marked(solution) \
+        and bool(exercises.stages(solution))
+
+
+def progress_rows(name: str, stub: Path, test: Path, records: list[dict], shipped: bool, impl: str, status,
+                  root: Path = ROOT) -> list[tuple[str, str, str, str]]:
+    """(label, state, detail, command) per stage of a staged lesson: `course progress`'s lines.
+
+    A stage is done when its tests pass; not started while its holes are as shipped (whatever the
+    later stages' tests say); else in progress or failing, as `status(records, unchanged)` (course/
+    progress.py's, passed in: progress imports this module) says of a whole lesson."""
+    solution = stub.parent.parent / stub.name
+    titles = exercises.stages(solution)
+    regions = [r for r in exercises.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
+    fresh = {n: True for n in titles} if shipped else untouched(stub, solution, root)
+    rel = test.relative_to(root).as_posix()
+    rows = []
+    for n, title in titles.items():
+        mine = [r for r in records if r.get("stage") == n and r["nodeid"].split("::", 1)[0] == rel]
+        size = sum(r.size for r in regions if r.stage == n)
+        if shipped:
+            state, detail = "not started", f"{title} ({exercises._lines_word(size)})"
+        else:
+            state, detail = status(mine, fresh[n])
+            if state == "not started":
+                detail = f"{title} ({exercises._lines_word(size)})"
+            elif state == "done":
+                detail = title
+        rows.append((f"{name} {n}/{len(titles)}", state, detail, f"pytest {rel} --impl={impl} --stage {n}"))
+    return rows
