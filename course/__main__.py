@@ -17,6 +17,7 @@
                                           (--check: fail if a committed stub differs; --must-fail: run
                                           the known-wrong solutions in tests/<week>/wrong/, each must fail)
     python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
+    python -m course stages [lesson ...]  lessons in stages: each stage passes with the later ones still holes
     python -m course rung [LADDER [N|all]] a ladder's rungs by number: check rung N against torch, time it
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
@@ -163,8 +164,9 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import exercises, progress, rungs  # the exercise and ladder commands: a module each
+    from course import exercises, progress, rungs, stages  # the exercise and ladder commands: a module each
     exercises.add_parser(sub)
+    stages.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
     args = parser.parse_args(argv)
@@ -174,7 +176,8 @@ def main(argv=None) -> int:
         args.pytest_args = args.pytest_args[1:]
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
-            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main}[args.command](args)
+            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
+            "stages": stages.main}[args.command](args)
 
 
 if __name__ == "__main__":

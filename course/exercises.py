@@ -838,10 +838,6 @@ def main(args) -> int:
     root = Path(args.root) if getattr(args, "root", None) else ROOT
     if args.must_fail:
         return run_must_fail(root, args.only or None, jobs=args.jobs)
-    if args.stages:
-        from course import stages as staged  # lessons in stages: course/stages.py
-
-        return staged.run_stages(root, args.only or None, jobs=args.jobs)
     if args.write:
         changed = write(root)
         for path in changed:
@@ -883,14 +879,11 @@ def add_parser(sub) -> None:
     p.add_argument("--check", action="store_true", help="fail if a committed stub differs from its generated text")
     p.add_argument("--must-fail", action="store_true",
                    help="run each known-wrong solution (tests/<week>/wrong/) against its lesson's tests")
-    p.add_argument("--stages", action="store_true",
-                   help="lessons in stages: each stage's tests pass on the stub filled up to it (later stages "
-                        "still holes), and the next stage's fail with 'not implemented yet'")
     p.add_argument("--only", nargs="*", help="with --must-fail: fixtures (week4/rope__bug), lessons (rope, "
-                                             "week4/rope) or weeks (week4); with --stages: lessons or weeks")
+                                             "week4/rope) or weeks (week4)")
     p.add_argument("--hand-written-tests", action="store_true",
                    help="list the test files of lessons whose stubs are still hand-written (CI)")
-    p.add_argument("--jobs", type=int, default=2, help="with --must-fail or --stages: runs at once")
+    p.add_argument("--jobs", type=int, default=2, help="with --must-fail: runs at once")
     p.add_argument("--root", help=argparse.SUPPRESS)  # another checkout (the kit's tests use a temp dir)
 
 

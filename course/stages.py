@@ -6,10 +6,10 @@ course/exercises.py); the lesson's tests carry `@pytest.mark.stage(2)` and
 (tests/conftest.py). A stage's tests call the stage's own kernel or launcher, with what earlier
 stages compute taken from torch, so they pass while later stages are still holes.
 
-`python -m course exercises --stages` proves it for every staged lesson: for each stage N, the stub
+`python -m course stages [LESSON|WEEK ...]` proves it for every staged lesson: for each stage N, the stub
 with stages 1..N filled by the solution (and the later ones still holes) passes stage N's tests,
 and stage N + 1's tests fail with 'not implemented yet' on it. `python -m course progress` shows one
-line per stage (`stage_rows` below).
+line per stage (`progress_rows` below).
 """
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ def staged_solutions(root: Path = ROOT) -> list[Path]:
 
 def _run(solution: Path, through: int, stage: int, root: Path, timeout: float = 900) -> tuple[list[dict], str]:
     """The records of `pytest <lesson's tests> --stage <stage>` on the stub filled through stage `through`."""
-    module = exercises._module_name(solution, root)
-    test = exercises.test_file(solution, root)
+    rel = solution.resolve().relative_to(root.resolve())
+    module = rel.with_suffix("").as_posix().replace("/", ".")
+    test = exercises.test_file(solution, root).resolve().relative_to(root.resolve()).as_posix()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / solution.name
         path.write_text(exercises.generate(solution, root, through=through))
@@ -41,7 +42,7 @@ def _run(solution: Path, through: int, stage: int, root: Path, timeout: float = 
         env = {**os.environ, pytest_lesson.OVERRIDE_ENV: f"{module}={path}", pytest_lesson.RESULTS_ENV: str(results),
                "COLUMNS": "200"}
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
-                   "--impl=solutions", exercises._rel(test, root), "--stage", str(stage)]
+                   "--impl=solutions", test, "--stage", str(stage)]
         try:
             proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
             tail = " ".join((proc.stdout + proc.stderr).strip().splitlines()[-1:])
@@ -74,7 +75,7 @@ def check_stage(solution: Path, stage: int, last: int, root: Path = ROOT) -> dic
 
 
 def run_stages(root: Path = ROOT, only: list[str] | None = None, jobs: int = 2) -> int:
-    """`python -m course exercises --stages`: every stage of every staged lesson (or those in `only`)."""
+    """`python -m course stages`: every stage of every staged lesson (or those in `only`)."""
     work = []
     for solution in staged_solutions(root):
         if only and solution.stem not in only and exercises.week_of(solution.parent) not in only:
@@ -107,11 +108,8 @@ def untouched(stub: Path, solution: Path, root: Path = ROOT) -> dict[int, bool]:
     return out
 
 
-def stage_rows(stub: Path, solution: Path, records: list[dict], shipped: bool, root: Path = ROOT) -> list[tuple]:
-    """(stage, title, records of its tests, untouched) per stage of a staged lesson, for the progress table."""
-    fresh = untouched(stub, solution, root) if not shipped else {}
-    return [(n, title, [r for r in records if r.get("stage") == n], shipped or fresh.get(n, False))
-            for n, title in exercises.stages(solution).items()]
+def _lines(n: int) -> str:
+    return "about 1 line" if n == 1 else f"about {n} lines"
 
 
 def is_staged(stub: Path) -> bool:
@@ -137,12 +135,25 @@ def progress_rows(name: str, stub: Path, test: Path, records: list[dict], shippe
         mine = [r for r in records if r.get("stage") == n and r["nodeid"].split("::", 1)[0] == rel]
         size = sum(r.size for r in regions if r.stage == n)
         if shipped:
-            state, detail = "not started", f"{title} ({exercises._lines_word(size)})"
+            state, detail = "not started", f"{title} ({_lines(size)})"
         else:
             state, detail = status(mine, fresh[n])
             if state == "not started":
-                detail = f"{title} ({exercises._lines_word(size)})"
+                detail = f"{title} ({_lines(size)})"
             elif state == "done":
                 detail = title
         rows.append((f"{name} {n}/{len(titles)}", state, detail, f"pytest {rel} --impl={impl} --stage {n}"))
     return rows
+
+
+def main(args) -> int:
+    root = Path(args.root) if getattr(args, "root", None) else ROOT
+    return run_stages(root, args.lessons or None, jobs=args.jobs)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("stages", help="lessons in stages: each stage's tests pass on the stub filled up to it "
+                                      "(later stages still holes), and the next stage's fail with 'not implemented yet'")
+    p.add_argument("lessons", nargs="*", help="lessons (flash_attention_backward) or weeks (week4); default: all")
+    p.add_argument("--jobs", type=int, default=2, help="pytest runs at once")
+    p.add_argument("--root", help=__import__("argparse").SUPPRESS)

@@ -1,5 +1,8 @@
 """FlashAttention-2's backward in Triton: dQ, dK and dV from Q, K, V, O, dO and the log-sum-exp alone.
 
+Over 500 lines: three kernels and their launchers make one lesson, an exercise in five stages whose
+holes carry their graded hints (`# HINT:` lines) in this file.
+
 The forward (flash_attention.py) saves, besides its output O, one number per query row: the
 log-sum-exp L = m + log(l) of its scaled scores (B*H*Sq floats). That is enough, because
 P = exp(s - L) can be recomputed exactly from Q, K and L: the backward never stores or reads
@@ -46,10 +49,9 @@ DEFAULT_BWD_STRATEGY = "split"  # deterministic; switch if the sweep shows "atom
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LOG2E = tl.constexpr(LOG2E)
 
-# EXERCISE NOTE: The backward comes in five stages, each with its own tests (`--stage N`): 1, delta =
-#   rowsum(dO * O); 2, dK and dV of one key block (full attention); 3, the causal skip; 4, dQ and the
-#   whole backward; 5, dQ with atomics. Fill them in order: a stage's tests call its own kernel or
-#   launcher (launch_dkdv, launch_dq) with what earlier stages compute taken from torch.
+# EXERCISE NOTE: A stage's tests call that stage's own kernel or launcher (backward_delta,
+#   launch_dkdv, launch_dq) and take what earlier stages compute from torch: stage N passes while
+#   the later stages are still holes.
 
 # Configs the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
 # the causal bounds are exercised with both orders of tile sizes across the tests.
