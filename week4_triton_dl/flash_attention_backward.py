@@ -207,14 +207,12 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     offs_n = n_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < n_keys
-    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
     # BEGIN EXERCISE [stage 2]: load this block's K and V tiles once (rows offs_n, masked by key_ok); the
-    #   bases of Q, dO (this batch and head), lse and delta (bh * seq_q); dK and dV accumulators of zeros
-    #   in lse's dtype
+    #   bases of Q, dO (this batch and head), lse and delta (bh * seq_q)
     # HINT: the key block stays on-chip for the whole loop over the queries: it is read from memory
     #   once, and dK, dV accumulate in fp32 registers (fp64 for fp64 inputs: lse's dtype).
     # HINT: offsets as in the delta kernel (b and h as int64 times their strides); lse and delta are
-    #   contiguous (B, H, Sq): base + bh * seq_q; tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty).
+    #   contiguous (B, H, Sq): `lse_base = lse_ptr + bh.to(tl.int64) * seq_q`.
     k = tl.load(k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
                 + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd, mask=key_ok[:, None], other=0.0)
     v = tl.load(v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
@@ -223,6 +221,12 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     do_base = do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
     lse_base = lse_ptr + bh.to(tl.int64) * seq_q
     delta_base = delta_ptr + bh.to(tl.int64) * seq_q
+    # END EXERCISE
+    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
+    # BEGIN EXERCISE [stage 2]: dK and dV accumulators of zeros, one row per key, in lse's dtype
+    # HINT: dK and dV are sums over every query block: they accumulate on-chip, in fp32 whatever the
+    #   inputs (fp64 for fp64 inputs: the dtype of lse).
+    # HINT: `dk = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)`
     dk = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)  # fp32 (fp64 for fp64 inputs)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)
     # END EXERCISE

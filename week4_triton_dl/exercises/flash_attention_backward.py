@@ -5,7 +5,7 @@ In 5 stages, each with its own tests: `pytest tests/week4/test_flash_attention_b
 --impl=exercises --stage N` checks stage N alone (fill them in order: a later stage's holes may stay
 open meanwhile); `python -m course progress` shows where every stage stands.
 
-You write (about 107 lines in 13 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 107 lines in 14 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 Stage 1: delta = rowsum(dO * O) (about 14 lines; `--stage 1`)
 * `flash_attention_bwd_delta_kernel`: one program per BLOCK_M rows of one (batch, head) (program
@@ -20,8 +20,9 @@ Stage 2: dK and dV of one key block (about 36 lines; `--stage 2`)
   delta) and dK += dS^T Q (cast P^T and dS^T to the inputs' dtype for the tensor cores) (about 4
   lines)
 * `flash_attention_bwd_dkdv_kernel`: load this block's K and V tiles once (rows offs_n, masked by
-  key_ok); the bases of Q, dO (this batch and head), lse and delta (bh * seq_q); dK and dV
-  accumulators of zeros in lse's dtype (about 10 lines)
+  key_ok); the bases of Q, dO (this batch and head), lse and delta (bh * seq_q) (about 8 lines)
+* `flash_attention_bwd_dkdv_kernel`: dK and dV accumulators of zeros, one row per key, in lse's
+  dtype (about 2 lines)
 * `flash_attention_bwd_dkdv_kernel`: dK times sm_scale; padding keys (not key_ok) get exactly zero
   dK and dV; store both in the outputs' dtype (rows offs_n, masked to offs_n < seq_k) (about 9
   lines)
@@ -174,11 +175,12 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     offs_n = n_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < n_keys
-    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
-    # TODO (stage 2, about 10 lines): load this block's K and V tiles once (rows offs_n, masked by key_ok);
-    #   the bases of Q, dO (this batch and head), lse and delta (bh * seq_q); dK and dV accumulators of zeros
-    #   in lse's dtype
+    # TODO (stage 2, about 8 lines): load this block's K and V tiles once (rows offs_n, masked by key_ok); the
+    #   bases of Q, dO (this batch and head), lse and delta (bh * seq_q)
     tl.static_assert(False, "not implemented yet: stage 2: flash_attention_bwd_dkdv_kernel: load this block's K and V ...")
+    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
+    # TODO (stage 2, about 2 lines): dK and dV accumulators of zeros, one row per key, in lse's dtype
+    tl.static_assert(False, 'not implemented yet: stage 2: flash_attention_bwd_dkdv_kernel: dK and dV accumulators of ...')
 
     # Query blocks to visit: [q_lo, q_end). Unmasked: [u_lo, u_hi), blocks entirely below the
     # causal diagonal and inside the sequence. Masked: [q_lo, u_lo) (the diagonal) and
