@@ -494,3 +494,15 @@ def test_progress_shows_a_line_per_stage_and_a_stage_is_not_started_while_its_ho
     assert rows == [("staged 1/2", "done", "the sum", "pytest tests/week9/test_staged.py --impl=exercises --stage 1"),
                     ("staged 2/2", "not started", "the mean (about 1 line)",
                      "pytest tests/week9/test_staged.py --impl=exercises --stage 2")]
+
+
+def test_a_staged_stub_with_every_stage_filled_is_its_solution():
+    """What `course stages` tests at the last stage is the solution itself (below the stub's docstring)."""
+    from course import stages
+
+    for solution in stages.staged_solutions(ROOT):
+        last = max(exercises.stages(solution))
+        through = exercises.generate(solution, ROOT, through=last)
+        body = lambda text: text.split('"""', 2)[2]  # noqa: E731  (after the module docstring)
+        assert body(through) == body(exercises.filled(solution, ROOT)), solution.name
+        assert exercises.NOT_IMPLEMENTED not in body(through)
