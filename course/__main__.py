@@ -17,6 +17,7 @@
                                           (--check: fail if a committed stub differs; --must-fail: run
                                           the known-wrong solutions in tests/<week>/wrong/, each must fail)
     python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
+    python -m course stages [lesson ...]  lessons in stages: each stage passes with the later ones still holes
     python -m course rung [LADDER [N|all]] a ladder's rungs by number: check rung N against torch, time it
     python -m course hint LESSON [N]      an exercise's holes; hole N's next hint (--all: every level;
                                           --check: list holes with fewer than two hints)
@@ -182,9 +183,10 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import attempts, exercises, hints, install_size, progress, rungs  # commands with a module each
+    from course import attempts, exercises, hints, install_size, progress, rungs, stages  # a module each
     exercises.add_parser(sub)
     install_size.add_parser(sub)
+    stages.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
     hints.add_parser(sub)
@@ -197,7 +199,8 @@ def main(argv=None) -> int:
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
-            "install-size": install_size.command, "hint": hints.main, "time": attempts.main}[args.command](args)
+            "install-size": install_size.command, "hint": hints.main, "time": attempts.main,
+            "stages": stages.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course import exercises, hints, pytest_lesson
+from course import exercises, hints, pytest_lesson, stages
 
 ROOT = exercises.ROOT
 
@@ -197,13 +197,24 @@ def main(args) -> int:
         runs.append(([r for records, _, _ in mine for r in records], max((s for _, s, _ in mine), default=0.0),
                      " ".join(t for _, _, t in mine if t)))
     width = shutil.get_terminal_size((120, 20)).columns
-    name_w = max(len(name) for _, found in weeks for name, _, _ in found) + 2
+    name_w = max(len(name) + 4 * stages.is_staged(stub) for _, found in weeks for name, stub, _ in found) + 2
     next_command, working, counts = None, None, {}
     for (short, found), (records, seconds, trouble) in zip(weeks, runs):
         print(f"\n{short}" + (f" ({seconds:.0f} s)" if seconds else "") + (f": {trouble}" if trouble else ""))
         for name, stub, test in found:
             rel = test.relative_to(root).as_posix()
             stubs = [stub, *companions(stub, test, root)]
+            if stages.is_staged(stub):  # a lesson in stages: one line per stage (course/stages.py)
+                for label, state, detail, command in stages.progress_rows(name, stub, test, records,
+                                                                          bool(shipped.get(stub)), impl, status, root):
+                    counts[state] = counts.get(state, 0) + 1
+                    if state in ("failing", "in progress", "no result") and working is None:
+                        working = f"{command} -x"
+                    if state == "not started" and next_command is None:
+                        next_command = command
+                    line = f"  {label:<{name_w}}{state:<13}"
+                    print(line + _fit(detail, max(20, width - len(line) - 1)) if detail else line)
+                continue
             if shipped.get(stub):
                 state, detail = "not started", "; ".join((f"{s.name} " if s != stub else "") + _holes(s, root)
                                                         for s in stubs)

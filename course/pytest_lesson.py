@@ -6,10 +6,12 @@ its environment variables are set:
 * COURSE_LESSON_OVERRIDE="week4_triton_dl.rope=/tmp/x/rope.py[;...]": import that file under the
   module's name, in place of the real one (a known-wrong solution, tested where the solution was);
 * COURSE_LESSON_RESULTS=PATH: append one JSON line per test outcome (node id, outcome, the
-  failure's one-line reason) and per collection error, for the caller to read back;
+  failure's one-line reason, the stage of a staged lesson's test) and per collection error, for
+  the caller to read back;
 * COURSE_LESSON_SMOKE=1: the quick selection: the first case of each test function that this
   machine runs (the parametrizations list the smallest sizes first), and once a test file has
-  failed, its later tests are skipped (one failing test is all a progress table shows);
+  failed, its later tests are skipped (one failing test is all a progress table shows; in a lesson
+  in stages, once a test of that stage has failed: each stage has its own line);
   COURSE_LESSON_SMOKE=first: the first case of each test function only (CI's check that
   untouched stubs fail with 'not implemented yet': the reason is the same for every case).
 """
@@ -93,8 +95,22 @@ def read_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def _stage(item):
+    marker = item.get_closest_marker("stage")
+    return int(marker.args[0]) if marker is not None else None
+
+
+def _group(nodeid: str) -> tuple:
+    """What one failure stops in the quick selection: the test file, or one stage of it."""
+    return nodeid.split("::", 1)[0], _STAGES.get(nodeid)
+
+
+_STAGES: dict = {}  # node id -> stage, for the tests of a lesson in stages
+
+
 @pytest.hookimpl(trylast=True)  # after the suite's own conftest has marked what a CPU must skip
 def pytest_collection_modifyitems(config, items):
+    _STAGES.update({item.nodeid: _stage(item) for item in items if _stage(item) is not None})
     if os.environ.get(SMOKE_ENV) not in ("1", "first"):
         return
     chosen = {}
@@ -111,7 +127,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_setup(item):
-    if os.environ.get(SMOKE_ENV) == "1" and item.nodeid.split("::", 1)[0] in item.config._lesson_failed_files:
+    if os.environ.get(SMOKE_ENV) == "1" and _group(item.nodeid) in item.config._lesson_failed_files:
         pytest.skip("an earlier test of this file failed")
 
 
@@ -121,11 +137,12 @@ def pytest_runtest_logreport(report):
         if report.skipped and "an earlier test of this file failed" in str(report.longrepr):
             return
         _record({"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
-                 "message": reason(report) if report.failed else ""})
+                 "message": reason(report) if report.failed else "",
+                 **({"stage": _STAGES[report.nodeid]} if report.nodeid in _STAGES else {})})
     if report.failed and os.environ.get(SMOKE_ENV) == "1":
         config = getattr(report, "config", None) or _CONFIG.get("config")
         if config is not None:
-            config._lesson_failed_files.add(report.nodeid.split("::", 1)[0])
+            config._lesson_failed_files.add(_group(report.nodeid))
 
 
 _CONFIG: dict = {}

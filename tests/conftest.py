@@ -20,6 +20,9 @@ def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=os.environ.get(SLOW_ENV, "") == "1",
                      help="also run the exhaustive sweeps marked slow (every size, config and dtype "
                           "product; end-to-end command lines); COURSE_SLOW=1 does the same")
+    parser.addoption("--stage", type=int, default=None, metavar="N",
+                     help="a lesson in stages: run only the tests of stage N (@pytest.mark.stage(N)), "
+                          "which check that stage's holes while later ones are still open")
 
 
 def pytest_configure(config):
@@ -33,6 +36,7 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _select_stage(config, items)
     _deselect_slow(config, items)
     if runtime.on_gpu():
         return
@@ -42,6 +46,29 @@ def pytest_collection_modifyitems(config, items):
             why = marker.kwargs.get("reason", "a PyCUDA launch needs the CUDA driver")
             item.add_marker(pytest.mark.skip(reason=f"needs a real NVIDIA GPU ({why}); "
                                                     "this run simulates on the CPU"))
+
+
+def stage_of(item) -> int | None:
+    """The stage a test checks (`@pytest.mark.stage(N)`, on the test or on one pytest.param), or None."""
+    marker = item.get_closest_marker("stage")
+    return int(marker.args[0]) if marker is not None else None
+
+
+def _select_stage(config, items) -> None:
+    """A staged lesson's test file marks every test with its stage (one left out would run, or be
+    left out, unseen: refused); `--stage N` keeps the tests of stage N alone."""
+    staged_files = {item.nodeid.split("::", 1)[0] for item in items if stage_of(item) is not None}
+    unmarked = [item.nodeid for item in items
+                if item.nodeid.split("::", 1)[0] in staged_files and stage_of(item) is None]
+    if unmarked:
+        raise pytest.UsageError(f"{unmarked[0]}: every test of a lesson in stages needs @pytest.mark.stage(N)")
+    wanted = config.getoption("--stage")
+    if wanted is None:
+        return
+    keep = [item for item in items if stage_of(item) == wanted]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if stage_of(item) != wanted])
+        items[:] = keep
 
 
 def _deselect_slow(config, items) -> None:

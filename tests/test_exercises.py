@@ -362,3 +362,145 @@ def test_the_planted_bugs_still_apply_to_the_marked_solutions():
         sys.path.remove(str(ROOT / "tools"))
     for plant in plant_bugs.PLANTS:
         assert (ROOT / plant.path).read_text().count(plant.old) == 1, plant.name
+
+
+# ------------------------------------------------------------------------------ holes and stages
+MAX_HOLE = 40  # lines of code in one hole: a bigger one is a blank page, not an exercise
+
+
+def test_no_hole_is_over_forty_lines_of_code():
+    too_big = {}
+    for solution in exercises.marked_solutions(ROOT):
+        for r in exercises.parse_regions(solution.read_text().splitlines(), exercises._comment_of(solution)):
+            if r.kind == "EXERCISE" and r.size > MAX_HOLE:
+                too_big[f"{exercises._rel(solution, ROOT)}:{r.begin + 1}"] = r.size
+    assert not too_big, (f"holes over {MAX_HOLE} lines of code (cut them into smaller holes, "
+                             "or the lesson into stages: course/stages.py)")
+
+
+STAGED = '''\
+"""Toy lesson in stages."""
+
+
+def first(xs):
+    """Stage 1."""
+    # BEGIN EXERCISE [stage 1: the sum]: add them up
+    # HINT: a loop, or sum()
+    # HINT: `return sum(xs)`
+    return sum(xs)
+    # END EXERCISE
+
+
+def second(xs):
+    """Stage 2, and more of stage 1."""
+    # BEGIN EXERCISE [stage 2: the mean]: divide by the length
+    n = len(xs)
+    # END EXERCISE
+    # BEGIN EXERCISE [stage 1]: (a second hole of stage 1)
+    total = first(xs)
+    # END EXERCISE
+    return total / n
+'''
+
+
+def test_a_staged_lesson_lists_its_holes_stage_by_stage_and_fills_them_stage_by_stage(course):
+    path = course / "week9_toy" / "staged.py"
+    path.write_text(STAGED)
+    (course / "tests" / "week9" / "test_staged.py").write_text("")
+    assert exercises.stages(path) == {1: "the sum", 2: "the mean"}
+    regions = exercises.parse_regions(STAGED.splitlines(), "#")
+    assert [(r.stage, r.title) for r in regions] == [(1, "the sum"), (2, "the mean"), (1, "the sum")]
+    assert regions[0].size == 1, "HINT lines are comments: not counted, not shown"
+    stub = exercises.generate(path, course)
+    doc = " ".join(ast.get_docstring(ast.parse(stub)).split())
+    assert "`pytest tests/week9/test_staged.py --impl=exercises --stage N` checks stage N alone" in doc
+    assert doc.index("Stage 1: the sum (about 2 lines; `--stage 1`)") < doc.index("* `second`: (a second hole") \
+        < doc.index("Stage 2: the mean") < doc.index("* `second`: divide by the length")
+    assert "# TODO (stage 2, about 1 line): divide by the length" in stub
+    assert "not implemented yet: stage 1: first: add them up" in stub and "HINT" not in stub
+    through_1 = exercises.generate(path, course, through=1)
+    assert "return sum(xs)" in through_1 and "total = first(xs)" in through_1 and "n = len(xs)" not in through_1
+    assert "BEGIN" not in through_1 and "not implemented yet: stage 2: second" in through_1
+    assert "raise NotImplementedError" not in exercises.generate(path, course, through=2)
+
+
+@pytest.mark.parametrize("text, message", [
+    (STAGED.replace("[stage 2: the mean]", ""), "every BEGIN EXERCISE needs its"),
+    (STAGED.replace("[stage 2: the mean]", "[stage 3: the mean]"), "without gaps"),
+    (STAGED.replace("[stage 1]", "[stage 1: another]"), "titled 'the sum' elsewhere"),
+    (STAGED.replace("[stage 2: the mean]", "[stage 2]"), "stage 2 needs a title"),
+])
+def test_malformed_stages_are_refused(text, message):
+    with pytest.raises(exercises.MarkerError, match=message):
+        exercises.parse_regions(text.splitlines(), "#")
+
+
+def test_every_stage_of_a_staged_lesson_has_known_wrong_solutions_of_its_own():
+    """(Its own tests: `python -m course exercises --stages` runs each stage's, on the stub filled up to it.)"""
+    from course import stages
+
+    fixtures = exercises.load_fixtures(ROOT)
+    staged = stages.staged_solutions(ROOT)
+    assert staged, "FlashAttention's backward at least is in stages"
+    for solution in staged:
+        numbers = set(exercises.stages(solution))
+        caught = {exercises.fixture_stage(f) for f in fixtures if f.solution == solution}
+        assert numbers <= caught, f"{solution.name}: stages without a known-wrong fixture: {sorted(numbers - caught)}"
+
+
+def test_stage_selection_keeps_one_stage_and_refuses_an_unmarked_test_of_a_staged_file():
+    from tests import conftest
+
+    class Item:
+        def __init__(self, nodeid, stage):
+            self.nodeid, self._stage = nodeid, stage
+
+        def get_closest_marker(self, name):
+            return pytest.mark.stage(self._stage).mark if name == "stage" and self._stage else None
+
+    class Config:
+        def __init__(self, stage):
+            self.stage, self.hook = stage, type("Hook", (), {"pytest_deselected": staticmethod(lambda items: None)})
+
+        def getoption(self, name):
+            return self.stage
+
+    items = [Item("t.py::a", 1), Item("t.py::b", 2), Item("u.py::c", None)]
+    conftest._select_stage(Config(2), items)
+    assert [i.nodeid for i in items] == ["t.py::b"]
+    items = [Item("t.py::a", 1), Item("t.py::b", None)]
+    with pytest.raises(pytest.UsageError, match="t.py::b: every test of a lesson in stages"):
+        conftest._select_stage(Config(None), items)
+
+
+def test_progress_shows_a_line_per_stage_and_a_stage_is_not_started_while_its_holes_are_as_shipped(course):
+    from course import stages
+
+    week = course / "week9_toy"
+    (week / "staged.py").write_text(STAGED)
+    (course / "tests" / "week9" / "test_staged.py").write_text("")
+    exercises.write(course)
+    stub = week / "exercises" / "staged.py"
+    assert stages.is_staged(stub) and not stages.is_staged(week / "exercises" / "lesson.py")
+    stub.write_text(exercises.generate(week / "staged.py", course, through=1))  # the learner did stage 1
+    assert stages.untouched(stub, week / "staged.py", course) == {1: False, 2: True}
+    test = course / "tests" / "week9" / "test_staged.py"
+    records = [{"nodeid": "tests/week9/test_staged.py::test_sum", "outcome": "passed", "message": "", "stage": 1},
+               {"nodeid": "tests/week9/test_staged.py::test_mean", "outcome": "failed", "stage": 2,
+                "message": "NotImplementedError: not implemented yet: stage 2: second: divide by the length"}]
+    rows = stages.progress_rows("staged", stub, test, records, False, "exercises", progress.status, course)
+    assert rows == [("staged 1/2", "done", "the sum", "pytest tests/week9/test_staged.py --impl=exercises --stage 1"),
+                    ("staged 2/2", "not started", "the mean (about 1 line)",
+                     "pytest tests/week9/test_staged.py --impl=exercises --stage 2")]
+
+
+def test_a_staged_stub_with_every_stage_filled_is_its_solution():
+    """What `course stages` tests at the last stage is the solution itself (below the stub's docstring)."""
+    from course import stages
+
+    for solution in stages.staged_solutions(ROOT):
+        last = max(exercises.stages(solution))
+        through = exercises.generate(solution, ROOT, through=last)
+        body = lambda text: text.split('"""', 2)[2]  # noqa: E731  (after the module docstring)
+        assert body(through) == body(exercises.filled(solution, ROOT)), solution.name
+        assert exercises.NOT_IMPLEMENTED not in body(through)

@@ -37,6 +37,9 @@ def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when `a` and `b` are windows onto the same memory (one is a view of the other)."""
     # BEGIN EXERCISE: compare where their storages start: t.untyped_storage().data_ptr() (not t.data_ptr():
     #   that is where the first element is, which moves with a slice's offset)
+    # HINT: a view is a new (offset, shape, strides) over the same storage: two tensors share memory exactly
+    #   when their storages are the same, wherever their first elements sit.
+    # HINT: `a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()`
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
     # END EXERCISE
 
@@ -54,6 +57,10 @@ def views_and_copies(device=None) -> dict:
     #   ::2]', 't()', 'expand' (x[:1].expand(4, 6)), 'reshape (contiguous input)' (x.reshape(24)), 'reshape
     #   (transposed input)' (t.reshape(24)), 't().contiguous()', 'clone', 'x[[0, 2]] (index)'. Before
     #   running it, predict which six are views, and the strides of t() and of expand
+    # HINT: an op is a view when its result is expressible as new strides over the same storage: slicing,
+    #   transpose and expand are (expand uses stride 0); an index list, clone and contiguous() copy.
+    # HINT: a dict {name: result tensor} built from x and t, then one comprehension that applies
+    #   shares_storage(y, x) and layout(y) to each entry.
     x = torch.arange(24.0, device=device).reshape(4, 6)
     t = x.t()
     ops = {
@@ -77,6 +84,9 @@ def view_fails_on_transposed(device=None) -> str:
     device = runtime.DEVICE if device is None else device
     # BEGIN EXERCISE: call .view(24) on the transposed (4, 6) arange and return the first line of the
     #   RuntimeError it raises; if none is raised, raise AssertionError
+    # HINT: .view never copies: the transposed (4, 6) tensor's elements are not in row order in memory, so no
+    #   single stride lists them and view refuses (reshape would copy instead).
+    # HINT: try: t.view(24) / except RuntimeError as error: return its first line; after the try, raise.
     t = torch.arange(24.0, device=device).reshape(4, 6).t()
     try:
         t.view(24)
@@ -93,6 +103,10 @@ def inplace_breaks_autograd(device=None) -> dict:
     #   y.mul_(2), read it again, try y.sum().backward() and catch the RuntimeError; then the fix: a fresh
     #   y, backward of (y * 2).sum() out of place. Return {'version_before', 'version_after', 'error' (its
     #   first line, or None), 'grad_out_of_place' (x.grad after the fix, detached)}
+    # HINT: autograd saves y for sigmoid's backward (dy/dx = y (1 - y)) and records its version counter; an
+    #   in-place op bumps the counter, and backward refuses a saved tensor that changed since.
+    # HINT: y._version before and after y.mul_(2); backward inside try/except RuntimeError; then x.grad = None,
+    #   a fresh y = torch.sigmoid(x) and (y * 2).sum().backward().
     x = torch.randn(5, device=device, requires_grad=True)
     y = torch.sigmoid(x)  # backward uses y: d sigmoid = y (1 - y)
     before = y._version
@@ -136,10 +150,14 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
     (`event_overlap_same_stream`, 0). GPU only.
     """
     _need_gpu("pinned_transfer_overlap")
-    # BEGIN EXERCISE: median ms of a pageable copy, a pinned copy, the compute alone (a chain of bf16
-    #   matmuls about as long as the copy), both one after the other, and both at once (the copy on a side
-    #   stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the fraction of the
-    #   shorter one hidden
+    # BEGIN EXERCISE: a mib-sized host tensor, pageable and pinned, its device destination, a bf16 matrix
+    #   for the compute and a side stream; median ms (of reps, after a warm-up) of a pageable copy, a
+    #   pinned copy (non_blocking=True) and the compute alone: k chained matmuls about as long as the copy
+    # HINT: a pageable copy is staged through a pinned bounce buffer by the driver, so it is slower and
+    #   blocks the host; pinned memory lets a copy engine DMA it while the SMs compute.
+    # HINT: median(fn): one warm-up call, then the middle of `reps` _cuda_ms(fn) timings; k = copy_pinned /
+    #   (one matmul's ms), at least 1; `compute()` runs `a @ a` k times.
+    # HINT: `pinned = pageable.pin_memory()`
     n = mib * 2**20 // 4
     pageable = torch.randn(n)
     pinned = pageable.pin_memory()
@@ -161,7 +179,14 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
             a @ a
 
     compute_ms = median(compute)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: serial(): the pinned copy then the compute, on one stream; overlapped(): the copy on
+    #   the side stream (after it waits for the current one), the compute on the current stream, then
+    #   the current stream waits for the side one
+    # HINT: work on one stream runs in order; two streams may run at once. Each wait_stream is an
+    #   ordering edge: the copy must not start before earlier work, nor its result be used before it ends.
+    # HINT: `with torch.cuda.stream(side): dst.copy_(pinned, non_blocking=True)`
     def serial():
         dst.copy_(pinned, non_blocking=True)
         compute()
@@ -172,7 +197,15 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
             dst.copy_(pinned, non_blocking=True)  # a copy engine moves it; the SMs stay free
         compute()
         torch.cuda.current_stream().wait_stream(side)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: intervals_overlap(copy_stream): CUDA events around the copy (on copy_stream) and
+    #   around the compute (on the current stream), all timed from one start event; the overlap of the two
+    #   intervals over the shorter one
+    # HINT: wall-clock times say "faster", events say "at the same time": each event is stamped when its
+    #   stream reaches it, so the two [start, end] intervals can be intersected.
+    # HINT: `both = max(0.0, min(copy_end, compute_end) - max(copy_start, compute_start))`, with
+    #   start.elapsed_time(event) for each stamp, after torch.cuda.synchronize().
     def intervals_overlap(copy_stream) -> float:
         """How much of the shorter of copy and compute ran while the other ran, from CUDA events.
 
@@ -195,7 +228,14 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
         compute_span = (start.elapsed_time(m0), start.elapsed_time(m1))
         both = max(0.0, min(copy_span[1], compute_span[1]) - max(copy_span[0], compute_span[0]))
         return both / max(min(copy_span[1] - copy_span[0], compute_span[1] - compute_span[0]), 1e-6)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: the median ms of serial and overlapped, the median event overlap with the copy on the
+    #   side stream and on the current one (one warm-up first), and the dict the docstring lists (GB/s,
+    #   hidden_fraction = (serial - overlapped) / the shorter of copy and compute)
+    # HINT: on the compute's own stream the copy waits for the compute: an overlap near 0, the control
+    #   experiment for the side stream's near 1.
+    # HINT: `gbps = mib * 2**20 / (ms * 1e-3) / 1e9`
     serial_ms, overlapped_ms = median(serial), median(overlapped)
     intervals_overlap(side)  # warm-up
     overlap_side = sorted(intervals_overlap(side) for _ in range(reps))[reps // 2]
@@ -228,6 +268,10 @@ def allocator_readings(mib: int) -> dict:
     # BEGIN EXERCISE: memory_allocated and memory_reserved (MiB above the start) with a mib-sized tensor
     #   alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current segment
     #   count from torch.cuda.memory_stats()
+    # HINT: PyTorch's caching allocator keeps freed blocks reserved for reuse: del lowers memory_allocated at
+    #   once, memory_reserved only after torch.cuda.empty_cache() hands the segment back to the driver.
+    # HINT: take both readings before, then with the tensor alive, after del, after empty_cache (each minus the
+    #   start, in MiB); `torch.cuda.memory_stats()` has 'num_alloc_retries' and 'segment.all.current'.
     mb = lambda b: b / 2**20  # noqa: E731
     base_alloc, base_res = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     x = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
@@ -252,6 +296,10 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, loss_fn=None) -> i
     # BEGIN EXERCISE: count in the pack hook of torch.autograd.graph.saved_tensors_hooks the bytes of each
     #   storage saved for backward by one forward (and loss_fn(out) when given), each storage once,
     #   parameters not counted
+    # HINT: saved_tensors_hooks(pack, unpack) calls pack on every tensor autograd saves for backward: the
+    #   activations a forward keeps alive, what checkpointing trades for recomputation.
+    # HINT: pack adds t.untyped_storage().nbytes() once per storage data_ptr (a set of seen pointers, the
+    #   parameters' pointers excluded) and returns t; unpack returns t unchanged.
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen, total = set(), 0
 
@@ -283,6 +331,11 @@ def checkpointing_peak_memory(cfg=None, batch: int | None = None) -> dict:
     #   models.gpt_loss) with and without activation checkpointing: peak torch.cuda.max_memory_allocated
     #   above the weights (after a warm-up step, reset_peak_memory_stats), the median step ms, and the
     #   relative difference of the two gradients
+    # HINT: checkpointing keeps only each block's input and recomputes the rest in backward: peak memory falls,
+    #   the step gets slower by about one more forward, and the gradients stay the same up to rounding.
+    # HINT: for each of (plain, checkpointed): a model seeded the same, one warm-up step, empty_cache,
+    #   reset_peak_memory_stats, one step, torch.cuda.max_memory_allocated() minus the base; then the medians
+    #   and the gradients' relative difference (norm of the difference over the norm).
     from week2_pytorch_optimizations import models
 
     cfg = cfg or models.GPT_BENCH

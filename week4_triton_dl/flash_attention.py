@@ -69,12 +69,11 @@ NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LN2 = tl.constexpr(0.6931471805599453)
 
-# BEGIN EXERCISE: your forward kernel(s): walk the K/V blocks of each query block with the online softmax
-#   (running max m and sum l per row; rescale the accumulator by exp(m_old - m_new) before adding P V), as
-#   in flash_attention_forward.py, and write out and lse (natural log-sum-exp; -inf for a row with no
-#   visible key, whose out is 0). Masks: the causal triangle, key_lengths, the ragged tails
-#   (flash_attention_plans.py has the key ranges). Your configs and the TunedKernel FWD too (the
-#   solution's: flash_attention.py)
+# EXERCISE NOTE: The kernel is flash_attention_forward.py's (do that lesson first) with what a model
+#   needs: exp2 with log2(e) folded into qk_scale, the log-sum-exp written for the backward, key_lengths,
+#   and a mask-free copy of the loop for the blocks that need no mask (flash_attention_plans.py has the
+#   key ranges: query_block_key_range).
+
 # The config the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
 # the causal bounds are exercised with both orders of tile sizes across the tests.
 SIM_FWD = {"BLOCK_M": 32, "BLOCK_N": 16}
@@ -97,6 +96,16 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
+        # BEGIN EXERCISE: load this block's K (masked past n_keys when MASKED); qk = q k^T; then the
+        #   block's new running max m_new, p = exp2(s - m_new) and alpha = exp2(m_i - m_new), in base 2 (qk_scale
+        #   holds log2 e). MASKED: s = qk * qk_scale, -inf where the key is past n_keys or (CAUSAL) after
+        #   the query, and a row with no visible key yet (m_new = -inf) shifted by 0; unmasked: no where()
+        # HINT: forward-only's update (flash_attention_forward.py) in base 2: exp2(x log2 e) = exp(x), and
+        #   the GPU's exponential is base 2. Key padding can hide every key of a row: then m_new = -inf, and
+        #   -inf - -inf is NaN, so those rows subtract 0 instead (their p and alpha are exp2(-inf) = 0).
+        # HINT: `if MASKED:` keep = cols[None, :] < n_keys (and the causal comparison with offs_m), s =
+        #   tl.where(keep, ...); `else:` scale once: m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale) (scale > 0).
+        # HINT: `shift = tl.where(m_new == -float("inf"), 0.0, m_new)`
         if MASKED:
             # Padding keys are loaded as 0 (they may hold anything, even NaN) and masked below.
             k = tl.load(k_ptrs, mask=cols[:, None] < n_keys, other=0.0)
@@ -120,6 +129,12 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             p = tl.exp2(qk * qk_scale - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)
+        # END EXERCISE
+        # BEGIN EXERCISE: rescale l and acc by alpha, then add the block: rowsum(p) to l, p @ V to acc (V
+        #   loaded like K; p rounded to V's dtype for the tensor cores); m_i = m_new
+        # HINT: the online softmax's step: everything summed so far was relative to the old max; alpha
+        #   brings it to the new one before this block's terms are added.
+        # HINT: `acc = dot(p.to(v.dtype), v, acc, DOT_PRECISION)` after `acc = acc * alpha[:, None]`
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if MASKED:
@@ -129,6 +144,7 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
         # P is rounded to the input dtype for the tensor cores; the sum is accumulated in fp32.
         acc = dot(p.to(v.dtype), v, acc, DOT_PRECISION)
         m_i = m_new
+        # END EXERCISE
         k_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
     return acc, m_i, l_i
@@ -146,6 +162,13 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # seq_bucket (next power of two of the longer sequence) is not used here: it is the
     # autotuner's key, so one tuning serves every length in the bucket.
+    # BEGIN EXERCISE: one program per (query block, b * n_heads + h), causal ones in reverse order; the
+    #   (batch, head) bases of q, k, v, o; n_keys (visible_key_count); the Q tile loaded once (rows past
+    #   seq_q as 0); m = -inf, l = 0, acc = 0 in lse's dtype
+    # HINT: as in flash_attention_forward.py, plus: key_lengths through visible_key_count, and causal
+    #   query blocks launched last-first (the long ones start first and the short ones fill the last wave).
+    # HINT: pid_m = tl.num_programs(0) - 1 - pid_m when CAUSAL; acc_ty = lse_ptr.dtype.element_ty (fp32,
+    #   fp64 for fp64 inputs) for m_i (tl.full with -inf), l_i and acc (tl.zeros).
     pid_m = tl.program_id(0)
     if CAUSAL:
         # Causal query blocks near the end do the most work; starting them first leaves the
@@ -172,7 +195,14 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     m_i = tl.full([BLOCK_M], -float("inf"), acc_ty)
     l_i = tl.zeros([BLOCK_M], acc_ty)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], acc_ty)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: the key range of this query block (query_block_key_range: [0, full_hi) needs no mask,
+    #   [full_hi, hi) does), then _fwd_key_blocks over each, unmasked first
+    # HINT: a block entirely visible to every query of the program (left of the causal diagonal, inside
+    #   n_keys) runs the mask-free loop; only the diagonal and ragged blocks pay for the mask.
+    # HINT: `full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)`, then two calls
+    #   that differ in start, stop and MASKED.
     full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
     acc, m_i, l_i = _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, 0, full_hi, n_keys, qk_scale,
                                     stride_ks, stride_kd, stride_vs, stride_vd,
@@ -180,7 +210,13 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     acc, m_i, l_i = _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, full_hi, hi, n_keys, qk_scale,
                                     stride_ks, stride_kd, stride_vs, stride_vd,
                                     True, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: out = acc / l and the natural log-sum-exp lse = (m + log2 l) ln 2 per row; a row with
+    #   l = 0 (no visible key) gets out 0 and lse -inf; store both (rows past seq_q masked)
+    # HINT: m and l are in base 2: log2 of the row's sum of 2^(s2) is m + log2(l); times ln 2 gives the
+    #   natural log torch uses. The backward recomputes P = exp(s - lse) from it.
+    # HINT: `l_safe = tl.where(l_i == 0.0, 1.0, l_i)` keeps the division and the log finite.
     # l = 0 only for a row that saw no visible key at all: define its output as 0 (torch's
     # SDPA does the same) and its log-sum-exp as -inf (the log of an empty sum).
     empty = l_i == 0.0
@@ -190,6 +226,7 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
     tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_ok)
+    # END EXERCISE
 
 
 # =============================================================================== configs
@@ -210,7 +247,6 @@ flash_attention_fwd_autotuned = triton.autotune(
     configs=FWD_CONFIGS, key=AUTOTUNE_KEY,
     prune_configs_by={"early_config_prune": pruner(SMALL_FWD)})(flash_attention_fwd_kernel)
 FWD = TunedKernel("fwd", flash_attention_fwd_kernel, flash_attention_fwd_autotuned, SIM_FWD, SMALL_FWD, axis="BLOCK_M")
-# END EXERCISE
 
 
 # =============================================================================== launchers
@@ -245,6 +281,10 @@ def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, t
     """
     # BEGIN EXERCISE: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
     #   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
+    # HINT: first the TMA rung where it runs (use_tma: an H100 and a big enough problem; rung4's
+    #   launch_forward_tma); then lse in stats_dtype(q.dtype); B * H * Sq == 0 or D == 0: nothing to launch.
+    # HINT: `fwd = plan(FWD, Sq, Sk, D, causal, has_kl, q.dtype, None, config)`, then launch_plan(fwd, Sq, B * H,
+    #   (kernel arguments in order, qk_scale = scale * LOG2E), key) as flash_attention_backward.launch_dq does.
     if tma and config is None and use_tma(q, k, v, causal, out):
         return rung4.launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
     B, H, Sq, D = q.shape

@@ -1,5 +1,8 @@
 """FlashAttention-2's backward in Triton: dQ, dK and dV from Q, K, V, O, dO and the log-sum-exp alone.
 
+Over 500 lines: three kernels and their launchers make one lesson, an exercise in five stages whose
+holes carry their graded hints (`# HINT:` lines) in this file.
+
 The forward (flash_attention.py) saves, besides its output O, one number per query row: the
 log-sum-exp L = m + log(l) of its scaled scores (B*H*Sq floats). That is enough, because
 P = exp(s - L) can be recomputed exactly from Q, K and L: the backward never stores or reads
@@ -46,11 +49,10 @@ DEFAULT_BWD_STRATEGY = "split"  # deterministic; switch if the sweep shows "atom
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LOG2E = tl.constexpr(LOG2E)
 
-# BEGIN EXERCISE: your backward kernels: recompute P from lse instead of storing it: delta = rowsum(dO * O)
-#   (one small kernel), then dK, dV (one program per key block, looping over the query blocks) and dQ (one
-#   program per query block, or atomics from the dK/dV kernel). Masks: the causal triangle, key_lengths, the
-#   ragged tails (flash_attention_plans.py has the key ranges and the launch plans). Your configs, the
-#   TunedKernels DKDV and DQ, and backward_delta too (the solution's: flash_attention_backward.py)
+# EXERCISE NOTE: A stage's tests call that stage's own kernel or launcher (backward_delta,
+#   launch_dkdv, launch_dq) and take what earlier stages compute from torch: stage N passes while
+#   the later stages are still holes.
+
 # Configs the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
 # the causal bounds are exercised with both orders of tile sizes across the tests.
 SIM_BWD_KV = {"BLOCK_M": 16, "BLOCK_N": 32}
@@ -66,6 +68,15 @@ def flash_attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, n_heads, seq_q,
                                      stride_dob, stride_doh, stride_dos, stride_dod,
                                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
     """D_i = sum_d dO_id * O_id: the row term of dS = P * (dP - D), computed once per row."""
+    # BEGIN EXERCISE [stage 1: delta = rowsum(dO * O)]: one program per BLOCK_M rows of one (batch, head)
+    #   (program ids: row block, then b * n_heads + h): load those rows of O and dO (masked past seq_q),
+    #   multiply them in delta's dtype and sum over the head dim; store at delta_ptr + bh * seq_q + row
+    # HINT: D_i = sum_j P_ij dP_ij = dO_i . O_i (O_i = sum_j P_ij V_j): one dot product per query row,
+    #   so no pass over the keys is needed; the inputs may be fp16, the sum is in fp32 (delta's dtype).
+    # HINT: offsets offs_m (the block's rows) and offs_d = tl.arange(0, HEAD_DIM); a 2-D load of each
+    #   tile with base + b * stride_b + h * stride_h (as int64) + rows * stride_s + d * stride_d and
+    #   mask=row_ok[:, None]; then tl.sum over axis 1 and one masked tl.store.
+    # HINT: `delta = tl.sum(o.to(acc_ty) * do.to(acc_ty), 1)` with acc_ty = delta_ptr.dtype.element_ty
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // n_heads
@@ -80,6 +91,7 @@ def flash_attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, n_heads, seq_q,
                  + offs_m[:, None] * stride_dos + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0)
     delta = tl.sum(o.to(acc_ty) * do.to(acc_ty), 1)
     tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, delta, mask=row_ok)
+    # END EXERCISE
 
 
 @triton.jit
@@ -100,6 +112,15 @@ def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_ba
     for start_m in range(start, stop, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + offs_m0
+        # BEGIN EXERCISE [stage 2: dK and dV of one key block]: load this query block's Q and dO tiles
+        #   (q_ptrs, do_ptrs), lse2 = lse * log2(e) and delta (lse_base + rows, delta_base + rows), masked
+        #   past seq_q only when MASKED; then s_t = K Q^T and the recomputed P^T = exp2(s_t * qk_scale - lse2)
+        # HINT: P is never stored: exp(scale * s - lse) is exactly the forward's softmax, recomputed from
+        #   the saved log-sum-exp. Base 2 (exp2, lse times log2 e, qk_scale = scale * log2 e) as the forward.
+        # HINT: `if MASKED:` loads with mask=row_ok[:, None] (other=0) for Q and dO, other=+inf for lse
+        #   (exp2(s - inf) = 0: a row past the end adds nothing) and 0 for delta; `else:` plain loads.
+        #   Keys run along the rows here: s_t has shape (BLOCK_N, BLOCK_M).
+        # HINT: `s_t = dot(k, tl.trans(q), None, DOT_PRECISION)`; `p_t = tl.exp2(s_t * qk_scale - lse2[None, :])`
         if MASKED:
             row_ok = rows < seq_q
             q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
@@ -115,24 +136,47 @@ def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_ba
         s_t = dot(k, tl.trans(q), None, DOT_PRECISION)
         # Recompute P from the saved log-sum-exp: exact softmax probabilities, no S^2 storage.
         p_t = tl.exp2(s_t * qk_scale - lse2[None, :])
+        # END EXERCISE
         if MASKED:
             keep = (rows[None, :] < seq_q) & (offs_n[:, None] < n_keys)
             if CAUSAL:
+                # BEGIN EXERCISE [stage 3: the causal skip]: on a block that straddles the diagonal, keep
+                #   only the pairs whose key is not after the query (key offs_n <= query row)
+                # HINT: causal attention lets query i see keys 0..i: P_ij = 0 for j > i, so those pairs
+                #   add nothing to dK and dV. Here keys run along axis 0 and query rows along axis 1.
+                # HINT: and `keep` with one more comparison of offs_n[:, None] against rows[None, :]
                 keep = keep & (offs_n[:, None] <= rows[None, :])
+                # END EXERCISE
             p_t = tl.where(keep, p_t, 0.0)
+        # BEGIN EXERCISE [stage 2]: accumulate dV += P^T dO; then dP^T = V dO^T, dS^T = P^T (dP^T - delta)
+        #   and dK += dS^T Q (cast P^T and dS^T to the inputs' dtype for the tensor cores)
+        # HINT: the chain rule through softmax: dS = P * (dP - D) with D the delta of stage 1 (one value
+        #   per query row: a column here, delta[None, :]); the scale of dK is applied once, at the end.
+        # HINT: four lines, each a `dot(a, b, acc, DOT_PRECISION)` of on-chip tiles or an element-wise
+        #   product; accumulate into dv and dk by passing them as acc.
+        # HINT: `ds_t = p_t * (dp_t - delta[None, :])`
         dv = dot(p_t.to(do.dtype), do, dv, DOT_PRECISION)
         dp_t = dot(v, tl.trans(do), None, DOT_PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
         dk = dot(ds_t.to(q.dtype), q, dk, DOT_PRECISION)
+        # END EXERCISE
         if ATOMIC_DQ:
-            # This key block's share of dQ for these rows, added into the fp32 buffer. Every key
-            # block adds to the same rows: atomics make the sum order, so the last bits, vary.
+            # BEGIN EXERCISE [stage 5: dQ with atomics]: this key block's share of dQ for these rows,
+            #   scale dS K (dS = the transpose of ds_t), added into the fp32 buffer at dq_base + rows *
+            #   stride_dqs + d with tl.atomic_add (masked past seq_q when MASKED)
+            # HINT: dQ_i = scale sum_j dS_ij K_j sums over every key block, and each key block is another
+            #   program: a plain store would keep only one block's share, a load-add-store would race.
+            #   Atomics make the sum's order, so its last bits, vary from run to run.
+            # HINT: dq_part = dot(tl.trans(ds_t.to(k.dtype)), k, ...) * sm_scale, shape (BLOCK_M, HEAD_DIM);
+            #   pointers rows[:, None] * stride_dqs + offs_d[None, :] (the buffer is contiguous).
+            # HINT: `tl.atomic_add(dq_ptrs, dq_part, mask=rows[:, None] < seq_q)`
             dq_part = dot(tl.trans(ds_t.to(k.dtype)), k, None, DOT_PRECISION) * sm_scale
             dq_ptrs = dq_base + rows[:, None] * stride_dqs + offs_d[None, :]
             if MASKED:
                 tl.atomic_add(dq_ptrs, dq_part, mask=rows[:, None] < seq_q)
             else:
                 tl.atomic_add(dq_ptrs, dq_part)
+            # END EXERCISE
         q_ptrs += BLOCK_M * stride_qs
         do_ptrs += BLOCK_M * stride_dos
     return dk, dv
@@ -163,6 +207,12 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     offs_n = n_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < n_keys
+    # BEGIN EXERCISE [stage 2]: load this block's K and V tiles once (rows offs_n, masked by key_ok); the
+    #   bases of Q, dO (this batch and head), lse and delta (bh * seq_q)
+    # HINT: the key block stays on-chip for the whole loop over the queries: it is read from memory
+    #   once, and dK, dV accumulate in fp32 registers (fp64 for fp64 inputs: lse's dtype).
+    # HINT: offsets as in the delta kernel (b and h as int64 times their strides); lse and delta are
+    #   contiguous (B, H, Sq): `lse_base = lse_ptr + bh.to(tl.int64) * seq_q`.
     k = tl.load(k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
                 + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd, mask=key_ok[:, None], other=0.0)
     v = tl.load(v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
@@ -171,9 +221,15 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     do_base = do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
     lse_base = lse_ptr + bh.to(tl.int64) * seq_q
     delta_base = delta_ptr + bh.to(tl.int64) * seq_q
+    # END EXERCISE
     dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
+    # BEGIN EXERCISE [stage 2]: dK and dV accumulators of zeros, one row per key, in lse's dtype
+    # HINT: dK and dV are sums over every query block: they accumulate on-chip, in fp32 whatever the
+    #   inputs (fp64 for fp64 inputs: the dtype of lse).
+    # HINT: `dk = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)`
     dk = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)  # fp32 (fp64 for fp64 inputs)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], lse_ptr.dtype.element_ty)
+    # END EXERCISE
 
     # Query blocks to visit: [q_lo, q_end). Unmasked: [u_lo, u_hi), blocks entirely below the
     # causal diagonal and inside the sequence. Masked: [q_lo, u_lo) (the diagonal) and
@@ -181,14 +237,27 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     q_end = tl.where(n_start < n_keys, seq_q, 0)  # a block of padding keys has no gradient
     q_ceil = tl.cdiv(seq_q, BLOCK_M) * BLOCK_M
     if CAUSAL:
+        # BEGIN EXERCISE [stage 3]: the query blocks this key block skips: q_lo, the first query block
+        #   that sees any of its keys (queries before n_start see none), and u_lo, the first block whose
+        #   every row sees every key of the block (no mask needed from there on); both multiples of BLOCK_M
+        # HINT: query i sees key j when j <= i. No row below n_start sees the block (skip those blocks);
+        #   from row n_start + BLOCK_N - 1 on, every row sees all BLOCK_N keys. Round down, resp. up, to
+        #   whole query blocks: the blocks in between are the diagonal ones, visited with the mask.
+        # HINT: `q_lo = n_start // BLOCK_M * BLOCK_M`; u_lo rounds n_start + BLOCK_N - 1 up with tl.cdiv
         q_lo = n_start // BLOCK_M * BLOCK_M
         u_lo = tl.cdiv(n_start + BLOCK_N - 1, BLOCK_M) * BLOCK_M
+        # END EXERCISE
     else:
         q_lo = 0
         u_lo = 0
     if ATOMIC_DQ:
-        # dQ sums over keys, so padding keys must be masked in every step of a partial block.
+        # BEGIN EXERCISE [stage 5]: with atomics, a key block holding padding keys must mask every step
+        #   (its dQ share would add the padding keys): move u_lo to q_ceil for such a block
+        # HINT: dK and dV of padding keys are zeroed at the end, but dQ sums over the keys: a padding
+        #   key's dS must be masked in every query block, so this key block gets no unmasked steps.
+        # HINT: `tl.where(<this block reaches past n_keys>, q_ceil, u_lo)`
         u_lo = tl.where(n_start + BLOCK_N > n_keys, q_ceil, u_lo)
+        # END EXERCISE
     u_hi = tl.maximum(seq_q // BLOCK_M * BLOCK_M, u_lo)
     dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
                                         q_lo, tl.minimum(u_lo, q_end), n_keys, seq_q, sm_scale, qk_scale,
@@ -202,6 +271,12 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
                                         u_hi, q_end, n_keys, seq_q, sm_scale, qk_scale,
                                         stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
                                         True, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    # BEGIN EXERCISE [stage 2]: dK times sm_scale; padding keys (not key_ok) get exactly zero dK and dV;
+    #   store both in the outputs' dtype (rows offs_n, masked to offs_n < seq_k)
+    # HINT: S = scale Q K^T, so dK = scale dS^T Q: the loop left the scale out of every step, it is
+    #   applied once here. A padding key (past key_lengths[b]) gets zero, not whatever its rows summed.
+    # HINT: tl.where(key_ok[:, None], ..., 0.0) for each; a 2-D tl.store like the loads, with
+    #   .to(dk_ptr.dtype.element_ty) and mask=offs_n[:, None] < seq_k.
     # Padding keys (past key_lengths[b]) get exactly zero gradient.
     dk = tl.where(key_ok[:, None], dk * sm_scale, 0.0)
     dv = tl.where(key_ok[:, None], dv, 0.0)
@@ -212,6 +287,7 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
     tl.store(dv_ptr + b.to(tl.int64) * stride_dvb + h.to(tl.int64) * stride_dvh
              + offs_n[:, None] * stride_dvs + offs_d[None, :] * stride_dvd, dv.to(dv_ptr.dtype.element_ty),
              mask=store_ok)
+    # END EXERCISE
 
 
 @triton.jit
@@ -227,6 +303,15 @@ def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
+        # BEGIN EXERCISE [stage 4: dQ, and the whole backward]: load this key block's K and V (masked past
+        #   n_keys when MASKED); recompute P = exp2(Q K^T * qk_scale - lse2), masked like the dK/dV kernel's
+        #   (keys past n_keys; with CAUSAL, keys after the query) when MASKED; dP = dO V^T,
+        #   dS = P (dP - delta) and dq += dS K
+        # HINT: the same chain rule as stage 2 from the queries' side: the query block stays on-chip and
+        #   the loop sweeps the keys, as the forward does; untransposed tiles (queries along the rows).
+        # HINT: the mask is the stage 3 one, transposed: cols[None, :] against offs_m[:, None]; the
+        #   scale of dQ is applied once, at the store.
+        # HINT: `dq = dot(ds.to(k.dtype), k, dq, DOT_PRECISION)`
         if MASKED:
             k = tl.load(k_ptrs, mask=cols[:, None] < n_keys, other=0.0)
             v = tl.load(v_ptrs, mask=cols[:, None] < n_keys, other=0.0)
@@ -243,6 +328,7 @@ def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 
         dp = dot(do, tl.trans(v), None, DOT_PRECISION)
         ds = p * (dp - delta[:, None])
         dq = dot(ds.to(k.dtype), k, dq, DOT_PRECISION)
+        # END EXERCISE
         k_ptrs += BLOCK_N * stride_ks
         v_ptrs += BLOCK_N * stride_vs
     return dq
@@ -271,6 +357,11 @@ def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_pt
     offs_m = m_start + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < seq_q
+    # BEGIN EXERCISE [stage 4]: load this query block's Q and dO tiles, lse2 = lse * log2(e) and delta
+    #   (all masked past seq_q; lse +inf there), the bases of K and V, and a dQ accumulator of zeros in
+    #   lse's dtype
+    # HINT: the stage 2 kernel's loads with the roles swapped: the query block is the one kept on-chip.
+    # HINT: `lse2 = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_ok, other=float("inf")) * _LOG2E`
     q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
                 + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0)
     do = tl.load(do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
@@ -280,6 +371,7 @@ def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_pt
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, HEAD_DIM], lse_ptr.dtype.element_ty)
+    # END EXERCISE
     full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
     dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 0, full_hi, n_keys, qk_scale,
                                      stride_ks, stride_kd, stride_vs, stride_vd,
@@ -287,9 +379,13 @@ def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_pt
     dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, full_hi, hi, n_keys, qk_scale,
                                      stride_ks, stride_kd, stride_vs, stride_vd,
                                      True, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    # BEGIN EXERCISE [stage 4]: store dQ times sm_scale in dq's dtype (rows past seq_q masked)
+    # HINT: dQ = scale dS K: the scale the loop left out, once, as for dK.
+    # HINT: a 2-D tl.store like the loads, with (dq * sm_scale).to(dq_ptr.dtype.element_ty).
     tl.store(dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
              + offs_m[:, None] * stride_dqs + offs_d[None, :] * stride_dqd,
              (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
+    # END EXERCISE
 
 
 # =============================================================================== configs
@@ -309,7 +405,6 @@ BWD_Q_CONFIGS = [
     tile_config(128, 64, 8, 3), tile_config(128, 32, 8, 3), tile_config(64, 64, 4, 3), tile_config(128, 64, 8, 2),
     tile_config(64, 32, 4, 4), tile_config(64, 32, 4, 2), tile_config(128, 32, 4, 3, max_head_dim=64),
 ]
-# For short sequences (16-bit inputs): one small tile. fp32 and fp64 take their own below.
 # For short sequences (16-bit inputs): one small tile (fp32 and fp64: flash_attention_plans.fixed_config).
 SMALL_BWD_KV, SMALL_BWD_Q = tile_config(32, 64, 4, 2), tile_config(64, 32, 4, 2)
 flash_attention_bwd_dkdv_autotuned = triton.autotune(
@@ -325,21 +420,56 @@ DQ = TunedKernel("q", flash_attention_bwd_dq_kernel, flash_attention_bwd_dq_auto
 _DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
 
 
-def backward_delta(out, do, lse_dtype):
-    """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel."""
+# =============================================================================== launchers
+# No checks in these: flash_attention_backward below and the public entry (flash_attention.py)
+# check once, then call launch_backward, which calls the three below.
+def backward_delta(out, do, lse_dtype, delta=None):
+    """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel
+    (written into `delta` when given: a contiguous (B, H, Sq) tensor)."""
     B, H, Sq, D = out.shape
-    delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
+    if delta is None:
+        delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
     strides = (*out.stride(), *do.stride())
     launch(flash_attention_bwd_delta_kernel, (-(-Sq // _DELTA_BLOCK), B * H),
            (out.dtype, do.dtype, B, H, Sq, D, strides), (out, do, delta, H, Sq, *strides),
            dict(HEAD_DIM=D, BLOCK_M=_DELTA_BLOCK), num_warps=4)
     return delta
-# END EXERCISE
 
 
-# =============================================================================== launchers
-# No checks in launch_backward: flash_attention_backward below and the public entry
-# (flash_attention.py) check once, then call it.
+def launch_dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_lengths, atomic=False, kv_config=None):
+    """Run the dK/dV kernel into dk, dv; with `atomic`, return the fp32 dQ it accumulated (else None).
+    `kv_config` (a dict or triton.Config) fixes its block sizes instead of the tuned ones."""
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    has_kl = key_lengths is not None
+    lengths = key_lengths if has_kl else lse
+    kv = plan(DKDV, Sq, Sk, D, causal, has_kl, q.dtype, atomic, kv_config)
+    # dq_acc is read and written only with ATOMIC_DQ. The autotuner zeroes it before every trial
+    # (reset_to_zero), so then it must be a throwaway buffer, never a tensor that holds data.
+    if atomic:
+        dq_acc = torch.zeros((B, H, Sq, D), dtype=lse.dtype, device=q.device)
+    else:
+        dq_acc = lse if kv[1] is not None else torch.empty(1, dtype=lse.dtype, device=q.device)
+    kv_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
+    launch_plan(kv, Sk, B * H, (q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E,
+                                 kv[2], *kv_strides),
+                ("kv", q.dtype, lengths.dtype, B, H, Sq, Sk, kv_strides) if kv_config is None else None)
+    return dq_acc if atomic else None
+
+
+def launch_dq(q, k, v, do, lse, delta, dq, causal, scale, key_lengths, q_config=None):
+    """Run the dQ kernel into dq; `q_config` fixes its block sizes instead of the tuned ones."""
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    has_kl = key_lengths is not None
+    lengths = key_lengths if has_kl else lse
+    qp = plan(DQ, Sq, Sk, D, causal, has_kl, q.dtype, None, q_config)
+    q_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
+    launch_plan(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
+                                 *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides)
+                if q_config is None else None)
+
+
 def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config=None, q_config=None,
                     grads=None):
     """(dq, dk, dv) of checked inputs, for dO of any strides (no copy: the kernels take strides).
@@ -348,10 +478,14 @@ def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy,
     (dicts or triton.Configs) fix the block sizes of the dK/dV and the dQ pass; `grads` = (dq, dk,
     dv) to write into, or None.
     """
-    # BEGIN EXERCISE: allocate dq, dk, dv (unless given in grads); empty inputs: nothing to launch (no query
-    #   or no key: every gradient is an empty sum, zeros); launch your backward kernels (strategy 'split':
-    #   separate dK/dV and dQ passes; 'atomic': dQ accumulated with atomics), with kv_config / q_config when
-    #   given
+    # BEGIN EXERCISE [stage 4]: allocate dq, dk, dv (unless given in grads); empty inputs: nothing to
+    #   launch (no query or no key: every gradient is an empty sum, zeros); then delta, dK and dV, and dQ
+    #   (strategy 'split': launch_dq; 'atomic': the dK/dV kernel's accumulated dQ, copied into dq)
+    # HINT: three launches in order, each reading what the one before wrote: backward_delta (stage 1),
+    #   launch_dkdv (stages 2 and 3), launch_dq (stage 4). With B * H == 0 or D == 0 there is nothing
+    #   to write; with Sq == 0 or Sk == 0 the gradients exist but are empty sums.
+    # HINT: `dq_acc = launch_dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_lengths, strategy ==
+    #   "atomic", kv_config)`; a None back means: run launch_dq.
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if grads is None:
@@ -364,29 +498,12 @@ def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy,
     if Sq == 0 or Sk == 0:  # no pair of query and key: every gradient is an empty sum
         return dq.zero_(), dk.zero_(), dv.zero_()
     delta = backward_delta(out, do, lse.dtype)
-    has_kl = key_lengths is not None
-    lengths = key_lengths if has_kl else lse
-    atomic = strategy == "atomic"
-    kv = plan(DKDV, Sq, Sk, D, causal, has_kl, q.dtype, atomic, kv_config)
-    # dq_acc is read and written only with ATOMIC_DQ. The autotuner zeroes it before every trial
-    # (reset_to_zero), so then it must be a throwaway buffer, never a tensor that holds data.
-    if atomic:
-        dq_acc = torch.zeros((B, H, Sq, D), dtype=lse.dtype, device=q.device)
-    else:
-        dq_acc = lse if kv[1] is not None else torch.empty(1, dtype=lse.dtype, device=q.device)
-    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    tuned = kv_config is None and q_config is None
-    kv_strides = (*strides, *dk.stride(), *dv.stride())
-    launch_plan(kv, Sk, B * H, (q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E,
-                                 kv[2], *kv_strides),
-                ("kv", q.dtype, lengths.dtype, B, H, Sq, Sk, kv_strides) if tuned else None)
-    if atomic:
+    dq_acc = launch_dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_lengths, strategy == "atomic",
+                         kv_config)
+    if dq_acc is not None:
         dq.copy_(dq_acc)
-        return dq, dk, dv
-    qp = plan(DQ, Sq, Sk, D, causal, has_kl, q.dtype, None, q_config)
-    q_strides = (*strides, *dq.stride())
-    launch_plan(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
-                                 *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides) if tuned else None)
+    else:
+        launch_dq(q, k, v, do, lse, delta, dq, causal, scale, key_lengths, q_config)
     return dq, dk, dv
     # END EXERCISE
 

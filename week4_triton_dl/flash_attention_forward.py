@@ -60,11 +60,14 @@ def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_heads, seq_q, seq_k, sm_s
                          stride_ob, stride_oh, stride_os, stride_od,
                          CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # BEGIN EXERCISE: one program per (block of BLOCK_M queries, b * n_heads + h): load the Q tile once
-    #   (rows past seq_q as 0); m = -inf, l = 0, acc = 0 in fp32; for each block of BLOCK_N keys up to
-    #   seq_k (causal: up to the block's last query): s = q k^T * sm_scale, -inf where the key is past
-    #   seq_k or (causal) after the query; m_new = max(m, rowmax(s)); p = exp(s - m_new); rescale l and acc
-    #   by exp(m - m_new) before adding rowsum(p) and p @ v (p rounded to v's dtype); store acc / l
+    # BEGIN EXERCISE [stage 1: the online softmax over the key blocks]: one program per (block of BLOCK_M
+    #   queries, b * n_heads + h): the (batch, head) bases of q, k, v (int64), the offsets, the Q tile loaded
+    #   once (rows past seq_q as 0); m = -inf, l = 0, acc = 0 in fp32
+    # HINT: the Q tile is reused against every key block, so it is read once; m, l and acc are the
+    #   per-row state the online softmax carries from block to block, in fp32 whatever the inputs.
+    # HINT: program ids: tl.program_id(0) is the query block, tl.program_id(1) = b * n_heads + h; bases
+    #   as ptr + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h; a 2-D masked tl.load of Q.
+    # HINT: `m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)`
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // n_heads
@@ -84,13 +87,23 @@ def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_heads, seq_q, seq_k, sm_s
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    # Causal: no query of this block sees a key past its last row, so the loop stops there (the
-    # blocks right of the diagonal are skipped, not masked: half the work at Sq = Sk).
+    # END EXERCISE
     hi = seq_k
     if CAUSAL:
+        # BEGIN EXERCISE [stage 2: causal]: no query of this block sees a key past its last row: stop the
+        #   loop there (hi), skipping the blocks right of the diagonal instead of masking them
+        # HINT: query i sees keys 0..i, so the block's last row, (pid_m + 1) * BLOCK_M - 1, bounds every
+        #   key it needs: half the work at Sq = Sk. Never past seq_k.
+        # HINT: `hi = tl.minimum(<one past the block's last row>, seq_k)`
         hi = tl.minimum((pid_m + 1) * BLOCK_M, seq_k)
+        # END EXERCISE
     for start_n in range(0, hi, BLOCK_N):
         cols = start_n + offs_n
+        # BEGIN EXERCISE [stage 1]: load this block's K and V (keys past seq_k as 0), the scores
+        #   s = q k^T * sm_scale, and `keep`: the keys inside seq_k
+        # HINT: masked loads keep whatever lies past the end (even NaN) out of every sum; the scores of
+        #   those keys are set to -inf below (`keep`), so exp gives them weight 0.
+        # HINT: `s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale`
         # Keys past the end load as 0: whatever memory holds there (even NaN) never enters a sum.
         k = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :] * stride_kd,
                     mask=cols[:, None] < seq_k, other=0.0)
@@ -98,8 +111,21 @@ def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_heads, seq_q, seq_k, sm_s
                     mask=cols[:, None] < seq_k, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
         keep = cols[None, :] < seq_k
+        # END EXERCISE
         if CAUSAL:
+            # BEGIN EXERCISE [stage 2]: on the diagonal block, keep only the keys not after the query
+            # HINT: key j is visible to query i when j <= i (top-left aligned, like torch's is_causal).
+            # HINT: and `keep` with a comparison of cols[None, :] against offs_m[:, None]
             keep = keep & (cols[None, :] <= offs_m[:, None])
+            # END EXERCISE
+        # BEGIN EXERCISE [stage 1]: -inf where not keep; m_new = max(m, rowmax(s)); p = exp(s - m_new);
+        #   rescale l and acc by alpha = exp(m - m_new) before adding rowsum(p) and p @ v (p rounded to
+        #   v's dtype); m = m_new
+        # HINT: a bigger max m' makes every term summed so far too large by exp(m' - m): multiplying l and
+        #   acc by alpha = exp(m - m') first makes them as if m' had been used from the start.
+        # HINT: tl.where(keep, s, -inf) (not a -inf bias: a NaN of a hidden key must not spread);
+        #   tl.max / tl.sum over axis 1; tl.dot(p.to(v.dtype), v, acc, ...) accumulates in fp32.
+        # HINT: `acc = acc * alpha[:, None]` before the dot that adds p @ v
         # where(), not adding a -inf bias: a NaN score of a hidden key is dropped, not spread.
         s = tl.where(keep, s, -float("inf"))
         # Key 0 is visible to every row (causal or not), so after the first block m is finite
@@ -113,7 +139,10 @@ def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_heads, seq_q, seq_k, sm_s
         # P is rounded to V's dtype so the tensor cores take it; the sum stays fp32.
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
         m_i = m_new
-    # One division per row at the end, not one per block: l only grows, the rescaling is exact.
+        # END EXERCISE
+    # BEGIN EXERCISE [stage 1]: out = acc / l per row, stored in o's dtype (rows past seq_q masked)
+    # HINT: one division per row at the end, not one per block: l only grows, the rescaling is exact.
+    # HINT: `out = acc / l_i[:, None]`, then a 2-D masked tl.store at o's (batch, head) base.
     out = acc / l_i[:, None]
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
@@ -140,8 +169,11 @@ def flash_attention_forward_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         return out  # nothing to compute (and a grid of zero programs is not a valid launch)
     if Sk == 0:
         return out.zero_()  # no key at all: an empty sum, which torch's SDPA defines as 0
-    # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with BLOCK on a GPU and SIM_BLOCK in the
-    #   interpreter (runtime.pick), the strides of q, k, v and out, and dot_precision(q.dtype)
+    # BEGIN EXERCISE [stage 1]: launch your kernel over (query blocks, B * H) with BLOCK on a GPU and SIM_BLOCK
+    #   in the interpreter (runtime.pick), the strides of q, k, v and out, and dot_precision(q.dtype)
+    # HINT: one program per BLOCK_M queries of one (batch, head): grid (cdiv(Sq, BLOCK_M), B * H); the
+    #   kernel takes every stride, so no input is copied.
+    # HINT: `flash_forward_kernel[grid](q, k, v, out, H, Sq, Sk, scale, *q.stride(), ..., CAUSAL=causal, ...)`
     config = runtime.pick(gpu=BLOCK, sim=SIM_BLOCK)
     grid = (triton.cdiv(Sq, config["BLOCK_M"]), B * H)
     flash_forward_kernel[grid](q, k, v, out, H, Sq, Sk, scale,

@@ -80,18 +80,24 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # =============================================================================== the kernel
-# BEGIN EXERCISE: rung 3's forward (flash_attention.py) with every tile moved by TMA: build one descriptor per
-#   tensor for this program's (batch, head) with `head_descriptor`, load K and V blocks with
-#   k_desc.load([row, 0]), Q likewise, store O with o_desc.store; the log-sum-exp through tl.store. Padding
-#   keys inside S (key_lengths) are real memory: zero their V rows. Rows past S need no mask at all (TMA
-#   zero-fills loads and drops stores out of bounds)
+# EXERCISE NOTE: Rung 3's forward (flash_attention.py) with every tile moved by TMA: one descriptor per
+#   tensor for this program's (batch, head) (`head_descriptor`), K and V blocks loaded with
+#   k_desc.load([row, 0]), Q likewise, O stored with o_desc.store; the log-sum-exp through tl.store.
+#   Padding keys inside S (key_lengths) are real memory: zero their V rows. Rows past S need no mask at
+#   all (TMA zero-fills loads and drops stores out of bounds).
 @triton.jit
 def head_descriptor(ptr, b, h, stride_b, stride_h, stride_s, seq, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
     """A TMA descriptor of one head's (seq, HEAD_DIM) matrix, built on the device, moving ROWS x HEAD_DIM
     tiles: its bound is the head's own seq, so a tile past the end reads zeros, never the next head."""
+    # BEGIN EXERCISE: the head's base pointer (b, h as int64 times their strides) and
+    #   tl.make_tensor_descriptor of shape [seq, HEAD_DIM], strides [stride_s, 1], block [ROWS, HEAD_DIM]
+    # HINT: a descriptor tells the TMA engine the matrix's shape and strides once; the copies then name
+    #   only a tile's corner. Its bound is this head's seq, so TMA zero-fills past it.
+    # HINT: `tl.make_tensor_descriptor(base, shape=[seq, HEAD_DIM], strides=[stride_s, 1], block_shape=[ROWS, HEAD_DIM])`
     base = ptr + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
     return tl.make_tensor_descriptor(base, shape=[seq, HEAD_DIM], strides=[stride_s, 1],
                                      block_shape=[ROWS, HEAD_DIM])
+    # END EXERCISE
 
 
 @triton.jit
@@ -102,6 +108,13 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, start, stop, n_key
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
+        # BEGIN EXERCISE: rung 3's online-softmax step (flash_attention.py's _fwd_key_blocks) with K and V
+        #   loaded as TMA tiles (k_desc.load([start_n, 0])); with MASKED and HAS_KEY_LENGTHS, zero the V rows of
+        #   padding keys (past n_keys but inside S: real memory)
+        # HINT: TMA zero-fills only past the descriptor's bound (S): a padding key inside S is real memory,
+        #   maybe NaN, and p = 0 times NaN is NaN, so its V row must be zeroed, as rung 3's masked load does.
+        # HINT: the masked and unmasked branches exactly as rung 3; `tl.dot(q, k.T)` for the scores.
+        # HINT: `v = tl.where((start_n + offs_n)[:, None] < n_keys, v, 0.0)`
         k = k_desc.load([start_n, 0])  # one TMA copy: the BLOCK_N x D tile at row start_n
         qk = tl.dot(q, k.T)
         if MASKED:
@@ -128,6 +141,7 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, start, stop, n_key
             v = tl.where((start_n + offs_n)[:, None] < n_keys, v, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
+        # END EXERCISE
     return acc, m_i, l_i
 
 
@@ -137,6 +151,11 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
                                stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                                CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN EXERCISE: program ids (causal query blocks last-first), one head_descriptor per tensor (Q and O
+    #   in BLOCK_M-row tiles, K and V in BLOCK_N), n_keys, the Q tile (q_desc.load), m = -inf, l = 0, acc = 0
+    # HINT: rung 3's prologue with descriptors in place of pointer arithmetic: no row mask anywhere, since a
+    #   tile past the end of the head loads as zeros.
+    # HINT: `q_desc = head_descriptor(q_ptr, b, h, stride_qb, stride_qh, stride_qs, seq_q, HEAD_DIM, BLOCK_M)`
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest causal query blocks first (rung 3 says why)
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -154,7 +173,13 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # END EXERCISE
 
+    # BEGIN EXERCISE: the unmasked and the masked key ranges (query_block_key_range) through _tma_key_blocks;
+    #   then out = acc / l and lse (0 and -inf for a row with no visible key), O by o_desc.store, lse by tl.store
+    # HINT: rung 3's epilogue, but the O store needs no mask: TMA drops the rows past Sq. lse is a plain
+    #   vector, stored with a mask.
+    # HINT: `o_desc.store([m_start, 0], out.to(o_ptr.dtype.element_ty))`
     full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
     acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, 0, full_hi, n_keys, qk_scale,
                                     False, CAUSAL, HAS_KEY_LENGTHS, BLOCK_N)
@@ -167,7 +192,7 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     lse = tl.where(empty, -float("inf"), (m_i + tl.log2(l_safe)) * _LN2)
     o_desc.store([m_start, 0], out.to(o_ptr.dtype.element_ty))  # rows past Sq are dropped
     tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
-# END EXERCISE
+    # END EXERCISE
 
 
 # =============================================================================== where it runs
@@ -233,6 +258,11 @@ def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None)
     block_m, block_n = tile.pop("BLOCK_M"), tile.pop("BLOCK_N")
     has_kl = key_lengths is not None
     # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with the tile's num_warps and num_stages
+    # HINT: device-built descriptors need scratch memory: triton.set_allocator(descriptor_workspace) on
+    #   every call (Triton keeps the allocator per thread). The kernel takes three strides per tensor (the
+    #   head dim is contiguous: TMA requires it).
+    # HINT: `launch(flash_attention_tma_kernel, grid, cache key, args, constexprs, **tile)` (course.launch),
+    #   args ending with qk_scale = scale * LOG2E and the strides.
     # Descriptors built on the device need scratch memory; set per call, since Triton keeps the
     # allocator per thread (a ContextVar) and a call may come from autograd's or a compiler's thread.
     triton.set_allocator(descriptor_workspace)

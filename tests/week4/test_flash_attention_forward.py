@@ -23,6 +23,10 @@ SLOW = pytest.mark.slow
 # both tile sizes; on the GPU also lengths past one 64-row tile, ragged.
 RAGGED = [(1, 1), (37, 37), (20, 45), (50, 19)]
 SHAPES = sweep(RAGGED + runtime.pick(gpu=[(300, 300), (129, 500)], sim=[]), [(64, 64)], unpack=True)
+# The lesson's stages (`--stage N`): 1, the online softmax over the key blocks (full attention);
+# 2, causal (the loop's bound and the diagonal block's mask).
+stage = pytest.mark.stage
+MASKS = [pytest.param(False, id="full", marks=stage(1)), pytest.param(True, id="causal", marks=stage(2))]
 
 
 def check_forward(q, k, v, causal, sm_scale=None):
@@ -34,30 +38,33 @@ def check_forward(q, k, v, causal, sm_scale=None):
 
 
 @pytest.mark.parametrize("dtype", dtype_params([torch.float32, torch.float16, torch.bfloat16]))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", MASKS)
 @pytest.mark.parametrize("seq_q, seq_k", SHAPES)
 def test_matches_float64(dtype, causal, seq_q, seq_k):
     check_forward(*qkv(1, 2, seq_q, seq_k, 32, dtype), causal)
 
 
+@stage(2)
 @pytest.mark.parametrize("head_dim", sweep([16, 128], [64]))
 def test_head_dims(head_dim):
     check_forward(*qkv(1, 1, 37, 29, head_dim, torch.float16), True)
 
 
+@stage(2)
 def test_explicit_scale_and_batches():
     check_forward(*qkv(2, 3, 21, 19, 16, torch.float32), True, sm_scale=0.37)
 
 
-def test_matches_torch_sdpa():
+@pytest.mark.parametrize("causal", MASKS)
+def test_matches_torch_sdpa(causal):
     # The reference itself is F.scaled_dot_product_attention (top-left causal, scale=).
     q, k, v = qkv(2, 2, 9, 13, 16, torch.float32)
-    for causal in (False, True):
-        want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=0.3)
-        assert_within(ff.flash_attention_forward_only(q, k, v, causal, 0.3), want,
-                      an.attention_error_bounds(q, k, v, None, causal, 0.3)["out"])
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=0.3)
+    assert_within(ff.flash_attention_forward_only(q, k, v, causal, 0.3), want,
+                  an.attention_error_bounds(q, k, v, None, causal, 0.3)["out"])
 
 
+@stage(2)
 def test_strided_inputs():
     # (B, S, 3, H, D) storage viewed as (B, H, S, D): the layout after a fused QKV projection. The
     # kernel takes strides, so nothing is copied; the output may be strided too.
@@ -70,7 +77,7 @@ def test_strided_inputs():
     assert_within(out, an.attention_reference(q, k, v, True), an.attention_error_bounds(q, k, v, None, True)["out"])
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", MASKS)
 def test_large_scores_stay_finite(causal):
     # Scores ~ 30 * 30 * sqrt(D) >= 3.6e3: exp() overflows unless the running max is subtracted
     # before every exponential.
@@ -82,6 +89,7 @@ def test_large_scores_stay_finite(causal):
     assert_within(out, an.attention_reference(q, k, v, causal), an.attention_error_bounds(q, k, v, None, causal)["out"])
 
 
+@stage(1)
 @pytest.mark.parametrize("where", ["q", "k", "v"])
 def test_nan_propagates_like_sdpa(where):
     # Non-causal: NaN in q row 5 spoils that row; in k row 5, every row of the head; in v[5, 3],
@@ -99,6 +107,7 @@ def test_nan_propagates_like_sdpa(where):
     assert_within(got, want, bound)
 
 
+@stage(2)
 def test_nan_key_with_causal_mask_reaches_only_later_queries():
     # A NaN key 7 is seen by queries 7.. only; earlier queries mask it with where(), not + -inf
     # (as torch's fused kernels do; its MATH backend adds a -inf bias and spoils every row).
@@ -110,6 +119,7 @@ def test_nan_key_with_causal_mask_reaches_only_later_queries():
     assert_within(got, an.attention_reference(q, k, v, True), bound)
 
 
+@stage(1)
 def test_empty_inputs():
     for B, Sq, Sk in ((0, 4, 4), (1, 0, 4)):
         q, k, v = qkv(B, 2, Sq, Sk, 16, torch.float32)
@@ -138,6 +148,7 @@ def bad_inputs():
     yield "out dtype", TypeError, "out has dtype", lambda: (ok(), ok(), ok(), {"out": ok(dtype=torch.float16)})
 
 
+@stage(1)
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(case, error, message, make):
     q, k, v, kwargs = make()

@@ -25,6 +25,10 @@ extern "C" __global__ void sgemm_naive(const float* __restrict__ A, const float*
 {
     // BEGIN EXERCISE: one thread per output: row from the x coordinates (blockIdx.x * blockDim.x +
     //   threadIdx.x), col from y; guard both; acc over k of A[row][k] * B[k][col] (size_t offsets)
+    // HINT: the simplest mapping: one thread, one C element, a dot product of a row of A and a column of B
+    //   read straight from global memory. Row from x makes a warp span 32 rows: slow on purpose.
+    // HINT: `const int row = blockIdx.x * blockDim.x + threadIdx.x;` then a guarded loop over k, with
+    //   (size_t) offsets: M * K can pass 2^31.
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     const int col = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -45,6 +49,9 @@ extern "C" __global__ void sgemm_coalesced(const float* __restrict__ A, const fl
                                            float* __restrict__ C, int M, int N, int K)
 {
     // BEGIN EXERCISE: as sgemm_naive with threadIdx.x over COLUMNS: col from x, row from y
+    // HINT: a warp's 32 threads now share a row and take 32 neighbouring columns: their loads of B and stores
+    //   of C are 128 contiguous bytes (coalesced), their load of A one broadcast address.
+    // HINT: sgemm_naive's body with the two index lines swapped: col from the x coordinates, row from y.
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -68,6 +75,11 @@ extern "C" __global__ void sgemm_shared(const float* __restrict__ A, const float
     // BEGIN EXERCISE: 32x32 __shared__ tiles of A and B; per k0 step each thread loads one element of
     //   each (0 outside the matrices), __syncthreads(), SHARED_TILE FMAs from the tiles,
     //   __syncthreads() again; write C with a bounds check
+    // HINT: each element loaded into shared memory is read by 32 threads: 32 FMAs per global load instead of 1.
+    //   Out-of-range elements load as 0, which adds nothing.
+    // HINT: one barrier after the loads (the tile must be complete) and one after the math (nobody overwrites
+    //   the tile while a slower warp still reads it).
+    // HINT: `As[ty][tx] = (row < M && k0 + tx < K) ? A[(size_t)row * K + k0 + tx] : 0.0f;`
     __shared__ float As[SHARED_TILE][SHARED_TILE];
     __shared__ float Bs[SHARED_TILE][SHARED_TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -108,6 +120,10 @@ sgemm_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     //   of the A tile and one of the B tile per step, and computes B1_TM outputs of one column of C in
     //   registers (one B value from shared memory feeds B1_TM FMAs); __syncthreads() around the math;
     //   no bounds checks: the launcher pads to whole tiles
+    // HINT: a value of B read from shared memory is kept in a register and reused for B1_TM rows of A: fewer
+    //   shared loads per FMA, the limit of rung 3.
+    // HINT: threadCol = threadIdx.x % B1_BN, threadRow = threadIdx.x / B1_BN; move A, B, C to the block's
+    //   corner once; per k: `const float b = Bs[k * B1_BN + threadCol];` then B1_TM FMAs into acc[i].
     __shared__ float As[B1_BM * B1_BK];
     __shared__ float Bs[B1_BK * B1_BN];
     const int threadCol = threadIdx.x % B1_BN;
@@ -156,9 +172,14 @@ extern "C" __global__ void __launch_bounds__(B2_THREADS)
 sgemm_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
                    float* __restrict__ C, int M, int N, int K)
 {
-    // BEGIN EXERCISE: a B2_BM x B2_BN block tile; each of the 256 threads computes a B2_TM x B2_TN block
-    //   of C as outer products of B2_TM values of A and B2_TN of B held in registers (regM, regN);
-    //   the tiles loaded cooperatively in strides of rows, __syncthreads() around the math
+    // BEGIN EXERCISE: the shared tiles As (B2_BM x B2_BK) and Bs (B2_BK x B2_BN); this thread's place
+    //   (threadRow, threadCol) among the (B2_BM / B2_TM) x (B2_BN / B2_TN) blocks of C; A, B and C moved to
+    //   the block tile's corner; the load coordinates (innerRow/Col, stride in rows) of A and B; the
+    //   B2_TM x B2_TN accumulators and the register arrays regM, regN
+    // HINT: 256 threads each own a B2_TM x B2_TN block of the 128 x 128 tile: 64 accumulators per thread
+    //   in registers, the point of this rung. The tiles hold more elements than there are threads, so
+    //   each thread loads several rows, strideA (resp. strideB) rows apart.
+    // HINT: `const int strideA = B2_THREADS / B2_BK;` (rows of A loaded per pass of all threads)
     __shared__ float As[B2_BM * B2_BK];
     __shared__ float Bs[B2_BK * B2_BN];
     const int threadCol = threadIdx.x % (B2_BN / B2_TN);
@@ -172,6 +193,15 @@ sgemm_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     const int strideB = B2_THREADS / B2_BN;
     float acc[B2_TM * B2_TN] = {0.0f};
     float regM[B2_TM], regN[B2_TN];
+    // END EXERCISE
+
+    // BEGIN EXERCISE: per B2_BK step: load both tiles cooperatively (rows strideA / strideB apart),
+    //   __syncthreads(), advance A and B, then for each k the outer product of B2_TM values of A (regM) and
+    //   B2_TN of B (regN) into acc; __syncthreads(); finally each thread writes its B2_TM x B2_TN block of C
+    // HINT: the outer product: B2_TM + B2_TN shared loads feed B2_TM * B2_TN FMAs, so shared memory stops
+    //   being the limit. No bounds checks: the launcher pads to whole tiles.
+    // HINT: regM[i] = As[(threadRow * B2_TM + i) * B2_BK + k]; regN[j] = Bs[k * B2_BN + threadCol * B2_TN + j];
+    //   then `acc[i * B2_TN + j] += regM[i] * regN[j]` in two unrolled loops
     for (int k0 = 0; k0 < K; k0 += B2_BK) {
         for (int r = 0; r < B2_BM; r += strideA) {
             As[(innerRowA + r) * B2_BK + innerColA] = A[(size_t)(innerRowA + r) * K + innerColA];
@@ -217,9 +247,12 @@ extern "C" __global__ void __launch_bounds__(V_THREADS)
 sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                  float* __restrict__ C, int M, int N, int K)
 {
-    // BEGIN EXERCISE: as sgemm_blocktile_2d with float4 global loads and stores (one float4 of A and one
-    //   of B per thread per step) and the A tile stored TRANSPOSED in shared memory (As[k * V_BM + m]),
-    //   so that the inner loop reads A and B alike, contiguously
+    // BEGIN EXERCISE: as sgemm_blocktile_2d's first hole, with the A tile stored TRANSPOSED in shared
+    //   memory (As[k * V_BM + m]) and float4 load coordinates: one float4 of A (innerRowA, innerColA over
+    //   V_BK / 4) and one of B (over V_BN / 4) per thread
+    // HINT: 256 threads, an A tile of 128 x 8 = 256 float4 and a B tile of 8 x 128 = 256 float4: exactly
+    //   one 16-byte load of each per thread per step.
+    // HINT: `const int innerRowA = threadIdx.x / (V_BK / 4), innerColA = threadIdx.x % (V_BK / 4);`
     __shared__ float As[V_BK * V_BM];  // transposed: As[k * V_BM + m]
     __shared__ float Bs[V_BK * V_BN];
     const int threadCol = threadIdx.x % (V_BN / V_TN);
@@ -232,6 +265,15 @@ sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B,
     const int innerRowB = threadIdx.x / (V_BN / 4), innerColB = threadIdx.x % (V_BN / 4);
     float acc[V_TM * V_TN] = {0.0f};
     float regM[V_TM], regN[V_TN];
+    // END EXERCISE
+
+    // BEGIN EXERCISE: per V_BK step: one float4 of A, scattered TRANSPOSED into As (its 4 values go to 4
+    //   rows k), one float4 of B stored as is; __syncthreads(); the outer products as in rung 5 with regM
+    //   read from As[k * V_BM + m]; then C written with float4 stores
+    // HINT: reading the transposed A tile, a thread's 8 values of A for one k are contiguous, like B's:
+    //   the compiler then uses 128-bit shared loads (LDS.128) for both.
+    // HINT: `const float4 a4 = reinterpret_cast<const float4*>(&A[(size_t)innerRowA * K + innerColA * 4])[0];`
+    //   then As[(innerColA * 4 + c) * V_BM + innerRowA] = a4.x, .y, .z, .w for c = 0..3
     for (int k0 = 0; k0 < K; k0 += V_BK) {
         const float4 a4 = reinterpret_cast<const float4*>(&A[(size_t)innerRowA * K + innerColA * 4])[0];
         As[(innerColA * 4 + 0) * V_BM + innerRowA] = a4.x;
@@ -323,6 +365,9 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
     //   this warp's place in the block tile (warpRow, warpCol) and the thread's place in the warp's
     //   sub-tile; A, B and C moved to the block's (and C to the warp's) corner; the float4 load
     //   coordinates of A and B; the accumulators and register arrays
+    // HINT: block tile -> warp tile (WM x WN, warpIdx = threadIdx.x / WARPSIZE) -> the thread's
+    //   WMITER x WNITER blocks of TM x TN; within the warp, lane % (WSUBN / TN) is the thread's column.
+    // HINT: `C += (size_t)(blockIdx.y * BM + warpRow * WM) * N + blockIdx.x * BN + warpCol * WN;`
     __shared__ float As[BK * BM];  // transposed: As[k * BM + m]
     __shared__ float Bs[BK * BN];
 
@@ -346,10 +391,11 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
     float4 nextA[LOADS_A], nextB[LOADS_B];
     // END EXERCISE
 
-    // BEGIN EXERCISE: register prefetch: tile 0's float4 loads into nextA / nextB; then per tile: store
-    //   them into shared memory (A transposed), __syncthreads(), issue the NEXT tile's global loads
-    //   (they land while the FMAs run), WMITER x WNITER sub-tiles of TM x TN outer products per k, and
-    //   __syncthreads() before the prefetched tile overwrites this one
+    // BEGIN EXERCISE: register prefetch: tile 0's float4 loads of A and B into nextA[LOADS_A] / nextB[LOADS_B]
+    //   (pass l covers rows innerRow + l * ROW_STRIDE)
+    // HINT: one shared buffer, but the next tile's global loads are issued into registers before this
+    //   tile's math: their latency hides behind the FMAs. Tile 0 has to be fetched before the loop.
+    // HINT: `nextA[l] = reinterpret_cast<const float4*>(&A[(size_t)(innerRowA + l * ROW_STRIDE_A) * K + innerColA * 4])[0];`
     // Prefetch tile 0 into registers.
 #pragma unroll
     for (int l = 0; l < LOADS_A; ++l)
@@ -357,8 +403,13 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
 #pragma unroll
     for (int l = 0; l < LOADS_B; ++l)
         nextB[l] = reinterpret_cast<const float4*>(&B[(size_t)(innerRowB + l * ROW_STRIDE_B) * N + innerColB * 4])[0];
+    // END EXERCISE
 
     for (int k0 = 0; k0 < K; k0 += BK) {
+        // BEGIN EXERCISE: store the prefetched registers into shared memory: nextA's 4 values TRANSPOSED
+        //   into As (As[(innerColA * 4 + c) * BM + m]), nextB as float4 into Bs; then __syncthreads()
+        // HINT: the same scatter as rung 6's, once per load pass l (row m = innerRowA + l * ROW_STRIDE_A).
+        // HINT: the barrier: no thread may read the tile before every thread has stored its part.
 #pragma unroll
         for (int l = 0; l < LOADS_A; ++l) {
             const int m = innerRowA + l * ROW_STRIDE_A;
@@ -371,7 +422,13 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
         for (int l = 0; l < LOADS_B; ++l)
             reinterpret_cast<float4*>(&Bs[(innerRowB + l * ROW_STRIDE_B) * BN + innerColB * 4])[0] = nextB[l];
         __syncthreads();
+        // END EXERCISE
 
+        // BEGIN EXERCISE: unless this is the last tile: advance A and B by one tile and issue its global loads
+        //   into nextA / nextB now
+        // HINT: a load's result is not waited for until it is used (in the next iteration's stores), so the
+        //   FMAs below run while the bytes are in flight.
+        // HINT: `if (k0 + BK < K) { A += BK; B += (size_t)BK * N; ...the prefetch loops again... }`
         // Issue the next tile's global loads now; they complete while the FMAs below run.
         if (k0 + BK < K) {
             A += BK;
@@ -383,7 +440,13 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
             for (int l = 0; l < LOADS_B; ++l)
                 nextB[l] = reinterpret_cast<const float4*>(&B[(size_t)(innerRowB + l * ROW_STRIDE_B) * N + innerColB * 4])[0];
         }
+        // END EXERCISE
 
+        // BEGIN EXERCISE: per k: the thread's WMITER * TM values of A (regM) and WNITER * TN of B (regN)
+        //   from this warp's window of the tiles, then WMITER x WNITER outer products of TM x TN into acc
+        // HINT: sub-tile wm of the warp starts WSUBM rows after sub-tile wm - 1: the warp's 32 threads read
+        //   a compact window of shared memory (broadcasts, few bank conflicts).
+        // HINT: `regM[wm * TM + i] = As[k * BM + warpRow * WM + wm * WSUBM + threadRowInWarp * TM + i];`
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
 #pragma unroll
@@ -406,11 +469,14 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
                         for (int j = 0; j < TN; ++j)
                             acc[(wm * TM + i) * (WNITER * TN) + wn * TN + j] += regM[wm * TM + i] * regN[wn * TN + j];
         }
+        // END EXERCISE
         __syncthreads();  // the tile is about to be overwritten by the prefetched one
     }
-    // END EXERCISE
 
     // BEGIN EXERCISE: write each thread's WMITER x WNITER blocks of TM x TN results to C with float4 stores
+    // HINT: C already points at the warp's corner: block (wm, wn) of the thread starts at row
+    //   wm * WSUBM + threadRowInWarp * TM and column wn * WSUBN + threadColInWarp * TN.
+    // HINT: `reinterpret_cast<float4*>(dst)[0] = make_float4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]);`
 #pragma unroll
     for (int wm = 0; wm < WMITER; ++wm)
 #pragma unroll

@@ -33,6 +33,10 @@ __device__ void hillis_steele(const T* __restrict__ x, T* __restrict__ out, int 
     // BEGIN EXERCISE: __shared__ T buffer[2][HILLIS_STEELE_MAX]; one element per thread (x[t - 1] when
     //   exclusive, 0 outside); log2(n) steps reading one buffer and writing the other (scan_add),
     //   __syncthreads() after each; out[t] for t < n
+    // HINT: after step d each element holds the sum of the 2^d elements ending at it: log2(n) steps of one add
+    //   per thread. Two buffers: no thread overwrites a value another thread still has to read.
+    // HINT: `value = scan_add(buffer[current][t - offset], value)` when t >= offset, written to buffer[current ^ 1];
+    //   flip `current` and __syncthreads() at the end of each step.
     __shared__ T buffer[2][HILLIS_STEELE_MAX];
     const int t = threadIdx.x;
     // An exclusive scan is the inclusive scan of x shifted right by one, with 0 shifted in.
@@ -83,9 +87,11 @@ __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __rest
                          long long n, int exclusive)
 {
     // BEGIN EXERCISE: __shared__ T tree[PADDED(BLELLOCH_MAX)]; the tile of m = 2 * blockDim.x elements at
-    //   blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) at PADDED indices; up-sweep;
-    //   thread 0 writes the root to block_sums[blockIdx.x] (unless block_sums is NULL) and sets it to 0;
-    //   down-sweep; __syncthreads() before every level; inclusive adds each element once more
+    //   blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) into the tree at PADDED indices
+    //   (keep the two values: the inclusive scan adds them back)
+    // HINT: two elements per thread, m/2 apart: each of the two loads is coalesced across the warp, and
+    //   PADDED spreads the tree's power-of-two strides over the shared-memory banks.
+    // HINT: `const T xa = base + a < n ? x[base + a] : T(0);` with base = blockIdx.x * m (long long), a = t
     __shared__ T tree[PADDED(BLELLOCH_MAX)];
     const int t = threadIdx.x;
     const int m = 2 * blockDim.x;
@@ -96,7 +102,15 @@ __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __rest
     const T xb = base + b < n ? x[base + b] : T(0);
     tree[PADDED(a)] = xa;
     tree[PADDED(b)] = xb;
+    // END EXERCISE
 
+    // BEGIN EXERCISE: the up-sweep: log2(m) levels, `active` threads halving each level, each adding the
+    //   left child into the right (stride doubling), __syncthreads() before every level; then thread 0
+    //   writes the root (the tile's total) to block_sums[blockIdx.x] unless it is NULL, and sets it to 0
+    // HINT: a reduction tree built in place: after level d, element stride * (2t + 2) - 1 holds the sum of
+    //   its 2 * stride predecessors. Zeroing the root seeds the down-sweep with the identity.
+    // HINT: `left = stride * (2 * t + 1) - 1, right = stride * (2 * t + 2) - 1;` tree[PADDED(right)] =
+    //   scan_add(tree[PADDED(left)], tree[PADDED(right)])
     int stride = 1;
     for (int active = m / 2; active > 0; active >>= 1) {  // up-sweep (reduce)
         __syncthreads();
@@ -113,6 +127,14 @@ __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __rest
         }
         tree[PADDED(m - 1)] = T(0);  // the identity at the root starts the exclusive scan
     }
+    // END EXERCISE
+
+    // BEGIN EXERCISE: the down-sweep: `active` doubling from 1, stride halving, __syncthreads() before every
+    //   level: the left child takes the parent's value, the right child the parent's plus the old left;
+    //   then out[base + a] and out[base + b] (guarded by n): the tree (exclusive) or tree + x (inclusive)
+    // HINT: each node passes down "the sum of everything before my subtree": to the left child as is, to
+    //   the right child plus the left subtree's sum. At the leaves that is the exclusive scan.
+    // HINT: `const T from_left = tree[PADDED(left)]; tree[PADDED(left)] = tree[PADDED(right)];`
     for (int active = 1; active < m; active <<= 1) {  // down-sweep
         stride >>= 1;
         __syncthreads();
@@ -153,6 +175,10 @@ template <typename T>
 __device__ void add_offsets(T* __restrict__ out, const T* __restrict__ offsets, long long n, int tile)
 {
     // BEGIN EXERCISE: one thread per element (64-bit index): out[i] += offsets[i / tile], tile 0 adding nothing
+    // HINT: after each tile was scanned on its own, element i still misses the total of every tile before its
+    //   own: offsets holds exactly that (the exclusive scan of the tile totals).
+    // HINT: `const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;` then, for i < n and
+    //   i / tile > 0, `out[i] = scan_add(offsets[i / tile], out[i]);`
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long block = i / tile;
     if (i < n && block > 0) {
@@ -254,6 +280,12 @@ __device__ T look_back(const unsigned long long* status, long long tile, int lan
     // BEGIN EXERCISE: lane k watches tile window_end - k (spinning while its flag is NOT_READY; before
     //   tile 0 reads as PREFIX 0); __ballot_sync finds the nearest PREFIX; the lanes up to it add their
     //   values (warp_sum) into the running prefix; no PREFIX yet: slide the window 32 tiles back
+    // HINT: decoupled look-back: a tile needs the sum of all tiles before it, but only waits for the nearest
+    //   one that published a PREFIX; AGGREGATEs between add their own totals (Merrill & Garland 2016).
+    // HINT: per window: each lane spins on read_status(status, window_end - lane) while NOT_READY;
+    //   __ballot_sync(FULL_MASK, flag == PREFIX) and __ffs give the nearest PREFIX lane; warp_sum of the
+    //   values of lanes up to it.
+    // HINT: `const int last = prefix_lanes ? __ffs(prefix_lanes) - 1 : 31;`
     T exclusive = T(0);
     long long window_end = tile - 1;
     while (true) {
@@ -296,6 +328,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     //   block's tile number: thread 0 takes it from the counter (atomicAdd on tile_counter) and shares it
     //   through s_tile (__syncthreads()); this warp's first element (warp_base) and whether the tile is
     //   full and may use vector loads (full_tile)
+    // HINT: tiles are numbered in the order blocks start (an atomic counter), not by blockIdx: a block waits
+    //   only on tiles that already started, so the look-back can never wait on a block that cannot run.
+    // HINT: `if (threadIdx.x == 0) s_tile = atomicAdd(tile_counter, 1u);` then __syncthreads() and every thread
+    //   reads s_tile; warp_base = tile * LOOKBACK_TILE + warp * WARP_ELEMENTS.
     typedef typename Vector4<T>::type V;
     __shared__ unsigned s_tile;
     __shared__ T s_warp_totals[LOOKBACK_WARPS];
@@ -316,6 +352,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     // BEGIN EXERCISE: the loads into v[j][0..3]: on a full tile LOOKBACK_VECTORS 16-byte vectors per lane
     //   (chunk j: lane l takes vector j * 32 + l of the warp's run), all issued before any use; else
     //   element by element, 0 past n
+    // HINT: all LOOKBACK_VECTORS 16-byte loads are issued before any is used: many bytes in flight per thread,
+    //   what a memory-bound kernel needs to reach full bandwidth.
+    // HINT: full_tile: `const V q = x4[j * 32 + lane];` with x4 = reinterpret_cast<const V*>(x + warp_base);
+    //   else element i = warp_base + j * WARP_CHUNK + 4 * lane + c, 0 past n.
     T v[LOOKBACK_VECTORS][4];
     if (full_tile) {
         const V* x4 = reinterpret_cast<const V*>(x + warp_base);
@@ -343,6 +383,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     //   lane's offset (what comes before it in the warp so far) in lane_offset[j], warp_total carried
     //   over chunks; lane 0 stores the warp's total in s_warp_totals, __syncthreads(); every thread adds
     //   the totals of the warps before its own (warp_offset) and of all (tile_total)
+    // HINT: a scan in three levels: each lane's 4 values, the lanes of a warp (shuffles: no shared memory, no
+    //   barrier), the warps of the tile (their totals through shared memory, one barrier).
+    // HINT: the exclusive lane offset: __shfl_up_sync(FULL_MASK, inclusive, 1), 0 on lane 0; the warp's total:
+    //   `__shfl_sync(FULL_MASK, inclusive, 31)`.
     T lane_offset[LOOKBACK_VECTORS];
     T warp_total = T(0);
 #pragma unroll
@@ -374,6 +418,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     //   other tile publishes AGGREGATE tile_total first (successors need not wait), gets the sum of all
     //   tiles before it (look_back), then publishes PREFIX prefix + total; the prefix goes to
     //   s_tile_prefix for the whole block (__syncthreads())
+    // HINT: publishing the AGGREGATE before looking back lets the successors go on without waiting for this
+    //   tile's look-back; the PREFIX published after it ends theirs early.
+    // HINT: lane 0 publishes; all 32 lanes of warp 0 call look_back<T>(status, tile, lane); lane 0 writes
+    //   s_tile_prefix, then the whole block __syncthreads().
     if (warp == 0) {
         T tile_prefix = T(0);
         if (tile == 0) {
@@ -399,6 +447,10 @@ __device__ void scan_lookback(const T* __restrict__ x, T* __restrict__ out, long
     // BEGIN EXERCISE: each thread's base (tile prefix + warp offset + lane offset), a serial scan of its 4
     //   values per chunk (exclusive: the running sum before each), and the stores: vectors on a full
     //   tile, element by element (i < n) otherwise
+    // HINT: what comes before a thread's 4 values is the tile prefix, the warps before its own, and the lanes
+    //   before it in each chunk: the serial scan of its 4 values starts from that sum.
+    // HINT: per chunk j: running = thread_base + lane_offset[j]; for c: after = running + v[j][c]; v[j][c] =
+    //   exclusive ? running : after; then the stores, float4-wide on a full tile.
     const T thread_base = scan_add(s_tile_prefix, warp_offset);
 #pragma unroll
     for (int j = 0; j < LOOKBACK_VECTORS; ++j) {

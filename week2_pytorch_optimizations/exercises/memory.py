@@ -4,7 +4,7 @@ goes.
 Check your work with `pytest tests/week2/test_memory.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 146 lines in 8 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 146 lines in 11 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * `shares_storage`: compare where their storages start: t.untyped_storage().data_ptr() (not
   t.data_ptr(): that is where the first element is, which moves with a slice's offset) (about 1
@@ -22,10 +22,20 @@ until you fill them):
   fix: a fresh y, backward of (y * 2).sum() out of place. Return {'version_before', 'version_after',
   'error' (its first line, or None), 'grad_out_of_place' (x.grad after the fix, detached)} (about 15
   lines)
-* `pinned_transfer_overlap`: median ms of a pageable copy, a pinned copy, the compute alone (a chain
-  of bf16 matmuls about as long as the copy), both one after the other, and both at once (the copy
-  on a side stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the
-  fraction of the shorter one hidden (about 57 lines)
+* `pinned_transfer_overlap`: a mib-sized host tensor, pageable and pinned, its device destination, a
+  bf16 matrix for the compute and a side stream; median ms (of reps, after a warm-up) of a pageable
+  copy, a pinned copy (non_blocking=True) and the compute alone: k chained matmuls about as long as
+  the copy (about 17 lines)
+* `pinned_transfer_overlap`: serial(): the pinned copy then the compute, on one stream;
+  overlapped(): the copy on the side stream (after it waits for the current one), the compute on the
+  current stream, then the current stream waits for the side one (about 9 lines)
+* `pinned_transfer_overlap`: intervals_overlap(copy_stream): CUDA events around the copy (on
+  copy_stream) and around the compute (on the current stream), all timed from one start event; the
+  overlap of the two intervals over the shorter one (about 21 lines)
+* `pinned_transfer_overlap`: the median ms of serial and overlapped, the median event overlap with
+  the copy on the side stream and on the current one (one warm-up first), and the dict the docstring
+  lists (GB/s, hidden_fraction = (serial - overlapped) / the shorter of copy and compute) (about 10
+  lines)
 * `allocator_readings`: memory_allocated and memory_reserved (MiB above the start) with a mib-sized
   tensor alive, after del, after torch.cuda.empty_cache(); plus num_alloc_retries and the current
   segment count from torch.cuda.memory_stats() (about 12 lines)
@@ -122,11 +132,25 @@ def pinned_transfer_overlap(mib: int = 256, matmul_n: int = 4096, reps: int = 5)
     (`event_overlap_same_stream`, 0). GPU only.
     """
     _need_gpu("pinned_transfer_overlap")
-    # TODO (about 57 lines): median ms of a pageable copy, a pinned copy, the compute alone (a chain of bf16
-    #   matmuls about as long as the copy), both one after the other, and both at once (the copy on a side
-    #   stream, non_blocking=True); the keys the docstring's return lists, with GB/s and the fraction of the
-    #   shorter one hidden
-    raise NotImplementedError('not implemented yet: pinned_transfer_overlap: median ms of a pageable copy, a pinned ...')
+    # TODO (about 17 lines): a mib-sized host tensor, pageable and pinned, its device destination, a bf16
+    #   matrix for the compute and a side stream; median ms (of reps, after a warm-up) of a pageable copy, a
+    #   pinned copy (non_blocking=True) and the compute alone: k chained matmuls about as long as the copy
+    raise NotImplementedError('not implemented yet: pinned_transfer_overlap: a mib-sized host tensor, pageable and ...')
+
+    # TODO (about 9 lines): serial(): the pinned copy then the compute, on one stream; overlapped(): the copy
+    #   on the side stream (after it waits for the current one), the compute on the current stream, then the
+    #   current stream waits for the side one
+    raise NotImplementedError('not implemented yet: pinned_transfer_overlap: serial(): the pinned copy then the ...')
+
+    # TODO (about 21 lines): intervals_overlap(copy_stream): CUDA events around the copy (on copy_stream) and
+    #   around the compute (on the current stream), all timed from one start event; the overlap of the two
+    #   intervals over the shorter one
+    raise NotImplementedError('not implemented yet: pinned_transfer_overlap: intervals_overlap(copy_stream): CUDA ...')
+
+    # TODO (about 10 lines): the median ms of serial and overlapped, the median event overlap with the copy on
+    #   the side stream and on the current one (one warm-up first), and the dict the docstring lists (GB/s,
+    #   hidden_fraction = (serial - overlapped) / the shorter of copy and compute)
+    raise NotImplementedError('not implemented yet: pinned_transfer_overlap: the median ms of serial and ...')
 
 
 def caching_allocator_demo(mib: int = 64) -> dict:

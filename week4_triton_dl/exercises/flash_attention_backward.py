@@ -1,21 +1,63 @@
 """Exercise: FlashAttention-2's backward in Triton: dQ, dK and dV from Q, K, V, O, dO and the
 log-sum-exp alone.
 
-Check your work with `pytest tests/week4/test_flash_attention_backward.py --impl=exercises`; `python
--m course progress` shows where every exercise stands.
+In 5 stages, each with its own tests: `pytest tests/week4/test_flash_attention_backward.py
+--impl=exercises --stage N` checks stage N alone (fill them in order: a later stage's holes may stay
+open meanwhile); `python -m course progress` shows where every stage stands.
 
-You write (about 281 lines in 2 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 107 lines in 14 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* at module level: your backward kernels: recompute P from lse instead of storing it: delta =
-  rowsum(dO * O) (one small kernel), then dK, dV (one program per key block, looping over the query
-  blocks) and dQ (one program per query block, or atomics from the dK/dV kernel). Masks: the causal
-  triangle, key_lengths, the ragged tails (flash_attention_plans.py has the key ranges and the
-  launch plans). Your configs, the TunedKernels DKDV and DQ, and backward_delta too (the solution's:
-  flash_attention_backward.py) (about 247 lines)
+Stage 1: delta = rowsum(dO * O) (about 14 lines; `--stage 1`)
+* `flash_attention_bwd_delta_kernel`: one program per BLOCK_M rows of one (batch, head) (program
+  ids: row block, then b * n_heads + h): load those rows of O and dO (masked past seq_q), multiply
+  them in delta's dtype and sum over the head dim; store at delta_ptr + bh * seq_q + row (about 14
+  lines)
+Stage 2: dK and dV of one key block (about 36 lines; `--stage 2`)
+* `_bwd_query_blocks_for_keys`: load this query block's Q and dO tiles (q_ptrs, do_ptrs), lse2 = lse
+  * log2(e) and delta (lse_base + rows, delta_base + rows), masked past seq_q only when MASKED; then
+  s_t = K Q^T and the recomputed P^T = exp2(s_t * qk_scale - lse2) (about 13 lines)
+* `_bwd_query_blocks_for_keys`: accumulate dV += P^T dO; then dP^T = V dO^T, dS^T = P^T (dP^T -
+  delta) and dK += dS^T Q (cast P^T and dS^T to the inputs' dtype for the tensor cores) (about 4
+  lines)
+* `flash_attention_bwd_dkdv_kernel`: load this block's K and V tiles once (rows offs_n, masked by
+  key_ok); the bases of Q, dO (this batch and head), lse and delta (bh * seq_q) (about 8 lines)
+* `flash_attention_bwd_dkdv_kernel`: dK and dV accumulators of zeros, one row per key, in lse's
+  dtype (about 2 lines)
+* `flash_attention_bwd_dkdv_kernel`: dK times sm_scale; padding keys (not key_ok) get exactly zero
+  dK and dV; store both in the outputs' dtype (rows offs_n, masked to offs_n < seq_k) (about 9
+  lines)
+Stage 3: the causal skip (about 3 lines; `--stage 3`)
+* `_bwd_query_blocks_for_keys`: on a block that straddles the diagonal, keep only the pairs whose
+  key is not after the query (key offs_n <= query row) (about 1 line)
+* `flash_attention_bwd_dkdv_kernel`: the query blocks this key block skips: q_lo, the first query
+  block that sees any of its keys (queries before n_start see none), and u_lo, the first block whose
+  every row sees every key of the block (no mask needed from there on); both multiples of BLOCK_M
+  (about 2 lines)
+Stage 4: dQ, and the whole backward (about 47 lines; `--stage 4`)
+* `_bwd_key_blocks_for_queries`: load this key block's K and V (masked past n_keys when MASKED);
+  recompute P = exp2(Q K^T * qk_scale - lse2), masked like the dK/dV kernel's (keys past n_keys;
+  with CAUSAL, keys after the query) when MASKED; dP = dO V^T, dS = P (dP - delta) and dq += dS K
+  (about 16 lines)
+* `flash_attention_bwd_dq_kernel`: load this query block's Q and dO tiles, lse2 = lse * log2(e) and
+  delta (all masked past seq_q; lse +inf there), the bases of K and V, and a dQ accumulator of zeros
+  in lse's dtype (about 9 lines)
+* `flash_attention_bwd_dq_kernel`: store dQ times sm_scale in dq's dtype (rows past seq_q masked)
+  (about 3 lines)
 * `launch_backward`: allocate dq, dk, dv (unless given in grads); empty inputs: nothing to launch
-  (no query or no key: every gradient is an empty sum, zeros); launch your backward kernels
-  (strategy 'split': separate dK/dV and dQ passes; 'atomic': dQ accumulated with atomics), with
-  kv_config / q_config when given (about 34 lines)
+  (no query or no key: every gradient is an empty sum, zeros); then delta, dK and dV, and dQ
+  (strategy 'split': launch_dq; 'atomic': the dK/dV kernel's accumulated dQ, copied into dq) (about
+  19 lines)
+Stage 5: dQ with atomics (about 7 lines; `--stage 5`)
+* `_bwd_query_blocks_for_keys`: this key block's share of dQ for these rows, scale dS K (dS = the
+  transpose of ds_t), added into the fp32 buffer at dq_base + rows * stride_dqs + d with
+  tl.atomic_add (masked past seq_q when MASKED) (about 6 lines)
+* `flash_attention_bwd_dkdv_kernel`: with atomics, a key block holding padding keys must mask every
+  step (its dQ share would add the padding keys): move u_lo to q_ceil for such a block (about 1
+  line)
+
+A stage's tests call that stage's own kernel or launcher (backward_delta, launch_dkdv, launch_dq)
+and take what earlier stages compute from torch: stage N passes while the later stages are still
+holes.
 
 Everything else is given and calls your code: read it first. This file is generated by `python -m
 course exercises --write` from week4_triton_dl/flash_attention_backward.py (its marked regions are
@@ -44,16 +86,279 @@ DEFAULT_BWD_STRATEGY = "split"  # deterministic; switch if the sweep shows "atom
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LOG2E = tl.constexpr(LOG2E)
 
-# TODO (about 247 lines): your backward kernels: recompute P from lse instead of storing it: delta = rowsum(dO
-#   * O) (one small kernel), then dK, dV (one program per key block, looping over the query blocks) and dQ
-#   (one program per query block, or atomics from the dK/dV kernel). Masks: the causal triangle, key_lengths,
-#   the ragged tails (flash_attention_plans.py has the key ranges and the launch plans). Your configs, the
-#   TunedKernels DKDV and DQ, and backward_delta too (the solution's: flash_attention_backward.py)
+
+# Configs the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
+# the causal bounds are exercised with both orders of tile sizes across the tests.
+SIM_BWD_KV = {"BLOCK_M": 16, "BLOCK_N": 32}
+SIM_BWD_Q = {"BLOCK_M": 32, "BLOCK_N": 16}
+SIM_DELTA_BLOCK = 16
+DELTA_BLOCK = 64
+
+
+# =============================================================================== kernels
+@triton.jit
+def flash_attention_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, n_heads, seq_q,
+                                     stride_ob, stride_oh, stride_os, stride_od,
+                                     stride_dob, stride_doh, stride_dos, stride_dod,
+                                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """D_i = sum_d dO_id * O_id: the row term of dS = P * (dP - D), computed once per row."""
+    # TODO (stage 1, about 14 lines): one program per BLOCK_M rows of one (batch, head) (program ids: row
+    #   block, then b * n_heads + h): load those rows of O and dO (masked past seq_q), multiply them in
+    #   delta's dtype and sum over the head dim; store at delta_ptr + bh * seq_q + row
+    tl.static_assert(False, 'not implemented yet: stage 1: flash_attention_bwd_delta_kernel: one program per BLOCK_M rows ...')
+
+
+@triton.jit
+def _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                               start, stop, n_keys, seq_q, sm_scale, qk_scale,
+                               stride_qs, stride_qd, stride_dos, stride_dod, stride_dqs,
+                               MASKED: tl.constexpr, CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Accumulate dK, dV of one key block over the query blocks [start, stop).
+
+    Works with transposed tiles (keys along rows): s^T = K Q^T, so every product below is a
+    plain tl.dot of on-chip tiles and dK, dV come out in their own row order.
+    """
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = q_base + (start + offs_m0)[:, None] * stride_qs + offs_d[None, :] * stride_qd
+    do_ptrs = do_base + (start + offs_m0)[:, None] * stride_dos + offs_d[None, :] * stride_dod
+    for start_m in range(start, stop, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        rows = start_m + offs_m0
+        # TODO (stage 2, about 13 lines): load this query block's Q and dO tiles (q_ptrs, do_ptrs), lse2 = lse
+        #   * log2(e) and delta (lse_base + rows, delta_base + rows), masked past seq_q only when MASKED; then
+        #   s_t = K Q^T and the recomputed P^T = exp2(s_t * qk_scale - lse2)
+        tl.static_assert(False, "not implemented yet: stage 2: _bwd_query_blocks_for_keys: load this query block's Q and ...")
+        if MASKED:
+            keep = (rows[None, :] < seq_q) & (offs_n[:, None] < n_keys)
+            if CAUSAL:
+                # TODO (stage 3, about 1 line): on a block that straddles the diagonal, keep only the pairs
+                #   whose key is not after the query (key offs_n <= query row)
+                tl.static_assert(False, 'not implemented yet: stage 3: _bwd_query_blocks_for_keys: on a block that straddles the ...')
+            p_t = tl.where(keep, p_t, 0.0)
+        # TODO (stage 2, about 4 lines): accumulate dV += P^T dO; then dP^T = V dO^T, dS^T = P^T (dP^T -
+        #   delta) and dK += dS^T Q (cast P^T and dS^T to the inputs' dtype for the tensor cores)
+        tl.static_assert(False, 'not implemented yet: stage 2: _bwd_query_blocks_for_keys: accumulate dV += P^T dO')
+        if ATOMIC_DQ:
+            # TODO (stage 5, about 6 lines): this key block's share of dQ for these rows, scale dS K (dS = the
+            #   transpose of ds_t), added into the fp32 buffer at dq_base + rows * stride_dqs + d with
+            #   tl.atomic_add (masked past seq_q when MASKED)
+            tl.static_assert(False, "not implemented yet: stage 5: _bwd_query_blocks_for_keys: this key block's share of dQ ...")
+        q_ptrs += BLOCK_M * stride_qs
+        do_ptrs += BLOCK_M * stride_dos
+    return dk, dv
+
+
+@triton.jit
+def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                                    dq_acc_ptr, key_len_ptr, n_heads, seq_q, seq_k, sm_scale, qk_scale,
+                                    seq_bucket,
+                                    stride_qb, stride_qh, stride_qs, stride_qd,
+                                    stride_kb, stride_kh, stride_ks, stride_kd,
+                                    stride_vb, stride_vh, stride_vs, stride_vd,
+                                    stride_dob, stride_doh, stride_dos, stride_dod,
+                                    stride_dkb, stride_dkh, stride_dks, stride_dkd,
+                                    stride_dvb, stride_dvh, stride_dvs, stride_dvd,
+                                    CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                    ATOMIC_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                    HEAD_DIM: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of BLOCK_N keys of one (batch, head): its dK and dV (and, with
+    ATOMIC_DQ, its contributions to dQ)."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    n_keys = visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+    n_start = pid_n * BLOCK_N
+    offs_n = n_start + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_ok = offs_n < n_keys
+    # TODO (stage 2, about 8 lines): load this block's K and V tiles once (rows offs_n, masked by key_ok); the
+    #   bases of Q, dO (this batch and head), lse and delta (bh * seq_q)
+    tl.static_assert(False, "not implemented yet: stage 2: flash_attention_bwd_dkdv_kernel: load this block's K and V ...")
+    dq_base = dq_acc_ptr + bh.to(tl.int64) * seq_q * HEAD_DIM  # contiguous fp32 buffer (atomic only)
+    # TODO (stage 2, about 2 lines): dK and dV accumulators of zeros, one row per key, in lse's dtype
+    tl.static_assert(False, 'not implemented yet: stage 2: flash_attention_bwd_dkdv_kernel: dK and dV accumulators of ...')
+
+    # Query blocks to visit: [q_lo, q_end). Unmasked: [u_lo, u_hi), blocks entirely below the
+    # causal diagonal and inside the sequence. Masked: [q_lo, u_lo) (the diagonal) and
+    # [u_hi, q_end) (the ragged last block).
+    q_end = tl.where(n_start < n_keys, seq_q, 0)  # a block of padding keys has no gradient
+    q_ceil = tl.cdiv(seq_q, BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        # TODO (stage 3, about 2 lines): the query blocks this key block skips: q_lo, the first query block
+        #   that sees any of its keys (queries before n_start see none), and u_lo, the first block whose every
+        #   row sees every key of the block (no mask needed from there on); both multiples of BLOCK_M
+        tl.static_assert(False, 'not implemented yet: stage 3: flash_attention_bwd_dkdv_kernel: the query blocks this key ...')
+    else:
+        q_lo = 0
+        u_lo = 0
+    if ATOMIC_DQ:
+        # TODO (stage 5, about 1 line): with atomics, a key block holding padding keys must mask every step
+        #   (its dQ share would add the padding keys): move u_lo to q_ceil for such a block
+        tl.static_assert(False, 'not implemented yet: stage 5: flash_attention_bwd_dkdv_kernel: with atomics, a key block ...')
+    u_hi = tl.maximum(seq_q // BLOCK_M * BLOCK_M, u_lo)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        q_lo, tl.minimum(u_lo, q_end), n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        True, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        u_lo, tl.minimum(u_hi, q_end), n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        False, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    dk, dv = _bwd_query_blocks_for_keys(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, offs_n,
+                                        u_hi, q_end, n_keys, seq_q, sm_scale, qk_scale,
+                                        stride_qs, stride_qd, stride_dos, stride_dod, HEAD_DIM,
+                                        True, CAUSAL, ATOMIC_DQ, DOT_PRECISION, HEAD_DIM, BLOCK_M)
+    # TODO (stage 2, about 9 lines): dK times sm_scale; padding keys (not key_ok) get exactly zero dK and dV;
+    #   store both in the outputs' dtype (rows offs_n, masked to offs_n < seq_k)
+    tl.static_assert(False, 'not implemented yet: stage 2: flash_attention_bwd_dkdv_kernel: dK times sm_scale')
+
+
+@triton.jit
+def _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, start, stop, n_keys, qk_scale,
+                                stride_ks, stride_kd, stride_vs, stride_vd,
+                                MASKED: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Accumulate dQ of one query block over the key blocks [start, stop)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k_ptrs = k_base + (start + offs_n)[:, None] * stride_ks + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + (start + offs_n)[:, None] * stride_vs + offs_d[None, :] * stride_vd
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        # TODO (stage 4, about 16 lines): load this key block's K and V (masked past n_keys when MASKED);
+        #   recompute P = exp2(Q K^T * qk_scale - lse2), masked like the dK/dV kernel's (keys past n_keys;
+        #   with CAUSAL, keys after the query) when MASKED; dP = dO V^T, dS = P (dP - delta) and dq += dS K
+        tl.static_assert(False, "not implemented yet: stage 4: _bwd_key_blocks_for_queries: load this key block's K and V ...")
+        k_ptrs += BLOCK_N * stride_ks
+        v_ptrs += BLOCK_N * stride_vs
+    return dq
+
+
+@triton.jit
+def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, key_len_ptr,
+                                  n_heads, seq_q, seq_k, sm_scale, qk_scale, seq_bucket,
+                                  stride_qb, stride_qh, stride_qs, stride_qd,
+                                  stride_kb, stride_kh, stride_ks, stride_kd,
+                                  stride_vb, stride_vh, stride_vs, stride_vd,
+                                  stride_dob, stride_doh, stride_dos, stride_dod,
+                                  stride_dqb, stride_dqh, stride_dqs, stride_dqd,
+                                  CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+                                  DOT_PRECISION: tl.constexpr,
+                                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program per block of BLOCK_M queries: its dQ, sweeping the keys like the forward."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    b = bh // n_heads
+    h = bh % n_heads
+    n_keys = visible_key_count(key_len_ptr, b, seq_k, HAS_KEY_LENGTHS)
+    m_start = pid_m * BLOCK_M
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seq_q
+    # TODO (stage 4, about 9 lines): load this query block's Q and dO tiles, lse2 = lse * log2(e) and delta
+    #   (all masked past seq_q; lse +inf there), the bases of K and V, and a dQ accumulator of zeros in lse's
+    #   dtype
+    tl.static_assert(False, "not implemented yet: stage 4: flash_attention_bwd_dq_kernel: load this query block's Q and ...")
+    full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
+    dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, 0, full_hi, n_keys, qk_scale,
+                                     stride_ks, stride_kd, stride_vs, stride_vd,
+                                     False, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    dq = _bwd_key_blocks_for_queries(dq, q, do, lse2, delta, k_base, v_base, offs_m, full_hi, hi, n_keys, qk_scale,
+                                     stride_ks, stride_kd, stride_vs, stride_vd,
+                                     True, CAUSAL, DOT_PRECISION, HEAD_DIM, BLOCK_N)
+    # TODO (stage 4, about 3 lines): store dQ times sm_scale in dq's dtype (rows past seq_q masked)
+    tl.static_assert(False, 'not implemented yet: stage 4: flash_attention_bwd_dq_kernel: store dQ times sm_scale in ...')
+
+
+# =============================================================================== configs
+# dK/dV kernel: BLOCK_N keys per program (their dK, dV accumulators live in registers: 2 x
+# BLOCK_N x D fp32, so D = 128 with 128 keys wants 8 warps), BLOCK_M query rows per step.
+BWD_KV_CONFIGS = [
+    tile_config(32, 128, 8, 3), tile_config(64, 128, 8, 2), tile_config(32, 64, 4, 3), tile_config(64, 128, 8, 3),
+    tile_config(32, 64, 4, 2), tile_config(64, 64, 8, 3), tile_config(32, 128, 8, 2),
+    tile_config(32, 128, 4, 3, max_head_dim=64), tile_config(64, 64, 4, 3, max_head_dim=64),
+    tile_config(16, 128, 4, 4, max_head_dim=64),
+    # Seen fastest at D = 64, S = 2048, not causal (sweep of 2026-11-27: 4 stages of 64-row
+    # query blocks keep the tensor cores fed where the unmasked loop is long).
+    tile_config(64, 64, 4, 4, max_head_dim=64),
+]
+# dQ kernel: BLOCK_M queries per program, BLOCK_N keys per step.
+BWD_Q_CONFIGS = [
+    tile_config(128, 64, 8, 3), tile_config(128, 32, 8, 3), tile_config(64, 64, 4, 3), tile_config(128, 64, 8, 2),
+    tile_config(64, 32, 4, 4), tile_config(64, 32, 4, 2), tile_config(128, 32, 4, 3, max_head_dim=64),
+]
+# For short sequences (16-bit inputs): one small tile (fp32 and fp64: flash_attention_plans.fixed_config).
+SMALL_BWD_KV, SMALL_BWD_Q = tile_config(32, 64, 4, 2), tile_config(64, 32, 4, 2)
+flash_attention_bwd_dkdv_autotuned = triton.autotune(
+    configs=BWD_KV_CONFIGS, key=AUTOTUNE_KEY + ["ATOMIC_DQ"], reset_to_zero=["dq_acc_ptr"],
+    prune_configs_by={"early_config_prune": pruner(SMALL_BWD_KV)})(flash_attention_bwd_dkdv_kernel)
+flash_attention_bwd_dq_autotuned = triton.autotune(
+    configs=BWD_Q_CONFIGS, key=AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": pruner(SMALL_BWD_Q)})(flash_attention_bwd_dq_kernel)
+DKDV = TunedKernel("kv", flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dkdv_autotuned, SIM_BWD_KV,
+                   SMALL_BWD_KV, axis="BLOCK_N")
+DQ = TunedKernel("q", flash_attention_bwd_dq_kernel, flash_attention_bwd_dq_autotuned, SIM_BWD_Q, SMALL_BWD_Q,
+                 axis="BLOCK_M")
+_DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
 
 
 # =============================================================================== launchers
-# No checks in launch_backward: flash_attention_backward below and the public entry
-# (flash_attention.py) check once, then call it.
+# No checks in these: flash_attention_backward below and the public entry (flash_attention.py)
+# check once, then call launch_backward, which calls the three below.
+def backward_delta(out, do, lse_dtype, delta=None):
+    """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel
+    (written into `delta` when given: a contiguous (B, H, Sq) tensor)."""
+    B, H, Sq, D = out.shape
+    if delta is None:
+        delta = torch.empty((B, H, Sq), dtype=lse_dtype, device=out.device)
+    strides = (*out.stride(), *do.stride())
+    launch(flash_attention_bwd_delta_kernel, (-(-Sq // _DELTA_BLOCK), B * H),
+           (out.dtype, do.dtype, B, H, Sq, D, strides), (out, do, delta, H, Sq, *strides),
+           dict(HEAD_DIM=D, BLOCK_M=_DELTA_BLOCK), num_warps=4)
+    return delta
+
+
+def launch_dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_lengths, atomic=False, kv_config=None):
+    """Run the dK/dV kernel into dk, dv; with `atomic`, return the fp32 dQ it accumulated (else None).
+    `kv_config` (a dict or triton.Config) fixes its block sizes instead of the tuned ones."""
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    has_kl = key_lengths is not None
+    lengths = key_lengths if has_kl else lse
+    kv = plan(DKDV, Sq, Sk, D, causal, has_kl, q.dtype, atomic, kv_config)
+    # dq_acc is read and written only with ATOMIC_DQ. The autotuner zeroes it before every trial
+    # (reset_to_zero), so then it must be a throwaway buffer, never a tensor that holds data.
+    if atomic:
+        dq_acc = torch.zeros((B, H, Sq, D), dtype=lse.dtype, device=q.device)
+    else:
+        dq_acc = lse if kv[1] is not None else torch.empty(1, dtype=lse.dtype, device=q.device)
+    kv_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
+    launch_plan(kv, Sk, B * H, (q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E,
+                                 kv[2], *kv_strides),
+                ("kv", q.dtype, lengths.dtype, B, H, Sq, Sk, kv_strides) if kv_config is None else None)
+    return dq_acc if atomic else None
+
+
+def launch_dq(q, k, v, do, lse, delta, dq, causal, scale, key_lengths, q_config=None):
+    """Run the dQ kernel into dq; `q_config` fixes its block sizes instead of the tuned ones."""
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    has_kl = key_lengths is not None
+    lengths = key_lengths if has_kl else lse
+    qp = plan(DQ, Sq, Sk, D, causal, has_kl, q.dtype, None, q_config)
+    q_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
+    launch_plan(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
+                                 *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides)
+                if q_config is None else None)
+
+
 def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy, kv_config=None, q_config=None,
                     grads=None):
     """(dq, dk, dv) of checked inputs, for dO of any strides (no copy: the kernels take strides).
@@ -62,11 +367,10 @@ def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy,
     (dicts or triton.Configs) fix the block sizes of the dK/dV and the dQ pass; `grads` = (dq, dk,
     dv) to write into, or None.
     """
-    # TODO (about 34 lines): allocate dq, dk, dv (unless given in grads); empty inputs: nothing to launch (no
-    #   query or no key: every gradient is an empty sum, zeros); launch your backward kernels (strategy
-    #   'split': separate dK/dV and dQ passes; 'atomic': dQ accumulated with atomics), with kv_config /
-    #   q_config when given
-    raise NotImplementedError('not implemented yet: launch_backward: allocate dq, dk, dv (unless given in grads)')
+    # TODO (stage 4, about 19 lines): allocate dq, dk, dv (unless given in grads); empty inputs: nothing to
+    #   launch (no query or no key: every gradient is an empty sum, zeros); then delta, dK and dV, and dQ
+    #   (strategy 'split': launch_dq; 'atomic': the dK/dV kernel's accumulated dQ, copied into dq)
+    raise NotImplementedError('not implemented yet: stage 4: launch_backward: allocate dq, dk, dv (unless given in ...')
 
 
 def check_strategy(strategy):

@@ -3,7 +3,7 @@
 // Check your work with `pytest tests/week1/test_matmul.py --impl=exercises`; `python -m course
 // progress` shows where every exercise stands.
 //
-// You write (about 234 lines in 9 holes, each a TODO below):
+// You write (about 231 lines in 14 holes, each a TODO below):
 // * `sgemm_naive`: one thread per output: row from the x coordinates (blockIdx.x * blockDim.x +
 //   threadIdx.x), col from y; guard both; acc over k of A[row][k] * B[k][col] (size_t offsets) (about
 //   9 lines)
@@ -16,21 +16,34 @@
 //   element of the A tile and one of the B tile per step, and computes B1_TM outputs of one column of
 //   C in registers (one B value from shared memory feeds B1_TM FMAs); __syncthreads() around the math;
 //   no bounds checks: the launcher pads to whole tiles (about 30 lines)
-// * `sgemm_blocktile_2d`: a B2_BM x B2_BN block tile; each of the 256 threads computes a B2_TM x B2_TN
-//   block of C as outer products of B2_TM values of A and B2_TN of B held in registers (regM, regN);
-//   the tiles loaded cooperatively in strides of rows, __syncthreads() around the math (about 41
-//   lines)
-// * `sgemm_vectorized`: as sgemm_blocktile_2d with float4 global loads and stores (one float4 of A and
-//   one of B per thread per step) and the A tile stored TRANSPOSED in shared memory (As[k * V_BM +
-//   m]), so that the inner loop reads A and B alike, contiguously (about 43 lines)
+// * `sgemm_blocktile_2d`: the shared tiles As (B2_BM x B2_BK) and Bs (B2_BK x B2_BN); this thread's
+//   place (threadRow, threadCol) among the (B2_BM / B2_TM) x (B2_BN / B2_TN) blocks of C; A, B and C
+//   moved to the block tile's corner; the load coordinates (innerRow/Col, stride in rows) of A and B;
+//   the B2_TM x B2_TN accumulators and the register arrays regM, regN (about 13 lines)
+// * `sgemm_blocktile_2d`: per B2_BK step: load both tiles cooperatively (rows strideA / strideB
+//   apart), __syncthreads(), advance A and B, then for each k the outer product of B2_TM values of A
+//   (regM) and B2_TN of B (regN) into acc; __syncthreads(); finally each thread writes its B2_TM x
+//   B2_TN block of C (about 28 lines)
+// * `sgemm_vectorized`: as sgemm_blocktile_2d's first hole, with the A tile stored TRANSPOSED in
+//   shared memory (As[k * V_BM + m]) and float4 load coordinates: one float4 of A (innerRowA,
+//   innerColA over V_BK / 4) and one of B (over V_BN / 4) per thread (about 11 lines)
+// * `sgemm_vectorized`: per V_BK step: one float4 of A, scattered TRANSPOSED into As (its 4 values go
+//   to 4 rows k), one float4 of B stored as is; __syncthreads(); the outer products as in rung 5 with
+//   regM read from As[k * V_BM + m]; then C written with float4 stores (about 32 lines)
 // * `sgemm_warptiling_body`: the shared tiles (As transposed: As[k * BM + m]) and the three levels of
 //   tiles: this warp's place in the block tile (warpRow, warpCol) and the thread's place in the warp's
 //   sub-tile; A, B and C moved to the block's (and C to the warp's) corner; the float4 load
 //   coordinates of A and B; the accumulators and register arrays (about 17 lines)
-// * `sgemm_warptiling_body`: register prefetch: tile 0's float4 loads into nextA / nextB; then per
-//   tile: store them into shared memory (A transposed), __syncthreads(), issue the NEXT tile's global
-//   loads (they land while the FMAs run), WMITER x WNITER sub-tiles of TM x TN outer products per k,
-//   and __syncthreads() before the prefetched tile overwrites this one (about 53 lines)
+// * `sgemm_warptiling_body`: register prefetch: tile 0's float4 loads of A and B into nextA[LOADS_A] /
+//   nextB[LOADS_B] (pass l covers rows innerRow + l * ROW_STRIDE) (about 6 lines)
+// * `sgemm_warptiling_body`: store the prefetched registers into shared memory: nextA's 4 values
+//   TRANSPOSED into As (As[(innerColA * 4 + c) * BM + m]), nextB as float4 into Bs; then
+//   __syncthreads() (about 12 lines)
+// * `sgemm_warptiling_body`: unless this is the last tile: advance A and B by one tile and issue its
+//   global loads into nextA / nextB now (about 10 lines)
+// * `sgemm_warptiling_body`: per k: the thread's WMITER * TM values of A (regM) and WNITER * TN of B
+//   (regN) from this warp's window of the tiles, then WMITER x WNITER outer products of TM x TN into
+//   acc (about 22 lines)
 // * `sgemm_warptiling_body`: write each thread's WMITER x WNITER blocks of TM x TN results to C with
 //   float4 stores (about 13 lines)
 //
@@ -108,9 +121,14 @@ extern "C" __global__ void __launch_bounds__(B2_THREADS)
 sgemm_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
                    float* __restrict__ C, int M, int N, int K)
 {
-    // TODO (about 41 lines): a B2_BM x B2_BN block tile; each of the 256 threads computes a B2_TM x B2_TN
-    //   block of C as outer products of B2_TM values of A and B2_TN of B held in registers (regM, regN); the
-    //   tiles loaded cooperatively in strides of rows, __syncthreads() around the math
+    // TODO (about 13 lines): the shared tiles As (B2_BM x B2_BK) and Bs (B2_BK x B2_BN); this thread's place
+    //   (threadRow, threadCol) among the (B2_BM / B2_TM) x (B2_BN / B2_TN) blocks of C; A, B and C moved to
+    //   the block tile's corner; the load coordinates (innerRow/Col, stride in rows) of A and B; the B2_TM x
+    //   B2_TN accumulators and the register arrays regM, regN
+
+    // TODO (about 28 lines): per B2_BK step: load both tiles cooperatively (rows strideA / strideB apart),
+    //   __syncthreads(), advance A and B, then for each k the outer product of B2_TM values of A (regM) and
+    //   B2_TN of B (regN) into acc; __syncthreads(); finally each thread writes its B2_TM x B2_TN block of C
 }
 
 // ---- 6. vectorized: float4 global loads/stores, A stored transposed in shared memory -----
@@ -127,9 +145,13 @@ extern "C" __global__ void __launch_bounds__(V_THREADS)
 sgemm_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                  float* __restrict__ C, int M, int N, int K)
 {
-    // TODO (about 43 lines): as sgemm_blocktile_2d with float4 global loads and stores (one float4 of A and
-    //   one of B per thread per step) and the A tile stored TRANSPOSED in shared memory (As[k * V_BM + m]),
-    //   so that the inner loop reads A and B alike, contiguously
+    // TODO (about 11 lines): as sgemm_blocktile_2d's first hole, with the A tile stored TRANSPOSED in shared
+    //   memory (As[k * V_BM + m]) and float4 load coordinates: one float4 of A (innerRowA, innerColA over
+    //   V_BK / 4) and one of B (over V_BN / 4) per thread
+
+    // TODO (about 32 lines): per V_BK step: one float4 of A, scattered TRANSPOSED into As (its 4 values go to
+    //   4 rows k), one float4 of B stored as is; __syncthreads(); the outer products as in rung 5 with regM
+    //   read from As[k * V_BM + m]; then C written with float4 stores
 }
 
 // ---- 7. warp tiling ----------------------------------------------------------------------
@@ -189,10 +211,22 @@ __device__ __forceinline__ void sgemm_warptiling_body(const float* __restrict__ 
     //   A, B and C moved to the block's (and C to the warp's) corner; the float4 load coordinates of A and B;
     //   the accumulators and register arrays
 
-    // TODO (about 53 lines): register prefetch: tile 0's float4 loads into nextA / nextB; then per tile:
-    //   store them into shared memory (A transposed), __syncthreads(), issue the NEXT tile's global loads
-    //   (they land while the FMAs run), WMITER x WNITER sub-tiles of TM x TN outer products per k, and
-    //   __syncthreads() before the prefetched tile overwrites this one
+    // TODO (about 6 lines): register prefetch: tile 0's float4 loads of A and B into nextA[LOADS_A] /
+    //   nextB[LOADS_B] (pass l covers rows innerRow + l * ROW_STRIDE)
+
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        // TODO (about 12 lines): store the prefetched registers into shared memory: nextA's 4 values
+        //   TRANSPOSED into As (As[(innerColA * 4 + c) * BM + m]), nextB as float4 into Bs; then
+        //   __syncthreads()
+
+        // TODO (about 10 lines): unless this is the last tile: advance A and B by one tile and issue its
+        //   global loads into nextA / nextB now
+
+        // TODO (about 22 lines): per k: the thread's WMITER * TM values of A (regM) and WNITER * TN of B
+        //   (regN) from this warp's window of the tiles, then WMITER x WNITER outer products of TM x TN into
+        //   acc
+        __syncthreads();  // the tile is about to be overwritten by the prefetched one
+    }
 
     // TODO (about 13 lines): write each thread's WMITER x WNITER blocks of TM x TN results to C with float4
     //   stores

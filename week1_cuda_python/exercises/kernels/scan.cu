@@ -3,15 +3,21 @@
 // Check your work with `pytest tests/week1/test_scan.py --impl=exercises`; `python -m course progress`
 // shows where every exercise stands.
 //
-// You write (about 188 lines in 9 holes, each a TODO below):
+// You write (about 188 lines in 11 holes, each a TODO below):
 // * `hillis_steele`: __shared__ T buffer[2][HILLIS_STEELE_MAX]; one element per thread (x[t - 1] when
 //   exclusive, 0 outside); log2(n) steps reading one buffer and writing the other (scan_add),
 //   __syncthreads() after each; out[t] for t < n (about 18 lines)
 // * `blelloch`: __shared__ T tree[PADDED(BLELLOCH_MAX)]; the tile of m = 2 * blockDim.x elements at
-//   blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) at PADDED indices; up-sweep;
-//   thread 0 writes the root to block_sums[blockIdx.x] (unless block_sums is NULL) and sets it to 0;
-//   down-sweep; __syncthreads() before every level; inclusive adds each element once more (about 42
-//   lines)
+//   blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) into the tree at PADDED indices
+//   (keep the two values: the inclusive scan adds them back) (about 9 lines)
+// * `blelloch`: the up-sweep: log2(m) levels, `active` threads halving each level, each adding the
+//   left child into the right (stride doubling), __syncthreads() before every level; then thread 0
+//   writes the root (the tile's total) to block_sums[blockIdx.x] unless it is NULL, and sets it to 0
+//   (about 16 lines)
+// * `blelloch`: the down-sweep: `active` doubling from 1, stride halving, __syncthreads() before every
+//   level: the left child takes the parent's value, the right child the parent's plus the old left;
+//   then out[base + a] and out[base + b] (guarded by n): the tree (exclusive) or tree + x (inclusive)
+//   (about 17 lines)
 // * `add_offsets`: one thread per element (64-bit index): out[i] += offsets[i / tile], tile 0 adding
 //   nothing (about 5 lines)
 // * `look_back`: lane k watches tile window_end - k (spinning while its flag is NOT_READY; before tile
@@ -88,10 +94,17 @@ template <typename T>
 __device__ void blelloch(const T* __restrict__ x, T* __restrict__ out, T* __restrict__ block_sums,
                          long long n, int exclusive)
 {
-    // TODO (about 42 lines): __shared__ T tree[PADDED(BLELLOCH_MAX)]; the tile of m = 2 * blockDim.x elements
-    //   at blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) at PADDED indices; up-sweep;
-    //   thread 0 writes the root to block_sums[blockIdx.x] (unless block_sums is NULL) and sets it to 0;
-    //   down-sweep; __syncthreads() before every level; inclusive adds each element once more
+    // TODO (about 9 lines): __shared__ T tree[PADDED(BLELLOCH_MAX)]; the tile of m = 2 * blockDim.x elements
+    //   at blockIdx.x * m, thread t loading elements t and t + m/2 (0 past n) into the tree at PADDED indices
+    //   (keep the two values: the inclusive scan adds them back)
+
+    // TODO (about 16 lines): the up-sweep: log2(m) levels, `active` threads halving each level, each adding
+    //   the left child into the right (stride doubling), __syncthreads() before every level; then thread 0
+    //   writes the root (the tile's total) to block_sums[blockIdx.x] unless it is NULL, and sets it to 0
+
+    // TODO (about 17 lines): the down-sweep: `active` doubling from 1, stride halving, __syncthreads() before
+    //   every level: the left child takes the parent's value, the right child the parent's plus the old left;
+    //   then out[base + a] and out[base + b] (guarded by n): the tree (exclusive) or tree + x (inclusive)
 }
 
 extern "C" __global__ void scan_blelloch_f32(const float* x, float* out, float* block_sums,
