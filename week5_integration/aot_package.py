@@ -237,12 +237,25 @@ class _CacheWriter:
         self.k, self.v = k_cache, v_cache
 
     def append(self, layer, k, v):
-        # index_copy_ at positions arange(T), not a copy into the slice [:T]: the slice's layout
-        # depends on whether T is the whole cache, which would split the graph on T == max_len.
-        positions = torch.arange(k.shape[2], device=k.device)
-        self.k[layer].index_copy_(2, positions, k)
-        self.v[layer].index_copy_(2, positions, v)
+        # Positions arange(T), not a copy into the slice [:T]: the slice's layout depends on
+        # whether T is the whole cache, which would split the graph on T == max_len.
+        write_cache(self.k, layer, torch.arange(k.shape[2], device=k.device), k)
+        write_cache(self.v, layer, torch.arange(k.shape[2], device=k.device), v)
         return k, v
+
+
+def write_cache(cache, layer: int, positions, new):
+    """cache[layer, :, :, positions] = new (B, H, T, Dh), as ONE index_put_ on the whole cache.
+
+    Why not `cache[layer].index_copy_(2, positions, new)`: that writes through a view (the layer's
+    select), which functionalization turns into "copy the layer out, write, scatter it back"
+    (select_scatter), and Inductor's generated code then copies every layer's cache through a
+    buffer and back into the input at the end of the step: the whole cache read and written per
+    token, where the step should write one position. An index_put_ on the input itself is what
+    Inductor's re-inplacing pass turns back into a write of those positions alone."""
+    layer_index = torch.full((1,), layer, dtype=torch.int64, device=cache.device)
+    # Two index tensors around two slices: the indexed dims go first, (T, B, H, Dh).
+    cache[layer_index, :, :, positions] = new.permute(2, 0, 1, 3)
 
 
 class Prefill(nn.Module):
@@ -280,8 +293,8 @@ class Decode(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             q, k = attn.ops.rope(q, k, *rope)
-        k_cache[layer].index_copy_(2, pos, k)
-        v_cache[layer].index_copy_(2, pos, v)
+        write_cache(k_cache, layer, pos, k)
+        write_cache(v_cache, layer, pos, v)
         y = F.scaled_dot_product_attention(q, k_cache[layer], v_cache[layer], attn_mask=visible.view(1, 1, 1, -1))
         return attn.proj(y.transpose(1, 2).reshape(B, 1, cfg.d_model))
 
