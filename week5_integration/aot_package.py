@@ -62,7 +62,6 @@ two bf16 evaluations of one model (`TOLERANCE_BF16`, relative to the logits' sca
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import zipfile
@@ -362,10 +361,11 @@ def export_programs(model: m.GPT, *, max_batch: int = 8, max_len: int | None = N
 
 
 def metadata(model: m.GPT, *, max_batch: int, max_len: int) -> dict[str, str]:
-    """What a loader checks before running (strings: the package's metadata is str -> str)."""
+    """What a loader checks before running, flat str -> str (the package's metadata format, which
+    the C++ runner reads with std::stol: no JSON parser needed there)."""
     cfg = model.cfg
-    return {"course.config": json.dumps({"vocab_size": cfg.vocab_size, "n_layers": cfg.n_layers,
-                                         "n_heads": cfg.n_heads, "head_dim": cfg.head_dim}),
+    return {"course.vocab_size": str(cfg.vocab_size), "course.n_layers": str(cfg.n_layers),
+            "course.n_heads": str(cfg.n_heads), "course.head_dim": str(cfg.head_dim),
             "course.max_batch": str(max_batch), "course.max_len": str(max_len),
             "course.dtype": str(model.tok.weight.dtype).removeprefix("torch."),
             "course.device": model.tok.weight.device.type}
@@ -409,6 +409,35 @@ def package_kernels(path) -> dict:
     triton = sorted(set(re.findall(r"\b(triton_[a-z_]*\d+|[a-z_]+_kernel(?:_\d+)?)\b", source)))
     return {"course": [k for k in COURSE_KERNELS if k in source], "triton": triton,
             "files": len(names), "bytes": path.stat().st_size}
+
+
+# ------------------------------------------------------------------------------ the C++ runner
+def build_cpp_runner(out_dir) -> Path:
+    """Compile aot_runner.cpp against the installed torch (its headers and libraries, the way
+    torch.utils.cpp_extension finds them; g++ directly, no CMake: torch's CMake config of a CUDA
+    build looks for the CUDA toolkit even for a CPU program). Returns the executable's path."""
+    import shutil
+    import subprocess
+
+    from torch.utils import cpp_extension
+
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler (c++ or g++) on PATH: the C++ runner cannot be built here")
+    source = Path(__file__).with_name("aot_runner.cpp")
+    exe = Path(out_dir) / "aot_runner"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    libs = cpp_extension.library_paths()
+    # torch_cuda when the wheel has it: the loader finds the CUDA model runner there (a GPU package)
+    names = [n for n in ("torch", "torch_cpu", "torch_cuda", "c10", "c10_cuda") if any((Path(d) / f"lib{n}.so").exists() for d in libs)]
+    command = [compiler, "-O2", "-std=c++17", str(source), "-o", str(exe),
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+               *[f"-I{d}" for d in cpp_extension.include_paths()], *[f"-L{d}" for d in libs],
+               *[f"-Wl,-rpath,{d}" for d in libs], "-Wl,--no-as-needed", *[f"-l{n}" for n in names]]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"building the C++ runner failed ({' '.join(command[:6])} ...):\n{done.stderr[-3000:]}")
+    return exe
 
 
 # --------------------------------------------------------------------------- eager references

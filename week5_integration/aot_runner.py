@@ -16,7 +16,6 @@ saying what was expected; only then does it run the package.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -33,11 +32,10 @@ class PackagedGPT:
         self.decode_fn = load_package(str(path), "decode")
         self.load_s = time.perf_counter() - started
         meta = self.prefill_fn.get_metadata()
-        if "course.config" not in meta:
-            raise ValueError(f"{path} is not a package of the course's GPT (no course.config in its metadata)")
-        cfg = json.loads(meta["course.config"])
-        self.vocab_size, self.n_layers = cfg["vocab_size"], cfg["n_layers"]
-        self.n_heads, self.head_dim = cfg["n_heads"], cfg["head_dim"]
+        if "course.vocab_size" not in meta:
+            raise ValueError(f"{path} is not a package of the course's GPT (no course.* keys in its metadata)")
+        self.vocab_size, self.n_layers = int(meta["course.vocab_size"]), int(meta["course.n_layers"])
+        self.n_heads, self.head_dim = int(meta["course.n_heads"]), int(meta["course.head_dim"])
         self.max_batch, self.max_len = int(meta["course.max_batch"]), int(meta["course.max_len"])
         self.dtype = getattr(torch, meta["course.dtype"])
         self.device = torch.device(meta["course.device"])
