@@ -96,6 +96,21 @@ def test_exported_graphs_hold_the_transparent_ops_and_no_opaque_course_op():
         assert [s.kind.name for s in signature.output_specs].count("USER_OUTPUT") == 1, name
 
 
+def test_gpu_branch_traces_and_compiles_to_ttir_without_a_gpu():
+    # The triton_ops' GPU bodies (the course kernels launched through wrap_triton) traced under
+    # functionalization in a fresh process that believes in a GPU, each kernel compiled to TTIR
+    # for sm_90: catches a wrong argument, constexpr or grid on any machine (aot_gpu_trace.py).
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("aot_gpu_trace.py"))],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("aot_")]
+    assert done.returncode == 0 and len(lines) == 5, done.stdout + done.stderr[-3000:]
+    written = {line.split()[0]: line.split(" ok ")[1] for line in lines}
+    # the mutation analysis finds only the outputs written (no input of the model is touched)
+    assert written == {"aot_rms_norm": "['y_ptr']", "aot_add_rms_norm": "['h_ptr', 'rstd_ptr', 'y_ptr']",
+                       "aot_rope": "['ko_ptr', 'qo_ptr']", "aot_causal_attention": "['lse_ptr', 'o_ptr']",
+                       "aot_swiglu": "['y_ptr']"}, written
+
+
 @pytest.mark.parametrize("bad", ["not a model", "path", "max_len", "max_batch"])
 def test_package_refuses_bad_arguments_before_compiling(tmp_path, bad):
     model = tiny_model()
