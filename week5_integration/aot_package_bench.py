@@ -115,7 +115,7 @@ class _Loop:
     def step(self, token):
         logits = self._first(self.decode_fn(token, self.pos, self.k, self.v))
         self.pos.add_(1)
-        return logits.unsqueeze(1)
+        return logits
 
 
 def measure(variant: str, model, p: dict, batch: int, idx, package_path, compiled: dict) -> dict:
@@ -147,13 +147,11 @@ def measure(variant: str, model, p: dict, batch: int, idx, package_path, compile
         return _median(runs[1:])
     if variant == "aoti package, checked":
         gpt = runner.PackagedGPT(package_path)
-        runs = [_decode_loop(lambda t: gpt.decode(t).unsqueeze(1), gpt.prefill, idx, new) for _ in range(p["repeats"] + 1)]
+        runs = [_decode_loop(gpt.decode, gpt.prefill, idx, new) for _ in range(p["repeats"] + 1)]
         return _median(runs[1:])
     if variant == "onnxruntime":
         from week5_integration import onnx_export as ox
 
-        if batch > 1:  # a CPU forward of the whole model: batch 1 says what it needs to say
-            raise ValueError("onnxruntime runs at batch 1 only here (CPU, prefill)")
 
         ox.require_onnx()
         cpu_model = cm.build(cfg, "reference", device="cpu", dtype=torch.float32).eval()
@@ -205,19 +203,23 @@ def kernel_census(path, batch: int, prompt: int, max_len: int) -> dict:
     return out
 
 
-def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0) -> dict:
+def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None) -> dict:
+    """Every variant at every batch of plan `p`; `package_path`: reuse a package of this plan's
+    model (seed 0, dtype, max_len, max batch) instead of compiling one (compile_s then absent)."""
     started = time.perf_counter()
     cfg = cm.preset(p["config"])
     p["max_len"] = min(cfg.max_seq_len, -(-(p["prompt"] + p["new"] - 1) // 16) * 16)
     model = cm.build(cfg, "fast", dtype=p["dtype"]).eval()
     extra = {}
-    package_path = Path(tempfile.mkdtemp()) / "gpt.pt2"
     needs_package = any(v.startswith("aoti") for v in variants)
     if needs_package:
-        t0 = time.perf_counter()
-        ap.package(model, package_path, max_batch=max(p["batches"]), max_len=p["max_len"])
-        extra["package"] = {"compile_s": time.perf_counter() - t0, **ap.package_kernels(package_path),
-                            **load_time_fresh_process(package_path)}
+        compile_s = {}
+        if package_path is None:
+            package_path = Path(tempfile.mkdtemp()) / "gpt.pt2"
+            t0 = time.perf_counter()
+            ap.package(model, package_path, max_batch=max(p["batches"]), max_len=p["max_len"])
+            compile_s = {"compile_s": time.perf_counter() - t0}
+        extra["package"] = {**compile_s, **ap.package_kernels(package_path), **load_time_fresh_process(package_path)}
         try:
             extra["kernels"] = kernel_census(package_path, 1, p["prompt"], p["max_len"])
         except Exception as error:  # the census is a reading aid: its failure is reported, not fatal
@@ -235,6 +237,9 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0) -> dict:
         for variant in variants:
             if time.perf_counter() - started > deadline_s:
                 rows.append({"size": size, "variant": variant, "skipped": "time budget spent"})
+                continue
+            if variant == "onnxruntime" and batch > 1:  # a CPU forward of the whole model: batch 1 says it
+                rows.append({"size": size, "variant": variant, "skipped": "run at batch 1 only (CPU, prefill)"})
                 continue
             print(f"[aot_package] {size} {variant}", file=sys.stderr, flush=True)
             try:
@@ -283,7 +288,7 @@ def table(record: dict) -> str:
     package = record.get("package", {})
     text = f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
     if package:
-        text += (f"\nPackage: {package.get('bytes', 0) / 2**20:.1f} MiB, compiled in {package.get('compile_s', 0):.0f} s; "
+        text += (f"\nPackage: {package.get('bytes', 0) / 2**20:.1f} MiB, compiled in {package.get('compile_s', float('nan')):.0f} s; "
                  f"fresh process: import torch {package.get('import_torch_s', float('nan')):.2f} s, the loader "
                  f"{package.get('import_loader_s', float('nan')):.2f} s, load {package.get('load_s', float('nan')):.2f} s; "
                  f"course kernels in its code: {', '.join(package.get('course', [])) or 'none'}.\n")
@@ -295,8 +300,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="results directory (default: print only)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop starting new rows after this")
+    parser.add_argument("--package", help="reuse this .pt2 (`python -m week5_integration.aot_package` with the "
+                                          "plan's config, dtype, --max-batch and --max-len) instead of compiling one")
     args = parser.parse_args(argv)
-    record = run(plan(), tuple(args.variants), args.budget_s)
+    record = run(plan(), tuple(args.variants), args.budget_s, args.package)
     text = table(record)
     print(text)
     if args.out:

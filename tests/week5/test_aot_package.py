@@ -202,3 +202,19 @@ def test_package_kernels_say_whose_code_runs(packaged):
     else:
         # no Triton on a CPU package: Inductor's C++ for the ops' torch references
         assert found["course"] == [], found
+
+
+@pytest.mark.slow  # g++ over torch's headers: minutes on a small CPU machine
+def test_cpp_runner_generates_the_same_tokens(packaged, tmp_path):
+    # No Python at all: aot_runner.cpp (AOTIModelPackageLoader) built against the installed torch.
+    model, path = packaged
+    exe = ap.build_cpp_runner(tmp_path)
+    idx = prompt(1, 5, seed=3)
+    done = subprocess.run([str(exe), str(path), "6", *map(str, idx[0].tolist())],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, _, want = ap.eager_prefill_and_decode(model, idx, 6)
+    assert [int(t) for t in done.stdout.split()] == want[0].tolist()
+    # and it refuses a prompt past the packaged maximum before running anything
+    too_long = subprocess.run([str(exe), str(path), "2", *["1"] * MAX_LEN], capture_output=True, text=True)
+    assert too_long.returncode == 2 and "the package holds 32" in too_long.stderr
