@@ -18,9 +18,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-import torch
-from torch._inductor.package import load_package
+# Run by path, Python puts this file's folder first on sys.path, and the lesson folder holds
+# modules named model.py, data.py, train.py...: drop it, so that no import can find them.
+HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
+    sys.path.pop(0)
+
+import torch  # noqa: E402
+from torch._inductor.package import load_package  # noqa: E402
 
 
 class PackagedGPT:
@@ -109,8 +116,19 @@ class PackagedGPT:
 
 
 def loaded_course_modules() -> list[str]:
-    """Names of course modules in this process: empty is the point of this file."""
-    return sorted(n for n in sys.modules if n.split(".")[0] in ("course", "capstone") or n.startswith("week"))
+    """Course modules in this process, by name or by file (anything loaded from the course's
+    folder but this script): empty is the point of this file."""
+    root = HERE.parent
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        resolved = Path(path).resolve() if path else None
+        # (a virtual environment inside the course's folder holds torch: not a course module)
+        inside = (resolved is not None and resolved.is_relative_to(root) and resolved != Path(__file__).resolve()
+                  and not {"site-packages", "dist-packages"} & set(resolved.parts))
+        if inside or name.split(".")[0] in ("course", "capstone") or name.startswith("week"):
+            found.append(name)
+    return sorted(found)
 
 
 def main(argv=None) -> int:
