@@ -122,7 +122,8 @@ def loaded_course_modules() -> list[str]:
     found = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        resolved = Path(path).resolve() if path else None
+        # (some modules have a relative, made-up __file__: torch.ops says "_ops.py"): absolute paths only
+        resolved = Path(path).resolve() if isinstance(path, str) and Path(path).is_absolute() else None
         # (a virtual environment inside the course's folder holds torch: not a course module)
         inside = (resolved is not None and resolved.is_relative_to(root) and resolved != Path(__file__).resolve()
                   and not {"site-packages", "dist-packages"} & set(resolved.parts))
