@@ -11,6 +11,7 @@ generated code holds the course's kernels on a GPU (none on a CPU, where Inducto
 Error model (aot_package's docstring): fp32 on the CPU: `TOLERANCE`; bf16 on a GPU: `TOLERANCE_BF16`.
 """
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,8 +101,11 @@ def test_gpu_branch_traces_and_compiles_to_ttir_without_a_gpu():
     # The triton_ops' GPU bodies (the course kernels launched through wrap_triton) traced under
     # functionalization in a fresh process that believes in a GPU, each kernel compiled to TTIR
     # for sm_90: catches a wrong argument, constexpr or grid on any machine (aot_gpu_trace.py).
+    # This process's simulation switches (TRITON_INTERPRET=1 ...) must not reach the script: its
+    # kernels have to be JITFunctions.
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM", "COURSE_BACKEND")}
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("aot_gpu_trace.py"))],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("aot_")]
     assert done.returncode == 0 and len(lines) == 5, done.stdout + done.stderr[-3000:]
     written = {line.split()[0]: line.split(" ok ")[1] for line in lines}
