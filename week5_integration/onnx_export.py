@@ -23,11 +23,12 @@ kernels), so they agree to float32 rounding compounded over the layers, not bit 
 `TOLERANCE` (rtol 1e-4, atol 1e-5 on logits of order 1) holds that with a wide margin and is
 still 1000x below what a wrong mask or a wrong rotary table gives (errors of order 1).
 
-TensorRT (notes only, not exercised here: it needs an NVIDIA GPU with its libraries at export
-time, which neither the CPU CI nor the GPU machine of this course has) compiles an ONNX graph for
-one GPU: it fuses layers, picks kernels by timing them, and can run in fp16/bf16/fp8/int8 with
-calibration. `trtexec --onnx=model.onnx --fp16` builds an engine from the file this module
-writes; Torch-TensorRT does the same from a torch.export program without the file.
+TensorRT (not exercised by the tests: its wheels come from NVIDIA's own package index, which the
+course's CI machine cannot reach; the inference notebook has a cell for the learner to run on
+Colab) compiles an ONNX graph for one GPU: it fuses layers, picks kernels by timing them, and can
+run in fp16/bf16/fp8/int8 with calibration. `trtexec --onnx=model.onnx --fp16` builds an engine
+from the file this module writes; Torch-TensorRT does the same from a torch.export program
+without the file. aot_package.py is the path that keeps the course's own kernels: AOTInductor.
 
 Packages: `pip install onnx onnxruntime onnxscript` (not needed by the rest of the course;
 `require_onnx` says so when they are missing).

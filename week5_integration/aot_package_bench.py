@@ -1,0 +1,316 @@
+"""The deployment paths of the capstone GPT, timed side by side (the package itself: aot_package.py).
+
+    python -m week5_integration.aot_package_bench --out week5_integration/results     # on the GPU
+
+One model (the capstone's fast model, `gpt2_124m` in bf16 on a GPU; `tiny` in fp32 in
+simulation), one greedy generation (prompt P, N new tokens, batch 1 and 8), decoded each way:
+
+* `eager cache`: the fast model's forward with week 5's KVCache, one Python call per token;
+* `eager cache+graph`: week 5's StaticDecoder, one CUDA-graph replay per token;
+* `torch.compile`: aot_package's Decode step (the very graph the package holds) JIT-compiled
+  by torch.compile, mode "reduce-overhead" (Inductor + CUDA graphs), one call per token;
+* `aoti package`: the .pt2, its decode function called directly (the loop a C++ server runs);
+* `aoti package, checked`: the same through aot_runner.PackagedGPT, which checks every input
+  against the package's metadata first (a host sync per token for the id range);
+* `onnxruntime`: the ONNX export (onnx_export.py), prefill only (it has no KV cache; on the
+  CPU execution provider unless onnxruntime-gpu is installed: the row says where it ran).
+
+Each row: ms per decode step (one new token per sequence), tokens/s, prefill ms and tokens/s
+(B x P / prefill time). Beside them: the memory floor of one step (weights + KV cache read once,
+`inference.decode_step_bytes`, divided by the copy bandwidth measured in the same run), the
+package's compile time, its size, its load time in a fresh process, and which kernels run:
+the course kernels found in the package's generated code (`aot_package.package_kernels`) and a
+torch.profiler trace of one package decode step and one prefill, each kernel name sorted into
+course / Inductor-generated Triton / other (cuBLAS, aten, flash SDPA).
+
+Runtime on an H100 (estimated, not yet measured): packaging ~60-120 s (two graphs, Inductor +
+the course's Triton kernels compiled to cubins), torch.compile ~20-40 s per batch size, the
+timed loops a few seconds each: ~3 min in all (`--variants` picks a subset).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from capstone import model as cm
+from course import bench, runtime
+from week5_integration import aot_package as ap
+from week5_integration import inference
+
+BENCHMARK_NAME = "aot_package"
+RUNNER = Path(__file__).resolve().parent / "aot_runner.py"
+VARIANTS = ("eager cache", "eager cache+graph", "torch.compile", "aoti package", "aoti package, checked", "onnxruntime")
+
+
+def plan() -> dict:
+    return {"config": runtime.pick(gpu="gpt2_124m", sim="tiny"), "dtype": runtime.pick(gpu=torch.bfloat16, sim=torch.float32),
+            "prompt": runtime.pick(gpu=960, sim=16), "new": runtime.pick(gpu=64, sim=4),
+            "batches": runtime.pick(gpu=[1, 8], sim=[1, 2]), "repeats": runtime.pick(gpu=3, sim=1)}
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def load_runner():
+    spec = importlib.util.spec_from_file_location("aot_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _decode_loop(step, prefill, idx, new: int) -> dict:
+    """Time prefill() then new - 1 calls of step(token) -> logits: {"prefill_ms", "ms", "tokens"}."""
+    _sync()
+    t0 = time.perf_counter()
+    logits = prefill(idx)
+    token = logits[:, -1].argmax(-1, keepdim=True)
+    _sync()
+    t1 = time.perf_counter()
+    tokens = [idx, token]
+    for _ in range(new - 1):
+        token = step(token).argmax(-1, keepdim=True)
+        tokens.append(token)
+    _sync()
+    t2 = time.perf_counter()
+    return {"prefill_ms": (t1 - t0) * 1e3, "ms": (t2 - t1) * 1e3 / (new - 1), "tokens": torch.cat(tokens, 1)}
+
+
+def _median(runs: list[dict]) -> dict:
+    return {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs), "ms": statistics.median(r["ms"] for r in runs),
+            "tokens": runs[-1]["tokens"]}
+
+
+class _Loop:
+    """prefill / step closures over explicit caches for the Decode graph (torch.compile) or the
+    package's raw functions: the position lives in a device tensor, as in the package."""
+
+    def __init__(self, prefill_fn, decode_fn, cfg, batch, max_len, dtype):
+        self.prefill_fn, self.decode_fn = prefill_fn, decode_fn
+        shape = ap.cache_shape(cfg, batch, max_len)
+        self.k = torch.zeros(shape, dtype=dtype, device=runtime.DEVICE)
+        self.v = torch.zeros_like(self.k)
+        self.pos = torch.zeros(1, dtype=torch.int64, device=runtime.DEVICE)
+
+    @staticmethod
+    def _first(out):
+        return out[0] if isinstance(out, (list, tuple)) else out
+
+    def prefill(self, idx):
+        logits = self._first(self.prefill_fn(idx, self.k, self.v))
+        self.pos.fill_(idx.shape[1])
+        return logits
+
+    def step(self, token):
+        logits = self._first(self.decode_fn(token, self.pos, self.k, self.v))
+        self.pos.add_(1)
+        return logits
+
+
+def measure(variant: str, model, p: dict, batch: int, idx, package_path, compiled: dict) -> dict:
+    """One timed generation of `variant` (after a warm-up run)."""
+    cfg, new, max_len = model.cfg, p["new"], p["max_len"]
+    if variant in ("eager cache", "eager cache+graph"):
+        got = inference.measure_generate(model, batch=batch, prompt=idx.shape[1], new_tokens=new, repeats=p["repeats"],
+                                         variant="cache" if variant == "eager cache" else "cache_graph")
+        return {"prefill_ms": got["prefill_ms"], "ms": got["ms"], "tokens": got["tokens"]}
+    if variant == "torch.compile":
+        if batch not in compiled:
+            old = model.ops
+            model.use_ops(ap.AOT_OPS)  # the package's graph, JIT-compiled (the ops are kept swapped while it runs)
+            compiled[batch] = (torch.compile(ap.Decode(model), mode="reduce-overhead", fullgraph=True), old)
+        decode, old = compiled[batch]
+        model.use_ops(ap.AOT_OPS)
+        try:
+            with torch.no_grad():
+                make = lambda: _Loop(ap.Prefill(model), decode, cfg, batch, max_len, p["dtype"])  # noqa: E731
+                runs = [_decode_loop((lp := make()).step, lp.prefill, idx, new) for _ in range(p["repeats"] + 1)]
+        finally:
+            model.use_ops(old)
+        return _median(runs[1:])
+    runner = load_runner()
+    if variant == "aoti package":
+        gpt = runner.PackagedGPT(package_path)
+        make = lambda: _Loop(gpt.prefill_fn, gpt.decode_fn, cfg, batch, max_len, p["dtype"])  # noqa: E731
+        runs = [_decode_loop((lp := make()).step, lp.prefill, idx, new) for _ in range(p["repeats"] + 1)]
+        return _median(runs[1:])
+    if variant == "aoti package, checked":
+        gpt = runner.PackagedGPT(package_path)
+        runs = [_decode_loop(gpt.decode, gpt.prefill, idx, new) for _ in range(p["repeats"] + 1)]
+        return _median(runs[1:])
+    if variant == "onnxruntime":
+        from week5_integration import onnx_export as ox
+
+
+        ox.require_onnx()
+        cpu_model = cm.build(cfg, "reference", device="cpu", dtype=torch.float32).eval()
+        with tempfile.TemporaryDirectory() as tmp:
+            session = ox.onnx_session(ox.export_onnx(cpu_model, Path(tmp) / "gpt.onnx"))
+            ms = ox.time_cpu(lambda: ox.run_onnx(session, idx.cpu()), repeats=p["repeats"])
+        return {"prefill_ms": ms, "ms": None, "tokens": None, "where": "CPU execution provider, fp32, no KV cache"}
+    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def load_time_fresh_process(path) -> dict:
+    """Seconds to import torch and to load the package, in a new Python (what a server pays once)."""
+    code = ("import time, json; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); "
+            "from torch._inductor.package import load_package; t2 = time.perf_counter(); "
+            f"a = load_package({str(path)!r}, 'prefill'); b = load_package({str(path)!r}, 'decode'); "
+            "t3 = time.perf_counter(); print(json.dumps({'import_torch_s': t1 - t0, 'import_loader_s': t2 - t1, "
+            "'load_s': t3 - t2}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        return {"error": done.stderr[-500:]}
+    import json
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def kernel_census(path, batch: int, prompt: int, max_len: int) -> dict:
+    """Kernels one package prefill and one decode step launch (torch.profiler), by whose they are."""
+    if not runtime.on_gpu():
+        return {"note": "no GPU: the CPU package runs Inductor's C++, no kernels to list"}
+    from torch.profiler import ProfilerActivity, profile
+
+    gpt = load_runner().PackagedGPT(path)
+    idx = torch.randint(0, gpt.vocab_size, (batch, prompt), device=runtime.DEVICE)
+    gpt.prefill(idx)  # warm-up: the loader's lazy work, cuBLAS handles
+    out = {}
+    for phase in ("prefill", "decode"):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            gpt.prefill(idx) if phase == "prefill" else gpt.decode(idx[:, :1])
+            _sync()
+        names = {}
+        for e in prof.key_averages():
+            if e.device_type.name == "CUDA" or getattr(e, "device_time_total", 0):
+                names[e.key] = names.get(e.key, 0) + e.count
+        kinds = {"course": {}, "inductor": {}, "other": {}}
+        for name, count in names.items():
+            kind = ("course" if any(k in name for k in ap.COURSE_KERNELS) else
+                    "inductor" if name.startswith(("triton_", "triton_poi", "triton_red", "triton_per")) else "other")
+            kinds[kind][name] = count
+        out[phase] = kinds
+    return out
+
+
+def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None) -> dict:
+    """Every variant at every batch of plan `p`; `package_path`: reuse a package of this plan's
+    model (seed 0, dtype, max_len, max batch) instead of compiling one (compile_s then absent)."""
+    started = time.perf_counter()
+    cfg = cm.preset(p["config"])
+    p["max_len"] = min(cfg.max_seq_len, -(-(p["prompt"] + p["new"] - 1) // 16) * 16)
+    model = cm.build(cfg, "fast", dtype=p["dtype"]).eval()
+    extra = {}
+    needs_package = any(v.startswith("aoti") for v in variants)
+    if needs_package:
+        compile_s = {}
+        if package_path is None:
+            package_path = Path(tempfile.mkdtemp()) / "gpt.pt2"
+            t0 = time.perf_counter()
+            ap.package(model, package_path, max_batch=max(p["batches"]), max_len=p["max_len"])
+            compile_s = {"compile_s": time.perf_counter() - t0}
+        extra["package"] = {**compile_s, **ap.package_kernels(package_path), **load_time_fresh_process(package_path)}
+        try:
+            extra["kernels"] = kernel_census(package_path, 1, p["prompt"], p["max_len"])
+        except Exception as error:  # the census is a reading aid: its failure is reported, not fatal
+            extra["kernels"] = {"error": f"{type(error).__name__}: {error}"[:500]}
+    copy_gbps = bench.copy_bandwidth_gbps()
+    rows, compiled = [], {}
+    for batch in p["batches"]:
+        size = f"B={batch}, prompt {p['prompt']}+{p['new']}"
+        idx = torch.randint(0, cfg.vocab_size, (batch, p["prompt"]), generator=torch.Generator().manual_seed(0))
+        idx = idx.to(runtime.DEVICE)
+        context = p["prompt"] + p["new"] // 2
+        floor_bytes = inference.decode_step_bytes(cfg, batch=batch, context=context, itemsize=bench.itemsize(p["dtype"]))
+        floor_ms = floor_bytes / (copy_gbps * 1e9) * 1e3
+        base_tokens = None
+        for variant in variants:
+            if time.perf_counter() - started > deadline_s:
+                rows.append({"size": size, "variant": variant, "skipped": "time budget spent"})
+                continue
+            if variant == "onnxruntime" and batch > 1:  # a CPU forward of the whole model: batch 1 says it
+                rows.append({"size": size, "variant": variant, "skipped": "run at batch 1 only (CPU, prefill)"})
+                continue
+            print(f"[aot_package] {size} {variant}", file=sys.stderr, flush=True)
+            try:
+                got = measure(variant, model, p, batch, idx, package_path, compiled)
+            except Exception as error:
+                traceback.print_exc()
+                rows.append({"size": size, "variant": variant, "skipped": f"failed: {type(error).__name__}: {error}"[:300]})
+                continue
+            row = {"size": size, "variant": variant, "batch": batch, "prompt": p["prompt"], "ms": got["ms"],
+                   "prefill_ms": got["prefill_ms"], "prefill_tokens_per_s": batch * p["prompt"] / (got["prefill_ms"] * 1e-3),
+                   "floor_ms": floor_ms, "floor_bytes": floor_bytes}
+            if got.get("where"):
+                row["where"] = got["where"]
+            if got["ms"]:
+                row["tokens_per_s"] = batch / (got["ms"] * 1e-3)
+                row["pct_of_floor"] = 100 * floor_ms / got["ms"]
+            if got["tokens"] is not None:
+                base_tokens = got["tokens"] if base_tokens is None else base_tokens
+                row["same_tokens_as_first"] = bool(torch.equal(got["tokens"].cpu(), base_tokens.cpu()))
+            rows.append(row)
+    return {"benchmark": BENCHMARK_NAME,
+            "title": f"Deployment paths of the capstone GPT ({cfg.n_layers} x {cfg.d_model}, V={cfg.vocab_size}, "
+                     f"{str(p['dtype']).removeprefix('torch.')}): greedy decode and prefill",
+            "notes": ("ms = one decode step (one new token per sequence), median of the runs after a warm-up; floor = "
+                      "weights + KV cache at the mean context read once at the copy bandwidth measured in this run; "
+                      "prefill tokens/s = batch x prompt / prefill time (logits of every position); onnxruntime: no "
+                      "cache, prefill only, where it ran; same tokens: against the first variant of the batch "
+                      "(bf16: a near-tie may flip)"),
+            "simulated": not runtime.on_gpu(), "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": runtime.describe(), "ceilings": {"copy_gbps": copy_gbps}, "plan": {k: str(v) for k, v in p.items()},
+            "rows": rows, **extra}
+
+
+def table(record: dict) -> str:
+    head = ["size", "variant", "ms/token", "tokens/s", "% of floor", "prefill ms", "prefill tokens/s", "same tokens"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    for r in record["rows"]:
+        if "skipped" in r:
+            lines.append(f"| {r['size']} | {r['variant']} | {r['skipped']} |" + " |" * (len(head) - 3))
+            continue
+        lines.append("| " + " | ".join([r["size"], r["variant"] + (f" ({r['where']})" if r.get("where") else ""),
+                                        f(r.get("ms"), ".3f"), f(r.get("tokens_per_s"), ",.0f"), f(r.get("pct_of_floor"), ".1f"),
+                                        f(r["prefill_ms"], ".2f"), f(r["prefill_tokens_per_s"], ",.0f"),
+                                        str(r.get("same_tokens_as_first", "-"))]) + " |")
+    package = record.get("package", {})
+    text = f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
+    if package:
+        text += (f"\nPackage: {package.get('bytes', 0) / 2**20:.1f} MiB, compiled in {package.get('compile_s', float('nan')):.0f} s; "
+                 f"fresh process: import torch {package.get('import_torch_s', float('nan')):.2f} s, the loader "
+                 f"{package.get('import_loader_s', float('nan')):.2f} s, load {package.get('load_s', float('nan')):.2f} s; "
+                 f"course kernels in its code: {', '.join(package.get('course', [])) or 'none'}.\n")
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", help="results directory (default: print only)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--budget-s", type=float, default=170.0, help="stop starting new rows after this")
+    parser.add_argument("--package", help="reuse this .pt2 (`python -m week5_integration.aot_package` with the "
+                                          "plan's config, dtype, --max-batch and --max-len) instead of compiling one")
+    args = parser.parse_args(argv)
+    record = run(plan(), tuple(args.variants), args.budget_s, args.package)
+    text = table(record)
+    print(text)
+    if args.out:
+        for path in bench.write_record(record, args.out, text, json_default=str):
+            print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
