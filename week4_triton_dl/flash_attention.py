@@ -192,6 +192,10 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
                 mask=row_ok[:, None], other=0.0)
     # Statistics and accumulator in fp32 (fp64 for fp64 inputs): the type of the lse buffer.
     acc_ty = lse_ptr.dtype.element_ty
+    # The scale in that type too: Triton passes a Python float as fp32, but a caller compiled by
+    # Inductor (week 5's AOTInductor package) passes it as fp64, which would promote the scores,
+    # the statistics and the accumulator to fp64 and break the dot's fp32 accumulator.
+    qk_scale = tl.cast(qk_scale, acc_ty)
     m_i = tl.full([BLOCK_M], -float("inf"), acc_ty)
     l_i = tl.zeros([BLOCK_M], acc_ty)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], acc_ty)

@@ -152,7 +152,7 @@ def test_sampling_draws_bytes_only_and_is_seeded():
     model = cm.build(cfg, "reference", seed=0)
     with torch.no_grad():
         model.tok.weight[256:] *= 50  # make them likely: they must still never be drawn
-    idx = data.encode("The ")[None]
+    idx = data.encode("The ")[None].to(model.tok.weight.device)  # the model lives where the kernels run
     a = cg.sample(model, idx, 20, temperature=1.0, seed=3)
     assert a.shape == (1, 24) and torch.equal(a[:, :4], idx) and int(a.max()) < 256
     assert torch.equal(a, cg.sample(model, idx, 20, temperature=1.0, seed=3))

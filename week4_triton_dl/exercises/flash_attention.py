@@ -4,7 +4,7 @@ calls.
 Check your work with `pytest tests/week4/test_flash_attention.py --impl=exercises`; `python -m
 course progress` shows where every exercise stands.
 
-You write (about 78 lines in 6 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 79 lines in 6 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
 * `_fwd_key_blocks`: load this block's K (masked past n_keys when MASKED); qk = q k^T; then the
   block's new running max m_new, p = exp2(s - m_new) and alpha = exp2(m_i - m_new), in base 2
@@ -15,7 +15,7 @@ until you fill them):
   loaded like K; p rounded to V's dtype for the tensor cores); m_i = m_new (about 8 lines)
 * `flash_attention_fwd_kernel`: one program per (query block, b * n_heads + h), causal ones in
   reverse order; the (batch, head) bases of q, k, v, o; n_keys (visible_key_count); the Q tile
-  loaded once (rows past seq_q as 0); m = -inf, l = 0, acc = 0 in lse's dtype (about 21 lines)
+  loaded once (rows past seq_q as 0); m = -inf, l = 0, acc = 0 in lse's dtype (about 22 lines)
 * `flash_attention_fwd_kernel`: the key range of this query block (query_block_key_range: [0,
   full_hi) needs no mask, [full_hi, hi) does), then _fwd_key_blocks over each, unmasked first (about
   7 lines)
@@ -112,7 +112,7 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # seq_bucket (next power of two of the longer sequence) is not used here: it is the
     # autotuner's key, so one tuning serves every length in the bucket.
-    # TODO (about 21 lines): one program per (query block, b * n_heads + h), causal ones in reverse order; the
+    # TODO (about 22 lines): one program per (query block, b * n_heads + h), causal ones in reverse order; the
     #   (batch, head) bases of q, k, v, o; n_keys (visible_key_count); the Q tile loaded once (rows past seq_q
     #   as 0); m = -inf, l = 0, acc = 0 in lse's dtype
     tl.static_assert(False, 'not implemented yet: flash_attention_fwd_kernel: one program per (query block, b * ...')
