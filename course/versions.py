@@ -111,6 +111,37 @@ def support_line(root: Path = ROOT) -> str:
     return "versions: " + support(measured=measured)[1]
 
 
+# ------------------------------------------------ library differences inside the range (one place)
+def interpreter_descriptor_limitation() -> str | None:
+    """Why tensor-descriptor (TMA) kernels cannot take every aligned view in this simulation, or None.
+
+    Triton 3.5's interpreter checks a descriptor's strides as if they counted bytes: a row stride
+    must be a multiple of 16 ELEMENTS ("stride must be 16-byte aligned" for rows of 20 float32,
+    80 bytes, which a GPU takes). Triton 3.6 checks bytes, as the GPU and Triton's own host-side
+    TensorDescriptor do. None on a GPU and from Triton 3.6.
+    """
+    from course import runtime
+
+    version = installed_version("triton")
+    if runtime.on_gpu() or release(version) is None or release(version) >= (3, 6, 0):
+        return None
+    return (f"Triton {version}'s interpreter checks tensor-descriptor strides in elements, not bytes "
+            "(fixed in Triton 3.6): a row stride that is not a multiple of 16 elements is refused in "
+            "simulation. On a GPU this Triton runs them; in simulation, from Triton 3.6")
+
+
+def refuse_unsimulated_descriptors(what: str, instead: str, *tensors_and_strides) -> None:
+    """RuntimeError before a launch whose descriptors this simulation cannot take (see
+    interpreter_descriptor_limitation); `tensors_and_strides`: the strides, in elements, of each
+    descriptor's dimensions (the last one is 1)."""
+    problem = interpreter_descriptor_limitation()
+    if problem is None:
+        return
+    bad = [tuple(strides) for strides in tensors_and_strides if any(int(st) % 16 for st in list(strides)[:-1])]
+    if bad:
+        raise RuntimeError(f"{what}: {problem}. Strides {bad[0]} here; {instead}")
+
+
 def public(version: str | None) -> str | None:
     """'2.11.0+cu130' -> '2.11.0': the release, without the local build label."""
     return None if version is None else str(version).split("+", 1)[0].strip()
