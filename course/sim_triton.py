@@ -260,15 +260,14 @@ def _missing(interpreter) -> list[str]:
 
 def _warn_lost(lost: dict[str, str]) -> None:
     import warnings
-
-    from course import versions
+    from importlib import metadata
 
     if lost:
         warnings.warn(
-            f"course.sim_triton: Triton {versions.installed_version('triton')}'s interpreter lacks private names the "
+            f"course.sim_triton: Triton {metadata.version('triton')}'s interpreter lacks private names the "
             f"course's corrections wrap, so these are OFF in simulation: "
             + "; ".join(f"{what} ({why})" for what, why in lost.items())
-            + f". Results stay right where kernels are; supported Triton: {versions.range_text()}.",
+            + ". Kernels still run; `python -m course versions` says whether this Triton is in the supported range.",
             RuntimeWarning, stacklevel=3)
 
 
