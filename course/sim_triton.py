@@ -231,7 +231,8 @@ def _wrap_memory_hooks(builder) -> dict[str, str]:
         mask = _argument_reader(original, (mask_name,)) if original is not None and mask_name else None
         if pointer is None or (mask_name and mask is None):
             lost[method_name] = ("absent" if original is None else
-                                 f"no parameter named {' or '.join(pointer_names)}{' and ' + mask_name if mask_name else ''}")
+                                 f"no parameter named {' or '.join(pointer_names)}"
+                                 f"{' and ' + mask_name if mask_name else ''}")
             continue
 
         def checked(self, *args, _original=original, _kind=kind, _pointer=pointer, _mask=mask, **kwargs):
@@ -254,7 +255,8 @@ def _missing(interpreter) -> list[str]:
 
         # grid, arg_names and fn are set by the constructor: its parameters of those names
         init = inspect.signature(executor.__init__).parameters
-        missing += [f"GridExecutor.{name}" for name in EXECUTOR_NAMES if not hasattr(executor, name) and name not in init]
+        missing += [f"GridExecutor.{name}" for name in EXECUTOR_NAMES
+                    if not hasattr(executor, name) and name not in init]
     return missing
 
 
@@ -286,11 +288,13 @@ def _patch(interpreter) -> None:
              "InterpreterBuilder.create_get_num_programs", "GridExecutor.__call__", "GridExecutor.grid", "TensorHandle",
              "tl"),
     }
+    short = {name.removeprefix("triton.runtime.interpreter.") for name in missing}
     for what, names in needs.items():
-        absent = [name for name in names if any(m.endswith(name) for m in missing)]
+        absent = [name for name in names if name in short]
         if absent:
             lost[what] = "missing " + ", ".join(absent)
-    bounds, fma_on, programs_on = (not any(key.startswith(k) for key in lost) for k in ("bounds", "one-rounding", "programs"))
+    bounds, fma_on, programs_on = (not any(key.startswith(k) for key in lost)
+                                   for k in ("bounds", "one-rounding", "programs"))
     if bounds and os.environ.get(BOUNDS_ENV, "1") != "0":
         builder = interpreter.InterpreterBuilder
         unchecked = _wrap_memory_hooks(builder)
@@ -301,7 +305,8 @@ def _patch(interpreter) -> None:
 
         def grid_idx(self, x, y, z):
             if _launches:
-                pid, grid = _override if _override is not None else ((x, y, z), getattr(self, "grid_dim", None) or (1, 1, 1))
+                full = getattr(self, "grid_dim", None) or (1, 1, 1)  # set by each launch (set_grid_dim)
+                pid, grid = _override if _override is not None else ((x, y, z), full)
                 _launches[-1]["program"] = pid if tuple(grid[1:]) != (1, 1) else pid[0]
             return set_grid_idx(self, x, y, z)
 
