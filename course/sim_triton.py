@@ -11,7 +11,9 @@
    the view can reach: from its first to its last element, not the rest of its storage). If one
    does not, the launch raises `OutOfBoundsAccess` naming the kernel, the access, the tensor
    argument it missed and by how many elements, and the likely cause (a missing or wrong mask),
-   before any byte is touched. `COURSE_TRITON_BOUNDS=0` turns the check off.
+   before any byte is touched. `COURSE_TRITON_BOUNDS=0` turns the check off. A bool mask that
+   Triton 3.9's interpreter carries as int32 data (a block `&` a scalar comparison), which its own
+   load then refuses ("mask has unsupported dtype"), is handed on as the bool it is.
 
 2. A fused multiply-add. Triton 3.6's interpreter computes `tl.fma(x, y, z)` as `x * y + z` in
    NumPy, in the operands' dtype: two roundings. A GPU's fma rounds once (that is its point, and
@@ -236,7 +238,13 @@ def _wrap_memory_hooks(builder) -> dict[str, str]:
             continue
 
         def checked(self, *args, _original=original, _kind=kind, _pointer=pointer, _mask=mask, **kwargs):
-            _check(_kind, _pointer(args, kwargs), _mask(args, kwargs) if _mask is not None else None)
+            lanes = _mask(args, kwargs) if _mask is not None else None
+            if getattr(getattr(lanes, "data", None), "dtype", np.bool_) != np.bool_:
+                # Triton 3.9's interpreter can carry a bool mask as int32 data (`mask & (row > first)`,
+                # a block and a scalar comparison) and then refuses it: "mask has unsupported dtype".
+                # The language already checked that the mask is a bool; a GPU takes it.
+                lanes.data = lanes.data.astype(bool)
+            _check(_kind, _pointer(args, kwargs), lanes)
             return _original(self, *args, **kwargs)
 
         functools.update_wrapper(checked, original)  # __wrapped__: inspect.signature shows Triton's

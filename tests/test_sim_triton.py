@@ -119,6 +119,27 @@ def test_programs_runs_only_the_selected_programs_of_the_full_grid():
     assert out.tolist() == [10000 + i for i in range(10)]
 
 
+@sim_only
+def test_a_block_mask_anded_with_a_scalar_comparison_loads_as_on_a_gpu():
+    """`mask & (row > first)` (week 4's norm backwards): Triton 3.9's interpreter carried that bool
+    as int32 data and refused it in tl.load; the course hands it on as a bool."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def accumulate(out_ptr, n_rows):
+        first = tl.program_id(0).to(tl.int64) * n_rows
+        cols = tl.arange(0, 16)
+        mask = cols < 10
+        for row in range(first, first + n_rows):
+            before = tl.load(out_ptr + cols, mask=mask & (row > first), other=0.0)  # the first row starts at 0
+            tl.store(out_ptr + cols, before + 1, mask=mask)
+
+    out = torch.full((16,), 100.0)
+    accumulate[(1,)](out, 3)
+    assert out.tolist() == [3.0] * 10 + [100.0] * 6
+
+
 def rounded_once(exact, dtype):
     """The float of `dtype` nearest to the Fraction `exact` (ties to even): one rounding."""
     from fractions import Fraction
