@@ -38,12 +38,12 @@ DISTRIBUTIONS = {"numba_cuda": "numba-cuda"}       # describe()'s key -> the nam
 # The supported range: each end is a torch release and the triton its PyPI wheel pins.
 OLDEST = {"torch": "2.9.1", "triton": "3.5.1"}
 OLDEST_WHY = ("its PyPI wheel is built for CUDA 12.8, so a CUDA 12 driver runs it (PyPI's torch 2.11 and "
-              "newer are CUDA 13 builds, which need a driver >= 580). Its lesson tests were run when the "
-              "range was set (2026-12-06), not in every CI run. Older releases are not tested")
+              "newer are CUDA 13 builds, which need a driver >= 580). Every lesson's quick selection ran "
+              "with it when the range was set (2026-12-06), not in every CI run. Older releases are not tested")
 NEWEST = {"torch": "2.15.0", "triton": "3.9.0"}  # CI's second venv installs exactly these (.ci/run)
 NEWEST_WHY = ("the newest on PyPI when last checked (2026-12-06); CI runs every lesson's quick selection "
               "with it. A newer release is untested until NEWEST is moved (one line, here)")
-TESTED = ((OLDEST, "its lesson tests were run when the range was set, not in every CI run"),
+TESTED = ((OLDEST, "every lesson's quick selection ran with it when the range was set, not in every CI run"),
           (NEWEST, "CI runs every lesson's quick selection with it"))  # and the measured versions (CI's main run)
 
 
