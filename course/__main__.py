@@ -9,7 +9,8 @@
                                           `<!-- fig NAME ... -->` figure in their prose (course/figures.py),
                                           and the performance comparisons (course/report.py)
     python -m course versions [--check]   installed torch/triton beside those results/ was measured
-                                          with (--check: fail if they differ)
+                                          with, and where they stand in the supported range
+                                          (--check: fail if they differ; --newest: the newest tested, as pins)
     python -m course skips LOG [--write]  count a CPU pytest run's skips by reason (LOG: its output);
                                           fail if they differ from tests/skips_cpu.json (--write: update it)
 
@@ -43,10 +44,11 @@ ROOT = weeks.ROOT
 
 
 def cmd_info(_args) -> int:
-    from course import runtime
+    from course import runtime, versions
 
     for key, value in runtime.describe().items():
         print(f"{key:>18}: {value}")
+    print(versions.support_line())
     if not runtime.on_gpu():
         print("\nNo CUDA GPU: Triton runs in its interpreter and Numba in its CUDA simulator "
               "(correct results, meaningless timings); PyCUDA tests are skipped.")
@@ -107,6 +109,9 @@ def cmd_report(args) -> int:
 def cmd_versions(args) -> int:
     from course import versions
 
+    if args.newest:  # CI's second venv: `pip install $(python -m course versions --newest)`
+        print(" ".join(f"{name}=={version}" for name, version in versions.NEWEST.items()))
+        return 0
     root = Path(args.root).resolve() if getattr(args, "root", None) else ROOT
     try:
         return versions.report(root, check=args.check)
@@ -167,6 +172,7 @@ def main(argv=None) -> int:
     report.add_argument("--root", help=argparse.SUPPRESS)  # another checkout (the kit's tests use a temp dir)
     versions_p = sub.add_parser("versions", help="installed torch/triton beside the measured ones")
     versions_p.add_argument("--check", action="store_true", help="fail if torch or triton differ from results/")
+    versions_p.add_argument("--newest", action="store_true", help="print the newest torch/triton CI tests, as pip pins")
     versions_p.add_argument("--root", help=argparse.SUPPRESS)
     skips_p = sub.add_parser("skips", help="count a CPU pytest run's skips by reason")
     skips_p.add_argument("log", help="the output of a pytest run (its -ra summary lists the skips)")

@@ -11,7 +11,9 @@
    the view can reach: from its first to its last element, not the rest of its storage). If one
    does not, the launch raises `OutOfBoundsAccess` naming the kernel, the access, the tensor
    argument it missed and by how many elements, and the likely cause (a missing or wrong mask),
-   before any byte is touched. `COURSE_TRITON_BOUNDS=0` turns the check off.
+   before any byte is touched. `COURSE_TRITON_BOUNDS=0` turns the check off. A bool mask that
+   Triton 3.9's interpreter carries as int32 data (a block `&` a scalar comparison), which its own
+   load then refuses ("mask has unsupported dtype"), is handed on as the bool it is.
 
 2. A fused multiply-add. Triton 3.6's interpreter computes `tl.fma(x, y, z)` as `x * y + z` in
    NumPy, in the operands' dtype: two roundings. A GPU's fma rounds once (that is its point, and
@@ -31,6 +33,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 
@@ -163,6 +166,9 @@ def programs(select):
     global _select
     if not _INSTALLED or _PATCHED is None:
         raise RuntimeError("course.sim_triton.programs works in simulation only (the Triton interpreter)")
+    lost = [f"{what}: {why}" for what, why in LOST.items() if what.startswith("programs")]
+    if lost:
+        raise RuntimeError(f"course.sim_triton.programs is off with this Triton: {lost[0]}")
     previous, _select = _select, select
     try:
         yield
@@ -179,45 +185,181 @@ def last_programs(count: int = 1):
 
 
 _PATCHED = None
+LOST: dict[str, str] = {}  # correction -> why it is off here (a private name this Triton lacks)
+
+# Triton's private interpreter names the corrections wrap (`triton.runtime.interpreter`): they
+# change between releases (3.9's create_masked_load takes `cache_policy` where 3.6's took
+# `cache_modifier, eviction_policy`), so each wrapper forwards whatever arguments it is given and
+# reads only the pointer and mask, by name, found once at install in the method's signature.
+# tests/test_sim_triton.py pins every name below on the installed Triton.
+MEMORY_HOOKS = (  # InterpreterBuilder method, the access it makes, its pointer and mask parameters
+    ("create_masked_load", "load", ("ptrs", "ptr"), "mask"),
+    ("create_masked_store", "store", ("ptrs", "ptr"), "mask"),
+    ("create_atomic_rmw", "atomic", ("ptr", "ptrs"), "mask"),
+    ("create_atomic_cas", "atomic compare-and-swap", ("ptr", "ptrs"), None),
+)
+BUILDER_NAMES = ("set_grid_idx", "create_fma", "create_get_program_id", "create_get_num_programs")
+EXECUTOR_NAMES = ("_init_args_hst", "__call__", "grid", "arg_names", "fn")
+MODULE_NAMES = ("InterpreterBuilder", "GridExecutor", "TensorHandle", "tl")
+
+
+def _argument_reader(method, names):
+    """A function (args, kwargs) -> the argument `method` takes under the first of `names`
+    (its position counted after `self`), or None when the method has no such parameter."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(method).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    for name in names:
+        for index, parameter in enumerate(parameters):
+            if parameter.name == name and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                positional = parameter.kind == parameter.POSITIONAL_OR_KEYWORD
+
+                def read(args, kwargs, index=index, name=name, positional=positional):
+                    return args[index] if positional and index < len(args) else kwargs.get(name)
+                return read
+    return None
+
+
+def _wrap_memory_hooks(builder) -> dict[str, str]:
+    """Bounds-check every load, store and atomic of `builder` (InterpreterBuilder); returns the
+    hooks left unchecked, each with the reason (absent, or no pointer parameter by a known name)."""
+    lost = {}
+    for method_name, kind, pointer_names, mask_name in MEMORY_HOOKS:
+        original = getattr(builder, method_name, None)
+        pointer = _argument_reader(original, pointer_names) if original is not None else None
+        mask = _argument_reader(original, (mask_name,)) if original is not None and mask_name else None
+        if pointer is None or (mask_name and mask is None):
+            lost[method_name] = ("absent" if original is None else
+                                 f"no parameter named {' or '.join(pointer_names)}"
+                                 f"{' and ' + mask_name if mask_name else ''}")
+            continue
+
+        def checked(self, *args, _original=original, _kind=kind, _pointer=pointer, _mask=mask, **kwargs):
+            lanes = _mask(args, kwargs) if _mask is not None else None
+            if getattr(getattr(lanes, "data", None), "dtype", np.bool_) != np.bool_:
+                # Triton 3.9's interpreter can carry a bool mask as int32 data (`mask & (row > first)`,
+                # a block and a scalar comparison) and then refuses it: "mask has unsupported dtype".
+                # The language already checked that the mask is a bool; a GPU takes it.
+                lanes.data = lanes.data.astype(bool)
+            _check(_kind, _pointer(args, kwargs), lanes)
+            return _original(self, *args, **kwargs)
+
+        functools.update_wrapper(checked, original)  # __wrapped__: inspect.signature shows Triton's
+        setattr(builder, method_name, checked)
+    return lost
+
+
+def _missing(interpreter) -> list[str]:
+    """The private names of `interpreter` the corrections use and this Triton lacks."""
+    missing = [f"triton.runtime.interpreter.{name}" for name in MODULE_NAMES if not hasattr(interpreter, name)]
+    builder, executor = getattr(interpreter, "InterpreterBuilder", None), getattr(interpreter, "GridExecutor", None)
+    if builder is not None:
+        missing += [f"InterpreterBuilder.{name}" for name in BUILDER_NAMES if not hasattr(builder, name)]
+    if executor is not None:
+        import inspect
+
+        # grid, arg_names and fn are set by the constructor: its parameters of those names
+        init = inspect.signature(executor.__init__).parameters
+        missing += [f"GridExecutor.{name}" for name in EXECUTOR_NAMES
+                    if not hasattr(executor, name) and name not in init]
+    return missing
+
+
+def _warn_lost(lost: dict[str, str]) -> None:
+    import warnings
+    from importlib import metadata
+
+    if lost:
+        warnings.warn(
+            f"course.sim_triton: Triton {metadata.version('triton')}'s interpreter lacks private names the "
+            f"course's corrections wrap, so these are OFF in simulation: "
+            + "; ".join(f"{what} ({why})" for what, why in lost.items())
+            + ". Kernels still run; `python -m course versions` says whether this Triton is in the supported range.",
+            RuntimeWarning, stacklevel=3)
 
 
 def _patch(interpreter) -> None:
     global _PATCHED
+    missing = _missing(interpreter)
+    lost = {}
+    needs = {  # correction -> the private names it uses
+        "bounds check (an out-of-bounds load/store would not be caught: it may corrupt memory or abort Python)":
+            ("InterpreterBuilder", "GridExecutor", "InterpreterBuilder.set_grid_idx",
+             "GridExecutor._init_args_hst", "GridExecutor.__call__", "GridExecutor.arg_names", "GridExecutor.fn"),
+        "one-rounding tl.fma (tl.fma rounds twice, as x * y + z)":
+            ("InterpreterBuilder", "InterpreterBuilder.create_fma", "TensorHandle"),
+        "programs(select) (course.sim_triton.programs raises)":
+            ("InterpreterBuilder", "GridExecutor", "InterpreterBuilder.create_get_program_id",
+             "InterpreterBuilder.create_get_num_programs", "GridExecutor.__call__", "GridExecutor.grid", "TensorHandle",
+             "tl"),
+    }
+    short = {name.removeprefix("triton.runtime.interpreter.") for name in missing}
+    for what, names in needs.items():
+        absent = [name for name in names if name in short]
+        if absent:
+            lost[what] = "missing " + ", ".join(absent)
+    bounds, fma_on, programs_on = (not any(key.startswith(k) for key in lost)
+                                   for k in ("bounds", "one-rounding", "programs"))
+    if bounds and os.environ.get(BOUNDS_ENV, "1") != "0":
+        builder = interpreter.InterpreterBuilder
+        unchecked = _wrap_memory_hooks(builder)
+        if unchecked:
+            lost["bounds check of " + ", ".join(unchecked)] = "; ".join(
+                f"InterpreterBuilder.{name}: {why}" for name, why in unchecked.items())
+        set_grid_idx, init_args = builder.set_grid_idx, interpreter.GridExecutor._init_args_hst
+
+        def grid_idx(self, x, y, z):
+            if _launches:
+                full = getattr(self, "grid_dim", None) or (1, 1, 1)  # set by each launch (set_grid_dim)
+                pid, grid = _override if _override is not None else ((x, y, z), full)
+                _launches[-1]["program"] = pid if tuple(grid[1:]) != (1, 1) else pid[0]
+            return set_grid_idx(self, x, y, z)
+
+        def _init_args_hst(self, args_dev, kwargs):
+            args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+            found: list = []
+            for name, value in zip(self.arg_names, args_hst):
+                _tensor_args(name, value, found)
+            for name, value in kwargs_hst.items():
+                _tensor_args(name, value, found)
+            _launches.append({"kernel": getattr(self.fn, "__name__", "?"), "args": found, "program": None})
+            return args_hst, kwargs_hst
+
+        builder.set_grid_idx = grid_idx
+        interpreter.GridExecutor._init_args_hst = _init_args_hst
+    if fma_on:
+        _patch_fma(interpreter)
+    if "GridExecutor.__call__" not in missing:
+        _patch_call(interpreter, programs_on)
+    interpreter._course_patched = True
+    _PATCHED = interpreter
+    LOST.clear()
+    LOST.update(lost)
+    _warn_lost(lost)
+
+
+def _patch_fma(interpreter) -> None:
     builder = interpreter.InterpreterBuilder
-    executor = interpreter.GridExecutor
-
-    load, store = builder.create_masked_load, builder.create_masked_store
-    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
-    set_grid_idx, fma = builder.set_grid_idx, builder.create_fma
-    program_id, num_programs = builder.create_get_program_id, builder.create_get_num_programs
-    init_args, call = executor._init_args_hst, executor.__call__
-
-    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-        _check("load", ptrs, mask)
-        return load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
-
-    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
-        _check("store", ptrs, mask)
-        return store(self, ptrs, value, mask, cache_modifier, eviction_policy)
-
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
-        _check("atomic", ptr, mask)
-        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
-
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
-        _check("atomic compare-and-swap", ptr)
-        return cas(self, ptr, cmp, val, sem, scope)
+    fma = builder.create_fma
 
     def create_fma(self, x, y, z):
         if np.result_type(x.data, y.data, z.data) in (np.float16, np.float32):
             return interpreter.TensorHandle(fma_round_once(x.data, y.data, z.data), z.dtype.scalar)
         return fma(self, x, y, z)
 
-    def grid_idx(self, x, y, z):
-        if _launches:
-            pid, grid = _override if _override is not None else ((x, y, z), self.grid_dim or (1, 1, 1))
-            _launches[-1]["program"] = pid if tuple(grid[1:]) != (1, 1) else pid[0]
-        return set_grid_idx(self, x, y, z)
+    builder.create_fma = create_fma
+
+
+def _patch_call(interpreter, programs_on: bool) -> None:
+    """Each launch forgets its bounds-check record when it ends; with `programs_on`, it also runs
+    only the programs `programs(select)` picks."""
+    builder, executor = interpreter.InterpreterBuilder, interpreter.GridExecutor
+    call = executor.__call__
+    program_id = getattr(builder, "create_get_program_id", None)
+    num_programs = getattr(builder, "create_get_num_programs", None)
 
     def get_program_id(self, axis):
         if _override is None:
@@ -228,16 +370,6 @@ def _patch(interpreter) -> None:
         if _override is None:
             return num_programs(self, axis)
         return interpreter.TensorHandle(np.array([_override[1][axis]], dtype=np.int32), interpreter.tl.int32)
-
-    def _init_args_hst(self, args_dev, kwargs):
-        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
-        found: list = []
-        for name, value in zip(self.arg_names, args_hst):
-            _tensor_args(name, value, found)
-        for name, value in kwargs_hst.items():
-            _tensor_args(name, value, found)
-        _launches.append({"kernel": getattr(self.fn, "__name__", "?"), "args": found, "program": None})
-        return args_hst, kwargs_hst
 
     def __call__(self, *args, **kwargs):
         depth = len(_launches)
@@ -275,16 +407,9 @@ def _patch(interpreter) -> None:
         finally:
             self.grid, _override = full_grid, None
 
-    builder.create_fma = create_fma
-    builder.create_get_program_id, builder.create_get_num_programs = get_program_id, get_num_programs
     executor.__call__ = __call__
-    if os.environ.get(BOUNDS_ENV, "1") != "0":
-        builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
-        builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
-        builder.set_grid_idx = grid_idx
-        executor._init_args_hst = _init_args_hst
-    interpreter._course_patched = True
-    _PATCHED = interpreter
+    if programs_on:
+        builder.create_get_program_id, builder.create_get_num_programs = get_program_id, get_num_programs
 
 
 class _AfterImport:

@@ -49,7 +49,7 @@ OTHER_REASONS = (
 CATEGORIES = NEEDS_GPU + OTHER_REASONS
 # Skips that are not about hardware: README lists them apart (each one is a thing to fix).
 NOT_HARDWARE = (
-    ("not hardware: depends on the Triton version", r"make_block_ptr|this Triton"),
+    ("not hardware: depends on the Triton version", r"make_block_ptr|this Triton|Triton [\d.]+'s interpreter"),
     ("not hardware: not written yet", r"\byet\b"),
 )
 OTHER = "not hardware: other"

@@ -79,6 +79,81 @@ def test_this_checkout_was_measured_with_torch_and_triton():
     assert record["machine"]["torch"] and record["machine"]["triton"]
 
 
+# --------------------------------------------------------------------- the supported range
+@pytest.mark.parametrize("have, status, words", [
+    ({"torch": "2.11.0+cu130", "triton": "3.6.0"}, "measured", "measured with"),
+    (dict(versions.NEWEST, torch=versions.NEWEST["torch"] + "+cu130"), "tested", "an end of the supported range"),
+    (dict(versions.OLDEST, torch=versions.OLDEST["torch"] + "+cu128"), "tested", "when the range was set"),
+    ({"torch": "2.10.0+cu128", "triton": "3.6.0"}, "untested", "not itself tested"),
+    ({"torch": "2.8.0+cu126", "triton": "3.4.0"}, "outside", "torch 2.8.0+cu126 is older than the supported"),
+    ({"torch": "9.0.0", "triton": "3.6.0"}, "outside", "torch 9.0.0 is newer than the supported"),
+    ({"torch": "2.11.0", "triton": "99.1"}, "outside", "triton 99.1 is newer"),
+    ({"torch": "2.16.0.dev20261201+cu130", "triton": "3.6.0"}, "outside", "newer"),
+    ({"torch": "nightly", "triton": "3.6.0"}, "outside", "not a version this course can read"),
+    ({"torch": "2.11.0", "triton": None}, "absent", "triton not installed"),
+])
+def test_support_says_where_the_installed_pair_stands(have, status, words):
+    found, sentence = versions.support(have, MACHINE)
+    assert found == status and words in sentence, sentence
+    if status == "outside":
+        assert "OUTSIDE the supported range" in sentence and "Which PyTorch" in sentence
+
+
+def test_the_range_runs_from_oldest_to_newest_and_each_end_says_why():
+    for name in ("torch", "triton"):
+        assert versions.release(versions.OLDEST[name]) <= versions.release(MACHINE[name]) <= versions.release(
+            versions.NEWEST[name])
+    assert "CUDA 12" in versions.OLDEST_WHY and "PyPI" in versions.NEWEST_WHY
+    assert versions.release("3.9") == (3, 9, 0) and versions.release("2.15.0+cu130") == (2, 15, 0)
+
+
+def test_info_and_versions_print_the_support_line(capsys):
+    assert cli.main(["info"]) == 0
+    assert "versions: torch " in capsys.readouterr().out
+    assert cli.main(["versions", "--newest"]) == 0
+    assert capsys.readouterr().out.split() == [f"{k}=={v}" for k, v in versions.NEWEST.items()]
+
+
+def test_readme_states_the_supported_range_of_versions_py():
+    readme = (versions.ROOT / "README.md").read_text()
+    section = readme[readme.index("### Which PyTorch"):][:2500]
+    for end in (versions.OLDEST, versions.NEWEST):
+        assert f"torch {end['torch']}" in section and f"triton {end['triton']}" in section
+
+
+def test_every_notebook_starts_with_the_generated_setup_cell():
+    """The set-up cell (Colab install, then the support line) is tools/build_notebook.py's
+    COLAB_CELL in every notebook: `python tools/build_notebook.py --setup-cells` rewrites them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_notebook", versions.ROOT / "tools/build_notebook.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert build.notebooks() and build.setup_cells(check=True) == 0
+    assert "versions.support_line()" in build.COLAB_CELL
+
+
+def test_gpu_requirements_keep_the_machines_torch_and_pull_no_cuda_runtime():
+    """requirements-gpu.txt names no torch/triton pin and no CUDA runtime wheel: the machine's
+    torch (and its CUDA) stays; numba-cuda's bindings come with the extra of that torch's CUDA
+    major (the set-up cell adds it; README says how by hand)."""
+    lines = [line.split("#")[0].strip() for line in (versions.ROOT / "requirements-gpu.txt").read_text().splitlines()]
+    names = [line for line in lines if line]
+    assert not [n for n in names if n.split("[")[0].split("=")[0].split("<")[0].split(">")[0].strip().lower()
+                in ("torch", "triton")
+                or (n.lower().startswith(("nvidia-", "cuda-")) and n != "nvidia-ml-py")], names  # NVML: pure Python
+    assert not [n for n in names if n.startswith("numba-cuda[")], "the cu12/cu13 extra depends on the machine"
+
+
+def test_descriptor_refusal_names_the_strides_and_the_way_out(monkeypatch):
+    monkeypatch.setattr(versions, "interpreter_descriptor_limitation", lambda: None)  # a GPU, or Triton >= 3.6
+    versions.refuse_unsimulated_descriptors("k", "use x", (20, 1))
+    monkeypatch.setattr(versions, "interpreter_descriptor_limitation", lambda: "LIMIT")
+    versions.refuse_unsimulated_descriptors("k", "use x", [32, 1], (16, 1), [7])  # 1-D: no row stride
+    with pytest.raises(RuntimeError, match=r"^k: LIMIT. Strides \(20, 1\) here; use x$"):
+        versions.refuse_unsimulated_descriptors("k", "use x", [32, 1], [20, 1])
+
+
 # ------------------------------------------------------------------------------ skips
 LOG = """\
 ........ss

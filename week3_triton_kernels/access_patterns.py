@@ -43,7 +43,7 @@ from __future__ import annotations
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import validate, versions
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -386,6 +386,9 @@ def copy2d_descriptor(x: torch.Tensor, out: torch.Tensor | None = None, *, tile=
         raise ValueError("out does not start on a 16-byte boundary; a tensor descriptor needs it")
     x_desc = _descriptor(view, (block_c, block_r) if transposed else (block_r, block_c))
     out_desc = _descriptor(out, (block_r, block_c))
+    # Triton 3.5's interpreter refuses aligned strides that are not 16 elements (a GPU takes them)
+    versions.refuse_unsimulated_descriptors("copy2d_descriptor", "use copy2d, a GPU, or Triton >= 3.6",
+                                            x_desc.strides, out_desc.strides)
     grid = (triton.cdiv(n_rows, block_r) * triton.cdiv(n_cols, block_c),)
     copy2d_descriptor_kernel[grid](x_desc, out_desc, n_cols, BLOCK_R=block_r, BLOCK_C=block_c,
                                    TRANSPOSED=transposed, num_warps=num_warps)

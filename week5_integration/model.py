@@ -131,10 +131,16 @@ def torch_attention(q, k, v, causal: bool):
     """(B, H, Tq, Dh) queries against (B, H, Tk, Dh) keys/values; causal aligns the query block
     with the END of the keys (the queries are the newest positions, as in decoding)."""
     tq, tk = q.shape[2], k.shape[2]
-    if not causal or tq == 1:
+    # tq == tk is asked first: for the same sequence it holds whatever the length, so an export
+    # with a dynamic length (week 5's ONNX lesson) records no guard on it. Asking `tq == 1` first
+    # made torch.export (2.9) guard seq != 1 and refuse the range 1 <= seq; with tq == tk == 1
+    # the causal mask is one True, the same as none.
+    if not causal:
         return F.scaled_dot_product_attention(q, k, v)
     if tq == tk:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if tq == 1:  # decoding: the newest query sees every cached key
+        return F.scaled_dot_product_attention(q, k, v)
     # Prefill after a cached prefix: query i sits at key position tk - tq + i.
     mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(diagonal=tk - tq)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -8,7 +8,7 @@ storing raw 16-bit values is exact, and a copy does nothing else.
 import pytest
 import torch
 
-from course import runtime
+from course import runtime, versions
 from course.check import (INT32_LIMIT, assert_close, check_layout, huge, in_layout, last_programs, layouts,
                           past_int32_marks, poisoned, random_tensor, sweep, with_specials)
 
@@ -18,6 +18,10 @@ DEVICE = runtime.DEVICE
 block_ptr_only = pytest.mark.skipif(
     not ap.BLOCK_PTR_SUPPORTED, reason="this Triton removed tl.make_block_ptr (Triton >= 3.8); "
                                        "the GPU machine's Triton 3.6 runs these")
+# Triton 3.5's interpreter refuses descriptor strides that are not 16 elements (course/versions.py);
+# copy2d_descriptor refuses them there too, naming why. A GPU, or Triton >= 3.6, runs these.
+descriptors_simulated = pytest.mark.skipif(versions.interpreter_descriptor_limitation() is not None,
+                                           reason=str(versions.interpreter_descriptor_limitation()))
 COPY2D = [pytest.param("copy2d_gather"), pytest.param("copy2d"),
           pytest.param("copy2d_block_ptr", marks=block_ptr_only)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
@@ -182,7 +186,8 @@ def test_transpose_matches_torch(shape):
     assert_exact(out, x.t().contiguous())
 
 
-@pytest.mark.parametrize("variant", ["copy2d_gather", "copy2d", "copy2d_descriptor", "transpose",
+@pytest.mark.parametrize("variant", ["copy2d_gather", "copy2d",
+                                     pytest.param("copy2d_descriptor", marks=descriptors_simulated), "transpose",
                                      pytest.param("copy2d_block_ptr", marks=block_ptr_only)])
 def test_copy2d_keeps_nan_inf_and_signed_zero_bits(variant):
     x = with_specials(base_matrix(24, 36, torch.float32)).t()
@@ -211,6 +216,7 @@ def aligned_views(dtype):
 # compile per dtype on the GPU, only in float32); slow: the rest.
 @pytest.mark.parametrize("dtype, layout", dtype_layouts(list(aligned_views(torch.float32)),
                                                        {"contiguous", "transposed", "one_column"}))
+@descriptors_simulated
 def test_descriptor_copy_matches_torch(dtype, layout):
     x = aligned_views(dtype)[layout]
     out = poisoned(tuple(x.shape), dtype, DEVICE)
@@ -218,6 +224,7 @@ def test_descriptor_copy_matches_torch(dtype, layout):
     assert_exact(out, x.contiguous())
 
 
+@descriptors_simulated
 @pytest.mark.parametrize("tile", [(16, 16), (32, 64), (64, 32)])
 def test_descriptor_tiles(tile):
     x = base_matrix(100, 52, torch.float32).t()
@@ -237,6 +244,17 @@ def test_descriptor_refuses_what_tma_cannot_read(case, x, message):
     with pytest.raises(ValueError, match=message):
         ap.copy2d_descriptor(x)
     assert_exact(ap.copy2d(x), x.contiguous())  # the pointer version copes
+
+
+def test_descriptor_copy_refuses_strides_an_older_interpreter_cannot_take(monkeypatch):
+    """Where the interpreter cannot take a descriptor stride (Triton 3.5: course/versions.py), the
+    launcher refuses it before the launch, naming why and what to use; other strides still run."""
+    monkeypatch.setattr(versions, "interpreter_descriptor_limitation",
+                        lambda: "Triton 3.5.1's interpreter checks tensor-descriptor strides in elements")
+    with pytest.raises(RuntimeError, match=r"copy2d_descriptor: Triton 3.5.1's interpreter .*Strides \(20, 1\).*copy2d"):
+        ap.copy2d_descriptor(base_matrix(12, 20, torch.float32))  # rows of 80 bytes: aligned, not 16 elements
+    x = base_matrix(12, 32, torch.float32)
+    assert_exact(ap.copy2d_descriptor(x), x)
 
 
 def test_descriptor_refuses_too_narrow_tile():
@@ -273,7 +291,8 @@ ALL_COPIES = ["strided_copy", "copy2d_gather", "copy2d", "copy2d_descriptor", "c
               pytest.param("copy2d_block_ptr", marks=block_ptr_only)]
 
 
-@pytest.mark.parametrize("variant", ALL_COPIES)
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=descriptors_simulated) if v == "copy2d_descriptor" else v
+                                     for v in ALL_COPIES])
 def test_writes_nothing_past_the_end_of_out(variant):
     # `out` is the front of a larger poisoned buffer: a store that forgets its mask writes
     # into the rest, which the poison check below catches (poisoning `out` alone would not).

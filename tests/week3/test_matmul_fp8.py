@@ -16,7 +16,7 @@ tests with fp32 output in simulation, which run the same code.
 import pytest
 import torch
 
-from course import runtime
+from course import runtime, versions
 from course.check import TOLERANCES, assert_close, dtype_params, poisoned, random_tensor, sweep
 
 mm8 = runtime.lesson("week3_triton_kernels.matmul_fp8")
@@ -24,8 +24,11 @@ mm8 = runtime.lesson("week3_triton_kernels.matmul_fp8")
 from week3_triton_kernels.matmul_fp8 import fp8_sum_error_bound  # noqa: E402
 DEVICE = runtime.DEVICE
 CAPABILITY = torch.cuda.get_device_capability() if runtime.on_gpu() else None
-needs_tma = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (9, 0),
-                               reason="TMA tensor descriptors need compute capability >= 9.0 (Hopper)")
+# As in test_matmul.py: a GPU before Hopper, or a simulation whose Triton (3.5) refuses aligned
+# descriptor strides (course/versions.py).
+TMA_REFUSED = ("TMA tensor descriptors need compute capability >= 9.0 (Hopper)"
+               if CAPABILITY is not None and CAPABILITY < (9, 0) else versions.interpreter_descriptor_limitation())
+needs_tma = pytest.mark.skipif(TMA_REFUSED is not None, reason=str(TMA_REFUSED))
 needs_fp8 = pytest.mark.skipif(CAPABILITY is not None and CAPABILITY < (8, 9),
                                reason="fp8 tensor cores need compute capability >= 8.9 (Ada, Hopper)")
 # (M, N, K): ones, primes, shapes that are not multiples of any block (sim: 32; GPU: 64..256).

@@ -42,7 +42,7 @@ import math
 import torch
 
 from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import tuning, validate
+from course import tuning, validate, versions
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
@@ -478,6 +478,8 @@ def _launch_tma(a, b, bias, activation, out, scales, fp8_precise, config, tuners
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b_stored, [bn, bk] if b_kmajor else [bk, bn])
     c_desc = TensorDescriptor.from_tensor(out, c_block_shape(bm, bn, subtile)) if c_tma else None
+    versions.refuse_unsimulated_descriptors("matmul_tma", "use matmul_persistent, a GPU, or Triton >= 3.6",
+                                            *(d.strides for d in (a_desc, b_desc, c_desc) if d is not None))
     a_scale, b_scale = scales if scales is not None else (out, out)
     args = (a_desc, b_desc, c_desc, out, bias if bias is not None else out, a_scale, b_scale, M, N, K,
             out.stride(0), out.stride(1))
