@@ -18,6 +18,8 @@
                                           the known-wrong solutions in tests/<week>/wrong/, each must fail)
     python -m course progress [week ...]  your exercises: done / failing (first test, reason) / not started
     python -m course rung [LADDER [N|all]] a ladder's rungs by number: check rung N against torch, time it
+    python -m course compile-matrix       every Triton kernel the tests launch, compiled for T4, A100, RTX 30,
+                                          L4 and H100 without a GPU: fits / refused (why) / FAILS
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -163,18 +165,22 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import exercises, progress, rungs  # the exercise and ladder commands: a module each
+    from course import compile_matrix, exercises, progress, rungs  # the exercise and ladder commands: a module each
     exercises.add_parser(sub)
     progress.add_parser(sub)
     rungs.add_parser(sub)
+    compile_matrix.add_parser(sub)
     args = parser.parse_args(argv)
-    if args.backend:
+    if args.command == "compile-matrix":
+        compile_matrix.prepare()  # no GPU, no interpreter: kernels stay GPU kernels to compile
+    elif args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
     return {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "report": cmd_report,
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
-            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main}[args.command](args)
+            "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
+            "compile-matrix": compile_matrix.main}[args.command](args)
 
 
 if __name__ == "__main__":
