@@ -320,14 +320,14 @@ def main(args) -> int:
         for g in gpus:
             for word in WORDS:
                 totals[word] += rows[kernel][g.name][word]
-    print(f"\n{len(rows)} kernels, {len(specs)} specializations recorded, {compiled} code paths x {len(gpus)} GPU "
-          f"classes compiled in {seconds:.0f} s: {totals['fits']} fit, {totals['other']} take another path, "
-          f"{totals['refused']} refused by the launcher before launch, {totals['FAILS']} FAIL")
     for kernel in sorted(rows):
         for g in gpus:
             cell = rows[kernel][g.name]
             for why in cell["why"]:
                 print(f"  {cell_word(cell):<14} {g.arch} {kernel}: {why}")
+    print(f"\n{len(rows)} kernels, {len(specs)} specializations recorded, {compiled} code paths x {len(gpus)} GPU "
+          f"classes compiled in {seconds:.0f} s: {totals['fits']} fit, {totals['other']} take another path, "
+          f"{totals['refused']} refused by the launcher before launch, {totals['FAILS']} FAIL")
     if args.write:
         out = {"how": "python -m course compile-matrix --write",
                "record": str(record.relative_to(ROOT)) if record.is_relative_to(ROOT) else str(record),
