@@ -47,6 +47,15 @@ def cmd_info(_args) -> int:
     if not runtime.on_gpu():
         print("\nNo CUDA GPU: Triton runs in its interpreter and Numba in its CUDA simulator "
               "(correct results, meaningless timings); PyCUDA tests are skipped.")
+    from course import compile_matrix
+
+    gpu = runtime.gpu_class()
+    if gpu is not None:
+        print(f"\nWhat runs on this GPU (class {gpu.name}, {gpu.arch}; tests/compile_matrix.json):")
+        print("\n".join(compile_matrix.summary_lines(gpu.name)))
+    else:
+        print("\nWhat runs on each GPU class (tests/compile_matrix.json; on a GPU this shows its own class):")
+        print("\n".join(compile_matrix.summary_lines()))
     return 0
 
 

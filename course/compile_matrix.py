@@ -339,6 +339,29 @@ def main(args) -> int:
     return 1 if totals["FAILS"] else 0
 
 
+def summary_lines(gpu_name: str | None = None, result: Path = RESULT) -> list[str]:
+    """What runs on one GPU class (None: every class, a line each), from tests/compile_matrix.json:
+    for `python -m course info`."""
+    if not result.exists():
+        return [f"(no {result.relative_to(ROOT)}: run `python -m course compile-matrix --write`)"]
+    record = json.loads(result.read_text())
+    lines = []
+    for cls in record["classes"]:
+        if gpu_name is not None and cls["name"] != gpu_name:
+            continue
+        cells = {k: row[cls["name"]] for k, row in record["kernels"].items()}
+        counts = {word: sum(1 for c in cells.values() if cell_word(c) == word) for word in WORDS}
+        mixed = len(cells) - sum(counts.values())
+        lines.append(f"{cls['name']} ({cls['arch']}): of {len(cells)} Triton kernels, {counts['fits']} run as on the H100"
+                     f"{f', {mixed} on some paths' if mixed else ''}, {counts['other']} give way to another path, "
+                     f"{counts['refused']} are refused before launch, {counts['FAILS']} would fail")
+        if gpu_name is not None:
+            for kernel, cell in sorted(cells.items()):
+                for why in cell["why"]:
+                    lines.append(f"  {kernel}: {why}")
+    return lines
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("compile-matrix", help="compile every recorded Triton kernel for each GPU class (no GPU needed)")
     p.add_argument("--record", help=f"launches recorded by COURSE_RECORD_LAUNCHES=FILE (default: {RECORD.relative_to(ROOT)})")
