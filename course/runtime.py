@@ -158,14 +158,28 @@ def has_capability(minimum: tuple[int, int], device=None) -> bool:
     return found is None or found >= tuple(minimum)
 
 
+class NotOnThisGpu(RuntimeError):
+    """A launcher refused this GPU before any launch; the message names what to use instead.
+    The tests skip with that message (tests/conftest.py): the lesson does not run there."""
+
+
 def require_capability(minimum: tuple[int, int], what: str, instead: str, device=None) -> None:
-    """RuntimeError naming `what`, this GPU and `instead` (what to use here) when the GPU is older
-    than `minimum`; nothing in simulation."""
+    """NotOnThisGpu (a RuntimeError) naming `what`, this GPU and `instead` (what to use here) when
+    the GPU is older than `minimum`; nothing in simulation."""
     if not has_capability(minimum, device):
         major, minor = capability(device)
         name = torch.cuda.get_device_name(DEVICE if device is None else device) if ON_GPU else "simulated"
-        raise RuntimeError(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
+        raise NotOnThisGpu(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
                            f"({name}) is {major}.{minor}: {instead}")
+
+
+def require_bf16_tensor_cores(dtype, what: str, device=None) -> None:
+    """For a launcher whose kernel has a `tl.dot`: refuse bfloat16 on a GPU without bf16 tensor
+    cores (the T4, sm_75), where Triton compiles the dot to a slow fallback, naming float16 (the
+    same kernel on its fp16 tensor cores) instead. Nothing for other dtypes, or in simulation."""
+    if dtype == torch.bfloat16:
+        require_capability((8, 0), f"{what} in bfloat16 (bf16 tensor cores)",
+                           "use float16: the same kernel runs on this GPU's fp16 tensor cores", device)
 
 
 def pick(gpu, sim):

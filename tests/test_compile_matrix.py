@@ -84,3 +84,13 @@ def test_the_recorder_writes_a_launch_and_its_launcher_questions(tmp_path):
     assert [s["kernel"] for s in specs] == [ADD]
     assert specs[0]["signature"]["a_ptr"] == "*fp32" and specs[0]["signature"]["BLOCK_SIZE"] == "constexpr"
     assert "needs" not in specs[0]
+
+
+def test_bf16_dot_is_refused_on_a_t4_naming_float16(monkeypatch):
+    import torch
+
+    runtime.require_bf16_tensor_cores(torch.bfloat16, "demo")  # this machine (or simulation): allowed
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (7, 5))
+    runtime.require_bf16_tensor_cores(torch.float16, "demo")  # fp16 tensor cores: a T4 has them
+    with pytest.raises(runtime.NotOnThisGpu, match=r"demo in bfloat16 .* >= 8\.0.*use float16"):
+        runtime.require_bf16_tensor_cores(torch.bfloat16, "demo")
