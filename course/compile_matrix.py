@@ -15,8 +15,12 @@ each class of `runtime.GPU_CLASSES`, with every config the launcher can choose a
 * each config of every `triton.autotune` over the kernel in its module. Triton's autotuner skips
   a config that does not fit (it compiles each one and drops those raising OutOfResources), so an
   autotuned launch fits when at least one candidate does;
-* on the H100 class, the configs of results/tuned_*.json whose names are the kernel's constexprs
-  (tuned tables apply only on the GPU that measured them: course/tuning.py).
+* not the configs of results/tuned_*.json: they apply only on the GPU that measured them
+  (course/tuning.py), where the sweep launched every one of them.
+
+The simulation launches each kernel at many small shapes; one specialization per code path is
+compiled (`representatives`: same kernel, argument types, flags, options and capability questions;
+the one with the largest integer constexprs), beside the GPU tiles above.
 
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))` gives the shared memory per
 block (metadata) and registers per thread (the cubin's EIATTR_REGCOUNT); a config fits its class
@@ -110,20 +114,6 @@ def _tile_tables(module, constexpr_names: set) -> list[dict]:
     return tables
 
 
-def _tuned_configs(module, constexpr_names: set) -> list:
-    from course import tuning
-    results = tuning.results_folder(module.__file__)
-    found = []
-    for path in sorted(results.glob("tuned_*.json")):
-        record = json.loads(path.read_text())
-        for entry in record.get("entries", []):
-            config = entry["config"]
-            keys = set(config) - set(OPTIONS)
-            if keys and keys <= constexpr_names:
-                found.append((f"{path.name} {entry['key']}", dict(config), record.get("machine", {}).get("gpu")))
-    return found
-
-
 def candidates(spec: dict, module, fn, gpu) -> list[tuple[str, dict, bool]]:
     """(where it comes from, {constexpr/option: value} overrides, autotuned?) for class `gpu`."""
     names = {n for n, kind in spec["signature"].items() if kind == "constexpr"}
@@ -137,9 +127,15 @@ def candidates(spec: dict, module, fn, gpu) -> list[tuple[str, dict, bool]]:
     for tuner in _autotuners(module, fn):
         found += [(f"autotune {c}", {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}, True)
                   for c in tuner.configs if set(c.kwargs) <= names]
-    if gpu.name == "H100":
-        found += [(f"tuned {where}", config, False) for where, config, _ in _tuned_configs(module, names)]
-    return found
+    # results/tuned_*.json apply only on the GPU that measured them, where the sweep launched each
+    # of them: nothing to prove by compiling them here (course/tuning.py).
+    unique, seen = [], set()
+    for where, overrides, autotuned in found:
+        key = (json.dumps(overrides, sort_keys=True), autotuned)
+        if key not in seen:
+            seen.add(key)
+            unique.append((where, overrides, autotuned))
+    return unique
 
 
 def refused_on(spec: dict, gpu) -> tuple[str, str] | None:
@@ -270,7 +266,10 @@ def kernel_rows(specs: list[dict], gpus, jobs: int = 1) -> tuple[dict, int]:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            verdicts = list(pool.map(_judge_all, paths))
+            verdicts = []
+            for done, verdict in enumerate(pool.map(_judge_all, paths), 1):
+                verdicts.append(verdict)
+                print(f"compiled {done}/{len(paths)} code paths", file=sys.stderr, flush=True)
     else:
         verdicts = [_judge_all(spec) for spec in paths]
     rows: dict[str, dict] = {}

@@ -95,9 +95,7 @@ def _needs_on_stack() -> list[dict]:
     return found
 
 
-def _watch_capability_questions() -> None:
-    from course import runtime
-
+def _watch_capability_questions(runtime) -> None:
     has, require = runtime.has_capability, runtime.require_capability
 
     def has_capability(minimum, device=None):
@@ -113,13 +111,14 @@ def _watch_capability_questions() -> None:
     runtime.has_capability, runtime.require_capability = has_capability, require_capability
 
 
-def install(path: str) -> None:
+def install(path: str, runtime) -> None:
+    """Record to `path`; `runtime`: course.runtime, which calls this (and is not imported here)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     if getattr(InterpretedFunction.run, "_course_recorded", False):
         return
     plain_run = InterpretedFunction.run
-    _watch_capability_questions()
+    _watch_capability_questions(runtime)
 
     def run(self, *args, grid, warmup, **kwargs):
         try:

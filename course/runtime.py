@@ -332,4 +332,4 @@ if BACKEND == "sim" and os.environ.get("COURSE_RECORD_LAUNCHES"):
     # Every launch's specialization and the capability questions its launcher asked, for the
     # compile matrix (course/launch_record.py); last, once has_capability and the rest exist.
     from course import launch_record
-    launch_record.install(os.environ["COURSE_RECORD_LAUNCHES"])
+    launch_record.install(os.environ["COURSE_RECORD_LAUNCHES"], sys.modules[__name__])
