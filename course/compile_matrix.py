@@ -169,7 +169,7 @@ def compile_one(fn, spec: dict, overrides: dict, gpu) -> dict:
     values = {}
     for name, value in constexprs.items():
         if isinstance(value, dict) and "dtype" in value:
-            value = getattr(triton.language, value["dtype"])
+            value = triton.language.dtype(value["dtype"])
         values[name] = value
     options = {k: options[k] for k in OPTIONS if k in options}
     source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=values)
