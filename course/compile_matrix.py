@@ -12,7 +12,8 @@ each class of `runtime.GPU_CLASSES`, with every config the launcher can choose a
 * the one the simulation launched (a tile computed from the shape, a fixed constant);
 * each tile table the kernel's module defines at top level (a dict of constexpr values the kernel
   takes, such as `BLOCK` beside `SIM_BLOCK`): a launcher's fixed GPU choice;
-* each config of every `triton.autotune` over the kernel in its module. Triton's autotuner skips
+* each config of every `triton.autotune` over the kernel in its module, and the module's other
+  `triton.Config`s (what its prune rule falls back to). Triton's autotuner skips
   a config that does not fit (it compiles each one and drops those raising OutOfResources), so an
   autotuned launch fits when at least one candidate does;
 * not the configs of results/tuned_*.json: they apply only on the GPU that measured them
@@ -124,9 +125,16 @@ def candidates(spec: dict, module, fn, gpu) -> list[tuple[str, dict, bool]]:
         # record does not say how to make. Only the recorded tile is compiled (a known gap).
         return found
     found += [(f"tile table {name}", table, False) for name, table in _tile_tables(module, names)]
-    for tuner in _autotuners(module, fn):
+    tuners = _autotuners(module, fn)
+    for tuner in tuners:
         found += [(f"autotune {c}", {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}, True)
                   for c in tuner.configs if set(c.kwargs) <= names]
+    if tuners:  # the module's other triton.Configs: what its prune rule falls back to (FALLBACK_CONFIGS...)
+        import triton
+        for name, value in vars(module).items():
+            for c in (value if isinstance(value, (list, tuple)) else [value]):
+                if isinstance(c, triton.Config) and set(c.kwargs) <= names:
+                    found.append((f"{name} {c}", {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}, True))
     # results/tuned_*.json apply only on the GPU that measured them, where the sweep launched each
     # of them: nothing to prove by compiling them here (course/tuning.py).
     unique, seen = [], set()
