@@ -24,6 +24,8 @@
                                           --check: list holes with fewer than two hints)
     python -m course time LESSON          your kernel timed beside the solution and torch (simulation:
                                           bytes and FLOPs the interpreter counted); --ncu for counters
+    python -m course compile-matrix       every Triton kernel the tests launch, compiled for T4, A100, RTX 30,
+                                          L4 and H100 without a GPU: fits / refused (why) / FAILS
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -52,6 +54,15 @@ def cmd_info(_args) -> int:
     if not runtime.on_gpu():
         print("\nNo CUDA GPU: Triton runs in its interpreter and Numba in its CUDA simulator "
               "(correct results, meaningless timings); PyCUDA tests are skipped.")
+    from course import compile_matrix
+
+    gpu = runtime.gpu_class()
+    if gpu is not None:
+        print(f"\nWhat runs on this GPU (class {gpu.name}, {gpu.arch}; tests/compile_matrix.json):")
+        print("\n".join(compile_matrix.summary_lines(gpu.name)))
+    else:
+        print("\nWhat runs on each GPU class (tests/compile_matrix.json; on a GPU this shows its own class):")
+        print("\n".join(compile_matrix.summary_lines()))
     return 0
 
 
@@ -189,7 +200,8 @@ def main(argv=None) -> int:
                            "in the committed record, keeping its per-week serial runs")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
-    from course import attempts, exercises, hints, install_size, progress, rungs, stages  # a module each
+    # The commands with a module each:
+    from course import attempts, compile_matrix, exercises, hints, install_size, progress, rungs, stages
     exercises.add_parser(sub)
     install_size.add_parser(sub)
     stages.add_parser(sub)
@@ -197,8 +209,11 @@ def main(argv=None) -> int:
     rungs.add_parser(sub)
     hints.add_parser(sub)
     attempts.add_parser(sub)
+    compile_matrix.add_parser(sub)
     args = parser.parse_args(argv)
-    if args.backend:
+    if args.command == "compile-matrix":
+        compile_matrix.prepare()  # no GPU, no interpreter: kernels stay GPU kernels to compile
+    elif args.backend:
         os.environ["COURSE_BACKEND"] = args.backend  # read when course.runtime is imported
     if getattr(args, "pytest_args", None) and args.pytest_args[0] == "--":
         args.pytest_args = args.pytest_args[1:]
@@ -206,7 +221,7 @@ def main(argv=None) -> int:
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
             "install-size": install_size.command, "hint": hints.main, "time": attempts.main,
-            "stages": stages.main}[args.command](args)
+            "stages": stages.main, "compile-matrix": compile_matrix.main}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -161,6 +161,11 @@ def readme_text(text: str, root: Path = ROOT) -> str:
         from course import timings
 
         text = _fill(text, TIMINGS_BEGIN, TIMINGS_END, timings.section(root))
+    from course import compile_matrix
+
+    if compile_matrix.GPUS_BEGIN in text and compile_matrix.GPUS_END in text:
+        text = _fill(text, compile_matrix.GPUS_BEGIN, compile_matrix.GPUS_END,
+                     compile_matrix.readme_section(root / "tests" / compile_matrix.RESULT.name))
     return text
 
 

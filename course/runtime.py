@@ -10,8 +10,12 @@ in simulation, importing it after either of them raises a RuntimeError that says
   CPU tensors and Numba kernels in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
   The results are the same function; the timings mean nothing.
 
-``COURSE_BACKEND=gpu|sim|auto`` (or ``python -m course --backend ...``) overrides the choice;
-``sim`` on a GPU machine is handy for stepping through a Triton kernel with pdb.
+* ``compile``: no GPU and no interpreter, nothing launches. Triton kernels stay GPU kernels
+  (`JITFunction`s) so that `triton.compile` can build them, without a GPU, for any GPU class of
+  `GPU_CLASSES` (`python -m course compile-matrix`); tensors live on the CPU.
+
+``COURSE_BACKEND=gpu|sim|compile|auto`` (or ``python -m course --backend ...``) overrides the
+choice; ``sim`` on a GPU machine is handy for stepping through a Triton kernel with pdb.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import importlib
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 
 import torch
 
@@ -30,8 +35,8 @@ IMPL_ENV = "COURSE_IMPL"  # "solutions" (default) or "exercises": which code `le
 
 def _choose_backend() -> str:
     wanted = os.environ.get(BACKEND_ENV, "auto").strip().lower()
-    if wanted not in ("auto", "gpu", "sim"):
-        raise ValueError(f"{BACKEND_ENV} must be 'gpu', 'sim' or 'auto', not {wanted!r}")
+    if wanted not in ("auto", "gpu", "sim", "compile"):
+        raise ValueError(f"{BACKEND_ENV} must be 'gpu', 'sim', 'compile' or 'auto', not {wanted!r}")
     has_gpu = torch.cuda.is_available()
     if wanted == "gpu" and not has_gpu:
         raise RuntimeError(f"{BACKEND_ENV}=gpu, but torch sees no CUDA GPU on this machine")
@@ -107,9 +112,20 @@ def _enter_simulation() -> None:
     sim_triton.install()
 
 
+def _enter_compile_only() -> None:
+    """Kernels stay GPU kernels: Triton must not have been switched to its interpreter."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        if "triton.runtime.jit" in sys.modules:
+            raise RuntimeError(f"{BACKEND_ENV}=compile needs Triton's GPU kernels, and triton was imported with "
+                               "TRITON_INTERPRET=1: start a fresh process without it")
+        del os.environ["TRITON_INTERPRET"]
+
+
 BACKEND = _choose_backend()
 if BACKEND == "sim":
     _enter_simulation()
+elif BACKEND == "compile":
+    _enter_compile_only()
 
 DEVICE = torch.device("cuda" if BACKEND == "gpu" else "cpu")
 # on_gpu() as a constant: a launcher that checks it on every call reads a global, calls nothing.
@@ -142,14 +158,28 @@ def has_capability(minimum: tuple[int, int], device=None) -> bool:
     return found is None or found >= tuple(minimum)
 
 
+class NotOnThisGpu(RuntimeError):
+    """A launcher refused this GPU before any launch; the message names what to use instead.
+    The tests skip with that message (tests/conftest.py): the lesson does not run there."""
+
+
 def require_capability(minimum: tuple[int, int], what: str, instead: str, device=None) -> None:
-    """RuntimeError naming `what`, this GPU and `instead` (what to use here) when the GPU is older
-    than `minimum`; nothing in simulation."""
+    """NotOnThisGpu (a RuntimeError) naming `what`, this GPU and `instead` (what to use here) when
+    the GPU is older than `minimum`; nothing in simulation."""
     if not has_capability(minimum, device):
         major, minor = capability(device)
         name = torch.cuda.get_device_name(DEVICE if device is None else device) if ON_GPU else "simulated"
-        raise RuntimeError(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
+        raise NotOnThisGpu(f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}; this GPU "
                            f"({name}) is {major}.{minor}: {instead}")
+
+
+def require_bf16_tensor_cores(dtype, what: str, device=None) -> None:
+    """For a launcher whose kernel has a `tl.dot`: refuse bfloat16 on a GPU without bf16 tensor
+    cores (the T4, sm_75), where Triton compiles the dot to a slow fallback, naming float16 (the
+    same kernel on its fp16 tensor cores) instead. Nothing for other dtypes, or in simulation."""
+    if dtype == torch.bfloat16:
+        require_capability((8, 0), f"{what} in bfloat16 (bf16 tensor cores)",
+                           "use float16: the same kernel runs on this GPU's fp16 tensor cores", device)
 
 
 def pick(gpu, sim):
@@ -239,12 +269,56 @@ def describe() -> dict:
     return info
 
 
+@dataclass(frozen=True)
+class GpuClass:
+    """One class of GPU a learner has: what a kernel's launch must fit in there.
+
+    `shared_per_block`: the opt-in maximum of shared memory one block may use (bytes);
+    `registers_per_block`: 32-bit registers one block may use (registers per thread x threads);
+    `bf16_dot`, `fp8_dot`, `tma`: whether its tensor cores take bf16 / fp8 and it has a TMA engine
+    (a bf16 `tl.dot` compiles on sm_75 too, to a slow fallback: launchers route or refuse it)."""
+    name: str
+    capability: tuple[int, int]
+    shared_per_block: int
+    registers_per_block: int = 65536
+    bf16_dot: bool = True
+    fp8_dot: bool = False
+    tma: bool = False
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+
+# The GPUs the course's learners have (CUDA C Programming Guide, "Technical Specifications per
+# Compute Capability": shared memory per block, opt-in; 64K registers per block on all of them).
+GPU_CLASSES = (
+    GpuClass("T4", (7, 5), 64 * 1024, bf16_dot=False),
+    GpuClass("A100", (8, 0), 163 * 1024),
+    GpuClass("RTX 30 / A10", (8, 6), 99 * 1024),
+    GpuClass("L4 / RTX 40", (8, 9), 99 * 1024, fp8_dot=True),
+    GpuClass("H100", (9, 0), 227 * 1024, fp8_dot=True, tma=True),
+)
+
+
+def gpu_class(cap: tuple[int, int] | None = None) -> GpuClass | None:
+    """The class of a GPU of compute capability `cap` (default: this one's, or the pretended one's):
+    the newest class not newer than it; None in simulation or for a GPU older than sm_75."""
+    cap = capability() if cap is None else tuple(cap)
+    if cap is None:
+        return None
+    older = [c for c in GPU_CLASSES if c.capability <= cap]
+    return older[-1] if older else None
+
+
 def shared_memory_per_block() -> int:
     """Bytes of shared memory one block may use on this GPU: the opt-in maximum (227 KB on an
-    H100, 64 KB on a T4), what a kernel's pipeline buffers must fit in; 2^30 in simulation,
-    where nothing limits them."""
+    H100, 64 KB on a T4), what a kernel's pipeline buffers must fit in; off a GPU, that of the
+    class `capability()` pretends (the compile matrix, tests), else 2^30: nothing limits the
+    interpreter."""
     if not on_gpu():
-        return 1 << 30
+        pretended = gpu_class()
+        return pretended.shared_per_block if pretended is not None else 1 << 30
     props = torch.cuda.get_device_properties(DEVICE)
     return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
 
@@ -252,3 +326,10 @@ def shared_memory_per_block() -> int:
 def sm_count() -> int:
     """Multiprocessors to fill; a small stand-in in simulation, where there are none."""
     return torch.cuda.get_device_properties(DEVICE).multi_processor_count if on_gpu() else 2
+
+
+if BACKEND == "sim" and os.environ.get("COURSE_RECORD_LAUNCHES"):
+    # Every launch's specialization and the capability questions its launcher asked, for the
+    # compile matrix (course/launch_record.py); last, once has_capability and the rest exist.
+    from course import launch_record
+    launch_record.install(os.environ["COURSE_RECORD_LAUNCHES"], sys.modules[__name__])

@@ -502,6 +502,9 @@ def run_kernel(kind, a, b, bias, activation, out, M, N, K, *, scales=None, fp8_p
     or SIM_CONFIG, else that config (a dict of the kernel's meta-parameters: the sweep's). `scales`
     (a_scale, b_scale tensors) and `fp8_precise` serve fp8; `tuners` {kind: autotuned kernel}
     replaces this module's autotuners (fp8 has its own configs: matmul_fp8.py)."""
+    if scales is not None:  # fp8 operands: refused before any launch where there are no fp8 tensor cores
+        runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
+                                   "use float16 or bfloat16 operands (matmul)")
     if M == 0 or N == 0:
         return out
     if K == 0:

@@ -101,6 +101,9 @@ AUTOTUNE_CONFIGS = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_stages=4, num_warps=8),
+    # Every config above needs 144-240 KB of shared memory (compiled for sm_86, `python -m course
+    # compile-matrix`): more than an RTX 30/40 or L4 block has (99 KB). This one fits there, in fp32 too.
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, num_stages=3, num_warps=4),
 ]
 SMALL_PROBLEM = 512 * 512
 # A small output gives few tiles anyway: one small tile, not four compiles to time. Small also to
@@ -109,10 +112,20 @@ SMALL_PROBLEM = 512 * 512
 SMALL_CONFIG = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, num_stages=2, num_warps=4)
 
 
+def _shared_bytes(config, itemsize: int) -> int:
+    """Pipeline buffers of one block: num_stages x (an x tile and the gate and up tiles of w)."""
+    k = config.kwargs
+    return config.num_stages * (k["BLOCK_M"] * k["BLOCK_K"] + 2 * k["BLOCK_K"] * k["BLOCK_N"]) * itemsize
+
+
 def _prune_configs(configs, named_args, **kwargs):
     if named_args["M"] * named_args["F"] <= SMALL_PROBLEM:
         return [SMALL_CONFIG]
-    return configs
+    # Only configs whose buffers fit this GPU's shared memory are compiled and timed (the autotuner
+    # would drop the others at launch, after compiling each for nothing).
+    itemsize = named_args["x_ptr"].element_size()
+    fitting = [c for c in configs if _shared_bytes(c, itemsize) <= runtime.shared_memory_per_block()]
+    return fitting or [min(configs, key=lambda c: _shared_bytes(c, itemsize))]
 
 
 swiglu_gate_up_kernel_autotuned = triton.autotune(

@@ -1,0 +1,150 @@
+"""Every Triton launch of a simulation run, written down for the compile matrix.
+
+`COURSE_RECORD_LAUNCHES=FILE pytest ...` (simulation) appends one JSON line per distinct
+specialization a test launches: the kernel (module and name), each argument's Triton type
+(`*fp16`, `i32`, `tensordesc<...>`: what Triton would compile the kernel for), the constexpr
+values and the launch options (num_warps, num_stages). `python -m course compile-matrix` compiles
+each of them for every GPU class (course/compile_matrix.py), with the configs the launcher would
+choose there. Lines are appended whole (one write of a short line), so the two processes of
+`pytest -n 2` may share the file.
+
+Installed by course.runtime in simulation when the variable is set: it wraps the interpreter's
+launch (`InterpretedFunction.run`), which every launch passes through, autotuned ones included.
+
+What the launcher asked before the launch is recorded with it ("needs"): each
+`runtime.require_capability(minimum, what, instead)` (a refusal on an older GPU, with its message)
+and each `runtime.has_capability(minimum)` that said yes (a route another GPU would not take), made
+by a function still on the call stack of the launch, i.e. by the launcher on its way to this launch.
+On a GPU class below `minimum` the matrix reports the launch as refused there, with that message.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+
+RECORD_ENV = "COURSE_RECORD_LAUNCHES"
+_seen: set[str] = set()
+# Parameters of a launch that are options of the compiler, not the kernel's arguments.
+OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
+
+
+def _constexpr_value(value):
+    """A constexpr as JSON: ints, floats, bools, strings and None as they are; a tl.dtype by name."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "value"):  # tl.constexpr
+        return _constexpr_value(value.value)
+    import triton.language as tl
+    if isinstance(value, tl.dtype):
+        return {"dtype": value.name}
+    raise TypeError(f"constexpr of type {type(value).__name__} cannot be recorded")
+
+
+def specialization(fn, args: tuple, kwargs: dict) -> dict:
+    """The recordable specialization of a launch of the Python function `fn` (a kernel's body)."""
+    from triton.runtime.jit import mangle_type
+
+    params = inspect.signature(fn).parameters
+    options = {k: kwargs[k] for k in OPTION_NAMES if k in kwargs}
+    bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items() if k not in OPTION_NAMES})
+    bound.apply_defaults()
+    signature, constexprs = {}, {}
+    for name, value in bound.arguments.items():
+        annotation = params[name].annotation
+        is_constexpr = "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
+        kind = "constexpr" if is_constexpr else mangle_type(value)
+        signature[name] = kind
+        if kind == "constexpr":
+            constexprs[name] = _constexpr_value(value)
+    return {"kernel": f"{fn.__module__}:{fn.__qualname__}", "signature": signature,
+            "constexprs": constexprs, "options": options}
+
+
+_asked: list = []  # [(lesson frames on the stack when asked, need)]
+LESSON_PACKAGES = ("week", "capstone")
+
+
+def _lesson_frames(frame) -> list:
+    found = []
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(LESSON_PACKAGES):
+            found.append(frame)
+        frame = frame.f_back
+    return found
+
+
+def _note(need: dict) -> None:
+    # The lesson function that asked and its lesson caller (a launcher asking through a helper
+    # such as `supported_here()`); not further out, where a model's forward calls many ops.
+    frames = _lesson_frames(sys._getframe(2))[:2]
+    if frames:
+        _asked.append((frames, need))
+
+
+def _needs_on_stack() -> list[dict]:
+    """The capability questions asked by lesson functions still on the stack (the launcher, on its
+    way to this launch, or a helper it called); the others are forgotten."""
+    stack = {id(f) for f in _lesson_frames(sys._getframe(1))}
+    _asked[:] = [(frames, need) for frames, need in _asked if any(id(f) in stack for f in frames)]
+    found = []
+    for _, need in _asked:
+        if need not in found:
+            found.append(need)
+    return found
+
+
+def _watch_capability_questions(runtime) -> None:
+    has, require = runtime.has_capability, runtime.require_capability
+
+    def has_capability(minimum, device=None):
+        answer = has(minimum, device)
+        if answer:
+            _note({"minimum": list(minimum), "route": True})
+        return answer
+
+    def require_capability(minimum, what, instead, device=None):
+        require(minimum, what, instead, device)  # raises on an older GPU: then nothing launches
+        _note({"minimum": list(minimum), "why": f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}: {instead}"})
+
+    runtime.has_capability, runtime.require_capability = has_capability, require_capability
+
+
+def install(path: str, runtime) -> None:
+    """Record to `path`; `runtime`: course.runtime, which calls this (and is not imported here)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if getattr(InterpretedFunction.run, "_course_recorded", False):
+        return
+    plain_run = InterpretedFunction.run
+    _watch_capability_questions(runtime)
+
+    def run(self, *args, grid, warmup, **kwargs):
+        try:
+            record = specialization(self.fn, args, kwargs)
+            needs = _needs_on_stack()
+            if needs:
+                record["needs"] = needs
+            line = json.dumps(record, sort_keys=True)
+        except (TypeError, ValueError) as error:  # recorded as such: the matrix counts it
+            line = json.dumps({"kernel": f"{self.fn.__module__}:{self.fn.__qualname__}",
+                               "unrecordable": str(error)}, sort_keys=True)
+        if line not in _seen:
+            _seen.add(line)
+            with open(path, "a") as out:
+                out.write(line + "\n")
+        return plain_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    run._course_recorded = True
+    InterpretedFunction.run = run
+
+
+def read(path) -> list[dict]:
+    """The distinct specializations of a record file, in a stable order."""
+    lines = {line.strip() for line in open(path) if line.strip()}
+    return [json.loads(line) for line in sorted(lines)]
+
+
+def recording() -> str | None:
+    return os.environ.get(RECORD_ENV) or None
