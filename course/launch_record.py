@@ -19,6 +19,7 @@ On a GPU class below `minimum` the matrix reports the launch as refused there, w
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -63,13 +64,20 @@ def specialization(fn, args: tuple, kwargs: dict) -> dict:
 
 
 _asked: list = []  # [(lesson frames on the stack when asked, need)]
-LESSON_PACKAGES = ("week", "capstone")
+
+
+@functools.lru_cache(maxsize=1)
+def _lesson_packages() -> tuple[str, ...]:
+    """The lesson packages, as the weeks' registries declare them (course/weeks.py)."""
+    from course import weeks
+
+    return tuple(week.package for week in weeks.all_weeks())
 
 
 def _lesson_frames(frame) -> list:
     found = []
     while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(LESSON_PACKAGES):
+        if frame.f_globals.get("__name__", "").startswith(_lesson_packages()):
             found.append(frame)
         frame = frame.f_back
     return found
