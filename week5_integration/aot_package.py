@@ -48,7 +48,7 @@ written in the package's metadata with everything a loader must check before run
 the compiled code checks nothing and would read past its buffers).
 
 Cost: compiling is minutes of C++ (CPU) or C++ plus Triton (GPU); loading is milliseconds to
-a second (`aot_package_bench.py` measures both, and what the package's decode step costs
+a second (`capstone/package_bench.py` measures both, and what the package's decode step costs
 against eager, torch.compile and the CUDA-graph decoder, and against the memory floor).
 Error model: fp32 on the CPU, the package's C++ and the eager model's kernels sum in other
 orders: logits agree to float32 rounding compounded over the layers (`TOLERANCE`); in bf16 on
@@ -56,14 +56,11 @@ the GPU, the package and eager run the same Triton kernels but Inductor fuses th
 around them differently (another rounding of each bf16 intermediate): the bound is that of
 two bf16 evaluations of one model (`TOLERANCE_BF16`, relative to the logits' scale).
 
-    python -m week5_integration.aot_package --config tiny --out /tmp/gpt.pt2     # package it
+    python -m capstone.package --config tiny --out /tmp/gpt.pt2     # package it (capstone/package.py)
     python week5_integration/aot_runner.py /tmp/gpt.pt2 --prompt "The fox" -n 20  # serve it (torch only)
 """
 from __future__ import annotations
 
-import argparse
-import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -462,28 +459,3 @@ def eager_prefill_and_decode(model: m.GPT, idx: torch.Tensor, new_tokens: int):
         return logits, steps, torch.cat([idx, *tokens], dim=1)
     finally:
         model.train(was_training)
-
-
-def main(argv=None) -> int:
-    from capstone import model as cm
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", default="tiny", choices=sorted(cm.PRESETS))
-    p.add_argument("--out", required=True, help="the .pt2 file to write")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-len", type=int, default=None, help="cache length (default: the model's max_seq_len)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="default: bfloat16 on a GPU, float32 on the CPU")
-    args = p.parse_args(argv)
-    dtype = getattr(torch, args.dtype or ("bfloat16" if runtime.on_gpu() else "float32"))
-    model = cm.build(args.config, "fast", dtype=dtype)
-    started = time.perf_counter()
-    path = package(model, args.out, max_batch=args.max_batch, max_len=args.max_len)
-    kernels = package_kernels(path)
-    print(f"packaged {path} ({kernels['bytes'] / 2**20:.1f} MiB) in {time.perf_counter() - started:.0f} s; "
-          f"course kernels inside: {kernels['course'] or 'none'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""The deployment paths of the capstone GPT, timed side by side (the package itself: aot_package.py).
+"""The deployment paths of the capstone GPT, timed side by side (the package: week 5's aot_package.py).
 
-    python -m week5_integration.aot_package_bench --out week5_integration/results     # on the GPU
+    python -m capstone.package_bench --out capstone/results     # on the GPU
 
 One model (the capstone's fast model, `gpt2_124m` in bf16 on a GPU; `tiny` in fp32 in
 simulation), one greedy generation (prompt P, N new tokens, batch 1 and 8), decoded each way:
