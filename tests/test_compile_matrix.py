@@ -76,10 +76,16 @@ def test_the_recorder_writes_a_launch_and_its_launcher_questions(tmp_path):
     if runtime.on_gpu():
         pytest.skip("the recorder watches the interpreter's launches: simulation only")
     record = tmp_path / "launches.jsonl"
-    code = ("import torch\nfrom course import runtime\nfrom week3_triton_kernels import vector_add as v\n"
-            "x = torch.ones(100)\nv.vector_add(x, x)\n")
+    # A script's own kernel (a learner's file, a test's subprocess: module __main__) is not the
+    # course's and could not be imported by the matrix: it is left out of the record.
+    script = tmp_path / "learner.py"  # a file: @triton.jit reads the kernel's source
+    script.write_text("import torch\nfrom course import runtime\nimport triton\nimport triton.language as tl\n"
+                      "from week3_triton_kernels import vector_add as v\n\n@triton.jit\n"
+                      "def own(x_ptr, n, BLOCK: tl.constexpr):\n"
+                      "    o = tl.arange(0, BLOCK)\n    tl.store(x_ptr + o, tl.load(x_ptr + o, mask=o < n) + 1, mask=o < n)\n\n"
+                      "x = torch.ones(100)\nv.vector_add(x, x)\nown[(1,)](x, 100, BLOCK=128)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), COURSE_BACKEND="sim", COURSE_RECORD_LAUNCHES=str(record))
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, check=True, timeout=300)
     specs = [json.loads(line) for line in record.read_text().splitlines()]
     assert [s["kernel"] for s in specs] == [ADD]
     assert specs[0]["signature"]["a_ptr"] == "*fp32" and specs[0]["signature"]["BLOCK_SIZE"] == "constexpr"
