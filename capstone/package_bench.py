@@ -276,7 +276,7 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
 def table(record: dict) -> str:
     head = ["size", "variant", "ms/token", "tokens/s", "% of floor", "prefill ms", "prefill tokens/s", "same tokens"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    f = bench.fmt  # a cell: "-" where a value is missing
     for r in record["rows"]:
         if "skipped" in r:
             lines.append(f"| {r['size']} | {r['variant']} | {r['skipped']} |" + " |" * (len(head) - 3))
