@@ -21,6 +21,7 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def pytest_configure(config):
     config._lesson_failed_files = set()
 
 
+# "triton.compiler.errors.CompileTimeAssertionFailure: at 26:4:" (then source lines, then the message)
+_COMPILE_ERROR = re.compile(r"^(?P<kind>[\w.]*(?:CompilationError|CompileTimeAssertionFailure|UnsupportedLanguageConstruct))"
+                            r": at (?P<at>\d+:\d+):\s*$")
+
+
 def reason(report) -> str:
     """The one line a learner reads: 'NotImplementedError: not implemented yet: ...', 'AssertionError: ...'."""
     longrepr = report.longrepr
@@ -61,6 +67,11 @@ def reason(report) -> str:
     if crash is not None and crash.message:
         lines = [line for line in crash.message.splitlines() if line.strip()]
         first = lines[0] if lines else crash.message
+        compiled = _COMPILE_ERROR.match(first)
+        if compiled and len(lines) > 1:
+            # A Triton compile error (on the GPU, where kernels compile): its first line is only
+            # 'at 26:4:', then the source, then the message. Show the message and where it is.
+            first = f"{compiled.group('kind')}: {lines[-1].strip()} (kernel line {compiled.group('at')})"
         if first.startswith(("AssertionError: assert", "assert ")):  # a bare assert: show its line
             source = _failing_line(longrepr)
             if source:

@@ -504,3 +504,25 @@ def test_a_staged_stub_with_every_stage_filled_is_its_solution():
         body = lambda text: text.split('"""', 2)[2]  # noqa: E731  (after the module docstring)
         assert body(through) == body(exercises.filled(solution, ROOT)), solution.name
         assert exercises.NOT_IMPLEMENTED not in body(through)
+
+
+def test_a_triton_compile_error_reads_as_its_message_not_its_first_line():
+    """On the GPU a stub's hole fails at compile time: Triton's message starts 'at 3:4:', then the
+    kernel's source, then the static_assert's text. The one line a learner (and `course stages`)
+    reads must be that text, or a hole no longer says 'not implemented yet' on the GPU."""
+    import ast
+    from types import SimpleNamespace
+
+    from triton.compiler.errors import CompileTimeAssertionFailure
+
+    src = "def kernel(x):\n    y = x\n    tl.static_assert(False, 'not implemented yet: kernel: the sum')\n"
+    node = ast.parse(src).body[0].body[1]
+    error = CompileTimeAssertionFailure(src, node, "not implemented yet: kernel: the sum")
+    message = f"triton.compiler.errors.CompileTimeAssertionFailure: {error}"
+    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=SimpleNamespace(message=message)))
+    line = pytest_lesson.reason(report)
+    assert line == ("triton.compiler.errors.CompileTimeAssertionFailure: not implemented yet: kernel: the sum "
+                    "(kernel line 3:4)"), line
+    # Any other error keeps its first line.
+    plain = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=SimpleNamespace(message="ValueError: x must be 2-D\nmore")))
+    assert pytest_lesson.reason(plain) == "ValueError: x must be 2-D"
