@@ -142,6 +142,14 @@ def cmd_timings(args) -> int:
     """Sum a GPU run's timing log per week into tests/timings_gpu.json (run it on the GPU machine)."""
     from course import runtime, timings
 
+    if args.other_gpu:  # a whole-suite run on another GPU, beside the reference GPU's record
+        env = json.loads(Path(args.other_gpu).read_text())
+        rec = timings.with_other_gpu(timings.load(), gpu=env["gpu"], versions={"torch": env["torch"], "triton": env["triton"]},
+                                     command=args.run_command, wall_s=args.wall_s, cache=args.cache, date=args.date,
+                                     pytest_output=Path(args.suite_output).read_text())
+        (ROOT / timings.TIMINGS_FILE).write_text(json.dumps(rec, indent=1) + "\n")
+        print(timings.section())
+        return 0
     if args.suite_output:  # only the whole-suite run (its GPU: the committed record's), the per-week serial runs kept
         rec = timings.with_suite(timings.load(), Path(args.log).read_text(), command=args.run_command,
                                  wall_s=args.wall_s, pytest_output=Path(args.suite_output).read_text(),
@@ -198,6 +206,8 @@ def main(argv=None) -> int:
     timings_p.add_argument("--serial-command", default="pytest -p pytest_timelog tests/<week>")
     timings_p.add_argument("--suite-output", help="pytest's output of the whole-suite run: update only that run "
                            "in the committed record, keeping its per-week serial runs")
+    timings_p.add_argument("--other-gpu", metavar="ENV_JSON", help="with --suite-output: a run on another GPU; ENV_JSON "
+                           "holds its {gpu, torch, triton} (written on that machine)")
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
     # The commands with a module each:

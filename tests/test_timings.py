@@ -46,3 +46,16 @@ def test_a_whole_suite_run_replaces_only_that_run_and_reads_pytest_counts():
     assert {k: new["suite"][k] for k in ("passed", "failed", "skipped", "tests_timed")} == {
         "passed": 4255, "failed": 1, "skipped": 18, "tests_timed": 3}
     assert "4.4 min of wall time, 4,255 passed, 1 failed, 18 skipped" in timings._serial_section(new)
+
+
+def test_a_run_on_another_gpu_is_kept_beside_the_reference_record():
+    rec = timings.record("", gpu="NVIDIA H100", command="c", wall_s=255.0, versions={"torch": "2.11", "triton": "3.6"},
+                         serial={"week1": {"wall_s": 60.0, "exit": 0, "seconds": 50.0, "tests": 3, "slowest": []}},
+                         serial_command="s")
+    output = "==== 4,600 passed, 2 failed, 30 skipped in 270.00s ===="
+    new = timings.with_other_gpu(rec, gpu="NVIDIA H200", versions={"torch": "2.11", "triton": "3.6"}, command="c",
+                                 wall_s=270.0, pytest_output=output.replace(",", ""), cache="cold", date="2026-12-06")
+    assert new["weeks"] == rec["weeks"] and new["gpu"] == "NVIDIA H100"  # the reference GPU's table stays
+    assert new["other_gpus"]["NVIDIA H200"]["failed"] == 2
+    text = timings._serial_section(new)
+    assert "on an NVIDIA H200 on 2026-12-06" in text and "4.5 min of wall time, 4,600 passed, 2 failed, 30 skipped" in text
