@@ -2,22 +2,21 @@
 
 A note quotes a measurement where it explains it ("the host cost is 1.33x torch's"). Typed, that
 number goes stale the day the benchmark is re-run; cited, `python -m course report` rewrites it
-from the results file and `python -m course report --check` fails while it is out of date. The
-sentence cites the figure by a short name, as a Markdown reference link whose text is the number:
+from its results file and `python -m course report --check` fails while it is out of date. The
+sentence cites the figure by a short name, as a Markdown reference link whose text is the number,
+and the note names each figure once, in a block at its end (reference definitions: GitHub shows
+none of the block; the number links to the file it is read from, and hovering shows what is read):
 
     the host cost is [1.33][ce_host_x]x torch's
+    ...
+    <!-- figures: each [value][name] above is read by `python -m course report` from its spec here -->
+    [ce_host_x]: ../results/cross_entropy_host_week4.json "variant=triton field=ms over=torch"
 
-and the note names each figure once, in a block at its end (reference definitions: GitHub shows
-none of the block, and the number links to the file it was read from; hovering shows the spec):
-
-    <!-- figures: each [value][name] above is read by `python -m course report`; edit here -->
-    [ce_host_x]: results/cross_entropy_host_week4.json "cross_entropy_host_week4 variant=triton ..."
-
-Only the number between the brackets and each definition's link are generated; the words around
-the number, the name and the spec (the definition's title) are the note's. A spec names a results
-file (`NAME` = `results/NAME.json` of the note's week folder; `week4/NAME` another week's;
-`NAME1+NAME2` pools the values of several files) and what to read from it, as key=value words
-(quote a value that holds spaces: `size='8192^2 K=15'`, with the title in the other quotes):
+Only the number between the first brackets is generated. The link is the results file, relative to
+the note (another week's: `../../week3_triton_kernels/results/NAME.json`); to pool the values of
+several files of one folder, link the folder and name the files first: `results/ "A+B field=..."`
+(`A` = `A.json`). The title says what to read, as key=value words (quote a value that holds
+spaces, in the other quotes than the title's: `size='8192^2 K=15'`):
 
 * a benchmark record (`rows` of size/variant/fields, written by `course bench`):
   `variant=V field=F` (any row field: ms, gbps, tflops, pct_of_copy, speedup_vs_torch, ...);
@@ -30,17 +29,16 @@ file (`NAME` = `results/NAME.json` of the note's week folder; `week4/NAME` anoth
   `lo-hi` (`agg=range`, the default) or `agg=min` / `agg=max`.
 
 `problems` lists what `fill` refuses: a name defined twice, a figure never cited, a citation of
-no definition, a line that figure syntax pushes past MAX_LINE. Citations inside code fences and
-`code spans` are examples and left alone.
+no definition, an old `<!-- fig` marker, a line that citations push past MAX_LINE (a table row,
+which cannot wrap: MAX_TABLE_ROW). Citations inside code fences and `code spans` are examples and
+left alone.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from pathlib import Path
-from typing import Callable
 
 BLOCK = "<!-- figures"   # the line that opens a note's block of definitions
 BLOCK_LINE = ("<!-- figures: each [value][name] above is read by `python -m course report` "
@@ -51,7 +49,8 @@ REFERENCE = re.compile(r"\[(?P<text>[^\[\]]*)\]\[(?P<name>[^\[\]]+)\]")   # any 
 DEFINE = re.compile(r"^\[(?P<name>" + NAME + r")\]: (?P<dest>\S+) (?P<q>[\"'])(?P<spec>.*)(?P=q)$")
 ANY_DEFINITION = re.compile(r"^ {0,3}\[(?P<name>[^\]]+)\]: ")
 OLD = "<!-- fig "
-MAX_LINE = 200   # figure syntax never pushes a line past this (tests/test_figures.py walks every note)
+MAX_LINE = 120       # citations never push a line past this (tests/test_figures.py walks every note)
+MAX_TABLE_ROW = 200  # nor a table row (it cannot wrap) past this
 CODE_SPAN = re.compile(r"(`+[^`]*?`+)")
 KEYS = {"variant", "field", "size", "over", "path", "scale", "fmt", "agg"}
 DEFAULT_FMT = {"gbps": ".0f", "tflops": ".0f", "pct_of_copy": ".1f"}
@@ -154,13 +153,13 @@ def prose_lines(text: str):
         yield i, line
 
 
-def definitions(text: str, where: str = "") -> dict[str, tuple[int, str]]:
-    """{name: (line index, spec)} of the note's figures block; ValueError for a malformed line."""
+def definitions(text: str, where: str = "") -> dict[str, tuple[int, str, str]]:
+    """{name: (line index, link, spec)} of the note's figures block; ValueError for a malformed line."""
     lines = text.split("\n")
     heads = [i for i, _ in enumerate(lines) if lines[i].startswith(BLOCK)]
     if not heads:
         return {}
-    found: dict[str, tuple[int, str]] = {}
+    found: dict[str, tuple[int, str, str]] = {}
     for i in range(heads[0] + 1, len(lines)):
         if not lines[i].strip():
             continue
@@ -171,7 +170,7 @@ def definitions(text: str, where: str = "") -> dict[str, tuple[int, str]]:
         if match["name"] in found:
             raise ValueError(f"{where}:{i + 1}: figure `{match['name']}` is defined twice "
                              f"(first on line {found[match['name']][0] + 1})")
-        found[match["name"]] = (i, match["spec"])
+        found[match["name"]] = (i, match["dest"], match["spec"])
     return found
 
 
@@ -197,22 +196,33 @@ def problems(text: str, where: str = "") -> list[str]:
                 out.append(f"{where}:{i + 1}: `{match[0]}` cites `{match['name']}`, defined nowhere in the note")
             cited.add(match["name"])
         bare = CITE.sub(lambda m: m["value"] if m["name"] in defined else m[0], line)
-        if len(line) > MAX_LINE and len(bare) <= MAX_LINE:
+        limit = MAX_TABLE_ROW if line.lstrip().startswith("|") else MAX_LINE
+        if len(line) > limit and len(bare) <= limit:
             out.append(f"{where}:{i + 1}: {len(line)} characters, {len(line) - len(bare)} of them figure "
-                       f"citations: wrap the sentence (at most {MAX_LINE})")
+                       f"citations: wrap the sentence or shorten the names (at most {limit})")
     out += [f"{where}:{row + 1}: figure `{name}` is defined but never cited"
-            for name, (row, _) in defined.items() if name not in cited]
+            for name, (row, *_) in defined.items() if name not in cited]
     return out
 
 
-def _quoted(spec: str) -> str:
-    return f"'{spec}'" if '"' in spec else f'"{spec}"'
+def sources(link: str, spec: str, here: Path) -> tuple[list[Path], str]:
+    """The results files a definition reads and its selector. The link, relative to the note's
+    folder `here`, is the file; or a folder (ending in /) when the spec starts with the names of
+    several of its files, `NAME1+NAME2 ...` (`NAME` = `NAME.json`), whose values are pooled."""
+    words = spec.split(None, 1)
+    if words and "=" not in words[0]:
+        if not link.endswith("/"):
+            raise ValueError(f"`{words[0]}` pools files of a folder: link the folder (ending in /), not {link}")
+        return [here / link / f"{name}.json" for name in words[0].split("+")], words[1] if len(words) > 1 else ""
+    if not link.endswith(".json"):
+        raise ValueError(f"the link {link} is not a results .json file (pooling a folder: name its files first)")
+    return [here / link], spec
 
 
-def fill(text: str, results: Callable[[str], Path], where: str = "", here: Path | None = None) -> str:
-    """`text` with every cited figure and every definition's link regenerated. `results(NAME)` is
-    the path of NAME's results file, linked relative to `here` (the note's folder); ValueError
-    naming `where` and the line for a figure that cannot be read or a malformed block."""
+def fill(text: str, here: Path, where: str = "") -> str:
+    """`text` with every cited figure regenerated from the file its definition links to (relative
+    to `here`, the note's folder); ValueError naming `where` and the line for a figure that cannot
+    be read or a malformed block."""
     found = problems(text, where)
     if found:
         raise ValueError(found[0])
@@ -220,25 +230,20 @@ def fill(text: str, results: Callable[[str], Path], where: str = "", here: Path 
     if not defined:
         return text
     lines = text.split("\n")
-    records: dict[str, dict] = {}
+    records: dict[Path, dict] = {}
     values: dict[str, str] = {}
-    for name, (row, spec) in defined.items():
-        files = shlex.split(spec)[0].split("+") if spec.strip() else [""]
+    for name, (row, link, spec) in defined.items():
         try:
-            paths = [results(part) for part in files]
-            for part, path in zip(files, paths):
-                if part not in records:
+            paths, selector = sources(link, spec, here)
+            for path in paths:
+                if path not in records:
                     if not path.is_file():
-                        raise ValueError(f"no results file {path.name}")
-                    records[part] = json.loads(path.read_text())
-            values[name] = render([records[part] for part in files], spec)
-        except (ValueError, SystemExit) as error:
-            raise ValueError(f"{where}:{row + 1}: figure `{name}` (`{spec}`): {error}") from None
-        # The number links to the file it was read from (a pool: to the first file's folder).
-        target = paths[0] if len(paths) == 1 else paths[0].parent
-        link = Path(os.path.relpath(target, here)).as_posix() if here is not None else target.as_posix()
-        lines[row] = f"[{name}]: {link}{'/' if len(paths) > 1 else ''} {_quoted(spec)}"
-    for i, line in prose_lines("\n".join(lines)):
+                        raise ValueError(f"no results file {path.name} in {path.parent}")
+                    records[path] = json.loads(path.read_text())
+            values[name] = render([records[path] for path in paths], "_ " + selector)
+        except ValueError as error:
+            raise ValueError(f"{where}:{row + 1}: figure `{name}` ({link} \"{spec}\"): {error}") from None
+    for i, line in prose_lines(text):
         parts = CODE_SPAN.split(line)  # odd parts are `code spans`: examples, left alone
         for k in range(0, len(parts), 2):
             parts[k] = CITE.sub(lambda m: f"[{values[m['name']]}][{m['name']}]" if m["name"] in values else m[0],

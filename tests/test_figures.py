@@ -65,13 +65,10 @@ BLOCK = figures.BLOCK_LINE
 def test_report_fills_a_figure_and_check_fails_when_its_results_change(tree, capsys):
     note = tree / "week4_triton_dl" / "notes" / "cross_entropy.md"
     note.write_text("Host cost [9.99][ce_host]x torch's, and ``` in a line is not a fence.\n\n" + BLOCK + "\n"
-                    "[ce_host]: x 'fake_host variant=triton field=ms over=torch size=8x50304'\n")
+                    '[ce_host]: ../results/fake_host.json "variant=triton field=ms over=torch size=8x50304"\n')
     assert report(tree, "--check") == 1                  # typed 9.99: not what the file says
     assert report(tree) == 0
-    text = note.read_text()
-    assert "Host cost [1.33][ce_host]x torch's" in text
-    # the definition links to the file it reads, relative to the note (GitHub opens it on a click)
-    assert '[ce_host]: ../results/fake_host.json "fake_host variant=triton field=ms over=torch size=8x50304"' in text
+    assert "Host cost [1.33][ce_host]x torch's" in note.read_text()
     assert report(tree, "--check") == 0
     record = json.loads((tree / "week4_triton_dl/results/fake_host.json").read_text())
     record["rows"][1]["ms"] = 0.0518                     # a re-run: the prose figure is now stale
@@ -110,31 +107,37 @@ def test_a_drift_planted_in_a_real_note_fails_the_check(tmp_path, capsys):
 def test_another_weeks_results_pools_and_figures_in_code_fences_and_spans(tree):
     (tree / "week3_triton_kernels").mkdir()
     note = tree / "week3_triton_kernels" / "notes.md"
-    example = ("```\n[1][peak]\n```\nwritten `[value][peak]` and `[peak]: x \"NAME ...\"`\n")
+    example = ("```\n[1][peak]\n```\nwritten `[value][peak]` and `[peak]: x.json \"variant=...\"`\n")
     other = dict(RECORD, rows=[dict(r, tflops=r["tflops"] and r["tflops"] / 2) for r in RECORD["rows"]])
     (tree / "week4_triton_dl/results/fake_half.json").write_text(json.dumps(other))
-    note.write_text("peak [][peak] TFLOP/s, both [][both], peak again [1][peak]\n" + example + "\n" + BLOCK + "\n"
-                    "[peak]: x \"week4/fake_host variant=triton field=tflops agg=max\"\n"
-                    "[both]: x \"week4/fake_host+week4/fake_half variant=triton field=tflops\"\n")
+    block = ("\n" + BLOCK + "\n"   # another week's file, and a pool: a folder and the names of its files
+             "[peak]: ../week4_triton_dl/results/fake_host.json \"variant=triton field=tflops agg=max\"\n"
+             "[both]: ../week4_triton_dl/results/ \"fake_host+fake_half variant=triton field=tflops\"\n")
+    note.write_text("peak [][peak] TFLOP/s, both [][both], peak again [1][peak]\n" + example + block)
     assert report(tree) == 0
-    assert note.read_text() == (
-        "peak [485][peak] TFLOP/s, both [203-485][both], peak again [485][peak]\n" + example + "\n" + BLOCK + "\n"
-        "[peak]: ../week4_triton_dl/results/fake_host.json \"week4/fake_host variant=triton field=tflops agg=max\"\n"
-        "[both]: ../week4_triton_dl/results/ \"week4/fake_host+week4/fake_half variant=triton field=tflops\"\n")
+    assert note.read_text() == ("peak [485][peak] TFLOP/s, both [203-485][both], peak again [485][peak]\n"
+                                + example + block)
 
 
-DEFINE = "\n\n" + BLOCK + "\n[a]: x \"fake_host variant=triton field=ms size=1k\"\n"
+DEFINE = "\n\n" + BLOCK + "\n[a]: results/fake_host.json \"variant=triton field=ms size=1k\"\n"
 
 
 @pytest.mark.parametrize("text, message", [
-    ("a [1][a]" + DEFINE + "[a]: x \"fake_host variant=torch field=ms size=1k\"\n", "notes.md:5: figure `a` is defined twice"),
+    ("a [1][a]" + DEFINE + "[a]: results/fake_host.json \"variant=torch field=ms\"\n",
+     "notes.md:5: figure `a` is defined twice"),
     ("a [1][b]" + DEFINE, "`[1][b]` cites `b`, defined nowhere"),
     ("no citation" + DEFINE, "notes.md:4: figure `a` is defined but never cited"),
     ("a [1][a]" + DEFINE + "not a definition\n", "notes.md:5: the figures block holds only"),
-    ("x" * 190 + " [1][a] [1][a] [1][a]" + DEFINE, "notes.md:1: 211 characters, 15 of them figure citations"),
+    ("x" * 100 + " [1][a] [1][a] [1][a]" + DEFINE, "notes.md:1: 121 characters, 15 of them figure citations"),
+    ("| " + "x" * 180 + " | [1][a] [1][a] [1][a] |" + DEFINE, "207 characters, 15 of them figure citations: "
+     "wrap the sentence or shorten the names (at most 200)"),      # a table row cannot wrap: 200
     ("a <!-- fig fake_host variant=triton field=ms -->1<!-- /fig -->", "an old `<!-- fig ...-->` marker"),
-    ("\nx [1][a]\n\n" + BLOCK + "\n[a]: x \"missing variant=triton field=ms\"", "notes.md:5: figure `a` (`missing"),
-    ("[1][a]\n\n" + BLOCK + "\n[a]: x \"week9/fake_host variant=triton field=ms\"", "unknown week"),
+    ("\nx [1][a]\n\n" + BLOCK + "\n[a]: results/missing.json \"variant=triton field=ms\"",
+     "notes.md:5: figure `a` (results/missing.json \"variant=triton field=ms\"): no results file missing.json"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host \"variant=triton field=ms\"", "is not a results .json file"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host.json \"fake_host+x variant=triton field=ms\"",
+     "pools files of a folder: link the folder"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host.json \"variant=triton field=ms colour=red\"", "unknown word"),
 ])
 def test_broken_figures_fail_naming_file_and_line(tree, capsys, text, message):
     (tree / "week4_triton_dl" / "notes.md").write_text(text)
