@@ -6,7 +6,7 @@
     python -m course report [--check]     rebuild every generated table from the results/ files:
                                           RESULTS.md, README's results and skips sections, each
                                           `<!-- results:NAME -->` block in the weeks' markdown, each
-                                          `<!-- fig NAME ... -->` figure in their prose (course/figures.py),
+                                          `[value][name]` figure in their prose (course/figures.py),
                                           and the performance comparisons (course/report.py)
     python -m course versions [--check]   installed torch/triton beside those results/ was measured
                                           with, and where they stand in the supported range

@@ -1,15 +1,22 @@
 """Figures in prose, read from the results files: one measured number inside a sentence.
 
 A note quotes a measurement where it explains it ("the host cost is 1.33x torch's"). Typed, that
-number goes stale the day the benchmark is re-run; marked, `python -m course report` rewrites it
-from the results file and `python -m course report --check` fails while it is out of date:
+number goes stale the day the benchmark is re-run; cited, `python -m course report` rewrites it
+from its results file and `python -m course report --check` fails while it is out of date. The
+sentence cites the figure by a short name, as a Markdown reference link whose text is the number,
+and the note names each figure once, in a block at its end (reference definitions: GitHub shows
+none of the block; the number links to the file it is read from, and hovering shows what is read):
 
-    host cost <!-- fig cross_entropy_host_week4 variant=triton field=ms over=torch -->1.33<!-- /fig -->x torch's
+    the host cost is [1.33][ce_host_x]x torch's
+    ...
+    <!-- figures: each [value][name] above is read by `python -m course report` from its spec here -->
+    [ce_host_x]: ../results/cross_entropy_host_week4.json "variant=triton field=ms over=torch"
 
-Only the text between the two markers is generated; the words and units around it are the
-note's. The spec after `fig` names a results file (`NAME` = `results/NAME.json` of the note's
-week folder; `week4/NAME` another week's; `NAME1+NAME2` pools the values of several files) and
-what to read from it, as key=value words (quote a value that holds spaces: `size="8192^2 K=15"`):
+Only the number between the first brackets is generated. The link is the results file, relative to
+the note (another week's: `../../week3_triton_kernels/results/NAME.json`); to pool the values of
+several files of one folder, link the folder and name the files first: `results/ "A+B field=..."`
+(`A` = `A.json`). The title says what to read, as key=value words (quote a value that holds
+spaces, in the other quotes than the title's: `size='8192^2 K=15'`):
 
 * a benchmark record (`rows` of size/variant/fields, written by `course bench`):
   `variant=V field=F` (any row field: ms, gbps, tflops, pct_of_copy, speedup_vs_torch, ...);
@@ -21,7 +28,10 @@ what to read from it, as key=value words (quote a value that holds spaces: `size
   `.2f`; `.0f` for GB/s and TFLOP/s, `.1f` for % of copy), and several values read
   `lo-hi` (`agg=range`, the default) or `agg=min` / `agg=max`.
 
-Markers inside code fences and `code spans` are examples and left alone.
+`problems` lists what `fill` refuses: a name defined twice, a figure never cited, a citation of
+no definition, an old `<!-- fig` marker, a line that citations push past MAX_LINE (a table row,
+which cannot wrap: MAX_TABLE_ROW). Citations inside code fences and `code spans` are examples and
+left alone.
 """
 from __future__ import annotations
 
@@ -29,11 +39,18 @@ import json
 import re
 import shlex
 from pathlib import Path
-from typing import Callable
 
-FIGURE = re.compile(r"<!-- fig (?P<spec>.*?) -->(?P<value>.*?)<!-- /fig -->")
-OPEN = "<!-- fig "
-CLOSE = "<!-- /fig -->"
+BLOCK = "<!-- figures"   # the line that opens a note's block of definitions
+BLOCK_LINE = ("<!-- figures: each [value][name] above is read by `python -m course report` "
+              "from its spec here -->")
+NAME = r"[a-z0-9_]+"
+CITE = re.compile(r"\[(?P<value>[^\[\]]*)\]\[(?P<name>" + NAME + r")\]")
+REFERENCE = re.compile(r"\[(?P<text>[^\[\]]*)\]\[(?P<name>[^\[\]]+)\]")   # any [text][label]
+DEFINE = re.compile(r"^\[(?P<name>" + NAME + r")\]: (?P<dest>\S+) (?P<q>[\"'])(?P<spec>.*)(?P=q)$")
+ANY_DEFINITION = re.compile(r"^ {0,3}\[(?P<name>[^\]]+)\]: ")
+OLD = "<!-- fig "
+MAX_LINE = 120       # citations never push a line past this (tests/test_figures.py walks every note)
+MAX_TABLE_ROW = 200  # nor a table row (it cannot wrap) past this
 CODE_SPAN = re.compile(r"(`+[^`]*?`+)")
 KEYS = {"variant", "field", "size", "over", "path", "scale", "fmt", "agg"}
 DEFAULT_FMT = {"gbps": ".0f", "tflops": ".0f", "pct_of_copy": ".1f"}
@@ -119,13 +136,10 @@ def render(record: dict | list[dict], spec: str) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def fill(text: str, results: Callable[[str], Path], where: str = "") -> str:
-    """`text` with every figure regenerated. `results(NAME)` is the path of NAME's results file;
-    ValueError naming `where` and the line for a figure that cannot be read."""
-    lines = text.split("\n")
+def prose_lines(text: str):
+    """(index, line) of every line outside code fences and the definitions block."""
     fence = None
-    records: dict[str, dict] = {}
-    for i, line in enumerate(lines):
+    for i, line in enumerate(text.split("\n")):
         stripped = line.lstrip()
         if fence is None and stripped[:3] in ("```", "~~~"):
             fence = stripped[:3]
@@ -134,29 +148,105 @@ def fill(text: str, results: Callable[[str], Path], where: str = "") -> str:
             if stripped.startswith(fence):
                 fence = None
             continue
-        if OPEN not in line and CLOSE not in line:
+        if line.startswith(BLOCK):
+            return
+        yield i, line
+
+
+def definitions(text: str, where: str = "") -> dict[str, tuple[int, str, str]]:
+    """{name: (line index, link, spec)} of the note's figures block; ValueError for a malformed line."""
+    lines = text.split("\n")
+    heads = [i for i, _ in enumerate(lines) if lines[i].startswith(BLOCK)]
+    if not heads:
+        return {}
+    found: dict[str, tuple[int, str, str]] = {}
+    for i in range(heads[0] + 1, len(lines)):
+        if not lines[i].strip():
             continue
+        match = DEFINE.match(lines[i])
+        if match is None:
+            raise ValueError(f"{where}:{i + 1}: the figures block holds only `[name]: link \"spec\"` lines "
+                             f"(name: lowercase letters, digits, _), not `{lines[i][:60]}`")
+        if match["name"] in found:
+            raise ValueError(f"{where}:{i + 1}: figure `{match['name']}` is defined twice "
+                             f"(first on line {found[match['name']][0] + 1})")
+        found[match["name"]] = (i, match["dest"], match["spec"])
+    return found
 
-        def one(match):
-            spec = match.group("spec")
-            name = shlex.split(spec)[0] if spec.strip() else ""
-            try:
-                for part in name.split("+"):
-                    if part not in records:
-                        path = results(part)
-                        if not path.is_file():
-                            raise ValueError(f"no results file {path.name}")
-                        records[part] = json.loads(path.read_text())
-                value = render([records[part] for part in name.split("+")], spec)
-            except (ValueError, SystemExit) as error:
-                raise ValueError(f"{where}:{i + 1}: figure `{spec}`: {error}") from None
-            return f"{OPEN}{spec} -->{value}{CLOSE}"
 
+def _outside_code(line: str) -> str:
+    return "".join(CODE_SPAN.split(line)[0::2])
+
+
+def problems(text: str, where: str = "") -> list[str]:
+    """Why `text`'s figures are malformed: each message names `where` and the line."""
+    try:
+        defined = definitions(text, where)
+    except ValueError as error:
+        return [str(error)]
+    labels = {m["name"].lower() for line in text.split("\n") if (m := ANY_DEFINITION.match(line))}
+    out, cited = [], set()
+    for i, line in prose_lines(text):
+        prose = _outside_code(line)
+        if OLD in prose:
+            out.append(f"{where}:{i + 1}: an old `{OLD}...-->` marker: cite `[value][name]` and define name "
+                       "in the figures block")
+        for match in REFERENCE.finditer(prose):
+            if match["name"].lower() not in labels:
+                out.append(f"{where}:{i + 1}: `{match[0]}` cites `{match['name']}`, defined nowhere in the note")
+            cited.add(match["name"])
+        bare = CITE.sub(lambda m: m["value"] if m["name"] in defined else m[0], line)
+        limit = MAX_TABLE_ROW if line.lstrip().startswith("|") else MAX_LINE
+        if len(line) > limit and len(bare) <= limit:
+            out.append(f"{where}:{i + 1}: {len(line)} characters, {len(line) - len(bare)} of them figure "
+                       f"citations: wrap the sentence or shorten the names (at most {limit})")
+    out += [f"{where}:{row + 1}: figure `{name}` is defined but never cited"
+            for name, (row, *_) in defined.items() if name not in cited]
+    return out
+
+
+def sources(link: str, spec: str, here: Path) -> tuple[list[Path], str]:
+    """The results files a definition reads and its selector. The link, relative to the note's
+    folder `here`, is the file; or a folder (ending in /) when the spec starts with the names of
+    several of its files, `NAME1+NAME2 ...` (`NAME` = `NAME.json`), whose values are pooled."""
+    words = spec.split(None, 1)
+    if words and "=" not in words[0]:
+        if not link.endswith("/"):
+            raise ValueError(f"`{words[0]}` pools files of a folder: link the folder (ending in /), not {link}")
+        return [here / link / f"{name}.json" for name in words[0].split("+")], words[1] if len(words) > 1 else ""
+    if not link.endswith(".json"):
+        raise ValueError(f"the link {link} is not a results .json file (pooling a folder: name its files first)")
+    return [here / link], spec
+
+
+def fill(text: str, here: Path, where: str = "") -> str:
+    """`text` with every cited figure regenerated from the file its definition links to (relative
+    to `here`, the note's folder); ValueError naming `where` and the line for a figure that cannot
+    be read or a malformed block."""
+    found = problems(text, where)
+    if found:
+        raise ValueError(found[0])
+    defined = definitions(text, where)
+    if not defined:
+        return text
+    lines = text.split("\n")
+    records: dict[Path, dict] = {}
+    values: dict[str, str] = {}
+    for name, (row, link, spec) in defined.items():
+        try:
+            paths, selector = sources(link, spec, here)
+            for path in paths:
+                if path not in records:
+                    if not path.is_file():
+                        raise ValueError(f"no results file {path.name} in {path.parent}")
+                    records[path] = json.loads(path.read_text())
+            values[name] = render([records[path] for path in paths], "_ " + selector)
+        except ValueError as error:
+            raise ValueError(f"{where}:{row + 1}: figure `{name}` ({link} \"{spec}\"): {error}") from None
+    for i, line in prose_lines(text):
         parts = CODE_SPAN.split(line)  # odd parts are `code spans`: examples, left alone
         for k in range(0, len(parts), 2):
-            parts[k] = FIGURE.sub(one, parts[k])
-            rest = FIGURE.sub("", parts[k])
-            if OPEN in rest or CLOSE in rest:
-                raise ValueError(f"{where}:{i + 1}: a `{OPEN}... -->` without its `{CLOSE}` on the same line")
+            parts[k] = CITE.sub(lambda m: f"[{values[m['name']]}][{m['name']}]" if m["name"] in values else m[0],
+                                parts[k])
         lines[i] = "".join(parts)
     return "\n".join(lines)

@@ -432,10 +432,9 @@ def generated_texts(root: Path = ROOT) -> dict[Path, tuple[str | None, str]]:
     readme = root / "README.md"
     if readme.is_file():
         old = readme.read_text()
-        # README's own figures (test counts, install size, GPU times) read the repository's records
-        # by their path from the root: `<!-- fig tests/skips_cpu path=totals.passed -->`.
-        texts[readme] = (old, figures.fill(readme_text(old, root), lambda name: root / f"{name}.json",
-                                           "README.md"))
+        # README's own figures (test counts, install size, GPU times) link the repository's records:
+        # `[n]: tests/skips_cpu.json "path=totals.passed"`.
+        texts[readme] = (old, figures.fill(readme_text(old, root), root, "README.md"))
         results = root / RESULTS_FILE  # README's companion: the long table README links to
         texts[results] = (results.read_text() if results.is_file() else None, results_markdown(root))
     page = comparisons_file()
@@ -447,20 +446,8 @@ def generated_texts(root: Path = ROOT) -> dict[Path, tuple[str | None, str]]:
         package = path.relative_to(root).parts[0]
         where = str(path.relative_to(root))
         text = fill_blocks(current, package, where, root)
-        texts[path] = (old, figures.fill(text, figure_results(package, root), where))
+        texts[path] = (old, figures.fill(text, path.parent, where))
     return texts
-
-
-# ------------------------------------------------------------------ figures in prose
-# `<!-- fig NAME ... -->value<!-- /fig -->` inside a sentence: course/figures.py fills it.
-def figure_results(package: str, root: Path = ROOT):
-    """NAME (or week3/NAME) of a figure -> its results file, for course.figures.fill."""
-    def results(name: str) -> Path:
-        if "/" in name:
-            week, name = name.split("/", 1)
-            return root / weeks.resolve(week).package / "results" / f"{name}.json"
-        return root / package / "results" / f"{name}.json"
-    return results
 
 
 def update(root: Path = ROOT, check: bool = False) -> int:

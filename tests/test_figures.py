@@ -59,13 +59,16 @@ def report(root, *flags):
     return cli.main(["report", "--root", str(root), *flags])
 
 
+BLOCK = figures.BLOCK_LINE
+
+
 def test_report_fills_a_figure_and_check_fails_when_its_results_change(tree, capsys):
     note = tree / "week4_triton_dl" / "notes" / "cross_entropy.md"
-    note.write_text("Host cost <!-- fig fake_host variant=triton field=ms over=torch size=8x50304 -->"
-                    "9.99<!-- /fig -->x torch's, and ``` in a line is not a fence.\n")
+    note.write_text("Host cost [9.99][ce_host]x torch's, and ``` in a line is not a fence.\n\n" + BLOCK + "\n"
+                    '[ce_host]: ../results/fake_host.json "variant=triton field=ms over=torch size=8x50304"\n')
     assert report(tree, "--check") == 1                  # typed 9.99: not what the file says
     assert report(tree) == 0
-    assert "-->1.33<!-- /fig -->x torch's" in note.read_text()
+    assert "Host cost [1.33][ce_host]x torch's" in note.read_text()
     assert report(tree, "--check") == 0
     record = json.loads((tree / "week4_triton_dl/results/fake_host.json").read_text())
     record["rows"][1]["ms"] = 0.0518                     # a re-run: the prose figure is now stale
@@ -73,31 +76,113 @@ def test_report_fills_a_figure_and_check_fails_when_its_results_change(tree, cap
     capsys.readouterr()
     assert report(tree, "--check") == 1
     assert "week4_triton_dl/notes/cross_entropy.md" in capsys.readouterr().out
-    assert report(tree) == 0 and "-->2.00<!-- /fig -->" in note.read_text()
+    assert report(tree) == 0 and "Host cost [2.00][ce_host]x" in note.read_text()
 
 
-def test_another_weeks_results_and_figures_in_code_fences_and_spans(tree):
+def test_a_drift_planted_in_a_real_note_fails_the_check(tmp_path, capsys):
+    """The course's own notes: change one cited number by hand and `report --check` names the note."""
+    import shutil
+
+    from course import report as report_module
+    from course import weeks
+
+    root = tmp_path / "course"
+    for one in weeks.all_weeks():     # every week's results: week 4's README cites other weeks too
+        if (report_module.ROOT / one.package / "results").is_dir():
+            shutil.copytree(report_module.ROOT / one.package / "results", root / one.package / "results")
+    week = weeks.resolve("week4")
+    readme = root / week.package / "README.md"
+    text = (report_module.ROOT / week.package / "README.md").read_text()
+    match = figures.CITE.search(text)
+    assert match is not None, "week 4's README cites no figure"
+    planted = text[:match.start()] + f"[{match['value']}9][{match['name']}]" + text[match.end():]
+    readme.write_text(planted)
+    old, new = report_module.generated_texts(root)[readme]
+    assert old == planted and new == text                # the check sees the drift; report puts it back
+    readme.write_text(text)
+    old, new = report_module.generated_texts(root)[readme]
+    assert old == new == text
+
+
+def test_another_weeks_results_pools_and_figures_in_code_fences_and_spans(tree):
     (tree / "week3_triton_kernels").mkdir()
     note = tree / "week3_triton_kernels" / "notes.md"
-    example = ("```\n<!-- fig fake_host variant=triton field=ms --><!-- /fig -->\n```\n"
-               "written `<!-- fig NAME variant=V field=F -->` and `<!-- /fig -->`\n")
+    example = ("```\n[1][peak]\n```\nwritten `[value][peak]` and `[peak]: x.json \"variant=...\"`\n")
     other = dict(RECORD, rows=[dict(r, tflops=r["tflops"] and r["tflops"] / 2) for r in RECORD["rows"]])
     (tree / "week4_triton_dl/results/fake_half.json").write_text(json.dumps(other))
-    note.write_text("peak <!-- fig week4/fake_host variant=triton field=tflops agg=max --><!-- /fig --> "
-                    "TFLOP/s, both <!-- fig week4/fake_host+week4/fake_half variant=triton field=tflops -->"
-                    "<!-- /fig -->\n" + example)
+    block = ("\n" + BLOCK + "\n"   # another week's file, and a pool: a folder and the names of its files
+             "[peak]: ../week4_triton_dl/results/fake_host.json \"variant=triton field=tflops agg=max\"\n"
+             "[both]: ../week4_triton_dl/results/ \"fake_host+fake_half variant=triton field=tflops\"\n")
+    note.write_text("peak [][peak] TFLOP/s, both [][both], peak again [1][peak]\n" + example + block)
     assert report(tree) == 0
-    assert note.read_text() == ("peak <!-- fig week4/fake_host variant=triton field=tflops agg=max -->485"
-                                "<!-- /fig --> TFLOP/s, both <!-- fig week4/fake_host+week4/fake_half "
-                                "variant=triton field=tflops -->203-485<!-- /fig -->\n" + example)
+    assert note.read_text() == ("peak [485][peak] TFLOP/s, both [203-485][both], peak again [485][peak]\n"
+                                + example + block)
+
+
+DEFINE = "\n\n" + BLOCK + "\n[a]: results/fake_host.json \"variant=triton field=ms size=1k\"\n"
 
 
 @pytest.mark.parametrize("text, message", [
-    ("a <!-- fig fake_host variant=triton field=ms -->1", "notes.md:1: a `<!-- fig ... -->` without"),
-    ("\nx <!-- fig missing variant=triton field=ms -->1<!-- /fig -->", "notes.md:2: figure `missing"),
-    ("<!-- fig week9/fake_host variant=triton field=ms -->1<!-- /fig -->", "unknown week"),
+    ("a [1][a]" + DEFINE + "[a]: results/fake_host.json \"variant=torch field=ms\"\n",
+     "notes.md:5: figure `a` is defined twice"),
+    ("a [1][b]" + DEFINE, "`[1][b]` cites `b`, defined nowhere"),
+    ("no citation" + DEFINE, "notes.md:4: figure `a` is defined but never cited"),
+    ("a [1][a]" + DEFINE + "not a definition\n", "notes.md:5: the figures block holds only"),
+    ("x" * 100 + " [1][a] [1][a] [1][a]" + DEFINE, "notes.md:1: 121 characters, 15 of them figure citations"),
+    ("| " + "x" * 180 + " | [1][a] [1][a] [1][a] |" + DEFINE, "207 characters, 15 of them figure citations: "
+     "wrap the sentence or shorten the names (at most 200)"),      # a table row cannot wrap: 200
+    ("a <!-- fig fake_host variant=triton field=ms -->1<!-- /fig -->", "an old `<!-- fig ...-->` marker"),
+    ("\nx [1][a]\n\n" + BLOCK + "\n[a]: results/missing.json \"variant=triton field=ms\"",
+     "notes.md:5: figure `a` (results/missing.json \"variant=triton field=ms\"): no results file missing.json"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host \"variant=triton field=ms\"", "is not a results .json file"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host.json \"fake_host+x variant=triton field=ms\"",
+     "pools files of a folder: link the folder"),
+    ("[1][a]\n\n" + BLOCK + "\n[a]: results/fake_host.json \"variant=triton field=ms colour=red\"", "unknown word"),
 ])
 def test_broken_figures_fail_naming_file_and_line(tree, capsys, text, message):
     (tree / "week4_triton_dl" / "notes.md").write_text(text)
     assert report(tree, "--check") == 1
     assert message in capsys.readouterr().out
+
+
+def test_every_note_names_its_figures_once_and_cites_them_by_name():
+    """The course's markdown: names unique per note, every figure cited, every citation defined,
+    no line pushed past figures.MAX_LINE by citations, no old `<!-- fig` marker left."""
+    from course import report as report_module
+
+    root = report_module.ROOT
+    paths = [root / "README.md", *report_module.markdown_files(root)]
+    found = [p for path in paths if path.is_file()
+             for p in figures.problems(path.read_text(), str(path.relative_to(root)))]
+    assert found == []
+    assert sum(bool(figures.definitions(p.read_text())) for p in paths if p.is_file()) >= 40
+
+
+def test_the_migration_names_old_markers_and_report_fills_them(tree, monkeypatch):
+    """tools/migrate_figures.py: an old `<!-- fig -->` marker becomes a citation and a definition
+    (a spec cited twice: one name; one the block defines already: its name), lines rewrapped."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "migrate_figures.py"
+    spec = importlib.util.spec_from_file_location("migrate_figures", path)
+    migrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migrate)
+    monkeypatch.setattr(migrate, "ROOT", tree)
+    note = tree / "week4_triton_dl" / "notes" / "host.md"
+    old = "<!-- fig fake_host variant=triton field=ms over=torch size=8x50304 -->9<!-- /fig -->"
+    note.write_text("word " * 12 + f"cost {old}x and again {old}x, then "
+                    "<!-- fig fake_host variant=triton field=tflops agg=max -->1<!-- /fig --> TFLOP/s\n")
+    assert migrate.convert(note) == 2
+    text = note.read_text()
+    assert " ".join(text.split("\n")[:2]) == ("word " * 12 + "cost [9][tri_vs_torch_ms]x and again "
+                                                "[9][tri_vs_torch_ms]x, then [1][tri_tf] TFLOP/s")
+    assert all(len(line) <= migrate.WIDTH for line in text.split("\n")[:2])    # rewrapped
+    assert text.endswith(BLOCK + "\n[tri_vs_torch_ms]: ../results/fake_host.json "
+                         "\"variant=triton field=ms over=torch size=8x50304\"\n"
+                         "[tri_tf]: ../results/fake_host.json \"variant=triton field=tflops agg=max\"\n")
+    note.write_text(text + "\n" + old + "\n")   # a marker added after the block: left for report to flag
+    assert report(tree, "--check") == 1
+    note.write_text(f"late {old}\n" + text)     # one added to the prose later reuses the defined name
+    assert migrate.convert(note) == 1 and note.read_text().count("[tri_vs_torch_ms]: ") == 1
+    assert report(tree) == 0 and "late [1.33][tri_vs_torch_ms]" in note.read_text()
