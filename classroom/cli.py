@@ -6,8 +6,8 @@
     python -m course report [--check]     rebuild every generated table from the results/ files:
                                           RESULTS.md, README's results and skips sections, each
                                           `<!-- results:NAME -->` block in the weeks' markdown, each
-                                          `<!-- fig NAME ... -->` figure in their prose (course/figures.py),
-                                          and the performance comparisons (course/report.py)
+                                          `<!-- fig NAME ... -->` figure in their prose (classroom/figures.py),
+                                          and the performance comparisons (classroom/report.py)
     python -m course versions [--check]   installed torch/triton beside those results/ was measured
                                           with, and where they stand in the supported range
                                           (--check: fail if they differ; --newest: the newest tested, as pins)
@@ -29,7 +29,7 @@
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
-course/report.py.
+classroom/report.py.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def cmd_info(_args) -> int:
     if not runtime.on_gpu():
         print("\nNo CUDA GPU: Triton runs in its interpreter and Numba in its CUDA simulator "
               "(correct results, meaningless timings); PyCUDA tests are skipped.")
-    from course import compile_matrix
+    from classroom import compile_matrix
 
     gpu = runtime.gpu_class()
     if gpu is not None:
@@ -111,7 +111,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from course import report
+    from classroom import report
 
     root = Path(args.root).resolve() if getattr(args, "root", None) else ROOT
     return report.update(root, check=args.check)
@@ -132,7 +132,7 @@ def cmd_versions(args) -> int:
 
 
 def cmd_skips(args) -> int:
-    from course import skips
+    from classroom import skips
 
     root = Path(args.root).resolve() if getattr(args, "root", None) else ROOT
     return skips.main(Path(args.log), root, write=args.write)
@@ -140,7 +140,8 @@ def cmd_skips(args) -> int:
 
 def cmd_timings(args) -> int:
     """Sum a GPU run's timing log per week into tests/timings_gpu.json (run it on the GPU machine)."""
-    from course import runtime, timings
+    from course import runtime
+    from classroom import timings
 
     if args.suite_output:  # only the whole-suite run (its GPU: the committed record's), the per-week serial runs kept
         rec = timings.with_suite(timings.load(), Path(args.log).read_text(), command=args.run_command,
@@ -201,7 +202,8 @@ def main(argv=None) -> int:
     timings_p.add_argument("--cache", default="cold", help="with --suite-output: the Triton cache, cold or warm")
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
     # The commands with a module each:
-    from course import attempts, compile_matrix, exercises, hints, install_size, progress, rungs, stages
+    from course import rungs
+    from classroom import attempts, compile_matrix, exercises, hints, install_size, progress, stages
     exercises.add_parser(sub)
     install_size.add_parser(sub)
     stages.add_parser(sub)
