@@ -114,7 +114,7 @@ def wrong_source(fixture: Fixture) -> str:
 
 def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> dict:
     """Run the lesson's tests on the wrong module; {'ok': required failure seen, 'message', ...}."""
-    from course import pytest_lesson
+    from classroom import pytest_lesson
 
     started = time.time()
     try:
@@ -140,7 +140,7 @@ def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> di
                pytest_lesson.RESULTS_ENV: str(results), "COLUMNS": "200"}
         stage = fixture_stage(fixture)
         command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
-                   "course.pytest_lesson", "--impl=solutions", rel_path(fixture.test, root), *fixture.wrong.tests,
+                   "classroom.pytest_lesson", "--impl=solutions", rel_path(fixture.test, root), *fixture.wrong.tests,
                    *(["--stage", str(stage)] if stage is not None else [])]
         try:
             proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
