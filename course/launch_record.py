@@ -4,7 +4,7 @@
 specialization a test launches: the kernel (module and name), each argument's Triton type
 (`*fp16`, `i32`, `tensordesc<...>`: what Triton would compile the kernel for), the constexpr
 values and the launch options (num_warps, num_stages). `python -m course compile-matrix` compiles
-each of them for every GPU class (course/compile_matrix.py), with the configs the launcher would
+each of them for every GPU class (classroom/compile_matrix.py), with the configs the launcher would
 choose there. Lines are appended whole (one write of a short line), so the two processes of
 `pytest -n 2` may share the file.
 

@@ -270,7 +270,7 @@ def hopper_table(csv_text: str, labels: list[str] | None = None) -> str:
 
 def hopper_record(csv_text: str, labels: list[str] | None = None) -> dict:
     """The Hopper table as numbers, {kernel label: {column slug: value}}: what a results JSON keeps
-    so that notes quote ncu's figures by `path=...` (course/figures.py)."""
+    so that notes quote ncu's figures by `path=...` (classroom/figures.py)."""
     return ncu_record(csv_text, labels, HOPPER_COLUMNS)
 
 

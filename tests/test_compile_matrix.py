@@ -1,4 +1,4 @@
-"""The compile matrix: kernels compiled for each GPU class without a GPU (course/compile_matrix.py),
+"""The compile matrix: kernels compiled for each GPU class without a GPU (classroom/compile_matrix.py),
 from the launches a simulation run records (course/launch_record.py)."""
 import json
 import os
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from course import compile_matrix, runtime
+from course import runtime
+from classroom import compile_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 ADD = "week3_triton_kernels.vector_add:add_kernel"

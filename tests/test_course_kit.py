@@ -7,8 +7,9 @@ import textwrap
 import pytest
 import torch
 
-from course import bench, report as reports, runtime, weeks
-from course import __main__ as cli
+from course import bench, runtime, source_lines, weeks
+from classroom import report as reports
+from classroom import cli
 
 MACHINE = {"backend": "gpu", "device": "cuda", "python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0",
            "numba": "0.68.0", "gpu": "NVIDIA H100 80GB HBM3", "cuda_runtime": "13.0"}
@@ -160,7 +161,7 @@ def test_results_file_drifting_fails_the_check(tree, capsys):
 
 
 def test_readme_skips_section_comes_from_the_recorded_run(tree):
-    from course import skips
+    from classroom import skips
 
     readme = tree / "README.md"
     readme.write_text(f"{reports.README_BEGIN}\n{reports.README_END}\n{reports.SKIPS_BEGIN}\nold\n{reports.SKIPS_END}\n")
@@ -252,16 +253,16 @@ def sample(x):
 
 
 def test_count_source_lines_skips_blanks_comments_and_docstrings():
-    assert bench.count_source_lines(sample) == 4  # def, y =, return, continuation
-    assert bench.count_source_lines([sample, sample]) == 4  # counted once
+    assert source_lines.count_source_lines(sample) == 4  # def, y =, return, continuation
+    assert source_lines.count_source_lines([sample, sample]) == 4  # counted once
     import functools
-    assert bench.count_source_lines(functools.partial(sample, 1)) == 4
+    assert source_lines.count_source_lines(functools.partial(sample, 1)) == 4
 
 
 def test_count_source_lines_reads_triton_and_cuda_c(tmp_path):
     from week3_triton_kernels import vector_add
 
-    assert bench.count_source_lines(vector_add.add_kernel) == 8  # @triton.jit, def and 6 statements
+    assert source_lines.count_source_lines(vector_add.add_kernel) == 8  # @triton.jit, def and 6 statements
     cu = tmp_path / "k.cu"
     cu.write_text(textwrap.dedent("""\
         // a file comment
@@ -278,11 +279,11 @@ def test_count_source_lines_reads_triton_and_cuda_c(tmp_path):
         }
         void host() { kern<1><<<1, 1>>>(nullptr, 0); }
         """))
-    assert bench.count_source_lines(bench.c_function(cu, "kern")) == 7
+    assert source_lines.count_source_lines(source_lines.c_function(cu, "kern")) == 7
     with pytest.raises(ValueError, match="no definition"):
-        bench.count_source_lines(bench.c_function(cu, "missing"))
+        source_lines.count_source_lines(source_lines.c_function(cu, "missing"))
     with pytest.raises(TypeError, match="cannot find Python source"):
-        bench.count_source_lines(42)
+        source_lines.count_source_lines(42)
 
 
 # -------------------------------------------------------------------- benchmark run
@@ -385,12 +386,12 @@ def test_sweep_main_asks_for_sweep_passes_its_options_and_refuses_simulation(mon
 # ------------------------------------------------------------------------ the weeks
 def test_the_kit_names_no_week_outside_the_registries():
     """course/ finds the weeks (course/weeks.py): a week's name may stand in a docstring, a comment or
-    a command's help text (an example), never in the kit's code."""
+    a command's help text (an example), never in the code of the kit or of the machinery (classroom/)."""
     import ast
 
     names = {w.short for w in weeks.all_weeks()} | {w.package for w in weeks.all_weeks()}
     found = []
-    for path in sorted((weeks.ROOT / "course").glob("*.py")):
+    for path in sorted((weeks.ROOT / "course").glob("*.py")) + sorted((weeks.ROOT / "classroom").glob("*.py")):
         tree = ast.parse(path.read_text())
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -474,9 +475,9 @@ PRIVATE_IMPORTS_PENDING: set[str] = set()
 
 
 def _kit_and_lesson_modules() -> dict:
-    """{dotted module name: path} of the kit's and the lessons' own modules, in order; an exercise
-    stub is its solution's copy, and tests and tools probe, so neither counts."""
-    packages = sorted({w.package for w in weeks.all_weeks()} | {"course"})
+    """{dotted module name: path} of the kit's, the machinery's and the lessons' own modules, in order;
+    an exercise stub is its solution's copy, and tests and tools probe, so neither counts."""
+    packages = sorted({w.package for w in weeks.all_weeks()} | {"course", "classroom"})
     modules = {}
     for package in packages:
         for path in sorted((weeks.ROOT / package).rglob("*.py")):
@@ -492,7 +493,7 @@ def test_no_module_uses_another_modules_private_names():
     import ast
 
     root = weeks.ROOT
-    packages = {w.package for w in weeks.all_weeks()} | {"course"}
+    packages = {w.package for w in weeks.all_weeks()} | {"course", "classroom"}
     found = []
     for path in _kit_and_lesson_modules().values():
         rel = str(path.relative_to(root))

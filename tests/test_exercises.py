@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from course import exercises, progress, pytest_lesson
+from classroom import lesson_files, must_fail, progress, pytest_lesson, regions, stubs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,7 +141,7 @@ def _load(path: Path, name: str):
 
 def test_a_python_hole_raises_not_implemented_with_its_hint_and_size(course, monkeypatch):
     monkeypatch.syspath_prepend(str(course))  # the stub imports what SOLUTION ONLY kept out from the solution
-    stub = exercises.generate(course / "week9_toy" / "lesson.py", course)
+    stub = stubs.generate(course / "week9_toy" / "lesson.py", course)
     assert "out = [x * factor" not in stub and "sum(x * x" not in stub
     assert "# TODO (about 2 lines): multiply each element by factor; keep the order (a list comprehension" in stub
     assert "raise NotImplementedError('not implemented yet: scale: multiply each element by factor')" in stub
@@ -161,7 +161,7 @@ def test_a_python_hole_raises_not_implemented_with_its_hint_and_size(course, mon
 
 
 def test_the_stub_docstring_names_the_holes_the_test_command_and_the_source(course):
-    stub = exercises.generate(course / "week9_toy" / "lesson.py", course)
+    stub = stubs.generate(course / "week9_toy" / "lesson.py", course)
     doc = " ".join(ast.get_docstring(ast.parse(stub)).split())  # the text, whatever its wrapping
     assert doc.startswith("Exercise: toy lesson: scale a list, the slow way and the fast way.")
     assert "second paragraph" not in doc and "Toy lesson" not in doc
@@ -170,13 +170,13 @@ def test_the_stub_docstring_names_the_holes_the_test_command_and_the_source(cour
     assert "You write (about 5 lines in 3 holes" in doc
     assert "Imported from week9_toy/lesson.py, not repeated here: `main`." in doc
     assert "* `scale`: multiply each element by factor" in doc and "* at module level: the helper" in doc
-    assert "week9_toy/lesson.py" in doc and exercises.GENERATED_MARK in doc
+    assert "week9_toy/lesson.py" in doc and stubs.GENERATED_MARK in doc
     assert "Rules of the house: keep the input list unchanged; return new lists." in doc  # the note
     assert "EXERCISE NOTE" not in stub and "EXERCISE NOTE" in LESSON
 
 
 def test_a_triton_hole_keeps_the_kernel_importable_and_stops_at_compile_or_interpretation(course):
-    stub = exercises.generate(course / "week9_toy" / "tri.py", course)
+    stub = stubs.generate(course / "week9_toy" / "tri.py", course)
     assert "tl.static_assert(False, 'not implemented yet: add_kernel: y = x + 1, masked to n')" in stub
     tree = ast.parse(stub)
     kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
@@ -184,7 +184,7 @@ def test_a_triton_hole_keeps_the_kernel_importable_and_stops_at_compile_or_inter
 
 
 def test_cuda_holes_are_comments_and_the_header_is_regenerated(course):
-    stub = exercises.generate(course / "week9_toy" / "kernels" / "add.cu", course)
+    stub = stubs.generate(course / "week9_toy" / "kernels" / "add.cu", course)
     assert stub.startswith("// Exercise: toy CUDA C: add one.")
     assert "`pytest tests/week9/test_loader.py --impl=exercises`" in stub  # the module that loads it
     assert "* `twice`: return 2 v (about 1 line)" in stub and "* `add_one`: one thread per element" in stub
@@ -194,7 +194,7 @@ def test_cuda_holes_are_comments_and_the_header_is_regenerated(course):
 
 def test_filling_the_holes_gives_back_the_solution(course):
     solution = course / "week9_toy" / "lesson.py"
-    filled = exercises.filled(solution)
+    filled = stubs.filled(solution)
     assert "BEGIN" not in filled and "END EXERCISE" not in filled and "def main" not in filled
     kept = [line for line in LESSON.splitlines() if "EXERCISE" not in line and "(a list comprehension" not in line]
     assert filled.splitlines() == [line for line in kept if line in filled.splitlines()]
@@ -202,17 +202,17 @@ def test_filling_the_holes_gives_back_the_solution(course):
 
 
 def test_write_then_check_and_an_edited_stub_is_reported(course):
-    changed = exercises.write(course)
-    stubs = {p.relative_to(course).as_posix() for p in changed}
-    assert stubs == {"week9_toy/exercises/lesson.py", "week9_toy/exercises/tri.py",
+    changed = stubs.write(course)
+    written = {p.relative_to(course).as_posix() for p in changed}
+    assert written == {"week9_toy/exercises/lesson.py", "week9_toy/exercises/tri.py",
                      "week9_toy/exercises/kernels/add.cu", ".gitattributes"}
     assert (course / "week9_toy" / "exercises" / "plain.py").read_text() == '"""Hand-written stub."""\n'
     assert "week9_toy/exercises/lesson.py linguist-generated=true" in (course / ".gitattributes").read_text()
-    assert exercises.check(course) == []
-    assert exercises.write(course) == []  # regenerating changes nothing
+    assert stubs.check(course) == []
+    assert stubs.write(course) == []  # regenerating changes nothing
     stub = course / "week9_toy" / "exercises" / "lesson.py"
     stub.write_text(stub.read_text().replace("FACTOR = 2", "FACTOR = 3"))
-    assert exercises.check(course) == ["week9_toy/exercises/lesson.py: differs from its solution's markers from line 24"]
+    assert stubs.check(course) == ["week9_toy/exercises/lesson.py: differs from its solution's markers from line 24"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -227,33 +227,33 @@ def test_malformed_markers_are_refused_with_the_line(tmp_path, text, message):
     (tmp_path / "week9_toy").mkdir()
     path = tmp_path / "week9_toy" / "bad.py"
     path.write_text(text)
-    with pytest.raises(exercises.MarkerError, match=message):
-        exercises.generate(path, tmp_path)
+    with pytest.raises(regions.MarkerError, match=message):
+        stubs.generate(path, tmp_path)
 
 
 def test_the_committed_stubs_are_what_their_solutions_generate():
     """`python -m course exercises --check` on this checkout (CI runs it too)."""
-    assert exercises.check(ROOT) == []
+    assert stubs.check(ROOT) == []
 
 
 def test_every_generated_stub_names_its_test_file_and_has_holes():
-    for solution in exercises.marked_solutions(ROOT):
-        assert exercises.test_file(solution, ROOT) is not None, solution
-        regions = exercises.parse_regions(solution.read_text().splitlines(), exercises._comment_of(solution))
-        assert any(r.kind == "EXERCISE" for r in regions), solution
+    for solution in lesson_files.marked_solutions(ROOT):
+        assert lesson_files.test_file(solution, ROOT) is not None, solution
+        marked = regions.parse_regions(solution.read_text().splitlines(), regions.comment_of(solution))
+        assert any(r.kind == "EXERCISE" for r in marked), solution
 
 
 def test_every_must_fail_fixture_applies_inside_an_exercise_region():
-    fixtures = exercises.load_fixtures(ROOT)
+    fixtures = must_fail.load_fixtures(ROOT)
     assert fixtures, "tests/<week>/wrong/ holds the known-wrong solutions"
     for fixture in fixtures:
-        source = exercises.wrong_source(fixture)  # raises when stale or outside a hole
+        source = must_fail.wrong_source(fixture)  # raises when stale or outside a hole
         assert source != fixture.solution.read_text()
         assert fixture.test is not None and fixture.test.exists(), fixture.label
     per_lesson = {}
     for fixture in fixtures:
         per_lesson.setdefault(fixture.solution, []).append(fixture)
-    marked = set(exercises.marked_solutions(ROOT))
+    marked = set(lesson_files.marked_solutions(ROOT))
     for solution in marked:
         if solution.suffix == ".py":
             lesson = [f for s, fs in per_lesson.items() for f in fs if f.module.endswith("." + solution.stem)]
@@ -264,13 +264,13 @@ def test_a_stale_fixture_is_reported_not_run(tmp_path):
     week = tmp_path / "week9_toy"
     week.mkdir()
     (week / "lesson.py").write_text(LESSON)
-    wrong = exercises.Wrong("gone", "text that is not there", old="no such line\n", new="")
-    fixture = exercises.Fixture(wrong, week / "lesson.py", "week9_toy.lesson", tmp_path / "t.py", tmp_path / "w.py")
+    wrong = must_fail.Wrong("gone", "text that is not there", old="no such line\n", new="")
+    fixture = must_fail.Fixture(wrong, week / "lesson.py", "week9_toy.lesson", tmp_path / "t.py", tmp_path / "w.py")
     with pytest.raises(ValueError, match="occurs 0 times"):
-        exercises.wrong_source(fixture)
-    outside = exercises.Wrong("outside", "a line the learner never writes", old="FACTOR = 2\n", new="FACTOR = 5\n")
+        must_fail.wrong_source(fixture)
+    outside = must_fail.Wrong("outside", "a line the learner never writes", old="FACTOR = 2\n", new="FACTOR = 5\n")
     with pytest.raises(ValueError, match="not inside an EXERCISE region"):
-        exercises.wrong_source(exercises.Fixture(outside, week / "lesson.py", "week9_toy.lesson",
+        must_fail.wrong_source(must_fail.Fixture(outside, week / "lesson.py", "week9_toy.lesson",
                                                  tmp_path / "t.py", tmp_path / "w.py"))
 
 
@@ -297,7 +297,7 @@ def test_the_plugin_overrides_a_module_selects_one_case_per_test_and_records_rea
     env = {**os.environ, pytest_lesson.RESULTS_ENV: str(results), pytest_lesson.SMOKE_ENV: "1",
            pytest_lesson.OVERRIDE_ENV: f"toy_pkg.mod={tmp_path / 'wrong_mod.py'}",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "classroom.pytest_lesson",
                     "test_toy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     records = pytest_lesson.read_results(results)
     assert [r["nodeid"] for r in records] == ["test_toy.py::test_value[1]"]  # then the file stops
@@ -333,11 +333,11 @@ def test_a_module_a_lesson_is_split_into_is_graded_by_the_test_file_that_loads_i
     --impl=exercises loads its stub): its stub's command and its progress are test_lesson.py's."""
     week, tests = course / "week9_toy", course / "tests" / "week9"
     (week / "lesson_part.py").write_text(LESSON)
-    assert exercises.test_file(week / "lesson_part.py", course) is None
+    assert lesson_files.test_file(week / "lesson_part.py", course) is None
     (tests / "test_lesson.py").write_text('part = runtime.lesson("week9_toy.lesson_part")\n')
-    assert exercises.test_file(week / "lesson_part.py", course) == tests / "test_lesson.py"
-    assert "`pytest tests/week9/test_lesson.py --impl=exercises`" in exercises.generate(week / "lesson_part.py", course)
-    exercises.write(course)
+    assert lesson_files.test_file(week / "lesson_part.py", course) == tests / "test_lesson.py"
+    assert "`pytest tests/week9/test_lesson.py --impl=exercises`" in stubs.generate(week / "lesson_part.py", course)
+    stubs.write(course)
     lesson, part = week / "exercises" / "lesson.py", week / "exercises" / "lesson_part.py"
     assert progress.companions(lesson, tests / "test_lesson.py", course) == [part]
     assert progress.as_shipped([lesson, part], course) is True
@@ -370,12 +370,12 @@ MAX_HOLE = 40  # lines of code in one hole: a bigger one is a blank page, not an
 
 def test_no_hole_is_over_forty_lines_of_code():
     too_big = {}
-    for solution in exercises.marked_solutions(ROOT):
-        for r in exercises.parse_regions(solution.read_text().splitlines(), exercises._comment_of(solution)):
+    for solution in lesson_files.marked_solutions(ROOT):
+        for r in regions.parse_regions(solution.read_text().splitlines(), regions.comment_of(solution)):
             if r.kind == "EXERCISE" and r.size > MAX_HOLE:
-                too_big[f"{exercises._rel(solution, ROOT)}:{r.begin + 1}"] = r.size
+                too_big[f"{lesson_files.rel_path(solution, ROOT)}:{r.begin + 1}"] = r.size
     assert not too_big, (f"holes over {MAX_HOLE} lines of code (cut them into smaller holes, "
-                             "or the lesson into stages: course/stages.py)")
+                             "or the lesson into stages: classroom/stages.py)")
 
 
 STAGED = '''\
@@ -407,21 +407,21 @@ def test_a_staged_lesson_lists_its_holes_stage_by_stage_and_fills_them_stage_by_
     path = course / "week9_toy" / "staged.py"
     path.write_text(STAGED)
     (course / "tests" / "week9" / "test_staged.py").write_text("")
-    assert exercises.stages(path) == {1: "the sum", 2: "the mean"}
-    regions = exercises.parse_regions(STAGED.splitlines(), "#")
-    assert [(r.stage, r.title) for r in regions] == [(1, "the sum"), (2, "the mean"), (1, "the sum")]
-    assert regions[0].size == 1, "HINT lines are comments: not counted, not shown"
-    stub = exercises.generate(path, course)
+    assert regions.stages(path) == {1: "the sum", 2: "the mean"}
+    marked = regions.parse_regions(STAGED.splitlines(), "#")
+    assert [(r.stage, r.title) for r in marked] == [(1, "the sum"), (2, "the mean"), (1, "the sum")]
+    assert marked[0].size == 1, "HINT lines are comments: not counted, not shown"
+    stub = stubs.generate(path, course)
     doc = " ".join(ast.get_docstring(ast.parse(stub)).split())
     assert "`pytest tests/week9/test_staged.py --impl=exercises --stage N` checks stage N alone" in doc
     assert doc.index("Stage 1: the sum (about 2 lines; `--stage 1`)") < doc.index("* `second`: (a second hole") \
         < doc.index("Stage 2: the mean") < doc.index("* `second`: divide by the length")
     assert "# TODO (stage 2, about 1 line): divide by the length" in stub
     assert "not implemented yet: stage 1: first: add them up" in stub and "HINT" not in stub
-    through_1 = exercises.generate(path, course, through=1)
+    through_1 = stubs.generate(path, course, through=1)
     assert "return sum(xs)" in through_1 and "total = first(xs)" in through_1 and "n = len(xs)" not in through_1
     assert "BEGIN" not in through_1 and "not implemented yet: stage 2: second" in through_1
-    assert "raise NotImplementedError" not in exercises.generate(path, course, through=2)
+    assert "raise NotImplementedError" not in stubs.generate(path, course, through=2)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -431,20 +431,20 @@ def test_a_staged_lesson_lists_its_holes_stage_by_stage_and_fills_them_stage_by_
     (STAGED.replace("[stage 2: the mean]", "[stage 2]"), "stage 2 needs a title"),
 ])
 def test_malformed_stages_are_refused(text, message):
-    with pytest.raises(exercises.MarkerError, match=message):
-        exercises.parse_regions(text.splitlines(), "#")
+    with pytest.raises(regions.MarkerError, match=message):
+        regions.parse_regions(text.splitlines(), "#")
 
 
 def test_every_stage_of_a_staged_lesson_has_known_wrong_solutions_of_its_own():
     """(Its own tests: `python -m course exercises --stages` runs each stage's, on the stub filled up to it.)"""
-    from course import stages
+    from classroom import stages
 
-    fixtures = exercises.load_fixtures(ROOT)
+    fixtures = must_fail.load_fixtures(ROOT)
     staged = stages.staged_solutions(ROOT)
     assert staged, "FlashAttention's backward at least is in stages"
     for solution in staged:
-        numbers = set(exercises.stages(solution))
-        caught = {exercises.fixture_stage(f) for f in fixtures if f.solution == solution}
+        numbers = set(regions.stages(solution))
+        caught = {must_fail.fixture_stage(f) for f in fixtures if f.solution == solution}
         assert numbers <= caught, f"{solution.name}: stages without a known-wrong fixture: {sorted(numbers - caught)}"
 
 
@@ -474,15 +474,15 @@ def test_stage_selection_keeps_one_stage_and_refuses_an_unmarked_test_of_a_stage
 
 
 def test_progress_shows_a_line_per_stage_and_a_stage_is_not_started_while_its_holes_are_as_shipped(course):
-    from course import stages
+    from classroom import stages
 
     week = course / "week9_toy"
     (week / "staged.py").write_text(STAGED)
     (course / "tests" / "week9" / "test_staged.py").write_text("")
-    exercises.write(course)
+    stubs.write(course)
     stub = week / "exercises" / "staged.py"
     assert stages.is_staged(stub) and not stages.is_staged(week / "exercises" / "lesson.py")
-    stub.write_text(exercises.generate(week / "staged.py", course, through=1))  # the learner did stage 1
+    stub.write_text(stubs.generate(week / "staged.py", course, through=1))  # the learner did stage 1
     assert stages.untouched(stub, week / "staged.py", course) == {1: False, 2: True}
     test = course / "tests" / "week9" / "test_staged.py"
     records = [{"nodeid": "tests/week9/test_staged.py::test_sum", "outcome": "passed", "message": "", "stage": 1},
@@ -496,14 +496,14 @@ def test_progress_shows_a_line_per_stage_and_a_stage_is_not_started_while_its_ho
 
 def test_a_staged_stub_with_every_stage_filled_is_its_solution():
     """What `course stages` tests at the last stage is the solution itself (below the stub's docstring)."""
-    from course import stages
+    from classroom import stages
 
     for solution in stages.staged_solutions(ROOT):
-        last = max(exercises.stages(solution))
-        through = exercises.generate(solution, ROOT, through=last)
+        last = max(regions.stages(solution))
+        through = stubs.generate(solution, ROOT, through=last)
         body = lambda text: text.split('"""', 2)[2]  # noqa: E731  (after the module docstring)
-        assert body(through) == body(exercises.filled(solution, ROOT)), solution.name
-        assert exercises.NOT_IMPLEMENTED not in body(through)
+        assert body(through) == body(stubs.filled(solution, ROOT)), solution.name
+        assert stubs.NOT_IMPLEMENTED not in body(through)
 
 
 def test_a_triton_compile_error_reads_as_its_message_not_its_first_line():

@@ -1,11 +1,10 @@
-"""Figures in prose (course/figures.py): a measured number in a note's sentence is read from its
+"""Figures in prose (classroom/figures.py): a measured number in a note's sentence is read from its
 results file by `python -m course report`, and `report --check` fails once it is stale."""
 import json
 
 import pytest
 
-from course import __main__ as cli
-from course import figures
+from classroom import cli, figures
 
 RECORD = {"benchmark": "fake_host", "simulated": False, "rows": [
     {"size": "8x50304", "variant": "torch", "ms": 0.0259, "tflops": None},

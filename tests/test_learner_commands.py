@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course import attempts, exercises, hints, progress, show, sim_count
+from course import show
+from classroom import attempts, hints, lesson_files, progress, sim_count, stubs
 from course import runtime  # noqa: F401  (before triton: the interpreter on a CPU)
-from course.__main__ import check_command
+from classroom.cli import check_command
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -107,19 +108,19 @@ def test_a_lesson_name_in_two_weeks_must_be_told_apart(tmp_path):
 # ------------------------------------------------------------------------------ notes, progress, notebooks, check
 def test_a_stub_names_its_own_note(tmp_path):
     week = _toy_week(tmp_path)
-    assert exercises.note_of(week / "lesson.py") == week / "README.md"  # no notes/: the README
+    assert lesson_files.note_of(week / "lesson.py") == week / "README.md"  # no notes/: the README
     (week / "notes").mkdir()
     (week / "notes" / "other.md").write_text("# 02 · Other things (`other.py`, `lesson.py`)\n")
-    assert exercises.note_of(week / "lesson.py") == week / "notes" / "other.md"  # its title names the file
+    assert lesson_files.note_of(week / "lesson.py") == week / "notes" / "other.md"  # its title names the file
     (week / "notes" / "lesson.md").write_text("# 01 · The lesson\n")
-    assert exercises.note_of(week / "lesson.py") == week / "notes" / "lesson.md"
-    assert "week9_toy/notes/lesson.md" in " ".join(exercises.generate(week / "lesson.py", tmp_path).split())
-    softmax_stub = Path(exercises.ROOT, "week3_triton_kernels", "exercises", "softmax.py").read_text()
+    assert lesson_files.note_of(week / "lesson.py") == week / "notes" / "lesson.md"
+    assert "week9_toy/notes/lesson.md" in " ".join(stubs.generate(week / "lesson.py", tmp_path).split())
+    softmax_stub = Path(lesson_files.ROOT, "week3_triton_kernels", "exercises", "softmax.py").read_text()
     assert "week3_triton_kernels/notes/softmax.md" in softmax_stub and "the week's README" not in softmax_stub
 
 
 def test_progress_counts_only_real_exercises():
-    week3 = exercises.ROOT / "week3_triton_kernels"
+    week3 = lesson_files.ROOT / "week3_triton_kernels"
     names = [name for name, _, _ in progress.lessons(week3)]
     assert "softmax" in names and "matmul_fp8" not in names  # "Not an exercise": a re-export, nothing to fill
 
@@ -301,4 +302,4 @@ def test_time_on_a_gpu_prints_rates_and_ceilings_keeps_the_attempt_and_shows_the
     assert out.count("best solution:triton at 2^28 on this GPU: 0.8000 ms") == 2 and "<- this run" in out
     history = attempts.load_history(tmp_path)
     assert len(history) == 2 and history[0]["gpu"] == "Fake GPU" and history[0]["impl"] == "solutions"
-    assert history[0]["stub_hash"] == attempts.blob_hash(exercises.ROOT / "week3_triton_kernels" / "vector_add.py")
+    assert history[0]["stub_hash"] == attempts.blob_hash(lesson_files.ROOT / "week3_triton_kernels" / "vector_add.py")

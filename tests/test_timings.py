@@ -1,5 +1,5 @@
-"""course.timings: a GPU run's timing log summed per week, each test counted once."""
-from course import timings
+"""classroom.timings: a GPU run's timing log summed per week, each test counted once."""
+from classroom import timings
 
 LOG = """START 1.0 tests/week1/test_a.py::test_x
 END 3.0 call passed 2.00 tests/week1/test_a.py::test_x

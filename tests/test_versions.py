@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from course import __main__ as cli
-from course import skips, versions
+from classroom import cli, skips
+from course import versions
 
 MACHINE = {"torch": "2.11.0+cu130", "triton": "3.6.0", "numba": "0.68.0", "numba_cuda": "0.30.4",
            "numpy": "2.4.6", "gpu": "NVIDIA H100 80GB HBM3"}

@@ -1,4 +1,4 @@
-"""Convert the old figure markers of notes to named citations (course/figures.py), for merges.
+"""Convert the old figure markers of notes to named citations (classroom/figures.py), for merges.
 
     python tools/migrate_figures.py FILE.md ...     # then: python -m course report
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from course import figures, weeks  # noqa: E402  (run as a script from tools/)
+from classroom import figures  # noqa: E402  (run as a script from tools/)
+from course import weeks  # noqa: E402
 
 OLD = re.compile(r"<!-- fig (?P<spec>.*?) -->(?P<value>.*?)<!-- /fig -->")
 WIDTH = 100

@@ -23,8 +23,11 @@ from course import runtime  # before numba (through the lesson modules): GPU or 
 from course.check import random_tensor
 from course.ncu import ncu_table, short_kernel_name  # noqa: F401  re-exported for this week's callers
 from course.sanitize import (  # noqa: F401  the kit's tool, re-exported for this week's callers
-    ERROR_EXIT, EXCERPT_LINES, ROOT, TAIL_N, Outcome, Plan, Sanitizer, child_environment, find_sanitizer,
-    grid_stride_size, launch_case, parse_report, qualified, run_command, summary_counts, vector,
+    ROOT, TAIL_N, Plan, Sanitizer, child_environment, find_sanitizer, grid_stride_size, launch_case, qualified,
+    run_command, vector,
+)
+from course.sanitizer_report import (  # noqa: F401  re-exported for this week's callers
+    ERROR_EXIT, EXCERPT_LINES, Outcome, parse_report, summary_counts,
 )
 
 PACKAGE = "week1_cuda_python"

@@ -1,5 +1,5 @@
 """Known-wrong sum reductions the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("tree_starts_at_a_quarter",

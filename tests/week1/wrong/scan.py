@@ -1,5 +1,5 @@
 """Known-wrong prefix sums the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("hillis_steele_exclusive_not_shifted",

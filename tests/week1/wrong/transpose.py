@@ -1,5 +1,5 @@
 """Known-wrong transposes the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("naive_copies_instead_of_transposing",

@@ -1,5 +1,5 @@
 """Known-wrong autograd exercises the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("silu_backward_without_the_product_rule",

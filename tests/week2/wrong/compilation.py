@@ -1,5 +1,5 @@
 """Known-wrong compilation probes the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("traced_on_the_wrong_example",

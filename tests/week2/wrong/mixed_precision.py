@@ -1,5 +1,5 @@
 """Known-wrong precision probes the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("mantissa_without_the_implicit_bit",

@@ -1,5 +1,5 @@
 """Known-wrong fused element-wise kernels the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("bias_by_row",

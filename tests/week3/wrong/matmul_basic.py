@@ -1,5 +1,5 @@
 """Known-wrong rung 1 and 2 matmuls the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("plain_k_tail_unmasked",

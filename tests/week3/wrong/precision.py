@@ -1,5 +1,5 @@
 """Known-wrong precision models the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("tf32_truncated",

@@ -1,5 +1,5 @@
 """Known-wrong unfused attention kernels the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("causal_mask_hides_the_diagonal",

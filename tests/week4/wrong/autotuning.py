@@ -1,5 +1,5 @@
 """Known-wrong autotuning setups the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("atomics_not_reset_between_trials",

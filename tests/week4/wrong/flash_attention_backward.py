@@ -3,7 +3,7 @@
 The lesson is in stages: each bug sits in one stage's holes, and only that stage's tests run on it
 (`--stage N`, from the region the bug is in), so every stage's own tests are shown to catch its bugs.
 """
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     # stage 1: delta = rowsum(dO * O)

@@ -1,7 +1,7 @@
 """Known-wrong forward-only FlashAttention kernels the tests must reject (`python -m course exercises --must-fail`).
 
 In stages: each bug runs against its own stage's tests (1: the online softmax; 2: causal)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("accumulator_not_rescaled",

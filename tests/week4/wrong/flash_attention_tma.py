@@ -1,5 +1,5 @@
 """Known-wrong TMA FlashAttention forwards the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("padding_values_not_zeroed",

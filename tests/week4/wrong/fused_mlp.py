@@ -1,5 +1,5 @@
 """Known-wrong fused-MLP kernels the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("gelu_grad_missing_pdf_term",

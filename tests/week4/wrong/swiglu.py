@@ -1,5 +1,5 @@
 """Known-wrong SwiGLU kernels the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("derivative_of_sigmoid_forgotten",

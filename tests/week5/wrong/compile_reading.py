@@ -1,5 +1,5 @@
 """Known-wrong readings of Inductor's output the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("residual_add_from_the_name",

@@ -4,7 +4,7 @@ Only code the test process itself runs can be planted here: the strategies run i
 which import the lesson by name (the real file), so a bug in `wrap_model` or the loss all-reduce is seen by
 `pytest tests/week5/test_distributed.py --impl=exercises` on a learner's stub but not by these runs.
 """
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("every_stage_divided_by_world",

@@ -1,5 +1,5 @@
 """Known-wrong fine-tuning pieces the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("nf4_bits_counted_as_bytes",

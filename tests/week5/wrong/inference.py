@@ -1,5 +1,5 @@
 """Known-wrong decode steps and cost models the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("new_token_masked_out",

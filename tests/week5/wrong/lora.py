@@ -1,5 +1,5 @@
 """Known-wrong LoRA kernels and gradients the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("adapter_scale_dropped",

@@ -1,5 +1,5 @@
 """Known-wrong ONNX exports the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("positions_not_added",

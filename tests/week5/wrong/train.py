@@ -1,5 +1,5 @@
 """Known-wrong training-loop pieces the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("warmup_starts_at_zero",

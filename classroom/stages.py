@@ -1,7 +1,7 @@
 """Lessons in stages: a big exercise cut into steps, each with its own holes, tests and progress line.
 
 A solution marks each hole with its stage (`# BEGIN EXERCISE [stage 2: online softmax]: ...`, see
-course/exercises.py); the lesson's tests carry `@pytest.mark.stage(2)` and
+classroom/regions.py); the lesson's tests carry `@pytest.mark.stage(2)` and
 `pytest tests/<week>/test_<lesson>.py --impl=exercises --stage 2` runs that stage's alone
 (tests/conftest.py). A stage's tests call the stage's own kernel or launcher, with what earlier
 stages compute taken from torch, so they pass while later stages are still holes.
@@ -21,27 +21,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course import exercises, pytest_lesson
+from classroom import lesson_files, pytest_lesson, regions, stubs
 
-ROOT = exercises.ROOT
+ROOT = lesson_files.ROOT
 
 
 def staged_solutions(root: Path = ROOT) -> list[Path]:
-    return [p for p in exercises.marked_solutions(root) if p.suffix == ".py" and exercises.stages(p)]
+    return [p for p in lesson_files.marked_solutions(root) if p.suffix == ".py" and regions.stages(p)]
 
 
 def _run(solution: Path, through: int, stage: int, root: Path, timeout: float = 900) -> tuple[list[dict], str]:
     """The records of `pytest <lesson's tests> --stage <stage>` on the stub filled through stage `through`."""
     rel = solution.resolve().relative_to(root.resolve())
     module = rel.with_suffix("").as_posix().replace("/", ".")
-    test = exercises.test_file(solution, root).resolve().relative_to(root.resolve()).as_posix()
+    test = lesson_files.test_file(solution, root).resolve().relative_to(root.resolve()).as_posix()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / solution.name
-        path.write_text(exercises.generate(solution, root, through=through))
+        path.write_text(stubs.generate(solution, root, through=through))
         results = Path(tmp) / "results.jsonl"
         env = {**os.environ, pytest_lesson.OVERRIDE_ENV: f"{module}={path}", pytest_lesson.RESULTS_ENV: str(results),
                "COLUMNS": "200"}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "classroom.pytest_lesson",
                    "--impl=solutions", test, "--stage", str(stage)]
         try:
             proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
@@ -66,10 +66,10 @@ def check_stage(solution: Path, stage: int, last: int, root: Path = ROOT) -> dic
     if stage < last:
         records, tail = _run(solution, stage, stage + 1, root)
         failed = [r for r in records if r["outcome"] in ("failed", "error")]
-        if not failed or any(exercises.NOT_IMPLEMENTED not in r["message"] for r in failed):
+        if not failed or any(stubs.NOT_IMPLEMENTED not in r["message"] for r in failed):
             return {"ok": False, "s": time.time() - started,
                     "why": f"stage {stage + 1}'s tests on the stub filled through stage {stage} should all fail "
-                           f"with '{exercises.NOT_IMPLEMENTED}': " + ("; ".join(r["message"] for r in failed[:1])
+                           f"with '{stubs.NOT_IMPLEMENTED}': " + ("; ".join(r["message"] for r in failed[:1])
                                                                      or f"none failed ({tail})")}
     return {"ok": True, "s": time.time() - started, "why": f"{len(passed)} tests pass"}
 
@@ -78,9 +78,9 @@ def run_stages(root: Path = ROOT, only: list[str] | None = None, jobs: int = 2) 
     """`python -m course stages`: every stage of every staged lesson (or those in `only`)."""
     work = []
     for solution in staged_solutions(root):
-        if only and solution.stem not in only and exercises.week_of(solution.parent) not in only:
+        if only and solution.stem not in only and lesson_files.week_of(solution.parent) not in only:
             continue
-        titles = exercises.stages(solution)
+        titles = regions.stages(solution)
         work += [(solution, n, len(titles), title) for n, title in titles.items()]
     if not work:
         print(f"no staged lesson matches {only}" if only else "no lesson is in stages")
@@ -100,9 +100,9 @@ def run_stages(root: Path = ROOT, only: list[str] | None = None, jobs: int = 2) 
 def untouched(stub: Path, solution: Path, root: Path = ROOT) -> dict[int, bool]:
     """{stage: are its holes still as the course ships them in `stub`} (each hole's TODO line is there)."""
     text = stub.read_text().splitlines()
-    shipped = [line.strip() for line in exercises.generate(solution, root).splitlines()]
+    shipped = [line.strip() for line in stubs.generate(solution, root).splitlines()]
     out = {}
-    for n in exercises.stages(solution):
+    for n in regions.stages(solution):
         todo = [line for line in shipped if line.startswith((f"# TODO (stage {n},", f"// TODO (stage {n},"))]
         out[n] = all(any(line.strip() == t for line in text) for t in todo)
     return out
@@ -114,8 +114,8 @@ def _lines(n: int) -> str:
 
 def is_staged(stub: Path) -> bool:
     solution = stub.parent.parent / stub.name
-    return solution.exists() and solution.suffix == ".py" and exercises.is_marked(solution) \
-        and bool(exercises.stages(solution))
+    return solution.exists() and solution.suffix == ".py" and regions.is_marked(solution) \
+        and bool(regions.stages(solution))
 
 
 def progress_rows(name: str, stub: Path, test: Path, records: list[dict], shipped: bool, impl: str, status,
@@ -126,14 +126,14 @@ def progress_rows(name: str, stub: Path, test: Path, records: list[dict], shippe
     later stages' tests say); else in progress or failing, as `status(records, unchanged)` (course/
     progress.py's, passed in: progress imports this module) says of a whole lesson."""
     solution = stub.parent.parent / stub.name
-    titles = exercises.stages(solution)
-    regions = [r for r in exercises.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
+    titles = regions.stages(solution)
+    marked = [r for r in regions.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
     fresh = {n: True for n in titles} if shipped else untouched(stub, solution, root)
     rel = test.relative_to(root).as_posix()
     rows = []
     for n, title in titles.items():
         mine = [r for r in records if r.get("stage") == n and r["nodeid"].split("::", 1)[0] == rel]
-        size = sum(r.size for r in regions if r.stage == n)
+        size = sum(r.size for r in marked if r.stage == n)
         if shipped:
             state, detail = "not started", f"{title} ({_lines(size)})"
         else:

@@ -23,9 +23,9 @@ import re
 import textwrap
 from pathlib import Path
 
-from course import exercises
+from classroom import lesson_files, regions, stubs
 
-ROOT = exercises.ROOT
+ROOT = lesson_files.ROOT
 STATE = Path(".course") / "hints.json"  # under the checkout's root; .gitignore lists .course/
 MIN_HINTS = 2
 LEVELS = ("the idea", "the shape of the code", "the line that matters")
@@ -41,7 +41,7 @@ class HoleHints:
     line: int           # 1-based line of the BEGIN marker in the solution
 
 
-def region_hints(lines: list[str], region: exercises.Region, comment: str) -> list[str]:
+def region_hints(lines: list[str], region: regions.Region, comment: str) -> list[str]:
     """The `# HINT:` paragraphs in a region's body (each with its indented continuation lines)."""
     start = re.compile(rf"^[ \t]*{re.escape(comment)} HINT:[ \t]*(.*?)\s*$")
     cont = re.compile(rf"^[ \t]*{re.escape(comment)}[ \t]{{2,}}(\S.*?)\s*$")
@@ -64,15 +64,15 @@ def holes_of(solution: Path, root: Path = ROOT) -> list[HoleHints]:
     comment = "//" if solution.suffix in (".cu", ".cuh", ".c", ".cpp", ".h") else "#"
     text = solution.read_text()
     lines = text.splitlines()
-    regions = [r for r in exercises.parse_regions(lines, comment, str(solution)) if r.kind == "EXERCISE"]
-    scopes = exercises.code_scopes(__import__("ast").parse(text)) if comment == "#" else []
+    marked = [r for r in regions.parse_regions(lines, comment, str(solution)) if r.kind == "EXERCISE"]
+    scopes = stubs.code_scopes(__import__("ast").parse(text)) if comment == "#" else []
     out = []
-    for r in regions:
+    for r in marked:
         if comment == "#":
-            scope = exercises.innermost_scope(scopes, r.begin + 1)
+            scope = stubs.innermost_scope(scopes, r.begin + 1)
             where = f"`{scope[2]}`" if scope else "at module level"
         else:
-            fn = exercises.cu_function(lines, r.begin)
+            fn = stubs.cu_function(lines, r.begin)
             where = f"`{fn}` ({solution.name})" if fn else f"file level ({solution.name})"
         out.append(HoleHints(where, " ".join(r.hint), r.size, region_hints(lines, r, comment), solution, r.begin + 1))
     return out
@@ -86,13 +86,13 @@ def _rel(path: Path, root: Path) -> str:
 def lesson_key(solution: Path, root: Path = ROOT) -> str:
     """'week3/softmax' (a CUDA C file counts with the lesson of the same name: week1/vector_add)."""
     package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
-    return f"{exercises.week_of(package_dir)}/{solution.stem}"
+    return f"{lesson_files.week_of(package_dir)}/{solution.stem}"
 
 
 def lessons(root: Path = ROOT) -> dict[str, list[Path]]:
     """{'week3/softmax': [its marked solution files]} for every generated exercise."""
     found: dict[str, list[Path]] = {}
-    for solution in exercises.marked_solutions(root):
+    for solution in lesson_files.marked_solutions(root):
         found.setdefault(lesson_key(solution, root), []).append(solution)
     return found
 
@@ -168,8 +168,8 @@ def _wrap(text: str, prefix: str) -> str:
 
 
 def show_list(lesson: str, holes: list[HoleHints], seen: dict, root: Path) -> None:
-    stubs = sorted({_rel(exercises.stub_path(h.solution), root) for h in holes})
-    print(f"{lesson}: {len(holes)} hole{'s' if len(holes) != 1 else ''} in {', '.join(stubs)}")
+    stub_names = sorted({_rel(lesson_files.stub_path(h.solution), root) for h in holes})
+    print(f"{lesson}: {len(holes)} hole{'s' if len(holes) != 1 else ''} in {', '.join(stub_names)}")
     for n, hole in enumerate(holes, 1):
         shown = seen.get(_hole_id(hole), 0)
         print(_wrap(f"{hole.where} (about {hole.size} lines; {len(hole.hints)} hints, {shown} seen): {hole.todo}",

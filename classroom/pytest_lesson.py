@@ -1,4 +1,4 @@
-"""A pytest plugin for the course's own runs of lesson tests (`-p course.pytest_lesson`).
+"""A pytest plugin for the course's own runs of lesson tests (`-p classroom.pytest_lesson`).
 
 Used by `python -m course progress` and `python -m course exercises --must-fail`; inert unless
 its environment variables are set:

@@ -13,7 +13,7 @@ solution's (`Rebinder`), so a benchmark written against the solution times your 
 Your variants first run once on the smallest input: one that raises is reported, not timed; one
 whose output differs from the solution's is timed and flagged (the tests say why).
 
-In simulation a time measures Python, so instead the interpreter counts (course/sim_count.py) what
+In simulation a time measures Python, so instead the interpreter counts (classroom/sim_count.py) what
 each Triton variant loads, stores and computes at the smallest size: bytes and FLOPs per output
 element and their ratio, the arithmetic intensity, beside the lesson's cost model.
 
@@ -242,7 +242,7 @@ def preflight(p: Plan) -> dict[str, str]:
 
 def count_sim(p: Plan) -> list[dict]:
     """What each variant's interpreted Triton kernels loaded, stored and computed at the smallest size."""
-    from course import sim_count
+    from classroom import sim_count
 
     size = p.bench.active_sizes()[0]
     inputs = p.bench.make_inputs(size)
@@ -378,7 +378,7 @@ def run_ncu(lesson: str, impl: str, bench_name: str, labels: list[str], root: Pa
         command = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--section", "LaunchStats",
                    "--section", "Occupancy", "--section", "SpeedOfLight", *(["--metrics", ",".join(metrics)] if metrics
                                                                            else []),
-                   "-f", "-o", str(report), sys.executable, "-m", "course.attempts", "--launch", lesson,
+                   "-f", "-o", str(report), sys.executable, "-m", "classroom.attempts", "--launch", lesson,
                    "--impl", impl, "--bench", bench_name, "--variants", *labels]
         print(f"profiling {', '.join(labels)} with ncu (one pass per section: a minute or so)...", flush=True)
         run = subprocess.run(command, cwd=root, capture_output=True, text=True)
@@ -457,7 +457,7 @@ def main(args) -> int:
             rows = count_sim(p)
             print(f"\n**{p.bench.title}**: SIMULATION, so no times: what the interpreter counted at the smallest "
                   "size (bytes every active lane loads and stores; FLOPs: tl.dot 2MNK, float arithmetic 1 per lane, "
-                  "reductions not counted; see course/sim_count.py).\n")
+                  "reductions not counted; see classroom/sim_count.py).\n")
             print(sim_table(rows))
             entries += [{**common, "benchmark": p.bench.name, "simulated": True, **r}
                         for r in rows if r["variant"] in p.impl_labels and "skipped" not in r]
@@ -504,8 +504,8 @@ def add_parser(sub) -> None:
     p.add_argument("--root", help=argparse.SUPPRESS)  # where .course/ is (the kit's tests use a temp dir)
 
 
-if __name__ == "__main__":  # the ncu child: python -m course.attempts --launch LESSON --impl I --bench B --variants ...
-    parser = argparse.ArgumentParser(prog="python -m course.attempts")
+if __name__ == "__main__":  # the ncu child: python -m classroom.attempts --launch LESSON --impl I --bench B --variants ...
+    parser = argparse.ArgumentParser(prog="python -m classroom.attempts")
     parser.add_argument("--launch", required=True)
     parser.add_argument("--impl", default="exercises")
     parser.add_argument("--bench", required=True)

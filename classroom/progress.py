@@ -1,7 +1,7 @@
 """`python -m course progress`: where every exercise stands, in one table, and what to run next.
 
 The test files of the stubs you changed run quietly (`--impl=exercises`; simulation on a CPU, the
-GPU where there is one) with the quick selection of course/pytest_lesson.py: the first (smallest)
+GPU where there is one) with the quick selection of classroom/pytest_lesson.py: the first (smallest)
 case of each test function, and a file stops at its first failure; a stub as the course ships it is
 not run (CI checks that its tests fail). The weeks, and parts of a week, run side by side (one
 pytest per CPU core). Each exercise is then
@@ -24,9 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from course import exercises, hints, pytest_lesson, stages
+from classroom import hints, lesson_files, pytest_lesson, regions, stages, stubs
 
-ROOT = exercises.ROOT
+ROOT = lesson_files.ROOT
 
 
 def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]]:
@@ -35,7 +35,7 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
     for stub in sorted((package_dir / "exercises").glob("*.py")):
         if stub.name == "__init__.py" or not is_exercise(stub):
             continue
-        test = root / "tests" / exercises.week_of(package_dir) / f"test_{stub.stem}.py"
+        test = root / "tests" / lesson_files.week_of(package_dir) / f"test_{stub.stem}.py"
         if test.exists():
             found.append((stub.stem, stub, test))
     readme = package_dir / "README.md"
@@ -66,7 +66,7 @@ def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
         if other == stub or other.name == "__init__.py" or not solution.exists() or \
                 (test.parent / f"test_{other.stem}.py").exists():
             continue
-        if exercises.test_file(solution, root) == test:
+        if lesson_files.test_file(solution, root) == test:
             found.append(other)
     return found
 
@@ -82,8 +82,8 @@ def as_shipped(stubs: list[Path], root: Path = ROOT) -> bool | None:
 def pristine(stub: Path, root: Path = ROOT) -> str | None:
     """The stub as the course ships it: generated from its solution, or git's committed copy."""
     solution = stub.parent.parent / stub.name
-    if solution.exists() and exercises.is_marked(solution):
-        return exercises.generate(solution, root)
+    if solution.exists() and regions.is_marked(solution):
+        return stubs.generate(solution, root)
     if shutil.which("git") and (root / ".git").exists():
         rel = stub.relative_to(root).as_posix()
         proc = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True, text=True)
@@ -98,7 +98,7 @@ def run_week(tests: list[Path], impl: str, root: Path = ROOT, timeout: float = 6
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.jsonl"
         env = {**os.environ, pytest_lesson.RESULTS_ENV: str(results), pytest_lesson.SMOKE_ENV: "1"}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.pytest_lesson",
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "classroom.pytest_lesson",
                    f"--impl={impl}", *(t.relative_to(root).as_posix() for t in tests)]
         try:
             proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
@@ -126,7 +126,7 @@ def status(records: list[dict], unchanged: bool | None) -> tuple[str, str]:
         return "no result", ""
     if not failed:
         return "done", ""
-    real = [r for r in failed if exercises.NOT_IMPLEMENTED not in r["message"]]
+    real = [r for r in failed if stubs.NOT_IMPLEMENTED not in r["message"]]
     if not real:
         return ("not started" if unchanged in (True, None) else "in progress"), failed[0]["message"]
     first = real[0]  # a wrong result says more than a hole still open
@@ -136,16 +136,16 @@ def status(records: list[dict], unchanged: bool | None) -> tuple[str, str]:
 def _holes(stub: Path, root: Path) -> str:
     """'holes: a, b (about N lines)' of a generated stub, from its solution's markers."""
     solution = stub.parent.parent / stub.name
-    if not (solution.exists() and exercises.is_marked(solution)):
+    if not (solution.exists() and regions.is_marked(solution)):
         return "(as shipped)"
-    regions = [r for r in exercises.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
+    marked = [r for r in regions.parse_regions(solution.read_text().splitlines(), "#") if r.kind == "EXERCISE"]
     text = solution.read_text()
-    scopes = exercises.code_scopes(__import__("ast").parse(text))
+    scopes = stubs.code_scopes(__import__("ast").parse(text))
     names = []
-    for r in regions:
-        scope = exercises.innermost_scope(scopes, r.begin + 1)
+    for r in marked:
+        scope = stubs.innermost_scope(scopes, r.begin + 1)
         names.append(scope[2] if scope else "module level")
-    return f"holes: {', '.join(dict.fromkeys(names))} (about {sum(r.size for r in regions)} lines)"
+    return f"holes: {', '.join(dict.fromkeys(names))} (about {sum(r.size for r in marked)} lines)"
 
 
 def _fit(text: str, width: int) -> str:
@@ -157,8 +157,8 @@ def main(args) -> int:
     root = Path(args.root) if getattr(args, "root", None) else ROOT
     impl = "solutions" if args.solutions else "exercises"
     weeks = []
-    for package_dir in exercises.lesson_dirs(root):
-        short = exercises.week_of(package_dir)
+    for package_dir in lesson_files.lesson_dirs(root):
+        short = lesson_files.week_of(package_dir)
         if args.weeks and short not in args.weeks and package_dir.name not in args.weeks:
             continue
         found = lessons(package_dir, root)
@@ -204,7 +204,7 @@ def main(args) -> int:
         for name, stub, test in found:
             rel = test.relative_to(root).as_posix()
             stubs = [stub, *companions(stub, test, root)]
-            if stages.is_staged(stub):  # a lesson in stages: one line per stage (course/stages.py)
+            if stages.is_staged(stub):  # a lesson in stages: one line per stage (classroom/stages.py)
                 for label, state, detail, command in stages.progress_rows(name, stub, test, records,
                                                                           bool(shipped.get(stub)), impl, status, root):
                     counts[state] = counts.get(state, 0) + 1

@@ -1,0 +1,110 @@
+"""Where a lesson's files are: its solutions, their stubs, their test modules and notes.
+
+The lesson packages are found by course/weeks.py; a solution is week*/X.py or week*/kernels/X.cu,
+its stub sits in the week's exercises/ folder beside it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from course import weeks
+from classroom.regions import is_marked
+
+ROOT = weeks.ROOT
+
+
+def lesson_dirs(root: Path = ROOT) -> list[Path]:
+    """The lesson packages under `root`, in course order (course/weeks.py finds them)."""
+    return [root / week.package for week in weeks.discover(root)]
+
+
+def week_of(package_dir: Path) -> str:
+    """'week4_triton_dl' -> 'week4'; 'capstone' -> 'capstone' (the week's short name)."""
+    return weeks.short_name(package_dir)
+
+
+def solution_files(root: Path = ROOT) -> list[Path]:
+    """Every lesson source that could have a stub: week*/X.py and week*/kernels/*.cu."""
+    found = []
+    for d in lesson_dirs(root):
+        found += sorted(p for p in d.glob("*.py") if p.name != "__init__.py")
+        found += sorted((d / "kernels").glob("*.cu"))
+    return found
+
+
+def stub_path(solution: Path) -> Path:
+    if solution.parent.name == "kernels":
+        return solution.parent.parent / "exercises" / "kernels" / solution.name
+    return solution.parent / "exercises" / solution.name
+
+
+def marked_solutions(root: Path = ROOT) -> list[Path]:
+    return [p for p in solution_files(root) if is_marked(p)]
+
+
+def test_file(solution: Path, root: Path = ROOT) -> Path | None:
+    """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu,
+    or, for a module a lesson is split into (layernorm_backward.py), the lesson's test module that
+    loads it (`runtime.lesson("<package>.<module>")`, so that --impl=exercises loads its stub)."""
+    package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    tests = root / "tests" / week_of(package_dir)
+    if solution.suffix == ".py":
+        candidate = tests / f"test_{solution.stem}.py"
+        if candidate.exists():
+            return candidate
+        loads = f'lesson("{package_dir.name}.{solution.stem}")'
+        return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
+    for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
+        if f'"{solution.name}"' in py.read_text():
+            return test_file(py, root)
+    return None
+
+
+def hand_written_tests(root: Path = ROOT) -> list[Path]:
+    """The test files that load a lesson whose stub is still hand-written (CI fills those stubs with
+    their solutions and runs these: a generated stub filled IS its solution, already tested)."""
+    modules = set()
+    for solution in solution_files(root):
+        if stub_path(solution).exists() and not is_marked(solution):
+            package = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+            if f"from {package.name}.{solution.stem} import *" in stub_path(solution).read_text():
+                continue  # "not an exercise": the stub re-exports the solution, nothing to fill
+            if solution.suffix == ".py":
+                modules.add(f"{package.name}.{solution.stem}")
+            else:  # a CUDA C stub: the lesson module that loads it
+                test = test_file(solution, root)
+                if test is not None:
+                    modules.add(f"{package.name}.{test.stem[len('test_'):]}")
+    found = []
+    for test in sorted((root / "tests").glob("*/test_*.py")):
+        text = test.read_text()
+        if any(f'lesson("{module}")' in text for module in modules):
+            found.append(test)
+    return found
+
+
+def rel_path(path: Path, root: Path) -> str:
+    return path.resolve().relative_to(root.resolve()).as_posix()
+
+
+
+def note_of(solution: Path) -> Path:
+    """The lesson's note: notes/<name>.md, else the note whose title names the file (`layernorm_backward.py`,
+    `kernels/rmsnorm_ext.cu`), else the note the README's lessons table links beside the file
+    (`add_rmsnorm.py`), else the week's README (a week without notes/)."""
+    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    notes = week_dir / "notes"
+    if (notes / f"{solution.stem}.md").exists():
+        return notes / f"{solution.stem}.md"
+    named = f"`{solution.relative_to(week_dir).as_posix()}`"
+    for note in sorted(notes.glob("*.md")):
+        title = next(iter(note.read_text().splitlines()), "")
+        if named in title:
+            return note
+    readme = week_dir / "README.md"
+    for line in readme.read_text().splitlines() if readme.exists() else []:  # the lessons table's row
+        link = re.search(r"\]\(notes/([\w-]+\.md)\)", line)
+        if named in line and link and (notes / link[1]).exists():
+            return notes / link[1]
+    return readme

@@ -1,0 +1,193 @@
+"""Known-wrong solutions ("must-fail fixtures") and the run that requires each to fail.
+
+tests/<week>/wrong/<lesson>.py lists `Wrong`s: one bug learners write (a missing mask, a wrong
+scale, fp16 accumulation, zeros returned), as an exact text replacement in the solution, inside
+an EXERCISE region. `run_must_fail` runs the lesson's tests on each (the wrong module loaded in
+the solution's place, see classroom/pytest_lesson.py) and requires a failure, not 'not implemented
+yet', whose message contains what the fixture expects.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from classroom.lesson_files import ROOT, lesson_dirs, rel_path, test_file, week_of
+from classroom.regions import comment_of, parse_regions
+from classroom.stubs import NOT_IMPLEMENTED
+
+
+@dataclasses.dataclass(frozen=True)
+class Wrong:
+    """A known-wrong solution: the lesson's solution with `old` (exactly once) replaced by `new`.
+
+    `expect`: a regular expression the first failure's test name or message must match (ignoring
+    case): what tells the learner where to look ("out-of-bounds|elements differ"). `tests`: pytest arguments added to the lesson's test file (a -k
+    selection that catches the bug fast); the run stops at the first failure (-x).
+    """
+    name: str
+    why: str
+    old: str
+    new: str
+    expect: str = ""
+    tests: tuple = ()
+    lesson: str = ""  # the file patched, in the week package (kernels/x.cu); default: <fixture file name>.py
+    gpu: bool = False  # only a GPU shows it (a PyCUDA launch, a race)
+
+
+@dataclasses.dataclass
+class Fixture:
+    wrong: Wrong
+    solution: Path
+    module: str       # the solution's import name
+    test: Path
+    source: Path      # the fixture file
+
+    @property
+    def label(self) -> str:
+        """'week4/rope__position_offset_ignored'."""
+        return f"{self.source.parent.parent.name}/{self.module.split('.')[-1]}__{self.wrong.name}"
+
+    def matches(self, name: str) -> bool:
+        """`name` is this fixture's label, its lesson ('rope', 'week4/rope') or its week ('week4')."""
+        short = self.label.split("/", 1)[1]
+        return name in (self.label, short, self.label.split("/")[0]) or \
+            self.label.startswith(name + "__") or short.startswith(name + "__")
+
+
+def fixture_files(root: Path = ROOT) -> list[Path]:
+    return sorted((root / "tests").glob("*/wrong/*.py"))
+
+
+def load_fixtures(root: Path = ROOT) -> list[Fixture]:
+    weeks = {week_of(d): d for d in lesson_dirs(root)}
+    found = []
+    for path in fixture_files(root):
+        spec = importlib.util.spec_from_file_location(f"_wrong_{path.parent.parent.name}_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        package = weeks[path.parent.parent.name]
+        for wrong in module.WRONG:
+            solution = package / (wrong.lesson or f"{path.stem}.py")
+            test = test_file(solution, root)
+            found.append(Fixture(wrong, solution, f"{package.name}.{path.stem}", test, path))
+    return found
+
+
+def fixture_stage(fixture: Fixture) -> int | None:
+    """The stage of the region a fixture's bug sits in (its tests then run with `--stage N`: a stage's
+    own tests must catch the bugs of its holes), or None for a lesson in one piece."""
+    text = fixture.solution.read_text()
+    if fixture.wrong.old not in text:
+        return None
+    line = text.count("\n", 0, text.index(fixture.wrong.old))
+    regions = parse_regions(text.splitlines(), comment_of(fixture.solution))
+    return next((r.stage for r in regions if r.kind == "EXERCISE" and r.body[0] <= line < r.body[1]), None)
+
+
+def wrong_source(fixture: Fixture) -> str:
+    """The wrong module's text; ValueError when the fixture no longer applies to its solution."""
+    text = fixture.solution.read_text()
+    count = text.count(fixture.wrong.old)
+    if count != 1:
+        raise ValueError(f"{fixture.label}: its `old` text occurs {count} times in {fixture.solution.name} "
+                         "(must be once): update the fixture beside the solution")
+    start = text.index(fixture.wrong.old)
+    comment = comment_of(fixture.solution)
+    lines = text.splitlines()
+    regions = [r for r in parse_regions(lines, comment) if r.kind == "EXERCISE"]
+    if regions:  # a marked lesson: the bug must sit where the learner writes
+        first_line = text.count("\n", 0, start)
+        last_line = text.count("\n", 0, start + len(fixture.wrong.old.rstrip("\n")))
+        if not any(r.body[0] <= first_line and last_line < r.body[1] for r in regions):
+            raise ValueError(f"{fixture.label}: its `old` text (line {first_line + 1}) is not inside an "
+                             f"EXERCISE region of {fixture.solution.name}: a learner never writes it")
+    return text.replace(fixture.wrong.old, fixture.wrong.new)
+
+
+def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> dict:
+    """Run the lesson's tests on the wrong module; {'ok': required failure seen, 'message', ...}."""
+    from classroom import pytest_lesson
+
+    started = time.time()
+    try:
+        source = wrong_source(fixture)
+    except ValueError as err:
+        return {"ok": False, "label": fixture.label, "verdict": "stale", "message": str(err), "test": "", "s": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        package_dir = root / fixture.module.split(".")[0]
+        path = Path(tmp) / f"{fixture.module.split('.')[-1]}.py"  # the module the tests import
+        kernels = package_dir / "kernels"
+        if fixture.solution.suffix == ".py":
+            path.write_text(source)
+            if kernels.is_dir():  # lessons load their CUDA C from kernels/ beside the module
+                (Path(tmp) / "kernels").symlink_to(kernels)
+        else:  # a wrong CUDA C file: the lesson's module, unchanged, loads it from tmp/kernels/
+            path.write_text((package_dir / path.name).read_text())
+            (Path(tmp) / "kernels").mkdir()
+            for cu in kernels.iterdir():
+                (Path(tmp) / "kernels" / cu.name).write_text(source if cu.name == fixture.solution.name
+                                                           else cu.read_text())
+        results = Path(tmp) / "results.jsonl"
+        env = {**os.environ, pytest_lesson.OVERRIDE_ENV: f"{fixture.module}={path}",
+               pytest_lesson.RESULTS_ENV: str(results), "COLUMNS": "200"}
+        stage = fixture_stage(fixture)
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
+                   "classroom.pytest_lesson", "--impl=solutions", rel_path(fixture.test, root), *fixture.wrong.tests,
+                   *(["--stage", str(stage)] if stage is not None else [])]
+        try:
+            proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+            output = proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired:
+            output = "timed out"
+        records = pytest_lesson.read_results(results)
+    failed = [r for r in records if r["outcome"] in ("failed", "error")]
+    passed = [r for r in records if r["outcome"] == "passed"]
+    result = {"label": fixture.label, "s": round(time.time() - started, 1), "passed": len(passed),
+              "test": failed[0]["nodeid"] if failed else "", "message": failed[0]["message"] if failed else ""}
+    if not records:
+        result.update(ok=False, verdict="no test ran", message=" ".join(output.strip().splitlines()[-1:]))
+    elif not failed:
+        result.update(ok=False, verdict="SURVIVED", message=f"{len(passed)} tests passed: the tests do not see this bug")
+    elif NOT_IMPLEMENTED in result["message"]:
+        result.update(ok=False, verdict="wrong reason")
+    elif fixture.wrong.expect and not re.search(fixture.wrong.expect, result["test"] + " " + result["message"],
+                                                re.IGNORECASE):
+        result.update(ok=False, verdict="unclear",
+                      message=f"expected the message to say {fixture.wrong.expect!r}: " + result["message"])
+    else:
+        result.update(ok=True, verdict="caught")
+    return result
+
+
+def run_must_fail(root: Path = ROOT, only: list[str] | None = None, jobs: int = 2, gpu: bool | None = None) -> int:
+    if gpu is None:
+        import torch
+        gpu = torch.cuda.is_available()
+    fixtures = [f for f in load_fixtures(root) if not only or any(f.matches(o) for o in only)]
+    skipped = [f for f in fixtures if f.wrong.gpu and not gpu]
+    fixtures = [f for f in fixtures if f not in skipped]
+    if only and not fixtures:
+        print(f"no fixture matches {only}; there are: {', '.join(f.label for f in load_fixtures(root))}")
+        return 2
+    print(f"must-fail: {len(fixtures)} known-wrong solutions, each run against its lesson's tests "
+          f"({len(skipped)} need a GPU: skipped)" if skipped else
+          f"must-fail: {len(fixtures)} known-wrong solutions, each run against its lesson's tests", flush=True)
+    bad = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for fixture, result in zip(fixtures, pool.map(lambda f: run_fixture(f, root), fixtures)):
+            bad += not result["ok"]
+            message = result["message"].strip().splitlines()[0] if result["message"].strip() else ""
+            print(f"{result['verdict']:>12}  {fixture.label:<48} {result['s']:6.1f}s  "
+                  f"{result['test'].split('::', 1)[-1]}: {message[:160]}", flush=True)
+    if bad:
+        print(f"\n{bad} known-wrong solution(s) not rejected for the right reason: a learner's bug of that "
+              "kind would pass, or fail with a message that does not point at it")
+    return 1 if bad else 0

@@ -1,0 +1,138 @@
+"""The house's layout: the kit (course/) is what lessons import, the machinery (classroom/) runs
+the course; the kit never imports the machinery, no lesson does, and no module is over 600 lines.
+
+Lessons stand on the kit, the machinery stands on both (it finds and runs the lessons by name), so
+a learner reading course/ reads only what a lesson uses. The one crossing the other way is
+course/__main__.py: `python -m course` is the learner's command, and it hands over to
+classroom/ by name when it runs (runpy; its docstring says why), never by an import statement.
+"""
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+
+from course import weeks
+
+ROOT = weeks.ROOT
+MAX_LINES = 600
+# Lesson modules over 600 lines that other changes are splitting, at their size when this rule was
+# written: one may shrink (then take it out of this list once it is at 600 or under), never grow.
+KNOWN_LONG = {
+    "capstone/measure.py": 683,
+    "week3_triton_kernels/matmul.py": 775,
+    "week3_triton_kernels/exercises/matmul.py": 608,  # matmul.py's generated stub
+    "week4_triton_dl/cross_entropy.py": 808,
+    "week4_triton_dl/rmsnorm.py": 616,
+    "week5_integration/lora.py": 799,
+    "week5_integration/exercises/lora.py": 636,  # lora.py's generated stub
+    "week5_integration/nf4.py": 767,
+    "week5_integration/scaleout.py": 783,
+}
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".h", ".sh")
+# Names that load a module given as a string: an import that no import statement shows.
+DYNAMIC_IMPORTS = ("import_module", "__import__", "run_module", "run_path")
+
+
+def _lesson_dirs() -> list:
+    packages = {w.package for w in weeks.all_weeks()}
+    return sorted({ROOT / p for p in packages} | {p for p in ROOT.glob("week*") if p.is_dir()}
+                  | {ROOT / "capstone"})
+
+
+def _python_files(folder) -> list:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _imports_of(path) -> list[tuple[int, str]]:
+    """(line, module) of every import in a Python file: statements anywhere (a lazy one inside a
+    function too) and calls that load a module named by a string constant (importlib, runpy)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in DYNAMIC_IMPORTS and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _machinery(module: str) -> bool:
+    return module == "classroom" or module.startswith("classroom.")
+
+
+def test_the_kit_never_imports_the_machinery():
+    """course/ imports nothing of classroom/: not at the top, not lazily, not by name, except the
+    hand-over of `python -m course` in course/__main__.py."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {module}"
+             for path in _python_files(ROOT / "course") if path.name != "__main__.py"
+             for line, module in _imports_of(path) if _machinery(module)]
+    assert not found, f"the kit (course/) imports the machinery (classroom/): {found}"
+    main = _imports_of(ROOT / "course" / "__main__.py")
+    assert [module for _, module in main if _machinery(module)] == ["classroom"], main
+    assert not any(isinstance(node, ast.ImportFrom) and _machinery(node.module or "")
+                   for node in ast.walk(ast.parse((ROOT / "course" / "__main__.py").read_text()))), \
+        "course/__main__.py hands over by name (runpy), never by an import statement"
+
+
+def test_importing_the_whole_kit_loads_none_of_the_machinery():
+    """What the statements above cannot see (an import built from a variable) shows at run time:
+    every course/ module imported in a fresh process, and classroom/ still not loaded."""
+    modules = sorted(f"course.{p.stem}" for p in (ROOT / "course").glob("*.py") if p.stem not in ("__init__", "__main__"))
+    code = ("import importlib, json, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m == 'classroom' or m.startswith('classroom.'))))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COURSE_BACKEND": "sim"}
+    env.pop("COURSE_RECORD_LAUNCHES", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], out.stdout
+
+
+def test_no_lesson_imports_the_machinery():
+    """A lesson (week*/, capstone/: its modules, exercise stubs, benchmarks and notebooks) imports
+    the kit and earlier lessons, never classroom/."""
+    found = []
+    for folder in _lesson_dirs():
+        for path in _python_files(folder):
+            found += [f"{path.relative_to(ROOT)}:{line}: {module}"
+                      for line, module in _imports_of(path) if _machinery(module)]
+        for notebook in sorted(folder.rglob("*.ipynb")):
+            for cell in json.loads(notebook.read_text()).get("cells", []):
+                source = "".join(cell.get("source", [])) if cell.get("cell_type") == "code" else ""
+                if re.search(r"^\s*(from|import)\s+classroom\b|['\"]classroom[.'\"]", source, re.M):
+                    found.append(f"{notebook.relative_to(ROOT)}: a code cell names classroom")
+    assert not found, f"lessons that import the machinery (classroom/): {found}"
+
+
+def test_no_module_over_600_lines():
+    """Lessons, the kit, the machinery and the tools: a file over 600 lines holds more than one
+    idea. The modules other changes are splitting are listed at their size, and may not grow."""
+    folders = [*_lesson_dirs(), ROOT / "course", ROOT / "classroom", ROOT / "tools"]
+    sizes = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in SOURCE_SUFFIXES and path.is_file() and "__pycache__" not in path.parts:
+                sizes[path.relative_to(ROOT).as_posix()] = len(path.read_text(errors="replace").splitlines())
+    too_long = [f"{rel}: {n} lines" for rel, n in sizes.items() if n > MAX_LINES and rel not in KNOWN_LONG]
+    grown = [f"{rel}: {sizes[rel]} lines (was {was})" for rel, was in KNOWN_LONG.items()
+             if rel in sizes and sizes[rel] > was]
+    done = [rel for rel, was in KNOWN_LONG.items() if sizes.get(rel, 0) <= MAX_LINES]
+    assert not too_long, f"over {MAX_LINES} lines: split by idea: {too_long}"
+    assert not grown, f"a module over {MAX_LINES} lines, being split elsewhere, grew: {grown}"
+    assert not done, f"at {MAX_LINES} lines or under (or gone) now: take out of KNOWN_LONG: {done}"
+
+
+def test_python_m_course_and_python_m_classroom_are_one_command_line():
+    """The learner types `python -m course ...`; the machinery's own name works too."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    helps = [subprocess.run([sys.executable, "-m", package, "--help"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300) for package in ("course", "classroom")]
+    assert [h.returncode for h in helps] == [0, 0], [h.stderr[-2000:] for h in helps]
+    assert helps[0].stdout == helps[1].stdout
+    assert "usage: python -m course" in helps[0].stdout and "exercises" in helps[0].stdout
