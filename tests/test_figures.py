@@ -82,7 +82,7 @@ def test_a_drift_planted_in_a_real_note_fails_the_check(tmp_path, capsys):
     """The course's own notes: change one cited number by hand and `report --check` names the note."""
     import shutil
 
-    from course import report as report_module
+    from classroom import report as report_module
     from course import weeks
 
     root = tmp_path / "course"
@@ -147,7 +147,7 @@ def test_broken_figures_fail_naming_file_and_line(tree, capsys, text, message):
 def test_every_note_names_its_figures_once_and_cites_them_by_name():
     """The course's markdown: names unique per note, every figure cited, every citation defined,
     no line pushed past figures.MAX_LINE by citations, no old `<!-- fig` marker left."""
-    from course import report as report_module
+    from classroom import report as report_module
 
     root = report_module.ROOT
     paths = [root / "README.md", *report_module.markdown_files(root)]
