@@ -13,11 +13,9 @@ import pytest
 import torch
 
 from course import attempts, exercises, hints, progress, show, sim_count
-from course import runtime  # noqa: F401  (before triton: the interpreter on a CPU)
+from course import runtime
 from course.__main__ import check_command
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl
 
 SOLUTION = '''\
 """A toy lesson."""
