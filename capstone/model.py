@@ -34,7 +34,7 @@ import dataclasses
 
 import torch
 
-from course import runtime  # noqa: F401  before triton: GPU or the Triton interpreter
+from course.gpu import DEVICE
 from week5_integration import data
 from week5_integration import model as m
 
@@ -104,7 +104,7 @@ def build(config: str | GPTConfig = "tiny", ops: str | m.Ops = "fast", *, seed: 
     cfg = preset(config)
     model = GPT(cfg)
     model.reset_parameters(seed)
-    model = model.to(runtime.DEVICE if device is None else device)
+    model = model.to(DEVICE if device is None else device)
     if dtype is not None:
         model = model.to(dtype)
     return model.use_ops(resolve_ops(ops))

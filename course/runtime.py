@@ -90,7 +90,8 @@ def _enter_simulation() -> None:
     if numba_cuda is not None and not os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         raise RuntimeError(
             "numba was imported before course.runtime, so its CUDA simulator cannot be turned "
-            "on any more: import course.runtime (`from course import runtime`) first")
+            "on any more: take numba from the course (`from course.gpu import cuda`), or import "
+            "course.runtime (`from course import runtime`) first")
     early = _triton_made_for_gpu()
     if early:
         kernels = [name for name in early if name != "triton.language"]
@@ -100,10 +101,11 @@ def _enter_simulation() -> None:
             f"{what} before course.runtime was imported, so Triton made GPU code (of your kernels "
             "and of its own library: tl.max, tl.sum, ...), and this machine has no GPU: a launch "
             "would fail with \"0 active drivers ([]). There should only be one.\" (or \"Cannot "
-            "call @triton.jit'd outside of the scope of a kernel\"). Put `from course import "
-            "runtime` above `import triton` and every @triton.jit, at the top of the file or "
-            "notebook, and run it again in a fresh process (restart the notebook's kernel); or set "
-            "TRITON_INTERPRET=1 before Python starts.")
+            "call @triton.jit'd outside of the scope of a kernel\"). Import triton through the "
+            "course (`from course.gpu import triton, tl`), or put `from course import runtime` above "
+            "`import triton` and every @triton.jit, at the top of the file or notebook, and run it "
+            "again in a fresh process (restart the notebook's kernel); or set TRITON_INTERPRET=1 "
+            "before Python starts.")
     os.environ["TRITON_INTERPRET"] = "1"
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     # Bounds-checked loads/stores (an unmasked tail fails its test instead of aborting Python)

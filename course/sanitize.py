@@ -63,7 +63,7 @@ from typing import Callable
 
 import torch
 
-from course import ncu, runtime, weeks  # runtime before numba (through the lesson modules): GPU or simulator
+from course import ncu, runtime, weeks
 from course.check import random_tensor
 from course.sanitizer_report import ERROR_EXIT, Outcome, cell, parse_report, summary_counts
 

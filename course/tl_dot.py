@@ -15,10 +15,7 @@ that matters.
 Cost of the broadcast form: an (M, K, N) product tile in registers, so float64 launches use
 small tiles (16 x 16 in the kernels that take float64).
 """
-from course import runtime  # noqa: F401  (before triton: chooses the GPU or the interpreter)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl
 
 
 @triton.jit

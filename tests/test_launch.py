@@ -5,9 +5,7 @@ import torch
 from course import launch as fast
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
-
-import triton  # noqa: E402  (after course.runtime: the conftest imports it first)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl
 
 DEVICE = runtime.DEVICE
 

@@ -12,13 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course import show
 from classroom import attempts, hints, lesson_files, progress, sim_count, stubs
-from course import runtime  # noqa: F401  (before triton: the interpreter on a CPU)
 from classroom.cli import check_command
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+from course import runtime, show
+from course.gpu import triton, tl
 
 SOLUTION = '''\
 """A toy lesson."""

@@ -11,10 +11,8 @@ import torch
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
+from course.gpu import triton, tl
 from course.tl_dot import dot
-
-import triton  # noqa: E402  (after course.runtime)
-import triton.language as tl  # noqa: E402
 
 DEVICE = runtime.DEVICE
 ACC = {torch.float64: tl.float64, torch.float32: tl.float32, torch.float16: tl.float32}

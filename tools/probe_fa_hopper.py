@@ -24,8 +24,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
+
+from course.gpu import triton, tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 

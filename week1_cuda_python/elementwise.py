@@ -17,12 +17,10 @@ import math
 import numpy as np
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
-
-from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda
 
 # EXERCISE NOTE: The launchers' input checks (course.validate), the output allocation and the
 #   skipped launch on empty input are given: you write the kernels (one thread per element, the

@@ -20,11 +20,9 @@ import math
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop
+from course import interop, runtime
 from course.bench import copy_bandwidth_gbps
-
-from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda
 
 # EXERCISE NOTE: Each kernel writes, for the element its thread owns, the thread's own coordinates;
 #   the tests know exactly which thread must own which element, so every index has to be right.

@@ -35,10 +35,8 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
-
-from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32, DEVICE
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul.cu"
 DTYPES = (torch.float32,)
@@ -442,7 +440,7 @@ from course.bench import Benchmark  # noqa: E402
 from course.check import random_tensor  # noqa: E402
 from course.rungs import Ladder, Rung as LadderRung  # noqa: E402  the variants as numbered rungs
 def _inputs(n: int):
-    device = runtime.DEVICE
+    device = DEVICE
     return (random_tensor((n, n), torch.float32, device), random_tensor((n, n), torch.float32, device),
             torch.empty((n, n), device=device))
 

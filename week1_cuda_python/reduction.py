@@ -16,12 +16,10 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
-
-from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32
 
 THREADS_PER_BLOCK = 256
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "reduction.cu"

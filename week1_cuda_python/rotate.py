@@ -19,12 +19,10 @@ import math
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
 from course.bench import Benchmark
 from course.check import random_tensor
-
-from numba import cuda, float32, float64  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32, float64, DEVICE
 
 TILE = 32       # a warp's width: a tile row is 128 contiguous bytes of float32
 BLOCK_ROWS = 8  # 32 x 8 = 256 threads per block; each moves TILE / BLOCK_ROWS = 4 elements
@@ -212,7 +210,7 @@ LAUNCHERS = ("rotate90_naive", "rotate90_shared", "rotate90_padded")
 
 def _sanitizer_case(launcher, clockwise):
     def run():
-        x = random_tensor((45, 70), torch.float32, runtime.DEVICE)  # partial tiles on both axes
+        x = random_tensor((45, 70), torch.float32, DEVICE)  # partial tiles on both axes
         launcher(x, clockwise)
         torch.cuda.synchronize()
     return run
@@ -230,7 +228,7 @@ SANITIZER_CASES = {
 
 # BEGIN SOLUTION ONLY: the benchmarks (they measure the solution's kernels)
 def _inputs(n: int):
-    device = runtime.DEVICE
+    device = DEVICE
     return random_tensor((n, n), torch.float32, device), torch.empty((n, n), device=device)
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from course import runtime  # before numba (through the lesson modules): GPU or simulator
+from course import runtime
 from course.check import random_tensor
 from course.ncu import ncu_table, short_kernel_name  # noqa: F401  re-exported for this week's callers
 from course.sanitize import (  # noqa: F401  the kit's tool, re-exported for this week's callers

@@ -10,19 +10,20 @@ import sys
 
 import torch
 
-from course import bench, runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import bench
+from course.gpu import DEVICE
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
 from course.sweep import sweep_main
 
-from week1_cuda_python.scan import (  # noqa: E402
+from week1_cuda_python.scan import (
     DTYPE_SUFFIX, lookback_launch, scan_cuda_lookback, scan_cuda_multiblock, scan_numba_multiblock)
 
 
 # --- benchmark ---------------------------------------------------------------------------------------
 def _inputs(size):
     n, dtype = size
-    device = runtime.DEVICE
+    device = DEVICE
     return random_tensor(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
 
 
@@ -69,8 +70,8 @@ def sweep(sizes=(1 << 26, 1 << 28)) -> list[dict]:
     print(f"{'n':>6} {'threads':>7} {'vectors':>7} {'tile':>6} {'ms':>8} {'GB/s':>6} {'% copy':>7} exact")
     rows = []
     for n in sizes:
-        x = random_tensor(n, torch.float32, runtime.DEVICE)
-        small_ints = torch.randint(-2, 3, (n,), device=runtime.DEVICE).float()
+        x = random_tensor(n, torch.float32, DEVICE)
+        small_ints = torch.randint(-2, 3, (n,), device=DEVICE).float()
         expected = torch.cumsum(small_ints.double(), 0).float()
         out = torch.empty_like(x)
         timing = bench.time_gpu(lambda: torch.cumsum(x, 0, out=out), [()])

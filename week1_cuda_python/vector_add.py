@@ -15,12 +15,10 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.bench import Benchmark, c_function, pow2_label
 from course.check import random_tensor
-
-from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda
 
 # EXERCISE NOTE: The launchers' input checks (course.validate), the output allocation and the
 #   early return on empty input (a grid of zero blocks is an invalid launch) are given: you write

@@ -42,12 +42,9 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate, versions
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+from course.gpu import triton, tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
           torch.int8, torch.int16, torch.int32, torch.int64)

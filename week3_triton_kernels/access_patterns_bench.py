@@ -14,13 +14,12 @@ import sys
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark
 from course.check import random_tensor
+from course.gpu import triton
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-from week3_triton_kernels.access_patterns import (  # noqa: E402
+from week3_triton_kernels.access_patterns import (
     BLOCK_PTR_SUPPORTED, COPY2D_BLOCK_PTR_CODE, COPY2D_CODE, COPY2D_DESCRIPTOR_CODE, COPY2D_GATHER_CODE,
     STRIDED_COPY_CODE, copy, copy2d, copy2d_block_ptr, copy2d_descriptor, copy2d_gather, read_amplification,
     strided_copy)

@@ -26,7 +26,7 @@ import tempfile
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the interpreter
+from course import runtime  # chooses the GPU or the interpreter; each demo imports triton when it runs
 
 
 # -------------------------------------------------------------------- deliberately buggy kernels

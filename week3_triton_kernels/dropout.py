@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 BLOCK_SIZE = 1024
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -86,7 +83,7 @@ def dropout_mask(n: int, p: float, seed: int) -> torch.Tensor:
     #   guaranteed nonzero.
     # HINT: Build a tensor of ones with n elements on the course device, call dropout on it with the same p
     #   and seed, and compare with 0.
-    ones = torch.ones(n, device=runtime.DEVICE)
+    ones = torch.ones(n, device=DEVICE)
     return dropout(ones, p, seed) != 0
     # END EXERCISE
 
@@ -94,7 +91,7 @@ def dropout_mask(n: int, p: float, seed: int) -> torch.Tensor:
 # BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 # ---------------------------------------------------------------------------------- benchmarks
 def _inputs(n):
-    return (random_tensor(n, torch.float32, runtime.DEVICE),)
+    return (random_tensor(n, torch.float32, DEVICE),)
 
 
 BENCHMARKS = [

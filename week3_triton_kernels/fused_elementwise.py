@@ -29,13 +29,10 @@ import math
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, itemsize
 from course.check import random_tensor
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 BLOCK_SIZE = 1024  # as in vector_add: 4 warps x 32 threads x 8 elements
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -145,7 +142,7 @@ def mul_add_torch(x, y, z):
 # ---------------------------------------------------------------------------------- benchmarks
 def _gelu_inputs(size):
     rows, cols, dtype = size
-    d = runtime.DEVICE
+    d = DEVICE
     return random_tensor((rows, cols), dtype, d), random_tensor(cols, dtype, d)
 
 
@@ -156,7 +153,7 @@ def _gelu_label(size):
 
 def _mul_add_inputs(size):
     n, dtype = size
-    return tuple(random_tensor(n, dtype, runtime.DEVICE) for _ in range(3))
+    return tuple(random_tensor(n, dtype, DEVICE) for _ in range(3))
 
 
 GELU_SIZES = [(8192, 4096), (16384, 8192)]

@@ -13,14 +13,13 @@ import time
 
 import torch
 
-from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime
 from course.bench import Benchmark, itemsize
 from course.check import random_tensor
 from course.sweep import sweep_main
+from course.gpu import triton
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-from week3_triton_kernels.softmax import (  # noqa: E402
+from week3_triton_kernels.softmax import (
     TUNED, SoftmaxConfig, default_num_warps, softmax, softmax_one_block, softmax_online, softmax_persistent,
     softmax_with_config, two_stages_fit)
 

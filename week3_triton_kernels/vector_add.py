@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 BLOCK_SIZE = 1024  # 4 warps x 32 threads x 8 elements: two 16-byte fp32 accesses per thread
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -68,7 +65,7 @@ def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
 
 # BEGIN SOLUTION ONLY: the benchmarks, sweep and command line (they measure the solution's kernels)
 def _inputs(n: int, dtype=torch.float32):
-    device = runtime.DEVICE
+    device = DEVICE
     return random_tensor(n, dtype, device), random_tensor(n, dtype, device), torch.empty(n, dtype=dtype, device=device)
 
 

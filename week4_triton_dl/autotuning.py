@@ -58,13 +58,10 @@ import time
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import runtime, validate
 from course.bench import Benchmark
 from course.check import random_tensor
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_GRID_Y = 65535  # CUDA's limit on the second grid dimension

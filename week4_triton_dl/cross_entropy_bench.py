@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, bench_dtype, itemsize
 from course.check import random_tensor
 
-from week4_triton_dl.cross_entropy import CROSS_ENTROPY_CODE, cross_entropy, cross_entropy_forward  # noqa: E402
-from week4_triton_dl.fused_linear_cross_entropy import (  # noqa: E402
+from week4_triton_dl.cross_entropy import CROSS_ENTROPY_CODE, cross_entropy, cross_entropy_forward
+from week4_triton_dl.fused_linear_cross_entropy import (
     FUSED_LINEAR_CE_CODE, default_chunk_size, fused_linear_cross_entropy, linear_cross_entropy_torch, loss_and_grads,
     peak_memory_mib)
 

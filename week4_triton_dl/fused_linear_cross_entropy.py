@@ -56,15 +56,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import ops, runtime, validate
+from course.gpu import triton, tl
 from week4_triton_dl import cross_entropy as ce  # the row loss: launch plans, checks, the reduction
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
 # The row loss's @triton.jit helpers, which the kernel below calls by name.
-from week4_triton_dl.cross_entropy import row_logsumexp, row_loss, write_row_grad  # noqa: E402
+from week4_triton_dl.cross_entropy import row_logsumexp, row_loss, write_row_grad
 
 DTYPES = ce.DTYPES
 IGNORE_INDEX = ce.IGNORE_INDEX

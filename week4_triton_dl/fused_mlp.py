@@ -53,12 +53,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import runtime, validate
+from course.gpu import triton, tl
 from week3_triton_kernels import matmul as week3_matmul
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 LINEAR_DTYPES = (torch.float16, torch.bfloat16)  # week 3's matmul: tensor-core dtypes only

@@ -13,12 +13,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, compile_on_first_call, itemsize, time_call
 from course.check import random_tensor
 from course.sweep import sweep_main
 
-from week4_triton_dl.fused_mlp import (  # noqa: E402
+from week4_triton_dl.fused_mlp import (
     LINEAR_ACT_CODE, SWIGLU_MLP_CODE, SWIGLU_MLP_TRAIN_CODE, linear_act, linear_act_torch, swiglu_gate_up,
     swiglu_gate_up_kernel_autotuned, swiglu_mlp, swiglu_mlp_torch)
 

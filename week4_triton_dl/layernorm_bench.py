@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course.gpu import DEVICE
 from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
 from week4_triton_dl import norm_bench
@@ -43,13 +43,13 @@ _torch_backward_compiled = compile_on_first_call(torch_backward, dynamic=False)
 def _forward_inputs(size):
     M, N = size
     dtype = bench_dtype()
-    x = random_tensor((M, N), dtype, runtime.DEVICE)
-    return x, random_tensor(N, dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
+    x = random_tensor((M, N), dtype, DEVICE)
+    return x, random_tensor(N, dtype, DEVICE), random_tensor(N, dtype, DEVICE)
 
 
 def _backward_inputs(size):
     x, w, b = _forward_inputs(size)
-    dy = random_tensor(x.shape, x.dtype, runtime.DEVICE)
+    dy = random_tensor(x.shape, x.dtype, DEVICE)
     _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, EPS)
     _, mean, rstd = layer_norm_forward(x, w, b, EPS)
     return dy, x, w, b, mean_t, rstd_t, mean, rstd
@@ -127,8 +127,8 @@ BENCHMARKS += [
 # -------------------------------------------------------------------------------------- sweep
 def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     """Time each launch configuration at one shape and print a table (for the GPU)."""
-    x, w, b = (random_tensor(s, dtype, runtime.DEVICE) for s in ((M, N), N, N))
-    dy = random_tensor((M, N), dtype, runtime.DEVICE)
+    x, w, b = (random_tensor(s, dtype, DEVICE) for s in ((M, N), N, N))
+    dy = random_tensor((M, N), dtype, DEVICE)
     _, mean, rstd = layer_norm_forward(x, w, b, EPS)
     _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [N], w, b, EPS)
     norm_bench.sweep(

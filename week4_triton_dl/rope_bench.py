@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course.gpu import DEVICE
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 
-from week4_triton_dl.rope import (  # noqa: E402
+from week4_triton_dl.rope import (
     apply_rope, full_tables, rope_forward, rope_hot_path, rope_rotate_half, rope_tables)
 
 
@@ -27,8 +27,8 @@ _compiled_rotate_half = compile_on_first_call(rope_rotate_half, dynamic=False)
 def _inputs(size, requires_grad: bool = False):
     B, S, Hq, Hkv, D = size
     dtype = bench_dtype()
-    q = random_tensor((B, Hq, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
-    k = random_tensor((B, Hkv, S, D), dtype, runtime.DEVICE).requires_grad_(requires_grad)
+    q = random_tensor((B, Hq, S, D), dtype, DEVICE).requires_grad_(requires_grad)
+    k = random_tensor((B, Hkv, S, D), dtype, DEVICE).requires_grad_(requires_grad)
     cos, sin = rope_tables(S, D)
     cos_full, sin_full = full_tables(cos, sin, S, dtype)
     return q, k, cos, sin, cos_full, sin_full
@@ -78,7 +78,7 @@ HOST_SIZES = [(8, 1, 12, 12, 64)]
 
 def _train_inputs(size):
     q, k, cos, sin, cos_full, sin_full = _inputs(size, requires_grad=True)
-    dq, dk = (random_tensor(t.shape, t.dtype, runtime.DEVICE) for t in (q, k))
+    dq, dk = (random_tensor(t.shape, t.dtype, DEVICE) for t in (q, k))
     return q, k, cos, sin, cos_full, sin_full, dq, dk
 
 

@@ -44,12 +44,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, pow2_label
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 VALUE_DTYPES = (torch.float32,)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -391,7 +388,7 @@ def random_csr(m: int, n: int, nnz_per_row: float, *, kind: str = "uniform", emp
     """
     if kind not in ("uniform", "powerlaw"):
         raise ValueError(f"kind must be 'uniform' or 'powerlaw', got {kind!r}")
-    dev = device or runtime.DEVICE
+    dev = device or DEVICE
     if kind == "uniform":
         lengths = torch.poisson(torch.full((m,), float(nnz_per_row), device=dev))
     else:
@@ -417,14 +414,14 @@ def _inputs(size):
     kind, m, per_row = size
     a = random_csr(m, m, per_row, kind=kind)
     a.plan()  # the analysis step, once per matrix: not part of the timed multiply
-    return a, torch.randn(m, device=runtime.DEVICE), a.to_torch()
+    return a, torch.randn(m, device=DEVICE), a.to_torch()
 
 
 def _dense_inputs(size):
     n, density = size
     a = random_csr(n, n, density * n)
     a.plan()
-    return a, torch.randn(n, device=runtime.DEVICE), a.to_torch(), a.to_dense()
+    return a, torch.randn(n, device=DEVICE), a.to_torch(), a.to_dense()
 
 
 def _expected_nnz(size):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course.gpu import DEVICE
 from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
 
-from week4_triton_dl.swiglu import (  # noqa: E402
+from week4_triton_dl.swiglu import (
     swiglu, swiglu_backward, swiglu_forward, swiglu_packed, swiglu_packed_backward, swiglu_packed_forward,
     swiglu_packed_reference, swiglu_reference, torch_backward, torch_backward_recompute)
 
@@ -29,14 +29,14 @@ _compiled_backward = compile_on_first_call(torch_backward_recompute, dynamic=Fal
 
 def _forward_inputs(size):
     M, N = size
-    h = random_tensor((M, 2 * N), bench_dtype(), runtime.DEVICE)
+    h = random_tensor((M, 2 * N), bench_dtype(), DEVICE)
     a, b = h.chunk(2, dim=-1)  # views of one fused projection's output, rows strided by 2N
     return a, b, h
 
 
 def _backward_inputs(size):
     a, b, h = _forward_inputs(size)
-    return random_tensor(a.shape, a.dtype, runtime.DEVICE), a, b, h, F.silu(a)
+    return random_tensor(a.shape, a.dtype, DEVICE), a, b, h, F.silu(a)
 
 
 BENCHMARKS = [
@@ -91,16 +91,16 @@ HOST_SIZES = [(8, 2048)]
 def _train_inputs(size):
     M, N = size
     dtype = bench_dtype()
-    a = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
-    b = random_tensor((M, N), dtype, runtime.DEVICE).requires_grad_(True)
-    return a, b, random_tensor((M, N), dtype, runtime.DEVICE)
+    a = random_tensor((M, N), dtype, DEVICE).requires_grad_(True)
+    b = random_tensor((M, N), dtype, DEVICE).requires_grad_(True)
+    return a, b, random_tensor((M, N), dtype, DEVICE)
 
 
 def _packed_train_inputs(size):
     M, N = size
     dtype = bench_dtype()
-    h = random_tensor((M, 2 * N), dtype, runtime.DEVICE).requires_grad_(True)
-    return h, random_tensor((M, N), dtype, runtime.DEVICE)
+    h = random_tensor((M, 2 * N), dtype, DEVICE).requires_grad_(True)
+    return h, random_tensor((M, N), dtype, DEVICE)
 
 
 def _fwd_bwd(fn):
@@ -116,7 +116,7 @@ def _fwd_bwd_packed(fn):
 def _host_inputs(size):
     M, N = size
     dtype = bench_dtype()
-    return random_tensor((M, N), dtype, runtime.DEVICE), random_tensor((M, N), dtype, runtime.DEVICE)
+    return random_tensor((M, N), dtype, DEVICE), random_tensor((M, N), dtype, DEVICE)
 
 
 _train_notes = ("then torch.autograd.grad: the public entry, autograd and every launch included; bytes = "

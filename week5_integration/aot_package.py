@@ -68,7 +68,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime
 from week4_triton_dl import add_rmsnorm, norm_common as nc, rmsnorm, rope as rope_module, swiglu
 from week4_triton_dl import flash_attention as fa
 from week4_triton_dl import flash_attention_plans as fap

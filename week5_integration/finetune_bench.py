@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime  # runtime before triton (imported by lora, nf4)
+from course import bench, runtime
 from course.bench import Benchmark, fmt
 from course.check import random_tensor
 from week5_integration import lora as lora_mod

@@ -13,15 +13,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import bench
 from course.bench import Benchmark, compile_on_first_call, itemsize
 from course.check import random_tensor
 from course.sweep import sweep_main
+from course.gpu import triton, tl, DEVICE
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week5_integration.lora import (  # noqa: E402
+from week5_integration.lora import (
     AUTOTUNE_CONFIGS, LORA_INFER_CODE, LORA_TRAIN_CODE, LORA_TWO_PASS_CODE, block_r, lora_fused_kernel, lora_linear,
     lora_linear_torch, lora_linear_torch_addmm, lora_linear_two_pass, merged_weight)
 
@@ -34,7 +32,7 @@ RANK, ALPHA = 16, 32.0
 
 def _inputs(size, train=True):
     m, k, n, r, dtype = size
-    dev = runtime.DEVICE
+    dev = DEVICE
     x = random_tensor((m, k), dtype, dev).requires_grad_(train)
     w = random_tensor((n, k), dtype, dev, scale=k ** -0.5)
     a = random_tensor((r, k), dtype, dev, scale=k ** -0.5).requires_grad_(train)

@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime
 from course.bench import Benchmark
 from course.check import random_tensor
 from course.sweep import sweep_main

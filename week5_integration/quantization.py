@@ -63,11 +63,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import tuning, validate
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course import runtime, tuning, validate
+from course.gpu import triton, tl
 
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 QMAX = 127  # symmetric int8 grid: -127..127

@@ -14,12 +14,12 @@ import time
 
 import torch
 
-from course import bench, runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime
 from course.bench import Benchmark, compile_on_first_call
 from course.check import random_tensor
 from course.sweep import sweep_main
 
-from week5_integration.quantization import (  # noqa: E402
+from week5_integration.quantization import (
     INT8_MATMUL_CODE, INT8_MATMUL_DEQUANT_CODE, TUNED, Int8Config, block_m_for, dequant_matmul_torch,
     heuristic_config, int8_matmul, int8_matmul_dequant, m_bucket, matmul_bytes, quantize_int8,
     shared_memory_bytes)

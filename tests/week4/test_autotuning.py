@@ -9,10 +9,10 @@ import torch
 
 from course import runtime
 from course.check import assert_close, dtype_params, random_tensor
+from course.gpu import triton
 
 at = runtime.lesson("week4_triton_dl.autotuning")
 DEVICE = runtime.DEVICE
-import triton  # noqa: E402  (after course.runtime)
 
 
 class ScriptedBench:

@@ -48,12 +48,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.bench import Benchmark
 from course.check import random_tensor
-
-from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "conv2d.cu"
 DTYPES = (torch.float32,)

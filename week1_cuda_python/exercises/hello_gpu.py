@@ -43,11 +43,9 @@ import math
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop
+from course import interop, runtime
 from course.bench import copy_bandwidth_gbps
-
-from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda
 
 
 THREADS_PER_BLOCK = 256  # 8 warps; any multiple of 32 up to 1024 works

@@ -48,11 +48,9 @@ from typing import Callable
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.bench import Benchmark, pow2_label
-
-from numba import cuda, int32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, int32
 
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "histogram.cu"

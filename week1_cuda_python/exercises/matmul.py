@@ -52,10 +52,8 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
-
-from numba import cuda, float32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32, DEVICE
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul.cu"
 DTYPES = (torch.float32,)

@@ -64,11 +64,9 @@ from typing import Callable
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
-from course import interop, validate
+from course import interop, runtime, validate
 from course.check import random_tensor
-
-from numba import cuda, float32, int32  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32, int32
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "scan.cu"
 DTYPES = (torch.float32, torch.int32)

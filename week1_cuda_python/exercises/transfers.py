@@ -46,11 +46,10 @@ import argparse
 import numpy as np
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
+from course import runtime
 from course.bench import Benchmark, pow2_label
 from course.check import random_tensor
-
-from numba import cuda  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda
 
 MIB = 2**20
 SANITIZER_CASES: dict = {}  # no kernels here (torch.add and copies only)

@@ -45,12 +45,10 @@ from typing import Callable
 
 import torch
 
-from course import runtime  # before numba: chooses the GPU or the CUDA simulator
 from course import interop, validate
 from course.bench import Benchmark
 from course.check import random_tensor
-
-from numba import cuda, float32, float64  # noqa: E402  (after course.runtime on purpose)
+from course.gpu import cuda, float32, float64, DEVICE
 
 TILE = 32       # a warp's width: one tile row is 128 contiguous bytes
 BLOCK_ROWS = 8  # 32 x 8 = 256 threads per block; each thread moves TILE / BLOCK_ROWS = 4 elements
@@ -199,7 +197,7 @@ def transpose_cuda_tile64(x: torch.Tensor, out: torch.Tensor | None = None) -> t
 def _sanitizer_case(launcher: str, dtype: torch.dtype, shape=(193, 130), offset: int = 0) -> None:
     # 193 x 130: full 64-tiles (the vector path) and partial tiles on both edges; 32-tiles too.
     rows, cols = shape
-    x = random_tensor(rows * cols + offset, dtype, runtime.DEVICE)[offset:].view(rows, cols)
+    x = random_tensor(rows * cols + offset, dtype, DEVICE)[offset:].view(rows, cols)
     globals()[launcher](x)
     torch.cuda.synchronize()
 

@@ -26,13 +26,10 @@ import math
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, itemsize
 from course.check import random_tensor
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 BLOCK_SIZE = 1024  # as in vector_add: 4 warps x 32 threads x 8 elements
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

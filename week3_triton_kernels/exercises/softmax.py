@@ -31,11 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import tuning, validate
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course import runtime, tuning, validate
+from course.gpu import triton, tl
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Widest row that the one-block kernels accept: 32k fp32 values is 128 KB of registers per

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime
 from week3_triton_kernels import fused_elementwise
 from week4_triton_dl import cross_entropy as ce
 

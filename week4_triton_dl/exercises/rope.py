@@ -23,12 +23,9 @@ import numbers
 
 import torch
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import ops, validate
+from course.gpu import triton, tl, DEVICE
 from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 LAYOUTS = ("bhsd", "bshd")
@@ -140,7 +137,7 @@ def rope_tables(max_seq_len: int, head_dim: int, *, base: float = BASE, device=N
     half = head_dim // 2
     inv_freq = base ** (-torch.arange(half, dtype=torch.float64) * 2.0 / head_dim)
     angles = torch.arange(max_seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
-    device = runtime.DEVICE if device is None else device
+    device = DEVICE if device is None else device
     return angles.cos().float().to(device), angles.sin().float().to(device)
 
 
@@ -321,7 +318,7 @@ class RoPEFunction(torch.autograd.Function):
 # The public entries' checks: a few comparisons on the hot path (on the CPU machine this was
 # written on, `t.device.type` alone cost ~1 us a call, `t.is_cuda` ~0.1 us); the full checks,
 # with the course's messages, run only when one of these fails.
-_on_device = (lambda t: t.is_cuda) if runtime.DEVICE.type == "cuda" else (lambda t: t.is_cpu)
+_on_device = (lambda t: t.is_cuda) if DEVICE.type == "cuda" else (lambda t: t.is_cpu)
 
 
 def _tables_ok(cos, sin, D: int, S: int, position_offset) -> bool:

@@ -40,12 +40,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
 from course import validate
 from course.bench import Benchmark, pow2_label
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl, DEVICE
 
 VALUE_DTYPES = (torch.float32,)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -274,7 +271,7 @@ def random_csr(m: int, n: int, nnz_per_row: float, *, kind: str = "uniform", emp
     """
     if kind not in ("uniform", "powerlaw"):
         raise ValueError(f"kind must be 'uniform' or 'powerlaw', got {kind!r}")
-    dev = device or runtime.DEVICE
+    dev = device or DEVICE
     if kind == "uniform":
         lengths = torch.poisson(torch.full((m,), float(nnz_per_row), device=dev))
     else:

@@ -21,12 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import ops, validate
+from course.gpu import triton, tl, DEVICE
 from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TILE = 2048  # elements per program: 16 per thread at 4 warps (2 x 16-byte loads in bf16)
@@ -344,7 +341,7 @@ class SwiGLUPackedFunction(torch.autograd.Function):
 # The public entries' checks: a few comparisons on the hot path (on the CPU machine this was
 # written on, `t.device.type` alone cost ~1 us a call, `t.is_cuda` ~0.1 us); the full checks,
 # with the course's messages, run only when one of these fails.
-_on_device = (lambda t: t.is_cuda) if runtime.DEVICE.type == "cuda" else (lambda t: t.is_cpu)
+_on_device = (lambda t: t.is_cuda) if DEVICE.type == "cuda" else (lambda t: t.is_cpu)
 
 
 def _ok(t) -> bool:

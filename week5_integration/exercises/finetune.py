@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.utils.checkpoint
 
-from course import bench, runtime  # runtime before triton (imported by lora, nf4)
+from course import bench, runtime
 from week5_integration import data
 from week5_integration import lora as lora_mod
 from week5_integration import model as gpt
