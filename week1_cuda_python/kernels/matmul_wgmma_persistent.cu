@@ -127,7 +127,7 @@ __device__ __forceinline__ void wp_tma_store(const CUtensorMap* map, const void*
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
                  :: "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(src)) : "memory");
 }
-// Close the open bulk group (possibly empty: a chunk wholly right of N stores nothing, but still
+// Close the open bulk group (possibly empty: a chunk wholly outside C stores nothing, but still
 // commits, so that "the group before last" always means the same buffer).
 __device__ __forceinline__ void wp_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Wait until at most N of this thread's bulk groups are still *reading* shared memory (their
@@ -334,7 +334,10 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 wp_fence_async_smem();
                 wp_warpgroup_sync(1 + c);
                 if (tid == 0) {
-                    if (n0 + q * WP_C_CHUNK < N) wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
+                    // A box wholly outside C (right of N, or this warpgroup's rows all below M) is not
+                    // stored; a box partly outside is clipped by the TMA.
+                    if (n0 + q * WP_C_CHUNK < N && m0 + 64 * c < M)
+                        wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
                     wp_bulk_commit();
                 }
             }
