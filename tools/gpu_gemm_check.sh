@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Issue 32's first GPU check of the wgmma_persistent rung (week1_cuda_python/matmul_wgmma_persistent.py),
+# Issue 32's first GPU check of the wgmma_persistent and wgmma_cluster rungs (week1_cuda_python/matmul_wgmma_persistent.py),
 # on one H100/H200, in under 5 minutes, failing fast:
 #   1. build the sm_90a cubin with the launcher's own nvcc command; SASS opcode counts (HGMMA, UTMALDG, UTMASTG);
 #   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase mistake hangs the GPU:
 #      this is where it shows, and nothing else runs after it);
-#   3. the rung's tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
-#   4. compute-sanitizer (memcheck, racecheck, synccheck) on the new rung's and wgmma_tma's cases;
-#   5. the interleaved-rounds benchmark: wgmma_persistent, wgmma_tma, cuBLAS.
+#   3. the same for the cluster rung (2-block clusters, B multicast), not fatal: if it fails, the
+#      rest runs without it;
+#   4. the rungs' tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
+#   5. the interleaved-rounds benchmark: wgmma_persistent (and wgmma_cluster), wgmma_tma, cuBLAS;
+#   6. compute-sanitizer (memcheck, racecheck, synccheck) on the new rungs' and wgmma_tma's bf16 cases.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
@@ -26,7 +28,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 cat "$OUT/logs/nvidia-smi.txt"
 
 # step NAME LIMIT_S FATAL COMMAND: run COMMAND with at most LIMIT_S seconds (less if the budget is short),
-# log to $OUT/logs/NAME.log, print its tail; a FATAL step that fails ends the script.
+# log to $OUT/logs/NAME.log, print its tail, return its exit status; a FATAL step that fails ends the script.
 step() {
     local name=$1 limit=$2 fatal=$3 cmd=$4
     local left=$(( deadline - $(date +%s) ))
@@ -42,7 +44,7 @@ step() {
         [ "$rc" = 124 ] && echo "=== $name TIMED OUT (a hang: look for a barrier phase / expect-tx mismatch)"
         echo "=== stopping: $name failed"; exit "$rc"
     fi
-    return 0
+    return "$rc"
 }
 
 step 01_build_sass 60 1 "python - <<'PY'
@@ -81,14 +83,37 @@ for (m, n, k), blocks in (((128, 256, 64), None), ((300, 520, 328), None), ((700
         assert err < 0.05, 'wrong result'
 PY"
 
-step 03_tests 150 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py -q -x -p no:cacheprovider \
-    -o faulthandler_timeout=40 --durations=8"
+# The cluster rung in its own process: if it hangs or fails, the persistent rung's checks still run
+# (its tests deselected with -k 'not cluster', its bench column and sanitizer cases dropped).
+CLUSTER_OK=0
+step 03_smoke_cluster 45 0 "python - <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week1_cuda_python import matmul_wgmma_persistent as wp
+print('resident clusters of 2:', wp.resident_clusters('wgmma_cluster_bf16', wp.PERSISTENT_TILES.shared_bytes, 2))
+for (m, n, k), blocks in (((128, 256, 64), None), ((300, 520, 328), None), ((800, 1000, 328), 2)):
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = random_tensor((m, k), dtype, 'cuda'), random_tensor((k, n), dtype, 'cuda', scale=k ** -0.5)
+        out = poisoned((m, n), dtype, 'cuda')
+        wp.launch_persistent(a, b, out, blocks=blocks, cluster=2)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        err = (out.float() - ref).abs().max().item()
+        print(f'{m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+        assert err < 0.05, 'wrong result'
+PY" && CLUSTER_OK=1
+echo "=== cluster rung usable: $CLUSTER_OK"
+if [ "$CLUSTER_OK" = 1 ]; then SELECT=""; CASES="wgmma_persistent_bf16 wgmma_cluster_bf16"; VARIANTS="wgmma_tma wgmma_persistent wgmma_cluster"
+else SELECT="-k 'not cluster'"; CASES="wgmma_persistent_bf16"; VARIANTS="wgmma_tma wgmma_persistent"; fi
 
-step 04_sanitizer 100 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
-    --only wgmma_persistent wgmma_tma_bf16_bf16 wgmma_tma_f16_f32 --tools memcheck racecheck synccheck \
-    --timeout 80 --budget 95 && cat '$OUT/sanitizer/sanitizer.md'"
+step 04_tests 120 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=40 --durations=8 $SELECT"
 
-BENCH_ARGS="--out $OUT/results --rounds 5 --rep-ms 25"
+BENCH_ARGS="--out $OUT/results --rounds 5 --rep-ms 25 --variants $VARIANTS"
 [ "${QUICK:-0}" = 1 ] && BENCH_ARGS="$BENCH_ARGS --quick"
-step 05_bench 120 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench $BENCH_ARGS"
+step 05_bench 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench $BENCH_ARGS"
+
+step 06_sanitizer 60 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+    --only $CASES wgmma_tma_bf16_bf16 --tools memcheck racecheck synccheck \
+    --timeout 55 --budget 58 && cat '$OUT/sanitizer/sanitizer.md'"
 echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

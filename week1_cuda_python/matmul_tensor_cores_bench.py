@@ -74,6 +74,9 @@ _SOURCES = {
         "wp_fence_async_smem", "wp_warpgroup_sync", "wp_desc", "wp_wgmma_fence", "wp_wgmma_commit", "wp_wgmma_wait",
         "wp_pack")] + [launch_persistent, tensor_map, encoded_tensor_map],
 }
+# The cluster rung is the same body and launcher, plus the cluster helpers.
+_SOURCES["wgmma_cluster"] = _SOURCES["wgmma_persistent"] + [c_function(PERSISTENT_SOURCE, name) for name in (
+    "wp_cluster_rank", "wp_cluster_sync", "wp_mbar_arrive_remote", "wp_tma_load_multicast")]
 # The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
 _WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(runtime.capability()) is None else ()
 # The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of
@@ -82,7 +85,7 @@ _ROW_MAJOR = WgmmaTiles(group_m=1)
 _WGMMA_AB_ROWS = ("wgmma_tma_row_major",) if _WGMMA_ROWS else ()
 # The rung above (matmul_wgmma_persistent.py: persistent grid, TMA-store epilogue), same GPUs; its own
 # benchmark (matmul_wgmma_persistent_bench.py) times it against cuBLAS in interleaved rounds.
-_PERSISTENT_ROWS = ("wgmma_persistent",) if _WGMMA_ROWS else ()
+_PERSISTENT_ROWS = ("wgmma_persistent", "wgmma_cluster") if _WGMMA_ROWS else ()
 
 BENCHMARKS = [
     Benchmark(
@@ -99,7 +102,8 @@ BENCHMARKS = [
                for rung in RUNGS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None, _ROW_MAJOR) for label in _WGMMA_AB_ROWS},
-            **{label: lambda a, b, out: launch_persistent(a, b, out) for label in _PERSISTENT_ROWS},
+            **{label: (lambda c: lambda a, b, out: launch_persistent(a, b, out, cluster=c))(label.endswith("cluster") + 1)
+               for label in _PERSISTENT_ROWS},
         },
         gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS, *_PERSISTENT_ROWS),
         headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
@@ -114,7 +118,8 @@ BENCHMARKS = [
               "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype; wgmma_tma only on "
               "compute capability 9.0 (H100/H200); wgmma_tma_row_major = the same kernel with "
               "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order; wgmma_persistent "
-              "(the rung above, sm_90a too): persistent grid, TMA-store epilogue",
+              "(the rung above, sm_90a too): persistent grid, TMA-store epilogue; wgmma_cluster: the same "
+              "with 2-block clusters multicasting B",
     ),
 ]
 
@@ -127,9 +132,11 @@ LADDERS = [Ladder("matmul_tensor_cores", BENCHMARKS[0],
                   + [LadderRung(label, "wgmma + TMA: warpgroup MMAs fed by the copy engine through an "
                                        "mbarrier ring, producer and consumer warpgroups (sm_90a)")
                      for label in _WGMMA_ROWS]
-                  + [LadderRung(label, "persistent: one block per SM walks the tiles in grouped order, the "
-                                       "epilogue stored by the TMA from shared memory while the next tile loads")
-                     for label in _PERSISTENT_ROWS],
+                  + [LadderRung(label, story) for label, story in zip(_PERSISTENT_ROWS, (
+                      "persistent: one block per SM walks the tiles in grouped order, the epilogue stored by "
+                      "the TMA from shared memory while the next tile loads",
+                      "clusters of 2 blocks on adjacent tiles: each loads half of their common B tile and the "
+                      "TMA multicasts it to both"))],
                   rel_tol=5e-3)]
 
 

@@ -18,7 +18,11 @@ Cost model for A (M x K) @ B (K x N), C (M x N), all fp16 or bf16: 2 M N K FLOPs
 memory for 2 * 128 * 256 * 64 = 4.2 MFLOP (85 FLOP per byte). Numerics: as the rung below
 (products exact in fp32, fp32 accumulation, one rounding to C's type).
 
-Its benchmark (beside wgmma_tma and cuBLAS, in interleaved rounds) is matmul_wgmma_persistent_bench.py.
+The same kernel, compiled with 2-block clusters, is the next rung, `matmul_wgmma_cluster`: the two
+blocks of a cluster take vertically adjacent tiles, which need the same tile of B at every k step;
+each loads half of it and the TMA multicasts it into both blocks' shared memory (the kernel's
+"clusters" comment). Its benchmark (both rungs beside wgmma_tma and cuBLAS, in interleaved rounds)
+is matmul_wgmma_persistent_bench.py.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ DTYPES = (torch.float16, torch.bfloat16)
 FALLBACK = "matmul_wgmma_tma"        # pads odd strides with zero copies; same GPUs
 OFF_HOPPER_FALLBACK = "matmul_wmma_cp_async"  # for every GPU that is not compute capability 9.0
 TMA_ALIGN_BYTES = 16                  # base address and row strides of every TMA tensor
+CLUSTERS = {1: "wgmma_persistent", 2: "wgmma_cluster"}  # blocks per cluster -> the kernels' name
 INT32_MAX = 2**31 - 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
@@ -83,7 +88,8 @@ PERSISTENT_TILES = PersistentTiles()
 
 def persistent_tile(tile: int, tiles_m: int, tiles_n: int, group_m: int = PERSISTENT_TILES.group_m) -> tuple[int, int]:
     """(row tile, column tile) of C for the persistent loop's tile number `tile`: wp_tile in the
-    kernel, same arithmetic (groups of `group_m` rows of tiles, each walked column by column)."""
+    kernel, same arithmetic (groups of `group_m` rows of tiles, each walked column by column). The
+    cluster rung walks units of 2 tiles with the same arithmetic (rows of units, group_m / 2)."""
     # BEGIN EXERCISE: the grouped order: which group `tile` falls in, that group's first row tile and
     #   its number of rows (the last group may be short), then down the group's column first
     # HINT: a group is group_m rows of tiles times every column: group_m * tiles_n tiles; within it,
@@ -98,19 +104,22 @@ def persistent_tile(tile: int, tiles_m: int, tiles_n: int, group_m: int = PERSIS
     # END EXERCISE
 
 
-def launch_geometry(m: int, n: int, sms: int, tiles: PersistentTiles = PERSISTENT_TILES):
-    """(grid, block): one block per SM, never more blocks than tiles (a block with no tile would
-    only wait at the start); each block of 3 warpgroups walks its share of the tiles."""
-    count = -(-m // tiles.bm) * -(-n // tiles.bn)
-    return (max(1, min(sms, count)), 1, 1), (tiles.threads, 1, 1)
+def launch_geometry(m: int, n: int, sms: int, tiles: PersistentTiles = PERSISTENT_TILES, cluster: int = 1):
+    """(grid, block): one block per SM, never more blocks than units of work (a block with none would
+    only wait at the start); each block of 3 warpgroups walks its share. A unit is `cluster`
+    vertically adjacent tiles (1: a tile), one per block of a cluster, so the grid is a multiple of
+    `cluster`: the cluster rung pairs blocks (kernels/matmul_wgmma_persistent.cu, "clusters")."""
+    tiles_m, tiles_n = -(-m // tiles.bm), -(-n // tiles.bn)  # ceiling divisions
+    units = -(-tiles_m // cluster) * tiles_n
+    return (cluster * max(1, min(sms // cluster, units)), 1, 1), (tiles.threads, 1, 1)
 
 
 def unsupported(capability: tuple[int, int] | None) -> str | None:
-    """Why this rung cannot run on a GPU of this compute capability (None: it can, or no GPU)."""
+    """Why these rungs cannot run on a GPU of this compute capability (None: it can, or no GPU)."""
     if capability is None or tuple(capability) == WGMMA_CAPABILITY:
         return None
     major, minor = capability
-    return (f"the wgmma_persistent rung needs an sm_90a GPU (compute capability 9.0: H100, H200), because "
+    return (f"the wgmma_persistent and wgmma_cluster rungs need an sm_90a GPU (compute capability 9.0: H100, H200), because "
             f"wgmma, setmaxnreg and the TMA exist only there; this GPU is compute capability {major}.{minor}: "
             f"use {OFF_HOPPER_FALLBACK}, which runs on every GPU from sm_75 on")
 
@@ -159,6 +168,29 @@ def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
     return kernel
 
 
+class _LaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig: the grid, block, shared memory and stream of a launch, plus attributes."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.cache
+def resident_clusters(kernel_name: str, shared_bytes: int, cluster: int) -> int | None:
+    """How many clusters of this kernel the GPU runs at once (cuOccupancyMaxActiveClusters), or None
+    if the driver cannot say. A cluster's blocks must sit on SMs of one GPC: with one 225 KB block
+    per SM, a GPC with an odd number of free SMs leaves one idle, so this can be below SMs / 2. A
+    persistent grid of more clusters than that would run the extra ones after the others finish,
+    doubling the time of their tiles: the launcher keeps the grid within it."""
+    config = _LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(PERSISTENT_TILES.threads, 1, 1),
+                           shared_bytes, None, None, 0)
+    count = ctypes.c_int()
+    query = cuda_driver().cuOccupancyMaxActiveClusters
+    query.argtypes, query.restype = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)], ctypes.c_int
+    if query(ctypes.byref(count), _kernel(kernel_name, shared_bytes), ctypes.byref(config)) != 0 or count.value < 1:
+        return None
+    return count.value
+
+
 def _checked(a, b, out):
     """Validate A (M x K), B (K x N), `out`; return (out, M, N, K). Nothing is launched before this."""
     validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
@@ -190,11 +222,16 @@ def _checked(a, b, out):
     return out, m, n, k
 
 
-def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None) -> torch.Tensor:
-    """C = A @ B with the kernel built with `tiles` (its tile order): what the public launcher calls.
-    `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it."""
-    if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
-        raise ValueError(f"blocks must be a positive int (the most blocks to launch), got {blocks!r}")
+def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None,
+                      cluster: int = 1) -> torch.Tensor:
+    """C = A @ B with the kernel built with `tiles` (its tile order): what the public launchers call.
+    `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it.
+    `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads)."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
+    if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
+        raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
+                         f"{cluster}, got {blocks!r}")
     out, m, n, k = _checked(a, b, out)
     why = unsupported(runtime.capability())
     if why is not None:
@@ -207,8 +244,12 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     map_a = tensor_map(a, tiles.bm, tiles.bk)          # A: 128 rows x 64 k
     map_b = tensor_map(b, tiles.bk, tiles.b_slab)      # B: 64 k x 64 columns
     map_c = tensor_map(out, 64, tiles.c_chunk)         # C: 64 rows x 64 columns, one consumer's chunk
-    grid, block = launch_geometry(m, n, min(runtime.sm_count(), blocks or runtime.sm_count()), tiles)
-    kernel = _kernel(f"wgmma_persistent_{TYPE_SUFFIX[a.dtype]}", tiles.shared_bytes, tiles.defines())
+    name = f"{CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
+    sms = runtime.sm_count()
+    if cluster > 1:  # as many blocks as whole clusters can be resident at once (resident_clusters)
+        sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster) or sms // cluster)
+    grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles, cluster)
+    kernel = _kernel(name, tiles.shared_bytes, tiles.defines())
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
     params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
@@ -229,19 +270,28 @@ def matmul_wgmma_persistent(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor 
     return launch_persistent(a, b, out)
 
 
+def matmul_wgmma_cluster(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = A @ B with the cluster rung (`wgmma_cluster_*`): the persistent kernel with blocks paired in
+    clusters of 2 on vertically adjacent tiles, each loading half of their common B tile and
+    multicasting it to both. Same contract as `matmul_wgmma_persistent`."""
+    return launch_persistent(a, b, out, cluster=2)
+
+
 # --- compute-sanitizer cases (python -m week1_cuda_python.sanitize --only matmul_wgmma_persistent) ---
 
-def _sanitizer_case(dtype: torch.dtype) -> None:
-    # 200 x 328 @ K = 328: partial tiles in M (200 = 128 + 72) and N (328 = 256 + 72: one store chunk
-    # of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
-    # partial one; 4 tiles on 2 blocks, so each block walks 2 tiles and the ring wraps across them.
-    a = random_tensor((200, 328), dtype, runtime.DEVICE)
+def _sanitizer_case(dtype: torch.dtype, cluster: int = 1) -> None:
+    # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store
+    # chunk of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
+    # partial one; 6 tiles on 2 blocks, so each block walks several and the ring wraps across them.
+    # For the cluster rung: 3 rows of tiles, so the pair's second block has no tile in the last row.
+    a = random_tensor((300, 328), dtype, runtime.DEVICE)
     b = random_tensor((328, 328), dtype, runtime.DEVICE)
-    launch_persistent(a, b, poisoned((200, 328), dtype, runtime.DEVICE), blocks=2)
+    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster)
     torch.cuda.synchronize()
 
 
 # Only where the rung runs (compute capability 9.0; in simulation nothing launches anyway).
 SANITIZER_CASES: dict[str, Callable[[], None]] = {
-    f"wgmma_persistent_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype) for dtype in DTYPES
+    f"{name}_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype, cluster)
+    for cluster, name in CLUSTERS.items() for dtype in DTYPES
 } if unsupported(runtime.capability()) is None else {}

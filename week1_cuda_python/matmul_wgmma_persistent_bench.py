@@ -1,4 +1,4 @@
-"""The persistent wgmma rung against the rung below (wgmma_tma) and cuBLAS, in interleaved rounds.
+"""The persistent and cluster wgmma rungs against the rung below (wgmma_tma) and cuBLAS, in interleaved rounds.
 
     python -m week1_cuda_python.matmul_wgmma_persistent_bench            (H100/H200; writes results/)
     python -m week1_cuda_python.matmul_wgmma_persistent_bench --quick    (fewer rounds and sizes)
@@ -14,7 +14,7 @@ their min and max (the spread) beside it.
 Sizes (M x N x K): 4096^3 and 8192^3; 5000 x 3000 x 4000 (no dimension a multiple of the tile);
 the capstone's GEMMs at its batch of 8 x 1024 tokens: x @ W for qkv (N = 2304), the attention
 projection (768), the MLP's fc (3072) and fc2 (K = 3072, N = 768), and the LM head (50304).
-Each in bf16 and fp16. C in the inputs' type for all three variants.
+Each in bf16 and fp16. C in the inputs' type for every variant.
 
 Writes results/matmul_wgmma_persistent_week1.json and .md (a benchmark record as course.bench
 writes them, rows with size, variant, ms, tflops, speedup_vs_torch, plus the rounds' spread).
@@ -34,6 +34,8 @@ from course.check import random_tensor
 from week1_cuda_python.matmul_tensor_cores import launch_wgmma, wgmma_unsupported
 from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsupported
 
+PROG = "python -m week1_cuda_python.matmul_wgmma_persistent_bench"
+
 NAME = "matmul_wgmma_persistent_week1"
 RESULTS = Path(__file__).parent / "results"
 TOKENS = 8 * 1024
@@ -45,6 +47,7 @@ VARIANTS = {
     "torch": lambda a, b, out: torch.matmul(a, b, out=out),
     "wgmma_tma": lambda a, b, out: launch_wgmma(a, b, out, None),
     "wgmma_persistent": lambda a, b, out: launch_persistent(a, b, out),
+    "wgmma_cluster": lambda a, b, out: launch_persistent(a, b, out, cluster=2),
 }
 
 
@@ -61,14 +64,14 @@ def make_inputs(size):
             torch.empty((m, n), dtype=dtype, device=device))
 
 
-def measure(shape, dtype, rounds: int, rep_ms: float) -> list[dict]:
+def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
     """The rows of one size: every variant timed once per round, in turn."""
     m, n, k = shape
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
-    samples = {label: [] for label in VARIANTS}
+    samples = {label: [] for label in variants}
     for _ in range(rounds):
-        for label, fn in VARIANTS.items():
+        for label, fn in variants.items():
             samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
     del sets
     torch.cuda.empty_cache()
@@ -91,27 +94,27 @@ def markdown(result: dict) -> str:
     return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
 
 
-def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
+def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS) -> dict:
     why = unsupported(runtime.capability()) or wgmma_unsupported(runtime.capability())
     if not runtime.on_gpu() or why:
         raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
     copy_gbps = bench.copy_bandwidth_gbps()
-    for fn in VARIANTS.values():  # compile both cubins before anything is timed
+    for fn in variants.values():  # compile both cubins before anything is timed
         fn(*make_inputs(((256, 256, 64), torch.bfloat16)))
     rows = []
     for shape in shapes:
         for dtype in dtypes:
             print(f"[bench] {size_label(shape, dtype)}", file=sys.stderr, flush=True)
-            rows += measure(shape, dtype, rounds, rep_ms)
+            rows += measure(shape, dtype, rounds, rep_ms, variants)
     return {
         "benchmark": NAME,
-        "title": "Persistent wgmma + TMA GEMM vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
-        "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing torch.matmul (cuBLAS), wgmma_tma and "
-                  f"wgmma_persistent once in turn (CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
+        "title": "Persistent and cluster wgmma + TMA GEMMs vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
+        "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing {', '.join(variants)} once in turn "
+                  f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
                   "over rounds; vs cuBLAS = median over rounds of (cuBLAS ms / variant ms) in the same round; "
                   "C in the inputs' dtype"),
         "clock": "events",
-        "headline": ["wgmma_persistent"],
+        "headline": [v for v in ("wgmma_persistent", "wgmma_cluster") if v in variants],
         "simulated": False,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": runtime.describe(),
@@ -122,15 +125,17 @@ def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m week1_cuda_python.matmul_wgmma_persistent_bench",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 sizes, 3 rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="what to time (torch, the baseline, always)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
-    result = run(QUICK_SHAPES if args.quick else SHAPES, rounds, args.rep_ms)
+    variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
+    result = run(QUICK_SHAPES if args.quick else SHAPES, rounds, args.rep_ms, variants=variants)
     text = markdown(result)
     print(text)
     for path in bench.write_record(result, args.out, text):

@@ -1,4 +1,5 @@
-"""week1_cuda_python.matmul_wgmma_persistent: the persistent wgmma + TMA rung against torch.
+"""week1_cuda_python.matmul_wgmma_persistent: the persistent wgmma + TMA rung (cluster=1) and the
+cluster rung (cluster=2: blocks paired, B multicast) against torch.
 
 Error model. The reference is torch.matmul in float32 (TF32 off) of the same fp16/bf16 inputs:
 float64 at the capstone's shapes (8192 x 50304 x 768) would cost seconds per case on the GPU.
@@ -34,6 +35,7 @@ gpu = pytest.mark.gpu(reason="launches the sm_90a kernel")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in wp.DTYPES]
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 TOKENS = 8 * 1024  # the capstone's batch 8 x 1024 tokens (capstone.measure)
+RUNGS = [pytest.param(c, id=name) for c, name in wp.CLUSTERS.items()]
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -63,7 +65,7 @@ def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     raise AssertionError(f"{int((~ok).sum())} elements of C are out of bounds")  # (assert_close found them)
 
 
-def run(shape, dtype, **kwargs):
+def run(shape, dtype, **kwargs):  # kwargs: launch_persistent's blocks and cluster
     m, n, k = shape
     # B scaled by 1/sqrt(K) keeps C ~ N(0, 1) at any K: no fp16 overflow at the capstone's sizes.
     a = random_tensor((m, k), dtype, DEVICE)
@@ -88,23 +90,27 @@ LARGE = [(4096, 4096, 4096), (5000, 3000, 4000), (TOKENS, 2304, 768), (TOKENS, 7
 @hopper
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SMALL + LARGE, ids=lambda s: "x".join(map(str, s)))
-def test_matches_float32_reference(shape, dtype):
-    run(shape, dtype)
+@pytest.mark.parametrize("cluster", RUNGS)
+def test_matches_float32_reference(cluster, shape, dtype):
+    run(shape, dtype, cluster=cluster)
 
 
 @gpu
 @hopper
-@pytest.mark.parametrize("blocks", [1, 3, 7])
-def test_one_block_walks_many_tiles(blocks):
-    """Fewer blocks than tiles: 6 x 4 = 24 tiles of 6 k steps each (K = 328), so the ring's position
+@pytest.mark.parametrize("cluster, blocks", [pytest.param(c, b, id=f"{wp.CLUSTERS[c]}-{b}blocks")
+                                             for c, b in [(1, 1), (1, 3), (1, 7), (2, 2), (2, 6)]])
+def test_one_block_walks_many_tiles(cluster, blocks):
+    """Fewer blocks than tiles: 7 x 4 = 28 tiles of 6 k steps each (K = 328), so the ring's position
     runs on across tiles and lands on every stage at a tile's start (6 mod 4 = 2), and the store
-    buffers are reused across tiles."""
-    run((700, 1000, 328), torch.bfloat16, blocks=blocks)
+    buffers are reused across tiles; 7 rows of tiles: a cluster's second block has no tile in the
+    last row and must still take part in the B copies."""
+    run((800, 1000, 328), torch.bfloat16, blocks=blocks, cluster=cluster)
 
 
 @gpu
 @hopper
-def test_stores_stay_inside_c():
+@pytest.mark.parametrize("cluster", RUNGS)
+def test_stores_stay_inside_c(cluster):
     """C is a view into a poisoned buffer, 16 bytes in: the TMA store must clip at M and N, so the
     elements before and after C stay NaN (rows of tiles past M would land right after C)."""
     m, n, k = 200, 328, 72
@@ -112,20 +118,30 @@ def test_stores_stay_inside_c():
     b = random_tensor((k, n), torch.float16, DEVICE)
     buffer = poisoned(8 + m * n + 64 * n, torch.float16, DEVICE)
     out = buffer[8:8 + m * n].view(m, n)
-    wp.matmul_wgmma_persistent(a, b, out=out)
+    wp.launch_persistent(a, b, out, cluster=cluster)
     check(out, a, b)
     assert torch.isnan(buffer[:8]).all() and torch.isnan(buffer[8 + m * n:]).all(), "a store landed outside C"
 
 
 @gpu
 @hopper
-def test_same_answer_twice():
+@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster"])
+def test_same_answer_twice(launcher):
     """A stage or store buffer reused too early would change the result from run to run."""
     a = random_tensor((2048, 1024), torch.bfloat16, DEVICE)
     b = random_tensor((1024, 2304), torch.bfloat16, DEVICE)
-    first = wp.matmul_wgmma_persistent(a, b)
+    first = getattr(wp, launcher)(a, b)
     for _ in range(3):
-        assert torch.equal(wp.matmul_wgmma_persistent(a, b), first)
+        assert torch.equal(getattr(wp, launcher)(a, b), first)
+
+
+@gpu
+@hopper
+def test_cluster_rung_agrees_bit_for_bit():
+    """Same tiles, same k order, same fp32 sums: pairing the blocks changes who copies B, not the math."""
+    a = random_tensor((1000, 768), torch.float16, DEVICE)
+    b = random_tensor((768, 2304), torch.float16, DEVICE)
+    assert torch.equal(wp.matmul_wgmma_cluster(a, b), wp.matmul_wgmma_persistent(a, b))
 
 
 @gpu
@@ -143,9 +159,9 @@ def test_nan_and_inf_propagate_like_torch():
 
 @gpu
 @hopper
-def test_sanitizer_cases_run():
-    for case in wp.SANITIZER_CASES.values():
-        case()
+@pytest.mark.parametrize("name", list(wp.SANITIZER_CASES))
+def test_sanitizer_cases_run(name):
+    wp.SANITIZER_CASES[name]()
 
 
 # --- anywhere: input checks, refusals, tile order, the source ---------------------------------------
@@ -177,23 +193,27 @@ def bad_inputs():
     yield "a 2 bytes in", ValueError, "2 bytes past a 16-byte boundary.*matmul_wgmma_tma", \
         lambda: (ok(1 + 64)[1:].view(8, 8), ok(8, 8), None)
     yield "blocks 0", ValueError, "blocks must be a positive int", lambda: (ok(8, 8), ok(8, 8), None, 0)
+    yield "blocks 1 < cluster 2", ValueError, "at least the cluster's 2", lambda: (ok(8, 8), ok(8, 8), None, 1, 2)
+    yield "cluster 4", ValueError, "cluster must be one of", lambda: (ok(8, 8), ok(8, 8), None, None, 4)
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(case, error, message, make):
-    a, b, out, *blocks = make()
+    a, b, out, *rest = make()
+    blocks, cluster = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 1)
     with pytest.raises(error, match=message):
-        wp.launch_persistent(a, b, out, blocks=blocks[0] if blocks else None)
+        wp.launch_persistent(a, b, out, blocks=blocks, cluster=cluster)
 
 
+@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster"])
 @pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 9), (10, 0), (12, 0)], ids=lambda c: f"sm_{c[0]}{c[1]}")
-def test_refused_off_hopper(capability, monkeypatch):
+def test_refused_off_hopper(capability, launcher, monkeypatch):
     """sm_90a code runs on compute capability 9.0 alone: a sentence naming the GPU's capability and
     the rung to use instead, before anything is compiled or launched."""
     monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
     a = torch.ones(16, 16, device=DEVICE, dtype=torch.float16)
     with pytest.raises(RuntimeError, match=rf"compute capability {capability[0]}\.{capability[1]}.*matmul_wmma_cp_async"):
-        wp.matmul_wgmma_persistent(a, a.clone())
+        getattr(wp, launcher)(a, a.clone())
 
 
 @pytest.mark.parametrize("tiles_m, tiles_n, group_m", [(32, 16, 16), (64, 32, 16), (37, 5, 16), (3, 7, 16),
@@ -212,8 +232,8 @@ def test_tile_order_matches_the_cuda_source():
     source = wp.PERSISTENT_SOURCE.read_text()
     body = source[source.index("void wp_tile("):]
     body = body[:body.index("\n}")]
-    for line in ("per_group = WP_GROUP_M * tiles_n", "first_m = (id / per_group) * WP_GROUP_M",
-                 "rows = min(tiles_m - first_m, WP_GROUP_M)", "in_group = id % per_group",
+    for line in ("per_group = group_m * tiles_n", "first_m = (id / per_group) * group_m",
+                 "rows = min(tiles_m - first_m, group_m)", "in_group = id % per_group",
                  "tile_m = first_m + in_group % rows", "tile_n = in_group / rows"):
         assert line in body, f"wp_tile no longer has `{line}`: update persistent_tile and this test"
 
@@ -229,11 +249,15 @@ def test_tiles_match_the_cuda_source():
     assert t.shared_bytes + 64 <= 227 * 1024  # + the barriers: the H100's limit per block
 
 
-@pytest.mark.parametrize("shape, sms, blocks", [((4096, 4096), 132, 132), ((128, 256), 132, 1), ((129, 257), 132, 4),
-                                                ((8192, 50304), 132, 132), ((1000, 1000), 2, 2)])
-def test_launch_geometry_is_persistent(shape, sms, blocks):
-    grid, block = wp.launch_geometry(*shape, sms)
-    assert grid == (blocks, 1, 1) and block == (384, 1, 1)
+@pytest.mark.parametrize("shape, sms, cluster, blocks", [
+    ((4096, 4096), 132, 1, 132), ((128, 256), 132, 1, 1), ((129, 257), 132, 1, 4), ((8192, 50304), 132, 1, 132),
+    ((1000, 1000), 2, 1, 2), ((4096, 4096), 132, 2, 132), ((128, 256), 132, 2, 2), ((129, 257), 132, 2, 4),
+    ((385, 257), 132, 2, 8), ((1000, 1000), 3, 2, 2), ((4096, 4096), 131, 2, 130)])
+def test_launch_geometry_is_persistent(shape, sms, cluster, blocks):
+    """One block per SM at most, no more than the units of work (pairs of row tiles for a cluster of
+    2: 385 rows are 4 row tiles, 2 pairs, x 2 column tiles), whole clusters only."""
+    grid, block = wp.launch_geometry(*shape, sms, cluster=cluster)
+    assert grid == (blocks, 1, 1) and block == (384, 1, 1) and blocks % cluster == 0
 
 
 @nvcc
@@ -245,21 +269,24 @@ def test_source_compiles_for_sm_90a(tmp_path):
     built = subprocess.run(wp.nvcc_command(cubin, runtime.nvcc_path()) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 2, built.stderr
+    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 4, built.stderr
     ptx = tmp_path / "wp.ptx"
     subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", "-o", str(ptx), str(wp.PERSISTENT_SOURCE)],
                    check=True, capture_output=True)
     text = ptx.read_text()
-    assert {"wgmma_persistent_f16", "wgmma_persistent_bf16"} <= set(re.findall(r"\.entry (\w+)\(", text))
+    names = {f"{rung}_{d}" for rung in wp.CLUSTERS.values() for d in ("f16", "bf16")}
+    assert names <= set(re.findall(r"\.entry (\w+)\(", text))
     for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
                         "cp.async.bulk.tensor.2d.shared::cluster.global", "cp.async.bulk.tensor.2d.global.shared::cta",
                         "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta", "mbarrier.try_wait.parity",
-                        "setmaxnreg.inc", "setmaxnreg.dec"):
+                        "setmaxnreg.inc", "setmaxnreg.dec", ".multicast::cluster", "mapa.shared::cluster",
+                        "barrier.cluster.arrive", ".reqnctapercluster 2"):
         assert instruction in text, f"{instruction} is missing from the PTX"
     if shutil.which("cuobjdump"):  # the SASS: HGMMA (wgmma), UTMALDG / UTMASTG (TMA load / store)
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-        for opcode in ("HGMMA.64x256x16.F32.BF16", "HGMMA.64x256x16.F32 ", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG"):
+        for opcode in ("HGMMA.64x256x16.F32.BF16", "HGMMA.64x256x16.F32 ", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG",
+                       "UTMALDG.2D.MULTICAST"):
             assert opcode in sass, f"{opcode} is missing from the SASS"
 
 

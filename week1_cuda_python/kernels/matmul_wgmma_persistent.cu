@@ -1,6 +1,6 @@
-// The rung above wgmma_tma: a persistent, warp-specialised wgmma + TMA GEMM whose epilogue goes
-// through shared memory and a TMA store. Launched from week1_cuda_python/matmul_wgmma_persistent.py
-// (rung `wgmma_persistent`); kernels/matmul_wgmma.cu is the rung below and explains the pieces this
+// The rungs above wgmma_tma: a persistent, warp-specialised wgmma + TMA GEMM whose epilogue goes
+// through shared memory and a TMA store, and the same with 2-block clusters. Launched from
+// week1_cuda_python/matmul_wgmma_persistent.py (rungs `wgmma_persistent`, `wgmma_cluster`); kernels/matmul_wgmma.cu is the rung below and explains the pieces this
 // one reuses (warpgroups, shared-memory descriptors, the 128-byte swizzle, tensor maps, mbarrier
 // phases, setmaxnreg). Read that header first; this one says only what changes and why.
 //
@@ -25,6 +25,9 @@
 // 3. The block order (matmul_wgmma.cu, "Block order") is the same grouped order, now over the
 //    persistent tile index: the ~132 tiles in flight at once still form a patch of C about
 //    GROUP_M x (132 / GROUP_M) tiles, so their panels of A and B are shared in the L2.
+// 4. The next rung, wgmma_cluster (same body, CLUSTER = 2, entry points wgmma_cluster_*): blocks in
+//    pairs (a cluster of 2) on vertically adjacent tiles, which read the same tile of B; each loads
+//    half of it and the TMA multicasts it into both blocks' shared memory (below, "clusters").
 //
 // Tile: 128 x 256 x 64, two consumer warpgroups of 64 x 256 (wgmma m64n256k16), not 128 x 128.
 // Why: per 16-wide k step a warpgroup's m64n256k16 is 262,144 multiply-adds and reads 2 KB of A
@@ -208,20 +211,67 @@ __device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __nv_bfloat16)
 
 // ---- the tile order ------------------------------------------------------------------------------
 // Tile number `id` (0 .. tiles_m * tiles_n - 1, the persistent loop's counter) -> (tile_m, tile_n):
-// groups of WP_GROUP_M rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile;
+// groups of `group_m` rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile;
 // matmul_wgmma_persistent.py's `persistent_tile` is the same arithmetic, tested to be a permutation).
-__device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int& tile_m, int& tile_n)
+__device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int group_m, int& tile_m, int& tile_n)
 {
-    const int per_group = WP_GROUP_M * tiles_n;
-    const int first_m = (id / per_group) * WP_GROUP_M;
-    const int rows = min(tiles_m - first_m, WP_GROUP_M);
+    const int per_group = group_m * tiles_n;
+    const int first_m = (id / per_group) * group_m;
+    const int rows = min(tiles_m - first_m, group_m);
     const int in_group = id % per_group;
     tile_m = first_m + in_group % rows;
     tile_n = in_group / rows;
 }
 
+#if WP_HOPPER
+// ---- clusters (the wgmma_cluster rung): two blocks, one column of B ------------------------------
+// A cluster's blocks run at once on one GPC and may read and write each other's shared memory
+// ("distributed shared memory"). The cluster rung pairs the blocks of vertically adjacent tiles,
+// (2i, n) and (2i + 1, n): they need the same 64 x 256 slice of B at every k step. Each block loads
+// half of it (slabs j with j % 2 == its rank) with ONE TMA copy *multicast* to both blocks' shared
+// memory at the same offset, signalling each block's full barrier: B is read from L2 once per pair,
+// not twice (a quarter less L2 -> SM traffic per stage: 16 + 16 of 48 KB per block instead of 16 + 32).
+// The price is that a stage is now written by both blocks' copies, so it may only be refilled when
+// both blocks' consumers are done with it: every consumer warp arrives on its own block's empty
+// barrier and on the peer's (16 arrivals per phase instead of 8).
+__device__ __forceinline__ uint32_t wp_cluster_rank()
+{
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+// All threads of both blocks: what one block initialised (or is still doing to the other's shared
+// memory) is done and visible before anyone goes past. Not .aligned: the threads arrive from
+// different places of the code.
+__device__ __forceinline__ void wp_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrive on the mbarrier at the same offset in block `rank`'s shared memory (mapa: that address
+// in the cluster's shared window).
+__device__ __forceinline__ void wp_mbar_arrive_remote(uint64_t* bar, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(wp_smem(bar)), "r"(rank) : "memory");
+}
+// A TMA load written into every block of `mask` at `dst`'s offset, each block's `bar` counting the bytes.
+__device__ __forceinline__ void wp_tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y,
+                                                      uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(wp_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(bar)),
+                    "h"(mask)
+                 : "memory");
+}
+#endif  // WP_HOPPER
+
 // ---- the kernel body -----------------------------------------------------------------------------
-template <typename T>
+// CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent
+// loop then walks "units" of CLUSTER vertically adjacent tiles, one per block of the cluster.
+template <typename T, int CLUSTER>
 __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                       const CUtensorMap& map_c, int M, int N, int K)
 {
@@ -235,27 +285,35 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 
     const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + WP_BM - 1) / WP_BM, tiles_n = (N + WP_BN - 1) / WP_BN;
-    const int tiles = tiles_m * tiles_n;
+    const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
+    const int units = units_m * tiles_n;
     const int k_tiles = (K + WP_BK - 1) / WP_BK;
+    const uint32_t rank = CLUSTER > 1 ? wp_cluster_rank() : 0;
+    const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WP_STAGES; ++s) {
-            wp_mbar_init(&full[s], 1);                   // the producer's arrive (+ the bytes)
-            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS);   // one arrive per consumer warp
+            wp_mbar_init(&full[s], 1);                             // the producer's arrive (+ the bytes)
+            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER);   // one arrive per consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();  // the last block-wide barrier: after it the roles never meet again
+    // The last block-wide barrier: after it the roles never meet again. With a cluster, the peer's
+    // barriers must be initialised too before the first multicast or remote arrive lands in them.
+    if (CLUSTER > 1) wp_cluster_sync(); else __syncthreads();
 
     if (warpgroup == 0) {
         // ---- producer: one thread keeps the ring full, tile after tile ----
         wp_setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             uint32_t it = 0;  // k tiles issued so far, over all of this block's tiles: the ring position
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int tile_m, tile_n;
-                wp_tile(tile, tiles_m, tiles_n, tile_m, tile_n);
-                const int m0 = tile_m * WP_BM, n0 = tile_n * WP_BN;
+            for (int unit = first_unit; unit < units; unit += unit_stride) {
+                int unit_m, tile_n;
+                wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+                // A block whose tile is below the last row of tiles (tiles_m odd) still takes part:
+                // it loads a valid A box (the last tile's) so that its copies and barriers run as the
+                // peer's do, and stores nothing.
+                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * WP_BM, n0 = tile_n * WP_BN;
                 // Slabs of B wholly right of N are not copied, and their bytes not expected
                 // (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as zeros).
                 const int b_slabs = min(WP_BN / WP_B_SLAB, (N - n0 + WP_B_SLAB - 1) / WP_B_SLAB);
@@ -264,13 +322,19 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
                     if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);
                     unsigned char* dst = stages + s * WP_STAGE_BYTES;
+                    // All of B's bytes land here, the peer's multicast half included.
                     wp_mbar_expect_tx(&full[s], WP_A_BYTES + b_slabs * WP_B_SLAB_BYTES);
                     wp_tma_load(dst, &map_a, &full[s], kt * WP_BK, m0);
 #pragma unroll
-                    for (int j = 0; j < WP_BN / WP_B_SLAB; ++j)
-                        if (j < b_slabs)
-                            wp_tma_load(dst + WP_A_BYTES + j * WP_B_SLAB_BYTES, &map_b, &full[s],
-                                        n0 + j * WP_B_SLAB, kt * WP_BK);
+                    for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
+                        if (j >= b_slabs || j % CLUSTER != (int)rank) continue;
+                        unsigned char* b_dst = dst + WP_A_BYTES + j * WP_B_SLAB_BYTES;
+                        if (CLUSTER > 1)
+                            wp_tma_load_multicast(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK,
+                                                  (uint16_t)((1u << CLUSTER) - 1));
+                        else
+                            wp_tma_load(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK);
+                    }
                 }
             }
         }
@@ -282,9 +346,10 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
         float d[128];
         uint32_t it = 0;  // the same ring position as the producer's
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int tile_m, tile_n;
-            wp_tile(tile, tiles_m, tiles_n, tile_m, tile_n);
+        for (int unit = first_unit; unit < units; unit += unit_stride) {
+            int unit_m, tile_n;
+            wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER + (int)rank;
             const int m0 = tile_m * WP_BM, n0 = tile_n * WP_BN;
 
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
@@ -299,12 +364,19 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     wp_mma<T>(d, wp_desc(a_base + kk * 32, 16, 1024),
                               wp_desc(b_base + kk * 16 * 128, WP_B_SLAB_BYTES, 1024), kt > 0 || kk > 0);
                 wp_wgmma_commit();
-                // This k tile's wgmmas keep running; the previous one's are done: free its stage.
+                // This k tile's wgmmas keep running; the previous one's are done: free its stage
+                // (in both blocks of a cluster: the peer's copies write into this one's stages too).
                 wp_wgmma_wait<1>();
-                if (kt > 0 && lane == 0) wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
+                if (kt > 0 && lane == 0) {
+                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
+                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
+                }
             }
             wp_wgmma_wait<0>();
-            if (lane == 0) wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);  // the tile's last stage
+            if (lane == 0) {  // the tile's last stage
+                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
+                if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
+            }
 
             // ---- epilogue: 4 chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8}
@@ -334,8 +406,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 wp_fence_async_smem();
                 wp_warpgroup_sync(1 + c);
                 if (tid == 0) {
-                    // A box wholly outside C (right of N, or this warpgroup's rows all below M) is not
-                    // stored; a box partly outside is clipped by the TMA.
+                    // A box wholly outside C (right of N, or this warpgroup's rows all below M; with a
+                    // cluster, a whole tile below the last row of tiles) is not stored; a box partly
+                    // outside is clipped by the TMA.
                     if (n0 + q * WP_C_CHUNK < N && m0 + 64 * c < M)
                         wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
                     wp_bulk_commit();
@@ -344,21 +417,33 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         }
         if (tid == 0) wp_bulk_wait_all();  // shared memory must outlive the stores reading it
     }
+    // Neither block of a cluster may exit while the other can still write into its shared memory
+    // (a multicast) or arrive on its barriers.
+    if (CLUSTER > 1) wp_cluster_sync();
 #else
     __trap();  // not compiled for sm_90a: the launcher never gets here
 #endif
 }
 
-// ---- entry points: wgmma_persistent_<in> (C in the inputs' type) --------------------------------
+// ---- entry points: wgmma_persistent_<in>, wgmma_cluster_<in> (C in the inputs' type) ------------
 // The tensor maps go by value as __grid_constant__ parameters; the launcher passes one pointer
-// per argument to cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer).
-#define WP_ENTRY(name, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(WP_THREADS, 1)                                        \
+// per argument to cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer). The cluster
+// kernels declare their cluster shape at compile time (__cluster_dims__), so a plain launch with a
+// grid of an even number of blocks makes the pairs; only sm_90 and newer know the attribute.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define WP_PAIR __cluster_dims__(2, 1, 1)
+#else
+#define WP_PAIR
+#endif
+#define WP_ENTRY(name, T, CLUSTER, DIMS)                                                               \
+    extern "C" __global__ void DIMS __launch_bounds__(WP_THREADS, 1)                                   \
     name(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,         \
          const __grid_constant__ CUtensorMap map_c, int M, int N, int K)                               \
     {                                                                                                  \
-        wgmma_persistent_body<T>(map_a, map_b, map_c, M, N, K);                                        \
+        wgmma_persistent_body<T, CLUSTER>(map_a, map_b, map_c, M, N, K);                               \
     }
 
-WP_ENTRY(wgmma_persistent_f16, __half)
-WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16)
+WP_ENTRY(wgmma_persistent_f16, __half, 1, )
+WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
+WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
+WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
