@@ -12,7 +12,8 @@
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
-#   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench)
+#   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
+#                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
 OUT=${OUT:-/tmp/gpu-gemm}
@@ -116,4 +117,8 @@ step 05_bench 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench $B
 step 06_sanitizer 60 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
     --only $CASES wgmma_tma_bf16_bf16 --tools memcheck racecheck synccheck \
     --timeout 55 --budget 58 && cat '$OUT/sanitizer/sanitizer.md'"
+# Nsight Compute beside cuBLAS (tools/ncu_hopper.sh's wp_4096 group), only when asked: WITH_NCU=1.
+if [ "${WITH_NCU:-0}" = 1 ]; then
+    step 07_ncu 200 0 "OUT='$OUT' BUDGET=190 GROUP_TIMEOUT=180 bash tools/ncu_hopper.sh wp_4096 && cat '$OUT/ncu_hopper/summary.md'"
+fi
 echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
