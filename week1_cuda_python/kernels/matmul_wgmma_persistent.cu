@@ -31,10 +31,10 @@
 //
 // Tile: 128 x 256 x 64, two consumer warpgroups of 64 x 256 (wgmma m64n256k16), not 128 x 128.
 // Why: per 16-wide k step a warpgroup's m64n256k16 is 262,144 multiply-adds and reads 2 KB of A
-// and 8 KB of B from shared memory; the SM's tensor cores do ~1,024 dense fp16 multiply-adds per
-// clock (989 TFLOP/s / 132 SMs / 1.83 GHz / 2 / 2 warpgroups in turn ~ 2,048 per SM), so one such
-// instruction is ~128 clocks for 10 KB: 80 bytes per clock, under the 128 bytes per clock shared
-// memory delivers. An m64n128k16 (the 128 x 128 tile) reads 6 KB in 64 clocks, 96 bytes per clock,
+// and 8 KB of B from shared memory; an SM's tensor cores do ~2,048 dense fp16 multiply-adds per
+// clock (989 TFLOP/s / 132 SMs / 2 FLOP each / 1.83 GHz), so one such instruction keeps them busy
+// ~128 clocks for 10 KB read: 80 bytes per clock, under the 128 bytes per clock shared memory
+// delivers. An m64n128k16 (the 128 x 128 tile) reads 6 KB in 64 clocks, 96 bytes per clock,
 // closer to that ceiling; and a 128 x 256 tile moves 48 KB from L2 per 4.2 MFLOP against 32 KB per
 // 2.1 MFLOP (85 against 64 FLOP per byte). The cost: 128 fp32 accumulators per consumer thread,
 // which setmaxnreg pays for (232 registers), and fewer tiles (a ragged last wave at small sizes).
