@@ -51,11 +51,14 @@ triton_5000;week3_triton_kernels;matmul_bfloat16;5000x3000x4000;triton triton_tm
 fa_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;triton_flash_rung3 triton_flash torch
 tc_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_tma_row_major torch
 tc_2048;week1_cuda_python;matmul_tc_week1;2048^3 f16;wgmma_tma torch
+wp_4096;week1_cuda_python;matmul_tc_week1;4096^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
+wp_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
 '
 # the 5000x3000x4000 matmul: one kernel per variant since the row-aligned B is read in place (until
 # 2026-11-27 `triton` copied B into a padded buffer first: two more kernels)
 LABELS_triton_5000="triton triton_tma torch"
 DEFAULT_GROUPS="tc_4096 triton_4096 triton_5000 fa_4096 tc_8192 tc_2048"
+# wp_4096, wp_8192 (issue 32's persistent and cluster wgmma rungs beside wgmma_tma and cuBLAS): by name only
 
 group_line() { printf '%s\n' "$GROUPS_TABLE" | grep "^$1;"; }
 

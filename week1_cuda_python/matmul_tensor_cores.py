@@ -436,7 +436,7 @@ _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 @functools.cache
-def _driver():
+def cuda_driver():
     """libcuda.so.1 with the signatures of the few driver calls this rung makes (cuda.h)."""
     lib = ctypes.CDLL("libcuda.so.1")
     p, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int
@@ -455,10 +455,10 @@ def _driver():
     return lib
 
 
-def _driver_check(result: int, what: str) -> None:
+def driver_check(result: int, what: str) -> None:
     if result != 0:
         text = ctypes.c_char_p()
-        _driver().cuGetErrorString(result, ctypes.byref(text))
+        cuda_driver().cuGetErrorString(result, ctypes.byref(text))
         raise RuntimeError(f"{what} failed: {(text.value or b'?').decode()} (CUresult {result})")
 
 
@@ -477,17 +477,17 @@ def _wgmma_module(defines: tuple[str, ...] = ()):
             raise RuntimeError(f"nvcc failed on {WGMMA_SOURCE.name}:\n{built.stderr}")
         image = cubin.read_bytes()
     module = ctypes.c_void_p()
-    _driver_check(_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
     return module
 
 
 @functools.cache
 def _wgmma_kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
     kernel = ctypes.c_void_p()
-    _driver_check(_driver().cuModuleGetFunction(ctypes.byref(kernel), _wgmma_module(defines), name.encode()),
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _wgmma_module(defines), name.encode()),
                   f"cuModuleGetFunction({name})")
     # More than 48 KB of dynamic shared memory must be asked for, once per kernel.
-    _driver_check(_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    driver_check(cuda_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                shared_bytes), "cuFuncSetAttribute")
     return kernel
 
@@ -520,14 +520,14 @@ def encoded_tensor_map(address: int, dtype: torch.dtype, rows: int, cols: int, r
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     storage = ctypes.create_string_buffer(128 + 128)  # the driver wants the map 64-byte aligned
     aligned = (ctypes.addressof(storage) + 127) // 128 * 128
-    result = _driver().cuTensorMapEncodeTiled(
+    result = cuda_driver().cuTensorMapEncodeTiled(
         aligned, _TMA_DTYPE[dtype], 2, address,
         (u64 * 2)(cols, rows),         # sizes, innermost (contiguous) first
         (u64 * 1)(row_bytes),          # strides of the outer dimensions, in bytes
         (u32 * 2)(box_cols, box_rows),
         (u32 * 2)(1, 1),               # element strides: every element of the box
         _TMA_INTERLEAVE_NONE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_OOB_FILL_ZEROS)
-    _driver_check(result, f"cuTensorMapEncodeTiled ({rows} x {cols} {dtype}, {box_rows} x {box_cols} boxes)")
+    driver_check(result, f"cuTensorMapEncodeTiled ({rows} x {cols} {dtype}, {box_rows} x {box_cols} boxes)")
     return ctypes.string_at(aligned, 128)
 
 
@@ -559,7 +559,7 @@ def launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
     # torch's current stream (the legacy default stream, as the other rungs use, unless the caller
     # picked another): ordered after the copies above and before whatever torch does next.
     stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
-    _driver_check(_driver().cuLaunchKernel(kernel, grid[0], grid[1], 1, *block, tiles.shared_bytes,
+    driver_check(cuda_driver().cuLaunchKernel(kernel, grid[0], grid[1], 1, *block, tiles.shared_bytes,
                                            stream, params, None), "cuLaunchKernel")
     return out
 
@@ -586,14 +586,15 @@ def _sanitizer_case(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) ->
     # Sizes that are not multiples of any tile: the padding and the bounds-checked stores run.
     a = random_tensor((70, 40), in_dtype, runtime.DEVICE)
     b = random_tensor((40, 50), in_dtype, runtime.DEVICE)
-    launch_wmma(rung, a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
+    launch = launch_wgmma if rung == "wgmma_tma" else functools.partial(launch_wmma, rung)
+    launch(a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
     torch.cuda.synchronize()
 
 
 # One small synchronized launch per kernel, for `compute-sanitizer` (memcheck, racecheck,
-# synccheck). The bf16 cases need sm_80 or newer.
-SANITIZER_CASES: dict[str, Callable[[], None]] = {
-    kernel_name(rung, in_dtype, out_dtype): functools.partial(_sanitizer_case, rung, in_dtype, out_dtype)
-    for rung in RUNGS for in_dtype in DTYPES for out_dtype in (in_dtype, torch.float32)
-}
+# synccheck). The bf16 cases need sm_80 or newer; the wgmma_tma ones compute capability 9.0.
+_SANITIZED = (*RUNGS, "wgmma_tma") if wgmma_unsupported(runtime.capability()) is None else tuple(RUNGS)
+SANITIZER_CASES: dict[str, Callable[[], None]] = {f"{RUNGS[r].kernel if r in RUNGS else r}_{TYPE_SUFFIX[d]}_{TYPE_SUFFIX[o]}":
+                                                   functools.partial(_sanitizer_case, r, d, o)
+                                                   for r in _SANITIZED for d in DTYPES for o in (d, torch.float32)}
 

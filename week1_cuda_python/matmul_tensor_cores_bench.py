@@ -33,6 +33,7 @@ from course.sweep import sweep_main
 from week1_cuda_python.matmul_tensor_cores import (
     CUDA_SOURCE, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
     encoded_tensor_map, launch_wgmma, launch_wmma, tensor_map, wgmma_nvcc_command, wgmma_unsupported)
+from week1_cuda_python.matmul_wgmma_persistent import PERSISTENT_SOURCE, launch_persistent
 
 PROG = "python -m week1_cuda_python.matmul_tensor_cores_bench"
 
@@ -67,13 +68,24 @@ _SOURCES = {
         "wgmma_tma_body", "grouped_tile", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait",
         "tma_load_2d", "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")]
         + [launch_wgmma, tensor_map, encoded_tensor_map],
+    "wgmma_persistent": [c_function(PERSISTENT_SOURCE, name) for name in (
+        "wgmma_persistent_body", "wp_tile", "wp_mbar_init", "wp_mbar_expect_tx", "wp_mbar_arrive", "wp_mbar_wait",
+        "wp_tma_load", "wp_tma_store", "wp_bulk_commit", "wp_bulk_wait_read", "wp_bulk_wait_all",
+        "wp_fence_async_smem", "wp_warpgroup_sync", "wp_desc", "wp_wgmma_fence", "wp_wgmma_commit", "wp_wgmma_wait",
+        "wp_pack")] + [launch_persistent, tensor_map, encoded_tensor_map],
 }
+# The cluster rung is the same body and launcher, plus the cluster helpers.
+_SOURCES["wgmma_cluster"] = _SOURCES["wgmma_persistent"] + [c_function(PERSISTENT_SOURCE, name) for name in (
+    "wp_cluster_rank", "wp_cluster_sync", "wp_mbar_arrive_remote", "wp_tma_load_multicast")]
 # The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
 _WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(runtime.capability()) is None else ()
 # The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of
 # what the grouped order (kernels/matmul_wgmma.cu, "Block order") buys, at 8192^3 above all.
 _ROW_MAJOR = WgmmaTiles(group_m=1)
 _WGMMA_AB_ROWS = ("wgmma_tma_row_major",) if _WGMMA_ROWS else ()
+# The rung above (matmul_wgmma_persistent.py: persistent grid, TMA-store epilogue), same GPUs; its own
+# benchmark (matmul_wgmma_persistent_bench.py) times it against cuBLAS in interleaved rounds.
+_PERSISTENT_ROWS = ("wgmma_persistent", "wgmma_cluster") if _WGMMA_ROWS else ()
 
 BENCHMARKS = [
     Benchmark(
@@ -90,8 +102,10 @@ BENCHMARKS = [
                for rung in RUNGS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None, _ROW_MAJOR) for label in _WGMMA_AB_ROWS},
+            **{label: (lambda c: lambda a, b, out: launch_persistent(a, b, out, cluster=c))(label.endswith("cluster") + 1)
+               for label in _PERSISTENT_ROWS},
         },
-        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS),
+        gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS, *_PERSISTENT_ROWS),
         headline=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS),
         # Also replayed from a CUDA graph (rows "<label>_graph"): the GPU's time without the Python
         # launcher's, which at 2048^3 (~30 us of work) is most of a call.
@@ -99,11 +113,13 @@ BENCHMARKS = [
         bytes=lambda size: 3 * 2 * size[0] ** 2,
         flops=lambda size: 2 * size[0] ** 3,
         compute_dtype=torch.float16,
-        sources={label: spec for label, spec in _SOURCES.items() if label != "wgmma_tma" or _WGMMA_ROWS},
+        sources={label: spec for label, spec in _SOURCES.items() if not label.startswith("wgmma") or _WGMMA_ROWS},
         notes="FLOPs = 2 n^3; bytes = 2 (n^2 A + n^2 B + n^2 C), each matrix once; torch = "
               "torch.matmul (cuBLAS) in the size's dtype; C in the inputs' dtype; wgmma_tma only on "
               "compute capability 9.0 (H100/H200); wgmma_tma_row_major = the same kernel with "
-              "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order",
+              "row-major block order (-DWG_GROUP_M=1), the A/B of the grouped order; wgmma_persistent "
+              "(the rung above, sm_90a too): persistent grid, TMA-store epilogue; wgmma_cluster: the same "
+              "with 2-block clusters multicasting B",
     ),
 ]
 
@@ -115,7 +131,12 @@ LADDERS = [Ladder("matmul_tensor_cores", BENCHMARKS[0],
                   [LadderRung(f"wmma_{name}", rung.what) for name, rung in RUNGS.items()]
                   + [LadderRung(label, "wgmma + TMA: warpgroup MMAs fed by the copy engine through an "
                                        "mbarrier ring, producer and consumer warpgroups (sm_90a)")
-                     for label in _WGMMA_ROWS],
+                     for label in _WGMMA_ROWS]
+                  + [LadderRung(label, story) for label, story in zip(_PERSISTENT_ROWS, (
+                      "persistent: one block per SM walks the tiles in grouped order, the epilogue stored by "
+                      "the TMA from shared memory while the next tile loads",
+                      "clusters of 2 blocks on adjacent tiles: each loads half of their common B tile and the "
+                      "TMA multicasts it to both"))],
                   rel_tol=5e-3)]
 
 

@@ -23,7 +23,7 @@ Imported from week1_cuda_python/matmul_tensor_cores.py, not repeated here: `WGMM
 `WGMMA_TILES`, `wgmma_padded_shape`, `wgmma_launch_geometry`, `wgmma_block_tile`,
 `wgmma_unsupported`, `wgmma_nvcc_command`, `_TMA_DTYPE`, `_TMA_SWIZZLE_128B`,
 `_TMA_L2_PROMOTION_256B`, `_TMA_INTERLEAVE_NONE`, `_TMA_OOB_FILL_ZEROS`,
-`_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, `_driver`, `_driver_check`, `_wgmma_module`,
+`_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, `cuda_driver`, `driver_check`, `_wgmma_module`,
 `_wgmma_kernel`, `tensor_map`, `encoded_tensor_map`, `launch_wgmma`, `matmul_wgmma_tma`,
 `TC_LAUNCHERS`.
 
@@ -263,7 +263,7 @@ from week1_cuda_python.matmul_tensor_cores import (  # noqa: E402, F401
     WGMMA_SOURCE, WGMMA_CAPABILITY, WGMMA_FALLBACK, WGMMA_GENCODE, WGMMA_ROW_ALIGN, WgmmaTiles,
     WGMMA_TILES, wgmma_padded_shape, wgmma_launch_geometry, wgmma_block_tile, wgmma_unsupported,
     wgmma_nvcc_command, _TMA_DTYPE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_INTERLEAVE_NONE,
-    _TMA_OOB_FILL_ZEROS, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, _driver, _driver_check,
+    _TMA_OOB_FILL_ZEROS, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cuda_driver, driver_check,
     _wgmma_module, _wgmma_kernel, tensor_map, encoded_tensor_map, launch_wgmma, matmul_wgmma_tma,
     TC_LAUNCHERS,
 )
@@ -275,13 +275,14 @@ def _sanitizer_case(rung: str, in_dtype: torch.dtype, out_dtype: torch.dtype) ->
     # Sizes that are not multiples of any tile: the padding and the bounds-checked stores run.
     a = random_tensor((70, 40), in_dtype, runtime.DEVICE)
     b = random_tensor((40, 50), in_dtype, runtime.DEVICE)
-    launch_wmma(rung, a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
+    launch = launch_wgmma if rung == "wgmma_tma" else functools.partial(launch_wmma, rung)
+    launch(a, b, poisoned((70, 50), out_dtype, runtime.DEVICE), None)
     torch.cuda.synchronize()
 
 
 # One small synchronized launch per kernel, for `compute-sanitizer` (memcheck, racecheck,
-# synccheck). The bf16 cases need sm_80 or newer.
-SANITIZER_CASES: dict[str, Callable[[], None]] = {
-    kernel_name(rung, in_dtype, out_dtype): functools.partial(_sanitizer_case, rung, in_dtype, out_dtype)
-    for rung in RUNGS for in_dtype in DTYPES for out_dtype in (in_dtype, torch.float32)
-}
+# synccheck). The bf16 cases need sm_80 or newer; the wgmma_tma ones compute capability 9.0.
+_SANITIZED = (*RUNGS, "wgmma_tma") if wgmma_unsupported(runtime.capability()) is None else tuple(RUNGS)
+SANITIZER_CASES: dict[str, Callable[[], None]] = {f"{RUNGS[r].kernel if r in RUNGS else r}_{TYPE_SUFFIX[d]}_{TYPE_SUFFIX[o]}":
+                                                   functools.partial(_sanitizer_case, r, d, o)
+                                                   for r in _SANITIZED for d in DTYPES for o in (d, torch.float32)}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Issue 32's first GPU check of the wgmma_persistent and wgmma_cluster rungs (week1_cuda_python/matmul_wgmma_persistent.py),
+# on one H100/H200, in under 5 minutes, failing fast:
+#   1. build the sm_90a cubin with the launcher's own nvcc command; SASS opcode counts (HGMMA, UTMALDG, UTMASTG);
+#   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase mistake hangs the GPU:
+#      this is where it shows, and nothing else runs after it);
+#   3. the same for the cluster rung (2-block clusters, B multicast), not fatal: if it fails, the
+#      rest runs without it;
+#   4. the rungs' tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
+#   5. the interleaved-rounds benchmark: wgmma_persistent (and wgmma_cluster), wgmma_tma, cuBLAS;
+#   6. compute-sanitizer (memcheck, racecheck, synccheck) on the new rungs' and wgmma_tma's bf16 cases.
+# Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
+# sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
+# `python -m course report` to fill the note's figures.
+#   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
+#                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
+# On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
+set -u
+OUT=${OUT:-/tmp/gpu-gemm}
+BUDGET_S=${BUDGET_S:-285}
+mkdir -p "$OUT/logs" "$OUT/results"
+start_all=$(date +%s)
+deadline=$(( start_all + BUDGET_S ))
+if [ -f .devwheels/setup.sh ]; then source .devwheels/setup.sh > "$OUT/logs/00_setup.log" 2>&1 || { echo "setup failed"; cat "$OUT/logs/00_setup.log"; exit 1; }; fi
+export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader \
+    > "$OUT/logs/nvidia-smi.txt" 2>&1
+cat "$OUT/logs/nvidia-smi.txt"
+
+# step NAME LIMIT_S FATAL COMMAND: run COMMAND with at most LIMIT_S seconds (less if the budget is short),
+# log to $OUT/logs/NAME.log, print its tail, return its exit status; a FATAL step that fails ends the script.
+step() {
+    local name=$1 limit=$2 fatal=$3 cmd=$4
+    local left=$(( deadline - $(date +%s) ))
+    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name (limit ${limit} s, ${left} s left)"
+    local t0=$(date +%s)
+    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
+    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
+    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then
+        [ "$rc" = 124 ] && echo "=== $name TIMED OUT (a hang: look for a barrier phase / expect-tx mismatch)"
+        echo "=== stopping: $name failed"; exit "$rc"
+    fi
+    return "$rc"
+}
+
+step 01_build_sass 60 1 "python - <<'PY'
+import re, shutil, subprocess, sys, tempfile
+from pathlib import Path
+from course import runtime
+from week1_cuda_python import matmul_wgmma_persistent as wp
+from week1_cuda_python.matmul_tensor_cores_bench import sass_opcode_counts
+out = Path('$OUT') / 'matmul_wgmma_persistent.sm_90a.cubin'
+built = subprocess.run(wp.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '-v'], capture_output=True, text=True)
+print(built.stderr)
+if built.returncode:
+    sys.exit('nvcc failed')
+if not shutil.which('cuobjdump'):
+    sys.exit(0)  # built; no disassembler here
+sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+(Path('$OUT') / 'matmul_wgmma_persistent.sm_90a.sass').write_text(sass)
+for name, counts in sass_opcode_counts(sass).items():
+    print(name, {k: v for k, v in counts.items() if v}, 'UTMASTG', sass.count('UTMASTG'))
+PY"
+
+step 02_smoke 60 1 "python - <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week1_cuda_python import matmul_wgmma_persistent as wp
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+for (m, n, k), blocks in (((128, 256, 64), None), ((300, 520, 328), None), ((700, 1000, 328), 1)):
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = random_tensor((m, k), dtype, 'cuda'), random_tensor((k, n), dtype, 'cuda', scale=k ** -0.5)
+        out = poisoned((m, n), dtype, 'cuda')
+        wp.launch_persistent(a, b, out, blocks=blocks)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        err = (out.float() - ref).abs().max().item()
+        print(f'{m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+        assert err < 0.05, 'wrong result'
+PY"
+
+# The cluster rung in its own process: if it hangs or fails, the persistent rung's checks still run
+# (its tests deselected with -k 'not cluster', its bench column and sanitizer cases dropped).
+CLUSTER_OK=0
+step 03_smoke_cluster 45 0 "python - <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week1_cuda_python import matmul_wgmma_persistent as wp
+print('resident clusters of 2:', wp.resident_clusters('wgmma_cluster_bf16', wp.PERSISTENT_TILES.shared_bytes, 2))
+for (m, n, k), blocks in (((128, 256, 64), None), ((300, 520, 328), None), ((800, 1000, 328), 2)):
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = random_tensor((m, k), dtype, 'cuda'), random_tensor((k, n), dtype, 'cuda', scale=k ** -0.5)
+        out = poisoned((m, n), dtype, 'cuda')
+        wp.launch_persistent(a, b, out, blocks=blocks, cluster=2)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        err = (out.float() - ref).abs().max().item()
+        print(f'{m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+        assert err < 0.05, 'wrong result'
+PY" && CLUSTER_OK=1
+echo "=== cluster rung usable: $CLUSTER_OK"
+if [ "$CLUSTER_OK" = 1 ]; then SELECT=""; CASES="wgmma_persistent_bf16 wgmma_cluster_bf16"; VARIANTS="wgmma_tma wgmma_persistent wgmma_cluster"
+else SELECT="-k 'not cluster'"; CASES="wgmma_persistent_bf16"; VARIANTS="wgmma_tma wgmma_persistent"; fi
+
+step 04_tests 120 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=40 --durations=8 $SELECT"
+
+BENCH_ARGS="--out $OUT/results --rounds 5 --rep-ms 25 --variants $VARIANTS"
+[ "${QUICK:-0}" = 1 ] && BENCH_ARGS="$BENCH_ARGS --quick"
+step 05_bench 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench $BENCH_ARGS"
+
+step 06_sanitizer 60 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+    --only $CASES wgmma_tma_bf16_bf16 --tools memcheck racecheck synccheck \
+    --timeout 55 --budget 58 && cat '$OUT/sanitizer/sanitizer.md'"
+# Nsight Compute beside cuBLAS (tools/ncu_hopper.sh's wp_4096 group), only when asked: WITH_NCU=1.
+if [ "${WITH_NCU:-0}" = 1 ]; then
+    step 07_ncu 200 0 "OUT='$OUT' BUDGET=190 GROUP_TIMEOUT=180 bash tools/ncu_hopper.sh wp_4096 && cat '$OUT/ncu_hopper/summary.md'"
+fi
+echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

@@ -1,0 +1,449 @@
+// The rungs above wgmma_tma: a persistent, warp-specialised wgmma + TMA GEMM whose epilogue goes
+// through shared memory and a TMA store, and the same with 2-block clusters. Launched from
+// week1_cuda_python/matmul_wgmma_persistent.py (rungs `wgmma_persistent`, `wgmma_cluster`); kernels/matmul_wgmma.cu is the rung below and explains the pieces this
+// one reuses (warpgroups, shared-memory descriptors, the 128-byte swizzle, tensor maps, mbarrier
+// phases, setmaxnreg). Read that header first; this one says only what changes and why.
+//
+// C (M x N) = A (M x K) @ B (K x N), all row-major; fp16 or bf16 in, fp32 accumulate, C in the
+// inputs' type.
+//
+// What wgmma_tma leaves on the table (its header's last paragraph), and what this rung does:
+// 1. One block per tile of C. Each block pays a prologue (barrier init, the first STAGES copies
+//    in flight before any math) and an epilogue (the accumulators to global memory) during which
+//    the tensor cores of its SM idle: at 4096^3, 512 tiles of 128 x 256 on 132 SMs, about 4 of
+//    each per SM. Here the grid is one block per SM ("persistent") and each block walks the tiles
+//    tile = blockIdx.x, blockIdx.x + gridDim.x, ...: the producer runs ahead into the next tile's
+//    k tiles while the consumers are still storing the last one, so the ring stays full across
+//    tile boundaries and the epilogue overlaps the next tile's copies.
+// 2. The epilogue. wgmma_tma stored its accumulators straight from registers: each thread writes
+//    4-byte pairs scattered over 16 rows, 32 bytes per row per warp instruction, with a bounds check
+//    per pair. Here each consumer warpgroup writes a 64 x 64 chunk of its accumulators into a
+//    128-byte-swizzled shared buffer (conflict-free: below) and one thread hands the whole chunk to
+//    the TMA (cp.async.bulk.tensor ... global.shared::cta), which writes full 128-byte lines and
+//    clips at M and N by itself: no bounds checks in the kernel at all. Two buffers per warpgroup,
+//    so the registers of chunk q+1 are being written while the TMA still reads chunk q.
+// 3. The block order (matmul_wgmma.cu, "Block order") is the same grouped order, now over the
+//    persistent tile index: the ~132 tiles in flight at once still form a patch of C about
+//    GROUP_M x (132 / GROUP_M) tiles, so their panels of A and B are shared in the L2.
+// 4. The next rung, wgmma_cluster (same body, CLUSTER = 2, entry points wgmma_cluster_*): blocks in
+//    pairs (a cluster of 2) on vertically adjacent tiles, which read the same tile of B; each loads
+//    half of it and the TMA multicasts it into both blocks' shared memory (below, "clusters").
+//
+// Tile: 128 x 256 x 64, two consumer warpgroups of 64 x 256 (wgmma m64n256k16), not 128 x 128.
+// Why: per 16-wide k step a warpgroup's m64n256k16 is 262,144 multiply-adds and reads 2 KB of A
+// and 8 KB of B from shared memory; an SM's tensor cores do ~2,048 dense fp16 multiply-adds per
+// clock (989 TFLOP/s / 132 SMs / 2 FLOP each / 1.83 GHz), so one such instruction keeps them busy
+// ~128 clocks for 10 KB read: 80 bytes per clock, under the 128 bytes per clock shared memory
+// delivers. An m64n128k16 (the 128 x 128 tile) reads 6 KB in 64 clocks, 96 bytes per clock,
+// closer to that ceiling; and a 128 x 256 tile moves 48 KB from L2 per 4.2 MFLOP against 32 KB per
+// 2.1 MFLOP (85 against 64 FLOP per byte). The cost: 128 fp32 accumulators per consumer thread,
+// which setmaxnreg pays for (232 registers), and fewer tiles (a ragged last wave at small sizes).
+//
+// Shared memory (227 KB per block at most on the H100): 4 stages x 48 KB = 192 KB for the ring,
+// + 2 consumers x 2 buffers x 8 KB = 32 KB for the epilogue (a 128 x 256 tile of C staged whole
+// would need 64 KB, which with 4 stages does not fit; 3 stages would), + 1 KB to align to 1024.
+//
+// Shapes: M, N, K any (K >= 1); the TMA reads zeros outside A and B and clips the stores of C.
+// The tensor maps need a 16-byte aligned base and row strides that are multiples of 16 bytes:
+// K and N multiples of 8 (the launcher refuses the rest, naming matmul_wgmma_tma, which pads).
+//
+// Build: sm_90a only (-gencode=arch=compute_90a,code=sm_90a); elsewhere the body is a trap and
+// the launcher refuses non-sm_90 GPUs before anything is compiled.
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WP_HOPPER 1
+#else
+#define WP_HOPPER 0
+#endif
+
+// Tiles (matmul_wgmma_persistent.py's PERSISTENT_TILES must match).
+#define WP_BM 128         // rows of C per tile: 2 consumer warpgroups x wgmma's M = 64
+#define WP_BN 256         // columns per tile: wgmma's largest N
+#define WP_BK 64          // k per stage: 64 halves = 128 bytes, one swizzle row
+#define WP_STAGES 4       // the ring: 4 x 48 KB
+#define WP_CONSUMERS 2    // consumer warpgroups; warpgroup 0 is the producer
+#define WP_THREADS (128 * (WP_CONSUMERS + 1))
+#define WP_B_SLAB 64      // columns of B per TMA box (64 halves = the 128-byte swizzle span)
+#define WP_C_CHUNK 64     // columns of C per TMA store box (64 halves = 128 bytes again)
+#ifndef WP_GROUP_M
+#define WP_GROUP_M 16     // rows of tiles per group of the tile order
+#endif
+#define WP_A_BYTES (WP_BM * WP_BK * 2)                    // 16 KB
+#define WP_B_SLAB_BYTES (WP_BK * WP_B_SLAB * 2)           // 8 KB
+#define WP_STAGE_BYTES (WP_A_BYTES + WP_BN / WP_B_SLAB * WP_B_SLAB_BYTES)  // 48 KB
+#define WP_C_BYTES (64 * WP_C_CHUNK * 2)                  // 8 KB: one warpgroup's 64 x 64 chunk
+#define WP_C_BUFFERS 2                                    // per consumer warpgroup
+#define WP_SMEM_BYTES (WP_STAGES * WP_STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024)
+
+static_assert(WP_BK * 2 == 128 && WP_B_SLAB * 2 == 128 && WP_C_CHUNK * 2 == 128, "128-byte swizzle rows");
+static_assert(WP_BM == 64 * WP_CONSUMERS && WP_BN % WP_C_CHUNK == 0, "tile shape");
+static_assert(WP_STAGE_BYTES % 1024 == 0 && WP_C_BYTES % 1024 == 0, "every buffer starts 1024-aligned");
+static_assert(WP_SMEM_BYTES <= 227 * 1024, "the H100 gives a block at most 227 KB of shared memory");
+
+__device__ __forceinline__ uint32_t wp_smem(const void* p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+#if WP_HOPPER
+// ---- one PTX instruction each (matmul_wgmma.cu explains the first group) ----------------------
+__device__ __forceinline__ void wp_mbar_init(uint64_t* bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(wp_smem(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void wp_mbar_expect_tx(uint64_t* bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(wp_smem(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void wp_mbar_arrive(uint64_t* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(wp_smem(bar)) : "memory");
+}
+__device__ __forceinline__ void wp_mbar_wait(uint64_t* bar, uint32_t parity)
+{
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(wp_smem(bar)), "r"(parity) : "memory");
+    }
+}
+__device__ __forceinline__ void wp_tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(wp_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(bar))
+                 : "memory");
+}
+
+// ---- new in this rung: the TMA store and what orders it -------------------------------------
+// The box of `map` whose first element is (x = column, y = row) of C, from shared memory at
+// `src`; elements outside C are not written. It joins this thread's open "bulk group".
+__device__ __forceinline__ void wp_tma_store(const CUtensorMap* map, const void* src, int x, int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(src)) : "memory");
+}
+// Close the open bulk group (possibly empty: a chunk wholly outside C stores nothing, but still
+// commits, so that "the group before last" always means the same buffer).
+__device__ __forceinline__ void wp_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups are still *reading* shared memory (their
+// writes to global memory may still be in flight): then their source buffers may be reused.
+template <int N>
+__device__ __forceinline__ void wp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
+// ... and until they are complete, writes included (before the block exits).
+__device__ __forceinline__ void wp_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Ordinary stores to shared memory are made by the "generic proxy"; the TMA reads through the
+// "async proxy". Each writing thread fences its own writes before the barrier that lets the
+// storing thread go, or the TMA may read stale bytes.
+__device__ __forceinline__ void wp_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// A barrier for one warpgroup only (128 threads), so the two consumers never wait for each other.
+// Id 0 is __syncthreads'; consumer c uses 1 + c.
+__device__ __forceinline__ void wp_warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory"); }
+
+__device__ __forceinline__ uint64_t wp_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16
+         | static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32 | 1ull << 62;  // 128-byte swizzle
+}
+template <int REGS>
+__device__ __forceinline__ void wp_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void wp_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
+__device__ __forceinline__ void wp_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wp_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wp_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+
+// d (64 x 256 fp32) = (accumulate ? d : 0) + A (64 x 16) @ B (16 x 256). The scale-d predicate
+// starts each tile from zero without 128 register moves: the first k step of a tile passes 0.
+#define WP_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WP_D16(i) WP_D4(i), WP_D4((i) + 4), WP_D4((i) + 8), WP_D4((i) + 12)
+#define WP_MMA_ASM(TYPE)                                                                              \
+    asm volatile("{\n.reg .pred p;\n"                                                                 \
+                 "setp.ne.b32 p, %130, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"                    \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"           \
+                 " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n" \
+                 " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n" \
+                 " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n" \
+                 " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n" \
+                 " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n" \
+                 " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,\n" \
+                 " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122,\n"   \
+                 " %123, %124, %125, %126, %127},\n"                                                  \
+                 " %128, %129, p, 1, 1, 0, 1;\n}\n"                                                   \
+                 : WP_D16(0), WP_D16(16), WP_D16(32), WP_D16(48),                                     \
+                   WP_D16(64), WP_D16(80), WP_D16(96), WP_D16(112)                                    \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
+template <typename T>
+__device__ __forceinline__ void wp_mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate);
+template <>
+__device__ __forceinline__ void wp_mma<__half>(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
+{
+    WP_MMA_ASM("f16");
+}
+template <>
+__device__ __forceinline__ void wp_mma<__nv_bfloat16>(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
+{
+    WP_MMA_ASM("bf16");
+}
+
+// Two fp32 accumulators as one 4-byte pair of C's type.
+__device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __half)
+{
+    __half2 h = __floats2half2_rn(v0, v1);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __nv_bfloat16)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+#endif  // WP_HOPPER
+
+// ---- the tile order ------------------------------------------------------------------------------
+// Tile number `id` (0 .. tiles_m * tiles_n - 1, the persistent loop's counter) -> (tile_m, tile_n):
+// groups of `group_m` rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile;
+// matmul_wgmma_persistent.py's `persistent_tile` is the same arithmetic, tested to be a permutation).
+__device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int group_m, int& tile_m, int& tile_n)
+{
+    const int per_group = group_m * tiles_n;
+    const int first_m = (id / per_group) * group_m;
+    const int rows = min(tiles_m - first_m, group_m);
+    const int in_group = id % per_group;
+    tile_m = first_m + in_group % rows;
+    tile_n = in_group / rows;
+}
+
+#if WP_HOPPER
+// ---- clusters (the wgmma_cluster rung): two blocks, one column of B ------------------------------
+// A cluster's blocks run at once on one GPC and may read and write each other's shared memory
+// ("distributed shared memory"). The cluster rung pairs the blocks of vertically adjacent tiles,
+// (2i, n) and (2i + 1, n): they need the same 64 x 256 slice of B at every k step. Each block loads
+// half of it (slabs j with j % 2 == its rank) with ONE TMA copy *multicast* to both blocks' shared
+// memory at the same offset, signalling each block's full barrier: B is read from L2 once per pair,
+// not twice (a quarter less L2 -> SM traffic per stage: 16 + 16 of 48 KB per block instead of 16 + 32).
+// The price is that a stage is now written by both blocks' copies, so it may only be refilled when
+// both blocks' consumers are done with it: every consumer warp arrives on its own block's empty
+// barrier and on the peer's (16 arrivals per phase instead of 8).
+__device__ __forceinline__ uint32_t wp_cluster_rank()
+{
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+// All threads of both blocks: what one block initialised (or is still doing to the other's shared
+// memory) is done and visible before anyone goes past. Not .aligned: the threads arrive from
+// different places of the code.
+__device__ __forceinline__ void wp_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrive on the mbarrier at the same offset in block `rank`'s shared memory (mapa: that address
+// in the cluster's shared window).
+__device__ __forceinline__ void wp_mbar_arrive_remote(uint64_t* bar, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(wp_smem(bar)), "r"(rank) : "memory");
+}
+// A TMA load written into every block of `mask` at `dst`'s offset, each block's `bar` counting the bytes.
+__device__ __forceinline__ void wp_tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y,
+                                                      uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(wp_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(bar)),
+                    "h"(mask)
+                 : "memory");
+}
+#endif  // WP_HOPPER
+
+// ---- the kernel body -----------------------------------------------------------------------------
+// CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent
+// loop then walks "units" of CLUSTER vertically adjacent tiles, one per block of the cluster.
+template <typename T, int CLUSTER>
+__device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                      const CUtensorMap& map_c, int M, int N, int K)
+{
+#if WP_HOPPER
+    extern __shared__ unsigned char wp_smem_raw[];
+    __shared__ __align__(8) uint64_t full[WP_STAGES];
+    __shared__ __align__(8) uint64_t empty[WP_STAGES];
+    unsigned char* base = wp_smem_raw + ((1024 - (wp_smem(wp_smem_raw) & 1023)) & 1023);
+    unsigned char* stages = base;                                  // the ring
+    unsigned char* c_bufs = base + WP_STAGES * WP_STAGE_BYTES;     // the epilogue's chunks
+
+    const int warpgroup = threadIdx.x / 128;
+    const int tiles_m = (M + WP_BM - 1) / WP_BM, tiles_n = (N + WP_BN - 1) / WP_BN;
+    const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
+    const int units = units_m * tiles_n;
+    const int k_tiles = (K + WP_BK - 1) / WP_BK;
+    const uint32_t rank = CLUSTER > 1 ? wp_cluster_rank() : 0;
+    const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WP_STAGES; ++s) {
+            wp_mbar_init(&full[s], 1);                             // the producer's arrive (+ the bytes)
+            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER);   // one arrive per consumer warp of the cluster
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    // The last block-wide barrier: after it the roles never meet again. With a cluster, the peer's
+    // barriers must be initialised too before the first multicast or remote arrive lands in them.
+    if (CLUSTER > 1) wp_cluster_sync(); else __syncthreads();
+
+    if (warpgroup == 0) {
+        // ---- producer: one thread keeps the ring full, tile after tile ----
+        wp_setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            uint32_t it = 0;  // k tiles issued so far, over all of this block's tiles: the ring position
+            for (int unit = first_unit; unit < units; unit += unit_stride) {
+                int unit_m, tile_n;
+                wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+                // A block whose tile is below the last row of tiles (tiles_m odd) still takes part:
+                // it loads a valid A box (the last tile's) so that its copies and barriers run as the
+                // peer's do, and stores nothing.
+                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * WP_BM, n0 = tile_n * WP_BN;
+                // Slabs of B wholly right of N are not copied, and their bytes not expected
+                // (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as zeros).
+                const int b_slabs = min(WP_BN / WP_B_SLAB, (N - n0 + WP_B_SLAB - 1) / WP_B_SLAB);
+                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % WP_STAGES;
+                    // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
+                    if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);
+                    unsigned char* dst = stages + s * WP_STAGE_BYTES;
+                    // All of B's bytes land here, the peer's multicast half included.
+                    wp_mbar_expect_tx(&full[s], WP_A_BYTES + b_slabs * WP_B_SLAB_BYTES);
+                    wp_tma_load(dst, &map_a, &full[s], kt * WP_BK, m0);
+#pragma unroll
+                    for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
+                        if (j >= b_slabs || j % CLUSTER != (int)rank) continue;
+                        unsigned char* b_dst = dst + WP_A_BYTES + j * WP_B_SLAB_BYTES;
+                        if (CLUSTER > 1)
+                            wp_tma_load_multicast(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK,
+                                                  (uint16_t)((1u << CLUSTER) - 1));
+                        else
+                            wp_tma_load(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK);
+                    }
+                }
+            }
+        }
+    } else {
+        // ---- consumers: warpgroup c owns rows 64c .. 64c+63 of every tile ----
+        wp_setmaxnreg_inc<232>();
+        const int c = warpgroup - 1;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
+        float d[128];
+        uint32_t it = 0;  // the same ring position as the producer's
+        for (int unit = first_unit; unit < units; unit += unit_stride) {
+            int unit_m, tile_n;
+            wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER + (int)rank;
+            const int m0 = tile_m * WP_BM, n0 = tile_n * WP_BN;
+
+            for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % WP_STAGES;
+                wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);
+                const uint32_t a_base = wp_smem(stages + s * WP_STAGE_BYTES) + c * 64 * 128;
+                const uint32_t b_base = wp_smem(stages + s * WP_STAGE_BYTES + WP_A_BYTES);
+                // Also orders the previous tile's epilogue reads of d before these wgmmas write it.
+                wp_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < WP_BK / 16; ++kk)
+                    wp_mma<T>(d, wp_desc(a_base + kk * 32, 16, 1024),
+                              wp_desc(b_base + kk * 16 * 128, WP_B_SLAB_BYTES, 1024), kt > 0 || kk > 0);
+                wp_wgmma_commit();
+                // This k tile's wgmmas keep running; the previous one's are done: free its stage
+                // (in both blocks of a cluster: the peer's copies write into this one's stages too).
+                wp_wgmma_wait<1>();
+                if (kt > 0 && lane == 0) {
+                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
+                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
+                }
+            }
+            wp_wgmma_wait<0>();
+            if (lane == 0) {  // the tile's last stage
+                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
+                if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
+            }
+
+            // ---- epilogue: 4 chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
+            // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8}
+            // and columns 8j + 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in
+            // d[4j + 2h + {0, 1}] (h: the +8 row). Chunk q is j = 8q .. 8q+7.
+            const int row0 = warp * 16 + lane / 4;
+#pragma unroll
+            for (int q = 0; q < WP_BN / WP_C_CHUNK; ++q) {
+                unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
+                // The store that last read this buffer was committed two groups ago (every chunk
+                // commits one group, stored or not): once at most one is still reading, it is free.
+                if (tid == 0) wp_bulk_wait_read<WP_C_BUFFERS - 1>();
+                wp_warpgroup_sync(1 + c);
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = 8 * q + jj;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = row0 + 8 * h;
+                        // 128-byte swizzle, as the TMA reads it: 16-byte chunk jj of row r lives at
+                        // chunk jj ^ (r % 8). The 8 rows a warp writes at once (lane / 4) then hit 8
+                        // different chunks: all 32 banks, no conflict (unswizzled: 8-way).
+                        const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);
+                        *reinterpret_cast<uint32_t*>(buf + offset) = wp_pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1], T());
+                    }
+                }
+                wp_fence_async_smem();
+                wp_warpgroup_sync(1 + c);
+                if (tid == 0) {
+                    // A box wholly outside C (right of N, or this warpgroup's rows all below M; with a
+                    // cluster, a whole tile below the last row of tiles) is not stored; a box partly
+                    // outside is clipped by the TMA.
+                    if (n0 + q * WP_C_CHUNK < N && m0 + 64 * c < M)
+                        wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
+                    wp_bulk_commit();
+                }
+            }
+        }
+        if (tid == 0) wp_bulk_wait_all();  // shared memory must outlive the stores reading it
+    }
+    // Neither block of a cluster may exit while the other can still write into its shared memory
+    // (a multicast) or arrive on its barriers.
+    if (CLUSTER > 1) wp_cluster_sync();
+#else
+    __trap();  // not compiled for sm_90a: the launcher never gets here
+#endif
+}
+
+// ---- entry points: wgmma_persistent_<in>, wgmma_cluster_<in> (C in the inputs' type) ------------
+// The tensor maps go by value as __grid_constant__ parameters; the launcher passes one pointer
+// per argument to cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer). The cluster
+// kernels declare their cluster shape at compile time (__cluster_dims__), so a plain launch with a
+// grid of an even number of blocks makes the pairs; only sm_90 and newer know the attribute.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define WP_PAIR __cluster_dims__(2, 1, 1)
+#else
+#define WP_PAIR
+#endif
+#define WP_ENTRY(name, T, CLUSTER, DIMS)                                                               \
+    extern "C" __global__ void DIMS __launch_bounds__(WP_THREADS, 1)                                   \
+    name(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,         \
+         const __grid_constant__ CUtensorMap map_c, int M, int N, int K)                               \
+    {                                                                                                  \
+        wgmma_persistent_body<T, CLUSTER>(map_a, map_b, map_c, M, N, K);                               \
+    }
+
+WP_ENTRY(wgmma_persistent_f16, __half, 1, )
+WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
+WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
+WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)

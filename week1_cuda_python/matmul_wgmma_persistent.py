@@ -1,0 +1,297 @@
+"""The Hopper GEMM, one rung up: persistent, warp-specialised wgmma + TMA, epilogue by TMA store.
+
+The kernel is kernels/matmul_wgmma_persistent.cu; its header is the lesson (what the rung below,
+wgmma_tma in matmul_tensor_cores.py, leaves on the table and what this one does about it). This
+module is its host side, the same mechanism as the rung below (an sm_90a cubin built by nvcc,
+TMA tensor maps encoded by the driver, a launch through the CUDA driver API), plus:
+
+* a persistent grid: one block per SM (at most one per tile), each walking tiles
+  blockIdx.x, blockIdx.x + gridDim.x, ... in the grouped order (`persistent_tile`);
+* a third tensor map, for C: the epilogue stores 64 x 64 chunks of C with the TMA, which clips
+  at M and N, so C is written in place at any M, N;
+* no padded copies: where the TMA cannot read an operand as it is (row strides not multiples of
+  16 bytes, i.e. K or N not a multiple of 8, or a base address not 16-byte aligned) the launcher
+  refuses with a ValueError that names the rung that pads, `matmul_wgmma_tma`.
+
+Cost model for A (M x K) @ B (K x N), C (M x N), all fp16 or bf16: 2 M N K FLOPs; at least
+2 (M K + K N + M N) bytes. Per 128 x 256 tile and 64-wide k step, 48 KB from L2 into shared
+memory for 2 * 128 * 256 * 64 = 4.2 MFLOP (85 FLOP per byte). Numerics: as the rung below
+(products exact in fp32, fp32 accumulation, one rounding to C's type).
+
+The same kernel, compiled with 2-block clusters, is the next rung, `matmul_wgmma_cluster`: the two
+blocks of a cluster take vertically adjacent tiles, which need the same tile of B at every k step;
+each loads half of it and the TMA multicasts it into both blocks' shared memory (the kernel's
+"clusters" comment). Its benchmark (both rungs beside wgmma_tma and cuBLAS, in interleaved rounds)
+is matmul_wgmma_persistent_bench.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from course import runtime  # first: chooses the GPU or simulation
+from course import validate
+from course.check import poisoned, random_tensor
+from week1_cuda_python.matmul_tensor_cores import (
+    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+
+# BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
+PERSISTENT_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_persistent.cu"
+# END SOLUTION ONLY
+DTYPES = (torch.float16, torch.bfloat16)
+FALLBACK = "matmul_wgmma_tma"        # pads odd strides with zero copies; same GPUs
+OFF_HOPPER_FALLBACK = "matmul_wmma_cp_async"  # for every GPU that is not compute capability 9.0
+TMA_ALIGN_BYTES = 16                  # base address and row strides of every TMA tensor
+CLUSTERS = {1: "wgmma_persistent", 2: "wgmma_cluster"}  # blocks per cluster -> the kernels' name
+INT32_MAX = 2**31 - 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+@dataclass(frozen=True)
+class PersistentTiles:
+    """The kernel's tiles (the WP_* #defines of kernels/matmul_wgmma_persistent.cu must match)."""
+    bm: int = 128        # rows of C per tile: 2 consumer warpgroups x wgmma's M = 64
+    bn: int = 256        # columns per tile: wgmma's largest N
+    bk: int = 64         # k per ring stage: 64 halves = the 128-byte swizzle span
+    stages: int = 4
+    consumers: int = 2   # consumer warpgroups; one more produces (issues the TMA loads)
+    b_slab: int = 64     # columns of B per TMA load box
+    c_chunk: int = 64    # columns of C per TMA store box (64 rows: one consumer's slice)
+    c_buffers: int = 2   # store buffers per consumer warpgroup
+    group_m: int = 16    # rows of tiles per group of the tile order
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the ring, the epilogue's buffers, 1 KB to align to 1024 bytes."""
+        stage = (self.bm * self.bk + self.bk * self.bn) * 2
+        epilogue = self.consumers * self.c_buffers * 64 * self.c_chunk * 2
+        return self.stages * stage + epilogue + 1024
+
+    def defines(self) -> tuple[str, ...]:
+        """nvcc -D flags for what may differ from the source's defaults: only the tile order."""
+        return () if self.group_m == PersistentTiles.group_m else (f"-DWP_GROUP_M={self.group_m}",)
+
+
+PERSISTENT_TILES = PersistentTiles()
+
+
+def persistent_tile(tile: int, tiles_m: int, tiles_n: int, group_m: int = PERSISTENT_TILES.group_m) -> tuple[int, int]:
+    """(row tile, column tile) of C for the persistent loop's tile number `tile`: wp_tile in the
+    kernel, same arithmetic (groups of `group_m` rows of tiles, each walked column by column). The
+    cluster rung walks units of 2 tiles with the same arithmetic (rows of units, group_m / 2)."""
+    # BEGIN EXERCISE: the grouped order: which group `tile` falls in, that group's first row tile and
+    #   its number of rows (the last group may be short), then down the group's column first
+    # HINT: a group is group_m rows of tiles times every column: group_m * tiles_n tiles; within it,
+    #   consecutive tiles go down a column (so the tiles in flight form a square-ish patch of C).
+    # HINT: first_m = tile // per_group * group_m; rows = min(tiles_m - first_m, group_m); then the
+    #   position inside the group, split by `rows` into (row, column).
+    per_group = group_m * tiles_n
+    first_m = tile // per_group * group_m
+    rows = min(tiles_m - first_m, group_m)
+    in_group = tile % per_group
+    return first_m + in_group % rows, in_group // rows
+    # END EXERCISE
+
+
+def launch_geometry(m: int, n: int, sms: int, tiles: PersistentTiles = PERSISTENT_TILES, cluster: int = 1):
+    """(grid, block): one block per SM, never more blocks than units of work (a block with none would
+    only wait at the start); each block of 3 warpgroups walks its share. A unit is `cluster`
+    vertically adjacent tiles (1: a tile), one per block of a cluster, so the grid is a multiple of
+    `cluster`: the cluster rung pairs blocks (kernels/matmul_wgmma_persistent.cu, "clusters")."""
+    tiles_m, tiles_n = -(-m // tiles.bm), -(-n // tiles.bn)  # ceiling divisions
+    units = -(-tiles_m // cluster) * tiles_n
+    return (cluster * max(1, min(sms // cluster, units)), 1, 1), (tiles.threads, 1, 1)
+
+
+def unsupported(capability: tuple[int, int] | None) -> str | None:
+    """Why these rungs cannot run on a GPU of this compute capability (None: it can, or no GPU)."""
+    if capability is None or tuple(capability) == WGMMA_CAPABILITY:
+        return None
+    major, minor = capability
+    return (f"the wgmma_persistent and wgmma_cluster rungs need an sm_90a GPU (compute capability 9.0: H100, H200), because "
+            f"wgmma, setmaxnreg and the TMA exist only there; this GPU is compute capability {major}.{minor}: "
+            f"use {OFF_HOPPER_FALLBACK}, which runs on every GPU from sm_75 on")
+
+
+def stride_problem(name: str, t: torch.Tensor, fix: str) -> str | None:
+    """Why the TMA cannot read or write `t` as it is (None: it can): 16-byte base and row stride."""
+    row_bytes = t.stride(0) * t.element_size()
+    if t.data_ptr() % TMA_ALIGN_BYTES == 0 and row_bytes % TMA_ALIGN_BYTES == 0:
+        return None
+    return (f"{name} has rows of {row_bytes} bytes starting at an address {t.data_ptr() % TMA_ALIGN_BYTES} "
+            f"bytes past a 16-byte boundary; the TMA needs both to be multiples of 16 bytes ({fix}): "
+            f"use {FALLBACK}, which pads with zeros")
+
+
+def nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = ()) -> list[str]:
+    """The nvcc command that builds the kernel for sm_90a (the CPU test runs the same one)."""
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
+            "-o", str(output), str(PERSISTENT_SOURCE)]
+
+
+@functools.cache
+def _module(defines: tuple[str, ...] = ()):
+    """The kernel compiled for sm_90a and loaded into torch's (primary) context."""
+    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
+    nvcc = runtime.nvcc_path()
+    if nvcc is None:
+        raise RuntimeError("nvcc is not on PATH: the wgmma_persistent rung is compiled for sm_90a at first use")
+    with tempfile.TemporaryDirectory(prefix="matmul_wgmma_persistent_") as tmp:
+        cubin = Path(tmp) / "matmul_wgmma_persistent.sm_90a.cubin"
+        built = subprocess.run(nvcc_command(cubin, nvcc, defines), capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {PERSISTENT_SOURCE.name}:\n{built.stderr}")
+        image = cubin.read_bytes()
+    module = ctypes.c_void_p()
+    driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    return module
+
+
+@functools.cache
+def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
+    kernel = ctypes.c_void_p()
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(defines), name.encode()),
+                 f"cuModuleGetFunction({name})")
+    driver_check(cuda_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                  shared_bytes), "cuFuncSetAttribute")
+    return kernel
+
+
+class _LaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig: the grid, block, shared memory and stream of a launch, plus attributes."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.cache
+def resident_clusters(kernel_name: str, shared_bytes: int, cluster: int) -> int | None:
+    """How many clusters of this kernel the GPU runs at once (cuOccupancyMaxActiveClusters), or None
+    if the driver cannot say. A cluster's blocks must sit on SMs of one GPC: with one 225 KB block
+    per SM, a GPC with an odd number of free SMs leaves one idle, so this can be below SMs / 2. A
+    persistent grid of more clusters than that would run the extra ones after the others finish,
+    doubling the time of their tiles: the launcher keeps the grid within it."""
+    config = _LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(PERSISTENT_TILES.threads, 1, 1),
+                           shared_bytes, None, None, 0)
+    count = ctypes.c_int()
+    query = cuda_driver().cuOccupancyMaxActiveClusters
+    query.argtypes, query.restype = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)], ctypes.c_int
+    if query(ctypes.byref(count), _kernel(kernel_name, shared_bytes), ctypes.byref(config)) != 0 or count.value < 1:
+        return None
+    return count.value
+
+
+def _checked(a, b, out):
+    """Validate A (M x K), B (K x N), `out`; return (out, M, N, K). Nothing is launched before this."""
+    validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
+    validate.tensor(b, "b", dtypes=DTYPES, ndim=2)
+    validate.same_dtype(a=a, b=b)
+    if a.device != b.device:
+        raise ValueError(f"a is on {a.device} but b is on {b.device}: put both on the same GPU")
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k != k_b:
+        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k_b} x {n} "
+                         f"(a.shape[1] = {k} != b.shape[0] = {k_b})")
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    else:
+        # C in the inputs' type only: the TMA store writes the staged 16-bit chunks as they are.
+        validate.tensor(out, "out", dtypes=(a.dtype,), ndim=2)
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected {(m, n)}")
+        if out.device != a.device:
+            raise ValueError(f"out is on {out.device} but a is on {a.device}")
+    for name, size in (("M", m), ("N", n), ("K", k)):
+        if size > INT32_MAX - 256:
+            raise ValueError(f"{name} = {size} is too large: the kernel takes sizes as 32-bit ints")
+    if m and n and k:
+        for problem in (stride_problem("a", a, "K a multiple of 8"), stride_problem("b", b, "N a multiple of 8"),
+                        stride_problem("out", out, "N a multiple of 8")):
+            if problem:
+                raise ValueError(problem)
+    return out, m, n, k
+
+
+def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None,
+                      cluster: int = 1) -> torch.Tensor:
+    """C = A @ B with the kernel built with `tiles` (its tile order): what the public launchers call.
+    `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it.
+    `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads)."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
+    if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
+        raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
+                         f"{cluster}, got {blocks!r}")
+    out, m, n, k = _checked(a, b, out)
+    why = unsupported(runtime.capability())
+    if why is not None:
+        raise RuntimeError(why)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()  # every dot product is empty: C = 0, as torch gives
+    # Encoded once per (address, shape, stride, dtype, box) and cached (matmul_tensor_cores.tensor_map).
+    map_a = tensor_map(a, tiles.bm, tiles.bk)          # A: 128 rows x 64 k
+    map_b = tensor_map(b, tiles.bk, tiles.b_slab)      # B: 64 k x 64 columns
+    map_c = tensor_map(out, 64, tiles.c_chunk)         # C: 64 rows x 64 columns, one consumer's chunk
+    name = f"{CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
+    sms = runtime.sm_count()
+    if cluster > 1:  # as many blocks as whole clusters can be resident at once (resident_clusters)
+        sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster) or sms // cluster)
+    grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles, cluster)
+    kernel = _kernel(name, tiles.shared_bytes, tiles.defines())
+    args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
+            ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
+    stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
+    driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, tiles.shared_bytes, stream, params, None),
+                 "cuLaunchKernel")
+    return out
+
+
+def matmul_wgmma_persistent(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = A @ B with the persistent wgmma + TMA kernel (`wgmma_persistent_*`).
+
+    a (M x K), b (K x N): fp16 or bf16, same dtype, row-major (contiguous), on an H100/H200
+    (compute capability 9.0; elsewhere RuntimeError naming matmul_wmma_cp_async). C in the inputs'
+    dtype, written into `out` if given. K and N must be multiples of 8 and the tensors 16-byte
+    aligned (the TMA's rule); otherwise ValueError naming matmul_wgmma_tma, which pads.
+    """
+    return launch_persistent(a, b, out)
+
+
+def matmul_wgmma_cluster(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = A @ B with the cluster rung (`wgmma_cluster_*`): the persistent kernel with blocks paired in
+    clusters of 2 on vertically adjacent tiles, each loading half of their common B tile and
+    multicasting it to both. Same contract as `matmul_wgmma_persistent`."""
+    return launch_persistent(a, b, out, cluster=2)
+
+
+# --- compute-sanitizer cases (python -m week1_cuda_python.sanitize --only matmul_wgmma_persistent) ---
+
+def _sanitizer_case(dtype: torch.dtype, cluster: int = 1) -> None:
+    # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store
+    # chunk of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
+    # partial one; 6 tiles on 2 blocks, so each block walks several and the ring wraps across them.
+    # For the cluster rung: 3 rows of tiles, so the pair's second block has no tile in the last row.
+    a = random_tensor((300, 328), dtype, runtime.DEVICE)
+    b = random_tensor((328, 328), dtype, runtime.DEVICE)
+    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster)
+    torch.cuda.synchronize()
+
+
+# Only where the rung runs (compute capability 9.0; in simulation nothing launches anyway).
+SANITIZER_CASES: dict[str, Callable[[], None]] = {
+    f"{name}_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype, cluster)
+    for cluster, name in CLUSTERS.items() for dtype in DTYPES
+} if unsupported(runtime.capability()) is None else {}

@@ -1,0 +1,147 @@
+"""The persistent and cluster wgmma rungs against the rung below (wgmma_tma) and cuBLAS, in interleaved rounds.
+
+    python -m week1_cuda_python.matmul_wgmma_persistent_bench            (H100/H200; writes results/)
+    python -m week1_cuda_python.matmul_wgmma_persistent_bench --quick    (fewer rounds and sizes)
+
+Why rounds. cuBLAS's rate on the same H100 moves by about 10% from run to run (issue 32: 599 to
+668 TFLOP/s at 5000 x 3000 x 4000 fp16 on two days), so a ratio from two timings taken minutes
+apart says as much about the clock and the neighbours as about the kernel. Here every round
+times each variant once (CUDA events, course.bench.time_gpu with a short budget), one after
+another at the same size, and the ratio is taken within the round: drift lands on all three
+alike. The row's ms is the median over rounds; its ratio the median of the rounds' ratios, with
+their min and max (the spread) beside it.
+
+Sizes (M x N x K): 4096^3 and 8192^3; 5000 x 3000 x 4000 (no dimension a multiple of the tile);
+the capstone's GEMMs at its batch of 8 x 1024 tokens: x @ W for qkv (N = 2304), the attention
+projection (768), the MLP's fc (3072) and fc2 (K = 3072, N = 768), and the LM head (50304).
+Each in bf16 and fp16. C in the inputs' type for every variant.
+
+Writes results/matmul_wgmma_persistent_week1.json and .md (a benchmark record as course.bench
+writes them, rows with size, variant, ms, tflops, speedup_vs_torch, plus the rounds' spread).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course.check import random_tensor
+from week1_cuda_python.matmul_tensor_cores import launch_wgmma, wgmma_unsupported
+from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsupported
+
+PROG = "python -m week1_cuda_python.matmul_wgmma_persistent_bench"
+
+NAME = "matmul_wgmma_persistent_week1"
+RESULTS = Path(__file__).parent / "results"
+TOKENS = 8 * 1024
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000),
+          (TOKENS, 2304, 768), (TOKENS, 768, 768), (TOKENS, 3072, 768), (TOKENS, 768, 3072), (TOKENS, 50304, 768)]
+QUICK_SHAPES = [(4096, 4096, 4096), (5000, 3000, 4000), (TOKENS, 50304, 768)]
+DTYPES = (torch.bfloat16, torch.float16)
+VARIANTS = {
+    "torch": lambda a, b, out: torch.matmul(a, b, out=out),
+    "wgmma_tma": lambda a, b, out: launch_wgmma(a, b, out, None),
+    "wgmma_persistent": lambda a, b, out: launch_persistent(a, b, out),
+    "wgmma_cluster": lambda a, b, out: launch_persistent(a, b, out, cluster=2),
+}
+
+
+def size_label(shape, dtype) -> str:
+    m, n, k = shape
+    return f"{m}x{n}x{k} {str(dtype).replace('torch.', '')}"
+
+
+def make_inputs(size):
+    (m, n, k), dtype = size
+    device = runtime.DEVICE
+    # B scaled by 1/sqrt(K): C ~ N(0, 1), no fp16 overflow at any K.
+    return (random_tensor((m, k), dtype, device), random_tensor((k, n), dtype, device, scale=k**-0.5),
+            torch.empty((m, n), dtype=dtype, device=device))
+
+
+def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
+    """The rows of one size: every variant timed once per round, in turn."""
+    m, n, k = shape
+    flops = 2 * m * n * k
+    sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
+    samples = {label: [] for label in variants}
+    for _ in range(rounds):
+        for label, fn in variants.items():
+            samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    del sets
+    torch.cuda.empty_cache()
+    rows = []
+    for label, ms in samples.items():
+        ratios = [t / own for t, own in zip(samples["torch"], ms)]  # per round: > 1 is faster than cuBLAS
+        median = statistics.median(ms)
+        rows.append({"size": size_label(shape, dtype), "variant": label, "ms": median, "ms_min": min(ms),
+                     "ms_rounds": ms, "reps": rounds, "flops": flops, "tflops": flops / (median * 1e-3) / 1e12,
+                     "speedup_vs_torch": statistics.median(ratios), "speedup_min": min(ratios),
+                     "speedup_max": max(ratios), "spread_pct": 100 * (max(ms) - min(ms)) / median})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    head = ("| size | variant | ms (median) | TFLOP/s | vs cuBLAS (median of rounds) | min - max over rounds "
+            "| ms spread |\n|---|---|---|---|---|---|---|\n")
+    lines = [f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} | {r['speedup_vs_torch']:.3f}x "
+             f"| {r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x | {r['spread_pct']:.1f}% |" for r in result["rows"]]
+    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+
+
+def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS) -> dict:
+    why = unsupported(runtime.capability()) or wgmma_unsupported(runtime.capability())
+    if not runtime.on_gpu() or why:
+        raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
+    copy_gbps = bench.copy_bandwidth_gbps()
+    for fn in variants.values():  # compile both cubins before anything is timed
+        fn(*make_inputs(((256, 256, 64), torch.bfloat16)))
+    rows = []
+    for shape in shapes:
+        for dtype in dtypes:
+            print(f"[bench] {size_label(shape, dtype)}", file=sys.stderr, flush=True)
+            rows += measure(shape, dtype, rounds, rep_ms, variants)
+    return {
+        "benchmark": NAME,
+        "title": "Persistent and cluster wgmma + TMA GEMMs vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
+        "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing {', '.join(variants)} once in turn "
+                  f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
+                  "over rounds; vs cuBLAS = median over rounds of (cuBLAS ms / variant ms) in the same round; "
+                  "C in the inputs' dtype"),
+        "clock": "events",
+        "headline": [v for v in ("wgmma_persistent", "wgmma_cluster") if v in variants],
+        "simulated": False,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": runtime.describe(),
+        # The week's records all carry the copy ceiling measured in the same run (RESULTS.md quotes it).
+        "ceilings": {"copy_gbps": copy_gbps},
+        "rows": rows,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 sizes, 3 rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
+    parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
+    parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="what to time (torch, the baseline, always)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 7)
+    variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
+    result = run(QUICK_SHAPES if args.quick else SHAPES, rounds, args.rep_ms, variants=variants)
+    text = markdown(result)
+    print(text)
+    for path in bench.write_record(result, args.out, text):
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
