@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parent
 BENCHMARK_NAME = "capstone_fsdp"
 PLOT = "fsdp_loss.png"
 TOLERANCE = {"step0_abs": 0.01, "moving_avg_abs": 0.05, "window": 10}
-TARGET_SCALING = 1.8  # issue 16: >= 1.8x one GPU's tokens/s on 2 GPUs (capstone.measure.TARGETS)
+TARGET_SCALING = 1.8  # issue 16: >= 1.8x one GPU's tokens/s on 2 GPUs (capstone.summary.TARGETS)
 
 
 @dataclasses.dataclass(frozen=True)
