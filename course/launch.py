@@ -106,6 +106,12 @@ def _run(compiled, grid, args, stream) -> None:
                  compiled.function, compiled.packed_metadata, metadata, enter, leave, *args)
 
 
+def cached_launch(kernel, key, device: int = 0):
+    """(compiled kernel, trailing constexprs) that `launch` keeps for `key` on `device`, or None: what a
+    probe needs to time a bare `compiled.run` against the whole call."""
+    return _COMPILED.get((kernel, key, device))
+
+
 def cached_kernels() -> int:
     """How many compiled kernels the fast path holds (for tests)."""
     return len(_COMPILED)
