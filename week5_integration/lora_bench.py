@@ -1,4 +1,4 @@
-"""LoRA's benchmarks, tile sweep and command line (the kernels: lora.py).
+"""LoRA's benchmarks, tile sweep and command line (the layer: lora.py; its kernels: lora_kernels.py).
 
 `BENCHMARKS` (found by `python -m course bench week5`): the fused LoRA linear against eager torch
 and torch.compile at GPT-2 and Llama-like shapes, training step and inference. `python -m
@@ -13,17 +13,14 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import bench, runtime
 from course.bench import Benchmark, compile_on_first_call, itemsize
 from course.check import random_tensor
+from course.gpu import tl, triton
 from course.sweep import sweep_main
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week5_integration.lora import (  # noqa: E402
-    AUTOTUNE_CONFIGS, LORA_INFER_CODE, LORA_TRAIN_CODE, LORA_TWO_PASS_CODE, block_r, lora_fused_kernel, lora_linear,
-    lora_linear_torch, lora_linear_torch_addmm, lora_linear_two_pass, merged_weight)
+from week5_integration.lora import (LORA_INFER_CODE, LORA_TRAIN_CODE, LORA_TWO_PASS_CODE, lora_linear, lora_linear_torch,
+                                    lora_linear_torch_addmm, lora_linear_two_pass, merged_weight)
+from week5_integration.lora_kernels import AUTOTUNE_CONFIGS, block_r, lora_fused_kernel
 
 
 # ---------------------------------------------------------------------------------- benchmarks
