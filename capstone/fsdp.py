@@ -59,7 +59,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from course import runtime  # before triton
+from course import runtime
 from course.bench import fmt, measured_on
 from capstone import model as cm
 from week5_integration.communication import comm_bandwidth, profile_overlap

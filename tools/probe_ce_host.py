@@ -15,7 +15,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # noqa: F401  (before triton)
 from course import launch as course_launch
 from week4_triton_dl import cross_entropy as ce
 
