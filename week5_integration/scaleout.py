@@ -3,10 +3,10 @@ communication's overlap read from a profile.
 
 `distributed.py` is the lesson (what each strategy keeps and sends; `train` checks that every
 strategy reproduces one process). This is its measuring bench, run the way real jobs run: one
-process per GPU started by torchrun, each joining the NCCL group from its environment
-(`torchrun.py`: the process group and the driver the capstone's bench shares; `communication.py`:
-the overlap read from a profile and the collectives' bandwidth). Here: the strategies' state and
-wire bytes, the measuring run, the report, behind one command line.
+process per GPU started by torchrun, each joining the NCCL group from its environment.
+Over 500 lines: a bench, no kernels: the strategies' state and wire bytes, the measuring run and
+the report, behind one command line (the process group and the driver the capstone's bench shares:
+`torchrun.py`; the overlap read from a profile and the collectives' bandwidth: `communication.py`).
 
     torchrun --standalone --nproc-per-node 1 -m week5_integration.scaleout run --stage /tmp/w5
     torchrun --standalone --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5 --profile
