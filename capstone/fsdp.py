@@ -1,8 +1,8 @@
 """The capstone on N GPUs: FSDP2 over NCCL with the fast model, against one GPU at the same per-GPU batch.
 
-Over 500 lines: a bench, no kernels (the capstone's twin of week 5's scaleout.py, whose process
-group and overlap reading it uses): the runs on 1 and N GPUs, the report, the driver and the
-command line.
+A bench, no kernels: the capstone's twin of week 5's scaleout.py, whose process group and driver
+(`week5_integration.torchrun`) and overlap reading (`week5_integration.communication`) it uses:
+the runs on 1 and N GPUs, the report and the command line.
 
     python -m torch.distributed.run --standalone --nproc-per-node 1 -m capstone.fsdp run --stage /tmp/cf
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m capstone.fsdp run --stage /tmp/cf --profile
@@ -24,7 +24,7 @@ batch; each `Block`, then the root, is an FSDP2 unit (`fully_shard`).
   same TrainConfig (seed, batches, schedule) as the N-GPU run, so the two curves must agree.
 `run` with N processes trains FSDP2 at N x B global (B per GPU) for `loss_steps` steps: the loss
 curve, tokens/s of the steps after `warmup` (the slowest rank), peak memory per GPU, and with
-`--profile` the communication overlap of `profile_steps` more steps (`week5_integration.scaleout.
+`--profile` the communication overlap of `profile_steps` more steps (`week5_integration.communication.
 overlap`). `report` writes `capstone_fsdp.json|md` and `fsdp_loss.png`; `capstone.measure`'s summary
 reads the json for its FSDP row.
 
@@ -59,16 +59,19 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from course import runtime  # before triton
+from course import runtime
+from course.bench import fmt, measured_on
 from capstone import model as cm
-from week5_integration import scaleout
+from week5_integration.communication import comm_bandwidth, profile_overlap
+from week5_integration.torchrun import (drive, free_memory, from_every_rank, init_from_env, max_over_ranks, publish,
+                                        write_stage)
 from week5_integration.train import TrainConfig, param_groups
 
 ROOT = Path(__file__).resolve().parent
 BENCHMARK_NAME = "capstone_fsdp"
 PLOT = "fsdp_loss.png"
 TOLERANCE = {"step0_abs": 0.01, "moving_avg_abs": 0.05, "window": 10}
-TARGET_SCALING = 1.8  # issue 16: >= 1.8x one GPU's tokens/s on 2 GPUs (capstone.measure.TARGETS)
+TARGET_SCALING = 1.8  # issue 16: >= 1.8x one GPU's tokens/s on 2 GPUs (capstone.summary.TARGETS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,7 @@ TINY_PLAN = Plan(config="tiny", batch=2, seq_len=32, warmup=1, steps=2, loss_ste
                  corpus_bytes=1 << 16, large_batch=0)
 
 
-def _train_config(plan: Plan, global_batch: int, steps: int) -> TrainConfig:
+def train_config(plan: Plan, global_batch: int, steps: int) -> TrainConfig:
     return TrainConfig(steps=steps, batch=global_batch, seq_len=plan.seq_len, lr=plan.lr,
                        warmup=min(10, max(1, plan.loss_steps // 4)), corpus_bytes=plan.corpus_bytes,
                        skip=plan.warmup, seed=0)
@@ -109,10 +112,10 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
           profile: bool = False, trace_path: Path | None = None, compile_blocks: bool = False) -> dict:
     """`steps` steps of the fast model (FSDP2 when `fsdp`) at `global_batch`; the slowest rank's
     median step after `plan.warmup`, peak memory, the loss curve, and optionally the overlap."""
-    scaleout.free_memory(device)
+    free_memory(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    tc = _train_config(plan, global_batch, schedule_steps)
+    tc = train_config(plan, global_batch, schedule_steps)
     from capstone.train import Trainer
 
     trainer = Trainer(plan.config, tc, ops="fast", device=device, fsdp=fsdp, compile_blocks=compile_blocks)
@@ -122,7 +125,7 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
                                         fused=True)
     records = trainer.run(steps, log_every=steps)
     timed = [r["ms"] for r in records[plan.warmup:]] or [r["ms"] for r in records]
-    ms, peak = scaleout.max_over_ranks(
+    ms, peak = max_over_ranks(
         [statistics.median(timed), torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0], device)
     world = dist.get_world_size() if dist.is_initialized() else 1
     tokens = global_batch * plan.seq_len
@@ -135,21 +138,16 @@ def train(plan: Plan, device: torch.device, *, global_batch: int, steps: int, sc
     if profile:
         def step():
             trainer.run(trainer.step + 1, log_every=1)
-        result["overlap"] = scaleout.profile_overlap(step, plan.profile_steps, device, trace_path)
-        gathered = [None] * world
-        if world > 1:
-            dist.all_gather_object(gathered, result["overlap"])
-        else:
-            gathered = [result["overlap"]]
-        result["overlap_by_rank"] = gathered
+        result["overlap"] = profile_overlap(step, plan.profile_steps, device, trace_path)
+        result["overlap_by_rank"] = from_every_rank(result["overlap"])
     del trainer
-    scaleout.free_memory(device)
+    free_memory(device)
     return result
 
 
 def run(plan: Plan, stage: Path, *, device_kind: str, profile: bool = False, trace_dir: Path | None = None) -> dict | None:
     """This process's part of a torchrun job; rank 0 writes `stage/capstone_world{N}.json`."""
-    rank, world, device = scaleout.init_from_env(device_kind)
+    rank, world, device = init_from_env(device_kind)
     try:
         schedule = plan.loss_steps + plan.profile_steps
         record = {"world": world, "backend": dist.get_backend(), "plan": dataclasses.asdict(plan),
@@ -169,7 +167,7 @@ def run(plan: Plan, stage: Path, *, device_kind: str, profile: bool = False, tra
             if plan.compile_blocks:
                 jobs["one_gpu_compiled"] = dict(jobs["one_gpu"], compile_blocks=True)
         else:
-            record["comm"] = scaleout.comm_bandwidth(device, world)
+            record["comm"] = comm_bandwidth(device, world)
 
             def trace(tag=""):  # rank 0's chrome trace of a job, when asked for
                 keep = trace_dir and rank == 0
@@ -196,18 +194,18 @@ def run(plan: Plan, stage: Path, *, device_kind: str, profile: bool = False, tra
                     # Trainer's own (foreach) AdamW rather than lose the run, and say so.
                     import traceback
                     traceback.print_exc()
-                    scaleout.free_memory(device)
+                    free_memory(device)
                     record["fused_optimizer_failed"] = True
                     record["runs"][name] = train(dataclasses.replace(plan, fused_optimizer=False), device, **job)
             except Exception as error:  # keep what the other job measured
                 import traceback
                 traceback.print_exc()
                 record["errors"][name] = f"{type(error).__name__}: {str(error)[:300]}"
-                scaleout.free_memory(device)
+                free_memory(device)
             if world > 1:
                 dist.barrier()
             if rank == 0:  # after every job: a run killed later keeps what it measured
-                scaleout.write_stage(record, stage, f"capstone_world{world}.json")
+                write_stage(record, stage, f"capstone_world{world}.json")
         if rank == 0:
             for name, r in record["runs"].items():
                 print(f"[capstone.fsdp] world {world} {name}: {r['ms']:.2f} ms/step, {r['tokens_per_s']:,.0f} tokens/s, "
@@ -319,12 +317,9 @@ def report(stage: Path) -> dict:
 
 
 def markdown(record: dict) -> str:
-    from course.bench import measured_on
-
     head = ["variant", "GPUs", "global batch", "ms / step", "tokens/s", "vs 1 GPU", "scaling efficiency",
             "peak MiB per GPU", "AdamW"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in record["rows"]:
         if "skipped" in r:
             lines.append(f"| {r['variant']} | {r['skipped']} |" + " |" * (len(head) - 2))
@@ -333,7 +328,7 @@ def markdown(record: dict) -> str:
             r["variant"], str(r["world"]), str(r["global_batch"]), f"{r['ms']:.2f}", f"{r['tokens_per_s']:,.0f}",
             "-" if r.get("speedup_vs_one_gpu") is None else f"{r['speedup_vs_one_gpu']:.2f}x",
             "-" if r.get("scaling_efficiency") is None else f"{100 * r['scaling_efficiency']:.1f}%",
-            f(r.get("peak_mib"), ",.0f"), r["optimizer"]]) + " |")
+            fmt(r.get("peak_mib"), ",.0f"), r["optimizer"]]) + " |")
     text = [f"**{record['title']}**: {measured_on(record)}.", "", "\n".join(lines), ""]
     if record.get("scaling") is not None and not record["simulated"]:
         each = "; ".join(f"{r['variant']} {r['speedup_vs_one_gpu']:.2f}x" for r in record["rows"]
@@ -427,27 +422,10 @@ def warm(batch: int, procs: int, config: str = "gpt2_124m") -> int:
 
 # ------------------------------------------------------------------------------ all (the driver)
 def run_all(gpus: int, out: Path | None, stage: Path | None = None, extra: list[str] = ()) -> int:
-    """torchrun with 1 process, then with `gpus` (profiled), then the report: what `all` does."""
-    import subprocess
-    import tempfile
-
-    stage = Path(stage or tempfile.mkdtemp(prefix="capstone-fsdp-"))
-    if not torch.cuda.is_available():
-        extra = [*extra, "--device", "cpu", "--tiny"]  # a gloo dry run of the same path
-    status = 0
-    for nproc, flags in ((1, []), (gpus, ["--profile"])):
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "capstone.fsdp", "run", "--stage", str(stage), "--world", str(gpus), *flags, *extra]
-        print("running:", " ".join(command), file=sys.stderr, flush=True)
-        status = subprocess.call(command) or status
-    record = report(stage)
-    print(markdown(record))
-    if out is not None and not record["simulated"]:
-        for path in save(record, out):
-            print("wrote", path)
-    elif out is not None:
-        print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
-    return status
+    """torchrun with 1 process, then with `gpus` (profiled), then the report: what `all` does
+    (`torchrun.drive`; the one-GPU job learns N, its reference loss curve's batch is N x B)."""
+    return drive("capstone.fsdp", gpus, report=report, markdown=markdown, save=save, out=out, stage=stage,
+                 run_args=["--world", str(gpus)], extra=extra)
 
 
 # ------------------------------------------------------------------------------ command line
@@ -510,13 +488,7 @@ def main(argv=None) -> int:
         run(plan, Path(args.stage), device_kind=device, profile=args.profile,
             trace_dir=Path(args.trace_dir) if args.trace_dir else None)
         return 0
-    record = report(Path(args.stage))
-    print(markdown(record))
-    if args.out and not record["simulated"]:
-        for path in save(record, Path(args.out)):
-            print("wrote", path)
-    elif args.out:
-        print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
+    publish(report(Path(args.stage)), Path(args.out) if args.out else None, markdown, save)
     return 0
 
 

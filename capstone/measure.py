@@ -1,7 +1,7 @@
 """The capstone's headline numbers, measured in one command (H100: about 4 minutes).
 
-Over 500 lines: the capstone's bench, no kernels: three measuring phases, their records, the
-profile and the summary of every target, behind one command line.
+The capstone's bench, no kernels: three measuring phases and their records, behind one command
+line; the profile's kinds of kernels are `step_profile.py`'s, the summary of every target `summary.py`'s.
 
     python -m capstone.measure --out capstone/results          # on the GPU
     python -m capstone.measure --out /tmp/capm                 # on a CPU: a smoke test (tiny model)
@@ -33,7 +33,6 @@ skipped: the numbers then measure Python and the Triton interpreter, and say so.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as _dt
 import gc
 import json
@@ -47,6 +46,8 @@ import torch
 
 from course import bench, runtime
 from capstone import model as cm
+from capstone.step_profile import profile_steps
+from capstone.summary import summary_markdown
 from capstone.train import Trainer
 from week5_integration import inference
 from week5_integration import model as m
@@ -63,10 +64,6 @@ FSDP_BENCH = "capstone_fsdp"  # written by capstone/fsdp.py (2 GPUs); the summar
 # bound the 20-step moving averages, which average the batch-to-batch noise: 0.05 nats, ~1 %
 # of the initial loss, while a real bug (a wrong gradient) moves them by tenths within 200 steps.
 LOSS_TOLERANCE = {"step0_abs": 0.01, "moving_avg_abs": 0.05, "window": 20, "final_abs": 0.01}
-
-# Issue 16's targets (issue 8's were 1.5x eager, 1.0x compiled, decode 5x).
-TARGETS = {"train_vs_eager": 2.0, "train_vs_compile": 1.25, "decode_vs_no_cache": 10.0,
-           "decode_cache_no_graph_vs_no_cache": 1.0, "fsdp_2gpu_scaling": 1.8}
 
 
 def plan() -> dict:
@@ -151,91 +148,6 @@ def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None
     del trainer
     _free()
     return result
-
-
-# Kernel names by kind, first match wins: the GPU time of a step split by what the kernels do.
-# cuBLAS on Hopper names its GEMMs nvjet_* (sm90_xmma/cutlass/gemm elsewhere); Inductor's
-# generated kernels start triton_ (poi: pointwise, red/per: reductions); the course's kernels
-# carry their op's name.
-# The optimizer comes before the norms: gradient clipping's global norm runs torch's multi-tensor
-# and reduction kernels whose names contain "Norm" (LpNormFunctor, NormTwoOps, lpnorm_cleanup).
-KERNEL_KINDS = (
-    ("matmul (cuBLAS)", ("nvjet", "gemm", "xmma", "cutlass", "cublas", "splitk")),
-    # cuDNN's attention backward runs two helpers beside its main kernel: the row term
-    # D = rowsum(dO * O) (compute_dot_do_o) and dQ's fp32 -> 16-bit conversion (convert_dq).
-    ("attention", ("flash", "attention", "fmha", "sdpa", "attn", "dot_do_o", "convert_dq")),
-    ("optimizer (AdamW + gradient clipping)", ("adam", "multi_tensor", "lpnorm", "normtwoops")),
-    ("cross-entropy / LM head loss", ("cross_entropy", "nll", "log_softmax", "softmax")),
-    ("normalization", ("norm", "rstd")),
-    ("RoPE, SwiGLU", ("rope", "swiglu", "rotary", "silu")),
-    ("Inductor-generated (fused elementwise/reductions)", ("triton_",)),
-    ("copies and fills", ("copy", "memcpy", "memset", "fill", "cat", "elementwise_kernel")),
-)
-
-
-def kernel_kind(name: str) -> str:
-    low = name.lower()
-    return next((kind for kind, keys in KERNEL_KINDS if any(k in low for k in keys)), "other")
-
-
-def ms_by_kind(kernels: list[dict]) -> dict:
-    """{kind: GPU ms per step}, largest first, of a profile's kernels ({"kernel", "us_per_step"})."""
-    kinds: dict = {}
-    for k in kernels:
-        kind = kernel_kind(k["kernel"])
-        kinds[kind] = kinds.get(kind, 0.0) + k["us_per_step"] / 1e3
-    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
-
-
-def profile_steps(trainer: Trainer, steps: int, path: Path, title: str = "the fast model") -> Path:
-    """torch.profiler over `steps` training steps: per step the wall time, the GPU's busy time
-    (kernels and copies, summed), the host's op count and `aten::copy_` calls, then the top-15
-    kernels by GPU time, as markdown."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    trainer.tc = dataclasses.replace(trainer.tc, steps=trainer.step + steps)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    with profile(activities=activities) as prof:
-        trainer.run(log_every=steps)
-    wall_ms = (time.perf_counter() - started) / steps * 1e3
-    events = prof.key_averages()
-    # Kernels and copies only: a range that torch.profiler records on the GPU's timeline for a
-    # `record_function` (e.g. "Optimizer.step#AdamW.step") is a device event too, but it spans
-    # kernels already counted; summing it would count the optimizer twice.
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0
-               and not getattr(e, "is_user_annotation", False)]
-    gpu_ms = sum(e.self_device_time_total for e in kernels) / steps / 1e3
-    copies = sum(e.count for e in events if e.key == "aten::copy_") / steps
-    cpu_ops = sum(e.count for e in events if e.device_type == DeviceType.CPU and e.key.startswith("aten::")) / steps
-    trainer.profile_kernels = [
-        {"kernel": e.key, "kind": kernel_kind(e.key), "calls_per_step": e.count / steps,
-         "us_per_step": e.self_device_time_total / steps, "us_per_call": e.self_device_time_total / e.count}
-        for e in sorted(kernels, key=lambda e: -e.self_device_time_total)]
-    trainer.profile_kinds = ms_by_kind(trainer.profile_kernels)
-    kind_table = "| kernels | GPU ms per step |\n|---|---|\n" + "".join(
-        f"| {kind} | {ms:.2f} |\n" for kind, ms in trainer.profile_kinds.items())
-    every_kernel = "| kernel | kind | calls / step | us / step | us / call |\n|---|---|---|---|---|\n" + "".join(
-        f"| `{k['kernel'][:90]}` | {k['kind']} | {k['calls_per_step']:.0f} | {k['us_per_step']:.0f} | "
-        f"{k['us_per_call']:.1f} |\n" for k in trainer.profile_kernels)
-    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    try:
-        table = events.table(sort_by=sort, row_limit=15, max_name_column_width=80)
-    except Exception:  # the key was renamed (device_*) in newer torch
-        table = events.table(sort_by=sort.replace("cuda", "device"), row_limit=15, max_name_column_width=80)
-    where = runtime.describe().get("gpu") or "CPU (simulation: Python and the Triton interpreter)"
-    path.write_text(
-        f"# Profile of {title}: {steps} training steps\n\n{where}, torch {torch.__version__}, "
-        f"triton {runtime.describe().get('triton')}, config {trainer.cfg.n_layers} x {trainer.cfg.d_model}, "
-        f"batch {trainer.tc.batch} x {trainer.batches.seq_len}, sorted by {sort}.\n\n"
-        f"Per step (profiled, so slower than the timed steps): wall {wall_ms:.1f} ms, GPU busy {gpu_ms:.1f} ms "
-        f"({100 * gpu_ms / wall_ms:.0f}%), {cpu_ops:.0f} aten ops on the host, {copies:.0f} `aten::copy_`.\n\n"
-        f"GPU time by kind of kernel (names matched by `capstone.measure.KERNEL_KINDS`):\n\n{kind_table}\n"
-        f"```\n{table}\n```\n\nEvery kernel of the step (GPU time per step, largest first):\n\n{every_kernel}")
-    return path
 
 
 def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] = ()) -> dict:
@@ -442,153 +354,12 @@ def plot_loss(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-# ------------------------------------------------------------------------------ summary
-def _row(record: dict | None, variant: str, size_prefix: str = "") -> dict | None:
-    if not record:
-        return None
-    return next((r for r in record.get("rows", []) if r["variant"] == variant and "ms" in r
-                 and str(r["size"]).startswith(size_prefix)), None)
-
-
-def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
-                     fsdp: dict | None = None) -> str:
-    """Every target of issue 8 beside its measured value: the table the README quotes."""
-    lines = ["| target | measured | met? |", "|---|---|---|"]
-
-    def add(target, value, ok):
-        lines.append(f"| {target} | {value} | {'-' if ok is None else ('yes' if ok else 'NO')} |")
-
-    fast, eager, comp = _row(train, "fast"), _row(train, "torch"), _row(train, "torch.compile")
-    best = min((r for r in (fast, _row(train, "fast, one-thread backward"), _row(train, "fast+compile"),
-                            _row(train, "fast+compile+cudagraphs")) if r),
-               key=lambda r: r["ms"], default=None)
-    if fast and eager:
-        add(f"training tokens/s >= {TARGETS['train_vs_eager']}x the eager twin",
-            f"fast {fast['tokens_per_s']:,.0f} vs eager {eager['tokens_per_s']:,.0f} tokens/s: "
-            f"{eager['ms'] / fast['ms']:.2f}x" + (f" (best, {best['variant']}: {eager['ms'] / best['ms']:.2f}x)"
-                                                   if best is not fast else ""),
-            eager["ms"] / best["ms"] >= TARGETS["train_vs_eager"])
-    else:
-        add(f"training tokens/s >= {TARGETS['train_vs_eager']}x the eager twin", "not measured", None)
-    if best and comp:
-        add(f"training tokens/s >= {TARGETS['train_vs_compile']}x the compiled twin",
-            f"{best['variant']} {best['tokens_per_s']:,.0f} vs torch.compile {comp['tokens_per_s']:,.0f}: "
-            f"{comp['ms'] / best['ms']:.2f}x", comp["ms"] / best["ms"] >= TARGETS["train_vs_compile"])
-    else:
-        add(f"training tokens/s >= {TARGETS['train_vs_compile']}x the compiled twin", "not measured", None)
-    twin_graphs, fast_graphs = _row(train, "torch.compile+cudagraphs"), _row(train, "fast+compile+cudagraphs")
-    if twin_graphs and fast_graphs:
-        add("the same comparison with both compiled in reduce-overhead mode (CUDA graphs)",
-            f"{fast_graphs['tokens_per_s']:,.0f} vs {twin_graphs['tokens_per_s']:,.0f} tokens/s: "
-            f"{twin_graphs['ms'] / fast_graphs['ms']:.2f}x", None)
-    fastest_twin = min((r for r in (comp, twin_graphs) if r), key=lambda r: r["ms"], default=None)
-    bound = _matmul_bound(twin_graphs, fast_graphs, fastest_twin)
-    if bound:
-        add("what limits the ratio to the compiled twin: GPU ms per step by kind of kernel (profiles of the two "
-            "CUDA-graphed steps)", bound, None)
-    if fast and eager and fast.get("peak_mib") and eager.get("peak_mib"):
-        add("peak memory <= the eager twin's", f"fast {fast['peak_mib']:,.0f} MiB vs eager {eager['peak_mib']:,.0f} MiB",
-            fast["peak_mib"] <= eager["peak_mib"])
-    else:
-        add("peak memory <= the eager twin's", "not measured", None)
-    if loss and "max_abs_diff" in loss:
-        t = loss["tolerance"]
-        add(f"loss over {loss['steps']} steps tracks the eager twin (step 0 within {t['step0_abs']}, "
-            f"{t['window']}-step means within {t['moving_avg_abs']})",
-            f"step 0: {loss['step0_abs_diff']:.4f}; {t['window']}-step means: {loss['moving_avg_max_abs_diff']:.4f}; "
-            f"largest single-step difference {loss['max_abs_diff']:.4f}", loss["within_tolerance"])
-    else:
-        add("loss tracks the eager twin", "not measured", None)
-    if loss and "control" in loss:
-        c = loss["control"]
-        add("the same, held to a control: within twice the distance between the compiled and the eager "
-            f"torch twin ({loss['tolerance']['window']}-step means), and the last 50 steps' means within "
-            f"max(2 x the control's, {loss['tolerance']['final_abs']})",
-            f"fast vs eager {loss['moving_avg_max_abs_diff']:.4f} (control {c['moving_avg_max_abs_diff']:.4f}); "
-            f"last 50 steps {loss['final_mean_abs_diff']:.4f} (control {c['final_mean_abs_diff']:.4f})",
-            loss["within_control"])
-    cached, base = _row(decode, "fast cache", "B=1"), _row(decode, "torch no_cache", "B=1")
-    if cached and base:
-        add(f"decode tokens/s with the KV cache, no graph, >= {TARGETS['decode_cache_no_graph_vs_no_cache']}x the "
-            "no-cache eager loop at ~1k",
-            f"{cached['tokens_per_s']:,.0f} vs {base['tokens_per_s']:,.0f} tokens/s (batch 1): {base['ms'] / cached['ms']:.2f}x",
-            base["ms"] / cached["ms"] >= TARGETS["decode_cache_no_graph_vs_no_cache"])
-    else:
-        add("decode with the KV cache, no graph, >= 1x the no-cache loop", "not measured", None)
-    graph = _row(decode, "fast cache+graph", "B=1")
-    if graph and base:
-        add(f"decode tokens/s (KV cache + CUDA graph) >= {TARGETS['decode_vs_no_cache']}x the no-cache eager loop at ~1k",
-            f"{graph['tokens_per_s']:,.0f} vs {base['tokens_per_s']:,.0f} tokens/s (batch 1): {base['ms'] / graph['ms']:.1f}x",
-            base["ms"] / graph["ms"] >= TARGETS["decode_vs_no_cache"])
-    else:
-        add(f"decode >= {TARGETS['decode_vs_no_cache']}x the no-cache loop", "not measured", None)
-    fsdp_row = max((r for r in (fsdp or {}).get("rows", []) if r.get("scaling_efficiency") is not None),
-                   key=lambda r: r["speedup_vs_one_gpu"], default=None)  # the better like-for-like comparison
-    if fsdp_row:  # capstone/fsdp.py's record: its own machine and date
-        add(f"FSDP on 2 GPUs >= {TARGETS['fsdp_2gpu_scaling']}x one GPU",
-            f"{fsdp_row['variant']} {fsdp_row['tokens_per_s']:,.0f} vs 1 GPU "
-            f"{fsdp_row['tokens_per_s'] / fsdp_row['speedup_vs_one_gpu']:,.0f} tokens/s at the same per-GPU batch: "
-            f"{fsdp_row['speedup_vs_one_gpu']:.2f}x ({fsdp['machine'].get('gpu')}, {fsdp['date']}; "
-            "`capstone_fsdp.md`)", fsdp_row["speedup_vs_one_gpu"] >= TARGETS["fsdp_2gpu_scaling"])
-    else:
-        add(f"FSDP on 2 GPUs >= {TARGETS['fsdp_2gpu_scaling']}x one GPU", "not measured by this command "
-            "(2-GPU run pending; correctness: tests/capstone/test_fsdp.py, 2 gloo processes)", None)
-    where = (train or decode or loss or {}).get("machine", {})
-    head = (f"Measured on {where.get('gpu') or 'the CPU (SIMULATION: Python and the Triton interpreter, not a GPU)'}; "
-            f"torch {where.get('torch')}, triton {where.get('triton')}, CUDA {where.get('cuda_runtime')}; "
-            f"{(train or decode or loss or {}).get('date')}.")
-    return head + "\n\n" + "\n".join(lines) + "\n"
-
-
-MATMUL, OPTIMIZER, ATTENTION, GLUE = ("matmul (cuBLAS)", "optimizer (AdamW + gradient clipping)", "attention",
-                                      "Inductor-generated (fused elementwise/reductions)")
-
-
-def kinds_of(row: dict) -> dict:
-    """GPU ms per step by kind of kernel of a profiled row, classified by today's KERNEL_KINDS
-    when the record lists its kernels (so an older record reads the same way), else as recorded."""
-    return ms_by_kind(row["gpu_kernels"]) if row.get("gpu_kernels") else row["gpu_ms_by_kind"]
-
-
-def step_bounds(fast_kinds: dict, twin_kinds: dict) -> dict:
-    """GPU ms per step that the fast model could reach, from the two CUDA-graphed profiles:
-
-    * `floor`: the cuBLAS matmuls and the optimizer alone (both twins run the same ones);
-    * `best_today`: the fast step with its attention at the twin's (cuDNN's) time and every
-      Inductor-generated kernel gone (the casts, residual adds and embedding glue around the
-      course's ops), its other kernels as measured: what fusing around today's kernels could give.
-    Ratios against the compiled twin's step follow from these."""
-    total = sum(fast_kinds.values())
-    floor = fast_kinds.get(MATMUL, 0.0) + fast_kinds.get(OPTIMIZER, 0.0)
-    attention_saving = max(0.0, fast_kinds.get(ATTENTION, 0.0) - twin_kinds.get(ATTENTION, 0.0))
-    return {"total": total, "floor": floor,
-            "best_today": total - attention_saving - fast_kinds.get(GLUE, 0.0)}
-
-
-def _matmul_bound(twin: dict | None, fast: dict | None, comp: dict | None) -> str | None:
-    """The profiles' kernel kinds side by side, and the ceilings they set on fast / compiled twin
-    (`step_bounds`)."""
-    if not (twin and fast and comp and twin.get("gpu_ms_by_kind") and fast.get("gpu_ms_by_kind")):
-        return None
-    a, b = kinds_of(fast), kinds_of(twin)
-    parts = [f"{k} {a.get(k, 0.0):.2f} vs {b.get(k, 0.0):.2f}" for k in sorted(set(a) | set(b), key=lambda k: -b.get(k, a.get(k, 0)))]
-    bounds = step_bounds(a, b)
-    text = (f"fast vs twin: {'; '.join(parts)}; GPU busy {bounds['total']:.2f} vs {sum(b.values()):.2f} ms")
-    if bounds["floor"]:
-        text += (f". Bounds on fast / compiled twin (its faster mode, {comp['variant']}, {comp['ms']:.2f} ms): with "
-                 f"attention at the twin's time and "
-                 f"no Inductor-generated kernel, {bounds['best_today']:.2f} ms = "
-                 f"{comp['ms'] / bounds['best_today']:.2f}x; matmuls + optimizer alone {bounds['floor']:.2f} ms = "
-                 f"{comp['ms'] / bounds['floor']:.2f}x")
-    return text
-
-
 def _table(record: dict) -> str:
     """The record's table with this benchmark's own columns (tokens/s, per-rung gain)."""
     head = ["size", "variant", "ms", "tokens/s", "TFLOP/s", "peak MiB", "vs torch", "vs previous rung", "vs compiled twin",
             "vs compiled twin, CUDA graphs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    f = bench.fmt  # a cell: "-" where a value is missing
     x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     for r in record["rows"]:
         if "ms" not in r:

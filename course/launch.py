@@ -41,7 +41,7 @@ import torch
 from course import runtime
 from course.gpu import triton
 
-knobs = triton.knobs  # launch hooks and the HookChain type
+knobs = triton.knobs  # launch hooks: the fast path calls them as Triton's own launcher would
 
 _COMPILED: dict = {}
 ENABLED = runtime.on_gpu() and os.environ.get("COURSE_FAST_LAUNCH", "1") != "0"
@@ -105,6 +105,12 @@ def _run(compiled, grid, args, stream) -> None:
     metadata = compiled.launch_metadata(grid, stream, *args) if enter is not None or leave is not None else None
     compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                  compiled.function, compiled.packed_metadata, metadata, enter, leave, *args)
+
+
+def cached_launch(kernel, key, device: int = 0):
+    """(compiled kernel, trailing constexprs) that `launch` keeps for `key` on `device`, or None: what a
+    probe needs to time a bare `compiled.run` against the whole call."""
+    return _COMPILED.get((kernel, key, device))
 
 
 def cached_kernels() -> int:

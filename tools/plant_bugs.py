@@ -78,11 +78,11 @@ PLANTS = [
     Plant("matmul_out_span_unchecked", "size", "week3_triton_kernels/matmul_basic.py",
           'for name, t in (("a", a), ("b", b), ("out", out)):', 'for name, t in (("a", a), ("b", b)):',
           ("tests/week3/test_matmul.py", "-k", "past")),
-    Plant("lora_out_span_unchecked", "size", "week5_integration/lora.py",
+    Plant("lora_out_span_unchecked", "size", "week5_integration/lora_kernels.py",
           "    check_int32_span(out, name)  # the stores' offsets are int32 too\n", "",
           ("tests/week5/test_lora.py", "-k", "spans")),
     # --- non-dense layouts -------------------------------------------------------------------------
-    Plant("lora_ignores_x_row_stride", "layout", "week5_integration/lora.py",
+    Plant("lora_ignores_x_row_stride", "layout", "week5_integration/lora_kernels.py",
           "    args = (p, q, u, v, out, xa_out if store_xa else out, M, N, K, R, scale,\n            p.stride(0),",
           "    args = (p, q, u, v, out, xa_out if store_xa else out, M, N, K, R, scale,\n            p.shape[1],",
           ("tests/week5/test_lora.py", "-k", "non_dense")),

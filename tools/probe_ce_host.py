@@ -38,14 +38,14 @@ def main() -> None:
     targets = torch.randint(0, 50304, (8,), device="cuda")
     acc = torch.float32
     ce.cross_entropy(logits, targets)
-    ticket, loss_rows = ce._scratch(logits, 8, acc)
+    ticket, loss_rows = ce.scratch(logits, 8, acc)
     out = torch.empty((), dtype=logits.dtype, device="cuda")
-    block, num_warps = ce._plan(50304)
-    coef = ce._coefficients(0.0, 50304, acc, logits.device)
+    block, num_warps = ce.launch_plan(50304)
+    coef = ce.smoothing_coefficients(0.0, 50304, acc, logits.device)
     key = (logits.dtype, targets.dtype, 8, 50304, 50304, -100, False, False, True, block)
     args = (logits, targets, loss_rows, out, out, out, ticket, 8, 50304, 50304, -100, coef, False, False, False,
             True, block, ce.REDUCE_BLOCK)
-    compiled, tail = course_launch._COMPILED[(ce.cross_entropy_fwd_reduce_kernel, key, 0)]
+    compiled, tail = course_launch.cached_launch(ce.cross_entropy_fwd_reduce_kernel, key)
     stream = torch.cuda.current_stream().cuda_stream
     full = args + tail
 
@@ -56,10 +56,10 @@ def main() -> None:
         "torch F.cross_entropy": lambda: F.cross_entropy(logits, targets),
         "course cross_entropy (no grad)": lambda: ce.cross_entropy(logits, targets),
         "check_call": lambda: ce.check_call(logits, targets, -100, "mean", 0.0),
-        "_one_launch": lambda: ce._one_launch(logits, "mean"),
+        "one_launch": lambda: ce.one_launch(logits, "mean"),
         "torch.empty(())": lambda: torch.empty((), dtype=logits.dtype, device=logits.device),
-        "_scratch": lambda: ce._scratch(logits, 8, acc),
-        "_plan + _coefficients": lambda: (ce._plan(50304), ce._coefficients(0.0, 50304, acc, logits.device)),
+        "scratch": lambda: ce.scratch(logits, 8, acc),
+        "launch_plan + smoothing_coefficients": lambda: (ce.launch_plan(50304), ce.smoothing_coefficients(0.0, 50304, acc, logits.device)),
         "course.launch (cached)": lambda: course_launch.launch(ce.cross_entropy_fwd_reduce_kernel, (8,), key, args,
                                                                num_warps=num_warps),
         "compiled.run (bare)": bare,

@@ -19,14 +19,14 @@ import torch.distributed as dist
 from course import runtime  # noqa: F401
 from capstone import fsdp as cf
 from capstone.train import Trainer
-from week5_integration import scaleout
+from week5_integration import torchrun
 
 
 def main() -> None:
     plain = "--plain" in sys.argv
-    rank, world, device = scaleout.init_from_env("cuda")
+    rank, world, device = torchrun.init_from_env("cuda")
     plan = cf.GPU_PLAN
-    tc = cf._train_config(plan, plan.batch * world, 30)
+    tc = cf.train_config(plan, plan.batch * world, 30)
     trainer = Trainer(plan.config, tc, ops="fast", device=device, fsdp=not plain)
     trainer.opt = torch.optim.AdamW(cf.param_groups(trainer.module, tc.weight_decay), lr=tc.lr, fused=True)
     phases: dict = {k: [] for k in ("batch", "forward", "backward", "clip", "optimizer", "step")}

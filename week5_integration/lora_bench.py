@@ -1,4 +1,4 @@
-"""LoRA's benchmarks, tile sweep and command line (the kernels: lora.py).
+"""LoRA's benchmarks, tile sweep and command line (the layer: lora.py; its kernels: lora_kernels.py).
 
 `BENCHMARKS` (found by `python -m course bench week5`): the fused LoRA linear against eager torch
 and torch.compile at GPT-2 and Llama-like shapes, training step and inference. `python -m
@@ -13,15 +13,14 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench
+from course import bench, runtime
 from course.bench import Benchmark, compile_on_first_call, itemsize
 from course.check import random_tensor
+from course.gpu import tl, triton
 from course.sweep import sweep_main
-from course.gpu import triton, tl, DEVICE
-
-from week5_integration.lora import (
-    AUTOTUNE_CONFIGS, LORA_INFER_CODE, LORA_TRAIN_CODE, LORA_TWO_PASS_CODE, block_r, lora_fused_kernel, lora_linear,
-    lora_linear_torch, lora_linear_torch_addmm, lora_linear_two_pass, merged_weight)
+from week5_integration.lora import (LORA_INFER_CODE, LORA_TRAIN_CODE, LORA_TWO_PASS_CODE, lora_linear, lora_linear_torch,
+                                    lora_linear_torch_addmm, lora_linear_two_pass, merged_weight)
+from week5_integration.lora_kernels import AUTOTUNE_CONFIGS, block_r, lora_fused_kernel
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -32,7 +31,7 @@ RANK, ALPHA = 16, 32.0
 
 def _inputs(size, train=True):
     m, k, n, r, dtype = size
-    dev = DEVICE
+    dev = runtime.DEVICE
     x = random_tensor((m, k), dtype, dev).requires_grad_(train)
     w = random_tensor((n, k), dtype, dev, scale=k ** -0.5)
     a = random_tensor((r, k), dtype, dev, scale=k ** -0.5).requires_grad_(train)

@@ -1,4 +1,4 @@
-"""NF4's benchmarks, crossover sweep and command line (the kernels: nf4.py).
+"""NF4's benchmarks, crossover sweep and command line (the kernels: nf4.py; the format: nf4_format.py).
 
 `BENCHMARKS` (found by `python -m course bench week5`): the fused NF4 matmul and the dequantize
 kernel against dequantize + cuBLAS at decode and prefill shapes. `python -m
@@ -18,9 +18,9 @@ from course.bench import Benchmark
 from course.check import random_tensor
 from course.sweep import sweep_main
 
-from week5_integration.nf4 import (
-    BLOCK, DQ_BLOCK, FUSED_MAX_M, NF4_DEQUANTIZE_CODE, NF4_MATMUL_CODE, dequantize_matmul, nf4_dequantize,
-    nf4_dequantize_torch, nf4_matmul, nf4_quantize)
+from week5_integration.nf4 import (FUSED_MAX_M, NF4_DEQUANTIZE_CODE, NF4_MATMUL_CODE, dequantize_matmul, nf4_dequantize,
+                                   nf4_matmul)
+from week5_integration.nf4_format import BLOCK, DQ_BLOCK, nf4_dequantize_torch, nf4_quantize
 
 
 # ---------------------------------------------------------------------------------- benchmarks

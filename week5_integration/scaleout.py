@@ -4,8 +4,9 @@ communication's overlap read from a profile.
 `distributed.py` is the lesson (what each strategy keeps and sends; `train` checks that every
 strategy reproduces one process). This is its measuring bench, run the way real jobs run: one
 process per GPU started by torchrun, each joining the NCCL group from its environment.
-Over 500 lines: a bench, no kernels: the process group, the strategies' state and wire bytes, the
-overlap read from a profile, the measuring run, the report and the driver, behind one command line.
+Over 500 lines: a bench, no kernels: the strategies' state and wire bytes, the measuring run and
+the report, behind one command line (the process group and the driver the capstone's bench shares:
+`torchrun.py`; the overlap read from a profile and the collectives' bandwidth: `communication.py`).
 
     torchrun --standalone --nproc-per-node 1 -m week5_integration.scaleout run --stage /tmp/w5
     torchrun --standalone --nproc-per-node 2 -m week5_integration.scaleout run --stage /tmp/w5 --profile
@@ -25,14 +26,9 @@ no wrapper, the baseline of the scaling efficiency):
   rank: parameters, gradients and AdamW's moments (local shards only), in bytes per parameter of
   the whole model. fp32 master weights, fp32 gradients, AdamW (m, v fp32), bf16 autocast:
   16 B/param unsharded; ZeRO-1 4 + 4 + 8/N; FSDP (either resharding) 16/N at rest.
-* with `--profile`: `profile_steps` more steps under torch.profiler; `overlap` reads the device
-  timeline of the trace: the NCCL kernels (all-reduce, all-gather, reduce-scatter, by name) against
-  every other kernel and copy. comm = the union of the NCCL kernels' intervals; hidden = the part
-  of it during which other device work ran too; exposed = comm - hidden, the time communication
-  alone occupied the GPU. An NCCL kernel starts when its stream reaches it and ends when the data
-  has arrived, so its span includes waiting for the slower rank: it is an upper bound on transfer
-  time. `comm_bandwidth` times each collective on 256 MiB in the same run (bus bandwidth, NCCL's
-  definition: all-reduce S/t x 2(N-1)/N, all-gather and reduce-scatter S/t x (N-1)/N), and the
+* with `--profile`: `profile_steps` more steps under torch.profiler; `communication.overlap` reads
+  the device timeline of the trace: how much of the NCCL kernels' time other device work hid.
+  `communication.comm_bandwidth` times each collective in the same run (bus bandwidth), and the
   report divides each strategy's bytes on the wire (`distributed.ring_bytes`) by it: the time the
   transfers would take alone.
 
@@ -49,15 +45,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import gc
-import gzip
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -70,17 +61,14 @@ from course.bench import fmt
 from week5_integration import data
 from week5_integration import distributed as dd
 from week5_integration import model as m
+from week5_integration.communication import comm_bandwidth, profile_overlap
+from week5_integration.torchrun import (drive, free_memory, from_every_rank, init_from_env, max_over_ranks, publish, sync,
+                                        write_stage)
 
 ROOT = Path(__file__).resolve().parent
 BENCHMARK_NAME = dd.BENCHMARK_NAME  # "fsdp_week5": the table of lesson 08
 STRATEGIES = dd.STRATEGIES + ("fsdp_bf16",)
 ZERO_STAGE = {**dd.ZERO_STAGE, "single": None, "fsdp_bf16": 3}
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-# NCCL kernel names (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ncclKernel_AllGather_RING_LL_Sum_int8_t, ...).
-_KIND_BY_NAME = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-                 ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("send", "send_recv"),
-                 ("recv", "send_recv"))
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,54 +96,6 @@ class Plan:
 GPU_PLAN = Plan()
 TINY_PLAN = Plan(config="tiny", batch=2, seq_len=32, warmup=1, steps=3, profile_steps=1, lr=1e-3, amp=False,
                  corpus_bytes=1 << 15)
-
-
-# ------------------------------------------------------------------------------ the process group
-def init_from_env(device_kind: str) -> tuple[int, int, torch.device]:
-    """Join the group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT); without
-    torchrun, a group of one through a file in a temporary folder. Returns (rank, world, device)."""
-    if device_kind not in ("cuda", "cpu"):
-        raise ValueError(f"device must be 'cuda' or 'cpu', got {device_kind!r}")
-    if device_kind == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: no CUDA GPU here (use --device cpu --tiny for a gloo dry run)")
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local) if device_kind == "cuda" else torch.device("cpu")
-    backend = "nccl" if device_kind == "cuda" else "gloo"
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        kwargs = {"device_id": device} if backend == "nccl" else {}
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, **kwargs)
-        else:
-            folder = tempfile.mkdtemp(prefix="scaleout-")
-            dist.init_process_group(backend, init_method=f"file://{folder}/rendezvous", rank=0, world_size=1,
-                                    **kwargs)
-    if backend == "gloo" and "RANK" in os.environ:  # N processes on the cores: a share each
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def free_memory(device: torch.device) -> None:
-    """Collect garbage and return cached blocks, so the next measurement's peak memory is its own."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-
-
-def max_over_ranks(values: list[float], device: torch.device) -> list[float]:
-    """Each value's maximum over the ranks (the slowest rank sets a step's time); values as they
-    are without a process group."""
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()
 
 
 # ------------------------------------------------------------------------------ the strategies
@@ -230,116 +170,6 @@ def wire_bytes_per_step(strategy: str, params: int, world: int) -> dict:
             "reduce_scatter": dd.ring_bytes("reduce_scatter", grads, world)}
 
 
-# ------------------------------------------------------------------------------ the timeline
-def _kind(name: str) -> str | None:
-    """The collective an NCCL kernel performs, or None for any other kernel."""
-    low = name.lower()
-    if "nccl" not in low:
-        return None
-    compact = low.replace("_", "")
-    for needle, kind in _KIND_BY_NAME:
-        if needle in compact:
-            return kind
-    return "other_nccl"
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _length(intervals) -> float:
-    return sum(end - start for start, end in intervals)
-
-
-def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total length of (union a) & (union b); both already merged and sorted."""
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def overlap(events: list[dict], steps: int = 1, device: int | None = None) -> dict:
-    """Communication against other device work, per step, in ms, from chrome-trace events.
-
-    `events`: the trace's "traceEvents" (torch.profiler's `export_chrome_trace`): complete ("X")
-    events of category kernel / gpu_memcpy / gpu_memset, times in microseconds. `device`: keep only
-    this GPU's events (a process may see others'). Returns zeros and `device_events: 0` for a trace
-    without device events (a CPU run).
-    """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    comm, other, by_kind, counts = [], [], {}, {}
-    first, last = float("inf"), float("-inf")
-    for e in events:
-        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in DEVICE_CATEGORIES:
-            continue
-        if device is not None and (e.get("args") or {}).get("device", device) != device:
-            continue
-        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
-        first, last = min(first, start), max(last, end)
-        kind = _kind(str(e.get("name", ""))) if str(e["cat"]).lower() == "kernel" else None
-        if kind is None:
-            other.append((start, end))
-        else:
-            comm.append((start, end))
-            by_kind[kind] = by_kind.get(kind, 0.0) + (end - start)
-            counts[kind] = counts.get(kind, 0) + 1
-    n = len(comm) + len(other)
-    comm_u, other_u = _union(comm), _union(other)
-    busy = _length(_union(comm + other))
-    hidden = _intersection(comm_u, other_u)
-    span = (last - first) if n else 0.0
-    per_step = lambda us: us / steps / 1e3  # noqa: E731  (us over all steps -> ms per step)
-    comm_ms = per_step(_length(comm_u))
-    return {
-        "steps": steps, "device_events": n,
-        "span_ms": per_step(span), "busy_ms": per_step(busy), "idle_ms": per_step(span - busy),
-        "compute_ms": per_step(_length(other_u)),
-        "comm_ms": comm_ms, "hidden_ms": per_step(hidden), "exposed_ms": per_step(_length(comm_u) - hidden),
-        "hidden_fraction": (hidden / _length(comm_u)) if comm_u else None,
-        "kernel_ms": {k: per_step(v) for k, v in sorted(by_kind.items())},
-        "kernels_per_step": {k: v / steps for k, v in sorted(counts.items())},
-    }
-
-
-def profile_overlap(step, steps: int, device: torch.device, trace_path: Path | None = None) -> dict:
-    """Run `step()` `steps` times under torch.profiler; the `overlap` of its device timeline.
-    `trace_path` (x.json.gz): keep the chrome trace there."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    _sync(device)
-    if dist.is_initialized():
-        dist.barrier()
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            step()
-        _sync(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        trace = json.loads(raw.read_text())
-        if trace_path is not None:
-            trace_path = Path(trace_path)
-            trace_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(raw, "rb") as src, gzip.open(trace_path, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return overlap(events, steps, device.index if device.type == "cuda" else None)
-
-
 # ------------------------------------------------------------------------------ correctness worker
 def match_worker(rank: int, world: int, strategies: tuple, kwargs: dict) -> dict:
     """For `distributed.launch`: each strategy's `distributed.train` in this rank (losses, final
@@ -402,7 +232,7 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
 
     for _ in range(plan.warmup):
         step()
-    _sync(device)
+    sync(device)
     if world > 1:
         dist.barrier()
     use_events = device.type == "cuda"
@@ -418,7 +248,7 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
         if use_events:
             marks[i][1].record()
         host_ms.append((time.perf_counter() - t0) * 1e3)
-    _sync(device)
+    sync(device)
     wall_ms = (time.perf_counter() - started) * 1e3 / plan.steps
     step_ms = [s.elapsed_time(e) for s, e in marks] if use_events else host_ms
     peak = torch.cuda.max_memory_allocated(device) if use_events else 0
@@ -446,51 +276,10 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
     if profile:
         result["overlap"] = profile_overlap(step, plan.profile_steps, device,
                                             trace_path if rank == 0 else None)
-        gathered = [None] * world
-        if world > 1:
-            dist.all_gather_object(gathered, result["overlap"])
-        else:
-            gathered = [result["overlap"]]
-        result["overlap_by_rank"] = gathered
+        result["overlap_by_rank"] = from_every_rank(result["overlap"])
     del module, opt, gpt, batches, position
     free_memory(device)
     return result
-
-
-def comm_bandwidth(device: torch.device, world: int, nbytes: int | None = None, iters: int = 5) -> dict:
-    """Bus bandwidth (GB/s, NCCL's definition) of all-reduce, all-gather and reduce-scatter on
-    `nbytes` of fp32 (256 MiB on GPUs), median of `iters` timed calls after 2 warm-up calls."""
-    if world == 1:
-        return {}
-    nbytes = nbytes or (256 << 20 if device.type == "cuda" else 4 << 20)
-    n = nbytes // 4 // world * world
-    full = torch.ones(n, device=device)
-    part = torch.ones(n // world, device=device)
-    calls = {"all_reduce": lambda: dist.all_reduce(full),
-             "all_gather": lambda: dist.all_gather_into_tensor(full, part),
-             "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full)}
-    factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
-              "reduce_scatter": (world - 1) / world}
-    out = {"bytes": n * 4}
-    for name, call in calls.items():
-        try:
-            for _ in range(2):
-                call()
-            times = []
-            for _ in range(iters):
-                _sync(device)
-                dist.barrier()
-                t0 = time.perf_counter()
-                call()
-                _sync(device)
-                times.append(time.perf_counter() - t0)
-            seconds = max(max_over_ranks([statistics.median(times)], device)[0], 1e-9)
-            out[f"{name}_busbw_gbps"] = n * 4 / seconds * factor[name] / 1e9
-        except Exception as error:  # e.g. a collective the backend lacks: say so, measure the rest
-            out[f"{name}_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
-    del full, part
-    free_memory(device)
-    return out
 
 
 # ------------------------------------------------------------------------------ run (one process)
@@ -539,15 +328,6 @@ def run(plan: Plan, strategies, stage: Path, *, device_kind: str, profile: bool 
         return None
     finally:
         dist.destroy_process_group()
-
-
-def write_stage(record: dict, stage: Path, name: str) -> None:
-    """Write one job's record into the stage folder atomically (a reader never sees half a file)."""
-    stage = Path(stage)
-    stage.mkdir(parents=True, exist_ok=True)
-    tmp = stage / f".{name}.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(stage / name)
 
 
 # ------------------------------------------------------------------------------ report
@@ -693,30 +473,10 @@ def save(record: dict, out: Path) -> list[Path]:
     return bench.write_record(record, out, markdown(record))
 
 
-# ------------------------------------------------------------------------------ all (the driver)
-def torchrun_command(nproc: int, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "week5_integration.scaleout", "run", *args]
-
-
 def run_all(gpus: int, out: Path | None, stage: Path | None = None, extra: list[str] = ()) -> int:
-    """torchrun with 1 process, then with `gpus`, then the report: what `all` does."""
-    stage = Path(stage or tempfile.mkdtemp(prefix="scaleout-"))
-    if not torch.cuda.is_available():
-        extra = [*extra, "--device", "cpu", "--tiny"]  # a gloo dry run of the same path
-    status = 0
-    for nproc, flags in ((1, []), (gpus, ["--profile"])):
-        command = torchrun_command(nproc, ["--stage", str(stage), *flags, *extra])
-        print("running:", " ".join(command), file=sys.stderr, flush=True)
-        status = subprocess.call(command) or status
-    record = report(stage)
-    print(markdown(record))
-    if out is not None and not record["simulated"]:
-        for path in save(record, out):
-            print("wrote", path)
-    elif out is not None:
-        print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
-    return status
+    """torchrun with 1 process, then with `gpus`, then the report: what `all` does (`torchrun.drive`)."""
+    return drive("week5_integration.scaleout", gpus, report=report, markdown=markdown, save=save, out=out,
+                 stage=stage, extra=extra)
 
 
 # ------------------------------------------------------------------------------ command line
@@ -768,13 +528,7 @@ def main(argv=None) -> int:
             trace_dir=Path(args.trace_dir) if args.trace_dir else None)
         return 0
     if args.command == "report":
-        record = report(Path(args.stage))
-        print(markdown(record))
-        if args.out and not record["simulated"]:
-            for path in save(record, Path(args.out)):
-                print("wrote", path)
-        elif args.out:
-            print("(gloo on the CPU: nothing saved; results/ holds only figures measured on GPUs)")
+        publish(report(Path(args.stage)), Path(args.out) if args.out else None, markdown, save)
         return 0
     return run_all(args.gpus, Path(args.out) if args.out else None, Path(args.stage) if args.stage else None)
 

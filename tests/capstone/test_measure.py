@@ -1,5 +1,5 @@
-"""capstone.measure: the summary compares each target with the right rows (no GPU needed)."""
-from capstone import measure
+"""capstone.measure and capstone.summary: the summary compares each target with the right rows (no GPU needed)."""
+from capstone import measure, summary
 
 
 def record(rows):
@@ -19,7 +19,7 @@ def test_summary_reads_the_targets_from_the_rows():
     ])
     loss = {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "step0_abs_diff": 0.001,
             "moving_avg_max_abs_diff": 0.2, "max_abs_diff": 0.3, "within_tolerance": False}
-    text = measure.summary_markdown(train, decode, loss)
+    text = summary.summary_markdown(train, decode, loss)
     lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     assert "1.60x | NO" in lines["| training tokens/s >= 2.0x the eager twin"]
     assert "1.20x | NO" in lines["| training tokens/s >= 1.25x the compiled twin"]
@@ -31,7 +31,7 @@ def test_summary_reads_the_targets_from_the_rows():
 
 
 def test_summary_without_measurements_says_so():
-    text = measure.summary_markdown(None, None, None)
+    text = summary.summary_markdown(None, None, None)
     assert text.count("not measured") >= 5 and "SIMULATION" in text
 
 

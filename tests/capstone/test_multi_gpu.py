@@ -79,7 +79,7 @@ def _run(world, global_batch, ms, losses, fsdp):
 
 
 def test_report_writes_the_record_the_summary_reads(tmp_path):
-    from capstone import measure
+    from capstone import summary
 
     losses = [10.8 - 0.1 * i for i in range(40)]
     common = {"plan": {**cf.dataclasses.asdict(cf.GPU_PLAN)}, "model": {}, "date": "2026-11-26 12:00 UTC",
@@ -97,7 +97,7 @@ def test_report_writes_the_record_the_summary_reads(tmp_path):
     assert "| FSDP2, 2 GPUs | 2 | 32 |" in text and "met" in text and "all-gather 300" in text
     paths = cf.save(record, tmp_path / "out")
     assert [p.name for p in paths] == ["capstone_fsdp.json", "capstone_fsdp.md", cf.PLOT]
-    row = measure.summary_markdown(None, None, None, json.loads(paths[0].read_text())).splitlines()[-1]
+    row = summary.summary_markdown(None, None, None, json.loads(paths[0].read_text())).splitlines()[-1]
     assert row.startswith("| FSDP on 2 GPUs >= 1.8x one GPU | FSDP2, 2 GPUs") and row.endswith("| yes |"), row
     with pytest.raises(FileNotFoundError, match="capstone_world1"):
         cf.report(tmp_path / "out")

@@ -39,6 +39,7 @@ from tests.week4.cross_entropy_helpers import (DEVICE, SLOW, U32, case, compile_
                                                reference_grad, rtol_for)
 
 ce = runtime.lesson("week4_triton_dl.cross_entropy")
+kernels = runtime.lesson("week4_triton_dl.cross_entropy_kernels")  # tested through ce's launchers
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # (rows, classes): ones, primes, a vocabulary wider than the small block used below.
 SHAPES = [(1, 1), (1, 7), (3, 17), (5, 300)] + runtime.pick(gpu=[(64, 32000), (8, 128256)], sim=[])
@@ -65,6 +66,13 @@ def logits_cases():
                 else:
                     keep = dtype == torch.float32 and reduction == "mean" and shape == (1, 1)
                 yield case(dtype, shape, reduction, id=f"{p.id}-{shape}-{reduction}", keep=keep, marks=p.marks)
+
+
+def test_the_launchers_run_the_kernels_beside_them():
+    # cross_entropy.py imports its kernels relatively: a stub's launchers run the learner's kernels
+    # (exercises/cross_entropy_kernels.py), a solution's the solution's.
+    assert ce.cross_entropy_fwd_kernel is kernels.cross_entropy_fwd_kernel
+    assert ce.cross_entropy_bwd_kernel is kernels.cross_entropy_bwd_kernel
 
 
 # ------------------------------------------------------------------------------ CE on logits

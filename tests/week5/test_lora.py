@@ -24,6 +24,7 @@ from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params
 from week5_integration import model as gpt
 
 lr = runtime.lesson("week5_integration.lora")
+kernels = runtime.lesson("week5_integration.lora_kernels")  # tested through lr's autograd op and module
 DEVICE = runtime.DEVICE
 UNIT = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
 KERNEL_DTYPES = dtype_params([torch.float32, torch.float64, torch.float16, torch.bfloat16])
@@ -71,6 +72,12 @@ def reference64(x, w, a, b, scale, x_in=None):
     y = lr.lora_linear_torch(leaves[0], w.double(), leaves[1], leaves[2], scale,
                              adapter_input=extra[0] if extra else None)
     return y, leaves + extra
+
+
+def test_the_layer_runs_the_kernels_beside_it():
+    # lora.py imports its kernels relatively: a stub's layer runs the learner's kernel stub
+    # (exercises/lora_kernels.py), a solution's the solution's.
+    assert lr.lora_forward is kernels.lora_forward and lr.lora_fused_kernel is kernels.lora_fused_kernel
 
 
 # ------------------------------------------------------------------------------ the kernels

@@ -1,5 +1,5 @@
 """week5_integration.distributed on 2 GPUs over NCCL: DDP, ZeRO-1 and FSDP2 reproduce one GPU's training;
-and, on any machine, the measuring bench's arithmetic (week5_integration.scaleout).
+and, on any machine, the measuring bench's arithmetic (week5_integration.scaleout, .communication).
 
 The 2-GPU tests spawn one NCCL process per GPU (`distributed.launch`) and train the tiny GPT 4
 AdamW steps with each strategy on the same global batches as one GPU alone (tests/week5/
@@ -31,6 +31,7 @@ from course import runtime
 from course.check import assert_close
 from week5_integration import distributed as dd
 from week5_integration import model as m
+from week5_integration import communication as comm
 from week5_integration import scaleout as so
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -110,7 +111,7 @@ def test_overlap_splits_communication_into_hidden_and_exposed():
         _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 500, device=1),  # another GPU: ignored
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1000},  # host: ignored
     ]
-    o = so.overlap(events, steps=2, device=0)
+    o = comm.overlap(events, steps=2, device=0)
     assert o["device_events"] == 6
     assert o["comm_ms"] == pytest.approx((100 + 60) / 2 / 1e3)
     assert o["hidden_ms"] == pytest.approx((50 + 20 + 10) / 2 / 1e3)
@@ -120,10 +121,10 @@ def test_overlap_splits_communication_into_hidden_and_exposed():
     assert o["compute_ms"] == pytest.approx((100 + 50 + 10) / 2 / 1e3)
     assert o["span_ms"] == pytest.approx(310 / 2 / 1e3)
     assert o["idle_ms"] == pytest.approx((310 - 240) / 2 / 1e3)  # busy: 0-150, 200-280, 300-310
-    empty = so.overlap([{"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "ts": 0, "dur": 5}])
+    empty = comm.overlap([{"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "ts": 0, "dur": 5}])
     assert empty["device_events"] == 0 and empty["comm_ms"] == 0 and empty["hidden_fraction"] is None
     with pytest.raises(ValueError, match="steps"):
-        so.overlap(events, steps=0)
+        comm.overlap(events, steps=0)
 
 
 def test_state_and_wire_bytes_follow_the_zero_stages():
@@ -160,7 +161,7 @@ def _fake_world(world, backend="nccl", ms=10.0, overlap=None):
 
 
 def test_report_merges_the_worlds_into_one_record(tmp_path):
-    o = so.overlap([_kernel("gemm", 0, 100), _kernel("ncclDevKernel_AllReduce_Sum_f32", 50, 100)], steps=1)
+    o = comm.overlap([_kernel("gemm", 0, 100), _kernel("ncclDevKernel_AllReduce_Sum_f32", 50, 100)], steps=1)
     for world in (1, 2):
         (tmp_path / f"world{world}.json").write_text(json.dumps(_fake_world(world, overlap=o)))
     record = so.report(tmp_path)

@@ -1,4 +1,4 @@
-"""week5_integration.nf4: the NF4 table, block-wise quantization vs the paper's float64 reference,
+"""week5_integration.nf4 and .nf4_format: the NF4 table, block-wise quantization vs the paper's float64 reference,
 double quantization's error bound, the Triton dequantize and fused dequant-matmul kernels, QLoRALinear.
 
 Error model for the kernels: dequantization is exact arithmetic on stored values (level * scale, one
@@ -21,6 +21,7 @@ from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params
                           poisoned, random_tensor, with_specials)
 from week5_integration import model as gpt
 
+fmt = runtime.lesson("week5_integration.nf4_format")  # the data type
 q4 = runtime.lesson("week5_integration.nf4")
 lr = runtime.lesson("week5_integration.lora")
 DEVICE = runtime.DEVICE
@@ -50,9 +51,15 @@ def atol(ref, dtype, k, depth=1):
     return (k + math.sqrt(depth)) * UNIT[dtype] * float(ref.detach().abs().max().clamp_min(1e-30))
 
 
+def test_the_kernels_read_the_format_beside_them():
+    # nf4.py imports its format relatively: a stub's kernels and layer use the learner's format stub
+    # (exercises/nf4_format.py), a solution's the solution's.
+    assert q4.nf4_quantize is fmt.nf4_quantize and q4.NF4Weight is fmt.NF4Weight
+
+
 # ------------------------------------------------------------------------------- the table
 def test_published_table_has_an_exact_zero_and_unit_ends():
-    t = q4.NF4_TABLE
+    t = fmt.NF4_TABLE
     assert t.dtype == torch.float32 and t.shape == (16,)
     assert bool((t[1:] > t[:-1]).all()), "levels must increase"
     assert t[0] == -1 and t[15] == 1 and t[7] == 0
@@ -62,30 +69,30 @@ def test_published_table_has_an_exact_zero_and_unit_ends():
 def test_derivation_matches_the_published_table():
     # The table is printed from float32 values: agreement to one float32 ulp of the largest
     # levels (2^-24 x 2 = 2^-23 for values in [0.5, 1)) is the precision it is published to.
-    derived = q4.nf4_code_table()
+    derived = fmt.nf4_code_table()
     assert derived.dtype == torch.float64
-    assert_close(derived, q4.NF4_TABLE.double(), rtol=0, atol=2.0**-23)
+    assert_close(derived, fmt.NF4_TABLE.double(), rtol=0, atol=2.0**-23)
 
 
 def test_levels_sit_at_evenly_spaced_normal_probabilities():
     # Undo the normalization: level * z, z = the N(0,1) quantile of the offset, must be a normal
     # quantile at evenly spaced probabilities, 8 above 0.5 and 7 below (checked with the CDF,
     # independently of how nf4_code_table computes them).
-    t = q4.NF4_TABLE.double()
-    z = torch.special.ndtri(torch.tensor(q4.NF4_OFFSET, dtype=torch.float64))
+    t = fmt.NF4_TABLE.double()
+    z = torch.special.ndtri(torch.tensor(fmt.NF4_OFFSET, dtype=torch.float64))
     positive = torch.special.ndtr(t[8:] * z)
     negative = torch.special.ndtr(-t[:7] * z).flip(0)
-    assert_close(positive, torch.linspace(0.5, q4.NF4_OFFSET, 9, dtype=torch.float64)[1:], rtol=0, atol=1e-7)
-    assert_close(negative, torch.linspace(0.5, q4.NF4_OFFSET, 8, dtype=torch.float64)[1:], rtol=0, atol=1e-7)
+    assert_close(positive, torch.linspace(0.5, fmt.NF4_OFFSET, 9, dtype=torch.float64)[1:], rtol=0, atol=1e-7)
+    assert_close(negative, torch.linspace(0.5, fmt.NF4_OFFSET, 8, dtype=torch.float64)[1:], rtol=0, atol=1e-7)
 
 
 # ------------------------------------------------------------------------------ quantization
 def _ties(weight, codes, ref_codes, ref_absmax):
     """True where the implementation and the reference may disagree: a value on a midpoint."""
     flat = weight.detach().reshape(-1).double()
-    scale = ref_absmax.repeat_interleave(q4.BLOCK)[:flat.numel()]
+    scale = ref_absmax.repeat_interleave(fmt.BLOCK)[:flat.numel()]
     normalized = flat / torch.where(scale > 0, scale, torch.ones_like(scale))
-    mids = q4.nf4_midpoints(q4.NF4_TABLE.double()).to(flat.device)
+    mids = fmt.nf4_midpoints(fmt.NF4_TABLE.double()).to(flat.device)
     return (normalized[:, None] - mids).abs().min(dim=1).values < 1e-6
 
 
@@ -95,29 +102,29 @@ def _ties(weight, codes, ref_codes, ref_absmax):
     for d in [torch.float32, torch.bfloat16, torch.float16, torch.float64] for shape in WEIGHT_SHAPES])
 def test_quantize_matches_the_float64_reference(dtype, shape):
     w = random_tensor(shape, dtype, DEVICE)
-    stored = q4.nf4_quantize(w, double_quant=False)
-    ref_codes, ref_absmax = q4.nf4_reference_quantize(w)
+    stored = fmt.nf4_quantize(w, double_quant=False)
+    ref_codes, ref_absmax = fmt.nf4_reference_quantize(w)
     assert stored.packed.dtype == torch.uint8 and stored.packed.numel() == math.ceil(w.numel() / 2)
     assert_close(stored.absmax, ref_absmax.float(), rtol=0, atol=0, name="absmax")  # a stored |w|: exact
-    codes = q4.unpack_codes(stored.packed, w.numel())
+    codes = fmt.unpack_codes(stored.packed, w.numel())
     differ = codes != ref_codes
     assert bool((~differ | _ties(w, codes, ref_codes, ref_absmax)).all()), "codes differ away from a tie"
-    got = q4.nf4_dequantize_torch(stored, torch.float64).reshape(-1)[~differ]
-    want = q4.nf4_reference_dequantize(ref_codes, ref_absmax, (w.numel(),))[~differ]
+    got = fmt.nf4_dequantize_torch(stored, torch.float64).reshape(-1)[~differ]
+    want = fmt.nf4_reference_dequantize(ref_codes, ref_absmax, (w.numel(),))[~differ]
     assert_close(got, want, rtol=2.0**-24, atol=0, name="dequantized")  # one fp32 rounding of level x scale
 
 
 def test_round_trip_error_equals_the_reference_and_beats_a_uniform_grid():
     w = random_tensor((256, 1024), torch.float32, DEVICE)
-    codes, absmax = q4.nf4_reference_quantize(w)
-    ref_err = q4.nf4_reference_dequantize(codes, absmax, w.shape) - w.double()
-    got_err = q4.nf4_dequantize_torch(q4.nf4_quantize(w, double_quant=False), torch.float64) - w.double()
+    codes, absmax = fmt.nf4_reference_quantize(w)
+    ref_err = fmt.nf4_reference_dequantize(codes, absmax, w.shape) - w.double()
+    got_err = fmt.nf4_dequantize_torch(fmt.nf4_quantize(w, double_quant=False), torch.float64) - w.double()
     rms = lambda e: float(e.pow(2).mean().sqrt())  # noqa: E731
     assert abs(rms(got_err) - rms(ref_err)) <= 1e-6 * rms(ref_err)
     # NF4 spends its 16 levels where normal weights are: a 4-bit uniform absmax grid of the same
     # block (levels k / 7.5 - 1, k = 0..15) makes a larger RMS error on normal data (0.100 against
     # NF4's 0.092 of the weights' RMS here: NF4 is built for equal use of its codes, not least MSE).
-    blocks = w.double().reshape(-1, q4.BLOCK)
+    blocks = w.double().reshape(-1, fmt.BLOCK)
     scale = blocks.abs().amax(dim=1, keepdim=True)
     uniform = (torch.round((blocks / scale + 1) * 7.5) / 7.5 - 1) * scale
     assert rms(got_err) < 0.95 * rms(uniform - blocks)
@@ -128,21 +135,21 @@ def test_round_trip_error_equals_the_reference_and_beats_a_uniform_grid():
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 128])
 def test_packing_round_trips_two_codes_per_byte(n):
     codes = torch.randint(0, 16, (n,), device=DEVICE)
-    packed = q4.pack_codes(codes)
+    packed = fmt.pack_codes(codes)
     assert packed.dtype == torch.uint8 and packed.numel() == (n + 1) // 2
-    assert torch.equal(q4.unpack_codes(packed, n), codes)
-    assert q4.pack_codes(torch.tensor([1, 2, 15], device=DEVICE)).tolist() == [0x12, 0xF0]  # even: high nibble
+    assert torch.equal(fmt.unpack_codes(packed, n), codes)
+    assert fmt.pack_codes(torch.tensor([1, 2, 15], device=DEVICE)).tolist() == [0x12, 0xF0]  # even: high nibble
 
 
 def test_double_quantized_scales_are_within_half_a_step():
     # 300 blocks: one full second-level block of 256 and a partial one of 44.
     w = random_tensor((300, 64), torch.float32, DEVICE) * torch.linspace(0.1, 3, 300, device=DEVICE)[:, None]
-    plain = q4.nf4_quantize(w, double_quant=False)
-    dq = q4.nf4_quantize(w, double_quant=True)
-    ref_q, ref_step, ref_mean = q4.nf4_reference_double_quantize(plain.absmax)
+    plain = fmt.nf4_quantize(w, double_quant=False)
+    dq = fmt.nf4_quantize(w, double_quant=True)
+    ref_q, ref_step, ref_mean = fmt.nf4_reference_double_quantize(plain.absmax)
     assert dq.absmax_q.dtype == torch.int8 and dq.absmax_step.shape == (2,) and dq.absmax_mean.shape == (1,)
     assert_close(dq.absmax_step.double(), ref_step, rtol=2**-22, atol=0, name="step")
-    step = ref_step.repeat_interleave(q4.DQ_BLOCK)[:300]
+    step = ref_step.repeat_interleave(fmt.DQ_BLOCK)[:300]
     err = (dq.block_scales().double() - plain.absmax.double()).abs()
     # Rounding to the grid: half a step; the fp32 arithmetic (subtract, divide, multiply, add) adds
     # a few float32 roundings of the scales' size.
@@ -150,18 +157,18 @@ def test_double_quantized_scales_are_within_half_a_step():
     assert bool((err <= bound).all()), f"worst excess {float((err - bound).max()):.3g}"
     assert int((dq.absmax_q.long() != ref_q).sum()) <= 1  # a tie at most
     # Every weight then moves by at most |level| * |scale error| <= that bound.
-    moved = (q4.nf4_dequantize_torch(dq, torch.float64) - q4.nf4_dequantize_torch(plain, torch.float64)).abs()
+    moved = (fmt.nf4_dequantize_torch(dq, torch.float64) - fmt.nf4_dequantize_torch(plain, torch.float64)).abs()
     assert bool((moved <= bound[:, None] + 1e-12).all())
 
 
 def test_bits_per_parameter():
-    assert q4.bits_per_parameter(False) == 4.5
-    assert q4.bits_per_parameter(True) == 4 + 8 / 64 + 32 / (64 * 256)  # 4.127: saves 0.373 bits
+    assert fmt.bits_per_parameter(False) == 4.5
+    assert fmt.bits_per_parameter(True) == 4 + 8 / 64 + 32 / (64 * 256)  # 4.127: saves 0.373 bits
     for shape, dq in [((2304, 768), True), ((33, 70), True), ((33, 70), False), ((5,), True)]:
         w = random_tensor(shape, torch.float32, DEVICE)
-        stored = q4.nf4_quantize(w, double_quant=dq)
-        assert stored.bits_per_parameter() == pytest.approx(q4.bits_per_parameter(dq, w.numel()))
-    assert q4.bits_per_parameter(True, 2304 * 768) == pytest.approx(4.127, abs=1e-3)
+        stored = fmt.nf4_quantize(w, double_quant=dq)
+        assert stored.bits_per_parameter() == pytest.approx(fmt.bits_per_parameter(dq, w.numel()))
+    assert fmt.bits_per_parameter(True, 2304 * 768) == pytest.approx(4.127, abs=1e-3)
 
 
 # -------------------------------------------------------------------------------- the kernels
@@ -171,10 +178,10 @@ def test_bits_per_parameter():
                  marks=[*d.marks, *([pytest.mark.slow] if shape in LARGE_WEIGHTS and d.id != "float32" else [])])
     for d in dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64]) for shape in WEIGHT_SHAPES])
 def test_dequantize_kernel_matches_torch(dtype, shape, double_quant):
-    stored = q4.nf4_quantize(random_tensor(shape, torch.float32, DEVICE), double_quant=double_quant)
+    stored = fmt.nf4_quantize(random_tensor(shape, torch.float32, DEVICE), double_quant=double_quant)
     out = poisoned(shape, dtype, DEVICE)
     assert q4.nf4_dequantize(stored, dtype, out=out) is out
-    assert_close(out, q4.nf4_dequantize_torch(stored, dtype))
+    assert_close(out, fmt.nf4_dequantize_torch(stored, dtype))
 
 
 def matmul_cases():
@@ -188,12 +195,12 @@ def matmul_cases():
 @pytest.mark.parametrize("dtype, shape, double_quant", matmul_cases())
 def test_fused_matmul_matches_dequantize_then_matmul(dtype, shape, double_quant):
     m, n, k = shape
-    stored = q4.nf4_quantize(random_tensor((n, k), torch.float32, DEVICE, scale=k ** -0.5),
+    stored = fmt.nf4_quantize(random_tensor((n, k), torch.float32, DEVICE, scale=k ** -0.5),
                              double_quant=double_quant)
     x = random_tensor((m, k), dtype, DEVICE)
     out = poisoned((m, n), dtype, DEVICE)
     assert q4.nf4_matmul(x, stored, out=out) is out
-    want = x.double() @ q4.nf4_dequantize_torch(stored, dtype).double().t()
+    want = x.double() @ fmt.nf4_dequantize_torch(stored, dtype).double().t()
     assert_close(out, want.to(dtype), atol=atol(want, dtype, 8, k))
     assert_close(q4.dequantize_matmul(x, stored), want.to(dtype), atol=atol(want, dtype, 8, k),
                  name="dequantize_matmul")
@@ -207,13 +214,13 @@ def test_fused_matmul_matches_dequantize_then_matmul(dtype, shape, double_quant)
 def test_kernels_reach_later_double_quant_groups(shape):
     n, k = shape
     w = random_tensor(shape, torch.float32, DEVICE) * torch.linspace(0.1, 3, n, device=DEVICE)[:, None]
-    stored = q4.nf4_quantize(w, double_quant=True)
+    stored = fmt.nf4_quantize(w, double_quant=True)
     steps = stored.absmax_step
     assert steps.numel() >= 3 and bool((steps[1:] != steps[0]).all()), steps
     out = poisoned(shape, torch.float32, DEVICE)
-    assert_close(q4.nf4_dequantize(stored, torch.float32, out=out), q4.nf4_dequantize_torch(stored, torch.float32))
+    assert_close(q4.nf4_dequantize(stored, torch.float32, out=out), fmt.nf4_dequantize_torch(stored, torch.float32))
     x = random_tensor((3, k), torch.float32, DEVICE)
-    want = x.double() @ q4.nf4_dequantize_torch(stored, torch.float32).double().t()
+    want = x.double() @ fmt.nf4_dequantize_torch(stored, torch.float32).double().t()
     assert_close(q4.nf4_matmul(x, stored), want.float(), atol=atol(want, torch.float32, 8, k), name="nf4_matmul")
 
 
@@ -224,20 +231,20 @@ def test_kernels_reach_later_double_quant_groups(shape):
 def test_non_dense_layouts(layout):
     """x in every layout (the fused kernel takes its strides); out sliced out of a bigger buffer
     works, a non-contiguous out is refused (it is written through a flat (M, N) view)."""
-    stored = q4.nf4_quantize(random_tensor((33, 70), torch.float32, DEVICE))
+    stored = fmt.nf4_quantize(random_tensor((33, 70), torch.float32, DEVICE))
     x = random_tensor((9, 70), torch.float32, DEVICE)
-    want = x.double() @ q4.nf4_dequantize_torch(stored, torch.float32).double().t()
+    want = x.double() @ fmt.nf4_dequantize_torch(stored, torch.float32).double().t()
     check_layouts(lambda x, out=None: q4.nf4_matmul(x, stored, out=out), {"x": x}, want.float(), layout,
                   strided_ok=True, strided_out_ok=False, atol=atol(want, torch.float32, 8, 70))
     check_layouts(lambda out=None: q4.nf4_dequantize(stored, torch.float32, out=out), {},
-                  q4.nf4_dequantize_torch(stored, torch.float32), layout, strided_ok=False)
+                  fmt.nf4_dequantize_torch(stored, torch.float32), layout, strided_ok=False)
 
 
 @pytest.mark.parametrize("n", [pytest.param(1024, marks=past_int32_marks())])
 def test_outputs_past_2_to_the_31_are_refused(n):
     """x (M, 1) is small, out (M, 1024) passes 2^31 elements: the stores' offsets are int32, so
     out is refused before launching (4 GiB of fp16 address space on the CPU)."""
-    stored = q4.nf4_quantize(random_tensor((n, 1), torch.float32, DEVICE))
+    stored = fmt.nf4_quantize(random_tensor((n, 1), torch.float32, DEVICE))
     m = INT32_LIMIT // n + 1
     x = random_tensor((m, 1), torch.float16, DEVICE)
     out = huge(m * n, torch.float16, DEVICE, tail=16).view(m, n)
@@ -246,12 +253,12 @@ def test_outputs_past_2_to_the_31_are_refused(n):
 
 
 def test_fused_matmul_takes_leading_dimensions_and_empty_inputs():
-    stored = q4.nf4_quantize(random_tensor((12, 64), torch.float32, DEVICE))
+    stored = fmt.nf4_quantize(random_tensor((12, 64), torch.float32, DEVICE))
     x = random_tensor((2, 3, 64), torch.float32, DEVICE)
-    want = x @ q4.nf4_dequantize_torch(stored, torch.float32).t()
+    want = x @ fmt.nf4_dequantize_torch(stored, torch.float32).t()
     assert_close(q4.nf4_matmul(x, stored), want, rtol=1e-5, atol=1e-5)
     assert q4.nf4_matmul(x[:0], stored).shape == (0, 3, 12)
-    empty_k = q4.nf4_quantize(torch.zeros(5, 0, device=DEVICE))
+    empty_k = fmt.nf4_quantize(torch.zeros(5, 0, device=DEVICE))
     assert q4.nf4_dequantize(empty_k, torch.float32).shape == (5, 0)
     assert_close(q4.nf4_matmul(torch.ones(4, 0, device=DEVICE), empty_k), torch.zeros(4, 5, device=DEVICE))
 
@@ -259,21 +266,21 @@ def test_fused_matmul_takes_leading_dimensions_and_empty_inputs():
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # NumPy, running the interpreter's dots
 def test_nan_and_inf_in_x_propagate_as_in_torch():
     # Sums of +-Inf terms give the same Inf or NaN in any order; W is small so finite rows cannot overflow.
-    stored = q4.nf4_quantize(random_tensor((23, 70), torch.float32, DEVICE) * 0.01)
+    stored = fmt.nf4_quantize(random_tensor((23, 70), torch.float32, DEVICE) * 0.01)
     x = with_specials(random_tensor((9, 70), torch.float32, DEVICE))
-    want = x @ q4.nf4_dequantize_torch(stored, torch.float32).t()
+    want = x @ fmt.nf4_dequantize_torch(stored, torch.float32).t()
     assert_close(q4.nf4_matmul(x, stored), want, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_inputs_are_refused():
     w = random_tensor((8, 64), torch.float32, DEVICE)
-    stored = q4.nf4_quantize(w)
+    stored = fmt.nf4_quantize(w)
     with pytest.raises(TypeError, match="weight has dtype int64"):
-        q4.nf4_quantize(w.long())
+        fmt.nf4_quantize(w.long())
     bad = w.clone()
     bad[3, 5] = float("nan")
     with pytest.raises(ValueError, match="NaN or Inf"):
-        q4.nf4_quantize(bad)
+        fmt.nf4_quantize(bad)
     with pytest.raises(ValueError, match="in_features"):
         q4.nf4_matmul(random_tensor((2, 63), torch.float32, DEVICE), stored)
     with pytest.raises(TypeError, match="x has dtype int64"):
@@ -281,7 +288,7 @@ def test_bad_inputs_are_refused():
     with pytest.raises(TypeError, match="NF4Weight"):
         q4.nf4_matmul(random_tensor((2, 64), torch.float32, DEVICE), w)
     with pytest.raises(ValueError, match="2-D"):
-        q4.nf4_matmul(random_tensor((2, 4), torch.float32, DEVICE), q4.nf4_quantize(random_tensor((2, 2, 4), torch.float32, DEVICE)))
+        q4.nf4_matmul(random_tensor((2, 4), torch.float32, DEVICE), fmt.nf4_quantize(random_tensor((2, 2, 4), torch.float32, DEVICE)))
     with pytest.raises(TypeError, match="dtype must be one of"):
         q4.nf4_dequantize(stored, torch.int32)
     with pytest.raises(ValueError, match="out has shape"):
@@ -302,7 +309,7 @@ def nf4_layer(kernel, k=70, n=33, r=4):
 def test_a_fresh_qlora_layer_is_the_dequantized_base(kernel):
     base, layer = nf4_layer(kernel)
     x = random_tensor((6, 70), torch.float32, DEVICE)
-    want = x @ q4.nf4_dequantize_torch(layer.nf4_weight(), torch.float32).t()
+    want = x @ fmt.nf4_dequantize_torch(layer.nf4_weight(), torch.float32).t()
     assert_close(layer(x), want, rtol=1e-5, atol=1e-5)
     # and the quantized base is close to the original: NF4's ~9% RMS error per weight, relative.
     err = layer.dequantized_weight() - base.weight.detach()
@@ -323,7 +330,7 @@ def test_qlora_forward_and_gradients_match_float64(kernel, dtype):
     dy = random_tensor(y.shape, dtype, DEVICE)
     grads = torch.autograd.grad(y, (x, a, b), dy)
     leaves = [t.detach().double().requires_grad_() for t in (x, a, b)]
-    wd = q4.nf4_dequantize_torch(w, dtype).double()  # the weight the layer computes with
+    wd = fmt.nf4_dequantize_torch(w, dtype).double()  # the weight the layer computes with
     want = lr.lora_linear_torch(leaves[0], wd, leaves[1], leaves[2], 2.0)
     assert_close(y, want.to(dtype), atol=atol(want, dtype, 8), name="y")
     for name, got, ref in zip(("dx", "dA", "dB"), grads, torch.autograd.grad(want, leaves, dy.double())):

@@ -1,38 +1,11 @@
-"""Exercise: cross-entropy over a large vocabulary, on given logits: an online-logsumexp kernel and its
-backward.
+"""Exercise: cross-entropy over a large vocabulary, on given logits, as the op a model calls: launch
+plans, the hot path, checks, custom op and autograd around cross_entropy_kernels.py's kernels.
 
 Check your work with `pytest tests/week4/test_cross_entropy.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
-You write (about 123 lines in 11 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 39 lines in 4 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* `row_logsumexp`: per lane (vectors of BLOCK_V in the accumulation dtype: _to_acc): running max m,
-  running sum d, and for SMOOTHING the shifted x-sum s and count n; for each masked chunk
-  (other=-inf): m_new = max(m, x), shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d
-  * exp(m - shift) + exp(x - shift); then row_max = max of m, log_sum = log(sum of d * exp(m -
-  row_max)), shifted_sum = sum_j (x_j - row_max) (0 without SMOOTHING); return the three (about 24
-  lines)
-* `row_loss`: x_t read at the target (column 0 for an ignored or out-of-range target: never a wild
-  read), shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1
-  - eps) t_shift - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the
-  target is out of range, 0 where ignored (about 8 lines)
-* `write_row_grad`: chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V
-  everywhere with SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype (about 12 lines)
-* `cross_entropy_fwd_kernel`: one program per row (an int64 row index: row * stride passes 2^31);
-  the target, valid (not ignore_index) and in range; row_logsumexp, then the row's loss (row_loss)
-  stored; with STORE_LSE, lse = row_max + log_sum added in float64 (exact) and stored (about 10
-  lines)
-* `cross_entropy_bwd_kernel`: split the float64 lse once: hi = lse in the accumulation dtype, lo =
-  (lse - hi) in it; the incoming gradient g read at row * grad_stride (0: one scalar for every row),
-  NaN for an out-of-range target, 0 for an ignored row; then write_row_grad (about 10 lines)
-* `_sum_rows`: BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK] vector
-  (read with cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not
-  kept coherent), and 1 for each target that is not ignore_index into another; return both summed
-  (about 10 lines)
-* `cross_entropy_fwd_reduce_kernel`: every thread's stores before the ticket (tl.debug_barrier),
-  then ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu"); the program that draws
-  n_rows - 1 sums the rows (_sum_rows), divides for MEAN, stores out (and count with STORE_LSE) and
-  sets the counter back to 0 (about 10 lines)
 * `_forward`: loss (n_rows, accumulation dtype) and, with need_lse, lse (float64) allocated; nothing
   to launch for 0 rows; launch_plan(n_cols, block_v) gives BLOCK_V and num_warps; one launch of
   cross_entropy_fwd_kernel per row through course.launch, with a key that pins every specialization
@@ -45,25 +18,20 @@ until you fill them):
   rows: out is 0 (sum) or NaN (mean, 0 / 0 as torch) without a launch; else ONE program of
   cross_entropy_reduce_kernel (REDUCE_BLOCK rows a step) through course.launch. No host sync
   anywhere (about 13 lines)
-* `_forward_reduced`: the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse
+* `_forward_reduced`: the counter and loss buffer from scratch; a 0-d out in the logits' dtype; lse
   (float64, n_rows) and a 0-d count in the accumulation dtype when need_lse; one launch of
   cross_entropy_fwd_reduce_kernel (grid: one program per row) through course.launch, keyed like
   _forward's plus the reduction (about 16 lines)
 
-Suggested order: `row_logsumexp` and `row_loss` with `cross_entropy_fwd_kernel` and `_forward` (then
-`cross_entropy(..., reduction="none")` and `cross_entropy_forward` run); `_sum_rows`,
-`reduce_losses` and the last-program reduction of `cross_entropy_fwd_reduce_kernel` with
-`_forward_reduced` ("mean" and "sum" in one launch); `write_row_grad` with
-`cross_entropy_bwd_kernel` and `_backward` (then with autograd). Given: launch plans, cached
-coefficients, the scratch counter, the checked launchers, the registered ops (custom_ops.py's
-lesson; read them as its worked example), the autograd.Function and the public entry, which call
-your hot path. The next exercise, the fused linear + loss built on these row helpers, is
-fused_linear_cross_entropy.py.
-
-Precision, which the tests check at logits near 1e4 (fp32's spacing there is ~1e-3): keep every
-quantity shifted by the row max m: loss = log d - (x_t - m), every term >= 0, so nothing cancels.
-Store lse = m + log d in float64, and in the backward split it per row into hi + lo of the
-accumulation dtype: softmax = exp((x - hi) - lo). The module docstring of the solution says why.
+Suggested order: `row_logsumexp` and `row_loss` with `cross_entropy_fwd_kernel` (in
+cross_entropy_kernels.py, your stub beside this one) and `_forward` here (then `cross_entropy(...,
+reduction="none")` and `cross_entropy_forward` run); `sum_rows`, `reduce_losses` and the
+last-program reduction of `cross_entropy_fwd_reduce_kernel` with `_forward_reduced` ("mean" and
+"sum" in one launch); `write_row_grad` with `cross_entropy_bwd_kernel` and `_backward` (then with
+autograd). Given: launch plans, cached coefficients, the scratch counter, the checked launchers, the
+registered ops (custom_ops.py's lesson; read them as its worked example), the autograd.Function and
+the public entry, which call your hot path. The next exercise, the fused linear + loss built on
+these row helpers, is fused_linear_cross_entropy.py.
 
 Everything else is given and calls your code: read it first. This file is generated by `python -m
 course exercises --write` from week4_triton_dl/cross_entropy.py (its marked regions are the holes);
@@ -77,13 +45,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import ops, validate
+from course.gpu import ON_GPU
 from course.launch import current_stream, launch, stream_capturing  # stream getters: torch's C ones
-from course.runtime import ON_GPU
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+# The kernels, from the module beside this one (a stub's own sibling, in exercises/, for a learner).
+from .cross_entropy_kernels import (cross_entropy_bwd_kernel, cross_entropy_fwd_kernel, cross_entropy_fwd_reduce_kernel,
+                                    cross_entropy_reduce_kernel, row_logsumexp, row_loss, sum_rows, write_row_grad)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGET_DTYPES = (torch.int64, torch.int32)
@@ -101,124 +69,6 @@ REDUCE_BLOCK = 4096
 # counter per stream, and two graphs replayed at once on two streams would share it.
 ONE_LAUNCH_REDUCTION = True
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
-
-
-# ----------------------------------------------------------------------------------- kernels
-@triton.jit
-def _to_acc(x, FP64: tl.constexpr):
-    """The accumulation dtype: fp32, or fp64 for fp64 logits (FP64 is resolved while compiling)."""
-    y = x.to(tl.float32)
-    if FP64:
-        y = x.to(tl.float64)
-    return y
-
-
-@triton.jit
-def row_logsumexp(x_row, n_cols, FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """(m, log d, sum_j (x_j - m)) of one row in ONE read: m the row max, d = sum_j exp(x_j - m).
-
-    logsumexp = m + log d; the third value (for label smoothing) is 0 unless SMOOTHING.
-    """
-    # TODO (about 24 lines): per lane (vectors of BLOCK_V in the accumulation dtype: _to_acc): running max m,
-    #   running sum d, and for SMOOTHING the shifted x-sum s and count n; for each masked chunk (other=-inf):
-    #   m_new = max(m, x), shift by m_new (by 0 where it is -inf: -inf - -inf is NaN), d = d * exp(m - shift)
-    #   + exp(x - shift); then row_max = max of m, log_sum = log(sum of d * exp(m - row_max)), shifted_sum =
-    #   sum_j (x_j - row_max) (0 without SMOOTHING); return the three
-    tl.static_assert(False, 'not implemented yet: row_logsumexp: per lane (vectors of BLOCK_V in the accumulation ...')
-
-
-@triton.jit
-def row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum, n_cols, coef_ptr,
-             SMOOTHING: tl.constexpr):
-    """The row's loss from its shifted statistics: every term >= 0, so nothing cancels."""
-    # TODO (about 8 lines): x_t read at the target (column 0 for an ignored or out-of-range target: never a
-    #   wild read), shifted: t_shift = x_t - row_max; loss = log_sum - t_shift, or with SMOOTHING log_sum - (1
-    #   - eps) t_shift - eps shifted_sum / n_cols (coef_ptr holds [1 - eps, eps, eps / V]); NaN where the
-    #   target is out of range, 0 where ignored
-    tl.static_assert(False, 'not implemented yet: row_loss: x_t read at the target (column 0 for an ignored or ...')
-
-
-@triton.jit
-def write_row_grad(x_row, g_row, target, hi, lo, g, n_cols, coef_ptr,
-                   SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    """g_row[j] = (softmax(x)_j - y_j) * g, softmax = exp((x - hi) - lo) with hi + lo = lse."""
-    # TODO (about 12 lines): chunk by chunk: p = exp((x - hi) - lo), y = 1 - eps at the target (+ eps / V
-    #   everywhere with SMOOTHING), g_row = (p - y) * g stored masked in g_row's dtype
-    tl.static_assert(False, 'not implemented yet: write_row_grad: chunk by chunk: p = exp((x - hi) - lo), y = 1 - ...')
-
-
-@triton.jit
-def cross_entropy_fwd_kernel(logits_ptr, targets_ptr, loss_ptr, lse_ptr, n_cols, row_stride,
-                             ignore_index, coef_ptr, FP64: tl.constexpr, SMOOTHING: tl.constexpr,
-                             STORE_LSE: tl.constexpr, BLOCK_V: tl.constexpr):
-    # TODO (about 10 lines): one program per row (an int64 row index: row * stride passes 2^31); the target,
-    #   valid (not ignore_index) and in range; row_logsumexp, then the row's loss (row_loss) stored; with
-    #   STORE_LSE, lse = row_max + log_sum added in float64 (exact) and stored
-    tl.static_assert(False, 'not implemented yet: cross_entropy_fwd_kernel: one program per row (an int64 row ...')
-
-
-@triton.jit
-def cross_entropy_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, dlogits_ptr, n_cols,
-                             row_stride, dlogits_row_stride, grad_stride, ignore_index, coef_ptr,
-                             FP64: tl.constexpr, SMOOTHING: tl.constexpr, BLOCK_V: tl.constexpr):
-    # TODO (about 10 lines): split the float64 lse once: hi = lse in the accumulation dtype, lo = (lse - hi)
-    #   in it; the incoming gradient g read at row * grad_stride (0: one scalar for every row), NaN for an
-    #   out-of-range target, 0 for an ignored row; then write_row_grad
-    tl.static_assert(False, 'not implemented yet: cross_entropy_bwd_kernel: split the float64 lse once: hi = lse ...')
-
-
-@triton.jit
-def _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
-    """(sum of the per-row losses, rows counted), BLOCK rows a step, always in the same order."""
-    # TODO (about 10 lines): BLOCK rows a step, in order: the masked per-row losses added into a [BLOCK]
-    #   vector (read with cache_modifier=".cg": from L2, which other programs' stores reach; an SM's L1 is not
-    #   kept coherent), and 1 for each target that is not ignore_index into another; return both summed
-    tl.static_assert(False, 'not implemented yet: _sum_rows: BLOCK rows a step, in order: the masked per-row ...')
-
-
-@triton.jit
-def cross_entropy_reduce_kernel(loss_rows_ptr, targets_ptr, out_ptr, count_ptr, n_rows, ignore_index,
-                                MEAN: tl.constexpr, STORE_COUNT: tl.constexpr, BLOCK: tl.constexpr):
-    """One program: out = sum of the per-row losses (/ rows counted, for MEAN), count = rows counted.
-
-    One launch instead of torch's four (compare, count, sum, divide), and no host sync: the
-    divisor is counted here, on the device. 0 / 0 = NaN when every row is ignored, as in torch.
-    """
-    result, counted = _sum_rows(loss_rows_ptr, targets_ptr, n_rows, ignore_index, BLOCK)
-    if MEAN:
-        result = result / counted
-    tl.store(out_ptr, result.to(out_ptr.dtype.element_ty))
-    if STORE_COUNT:  # for a backward (the mean's gradient divides by it)
-        tl.store(count_ptr, counted)
-
-
-@triton.jit
-def cross_entropy_fwd_reduce_kernel(logits_ptr, targets_ptr, loss_rows_ptr, lse_ptr, out_ptr, count_ptr, ticket_ptr,
-                                    n_rows, n_cols, row_stride, ignore_index, coef_ptr, FP64: tl.constexpr,
-                                    SMOOTHING: tl.constexpr, STORE_LSE: tl.constexpr, MEAN: tl.constexpr,
-                                    BLOCK_V: tl.constexpr, BLOCK: tl.constexpr):
-    """cross_entropy_fwd_kernel and cross_entropy_reduce_kernel in ONE launch, for "mean" and "sum".
-
-    Each program writes its row's loss, then takes a ticket (an atomic counter). The program that
-    draws the last ticket knows every other row's loss is written: it sums them in row order
-    (the same order, so the same bits, as the two-launch path) and sets the counter back to 0
-    for the next call. One launch saves the host ~8 us on the H100 machine, most of a small call.
-    """
-    row = tl.program_id(0).to(tl.int64)  # int64: row * stride passes 2^31 at 8192 x 128k
-    x_row = logits_ptr + row * row_stride
-    target = tl.load(targets_ptr + row).to(tl.int64)
-    valid = target != ignore_index
-    in_range = (target >= 0) & (target < n_cols)
-    row_max, log_sum, shifted_sum = row_logsumexp(x_row, n_cols, FP64, SMOOTHING, BLOCK_V)
-    tl.store(loss_rows_ptr + row, row_loss(x_row, target, valid, in_range, row_max, log_sum, shifted_sum,
-                                           n_cols, coef_ptr, SMOOTHING))
-    if STORE_LSE:
-        tl.store(lse_ptr + row, row_max.to(tl.float64) + log_sum.to(tl.float64))
-    # TODO (about 10 lines): every thread's stores before the ticket (tl.debug_barrier), then ticket =
-    #   tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu"); the program that draws n_rows - 1 sums the
-    #   rows (_sum_rows), divides for MEAN, stores out (and count with STORE_LSE) and sets the counter back to
-    #   0
-    tl.static_assert(False, "not implemented yet: cross_entropy_fwd_reduce_kernel: every thread's stores before ...")
 
 
 # ------------------------------------------------------------------------------- launch plans
@@ -314,7 +164,7 @@ def reduce_losses(loss_rows, targets, ignore_index, reduction, dtype, need_count
     raise NotImplementedError('not implemented yet: reduce_losses: "none": the rows in `dtype`')
 
 
-def _scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(ticket, loss_rows) for cross_entropy_fwd_reduce_kernel, kept per (device, stream, dtype).
 
     ticket: the int32 counter the kernel's programs draw from, made zero once; the last program
@@ -336,14 +186,14 @@ def _scratch(logits, n_rows: int, acc: torch.dtype) -> tuple[torch.Tensor, torch
 def _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, need_lse, block_v=BLOCK_V):
     """(loss in logits' dtype, lse or None, count or None), reduction "mean" or "sum", n_rows >= 1:
     the per-row losses and their reduction in one launch (cross_entropy_fwd_reduce_kernel)."""
-    # TODO (about 16 lines): the counter and loss buffer from _scratch; a 0-d out in the logits' dtype; lse
+    # TODO (about 16 lines): the counter and loss buffer from scratch; a 0-d out in the logits' dtype; lse
     #   (float64, n_rows) and a 0-d count in the accumulation dtype when need_lse; one launch of
     #   cross_entropy_fwd_reduce_kernel (grid: one program per row) through course.launch, keyed like
     #   _forward's plus the reduction
-    raise NotImplementedError('not implemented yet: _forward_reduced: the counter and loss buffer from _scratch')
+    raise NotImplementedError('not implemented yet: _forward_reduced: the counter and loss buffer from scratch')
 
 
-def _one_launch(logits, reduction) -> bool:
+def one_launch(logits, reduction) -> bool:
     return (ONE_LAUNCH_REDUCTION and reduction != "none" and logits.shape[0] > 0
             and not (ON_GPU and stream_capturing()))
 
@@ -516,7 +366,7 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, reduction, label_smoothing):
-        if _one_launch(logits, reduction):  # the losses and their reduction in one launch
+        if one_launch(logits, reduction):  # the losses and their reduction in one launch
             loss, lse, count = _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, True)
         else:
             loss_rows, lse = _forward(logits, targets, ignore_index, label_smoothing)
@@ -562,7 +412,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     if ops.needs_grad(logits):
         return CrossEntropyFunction.apply(logits, targets, ignore_index, reduction, label_smoothing)
     # No autograd: neither lse nor the count is stored (two allocations fewer, a few us of host time each).
-    if _one_launch(logits, reduction):
+    if one_launch(logits, reduction):
         return _forward_reduced(logits, targets, ignore_index, label_smoothing, reduction, False)[0]
     loss_rows = _forward(logits, targets, ignore_index, label_smoothing, need_lse=False)[0]
     return reduce_losses(loss_rows, targets, ignore_index, reduction, logits.dtype, need_count=False)[0]
@@ -578,6 +428,6 @@ def cross_entropy_torch(logits, targets, *, ignore_index=IGNORE_INDEX, reduction
 # ------------------------------------------------------------------------- the code behind each entry
 # What `cross_entropy` runs, kernels to autograd: the benchmarks (cross_entropy_bench.py) count its
 # lines beside each variant (`Benchmark.sources`).
-CROSS_ENTROPY_CODE = (cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, _sum_rows, row_logsumexp, row_loss,
-                      write_row_grad, _forward_reduced, _scratch, _backward, CrossEntropyFunction.forward,
+CROSS_ENTROPY_CODE = (cross_entropy_fwd_reduce_kernel, cross_entropy_bwd_kernel, sum_rows, row_logsumexp, row_loss,
+                      write_row_grad, _forward_reduced, scratch, _backward, CrossEntropyFunction.forward,
                       CrossEntropyFunction.backward, cross_entropy)

@@ -4,22 +4,8 @@ the layer.
 Check your work with `pytest tests/week5/test_lora.py --impl=exercises`; `python -m course progress`
 shows where every exercise stands.
 
-You write (about 90 lines in 6 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 22 lines in 3 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* `lora_epilogue_kernel`: the tiled x W^T, then the rank-r epilogue xa B^T on the same accumulator;
-  (pid_m, pid_n) = grouped_tile(...); wrapped row/col offsets (% M, % N); loop over K in BLOCK_K
-  steps: acc = dot(x tile [BM, BK], W^T tile [BK, BN], acc, INPUT_PRECISION) (course.tl_dot.dot:
-  tl.dot, with fp64 as plain FMAs) (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T
-  [BLOCK_R, BN] (mask r < R, other=0), acc = dot(xa, b, acc, INPUT_PRECISION); store_tile(acc, ...)
-  (about 22 lines)
-* `lora_fused_kernel`: as lora_epilogue_kernel, but compute xa in the same K loop: also load the A^T
-  tile [BK, BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop:
-  xa = where(r < R, xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one
-  more dot with B^T, store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R) (about
-  32 lines)
-* `lora_backward`: fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B);
-  otherwise g = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa (about
-  14 lines)
 * `merged_weight`: W + s B A computed in fp32 (fp64 for fp64), rounded once to W's dtype (about 3
   lines)
 * `LoRALinear.forward`: merged: plain F.linear (refuse training: RuntimeError "... unmerge() ...").
@@ -40,272 +26,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
-from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
+from course import ops, runtime, validate
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-# Week 3's grouped tile order (concurrent programs cover a squarish patch of output tiles, so
-# the x row panels and W column panels they share are read from L2) and its config maker.
-from week3_triton_kernels.matmul import tile_config  # noqa: E402
-from week3_triton_kernels.matmul_basic import grouped_tile  # noqa: E402
+# The kernels and their launchers, from the module beside this one (a stub's own sibling, in
+# exercises/, for a learner).
+from .lora_kernels import (DTYPES, MAX_RANK, check_operands, check_scale, launch_epilogue, launch_fused,
+                           lora_backward, lora_epilogue, lora_epilogue_kernel, lora_forward, lora_fused_kernel)
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TARGETS = ("qkv", "proj", "up", "down")  # the week-5 GPT's nn.Linear layers (head is tied to tok)
-MAX_RANK = 128  # xa is a BLOCK_M x r fp32 block of registers: r = 128 is already 64 KB per program
 KERNELS = ("auto", "triton", "torch")
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
-INT32_MAX = 2**31 - 1
-
-
-# ------------------------------------------------------------------------------ the kernels
-# store_tile: the masked store of one output tile in y's dtype (shared with nf4.py's GEMM).
-@triton.jit
-def store_tile(acc, y_ptr, pid_m, pid_n, M, N, stride_ym, stride_yn,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn,
-             acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def lora_epilogue_kernel(x_ptr, w_ptr, xa_ptr, b_ptr, y_ptr, M, N, K, R,
-                         stride_xm, stride_xk, stride_wn, stride_wk, stride_xam, stride_xar,
-                         stride_bn, stride_br, stride_ym, stride_yn,
-                         ACC_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
-    """y = x W^T + xa B^T with xa (M x R, already scaled by s) read from memory."""
-    # TODO (about 22 lines): the tiled x W^T, then the rank-r epilogue xa B^T on the same accumulator; (pid_m,
-    #   pid_n) = grouped_tile(...); wrapped row/col offsets (% M, % N); loop over K in BLOCK_K steps: acc =
-    #   dot(x tile [BM, BK], W^T tile [BK, BN], acc, INPUT_PRECISION) (course.tl_dot.dot: tl.dot, with fp64 as
-    #   plain FMAs) (masks on k only, other=0); then load xa [BM, BLOCK_R] and B^T [BLOCK_R, BN] (mask r < R,
-    #   other=0), acc = dot(xa, b, acc, INPUT_PRECISION); store_tile(acc, ...).
-    tl.static_assert(False, 'not implemented yet: lora_epilogue_kernel: the tiled x W^T, then the rank-r epilogue ...')
-
-
-@triton.jit
-def lora_fused_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, xa_ptr, M, N, K, R, scale,
-                      stride_xm, stride_xk, stride_wn, stride_wk, stride_ar, stride_ak,
-                      stride_bn, stride_br, stride_ym, stride_yn, stride_xam, stride_xar,
-                      STORE_XA: tl.constexpr, ACC_DTYPE: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      BLOCK_R: tl.constexpr, GROUP_M: tl.constexpr):
-    """y = x W^T + (s x A^T) B^T; xa = s x A^T computed from the same x tiles, kept on chip."""
-    # TODO (about 32 lines): as lora_epilogue_kernel, but compute xa in the same K loop: also load the A^T
-    #   tile [BK, BLOCK_R] and xa = dot(x, a, xa, INPUT_PRECISION) with the SAME x tile. After the loop: xa =
-    #   where(r < R, xa * scale, 0) (Inf * 0 in the padding would be NaN), round it to x's dtype, one more dot
-    #   with B^T, store y; if STORE_XA and pid_n == 0, store xa (masked rows < M, r < R).
-    tl.static_assert(False, 'not implemented yet: lora_fused_kernel: as lora_epilogue_kernel, but compute xa in ...')
-
-
-# ------------------------------------------------------------------------------ autotuning
-# Few on purpose: each config is a compile on the first call of every (M, N, K, r). The 128 x 256
-# tile halves the recomputed xa (r / BLOCK_N); the 64-wide ones give small layers enough programs.
-AUTOTUNE_CONFIGS = [
-    tile_config(128, 128, 64, 3, 8),
-    tile_config(128, 256, 64, 3, 8),
-    tile_config(128, 64, 64, 4, 4),
-    tile_config(64, 128, 64, 4, 4),
-]
-# When none fits (fp32 with a large r; a T4's 64 KB of shared memory): the first of these that does.
-FALLBACK_CONFIGS = [tile_config(64, 64, 32, 2, 4), tile_config(32, 32, 32, 1, 4)]
-# fp64 multiplies by broadcast FMAs (course/tl_dot.py): an (M, K, N) tile of products in registers.
-FP64_CONFIG = tile_config(16, 16, 16, 1, 4)
-SIM_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}  # the interpreter cannot time configs
-SMALL_PROBLEM = 256 * 256
-
-
-def _shared_memory_bytes(config, itemsize: int, block_r: int) -> int:
-    kw = config.kwargs
-    return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"] + block_r) * kw["BLOCK_K"] * itemsize
-
-
-def _prune_configs(configs, named_args, **kwargs):
-    # Drop tiles whose pipeline buffers overflow shared memory (fp32/fp64 tests, a T4's 64 KB);
-    # if none fits, one small single-stage tile. For a small output, only the smallest tile.
-    itemsize = named_args["x_ptr"].element_size()
-    if named_args["x_ptr"].dtype == torch.float64:
-        return [FP64_CONFIG]
-    block_r = kwargs.get("BLOCK_R", 16)
-    limit = runtime.shared_memory_per_block()
-    fitting = [c for c in configs if _shared_memory_bytes(c, itemsize, block_r) <= limit]
-    if not fitting:
-        small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
-        return small[:1] or FALLBACK_CONFIGS[-1:]
-    if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
-        # A small output: one small tile, not timed: more programs for few outputs, and a quicker
-        # compile (fp32's exact-product 128 x 64 x 64, 4-stage tile took 5-8 s per variant in the
-        # H100 test timing log of 2026-11-26).
-        small = [c for c in FALLBACK_CONFIGS if _shared_memory_bytes(c, itemsize, block_r) <= limit]
-        return small[:1] or [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
-    return fitting
-
-
-_PRUNE = {"early_config_prune": _prune_configs}
-lora_fused_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=["M", "N", "K", "R", "STORE_XA"],
-                                       prune_configs_by=_PRUNE)(lora_fused_kernel)
-lora_epilogue_autotuned = triton.autotune(configs=AUTOTUNE_CONFIGS, key=["M", "N", "K", "R"],
-                                          prune_configs_by=_PRUNE)(lora_epilogue_kernel)
-
-
-# ------------------------------------------------------------------------------- launchers
-def _acc_dtype(dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _precision(dtype):
-    # fp32/fp64: exact products (no TF32), so tests can hold the kernel to fp32 error bounds.
-    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
-
-
-def block_r(rank: int) -> int:
-    """The kernels' BLOCK_R: the rank padded to a power of two >= 16."""
-    return max(16, triton.next_power_of_2(rank))  # tl.dot needs every dimension >= 16
-
-
-def check_int32_span(t, name):
-    """ValueError when `t`'s elements span more than 2^31 (the kernels index with int32)."""
-    if t.numel() and sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) > INT32_MAX:
-        raise ValueError(f"{name} spans more than 2^31 elements: the kernels' offsets are int32")
-
-
-def _check_base(x2, weight):
-    """x2 (M, K) and weight (N, K): types, device, shapes."""
-    validate.tensor(x2, "x", dtypes=DTYPES, ndim=2, contiguous=False)
-    validate.tensor(weight, "weight", dtypes=DTYPES, ndim=2, contiguous=False)
-    validate.same_dtype(x=x2, weight=weight)
-    if x2.shape[1] != weight.shape[1]:
-        raise ValueError(f"x's last dimension ({x2.shape[1]}) must equal weight's in_features "
-                         f"(weight is {tuple(weight.shape)}, out x in)")
-    check_int32_span(x2, "x")
-    check_int32_span(weight, "weight")
-
-
-def check_rank(rank):
-    """ValueError unless the LoRA rank is in [1, MAX_RANK]."""
-    if not 1 <= rank <= MAX_RANK:
-        raise ValueError(f"the rank r must be in [1, {MAX_RANK}], got {rank}")
-
-
-def _check_lora_b(lora_b, x2, weight, rank):
-    validate.tensor(lora_b, "lora_b", dtypes=DTYPES, ndim=2, contiguous=False)
-    validate.same_dtype(x=x2, lora_b=lora_b)
-    if tuple(lora_b.shape) != (weight.shape[0], rank):
-        raise ValueError(f"lora_b must be (out_features, r) = {(weight.shape[0], rank)}; got {tuple(lora_b.shape)}")
-    check_int32_span(lora_b, "lora_b")
-
-
-def _check_operands(x2, weight, lora_a, lora_b):
-    """x2 (M, K), weight (N, K), lora_a (r, K), lora_b (N, r), one dtype, on the kernels' device."""
-    _check_base(x2, weight)
-    validate.tensor(lora_a, "lora_a", dtypes=DTYPES, ndim=2, contiguous=False)
-    validate.same_dtype(x=x2, lora_a=lora_a)
-    if lora_a.shape[1] != weight.shape[1]:
-        raise ValueError(f"lora_a must be (r, in_features) = (r, {weight.shape[1]}); got {tuple(lora_a.shape)}")
-    check_rank(lora_a.shape[0])
-    check_int32_span(lora_a, "lora_a")
-    _check_lora_b(lora_b, x2, weight, lora_a.shape[0])
-
-
-def check_scale(scale) -> float:
-    """The LoRA scale (alpha / r) as a float: a finite Python number (TypeError/ValueError otherwise)."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a Python number (alpha / r), got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
-
-
-def _output(out, shape, like, name):
-    if out is None:
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
-    validate.tensor(out, name, dtypes=(like.dtype,), ndim=2, contiguous=False)
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
-    check_int32_span(out, name)  # the stores' offsets are int32 too
-    return out
-
-
-def _fused(p, q, u, v, scale, out, xa_out, store_xa):
-    """out = p q^T + (s p u^T) v^T, and xa_out = s p u^T: the fused kernel on any strides.
-
-    Forward: (p, q, u, v) = (x, W, A, B). Backward dx: (dY, W^T, B^T, A^T), xa_out = s dY B.
-    """
-    M, K = p.shape
-    N, R = q.shape[0], u.shape[0]
-    if M == 0 or N == 0:
-        return out, xa_out
-    xa_strides = (xa_out.stride(0), xa_out.stride(1)) if store_xa else (0, 0)
-    args = (p, q, u, v, out, xa_out if store_xa else out, M, N, K, R, scale,
-            p.stride(0), p.stride(1), q.stride(0), q.stride(1), u.stride(0), u.stride(1),
-            v.stride(0), v.stride(1), out.stride(0), out.stride(1), *xa_strides)
-    meta = dict(STORE_XA=store_xa, ACC_DTYPE=_acc_dtype(p.dtype), INPUT_PRECISION=_precision(p.dtype),
-                BLOCK_R=block_r(R))
-    if runtime.on_gpu():
-        grid = lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),)  # noqa: E731
-        lora_fused_autotuned[grid](*args, **meta)
-    else:
-        grid = (triton.cdiv(M, SIM_CONFIG["BLOCK_M"]) * triton.cdiv(N, SIM_CONFIG["BLOCK_N"]),)
-        lora_fused_kernel[grid](*args, **meta, **SIM_CONFIG)
-    return out, xa_out
-
-
-def _epilogue(x2, weight, xa, lora_b, out):
-    M, K = x2.shape
-    N, R = weight.shape[0], xa.shape[1]
-    if M == 0 or N == 0:
-        return out
-    args = (x2, weight, xa, lora_b, out, M, N, K, R, x2.stride(0), x2.stride(1), weight.stride(0),
-            weight.stride(1), xa.stride(0), xa.stride(1), lora_b.stride(0), lora_b.stride(1),
-            out.stride(0), out.stride(1))
-    meta = dict(ACC_DTYPE=_acc_dtype(x2.dtype), INPUT_PRECISION=_precision(x2.dtype), BLOCK_R=block_r(R))
-    if runtime.on_gpu():
-        grid = lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),)  # noqa: E731
-        lora_epilogue_autotuned[grid](*args, **meta)
-    else:
-        grid = (triton.cdiv(M, SIM_CONFIG["BLOCK_M"]) * triton.cdiv(N, SIM_CONFIG["BLOCK_N"]),)
-        lora_epilogue_kernel[grid](*args, **meta, **SIM_CONFIG)
-    return out
-
-
-def lora_forward(x2, weight, lora_a, lora_b, scale, *, out=None, xa_out=None, store_xa=True):
-    """(y, xa): y = x W^T + s (x A^T) B^T by the fused kernel, xa = s x A^T (None if not stored).
-
-    x2 (M, K), weight (N, K), lora_a (r, K), lora_b (N, r), one dtype; no autograd (see `lora_linear`).
-    """
-    _check_operands(x2, weight, lora_a, lora_b)
-    scale = check_scale(scale)
-    M, N, R = x2.shape[0], weight.shape[0], lora_a.shape[0]
-    out = _output(out, (M, N), x2, "out")
-    xa_out = _output(xa_out, (M, R), x2, "xa_out") if store_xa else None
-    return _fused(x2, weight, lora_a, lora_b, scale, out, xa_out, store_xa)
-
-
-def lora_epilogue(x2, weight, xa, lora_b, *, out=None):
-    """y = x W^T + xa B^T, xa (M, r) given (already scaled): the two-pass kernel's GEMM."""
-    _check_base(x2, weight)
-    validate.tensor(xa, "xa", dtypes=(x2.dtype,), ndim=2, contiguous=False)
-    if xa.shape[0] != x2.shape[0]:
-        raise ValueError(f"xa must have one row per row of x ({x2.shape[0]}); got {tuple(xa.shape)}")
-    check_rank(xa.shape[1])
-    _check_lora_b(lora_b, x2, weight, xa.shape[1])
-    out = _output(out, (x2.shape[0], weight.shape[0]), x2, "out")
-    return _epilogue(x2, weight, xa, lora_b, out)
-
-
-def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True, fused_dx=True):
-    """(dx, dx_in, dA, dB) for y = x W^T + (s x_in A^T) B^T, given dy and xa = s x_in A^T.
-
-    fused_dx (x_in is x): dx = dY W + G A in one fused kernel, G = s dY B computed on chip;
-    dx_in is None. Otherwise (x_in = dropout(x)): dx = dY W and dx_in = G A, torch matmuls.
-    """
-    # TODO (about 14 lines): fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B);
-    #   otherwise g = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa.
-    raise NotImplementedError('not implemented yet: lora_backward: fused_dx: dx, g = _fused(dy, W.t(), B.t() ...')
 
 
 class LoRALinearFunction(torch.autograd.Function):
@@ -387,7 +117,7 @@ def _prepare(x, weight, lora_a, lora_b, scale, adapter_input):
         raise ValueError("weight requires grad, but LoRA trains only lora_a and lora_b: freeze the "
                          "base weight with weight.requires_grad_(False)")
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not -1: x may be empty
-    _check_operands(x2, weight, lora_a, lora_b)
+    check_operands(x2, weight, lora_a, lora_b)
     x_in = None
     if adapter_input is not None:
         validate.tensor(adapter_input, "adapter_input", dtypes=(x.dtype,), contiguous=False)
@@ -630,7 +360,7 @@ def adapter_parameter_count(in_features: int, out_features: int, r: int) -> int:
 # ------------------------------------------------------------------------- the code behind each entry
 # What `lora_linear` (training, inference) and `lora_linear_two_pass` run, kernels to autograd: the
 # benchmarks (lora_bench.py) count its lines beside each variant (`Benchmark.sources`).
-LORA_TRAIN_CODE = (lora_fused_kernel, _fused, lora_forward, lora_backward, LoRALinearFunction.forward,
+LORA_TRAIN_CODE = (lora_fused_kernel, launch_fused, lora_forward, lora_backward, LoRALinearFunction.forward,
                    LoRALinearFunction.backward, lora_linear)
-LORA_INFER_CODE = (lora_fused_kernel, _fused, lora_forward, LoRALinearFunction.forward, lora_linear)
-LORA_TWO_PASS_CODE = (lora_epilogue_kernel, _epilogue, lora_epilogue, lora_linear_two_pass)
+LORA_INFER_CODE = (lora_fused_kernel, launch_fused, lora_forward, LoRALinearFunction.forward, lora_linear)
+LORA_TWO_PASS_CODE = (lora_epilogue_kernel, launch_epilogue, lora_epilogue, lora_linear_two_pass)

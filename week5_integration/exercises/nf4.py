@@ -1,26 +1,11 @@
-"""Exercise: NF4: QLoRA's 4-bit NormalFloat weights, double-quantized scales, and Triton kernels that
-read them.
+"""Exercise: NF4: QLoRA's 4-bit NormalFloat weights, and Triton kernels that read them; the QLoRA
+layer.
 
 Check your work with `pytest tests/week5/test_nf4.py --impl=exercises`; `python -m course progress`
 shows where every exercise stands.
 
-You write (about 85 lines in 11 holes, each a TODO below; the tests fail with 'not implemented yet'
+You write (about 44 lines in 4 holes, each a TODO below; the tests fail with 'not implemented yet'
 until you fill them):
-* `nf4_code_table`: 8 positive quantiles: torch.special.ndtri(linspace(offset, 0.5, 9)[:-1])
-  (float64); 7 negative: -ndtri(linspace(offset, 0.5, 8)[:-1]); add 0; sort; divide by the max
-  (about 4 lines)
-* `bits_per_parameter`: numel None: 4 + 8/64 + 32/(64*256) (double_quant) or 4 + 32/64. Else count
-  bytes: ceil(n/2) codes + per block of 64 one fp32 (or one int8, plus 4 bytes per 256 blocks and 4
-  for the mean) (about 5 lines)
-* `pack_codes`: pad to even; (codes[0::2] << 4) | codes[1::2] as uint8 (about 4 lines)
-* `unpack_codes`: high nibble then low nibble per byte, int64, first numel (about 2 lines)
-* `double_quantize`: mean (shape (1,)); centred = absmax - mean, padded to blocks of 256; step =
-  block max |centred| / 127; q = round(centred / step) (step 0 -> divide by 1), int8 (about 9 lines)
-* `nf4_quantize`: flatten in float32, pad to blocks of 64; absmax per block; codes = bucketize(w /
-  absmax, nf4_midpoints()) (absmax 0 -> divide by 1); pack; store the scales plainly or
-  double-quantized in an NF4Weight (about 14 lines)
-* `nf4_dequantize_torch`: unpack, NF4_TABLE[codes] * w.block_scales() repeated 64 times, cast,
-  reshape (about 3 lines)
 * `_nf4_levels`: byte = load(packed + (idx >> 1)); the even element's code is the HIGH nibble;
   return tl.load(table_ptr + code) (about 3 lines)
 * `_block_scales`: DOUBLE_QUANT: tl.fma(q (int8 -> fp32), step[block >> 8], mean) (one rounding, as
@@ -38,197 +23,24 @@ lesson's notes are week5_integration/notes/lora.md and the docstring of week5_in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
-from week5_integration import lora as lora_mod
+from course import runtime, validate
+from course.gpu import tl, triton
 from week3_triton_kernels.matmul_basic import grouped_tile
-from week5_integration.lora import store_tile
+from week5_integration import lora as lora_mod
+from week5_integration import lora_kernels
+from week5_integration.lora_kernels import store_tile
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+# The format, from the module beside this one (a stub's own sibling, in exercises/, for a learner).
+from .nf4_format import (BLOCK, NF4_TABLE, WEIGHT_DTYPES, NF4Weight, bits_per_parameter,  # noqa: F401 (finetune.py's)
+                         nf4_dequantize_torch, nf4_quantize)
 
-# The 16 NF4 levels, as published (QLoRA, appendix E; bitsandbytes' NF4 map), float32 values.
-NF4_TABLE_VALUES = (
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
-)
-NF4_TABLE = torch.tensor(NF4_TABLE_VALUES, dtype=torch.float32)
-# The outermost probability of the quantile construction, as bitsandbytes uses it. Numerically it is
-# the mean of 1 - 1/32 and 1 - 1/30: the centre of the last of 16 (positive side) or of 15
-# (negative side) equal-probability bins.
-NF4_OFFSET = 0.9677083
-BLOCK = 64          # weights per absmax scale
-DQ_BLOCK = 256      # scales per second-level (fp32) scale
-DQ_LEVELS = 127     # int8 grid of the centred scales: -127..127
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-MAX_NUMEL = 2**31 - 2**16  # int32 element offsets in the kernels, with room for one block past the end
 FUSED_MAX_M = 64  # QLoRALinear: fused dequant-matmul up to this many rows, dequantize + GEMM above
-
-
-# --------------------------------------------------------------------------- the data type
-def nf4_code_table(offset: float = NF4_OFFSET) -> torch.Tensor:
-    """The NF4 levels from their definition (float64): N(0,1) quantiles, normalized, exact zero.
-
-    Positive half: 8 quantiles at probabilities evenly spaced from `offset` down to (not
-    including) 0.5; negative half: 7 such quantiles, negated; plus 0. Dividing by the largest
-    (the quantile at `offset`) puts the outermost levels at -1 and +1.
-    """
-    # TODO (about 4 lines): 8 positive quantiles: torch.special.ndtri(linspace(offset, 0.5, 9)[:-1])
-    #   (float64); 7 negative: -ndtri(linspace(offset, 0.5, 8)[:-1]); add 0; sort; divide by the max.
-    raise NotImplementedError('not implemented yet: nf4_code_table: 8 positive quantiles ...')
-
-
-def nf4_midpoints(table: torch.Tensor = NF4_TABLE) -> torch.Tensor:
-    """The 15 decision boundaries between neighbouring levels: nearest level = bucket index."""
-    return (table[1:] + table[:-1]) / 2
-
-
-# ------------------------------------------------------------------ the reference, from the paper
-def nf4_reference_quantize(weight: torch.Tensor, block: int = BLOCK):
-    """(codes int64 (n,), absmax float64 (blocks,)): the paper's block-wise NF4, in float64.
-
-    Straight from the definition: flatten, split into blocks of `block`, divide by each block's
-    absmax, take the nearest NF4 level (ties to the lower one, as argmin does). A trailing partial
-    block is padded with zeros (which change no absmax).
-    """
-    flat = weight.detach().reshape(-1).double()
-    n = flat.numel()
-    padded = torch.zeros(-(-n // block) * block, dtype=torch.float64, device=flat.device)
-    padded[:n] = flat
-    blocks = padded.view(-1, block)
-    absmax = blocks.abs().amax(dim=1)
-    normalized = blocks / torch.where(absmax > 0, absmax, torch.ones_like(absmax))[:, None]
-    table = NF4_TABLE.double().to(flat.device)
-    codes = (normalized[..., None] - table).abs().argmin(dim=-1)
-    return codes.reshape(-1)[:n], absmax
-
-
-def nf4_reference_dequantize(codes, absmax, shape, block: int = BLOCK) -> torch.Tensor:
-    """float64 weights from `nf4_reference_quantize`'s codes and scales."""
-    table = NF4_TABLE.double().to(codes.device)
-    n = codes.numel()
-    scales = absmax.double().repeat_interleave(block)[:n]
-    return (table[codes] * scales).reshape(shape)
-
-
-def nf4_reference_double_quantize(absmax, block: int = DQ_BLOCK):
-    """(q int64, step float64 per block, mean float64): the centred scales on a linear 8-bit grid."""
-    c = absmax.double()
-    mean = c.mean() if c.numel() else c.new_zeros(())
-    centred = c - mean
-    padded = torch.zeros(-(-c.numel() // block) * block, dtype=torch.float64, device=c.device)
-    padded[:c.numel()] = centred
-    step = padded.view(-1, block).abs().amax(dim=1) / DQ_LEVELS
-    safe = torch.where(step > 0, step, torch.ones_like(step))
-    q = torch.round(padded.view(-1, block) / safe[:, None]).reshape(-1)[:c.numel()]
-    return q.long(), step, mean
-
-
-# ------------------------------------------------------------------------- the storage format
-@dataclass
-class NF4Weight:
-    """A weight in NF4: packed codes plus its scales (plain or double-quantized), and its shape.
-
-    packed: uint8 (ceil(n / 2),), two codes per byte, the even element in the high nibble.
-    double_quant=False: absmax float32 (blocks,).
-    double_quant=True: absmax_q int8 (blocks,), absmax_step float32 (ceil(blocks / 256),),
-    absmax_mean float32 (1,): absmax = absmax_q * absmax_step[block // 256] + absmax_mean.
-    """
-    packed: torch.Tensor
-    shape: tuple
-    double_quant: bool
-    absmax: torch.Tensor | None = None
-    absmax_q: torch.Tensor | None = None
-    absmax_step: torch.Tensor | None = None
-    absmax_mean: torch.Tensor | None = None
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def device(self):
-        return self.packed.device
-
-    def tensors(self) -> dict:
-        names = ("absmax_q", "absmax_step", "absmax_mean") if self.double_quant else ("absmax",)
-        return {"packed": self.packed, **{name: getattr(self, name) for name in names}}
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors().values())
-
-    def bits_per_parameter(self) -> float:
-        return 8 * self.nbytes / max(self.numel, 1)
-
-    def block_scales(self) -> torch.Tensor:
-        """The per-64 absmax as the kernels use it (float32; dequantized if double-quantized)."""
-        if not self.double_quant:
-            return self.absmax
-        step = self.absmax_step.repeat_interleave(DQ_BLOCK)[:self.absmax_q.numel()]
-        # Rounded once, as the kernels' tl.fma rounds: q * step is exact in float64 (8 x 24 bits),
-        # so the float64 sum rounded to float32 is the FMA's result (two float32 roundings, as
-        # q.float() * step + mean gives, differ from it in the last bit).
-        return (self.absmax_q.double() * step.double() + self.absmax_mean).float()
-
-
-def bits_per_parameter(double_quant: bool, numel: int | None = None) -> float:
-    """4-bit codes + the scales' bits per weight; the large-tensor limit when numel is None."""
-    # TODO (about 5 lines): numel None: 4 + 8/64 + 32/(64*256) (double_quant) or 4 + 32/64. Else count bytes:
-    #   ceil(n/2) codes + per block of 64 one fp32 (or one int8, plus 4 bytes per 256 blocks and 4 for the
-    #   mean).
-    raise NotImplementedError('not implemented yet: bits_per_parameter: numel None: 4 + 8/64 + 32/(64*256) ...')
-
-
-def pack_codes(codes: torch.Tensor) -> torch.Tensor:
-    """Two 4-bit codes per uint8 (an odd count gets a zero code at the end)."""
-    # TODO (about 4 lines): pad to even; (codes[0::2] << 4) | codes[1::2] as uint8.
-    raise NotImplementedError('not implemented yet: pack_codes: pad to even')
-
-
-def unpack_codes(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """int64 codes (numel,) from `pack_codes`' bytes."""
-    # TODO (about 2 lines): high nibble then low nibble per byte, int64, first numel.
-    raise NotImplementedError('not implemented yet: unpack_codes: high nibble then low nibble per byte, int64 ...')
-
-
-def _check_weight(weight):
-    validate.tensor(weight, "weight", dtypes=WEIGHT_DTYPES, contiguous=False)
-    if weight.numel() > MAX_NUMEL:
-        raise ValueError(f"weight has {weight.numel()} elements; at most {MAX_NUMEL} (the kernels' offsets are int32)")
-    if weight.numel() and not torch.isfinite(weight).all():
-        raise ValueError("weight holds NaN or Inf: a block's absmax would be Inf/NaN and every weight in it lost")
-
-
-def double_quantize(absmax: torch.Tensor):
-    """(q int8, step float32 per 256, mean float32 (1,)): the scales on a centred 8-bit grid."""
-    # TODO (about 9 lines): mean (shape (1,)); centred = absmax - mean, padded to blocks of 256; step = block
-    #   max |centred| / 127; q = round(centred / step) (step 0 -> divide by 1), int8.
-    raise NotImplementedError('not implemented yet: double_quantize: mean (shape (1,))')
-
-
-def nf4_quantize(weight: torch.Tensor, *, double_quant: bool = True) -> NF4Weight:
-    """Block-wise (64) absmax NF4 of any float tensor, computed in float32 on its device."""
-    _check_weight(weight)
-    # TODO (about 14 lines): flatten in float32, pad to blocks of 64; absmax per block; codes = bucketize(w /
-    #   absmax, nf4_midpoints()) (absmax 0 -> divide by 1); pack; store the scales plainly or double-quantized
-    #   in an NF4Weight.
-    raise NotImplementedError('not implemented yet: nf4_quantize: flatten in float32, pad to blocks of 64')
-
-
-def nf4_dequantize_torch(w: NF4Weight, dtype=torch.bfloat16) -> torch.Tensor:
-    """dequant(W) with torch ops: unpack, look up, scale. The reference the kernels are held to."""
-    # TODO (about 3 lines): unpack, NF4_TABLE[codes] * w.block_scales() repeated 64 times, cast, reshape.
-    raise NotImplementedError('not implemented yet: nf4_dequantize_torch: unpack, NF4_TABLE[codes] * ...')
 
 
 # ------------------------------------------------------------------------------- the kernels
@@ -361,7 +173,7 @@ def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
                          f"weight is {tuple(w.shape)} (out x in)")
     N, K = w.shape
     x2 = x.reshape(math.prod(x.shape[:-1]), K)  # not -1: x may be empty
-    lora_mod.check_int32_span(x2, "x")
+    lora_kernels.check_int32_span(x2, "x")
     shape = (*x.shape[:-1], N)
     if out is None:
         out = torch.empty(shape, dtype=x.dtype, device=x.device)
@@ -370,7 +182,7 @@ def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
         if tuple(out.shape) != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
     y = out.view(-1, N)
-    lora_mod.check_int32_span(y, "out")  # M * N elements: the stores' offsets are int32
+    lora_kernels.check_int32_span(y, "out")  # M * N elements: the stores' offsets are int32
     M = x2.shape[0]
     if M and N:
         if K == 0:  # empty sums
@@ -413,10 +225,10 @@ class QLoRAFunction(torch.autograd.Function):
         weight = _dequantize(w, x2.dtype, kernel)
         if kernel == "triton":
             if x_in is None:
-                y, xa = lora_mod.lora_forward(x2, weight, lora_a, lora_b, scale)
+                y, xa = lora_kernels.lora_forward(x2, weight, lora_a, lora_b, scale)
             else:
                 xa = (x_in @ lora_a.t()) * scale
-                y = lora_mod.lora_epilogue(x2, weight, xa, lora_b)
+                y = lora_kernels.lora_epilogue(x2, weight, xa, lora_b)
         else:
             xa = ((x2 if x_in is None else x_in) @ lora_a.t()) * scale
             y = torch.addmm(x2 @ weight.t(), xa, lora_b.t())
@@ -434,7 +246,7 @@ class QLoRAFunction(torch.autograd.Function):
         needs_dx = ctx.needs_input_grad[0] or ctx.needs_input_grad[4]
         dy = dy.contiguous()
         if kernel == "triton":
-            dx, dx_in, d_a, d_b = lora_mod.lora_backward(dy, x_in, xa, weight, lora_a, lora_b, ctx.scale,
+            dx, dx_in, d_a, d_b = lora_kernels.lora_backward(dy, x_in, xa, weight, lora_a, lora_b, ctx.scale,
                                                          needs_dx=needs_dx, fused_dx=not ctx.dropout)
         else:
             g = (dy @ lora_b) * ctx.scale
@@ -475,8 +287,8 @@ def qlora_linear(x, w: NF4Weight, lora_a, lora_b, scale, *, adapter_input=None, 
     if lora_a.shape[1] != K or tuple(lora_b.shape) != (N, lora_a.shape[0]):
         raise ValueError(f"lora_a must be (r, {K}) and lora_b ({N}, r); got {tuple(lora_a.shape)} and "
                          f"{tuple(lora_b.shape)}")
-    lora_mod.check_rank(lora_a.shape[0])
-    scale = lora_mod.check_scale(scale)
+    lora_kernels.check_rank(lora_a.shape[0])
+    scale = lora_kernels.check_scale(scale)
     x_in = None
     if adapter_input is not None:
         validate.tensor(adapter_input, "adapter_input", dtypes=(x.dtype,), contiguous=False)

@@ -1,5 +1,5 @@
 """Known-wrong pieces of the persistent wgmma rung the tests must reject (`python -m course exercises --must-fail`)."""
-from course.exercises import Wrong
+from classroom.must_fail import Wrong
 
 WRONG = [
     Wrong("last_group_not_shortened",

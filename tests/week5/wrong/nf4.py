@@ -1,4 +1,4 @@
-"""Known-wrong NF4 pieces the tests must reject (`python -m course exercises --must-fail`)."""
+"""Known-wrong NF4 kernels the tests must reject (`python -m course exercises --must-fail`)."""
 from classroom.must_fail import Wrong
 
 WRONG = [
@@ -7,11 +7,6 @@ WRONG = [
           old="    code = (byte >> ((1 - (idx & 1)) * 4)) & 0xF  # even element: high nibble\n",
           new="    code = (byte >> ((idx & 1) * 4)) & 0xF\n",
           expect="elements differ", tests=("-k", "dequantize_kernel_matches_torch")),
-    Wrong("table_not_normalized",
-          "the derived code table is left in units of standard deviations: its ends are not -1 and 1",
-          old="    return levels / levels.max()\n",
-          new="    return levels\n",
-          expect="derivation|elements differ", tests=("-k", "derivation")),
     Wrong("one_scale_per_program",
           "the dequantize kernel takes the first block's scale for all its 1024 elements (offs >> 6 forgotten)",
           old="    scale = _block_scales(absmax_ptr, absmax_q_ptr, absmax_step_ptr, mean, offs >> 6, mask, DOUBLE_QUANT)\n",
