@@ -62,7 +62,7 @@ def find_lesson(name: str, root: Path = ROOT) -> tuple[str, str]:
 
 def lesson_benchmarks(package: str, stem: str) -> list:
     """The BENCHMARKS of the lesson's module, its `<lesson>_bench.py`, or the bench module of the
-    longest prefix of its name (flash_attention_backward -> flash_attention_bench.py)."""
+    longest prefix of its name (flash_attention_backward -> attention/bench.py)."""
     parts = stem.split("_")
     candidates = [stem, f"{stem}_bench"] + [f"{'_'.join(parts[:k])}_bench" for k in range(len(parts) - 1, 0, -1)]
     found = []
