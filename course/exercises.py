@@ -753,8 +753,8 @@ def load_fixtures(root: Path = ROOT) -> list[Fixture]:
             # LESSON: a fixture file's lesson in a lesson folder (LESSON = "attention/flash.py")
             solution = package / (wrong.lesson or getattr(module, "LESSON", f"{path.stem}.py"))
             test = test_file(solution, root)
-            module = _module_name(solution, root) if solution.suffix == ".py" else f"{package.name}.{path.stem}"
-            found.append(Fixture(wrong, solution, module, test, path))
+            name = _module_name(solution, root) if solution.suffix == ".py" else f"{package.name}.{path.stem}"
+            found.append(Fixture(wrong, solution, name, test, path))
     return found
 
 
