@@ -84,21 +84,29 @@ class Table:
         return self.rows().get(tuple(key))
 
     def save(self, rows: list[dict], how: str) -> Path:
-        """Write the sweep's rows (`how`: the command that measured them) with this machine and the date."""
-        for row in rows:
-            if not isinstance(row, dict) or not {"key", "rung", "tile"} <= set(row):
-                raise ValueError(f"each row must be a dict with 'key', 'rung' and 'tile', got {row!r}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"op": self.op, "how": how, "machine": runtime.describe(),
-                  "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                  "simulated": not runtime.on_gpu(), "rows": rows}
-        self.path.write_text(json.dumps(record, indent=1) + "\n")
+        """Write the sweep's rows (`how`: the command that measured them) and read them afresh next time."""
+        path = save(self.results, self.op, rows, how)
         self.forget()
-        return self.path
+        return path
 
     def forget(self) -> None:
         """Read the file again on the next lookup (after it changed)."""
         self._rows = None
+
+
+def save(results: Path, op: str, rows: list[dict], how: str) -> Path:
+    """results/dispatch_<op>.json: the sweep's rows (`how`: the command that measured them) with this
+    machine's description and the date (a run in simulation is marked so: no launcher reads it)."""
+    for row in rows:
+        if not isinstance(row, dict) or not {"key", "rung", "tile"} <= set(row):
+            raise ValueError(f"each row must be a dict with 'key', 'rung' and 'tile', got {row!r}")
+    path = Path(results) / f"dispatch_{op}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"op": op, "how": how, "machine": runtime.describe(),
+              "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "simulated": not runtime.on_gpu(), "rows": rows}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
 
 
 def pick(table: Table, key, rungs, default: Callable[[tuple], Choice]) -> Choice:

@@ -28,14 +28,13 @@ import math
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import runtime, validate
+from course.gpu import triton, DEVICE
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-from week3_triton_kernels.matmul import (  # noqa: E402
-    POINTER_KEY, PRUNE, TMA_KEY, check_args, epilogue_torch, matmul_persistent_kernel,
-    matmul_tma_kernel, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
+from week3_triton_kernels.matmul import KERNELS, matmul_persistent_kernel, matmul_tma_kernel, run_kernel
+from week3_triton_kernels.matmul_dispatch import tile_for
+from week3_triton_kernels.matmul_launch import (
+    POINTER_KEY, PRUNE, TMA_KEY, check_args, epilogue_torch, tile_config, with_tma_block_shapes)
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -58,12 +57,13 @@ matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=POINT
                                                   prune_configs_by=PRUNE)(matmul_persistent_kernel)
 matmul_tma_fp8_autotuned = triton.autotune(configs=with_tma_block_shapes(FP8_CONFIGS), key=TMA_KEY,
                                            prune_configs_by=PRUNE)(matmul_tma_kernel)
-FP8_TUNERS = {"persistent": matmul_persistent_fp8_autotuned, "tma": matmul_tma_fp8_autotuned}
+FP8_TUNED = KERNELS._replace(persistent_autotuned=matmul_persistent_fp8_autotuned,
+                             tma_autotuned=matmul_tma_fp8_autotuned)
 
 
 def _scale_tensor(scale, name):
     if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        return torch.full((1,), float(scale), dtype=torch.float32, device=runtime.DEVICE)
+        return torch.full((1,), float(scale), dtype=torch.float32, device=DEVICE)
     validate.tensor(scale, name, dtypes=(torch.float32,))
     if scale.numel() != 1:
         raise ValueError(f"{name} must hold one value (a per-tensor scale), got shape {tuple(scale.shape)}")
@@ -95,9 +95,9 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.T
     if kernel == "tma":
         runtime.require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
     # The sweep (`matmul_bench --sweep --dtypes fp8`) times fp8 with promotion: its table serves that.
-    config = tuned_config(M, N, K, a.dtype, kernel) if runtime.on_gpu() and not fast_accum else None
+    config = tile_for(M, N, K, a.dtype, kernel) if runtime.on_gpu() and not fast_accum else None
     return run_kernel(kernel, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum,
-                      config=config, tuners=FP8_TUNERS)
+                      config=config, kernels=FP8_TUNED)
 
 
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
