@@ -15,16 +15,15 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
+from course.gpu import triton
 from tests.week4.attention_helpers import assert_within, qkv
-
-import triton  # noqa: E402  (after course.runtime: the interpreter switch)
+# The backward and the launch plans that fa calls (the solutions', under --impl=exercises too: the
+# backward's own exercise is checked by test_flash_attention_backward.py).
+from week4_triton_dl.attention import backward as fab
+from week4_triton_dl.attention import plans as plans
 
 fa = runtime.lesson("week4_triton_dl.attention.flash")
 an = runtime.lesson("week4_triton_dl.attention.naive")
-# The backward and the launch plans that fa calls (the solutions', under --impl=exercises too: the
-# backward's own exercise is checked by test_flash_attention_backward.py).
-from week4_triton_dl.attention import backward as fab  # noqa: E402
-from week4_triton_dl.attention import plans as plans  # noqa: E402
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk), none a multiple of the simulator's 16/32 blocks except 64: one token, primes, more
