@@ -44,7 +44,7 @@ average, a rank's gradient lost, a shard trained twice) moves them by tenths wit
 
 `warm`: on a fresh machine the first run compiles FlashAttention's ~27 autotune configs one after
 another (~2-4 s each); `warm` compiles them for this model's shape in parallel processes first
-(tools/warm_attention_cache.py's worker), filling Triton's on-disk cache.
+(week4_triton_dl.attention's warm_cache), filling Triton's on-disk cache.
 """
 from __future__ import annotations
 
@@ -400,22 +400,12 @@ def warm(batch: int, procs: int, config: str = "gpt2_124m") -> int:
     if not runtime.on_gpu():
         print("warm: compiles and launches GPU kernels; nothing to do without a GPU", file=sys.stderr)
         return 0
-    import multiprocessing as mp
-
-    sys.path.insert(0, str(ROOT.parent / "tools"))
-    import warm_attention_cache as wac  # tools/warm_attention_cache.py: its worker compiles one config set
-    from week4_triton_dl.flash_attention import FWD_CONFIGS
-    from week4_triton_dl.flash_attention_backward import BWD_KV_CONFIGS, BWD_Q_CONFIGS
-    from week4_triton_dl.flash_attention_plans import configs_for
+    from week4_triton_dl.attention import warm_cache
 
     cfg = cm.preset(config)
     shape = (batch, cfg.n_heads, cfg.max_seq_len, cfg.head_dim)
-    most = max(len(configs_for(c, cfg.head_dim)) for c in (FWD_CONFIGS, BWD_KV_CONFIGS, BWD_Q_CONFIGS))
-    tasks = [(shape, True, i) for i in range(most)]
-    with mp.get_context("spawn").Pool(min(procs, len(tasks))) as pool:
-        for done, _ in enumerate(pool.imap_unordered(wac._warm, tasks), 1):
-            print(f"\rcompiled {done}/{len(tasks)} FlashAttention config sets for {shape}", end="", file=sys.stderr,
-                  flush=True)
+    warm_cache([(shape, True)], procs, lambda done, total: print(
+        f"\rcompiled {done}/{total} FlashAttention config sets for {shape}", end="", file=sys.stderr, flush=True))
     print(file=sys.stderr)
     return 0
 

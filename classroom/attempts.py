@@ -52,19 +52,25 @@ def find_lesson(name: str, root: Path = ROOT) -> tuple[str, str]:
     found = [(w.package, stem) for w in weeks.discover(root)
              if (root / w.package / "exercises" / f"{stem}.py").exists()
              and (not week or week.split("/")[0] in (w.short, w.package))]
+    # a lesson folder's stub ('attention/tma', 'week4/attention/tma'): its package is the folder's
+    folder = week.split("/")[-1] if week else ""
+    found += [(f"{w.package}.{folder}", stem) for w in weeks.discover(root)
+              if folder and (root / w.package / folder / "exercises" / f"{stem}.py").exists()
+              and week.split("/")[0] in (w.short, w.package, folder)]
     if len(found) == 1:
         return found[0]
     if found:
         raise ValueError(f"lesson {stem!r} is in several weeks: say which, e.g. "
-                         + " or ".join(f"{weeks.short_name(root / p)}/{s}" for p, s in found))
+                         + " or ".join(f"{weeks.short_name(root / p.split('.')[0])}/{s}" for p, s in found))
     raise ValueError(f"no exercise named {name!r}: its stub would be week*/exercises/{stem}.py")
 
 
 def lesson_benchmarks(package: str, stem: str) -> list:
     """The BENCHMARKS of the lesson's module, its `<lesson>_bench.py`, or the bench module of the
-    longest prefix of its name (flash_attention_backward -> flash_attention_bench.py)."""
+    longest prefix of its name (layernorm_backward -> layernorm_bench.py), or its folder's bench.py."""
     parts = stem.split("_")
     candidates = [stem, f"{stem}_bench"] + [f"{'_'.join(parts[:k])}_bench" for k in range(len(parts) - 1, 0, -1)]
+    candidates.append("bench")  # a lesson folder's bench.py (week4_triton_dl/attention/bench.py)
     found = []
     for module in candidates:
         if importlib.util.find_spec(f"{package}.{module}") is None:
@@ -436,14 +442,15 @@ def main(args) -> int:
     except ValueError as error:
         print(f"time: {error}")
         return 2
-    lesson = f"{weeks.short_name(ROOT / package)}/{stem}"
+    folder = "/".join(package.split(".")[1:])  # a lesson folder's name ('attention'), else ''
+    lesson = "/".join(p for p in (weeks.short_name(ROOT / package.split(".")[0]), folder, stem) if p)
     print(f"{lesson}: loading the lesson, its stub and its benchmarks...", flush=True)
     plans = build(lesson, args.impl, args.all_variants, args.all_sizes, args.only)
     if not plans:
         print(f"{lesson} has no benchmark that runs its code (`python -m course bench "
-              f"{weeks.short_name(ROOT / package)}` lists the week's)")
+              f"{weeks.short_name(ROOT / package.split('.')[0])}` lists the week's)")
         return 1
-    stub_file = ROOT / package / ("exercises" if args.impl == "exercises" else "") / f"{stem}.py"
+    stub_file = ROOT / package.replace(".", "/") / ("exercises" if args.impl == "exercises" else "") / f"{stem}.py"
     info = runtime.describe()
     common = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "lesson": lesson,
               "impl": args.impl, "gpu": info.get("gpu") or "CPU (simulation)", "stub_hash": blob_hash(stub_file)}

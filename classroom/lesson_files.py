@@ -25,12 +25,30 @@ def week_of(package_dir: Path) -> str:
 
 
 def solution_files(root: Path = ROOT) -> list[Path]:
-    """Every lesson source that could have a stub: week*/X.py and week*/kernels/*.cu."""
+    """Every lesson source that could have a stub: week*/X.py, week*/<lesson folder>/X.py (a
+    multi-module lesson, week4_triton_dl/attention/) and week*/kernels/*.cu."""
     found = []
     for d in lesson_dirs(root):
         found += sorted(p for p in d.glob("*.py") if p.name != "__init__.py")
+        for sub in sorted(d.iterdir()):
+            if sub.is_dir() and sub.name not in weeks.NOT_MODULES and (sub / "__init__.py").exists():
+                found += sorted(p for p in sub.glob("*.py") if p.name != "__init__.py")
         found += sorted((d / "kernels").glob("*.cu"))
     return found
+
+
+def week_dir_of(solution: Path) -> Path:
+    """The week package a lesson source belongs to: its folder, or the folder above kernels/ or
+    above a lesson folder (week4_triton_dl/attention/flash.py -> week4_triton_dl)."""
+    folder = solution.parent
+    while (folder.parent / "__init__.py").exists():
+        folder = folder.parent
+    return folder
+
+
+def module_name(solution: Path, root: Path = ROOT) -> str:
+    """'week4_triton_dl.attention.flash' for week4_triton_dl/attention/flash.py."""
+    return rel_path(solution, root).removesuffix(".py").replace("/", ".")
 
 
 def stub_path(solution: Path) -> Path:
@@ -47,13 +65,13 @@ def test_file(solution: Path, root: Path = ROOT) -> Path | None:
     """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu,
     or, for a module a lesson is split into (layernorm_backward.py), the lesson's test module that
     loads it (`runtime.lesson("<package>.<module>")`, so that --impl=exercises loads its stub)."""
-    package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    package_dir = week_dir_of(solution)
     tests = root / "tests" / week_of(package_dir)
     if solution.suffix == ".py":
         candidate = tests / f"test_{solution.stem}.py"
-        if candidate.exists():
+        if candidate.exists() and solution.parent == package_dir:
             return candidate
-        loads = f'lesson("{package_dir.name}.{solution.stem}")'
+        loads = f'lesson("{module_name(solution, root)}")'
         return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
     for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
         if f'"{solution.name}"' in py.read_text():
@@ -67,11 +85,11 @@ def hand_written_tests(root: Path = ROOT) -> list[Path]:
     modules = set()
     for solution in solution_files(root):
         if stub_path(solution).exists() and not is_marked(solution):
-            package = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
-            if f"from {package.name}.{solution.stem} import *" in stub_path(solution).read_text():
+            package = week_dir_of(solution)
+            if f"from {module_name(solution, root)} import *" in stub_path(solution).read_text():
                 continue  # "not an exercise": the stub re-exports the solution, nothing to fill
             if solution.suffix == ".py":
-                modules.add(f"{package.name}.{solution.stem}")
+                modules.add(module_name(solution, root))
             else:  # a CUDA C stub: the lesson module that loads it
                 test = test_file(solution, root)
                 if test is not None:
@@ -93,7 +111,7 @@ def note_of(solution: Path) -> Path:
     """The lesson's note: notes/<name>.md, else the note whose title names the file (`layernorm_backward.py`,
     `kernels/rmsnorm_ext.cu`), else the note the README's lessons table links beside the file
     (`add_rmsnorm.py`), else the week's README (a week without notes/)."""
-    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    week_dir = week_dir_of(solution)
     notes = week_dir / "notes"
     if (notes / f"{solution.stem}.md").exists():
         return notes / f"{solution.stem}.md"

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom.lesson_files import ROOT, lesson_dirs, rel_path, test_file, week_of
+from classroom.lesson_files import ROOT, lesson_dirs, module_name, rel_path, test_file, week_of
 from classroom.regions import comment_of, parse_regions
 from classroom.stubs import NOT_IMPLEMENTED
 
@@ -53,7 +53,7 @@ class Fixture:
     @property
     def label(self) -> str:
         """'week4/rope__position_offset_ignored'."""
-        return f"{self.source.parent.parent.name}/{self.module.split('.')[-1]}__{self.wrong.name}"
+        return f"{self.source.parent.parent.name}/{self.source.stem}__{self.wrong.name}"
 
     def matches(self, name: str) -> bool:
         """`name` is this fixture's label, its lesson ('rope', 'week4/rope') or its week ('week4')."""
@@ -75,9 +75,11 @@ def load_fixtures(root: Path = ROOT) -> list[Fixture]:
         spec.loader.exec_module(module)
         package = weeks[path.parent.parent.name]
         for wrong in module.WRONG:
-            solution = package / (wrong.lesson or f"{path.stem}.py")
+            # LESSON: a fixture file's lesson in a lesson folder (LESSON = "attention/flash.py")
+            solution = package / (wrong.lesson or getattr(module, "LESSON", f"{path.stem}.py"))
             test = test_file(solution, root)
-            found.append(Fixture(wrong, solution, f"{package.name}.{path.stem}", test, path))
+            name = module_name(solution, root) if solution.suffix == ".py" else f"{package.name}.{path.stem}"
+            found.append(Fixture(wrong, solution, name, test, path))
     return found
 
 

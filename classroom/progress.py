@@ -38,6 +38,12 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
         test = root / "tests" / lesson_files.week_of(package_dir) / f"test_{stub.stem}.py"
         if test.exists():
             found.append((stub.stem, stub, test))
+    for stub in sorted(package_dir.glob("*/exercises/*.py")):  # a lesson folder's (week4_triton_dl/attention/)
+        if stub.name == "__init__.py" or not is_exercise(stub):
+            continue
+        test = lesson_files.test_file(stub.parent.parent / stub.name, root)
+        if test is not None:
+            found.append((f"{stub.parent.parent.name}/{stub.stem}", stub, test))
     readme = package_dir / "README.md"
     text = readme.read_text() if readme.exists() else ""
 

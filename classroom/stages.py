@@ -78,7 +78,7 @@ def run_stages(root: Path = ROOT, only: list[str] | None = None, jobs: int = 2) 
     """`python -m course stages`: every stage of every staged lesson (or those in `only`)."""
     work = []
     for solution in staged_solutions(root):
-        if only and solution.stem not in only and lesson_files.week_of(solution.parent) not in only:
+        if only and solution.stem not in only and lesson_files.week_of(lesson_files.week_dir_of(solution)) not in only:
             continue
         titles = regions.stages(solution)
         work += [(solution, n, len(titles), title) for n, title in titles.items()]
@@ -154,6 +154,6 @@ def main(args) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("stages", help="lessons in stages: each stage's tests pass on the stub filled up to it "
                                       "(later stages still holes), and the next stage's fail with 'not implemented yet'")
-    p.add_argument("lessons", nargs="*", help="lessons (flash_attention_backward) or weeks (week4); default: all")
+    p.add_argument("lessons", nargs="*", help="lessons (backward, softmax) or weeks (week4); default: all")
     p.add_argument("--jobs", type=int, default=2, help="pytest runs at once")
     p.add_argument("--root", help=__import__("argparse").SUPPRESS)

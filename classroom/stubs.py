@@ -13,8 +13,8 @@ import re
 import textwrap
 from pathlib import Path
 
-from classroom.lesson_files import (ROOT, marked_solutions, note_of, rel_path, stub_path, test_file,
-                                    week_of)
+from classroom.lesson_files import (ROOT, marked_solutions, module_name, note_of, rel_path, stub_path, test_file,
+                                    week_dir_of, week_of)
 from classroom.regions import MarkerError, Region, comment_of, parse_regions
 
 
@@ -125,10 +125,6 @@ def _notes(lines: list[str], comment: str) -> tuple[list[str], list[int]]:
     return notes, indices
 
 
-def _module_name(solution: Path, root: Path) -> str:
-    return rel_path(solution, root).removesuffix(".py").replace("/", ".")
-
-
 def _region_names(tree: ast.Module, region: Region) -> list[str]:
     """Names bound by the module-level statements of a region (0-based line indices, ast 1-based).
     Imports are left out: what the region itself imports is its own tooling, not the lesson's names."""
@@ -157,7 +153,7 @@ def _header(solution: Path, holes: list[Hole], root: Path, summary: str, notes: 
     """The stub's docstring text (lines, no quotes): what to write, the test command, the notes."""
     rel = rel_path(solution, root)
     tests = test_file(solution, root)
-    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    week_dir = week_dir_of(solution)
     command = (f"pytest {rel_path(tests, root)} --impl=exercises" if tests
                else f"pytest tests/{week_of(week_dir)} --impl=exercises")
     total = sum(h.size for h in holes)
@@ -246,7 +242,7 @@ def generate(solution: Path, root: Path = ROOT, through: int = 0) -> str | None:
     for region in regions:
         if region.kind == "SOLUTION ONLY":
             names = _region_names(tree, region) if comment == "#" and not region.indent else []
-            module = _module_name(solution, root)
+            module = module_name(solution, root)
             line = (f"from {module} import {', '.join(names)}  # noqa: E402, F401  (given: "
                     f"{' '.join(region.hint) or 'the solution uses them'})")
             replaced.append((region, _wrap_import(line, module, names, region.hint) if names else []))

@@ -22,10 +22,14 @@ from course import runtime
 
 
 def results_folder(module_file: str) -> Path:
-    """The results/ folder of the lesson that `module_file` belongs to (its exercise stub's too:
-    a stub in <week>/exercises/ reads the tables its week measured)."""
+    """The results/ folder of the week that `module_file` belongs to (its exercise stub's too, and a
+    lesson folder's modules': week4_triton_dl/attention/exercises/flash.py reads week4_triton_dl/results)."""
     folder = Path(module_file).resolve().parent
-    return (folder.parent if folder.name == "exercises" else folder) / "results"
+    if folder.name == "exercises":
+        folder = folder.parent
+    while (folder / "__init__.py").exists() and (folder.parent / "__init__.py").exists():  # a lesson folder
+        folder = folder.parent
+    return folder / "results"
 
 
 def tuned_path(results: Path, name: str) -> Path:

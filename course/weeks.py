@@ -148,6 +148,10 @@ def benchmarks(week: Week | str) -> list:
             continue
         module = importlib.import_module(f"{package}.{info.name}")
         found.extend(getattr(module, "BENCHMARKS", []))
+        if info.ispkg:  # a lesson folder (week4_triton_dl/attention/): its modules' benchmarks too
+            for sub in pkgutil.iter_modules(module.__path__):
+                if sub.name not in NOT_MODULES:
+                    found.extend(getattr(importlib.import_module(f"{module.__name__}.{sub.name}"), "BENCHMARKS", []))
     return found
 
 

@@ -48,7 +48,7 @@ GROUPS_TABLE='
 tc_4096;week1_cuda_python;matmul_tc_week1;4096^3 f16;wmma_cp_async wgmma_tma torch
 triton_4096;week3_triton_kernels;matmul_bfloat16;4096x4096x4096;triton triton_tma torch
 triton_5000;week3_triton_kernels;matmul_bfloat16;5000x3000x4000;triton triton_tma torch
-fa_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;triton_flash_rung3 triton_flash torch
+fa_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;triton_flash_blocked triton_flash torch
 tc_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_tma_row_major torch
 tc_2048;week1_cuda_python;matmul_tc_week1;2048^3 f16;wgmma_tma torch
 wp_4096;week1_cuda_python;matmul_tc_week1;4096^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch

@@ -10,7 +10,7 @@ and a few configs, checked against SDPA on every shape before it is timed:
   * `TMA`: Q, K, V and O through host tensor descriptors (the copy engine moves whole tiles);
   * `WS`: `tl.range(..., warp_specialize=True)`: Triton splits the loop into producer and
     consumer warps itself (its automatic warp specialisation).
-A probe, not a lesson: the winning switches move into week4_triton_dl/flash_attention.py.
+A probe, not a lesson: the winning switches move into week4_triton_dl/attention/flash.py.
 
     python tools/probe_fa_hopper.py [--quick]        (GPU, sm_90; ~2-3 min)
 """
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                      (256, 128, 8, 2, False), (256, 64, 8, 2, True), (256, 128, 8, 2, True), (128, 128, 8, 4, False),
                      (128, 32, 4, 3, False)]]
     try:  # the course's kernel, for the same inputs
-        from week4_triton_dl.flash_attention import flash_attention as course_fa
+        from week4_triton_dl.attention.flash import flash_attention as course_fa
     except Exception as exc:  # noqa: BLE001  (a probe: report and go on)
         print(f"(course kernel not importable: {exc})")
         course_fa = None

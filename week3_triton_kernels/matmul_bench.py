@@ -4,7 +4,7 @@
 persistent, TMA) against cuBLAS in fp16 and bf16, and fp8 against torch._scaled_mm where the GPU has
 fp8. `python -m week3_triton_kernels.matmul_bench --sweep --out DIR` (GPU, ~4 minutes) times a wide
 set of configs of each kernel at the benchmark shapes beside cuBLAS and writes the fastest to
-DIR/tuned_matmul.json, the table `matmul` reads from results/ (see "the sweep" below).
+DIR/dispatch_matmul.json, the table `matmul` reads from results/ (see "the sweep" below).
 Over 500 lines: the benchmarks, the ladders and the sweep (parallel precompile, timing loop,
 table) of one lesson module, together because the sweep times exactly the launches the
 benchmarks run.
@@ -18,17 +18,16 @@ from pathlib import Path
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark
 from course.check import random_tensor
-
 from course.rungs import Ladder, Rung
 
-from week3_triton_kernels.matmul import (  # noqa: E402
+from week3_triton_kernels.matmul import (
     matmul, matmul_fixed, matmul_persistent, matmul_tiled, matmul_tma, row_align, run_kernel,
     stores_c_through_tma)
-from week3_triton_kernels.matmul_basic import matmul_grouped, matmul_plain  # noqa: E402
-from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, matmul_fp8, matmul_fp8_torch, quantize_fp8  # noqa: E402
+from week3_triton_kernels.matmul_basic import matmul_grouped, matmul_plain
+from week3_triton_kernels.matmul_fp8 import FP8_BLOCK_K, matmul_fp8, matmul_fp8_torch, quantize_fp8
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -79,7 +78,7 @@ def _matmul_benchmark(dtype):
         compute_dtype=dtype,
         notes="flops = 2 M N K; bytes = (MK + KN + MN) x 2, the minimum; triton_plain and triton_grouped "
               "are rungs 1 and 2 (matmul_basic: fixed 128x128x32 tiles, row-major and grouped order); "
-              "triton_tiled, triton_persistent and triton_tma run the config results/tuned_matmul.json holds "
+              "triton_tiled, triton_persistent and triton_tma run the config results/dispatch_matmul.json holds "
               "for the shape on this GPU, else their autotuner's; triton is `matmul`, the fastest of those "
               "three per the same table (triton_tiled without one); triton_ungrouped is "
               "the 128x256x64 config with GROUP_M = 1 (row-major program order); triton_unpadded "
@@ -189,9 +188,9 @@ if MATMUL_FP8 is not None:
 
 # --------------------------------------------------------------------------------- the sweep
 # `--sweep` (GPU) times candidate configs of every kernel at each shape and dtype beside cuBLAS in
-# the same run, prints the fastest, and writes them to tuned_matmul.json (results/, or --out),
+# the same run, prints the fastest, and writes them to dispatch_matmul.json (results/, or --out),
 # which `matmul`, `matmul_tiled`, `matmul_persistent` and `matmul_tma` read on the GPU that measured it
-# (matmul.tuned_config). It fits one device call of ~4 minutes: compiling is most of a sweep
+# (matmul_dispatch.py). It fits one device call of ~4 minutes: compiling is most of a sweep
 # (~1-3 s per config and kernel, and a kernel compiles once per dtype and per class of shape:
 # 4096^3 and 8192^3 share theirs, 5000 x 3000 x 4000 has its own), so --jobs worker processes
 # compile every candidate first, in parallel, into Triton's on-disk cache, and the timing loop
@@ -374,12 +373,12 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
           workers: int = 12, budget_s: float = 210.0, warmup_ms: float = 5.0, rep_ms: float = 25.0,
           out_dir=None) -> list[dict]:
     """Time the candidates (default SWEEP_CANDIDATES / FP8_SWEEP_CANDIDATES) of each kernel in `kinds`
-    at each shape and dtype beside cuBLAS; print the table; write tuned_matmul.json to out_dir
+    at each shape and dtype beside cuBLAS; print the table; write dispatch_matmul.json to out_dir
     (default results/); return its entries. Runs under the interpreter too (tiny shapes, host times:
     a check of the plumbing, which writes a file marked simulated that no launcher reads)."""
-    from course import tuning
+    from course import dispatch
 
-    from week3_triton_kernels.matmul import RESULTS
+    from week3_triton_kernels.matmul_dispatch import TABLE
 
     started = time.perf_counter()
     log_lines = []
@@ -435,18 +434,19 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
                                "cublas_ms": round(cublas_ms, 5), "cublas_tflops": round(tflops(cublas_ms), 1),
                                "vs_cublas": round(cublas_ms / ms, 3)}
         key = [M, N, K, "float8_e4m3fn" if name == "fp8" else name]
-        for kind, (ms, config) in best.items():
-            entries.append({"key": key + [kind], "config": config, "measured": measured(ms)})
-        if best:
+        for kind, (ms, config) in best.items():  # each rung's fastest tile, for a call that names the rung
+            entries.append({"key": key + [kind], "rung": kind, "tile": config, "measured": measured(ms)})
+        if best:  # the choice: the fastest rung and its tile, for a call that names none
             kind, (ms, config) = min(best.items(), key=lambda kv: kv[1][0])
-            entries.append({"key": key + ["best"], "config": dict(config, kind=kind), "measured": measured(ms)})
+            entries.append({"key": key, "rung": kind, "tile": config, "measured": measured(ms)})
         rows.append((shape, name, best, cublas_ms, tflops))
         del inputs, out, want
         if runtime.on_gpu():
             torch.cuda.empty_cache()
     _print_sweep_table(rows)
     how = "python -m week3_triton_kernels.matmul_bench --sweep --dtypes " + " ".join(dtypes)
-    path = tuning.save(Path(out_dir) if out_dir else RESULTS, "matmul", entries, how)
+    path = dispatch.save(Path(out_dir) if out_dir else TABLE.results, "matmul", entries, how)
+    TABLE.forget()
     if out_dir:  # every candidate's line: a file beside the table (the device call's output is short)
         (Path(out_dir) / "sweep_matmul.log").write_text("\n".join(log_lines) + "\n")
         print(f"every candidate's time: {Path(out_dir) / 'sweep_matmul.log'}")
@@ -484,7 +484,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="*", type=_shape, default=SWEEP_SHAPES,
                         help="MxNxK problems (default: 4096^3, 8192^3, 5000x3000x4000)")
     parser.add_argument("--kinds", nargs="*", default=list(SWEEP_KINDS), choices=SWEEP_KINDS)
-    parser.add_argument("--out", help="folder for tuned_matmul.json and the log (default: results/)")
+    parser.add_argument("--out", help="folder for dispatch_matmul.json and the log (default: results/)")
     parser.add_argument("--budget-s", type=float, default=210.0,
                         help="seconds for the whole sweep, compiles included (default 210)")
     parser.add_argument("--jobs", type=int, default=12,

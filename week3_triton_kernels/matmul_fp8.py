@@ -9,14 +9,14 @@ report, arXiv:2412.19437, sec. 3.3.2), so without promotion (fast_accum=True: fa
 precise) the error grows with K (`fp8_sum_error_bound` is the error model the tests use).
 
     matmul_fp8(a, b, a_scale, b_scale, bias=None, activation=None, out=None, *,
-               out_dtype=torch.bfloat16, fast_accum=False, kernel="auto")
+               out_dtype=torch.bfloat16, fast_accum=False, rung=None)
         a (M, K) and b (K, N) in torch.float8_e4m3fn; a_scale, b_scale per-tensor float32
         scales (0-d or 1-element tensors on the device, or Python floats); returns
         activation(a_scale * b_scale * (a @ b) + bias) in out_dtype (bf16, fp16 or fp32; bias in
         out_dtype). b is fastest "column-major" (b = w.t() of a row-major (N, K) weight, which is
         what torch._scaled_mm requires too); another layout is copied to that one first, as fp8
         wgmma reads B only K-major. Needs compute capability >= 8.9 (Ada, Hopper): RuntimeError
-        elsewhere; kernel="tma" needs 9.0.
+        elsewhere; rung="tma" needs 9.0 (None: tma where the GPU has it, else persistent).
     quantize_fp8(x) -> (x_fp8, scale) with a per-tensor amax scale.
 
 Twice the values per byte: the fp8 configs take BLOCK_K = 128 to move as many bytes per K step
@@ -28,14 +28,13 @@ import math
 
 import torch
 
-from course import runtime  # before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import dispatch, runtime, validate
+from course.gpu import triton, DEVICE
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-from week3_triton_kernels.matmul import (  # noqa: E402
-    POINTER_KEY, PRUNE, TMA_KEY, check_args, epilogue_torch, matmul_persistent_kernel,
-    matmul_tma_kernel, run_kernel, tile_config, tuned_config, with_tma_block_shapes)
+from week3_triton_kernels.matmul import KERNELS, matmul_persistent_kernel, matmul_tma_kernel, run_kernel
+from week3_triton_kernels.matmul_dispatch import tile_for
+from week3_triton_kernels.matmul_launch import (
+    POINTER_KEY, PRUNE, TMA_KEY, check_args, epilogue_torch, tile_config, with_tma_block_shapes)
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -58,46 +57,47 @@ matmul_persistent_fp8_autotuned = triton.autotune(configs=FP8_CONFIGS, key=POINT
                                                   prune_configs_by=PRUNE)(matmul_persistent_kernel)
 matmul_tma_fp8_autotuned = triton.autotune(configs=with_tma_block_shapes(FP8_CONFIGS), key=TMA_KEY,
                                            prune_configs_by=PRUNE)(matmul_tma_kernel)
-FP8_TUNERS = {"persistent": matmul_persistent_fp8_autotuned, "tma": matmul_tma_fp8_autotuned}
+FP8_TUNED = KERNELS._replace(persistent_autotuned=matmul_persistent_fp8_autotuned,
+                             tma_autotuned=matmul_tma_fp8_autotuned)
 
 
 def _scale_tensor(scale, name):
     if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        return torch.full((1,), float(scale), dtype=torch.float32, device=runtime.DEVICE)
+        return torch.full((1,), float(scale), dtype=torch.float32, device=DEVICE)
     validate.tensor(scale, name, dtypes=(torch.float32,))
     if scale.numel() != 1:
         raise ValueError(f"{name} must hold one value (a per-tensor scale), got shape {tuple(scale.shape)}")
     return scale
 
 
-FP8_KERNELS = ("auto", "tma", "persistent")
+FP8_RUNGS = ("tma", "persistent")  # the kernels fp8 runs on, by what they are (matmul_dispatch.py)
 
 
 def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.Tensor | None = None,
                activation: str | None = None, out: torch.Tensor | None = None, *,
                out_dtype: torch.dtype = torch.bfloat16, fast_accum: bool = False,
-               kernel: str = "auto") -> torch.Tensor:
+               rung: str | None = None) -> torch.Tensor:
     """activation(a_scale * b_scale * (a @ b) + bias) for float8_e4m3fn a, b (the module docstring).
 
-    kernel: "tma" (sm_90), "persistent" (pointer loads, sm_89+), "auto" = tma where available.
+    rung: "tma" (sm_90), "persistent" (pointer loads, sm_89+), None = tma where available.
     """
     if out_dtype not in FP8_OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {[str(d).replace('torch.', '') for d in FP8_OUT_DTYPES]}, "
                         f"got {out_dtype}")
-    if kernel not in FP8_KERNELS:
-        raise ValueError(f"kernel must be one of {FP8_KERNELS}, got {kernel!r}")
+    if rung is not None:
+        dispatch.check_rung("matmul_fp8", rung, FP8_RUNGS)
     M, N, K, out = check_args(a, b, bias, activation, out, dtypes=FP8_DTYPES, out_dtype=out_dtype)
     scales = (_scale_tensor(a_scale, "a_scale"), _scale_tensor(b_scale, "b_scale"))
     runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
                                "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
-    if kernel == "auto":
-        kernel = "tma" if runtime.has_capability((9, 0)) else "persistent"
-    if kernel == "tma":
-        runtime.require_capability((9, 0), "matmul_fp8(kernel='tma')", "use kernel='persistent'")
+    if rung is None:
+        rung = "tma" if runtime.has_capability((9, 0)) else "persistent"
+    if rung == "tma":
+        runtime.require_capability((9, 0), "matmul_fp8(rung='tma')", "use rung='persistent'")
     # The sweep (`matmul_bench --sweep --dtypes fp8`) times fp8 with promotion: its table serves that.
-    config = tuned_config(M, N, K, a.dtype, kernel) if runtime.on_gpu() and not fast_accum else None
-    return run_kernel(kernel, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum,
-                      config=config, tuners=FP8_TUNERS)
+    config = tile_for(M, N, K, a.dtype, rung) if runtime.on_gpu() and not fast_accum else None
+    return run_kernel(rung, a, b, bias, activation, out, M, N, K, scales=scales, fp8_precise=not fast_accum,
+                      config=config, kernels=FP8_TUNED)
 
 
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -70,9 +70,9 @@ import torch.nn.functional as F
 
 from course import ops, runtime
 from week4_triton_dl import add_rmsnorm, norm_common as nc, rmsnorm, rope as rope_module, swiglu
-from week4_triton_dl import flash_attention as fa
-from week4_triton_dl import flash_attention_plans as fap
-from week4_triton_dl.attention_naive import dot_precision
+from week4_triton_dl.attention import flash as fa
+from week4_triton_dl.attention import plans as fap
+from week4_triton_dl.attention.naive import dot_precision
 from week5_integration import model as m
 
 NAMESPACE = ops.namespace(__name__)

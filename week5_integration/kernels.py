@@ -6,7 +6,7 @@ pure-PyTorch twin. This module builds the same record from the kernels written i
     Ops field              course kernel (module)                         replaces (torch)
     norm                   rmsnorm.rms_norm / layernorm.layer_norm (wk 4)  F.rms_norm / F.layer_norm
     rope                   rope.apply_rope, layout "bhsd" (wk 4)           rotate-half in eager ops
-    attention              flash_attention.flash_attention (wk 4)          F.scaled_dot_product_attention
+    attention              attention.flash_attention (wk 4)                F.scaled_dot_product_attention
     swiglu                 swiglu.swiglu_packed (wk 4)                     g, u = h.chunk(2, -1); F.silu(g) * u
     gelu                   fused_elementwise.bias_gelu (wk 3) forward,     F.gelu(approximate="tanh")
                            fused_mlp.act_backward (wk 4) backward
@@ -31,7 +31,7 @@ What the adapters below do beyond calling the kernel, and why:
   call to torch (SDPA has decode kernels; a 1-row query would waste a 64-row tile here), and
   for head dimensions the kernel does not support (16, 32, 64, 128 only) too. Every such call
   is counted in `FALLBACKS` with its reason, so a benchmark can say "no fallback happened".
-* the attention kernel is imported guarded: if `week4_triton_dl.flash_attention` cannot be
+* the attention kernel is imported guarded: if `week4_triton_dl.attention` cannot be
   imported, `HAS_FLASH_ATTENTION` is False, the course op is torch's, and every call is counted
   as a fallback with the import error as reason.
 
@@ -54,8 +54,8 @@ from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 
 try:  # written beside this lesson: used if present, else the op is torch's and says so
-    from week4_triton_dl.flash_attention import HEAD_DIMS as FLASH_HEAD_DIMS
-    from week4_triton_dl.flash_attention import flash_attention
+    from week4_triton_dl.attention import HEAD_DIMS as FLASH_HEAD_DIMS
+    from week4_triton_dl.attention import flash_attention
     HAS_FLASH_ATTENTION, FLASH_IMPORT_ERROR = True, None
 except ImportError as error:  # pragma: no cover - depends on the week-4 files present
     flash_attention, FLASH_HEAD_DIMS = None, ()
@@ -131,7 +131,7 @@ def course_rope(q, k, cos, sin):
 
 def _attention_fallback_reason(q, k) -> str | None:
     if not HAS_FLASH_ATTENTION:
-        return f"week4_triton_dl.flash_attention is not importable ({FLASH_IMPORT_ERROR})"
+        return f"week4_triton_dl.attention is not importable ({FLASH_IMPORT_ERROR})"
     if q.shape[2] != k.shape[2]:
         return ("Tq != Tk (KV-cache prefill or decode): the kernel's causal mask is top-left aligned, "
                 "the model's queries are the LAST Tq positions")

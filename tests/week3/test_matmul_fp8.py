@@ -80,7 +80,7 @@ def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
     M, N, K = shape
     a, b, sa, sb = fp8_inputs(M, N, K, k_major=k_major)
     out = poisoned((M, N), out_dtype, DEVICE)
-    assert mm8.matmul_fp8(a, b, sa, sb, out=out, out_dtype=out_dtype, kernel=kernel) is out
+    assert mm8.matmul_fp8(a, b, sa, sb, out=out, out_dtype=out_dtype, rung=kernel) is out
     want = mm8.matmul_fp8_torch(a, b, sa, sb, out_dtype=out_dtype)
     assert_close(out, want, atol=fp8_atol(a, b, sa, sb, out_dtype, mm8.FP8_BLOCK_K))
 
@@ -96,7 +96,7 @@ def test_fp8_matches_float64(kernel, out_dtype, shape, k_major):
 def test_fp8_fast_accum(kernel, shape):
     M, N, K = shape
     a, b, sa, sb = fp8_inputs(M, N, K)
-    got = mm8.matmul_fp8(a, b, sa, sb, out_dtype=torch.float32, fast_accum=True, kernel=kernel)
+    got = mm8.matmul_fp8(a, b, sa, sb, out_dtype=torch.float32, fast_accum=True, rung=kernel)
     want = mm8.matmul_fp8_torch(a, b, sa, sb, out_dtype=torch.float32)
     assert_close(got, want, atol=fp8_atol(a, b, sa, sb, torch.float32, K))  # all K in the tensor core
 
@@ -146,7 +146,7 @@ def test_refuses_gpus_without_the_hardware(monkeypatch, capability, call, messag
     monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
     a, b, sa, sb = fp8_inputs(16, 16, 16)
     run = {"fp8": lambda: mm8.matmul_fp8(a, b, sa, sb),
-           "fp8_tma": lambda: mm8.matmul_fp8(a, b, sa, sb, kernel="tma")}[call]
+           "fp8_tma": lambda: mm8.matmul_fp8(a, b, sa, sb, rung="tma")}[call]
     try:
         run()
     except NotImplementedError:  # a RuntimeError too: an unfinished exercise must say so, not pass
@@ -164,7 +164,7 @@ def fp8_bad_inputs():
     yield "two scales", ValueError, "one value", dict(a_scale=torch.ones(2, device=DEVICE))
     yield "fp16 scale", TypeError, "b_scale has dtype float16", dict(b_scale=sb.half())
     yield "fp8 out", TypeError, "out_dtype must be", dict(out_dtype=torch.float8_e4m3fn)
-    yield "kernel", ValueError, "kernel must be", dict(kernel="tiled")
+    yield "rung", ValueError, "matmul_fp8: rung must be one of 'tma', 'persistent'", dict(rung="tiled")
     h = lambda *s: torch.ones(*s, dtype=torch.float16, device=DEVICE)  # noqa: E731
     yield "bias dtype", TypeError, "bias has dtype float16", dict(bias=h(6))
     yield "out dtype", TypeError, "out has dtype float16", dict(out=h(4, 6))

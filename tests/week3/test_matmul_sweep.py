@@ -1,10 +1,10 @@
 """week3_triton_kernels.matmul_bench --sweep and the tuned table the matmul launchers read.
 
 The sweep's plumbing runs anywhere: under the interpreter at a tiny shape with a few candidates
-it must time each, pick a best per kernel, and write tuned_matmul.json in course/tuning.py's
-format (marked simulated, so no launcher ever reads it). `tuned_config` is checked on a table
-built in the test: exact (M, N, K, dtype, kind) entries first, else the nearest swept shape of
-the same class, else None. The persistent launch settings the sweep adds (PER_SM: two programs
+it must time each, pick a best per kernel, and write dispatch_matmul.json in course/dispatch.py's
+format (marked simulated, so no launcher ever reads it). matmul_dispatch's lookups are checked on
+rows built in the test: exact (M, N, K, dtype[, rung]) rows first, else the nearest swept shape of
+the same class, else None (a tile) or the tiled kernel (a rung). The persistent launch settings the sweep adds (PER_SM: two programs
 per SM, or one program per tile) are checked against float64 like every other config.
 """
 import json
@@ -15,8 +15,10 @@ import torch
 from course import runtime, versions
 from course.check import assert_close, poisoned, random_tensor
 
+from course.dispatch import Row
 from week3_triton_kernels import matmul as mm
 from week3_triton_kernels import matmul_bench
+from week3_triton_kernels import matmul_dispatch as md
 
 DEVICE = runtime.DEVICE
 SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
@@ -36,16 +38,16 @@ def test_sweep_times_each_candidate_and_writes_the_table(tmp_path, capsys):
                                  workers=0, out_dir=tmp_path)
     printed = capsys.readouterr().out
     assert "40x24x48" in printed and "ratio" in printed
-    record = json.loads((tmp_path / "tuned_matmul.json").read_text())
-    assert record["name"] == "matmul" and record["simulated"] and "--sweep" in record["how"]
-    keys = {tuple(e["key"]) for e in record["entries"]}
-    assert keys == {(40, 24, 48, "float16", kind) for kind in ("tiled", "tma", "best")}
-    assert record["entries"] == entries
-    by_kind = {e["key"][-1]: e for e in entries}
-    assert by_kind["tma"]["config"] == candidates["tma"][0]
-    assert by_kind["tiled"]["config"] in candidates["tiled"]
+    record = json.loads((tmp_path / "dispatch_matmul.json").read_text())
+    assert record["op"] == "matmul" and record["simulated"] and "--sweep" in record["how"]
+    keys = {tuple(e["key"]) for e in record["rows"]}
+    assert keys == {(40, 24, 48, "float16", kind) for kind in ("tiled", "tma")} | {(40, 24, 48, "float16")}
+    assert record["rows"] == entries
+    by_kind = {e["key"][-1] if len(e["key"]) == 5 else "best": e for e in entries}
+    assert by_kind["tma"]["tile"] == candidates["tma"][0] and by_kind["tma"]["rung"] == "tma"
+    assert by_kind["tiled"]["tile"] in candidates["tiled"]
     best = by_kind["best"]
-    assert best["config"]["kind"] in ("tiled", "tma")
+    assert best["rung"] in ("tiled", "tma") and best["tile"] == by_kind[best["rung"]]["tile"]
     assert best["measured"]["ms"] == min(by_kind[k]["measured"]["ms"] for k in ("tiled", "tma"))
     assert set(best["measured"]) == {"ms", "tflops", "cublas_ms", "cublas_tflops", "vs_cublas"}
     log = (tmp_path / "sweep_matmul.log").read_text()
@@ -83,43 +85,55 @@ def test_sweep_refuses_big_shapes_in_simulation():
         matmul_bench.main(["--sweep", "--shapes", "4096x4096x4096"])
 
 
-def _table():
+def _rows():
     config = dict(SMALL, FLATTEN=True)
-    return {(4096, 4096, 4096, "float16", "tma"): config,
-            (4096, 4096, 4096, "float16", "best"): dict(config, kind="tma"),
-            (8192, 8192, 8192, "float16", "tma"): dict(config, BLOCK_N=64),
-            (5000, 3000, 4000, "float16", "tma"): dict(config, BLOCK_M=64)}
+    rows = [((4096, 4096, 4096, "float16", "tma"), "tma", config),
+            ((4096, 4096, 4096, "float16"), "tma", config),
+            ((8192, 8192, 8192, "float16", "tma"), "tma", dict(config, BLOCK_N=64)),
+            ((5000, 3000, 4000, "float16", "tma"), "tma", dict(config, BLOCK_M=64))]
+    return {key: Row(key, rung, tile, {}) for key, rung, tile in rows}
 
 
-def test_tuned_config_exact_then_nearest_of_the_same_class():
-    table = _table()
-    assert mm.tuned_config(4096, 4096, 4096, torch.float16, "tma", table) == table[(4096, 4096, 4096, "float16", "tma")]
-    assert mm.tuned_config(4096, 4096, 4096, torch.float16, table=table)["kind"] == "tma"
+def test_tile_for_exact_then_nearest_of_the_same_class():
+    rows = _rows()
+    assert md.tile_for(4096, 4096, 4096, torch.float16, "tma", rows) == rows[(4096, 4096, 4096, "float16", "tma")].tile
+    assert md.choose(4096, 4096, 4096, torch.float16, rows) == ("tma", rows[(4096, 4096, 4096, "float16")].tile)
     # 7168^3 lies within 2x of both aligned entries; 8192^3 is the nearer (log2 ratios 0.19 vs 0.81 a dimension)
-    assert mm.tuned_config(7168, 7168, 7168, torch.float16, "tma", table)["BLOCK_N"] == 64
-    assert mm.tuned_config(4096, 4096, 2048, torch.float16, "tma", table) == table[(4096, 4096, 4096, "float16", "tma")]
+    assert md.tile_for(7168, 7168, 7168, torch.float16, "tma", rows)["BLOCK_N"] == 64
+    assert md.tile_for(4096, 4096, 2048, torch.float16, "tma", rows) == rows[(4096, 4096, 4096, "float16", "tma")].tile
     # same class as 5000 x 3000 x 4000 (N and M not multiples of 16, K one)
-    assert mm.tuned_config(4500, 2900, 4000, torch.float16, "tma", table)["BLOCK_M"] == 64
+    assert md.tile_for(4500, 2900, 4000, torch.float16, "tma", rows)["BLOCK_M"] == 64
 
 
-def test_tuned_config_none_elsewhere():
-    table = _table()
-    assert mm.tuned_config(4097, 4097, 4097, torch.float16, "tma", table) is None  # another class
-    assert mm.tuned_config(1024, 4096, 4096, torch.float16, "tma", table) is None  # 4x away
-    assert mm.tuned_config(4096, 4096, 4096, torch.bfloat16, "tma", table) is None  # another dtype
-    assert mm.tuned_config(4096, 4096, 4096, torch.float16, "tiled", table) is None  # another kernel
-    assert mm.tuned_config(0, 4096, 4096, torch.float16, "tma", table) is None
-    with pytest.raises(ValueError, match="kind"):
-        mm.tuned_config(64, 64, 64, torch.float16, "fastest", table)
-    config = mm.tuned_config(4096, 4096, 4096, torch.float16, "best", table)
-    config.pop("kind")  # a copy: the table keeps its entry
-    assert table[(4096, 4096, 4096, "float16", "best")]["kind"] == "tma"
+def test_tile_for_none_and_the_default_rung_elsewhere():
+    rows = _rows()
+    assert md.tile_for(4097, 4097, 4097, torch.float16, "tma", rows) is None  # another class
+    assert md.tile_for(1024, 4096, 4096, torch.float16, "tma", rows) is None  # 4x away
+    assert md.tile_for(4096, 4096, 4096, torch.bfloat16, "tma", rows) is None  # another dtype
+    assert md.tile_for(4096, 4096, 4096, torch.float16, "tiled", rows) is None  # another kernel
+    assert md.tile_for(0, 4096, 4096, torch.float16, "tma", rows) is None
+    assert md.choose(4097, 4097, 4097, torch.float16, rows) == ("tiled", None)  # no row: the autotuned tiled kernel
+    tile = md.tile_for(4096, 4096, 4096, torch.float16, "tma", rows)
+    tile.pop("FLATTEN")  # a copy: the table keeps its row
+    assert rows[(4096, 4096, 4096, "float16", "tma")].tile["FLATTEN"]
 
 
-def test_no_tuned_table_in_simulation():
+def test_rungs_are_chosen_by_argument_and_named_by_what_they_are():
+    with pytest.raises(ValueError, match=r"matmul: rung must be one of 'tiled', 'persistent', 'tma', got 'best'"):
+        md.resolve("best", None, 64, 64, 64, torch.float16)
+    with pytest.raises(ValueError, match="tile must be a dict with BLOCK_M, BLOCK_N and BLOCK_K"):
+        md.resolve("tiled", {"BLOCK_M": 32}, 64, 64, 64, torch.float16)
+    assert md.resolve(None, dict(SMALL), 64, 64, 64, torch.float16, pad_strides=False) == ("tiled", SMALL)
+    a, b = inputs(40, 24, 48)
+    out = poisoned((40, 24), torch.float16, DEVICE)
+    assert_close(mm.matmul(a, b, out=out, rung="persistent", tile=dict(SMALL, FLATTEN=True)), mm.matmul_torch(a, b))
+
+
+def test_no_dispatch_rows_in_simulation():
     if runtime.on_gpu():
         pytest.skip("on a GPU the table is read when it was measured there")
-    assert mm.tuned_table() == {}
+    assert md.TABLE.rows() == {}
+    assert md.TABLE.record()["rows"], "results/dispatch_matmul.json: the sweep's table is committed"
 
 
 # PER_SM = 2: twice as many programs as SMs, each looping over tiles; PER_SM = 0: one per tile.

@@ -1,4 +1,4 @@
-"""week4_triton_dl.attention_naive: masked scores, then unfused attention, against float64 torch.
+"""week4_triton_dl.attention.naive: masked scores, then unfused attention, against float64 torch.
 
 Tolerances come from the error model in `attention_error_bounds` (see its docstring): element-
 wise bounds computed from the float64 magnitudes of the same inputs, so fp16 and fp32 get
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
 
-an = runtime.lesson("week4_triton_dl.attention_naive")
+an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk): one token, a prime past one 16-wide block, more queries than keys and the reverse

@@ -1,4 +1,4 @@
-"""week4_triton_dl.flash_attention: the fused forward, and the op (forward + backward) against float64 torch.
+"""week4_triton_dl.attention.flash: the fused forward, and the op (forward + backward) against float64 torch.
 
 Outputs, log-sum-exp and gradients are compared with `attention_reference` (softmax(QK^T scale
 + mask) V in float64, and float64 autograd of it) within the element-wise bounds of the error
@@ -15,16 +15,15 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
+from course.gpu import triton
 from tests.week4.attention_helpers import assert_within, qkv
-
-import triton  # noqa: E402  (after course.runtime: the interpreter switch)
-
-fa = runtime.lesson("week4_triton_dl.flash_attention")
-an = runtime.lesson("week4_triton_dl.attention_naive")
 # The backward and the launch plans that fa calls (the solutions', under --impl=exercises too: the
 # backward's own exercise is checked by test_flash_attention_backward.py).
-from week4_triton_dl import flash_attention_backward as fab  # noqa: E402
-from week4_triton_dl import flash_attention_plans as plans  # noqa: E402
+from week4_triton_dl.attention import backward as fab
+from week4_triton_dl.attention import plans as plans
+
+fa = runtime.lesson("week4_triton_dl.attention.flash")
+an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk), none a multiple of the simulator's 16/32 blocks except 64: one token, primes, more
@@ -515,7 +514,7 @@ def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
                                      (fab, "flash_attention_bwd_dq_autotuned", "SMALL_BWD_Q")):
             if hasattr(module, name) and hasattr(module, config):
                 monkeypatch.setattr(getattr(module, name), "configs", [getattr(module, config)])
-        for name in ("TUNED", "PLANS"):  # this test's choices are not kept for later tests
+        for name in ("AUTOTUNED", "PLANS"):  # this test's choices are not kept for later tests
             monkeypatch.setattr(plans, name, {})
     q, k, v = qkv(B, H, S, S, D, dtype, requires_grad=True)
     do = random_tensor(q.shape, dtype, DEVICE)
@@ -537,4 +536,4 @@ def test_hot_path_skips_checks_helpers_and_the_autotuner(monkeypatch):
     assert torch.equal(first, again)
     assert all(torch.equal(a, b) for a, b in zip(first_grads, torch.autograd.grad(again, (q, k, v), do)))
     if runtime.on_gpu() and fa.launch_plan is plans.launch_plan:  # (an exercise may plan its own way)
-        assert {key[0] for key in plans.TUNED} >= {"fwd", "kv", "q"}, "the autotuner's choices are kept"
+        assert {key[0] for key in plans.AUTOTUNED} >= {"fwd", "kv", "q"}, "the autotuner's choices are kept"

@@ -1,4 +1,4 @@
-"""week4_triton_dl.flash_attention_backward: dQ, dK, dV from the forward's out and lse, against float64 torch.
+"""week4_triton_dl.attention.backward: dQ, dK, dV from the forward's out and lse, against float64 torch.
 
 The lesson comes in stages (`--stage N` runs one): 1, delta = rowsum(dO * O) (`backward_delta`);
 2, dK and dV of one key block, full attention (`launch_dkdv`); 3, the causal skip (`launch_dkdv`,
@@ -8,7 +8,7 @@ compute taken from torch, so they pass while later stages are still holes.
 
 The launchers are called directly, on out and lse from the solution's forward (so
 `--impl=exercises` checks your backward alone), and compared with float64 autograd of
-`attention_reference` within the error model of `attention_error_bounds` (attention_naive.py).
+`attention_reference` within the error model of `attention_error_bounds` (attention/naive.py).
 The backward through autograd, gradcheck and the registered ops are test_flash_attention.py's.
 """
 import math
@@ -20,10 +20,10 @@ from course import runtime
 from course.check import dtype_params, poisoned, random_tensor
 from tests.week4.attention_helpers import assert_within, qkv
 
-from week4_triton_dl.flash_attention import flash_attention_forward  # noqa: E402  (the solution's forward)
+from week4_triton_dl.attention.flash import flash_attention_forward  # the solution's forward
 
-fab = runtime.lesson("week4_triton_dl.flash_attention_backward")
-an = runtime.lesson("week4_triton_dl.attention_naive")
+fab = runtime.lesson("week4_triton_dl.attention.backward")
+an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 SLOW = pytest.mark.slow
 MASKS = ((False, "full"), (True, "causal"))

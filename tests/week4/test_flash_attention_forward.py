@@ -1,7 +1,7 @@
-"""week4_triton_dl.flash_attention_forward: the forward-only FlashAttention rung against float64 torch.
+"""week4_triton_dl.attention.forward: the forward-only FlashAttention rung against float64 torch.
 
 Outputs are compared with `attention_reference` (softmax(QK^T scale + mask) V in float64) within
-the element-wise bound of `attention_error_bounds` (attention_naive.py's error model: fp32 scores,
+the element-wise bound of `attention_error_bounds` (attention/naive.py's error model: fp32 scores,
 P rounded to the input dtype for P @ V, the final rounding), written into poisoned outputs so an
 unwritten element fails. Every length is ragged against the interpreter's 32 x 16 tiles.
 """
@@ -15,8 +15,8 @@ from course import runtime
 from course.check import dtype_params, poisoned, random_tensor, sweep
 from tests.week4.attention_helpers import assert_within, qkv
 
-ff = runtime.lesson("week4_triton_dl.flash_attention_forward")
-an = runtime.lesson("week4_triton_dl.attention_naive")
+ff = runtime.lesson("week4_triton_dl.attention.forward")
+an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 SLOW = pytest.mark.slow
 # (Sq, Sk): one token, primes, more queries than keys and fewer (top-left causal), an exact multiple of

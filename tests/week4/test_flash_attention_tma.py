@@ -1,12 +1,13 @@
-"""week4_triton_dl.flash_attention_tma: rung 4, the forward through TMA tensor descriptors.
+"""week4_triton_dl.attention.tma: flash_tma, the forward through TMA tensor descriptors.
 
 Outputs and log-sum-exp against float64 torch (`attention_reference`) within the element-wise
-bound of `attention_error_bounds` (attention_naive.py's error model), written into poisoned
+bound of `attention_error_bounds` (attention/naive.py's error model), written into poisoned
 outputs so an unwritten element fails. The interpreter emulates TMA descriptors (zero-filled
 loads and dropped stores out of bounds, as the hardware does), so these run on a CPU with 32 x 16
 tiles, every length ragged against them; on an H100 they run the real copy engine with the
 launch tile. What TMA cannot run is refused with the rung to use instead (tested), and the op
-takes it to rung 3.
+takes it to flash_blocked; the op runs flash_tma when asked by name (rung="flash_tma") and where
+attention/dispatch.py's rule sends it.
 bf16 runs on the GPU only (the interpreter computes bf16 on raw bits: course.check.dtype_params).
 """
 import math
@@ -19,8 +20,8 @@ from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor, sweep
 from tests.week4.attention_helpers import assert_within, qkv
 
-tma = runtime.lesson("week4_triton_dl.flash_attention_tma")
-an = runtime.lesson("week4_triton_dl.attention_naive")
+tma = runtime.lesson("week4_triton_dl.attention.tma")
+an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 ON_HOPPER = runtime.on_gpu() and torch.cuda.get_device_capability(DEVICE) >= (9, 0)
 # (Sq, Sk): one token, primes, more queries than keys and fewer (top-left causal), a multiple of both
@@ -47,7 +48,7 @@ def reference_lse(q, k, causal, sm_scale=None, key_lengths=None):
 
 
 def check_forward(q, k, v, causal, sm_scale=None, key_lengths=None, clean_kv=None):
-    """Run rung 4 into a poisoned out and check out and lse; `clean_kv`: the (k, v) the reference uses
+    """Run flash_tma into a poisoned out and check out and lse; `clean_kv`: the (k, v) the reference uses
     when k and v hold garbage past key_lengths (the reference would carry it: 0 * NaN in P @ V)."""
     out = poisoned(q.shape, q.dtype, DEVICE)
     got, lse = tma.flash_attention_tma_forward(q, k, v, causal, sm_scale, key_lengths=key_lengths, out=out)
@@ -147,15 +148,17 @@ def test_empty_inputs():
     assert torch.equal(out, torch.zeros_like(out)) and (lse == -math.inf).all()
 
 
-def test_refuses_what_tma_cannot_run_and_rung3_takes_it(monkeypatch):
+def test_refuses_what_tma_cannot_run_and_flash_blocked_takes_it(monkeypatch):
     # fp32 (TMA here is the 16-bit tensor-core path), strides TMA cannot walk, a GPU older than sm_90:
     # each refused before any launch, saying why and which rung to use; that rung's entry
-    # (flash_attention_forward, which runs rung 4 itself where it can) gets the right answer.
-    fa = runtime.lesson("week4_triton_dl.flash_attention")
+    # (flash_attention_forward, which runs flash_tma itself where the rule says so) gets the right answer.
+    fa = runtime.lesson("week4_triton_dl.attention.flash")
     q, k, v = qkv(1, 2, 19, 19, 16, torch.float32)
     assert not tma.tma_eligible(q, k, v)
-    with pytest.raises(TypeError, match=r"fp16 or bf16.*flash_attention_forward \(rung 3\)"):
+    with pytest.raises(TypeError, match=r"fp16 or bf16.*flash_blocked rung takes fp32"):
         tma.flash_attention_tma_forward(q, k, v, True)
+    with pytest.raises(TypeError, match=r'flash_attention\(rung="flash_tma"\) takes fp16 or bf16'):
+        fa.flash_attention(q, k, v, True, rung="flash_tma")
     out, _ = fa.flash_attention_forward(q, k, v, True)
     assert_within(out, an.attention_reference(q, k, v, True), an.attention_error_bounds(q, k, v, None, True)["out"])
     # A head dim slice of a wider buffer one element in: neither the row stride (17 elements) nor the
@@ -165,13 +168,24 @@ def test_refuses_what_tma_cannot_run_and_rung3_takes_it(monkeypatch):
     assert not tma.tma_eligible(q, q, q)
     with pytest.raises(ValueError, match=r"q has strides \(646, 323, 17, 1\).*16 bytes"):
         tma.flash_attention_tma_forward(q, q, q)
+    with pytest.raises(ValueError, match=r"q has strides \(646, 323, 17, 1\).*16 bytes"):
+        fa.flash_attention_forward(q, q, q, rung="flash_tma")
     out, _ = fa.flash_attention_forward(q, q, q)
     assert_within(out, an.attention_reference(q, q, q, False), an.attention_error_bounds(q, q, q)["out"])
     q, k, v = qkv(1, 2, 19, 19, 16, torch.float16)
     monkeypatch.setattr(runtime, "capability", lambda device=None: (8, 0))  # an A100: no TMA engine
-    with pytest.raises(RuntimeError, match=r"compute capability >= 9.0.*is 8.0.*rung 3"):
+    with pytest.raises(RuntimeError, match=r"compute capability >= 9.0.*is 8.0.*flash_blocked"):
         tma.flash_attention_tma_forward(q, k, v)
-    assert not tma.tma_eligible(q, k, v)  # so the op keeps rung 3 on such a GPU
+    assert not tma.tma_eligible(q, k, v)  # so the op keeps flash_blocked on such a GPU
+
+
+def test_the_op_names_its_rungs_by_what_they_are():
+    fa = runtime.lesson("week4_triton_dl.attention.flash")
+    q, k, v = qkv(1, 2, 8, 8, 16, torch.float16)
+    with pytest.raises(ValueError, match=r"rung must be one of 'flash_blocked', 'flash_tma', got 'rung4'"):
+        fa.flash_attention(q, k, v, rung="rung4")
+    with pytest.raises(ValueError, match=r"config BLOCK_M must be a power of two"):
+        fa.flash_attention(q, k, v, rung="flash_blocked", tile={"BLOCK_M": 24, "BLOCK_N": 16})
 
 
 def test_rejects_bad_input_before_launch():
@@ -185,20 +199,22 @@ def test_rejects_bad_input_before_launch():
         tma.flash_attention_tma_forward(ok, ok, ok, out=torch.ones(1, 2, 7, 16, dtype=torch.float16, device=DEVICE))
 
 
-@pytest.mark.gpu(reason="the dispatch to rung 4 happens on a real sm_90 GPU only")
-def test_the_op_runs_rung4_on_hopper_for_large_problems(monkeypatch):
-    # flash_attention (rung 3's op, what a model calls) sends its forward to rung 4 on an H100 where the
-    # sweep found rung 4 faster and the problem is large enough (TMA_MIN_SCORES; both forced here), and
-    # the backward still gets a correct log-sum-exp from it.
-    fa = runtime.lesson("week4_triton_dl.flash_attention")
+@needs_tma
+def test_the_op_runs_flash_tma_by_name_forward_and_backward(monkeypatch):
+    # flash_attention (the op a model calls) with rung="flash_tma" sends its forward to the TMA kernel
+    # (watched, not steered: the spy counts calls) with the tile asked for, and the backward still gets
+    # a correct log-sum-exp from it. Where the rule sends it unasked: test_the_dispatch_rule.
+    fa = runtime.lesson("week4_triton_dl.attention.flash")
     calls = []
-    real = fa.rung4.launch_forward_tma
-    monkeypatch.setattr(fa.rung4, "launch_forward_tma", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    monkeypatch.setattr(fa, "TMA_MIN_SCORES", 1)
-    monkeypatch.setattr(fa.rung4, "faster_than_rung3", lambda head_dim, causal: True)
-    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 150, 150, 64, torch.bfloat16))
-    out = fa.flash_attention(q, k, v, True)
-    assert calls == ([1] if ON_HOPPER else [])
+    real = fa.tma.launch_forward_tma
+    monkeypatch.setattr(fa.tma, "launch_forward_tma", lambda *a, **kw: calls.append(a[7]) or real(*a, **kw))
+    dtype = runtime.pick(gpu=torch.bfloat16, sim=torch.float16)
+    tile = runtime.pick(gpu={"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+                        sim={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2})
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, runtime.pick(gpu=150, sim=37), runtime.pick(gpu=150, sim=37), 64,
+                                                 dtype))
+    out = fa.flash_attention(q, k, v, True, rung="flash_tma", tile=tile)
+    assert calls == [tile]
     do = random_tensor(out.shape, out.dtype, DEVICE)
     grads = torch.autograd.grad(out, (q, k, v), do)
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -206,3 +222,27 @@ def test_the_op_runs_rung4_on_hopper_for_large_problems(monkeypatch):
     bounds = an.attention_error_bounds(q, k, v, do, True)
     for name, got, ref in zip(("dq", "dk", "dv"), grads, want):
         assert_within(got, ref, bounds[name], name)
+
+
+def test_the_dispatch_rule():
+    # The rule (attention/dispatch.py) on this machine, asked without launching anything: flash_tma with
+    # the sweep's tile where the committed table (measured on this GPU) names it and the problem is
+    # large enough; flash_blocked below MIN_TMA_SCORES, for fp32, in the interpreter, on another GPU.
+    from week4_triton_dl.attention import dispatch
+
+    record = dispatch.TABLE.record()
+    assert record is not None, "results/dispatch_attention.json: the sweep's table is committed"
+    for row in record["rows"]:  # the table names rungs by what they are, and a flash_tma row its tile
+        assert row["rung"] in dispatch.RUNGS, row
+        assert (row["rung"] == "flash_tma") == (row["measured"]["flash_tma_vs_blocked"] >= dispatch.MARGIN), row
+        assert (row["tile"] is not None) == (row["rung"] == "flash_tma"), row
+    measured_here = runtime.on_gpu() and record["machine"]["gpu"] == runtime.describe()["gpu"]
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            big = qkv(1, 4, 1024, 1024, head_dim, torch.bfloat16)  # 2^22 scores: MIN_TMA_SCORES
+            row = next(r for r in record["rows"] if r["key"] == [head_dim, causal])
+            want = (row["rung"], row["tile"]) if measured_here and tma.tma_eligible(*big) else ("flash_blocked", None)
+            assert dispatch.choose(*big, causal) == want, (head_dim, causal)
+            small = qkv(1, 4, 512, 1024, head_dim, torch.bfloat16)  # host-paced: under MIN_TMA_SCORES
+            assert dispatch.choose(*small, causal) == ("flash_blocked", None)
+    assert dispatch.choose(*qkv(1, 4, 1024, 1024, 128, torch.float32), False) == ("flash_blocked", None)

@@ -55,8 +55,8 @@ from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 
 try:  # written beside this lesson: used if present, else the op is torch's and says so
-    from week4_triton_dl.flash_attention import HEAD_DIMS as FLASH_HEAD_DIMS
-    from week4_triton_dl.flash_attention import flash_attention
+    from week4_triton_dl.attention import HEAD_DIMS as FLASH_HEAD_DIMS
+    from week4_triton_dl.attention import flash_attention
     HAS_FLASH_ATTENTION, FLASH_IMPORT_ERROR = True, None
 except ImportError as error:  # pragma: no cover - depends on the week-4 files present
     flash_attention, FLASH_HEAD_DIMS = None, ()
@@ -107,7 +107,7 @@ def course_rope(q, k, cos, sin):
 
 def _attention_fallback_reason(q, k) -> str | None:
     if not HAS_FLASH_ATTENTION:
-        return f"week4_triton_dl.flash_attention is not importable ({FLASH_IMPORT_ERROR})"
+        return f"week4_triton_dl.attention is not importable ({FLASH_IMPORT_ERROR})"
     if q.shape[2] != k.shape[2]:
         return ("Tq != Tk (KV-cache prefill or decode): the kernel's causal mask is top-left aligned, "
                 "the model's queries are the LAST Tq positions")

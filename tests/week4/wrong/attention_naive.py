@@ -1,6 +1,8 @@
 """Known-wrong unfused attention kernels the tests must reject (`python -m course exercises --must-fail`)."""
 from classroom.must_fail import Wrong
 
+LESSON = "attention/naive.py"  # the lesson folder's module these bugs are planted in
+
 WRONG = [
     Wrong("causal_mask_hides_the_diagonal",
           "the causal mask keeps j < i: a query no longer sees its own key (the first row sees nothing: NaN)",

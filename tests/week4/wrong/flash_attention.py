@@ -1,6 +1,8 @@
 """Known-wrong FlashAttention kernels the tests must reject (`python -m course exercises --must-fail`)."""
 from classroom.must_fail import Wrong
 
+LESSON = "attention/flash.py"  # the lesson folder's module these bugs are planted in
+
 WRONG = [
     Wrong("accumulator_not_rescaled",
           "the online softmax raises its running max but forgets to rescale the accumulator by exp(m_old - m_new)",

@@ -5,6 +5,8 @@ The lesson is in stages: each bug sits in one stage's holes, and only that stage
 """
 from classroom.must_fail import Wrong
 
+LESSON = "attention/backward.py"  # the lesson folder's module these bugs are planted in
+
 WRONG = [
     # stage 1: delta = rowsum(dO * O)
     Wrong("delta_product_of_row_sums",

@@ -3,6 +3,8 @@
 In stages: each bug runs against its own stage's tests (1: the online softmax; 2: causal)."""
 from classroom.must_fail import Wrong
 
+LESSON = "attention/forward.py"  # the lesson folder's module these bugs are planted in
+
 WRONG = [
     Wrong("accumulator_not_rescaled",
           "the running max rises but the accumulator keeps its old scale: it is not multiplied by exp(m_old - m_new)",

@@ -1,6 +1,8 @@
 """Known-wrong TMA FlashAttention forwards the tests must reject (`python -m course exercises --must-fail`)."""
 from classroom.must_fail import Wrong
 
+LESSON = "attention/tma.py"  # the lesson folder's module these bugs are planted in
+
 WRONG = [
     Wrong("padding_values_not_zeroed",
           "V rows of padding keys inside S are used as loaded: TMA fills zeros only past S, so NaN in them "

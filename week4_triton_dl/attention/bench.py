@@ -1,13 +1,15 @@
-"""FlashAttention's benchmarks, config sweep, ladder and command line (the kernels: flash_attention*.py).
+"""FlashAttention's benchmarks, config sweeps, ladder and command line (the kernels: attention/*.py).
 
 `BENCHMARKS` (found by `python -m course bench week4`): the fused forward and forward + backward
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
-it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.flash_attention_bench
+it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.attention.bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
-the split and atomic backward strategies; `--sweep-tma` picks rung 4's tile per head dim and mask. `LADDERS`: the forward as numbered rungs, naive to fused
-(`python -m course rung attention` lists them, `python -m course rung attention 2` runs one).
-Over 500 lines: the measuring side of one op, with no kernel in it (benchmarks, the ladder, rung
-3's sweep and rung 4's tile sweep, each its own section below).
+the split and atomic backward strategies; `--sweep-tma` picks the forward (flash_tma or
+flash_blocked) and flash_tma's tile per head dim and mask, and writes them as rows of
+results/dispatch_attention.json (attention/dispatch.py reads it). `LADDERS`: the forward as
+numbered rungs, naive to fused (`python -m course rung attention` lists them, `python -m course
+rung attention 2` runs one). Over 500 lines: the measuring side of one op, with no kernel in it
+(benchmarks, the ladder, flash_blocked's sweep and flash_tma's tile sweep, each its own section).
 """
 from __future__ import annotations
 
@@ -17,22 +19,22 @@ import sys
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, bench_dtype, itemsize
 from course.rungs import Ladder, Rung
 from course.check import random_tensor
+from course.gpu import triton, DEVICE
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-
-from week4_triton_dl import flash_attention as rung3  # noqa: E402
-from week4_triton_dl.attention_naive import attention_naive  # noqa: E402
-from week4_triton_dl.flash_attention import FWD_CONFIGS, flash_attention, flash_attention_forward  # noqa: E402
-from week4_triton_dl.flash_attention_tma import (  # noqa: E402
-    RUNG3_MARGIN, TUNED as TUNED_TMA, flash_attention_tma_forward, launch_forward_tma, supported_here)
-from week4_triton_dl.flash_attention_backward import (  # noqa: E402
+from week4_triton_dl.attention import dispatch
+from week4_triton_dl.attention import flash as blocked  # the flash_blocked forward's launcher
+from week4_triton_dl.attention.naive import attention_naive
+from week4_triton_dl.attention.flash import FWD_CONFIGS, flash_attention, flash_attention_forward
+from week4_triton_dl.attention.tma import (
+    flash_attention_tma_forward, launch_forward_tma, supported_here)
+from week4_triton_dl.attention.backward import (
     BWD_KV_CONFIGS, BWD_Q_CONFIGS, backward_delta, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel)
-from week4_triton_dl.flash_attention_forward import flash_attention_forward_only  # noqa: E402
-from week4_triton_dl.flash_attention_plans import HEAD_DIMS, LOG2E, config_kwargs, configs_for  # noqa: E402
+from week4_triton_dl.attention.forward import flash_attention_forward_only
+from week4_triton_dl.attention.plans import HEAD_DIMS, LOG2E, config_kwargs, configs_for
 
 
 # =============================================================================== benchmarks
@@ -44,7 +46,8 @@ TOKENS = 1 << 18
 SEQ_LENS = [1024, 2048, 4096, 8192, 16384]
 
 
-def _batch(seq):
+def batch_for(seq):
+    """The batch that keeps B * H * S = TOKENS at sequence length `seq` (H = HEADS)."""
     return max(1, TOKENS // (HEADS * seq))
 
 
@@ -68,8 +71,8 @@ def _backends():
 
 def _inputs(size, requires_grad):
     seq, head_dim, dtype = size
-    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
-    d = runtime.DEVICE
+    batch, heads = runtime.pick(gpu=(batch_for(seq), HEADS), sim=(1, 2))
+    d = DEVICE
     q, k, v = (random_tensor((batch, heads, seq, head_dim), dtype, d).requires_grad_(requires_grad)
                for _ in range(3))
     if requires_grad:
@@ -91,17 +94,6 @@ def _forward_backward(fn, causal):
     return run
 
 
-def _rung3_only(fn):
-    """fn with flash_attention's forward kept on rung 3's kernel (no TMA dispatch): the rung-3 rows."""
-    def run(*args):
-        saved, rung3.TMA_MIN_SCORES = rung3.TMA_MIN_SCORES, math.inf
-        try:
-            return fn(*args)
-        finally:
-            rung3.TMA_MIN_SCORES = saved
-    return run
-
-
 def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False):
     """4 B H Sq Sk D for the forward (halved when causal); the backward counts 2.5x that."""
     fwd = 4 * batch * heads * seq_q * seq_k * head_dim * (0.5 if causal else 1.0)
@@ -110,7 +102,7 @@ def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward=False
 
 def _size_numbers(size):
     seq, head_dim, dtype = size
-    batch, heads = runtime.pick(gpu=(_batch(seq), HEADS), sim=(1, 2))
+    batch, heads = runtime.pick(gpu=(batch_for(seq), HEADS), sim=(1, 2))
     return batch, heads, seq, head_dim, itemsize(dtype)
 
 
@@ -120,11 +112,12 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
     name = f"attention_{kind}{'_causal' if causal else ''}_{short}_d{head_dim}"
     wrap = _forward_backward if backward else _forward_only
     ours = lambda q, k, v, c: flash_attention(q, k, v, c)  # noqa: E731
+    blocked_only = lambda q, k, v, c: flash_attention(q, k, v, c, rung="flash_blocked")  # noqa: E731
     variants = {"torch": wrap(_sdpa(), causal)}
     for label in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
         variants[label] = wrap(_sdpa(_backends()[label]), causal)
-    variants["triton_flash"] = wrap(ours, causal)  # the op as a model gets it: rung 4's forward on an H100
-    variants["triton_flash_rung3"] = _rung3_only(wrap(ours, causal))
+    variants["triton_flash"] = wrap(ours, causal)  # the op as a model gets it: flash_tma's forward on an H100
+    variants["triton_flash_blocked"] = wrap(blocked_only, causal)
 
     def flops(size):
         b, h, s, d, _ = _size_numbers(size)
@@ -152,8 +145,8 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
                "that (backward = 2.5x forward; recomputation not counted). bytes = q, k, v read and o "
                "written once (forward), plus q, k, v, o, dO read and dq, dk, dv written once (backward). "
                "'torch' is SDPA's default choice of backend. triton_flash: flash_attention, the op a model "
-               "calls (its forward runs rung 4, TMA, flash_attention_tma.py, on sm_90 GPUs); triton_flash_rung3: "
-               "the same op with the forward kept on rung 3's pointer kernel."),
+               "calls (its forward runs flash_tma, attention/tma.py, where attention/dispatch.py's rule sends it on sm_90 "
+               "GPUs); triton_flash_blocked: the same op with rung=\"flash_blocked\", the pointer kernel's forward."),
     )
 
 
@@ -164,7 +157,7 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
         "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
         "triton_flash_fwd_only": _forward_only(lambda q, k, v, c: flash_attention_forward_only(q, k, v, c), False),
-        "triton_flash": _rung3_only(_forward_only(lambda q, k, v, c: flash_attention(q, k, v, c), False)),
+        "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c, rung="flash_blocked"), False),
         "triton_flash_tma": _forward_only(lambda q, k, v, c: flash_attention_tma_forward(q, k, v, c)[0], False),
     }
     if not supported_here():
@@ -192,9 +185,9 @@ def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
         compute_dtype=dtype,
         notes=("bytes counts only q, k, v, o (the fused minimum): the naive version also writes and reads "
                "the 4 B H S^2-byte fp32 score matrix (16 B H S^2 bytes of traffic), which is why it loses. "
-               "triton_flash_fwd_only: flash_attention_forward.py, the one-kernel forward with every "
-               "block masked and one fixed tile; triton_flash: the full kernel's forward (rung 3, pointer loads); "
-               "triton_flash_tma: rung 4, the same forward with every tile moved by TMA (sm_90)."),
+               "triton_flash_fwd_only: attention/forward.py, the one-kernel forward with every "
+               "block masked and one fixed tile; triton_flash: the full kernel's forward (flash_blocked, pointer loads); "
+               "triton_flash_tma: flash_tma, the same forward with every tile moved by TMA (sm_90)."),
     )
 
 
@@ -220,13 +213,13 @@ BENCHMARKS = [
 LADDERS = [
     Ladder("attention", NAIVE_VS_FUSED, [
         Rung("triton_naive", "three kernels: scores written to HBM in fp32, softmax in place, then P @ V "
-                             "(attention_naive.py)"),
+                             "(attention/naive.py)"),
         Rung("triton_flash_fwd_only", "one kernel: online softmax over K/V blocks, the scores never leave "
-                                          "the chip (flash_attention_forward.py)"),
+                                          "the chip (attention/forward.py)"),
         Rung("triton_flash", "+ mask-free blocks off the diagonal, exp2, autotuned tiles, launch plans kept "
-                             "per shape (flash_attention.py's forward)"),
+                             "per shape (attention/flash.py's forward)"),
     ] + ([Rung("triton_flash_tma", "+ Q, K, V and O moved by the TMA copy engine through descriptors built "
-                                   "on the device, one tile (flash_attention_tma.py; sm_90 and later)")]
+                                   "on the device, one tile (attention/tma.py; sm_90 and later)")]
          if supported_here() else []), rel_tol=4 * 2.0**-8),
 ]
 
@@ -242,8 +235,8 @@ HOST_SIZES, HOST_SIM_SIZES = [(1, 12, 64, 64)], [(1, 2, 16, 16)]
 
 def _model_inputs(size, requires_grad):
     dtype = bench_dtype()
-    q, k, v = (random_tensor(size, dtype, runtime.DEVICE).requires_grad_(requires_grad) for _ in range(3))
-    return (q, k, v, random_tensor(size, dtype, runtime.DEVICE)) if requires_grad else (q, k, v)
+    q, k, v = (random_tensor(size, dtype, DEVICE).requires_grad_(requires_grad) for _ in range(3))
+    return (q, k, v, random_tensor(size, dtype, DEVICE)) if requires_grad else (q, k, v)
 
 
 def _model_label(size):
@@ -292,8 +285,8 @@ BENCHMARKS += [
         notes="ms = wall time of 300 calls / 300, then one synchronize: the host's cost per call "
               "(argument checks, allocation, the launch), the GPU work being a few us; torch = "
               "F.scaled_dot_product_attention; triton = flash_attention (the public entry; no input "
-              "needs a gradient, so no autograd on either side; below TMA_MIN_SCORES it runs rung 3); "
-              "triton_tma = rung 4 forced (flash_attention_tma_forward): four tensor descriptors built per call",
+              "needs a gradient, so no autograd on either side; below dispatch.MIN_TMA_SCORES it runs flash_blocked); "
+              "triton_tma = flash_tma called directly (flash_attention_tma_forward): four tensor descriptors built per call",
     ),
 ]
 
@@ -334,9 +327,9 @@ class _Problem:
 
     def __init__(self, seq, head_dim, dtype, causal):
         self.seq, self.head_dim, self.causal = seq, head_dim, causal
-        self.batch = _batch(seq)
+        self.batch = batch_for(seq)
         shape = (self.batch, HEADS, seq, head_dim)
-        self.q, self.k, self.v, self.do = (random_tensor(shape, dtype, runtime.DEVICE) for _ in range(4))
+        self.q, self.k, self.v, self.do = (random_tensor(shape, dtype, DEVICE) for _ in range(4))
         for t in (self.q, self.k, self.v):
             t.requires_grad_(True)
         self.scale = 1 / math.sqrt(head_dim)
@@ -344,7 +337,7 @@ class _Problem:
         self.flops_bwd = 2.5 * self.flops_fwd
         self.tag = f"{'causal' if causal else 'full  '} S={seq:>5} B={self.batch:>3}"
         self.dq, self.dk, self.dv = (torch.empty_like(t) for t in (self.q, self.k, self.v))
-        self.dq_acc = torch.zeros(shape, dtype=torch.float32, device=runtime.DEVICE)
+        self.dq_acc = torch.zeros(shape, dtype=torch.float32, device=DEVICE)
 
     def forward(self, cfg):
         return flash_attention_forward(self.q, self.k, self.v, self.causal, self.scale, config=cfg)
@@ -478,23 +471,24 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
     say(f"# sweep took {time.time() - t0:.0f} s")
 
 
-# Rung 4's tiles: (BLOCK_M, BLOCK_N, warps, stages). The probe's best at D = 128 first
+# flash_tma's tiles: (BLOCK_M, BLOCK_N, warps, stages). The probe's best at D = 128 first
 # (tools/probe_fa_hopper.py), then its runners-up and tiles a D = 64 accumulator leaves room for.
 TMA_TILES = [(128, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3),
              (128, 128, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
 
 
 def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.stdout):
-    """Time rung 4's tiles per (head dim, causal) beside cuDNN, check each against SDPA first, and
-    save the fastest to results/tuned_attention_tma.json (the launcher reads it)."""
+    """Time flash_tma's tiles per (head dim, causal) beside cuDNN, check each against SDPA first, time
+    flash_blocked as the op runs it, and save a row per key to results/dispatch_attention.json: the rung the
+    op should run (flash_tma where its best tile beats flash_blocked by dispatch.MARGIN) and its tile."""
     if not runtime.on_gpu():
         raise SystemExit("--sweep-tma times kernels on a GPU; this machine runs the Triton interpreter")
     say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
-    entries = []
+    rows = []
     for head_dim in head_dims:
         for causal in (False, True):
-            batch = _batch(seq)
-            q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, runtime.DEVICE) for _ in range(3))
+            batch = batch_for(seq)
+            q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, DEVICE) for _ in range(3))
             flops = attention_flops(batch, HEADS, seq, seq, head_dim, causal)
             ref = _sdpa()(q, k, v, causal)
             cudnn = _time_ms(lambda: _sdpa(_backends()["sdpa_cudnn"])(q, k, v, causal), 25, 200)
@@ -518,29 +512,33 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                 if best is None or ms < best[0]:
                     best = (ms, tile)
             if best is not None:
-                # Rung 3 as the op would run it (autotuned pointer kernel), same inputs: rung 4 becomes
-                # what a model gets only where it beats this by RUNG3_MARGIN.
+                # flash_blocked as the op would run it (autotuned pointer kernel), same inputs: flash_tma
+                # becomes what a model gets only where it beats this by dispatch.MARGIN.
                 scale = 1 / math.sqrt(head_dim)
-                rung3_ms = _time_ms(lambda: rung3.launch_forward(q, k, v, causal, scale, None, tma=False), 25, 200)
-                faster = rung3_ms / best[0] >= RUNG3_MARGIN
-                say(f"  rung 3 (autotuned): {rung3_ms:.4f} ms {cudnn / rung3_ms:.2f}x cuDNN; best rung 4 tile "
-                    f"{rung3_ms / best[0]:.2f}x rung 3: {'rung 4' if faster else 'rung 3'} for the op")
-                entries.append({"key": [head_dim, causal], "config": dict(best[1], faster_than_rung3=faster),
-                                "measured": {"ms": round(best[0], 4), "tflops": round(flops / best[0] / 1e9, 1),
-                                             "vs_cudnn": round(cudnn / best[0], 3), "rung3_ms": round(rung3_ms, 4),
-                                             "vs_rung3": round(rung3_ms / best[0], 3), "seq": seq, "batch": batch}})
+                blocked_ms = _time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None,
+                                                                     rung="flash_blocked"), 25, 200)
+                rung = "flash_tma" if blocked_ms / best[0] >= dispatch.MARGIN else "flash_blocked"
+                say(f"  flash_blocked (autotuned): {blocked_ms:.4f} ms {cudnn / blocked_ms:.2f}x cuDNN; best "
+                    f"flash_tma tile {blocked_ms / best[0]:.2f}x flash_blocked: {rung} for the op")
+                rows.append({"key": [head_dim, causal], "rung": rung, "tile": best[1] if rung == "flash_tma" else None,
+                             "measured": {"flash_tma_tile": best[1], "flash_tma_ms": round(best[0], 4),
+                                          "flash_tma_tflops": round(flops / best[0] / 1e9, 1),
+                                          "flash_tma_vs_cudnn": round(cudnn / best[0], 3),
+                                          "flash_blocked_ms": round(blocked_ms, 4),
+                                          "flash_tma_vs_blocked": round(blocked_ms / best[0], 3),
+                                          "seq": seq, "batch": batch}})
             del q, k, v, ref
             torch.cuda.empty_cache()
-    path = TUNED_TMA.save(entries, "python -m week4_triton_dl.flash_attention_bench --sweep-tma")
+    path = dispatch.TABLE.save(rows, "python -m week4_triton_dl.attention.bench --sweep-tma")
     say(f"wrote {path}")
 
 
 def _memory_line(head_dim, dtype, say, seq=4096):
     """Peak extra memory of the naive and the fused forward, measured, beside the model."""
-    from week4_triton_dl.attention_naive import naive_scores_bytes
+    from week4_triton_dl.attention.naive import naive_scores_bytes
 
-    batch = _batch(seq)
-    q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, runtime.DEVICE) for _ in range(3))
+    batch = batch_for(seq)
+    q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, DEVICE) for _ in range(3))
     results = {}
     for label, fn in (("naive", lambda: attention_naive(q, k, v)), ("fused", lambda: flash_attention(q, k, v))):
         torch.cuda.synchronize()
@@ -559,7 +557,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="time every config beside SDPA (GPU)")
     parser.add_argument("--sweep-tma", action="store_true",
-                        help="time rung 4's tiles per head dim and mask, save results/tuned_attention_tma.json (GPU)")
+                        help="time flash_tma's tiles per head dim and mask, save results/dispatch_attention.json (GPU)")
     parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
     parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])

@@ -2,9 +2,9 @@
 
     O = softmax(Q K^T * scale + causal mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
 
-Read this before flash_attention.py: it is the same algorithm with nothing else in the way. Rung 2
+Read this before attention/flash.py: it is the same algorithm with nothing else in the way. Rung 2
 of the attention ladder (`python -m course rung attention 2` checks it against torch and times it;
-`python -m course rung attention` lists the rungs): rung 1, attention_naive.py, writes the
+`python -m course rung attention` lists the rungs): rung 1, attention/naive.py, writes the
 B*H*Sq*Sk scores to HBM and reads them back twice; this kernel never writes a score.
 
 One program owns BLOCK_M queries of one (batch, head). It loads its Q tile once, then streams K
@@ -18,7 +18,7 @@ After the last block, out = acc / l is exactly softmax(s) V (Milakov & Gimelshei
 al. 2022). The work is the same 4 Sq Sk D FLOPs as the naive version; the traffic is Q, K, V read
 and O written, since the scores live and die in registers.
 
-What it leaves out, each added by flash_attention.py (rung 3) for a reason written there:
+What it leaves out, each added by attention/flash.py (rung 3) for a reason written there:
 * the backward: nothing is saved for it (the full kernel also writes each row's log-sum-exp,
   m + log l, from which the backward recomputes P instead of storing it);
 * masking only where needed: here every key block pays for the mask, even the ones entirely
@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
+from course.gpu import triton, tl
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week4_triton_dl.attention_naive import (  # noqa: E402
+from week4_triton_dl.attention.naive import (
     HEAD_DIMS, check_attention_inputs, check_out, dot_precision)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -129,7 +127,7 @@ def flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_heads, seq_q, seq_k, sm_s
         # where(), not adding a -inf bias: a NaN score of a hidden key is dropped, not spread.
         s = tl.where(keep, s, -float("inf"))
         # Key 0 is visible to every row (causal or not), so after the first block m is finite
-        # and m_i - m_new below is never -inf - (-inf). (flash_attention.py, whose key padding
+        # and m_i - m_new below is never -inf - (-inf). (attention/flash.py, whose key padding
         # can hide every key of a row, has to guard it.)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp(s - m_new[:, None])           # hidden keys: exp(-inf) = 0

@@ -1,6 +1,6 @@
 """What the fused FlashAttention kernels share: which keys a program visits, and cheap launches.
 
-flash_attention.py (the forward) and flash_attention_backward.py (the backward) import this; it
+attention/flash.py (the forward) and attention/backward.py (the backward) import this; it
 imports neither. Three things, all of them about planning the work rather than doing it:
 
 * What the kernels accept (`DTYPES`, `HEAD_DIMS`, `check_inputs`) and the dtype of their
@@ -15,25 +15,24 @@ imports neither. Three things, all of them about planning the work rather than d
   CPU per call in the capstone's training step: the autotuner's `run` rebuilt its key from ~40
   arguments on every launch, and every grid was a lambda calling `triton.cdiv` (a jitted helper).
   Now a shape's launch settings are computed once (`plan`); the autotuner runs on an autotune
-  key's first call only and its choice is kept (`TUNED`); later calls launch the plain kernel with
+  key's first call only and its choice is kept (`AUTOTUNED`); later calls launch the plain kernel with
   a tuple grid (`launch_plan`). fp32, fp64 and short sequences have one fixed config each
-  (`fixed_config`) and never meet the autotuner. `attention_host_week4` (flash_attention_bench.py)
+  (`fixed_config`) and never meet the autotuner. `attention_host_week4` (attention/bench.py)
   times the host cost per call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
+from course.gpu import triton, tl
 from course.launch import launch
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week4_triton_dl.attention_naive import check_attention_inputs, dot_precision  # noqa: E402
-from week4_triton_dl.norm_common import next_power_of_2  # noqa: E402  (plain Python, no jit)
+from week4_triton_dl.attention.naive import check_attention_inputs, dot_precision
+from week4_triton_dl.norm_common import next_power_of_2  # plain Python, no jit
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -149,13 +148,23 @@ class TunedKernel:
     axis: str         # "BLOCK_M" (one program per query block) or "BLOCK_N" (one per key block)
 
 
-TUNED: dict = {}  # (name, seq_bucket, D, causal, has_key_lengths, dtype, atomic) -> launch kwargs
+class Plan(NamedTuple):
+    """One shape's launch settings for one fused kernel, computed once (`plan`) and kept."""
+    kernel: object       # the plain @triton.jit kernel, or the autotuned one before its first choice
+    programs: int | None  # programs along grid axis 0; None while the autotuner has yet to choose
+    seq_bucket: int      # next power of two of the longer sequence: the autotune key's length
+    meta: dict           # constexprs and launch options (num_warps, num_stages)
+    tune_key: tuple      # where the autotuner's choice is kept (AUTOTUNED)
+    axis: str            # "BLOCK_M" (one program per query block) or "BLOCK_N" (one per key block)
+
+
+AUTOTUNED: dict = {}  # (name, seq_bucket, D, causal, has_key_lengths, dtype, atomic) -> launch kwargs
 PLANS: dict = {}  # (name, Sq, Sk, D, causal, has_key_lengths, dtype, atomic) -> plan
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def plan(kernel: TunedKernel, Sq, Sk, D, causal, has_kl, dtype, atomic=None, config=None):
-    """(launchable, programs along grid axis 0, seq_bucket, launch kwargs, tune key, axis) of `kernel`.
+    """The Plan of `kernel` for one shape.
 
     `programs` is None when the autotuner has yet to choose (the plan is then not kept). An
     explicit `config` (the sweep, the launchers' config=) gives a plan that is not kept either.
@@ -175,14 +184,14 @@ def plan(kernel: TunedKernel, Sq, Sk, D, causal, has_kl, dtype, atomic=None, con
     elif not runtime.on_gpu():
         chosen = dict(kernel.sim)
     else:
-        chosen = TUNED.get(tune_key)
+        chosen = AUTOTUNED.get(tune_key)
         if chosen is None:
             fixed = fixed_config(kernel.small, dtype, bucket)
             if fixed is None:
-                return kernel.autotuned, None, bucket, meta, tune_key, kernel.axis
+                return Plan(kernel.autotuned, None, bucket, meta, tune_key, kernel.axis)
             chosen = fixed.all_kwargs()
     programs = -(-(Sq if kernel.axis == "BLOCK_M" else Sk) // chosen[kernel.axis])
-    found = (kernel.plain, programs, bucket, {**meta, **chosen}, tune_key, kernel.axis)
+    found = Plan(kernel.plain, programs, bucket, {**meta, **chosen}, tune_key, kernel.axis)
     if config is None:
         if len(PLANS) > 4096:  # many distinct lengths (decoding with a growing cache): start over
             PLANS.clear()
@@ -190,9 +199,9 @@ def plan(kernel: TunedKernel, Sq, Sk, D, causal, has_kl, dtype, atomic=None, con
     return found
 
 
-def launch_plan(plan, length, bh, args, key=None):
+def launch_plan(plan: Plan, length, bh, args, key=None):
     """Launch a plan's kernel over (programs, bh); on an autotune key's first call the autotuner
-    runs over (cdiv(length, tile), bh) and its choice is kept in TUNED.
+    runs over (cdiv(length, tile), bh) and its choice is kept in AUTOTUNED.
 
     With a `key` (the plan's shape key plus every int argument that can vary: the strides),
     the launch goes through course.launch, which calls the compiled kernel directly after the
@@ -208,4 +217,4 @@ def launch_plan(plan, length, bh, args, key=None):
                    {k: v for k, v in meta.items() if k not in options}, **options)
         return
     kernel[lambda m: (-(-length // m[axis]), bh)](*args, **meta)
-    TUNED[tune_key] = kernel.best_config.all_kwargs()
+    AUTOTUNED[tune_key] = kernel.best_config.all_kwargs()

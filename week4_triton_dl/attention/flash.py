@@ -2,12 +2,12 @@
 
     O = softmax(Q K^T * scale + mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
 
-Read flash_attention_forward.py first (rung 2 of `python -m course rung attention`): the same
+Read attention/forward.py first (rung 2 of `python -m course rung attention`): the same
 online softmax in one short kernel, forward only, every block masked, one fixed tile. This module
 is the full version a model calls; it adds what a forward needs to be fast and to have a backward:
 
 * The log-sum-exp L = m + log(l) of each row, written beside the output (B*H*Sq floats): the
-  only statistic the backward (flash_attention_backward.py) needs, since P = exp(s - L) can be
+  only statistic the backward (attention/backward.py) needs, since P = exp(s - L) can be
   recomputed exactly from Q, K and L.
 * exp2 instead of exp: exp(x) = 2^(x log2 e), and the GPU's fast exponential is a base-2
   instruction (MUFU.EX2), so log2(e) is folded into the score scale once (`qk_scale`) and the
@@ -19,7 +19,7 @@ is the full version a model calls; it adds what a forward needs to be fast and t
 * Key padding (`key_lengths` (B,): keys at positions >= key_lengths[b] are masked; a row with no
   visible key gives zeros, as torch's SDPA does), fp64 inputs (all arithmetic in fp64, so
   `torch.autograd.gradcheck` can test the backward), and tile configs picked by the autotuner
-  once per shape bucket, launched through plans kept per shape (flash_attention_plans.py).
+  once per shape bucket, launched through plans kept per shape (attention/plans.py).
 * The op: `flash_attention` is differentiable. Eager calls run `FlashAttentionFunction` (or the
   forward alone when nothing needs a gradient); under torch.compile, the registered op
   `torch.ops.course.flash_attention` (fake function + autograd formula, the backward itself an
@@ -30,11 +30,11 @@ Cost model, per (batch, head), S = Sq = Sk, itemsize s: forward 4 S^2 D FLOPs (Q
 FLOPs per multiply-add), halved for causal. HBM traffic: Q, K, V read and O written once, 4 S D s
 bytes, plus L (4 S bytes): that is all, since scores never leave the chip. K and V are re-read
 by every query block (S / BLOCK_M times), but the programs of one head run together and those
-re-reads are served from L2. Compare attention_naive.py's 16 S^2 bytes of score traffic: at
+re-reads are served from L2. Compare attention/naive.py's 16 S^2 bytes of score traffic: at
 S = 4096, D = 128 bf16, 4.2 MB versus 268 MB per head. The fused kernel does 4 S^2 D FLOPs on
 4 S D s bytes: S/s FLOPs per byte, ~2000 at S = 4096, far above the H100's ridge point (~240
 FLOPs/byte for bf16 tensor cores against 3 TB/s): compute-bound, so the yardstick is TFLOP/s
-against SDPA's FlashAttention-2 and cuDNN backends (flash_attention_bench.py, which also times
+against SDPA's FlashAttention-2 and cuDNN backends (attention/bench.py, which also times
 the op as a model calls it: `attention_train_week4`, `attention_host_week4`).
 
 Inputs are (B, H, S, D) tensors with any strides (so q.transpose(1, 2) of a (B, S, H, D)
@@ -48,30 +48,28 @@ import math
 
 import torch
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import ops, runtime
+from course.gpu import triton, tl
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week4_triton_dl.attention_naive import INT32_MAX, MAX_GRID_Y, check_out, resolve_scale  # noqa: E402
+from week4_triton_dl.attention.naive import INT32_MAX, MAX_GRID_Y, check_out, resolve_scale
 # The backward's launcher and strategies, and the shared DTYPES, HEAD_DIMS, LOG2E and config_kwargs,
-# are part of this module's public API too (importers of week4_triton_dl.flash_attention keep working).
-from week4_triton_dl.flash_attention_backward import (  # noqa: E402, F401
+# are part of this module's public API too (importers of week4_triton_dl.attention.flash keep working).
+from week4_triton_dl.attention.backward import (  # noqa: F401
     BWD_STRATEGIES, DEFAULT_BWD_STRATEGY, check_strategy, flash_attention_backward, launch_backward)
-from week4_triton_dl.flash_attention_plans import (  # noqa: E402, F401
+from week4_triton_dl.attention.plans import (  # noqa: F401
     AUTOTUNE_KEY, DTYPES, HEAD_DIMS, LOG2E, TunedKernel, check_inputs, config_kwargs, launch_plan, plan, pruner,
     query_block_key_range, stats_dtype, tile_config, visible_key_count)
 
-from week4_triton_dl import flash_attention_tma as rung4  # noqa: E402  (the TMA forward, sm_90)
+from week4_triton_dl.attention import dispatch, tma  # which forward runs (the rule); the TMA forward (sm_90)
 
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LN2 = tl.constexpr(0.6931471805599453)
 
-# EXERCISE NOTE: The kernel is flash_attention_forward.py's (do that lesson first) with what a model
+# EXERCISE NOTE: The kernel is attention/forward.py's (do that lesson first) with what a model
 #   needs: exp2 with log2(e) folded into qk_scale, the log-sum-exp written for the backward, key_lengths,
-#   and a mask-free copy of the loop for the blocks that need no mask (flash_attention_plans.py has the
+#   and a mask-free copy of the loop for the blocks that need no mask (attention/plans.py has the
 #   key ranges: query_block_key_range).
 
 # The config the interpreter runs (it cannot time configs). BLOCK_M != BLOCK_N on purpose, so
@@ -100,7 +98,7 @@ def _fwd_key_blocks(acc, m_i, l_i, q, k_base, v_base, offs_m, start, stop, n_key
         #   block's new running max m_new, p = exp2(s - m_new) and alpha = exp2(m_i - m_new), in base 2 (qk_scale
         #   holds log2 e). MASKED: s = qk * qk_scale, -inf where the key is past n_keys or (CAUSAL) after
         #   the query, and a row with no visible key yet (m_new = -inf) shifted by 0; unmasked: no where()
-        # HINT: forward-only's update (flash_attention_forward.py) in base 2: exp2(x log2 e) = exp(x), and
+        # HINT: forward-only's update (attention/forward.py) in base 2: exp2(x log2 e) = exp(x), and
         #   the GPU's exponential is base 2. Key padding can hide every key of a row: then m_new = -inf, and
         #   -inf - -inf is NaN, so those rows subtract 0 instead (their p and alpha are exp2(-inf) = 0).
         # HINT: `if MASKED:` keep = cols[None, :] < n_keys (and the causal comparison with offs_m), s =
@@ -165,7 +163,7 @@ def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     # BEGIN EXERCISE: one program per (query block, b * n_heads + h), causal ones in reverse order; the
     #   (batch, head) bases of q, k, v, o; n_keys (visible_key_count); the Q tile loaded once (rows past
     #   seq_q as 0); m = -inf, l = 0, acc = 0 in lse's dtype
-    # HINT: as in flash_attention_forward.py, plus: key_lengths through visible_key_count, and causal
+    # HINT: as in attention/forward.py, plus: key_lengths through visible_key_count, and causal
     #   query blocks launched last-first (the long ones start first and the short ones fill the last wave).
     # HINT: pid_m = tl.num_programs(0) - 1 - pid_m when CAUSAL; acc_ty = lse_ptr.dtype.element_ty (fp32,
     #   fp64 for fp64 inputs) for m_i (tl.full with -inf), l_i and acc (tl.zeros).
@@ -254,43 +252,30 @@ FWD = TunedKernel("fwd", flash_attention_fwd_kernel, flash_attention_fwd_autotun
 
 
 # =============================================================================== launchers
-# Rung 4 (TMA loads and stores, flash_attention_tma.py) on a real sm_90 GPU only (in the interpreter
-# this module's tests are about this module's kernel), where its sweep found it the faster forward. Below TMA_MIN_SCORES scores (B*H*Sq*Sk) the
-# call is paced by the host, and building four tensor descriptors per call costs more host time
-# than TMA saves on the GPU (measured: flash_attention_bench's attention_host_week4).
-TMA_MIN_SCORES = 1 << 22
-
-
-def use_tma(q, k, v, causal, out=None) -> bool:
-    """Whether the forward of these checked inputs goes to rung 4: TMA can run it, the problem has
-    TMA_MIN_SCORES scores, and rung 4's sweep measured it faster than this rung for (D, causal)."""
-    B, H, Sq, _ = q.shape
-    # Cheapest first: a model whose head dim the sweep left on rung 3 (GPT-2's 64) pays one dict
-    # lookup per call, not the stride and address checks.
-    return (runtime.ON_GPU and B * H * Sq * k.shape[2] >= TMA_MIN_SCORES and q.shape[3] > 0
-            and rung4.faster_than_rung3(q.shape[3], causal) and rung4.tma_eligible(q, k, v, out))
-
-
+# Which forward runs (this module's kernel, flash_blocked, or attention/tma.py's, flash_tma) and with
+# which tile is attention/dispatch.py's rule; a caller names one with rung= and tile=.
 # No checks in launch_forward: flash_attention_forward below and the public entry check once,
 # then call it.
-def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, tma=True):
+def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, rung=None):
     """(out, lse) of checked inputs: out (B, H, Sq, D) in q's dtype (written into `out` when given),
     lse (B, H, Sq) in stats_dtype: each row's natural log-sum-exp of its scaled, masked scores.
 
     `scale` is sm_scale (a float); `key_lengths` (B,) int32/int64 or None: keys j >= key_lengths[b]
     are masked; `causal`: key j is masked for query i when j > i; `config` (a dict or triton.Config,
-    checked by config_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning. On an H100 the
-    solution runs rung 4 (flash_attention_tma.py) where it can and the problem is large enough
-    (`use_tma`); `tma=False` or a `config` keeps this module's kernel.
+    checked by config_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning. `rung` (checked by
+    attention/dispatch.py's `resolve`) names the forward: "flash_blocked" this module's kernel,
+    "flash_tma" attention/tma.py's (with `config` as its tile); with neither rung nor config, the
+    dispatch rule chooses both (flash_tma on an H100 where its sweep measured it faster).
     """
+    if rung is None and config is None:
+        rung, config = dispatch.choose(q, k, v, causal, out)
+    if rung == "flash_tma":
+        return tma.launch_forward_tma(q, k, v, causal, scale, key_lengths, out, config)
     # BEGIN EXERCISE: allocate out (unless given) and lse; nothing to launch for empty inputs; launch your
     #   forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
-    # HINT: first the TMA rung where it runs (use_tma: an H100 and a big enough problem; rung4's
-    #   launch_forward_tma); then lse in stats_dtype(q.dtype); B * H * Sq == 0 or D == 0: nothing to launch.
+    # HINT: lse in stats_dtype(q.dtype); B * H * Sq == 0 or D == 0: nothing to launch.
     # HINT: `fwd = plan(FWD, Sq, Sk, D, causal, has_kl, q.dtype, None, config)`, then launch_plan(fwd, Sq, B * H,
     #   (kernel arguments in order, qk_scale = scale * LOG2E), key) as flash_attention_backward.launch_dq does.
-    if tma and config is None and use_tma(q, k, v, causal, out):
-        return rung4.launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if out is None:
@@ -301,7 +286,7 @@ def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, t
     has_kl = key_lengths is not None
     fwd = plan(FWD, Sq, Sk, D, causal, has_kl, q.dtype, None, config)
     strides = (*q.stride(), *k.stride(), *v.stride(), *out.stride())
-    launch_plan(fwd, Sq, B * H, (q, k, v, out, lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E, fwd[2],
+    launch_plan(fwd, Sq, B * H, (q, k, v, out, lse, key_lengths if has_kl else lse, H, Sq, Sk, scale * LOG2E, fwd.seq_bucket,
                                  *strides),
                 None if config is not None else ("fwd", q.dtype, key_lengths.dtype if has_kl else None, B, H, Sq, Sk,
                                                  strides))
@@ -311,17 +296,19 @@ def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, t
 
 def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                             sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
-                            config=None, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            config=None, out: torch.Tensor | None = None,
+                            rung: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused forward: (out, lse), lse = log-sum-exp of each row's scaled scores (B, H, Sq).
 
     `config` (a dict with BLOCK_M, BLOCK_N, num_warps, num_stages, or a triton.Config) skips the
-    autotuner: for experiments and the sweep. No autograd: use `flash_attention` for that.
+    autotuner: for experiments and the sweep. `rung` ("flash_blocked" or "flash_tma") names the
+    forward; without rung and config, attention/dispatch.py's rule picks. No autograd: use
+    `flash_attention` for that.
     """
     scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
-    if config is not None:
-        config_kwargs(config)
-    return launch_forward(q, k, v, causal, scale, key_lengths, config, out)
+    rung, config = dispatch.resolve(rung, config, q, k, v, causal, out)
+    return launch_forward(q, k, v, causal, scale, key_lengths, config, out, rung)
 
 
 # ====================================================================== the op torch.compile sees
@@ -329,14 +316,24 @@ def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
 # config list it cannot trace); the fake functions give it the shapes, strides and dtypes.
 @torch.library.custom_op(f"{NAMESPACE}::flash_attention", mutates_args=())
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                       key_lengths: torch.Tensor | None,
-                       strategy: str = DEFAULT_BWD_STRATEGY) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of checked q, k, v (any strides); `strategy` is the backward's (see flash_attention)."""
-    return launch_forward(q, k, v, causal, scale, key_lengths)
+                       key_lengths: torch.Tensor | None, strategy: str = DEFAULT_BWD_STRATEGY,
+                       rung: str | None = None, tile: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of checked q, k, v (any strides); `strategy` is the backward's (see flash_attention);
+    `rung` and `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages) checked ones, or None."""
+    return launch_forward(q, k, v, causal, scale, key_lengths, _tile_dict(tile), None, rung)
+
+
+def _tile_list(tile):  # a custom op takes no dict: a tile crosses it as a list of ints
+    return None if tile is None else [tile["BLOCK_M"], tile["BLOCK_N"], tile.get("num_warps", 4),
+                                      tile.get("num_stages", 2)]
+
+
+def _tile_dict(tile):
+    return None if tile is None else dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), tile))
 
 
 @flash_attention_op.register_fake
-def _flash_attention_fake(q, k, v, causal, scale, key_lengths, strategy=DEFAULT_BWD_STRATEGY):
+def _flash_attention_fake(q, k, v, causal, scale, key_lengths, strategy=DEFAULT_BWD_STRATEGY, rung=None, tile=None):
     B, H, Sq, D = q.shape  # out is a fresh contiguous tensor, whatever the strides of q
     return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=stats_dtype(q.dtype))
 
@@ -356,7 +353,7 @@ def _flash_attention_backward_fake(do, q, k, v, out, lse, causal, scale, key_len
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, key_lengths, strategy = inputs
+    q, k, v, causal, scale, key_lengths, strategy = inputs[:7]  # then rung, tile: the forward's only
     ctx.save_for_backward(q, k, v, output[0], output[1], key_lengths)
     ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
     ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
@@ -365,7 +362,7 @@ def _setup_context(ctx, inputs, output):
 def _backward_formula(ctx, do, _dlse):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     dq, dk, dv = flash_attention_backward_op(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 flash_attention_op.register_autograd(_backward_formula, setup_context=_setup_context)
@@ -376,8 +373,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Autograd glue: the forward saves q, k, v, out and the log-sum-exp (not P)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, key_lengths, strategy):
-        out, lse = launch_forward(q, k, v, causal, scale, key_lengths)
+    def forward(ctx, q, k, v, causal, scale, key_lengths, strategy, rung=None, tile=None):
+        out, lse = launch_forward(q, k, v, causal, scale, key_lengths, tile, None, rung)
         ctx.save_for_backward(q, k, v, out, lse, key_lengths)
         ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
         return out
@@ -387,7 +384,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, out, lse, key_lengths = ctx.saved_tensors
         dq, dk, dv = launch_backward(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def _on_device(t) -> bool:  # t.is_cuda costs ~0.15 us, t.device.type ~1.3 us
@@ -419,7 +416,7 @@ def _check_call(q, k, v, causal, sm_scale, key_lengths, strategy) -> float:
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
-                    strategy: str = DEFAULT_BWD_STRATEGY) -> torch.Tensor:
+                    strategy: str = DEFAULT_BWD_STRATEGY, rung: str | None = None, tile=None) -> torch.Tensor:
     """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale), fused.
 
     q (B, H, Sq, D), k and v (B, H, Sk, D), any strides; fp16, bf16, fp32 or fp64; D in 16,
@@ -427,10 +424,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Differentiable in q, k and v; `strategy` picks the backward ("split" or "atomic"). Eager
     calls run `FlashAttentionFunction` (or the forward alone when no gradient is needed);
     under torch.compile, the registered op `torch.ops.course.flash_attention`.
+
+    The forward is attention/dispatch.py's choice for this GPU, dtype, head dim and mask; `rung`
+    ("flash_blocked" or "flash_tma") and `tile` (a dict of BLOCK_M, BLOCK_N[, num_warps, num_stages])
+    choose it instead: how the tests and the benchmarks pick one.
     """
     scale = _check_call(q, k, v, causal, sm_scale, key_lengths, strategy)
+    if rung is not None or tile is not None:
+        rung, tile = dispatch.resolve(rung, tile, q, k, v, causal)
     if ops.compiling():
-        return flash_attention_op(q, k, v, causal, scale, key_lengths, strategy)[0]
+        return flash_attention_op(q, k, v, causal, scale, key_lengths, strategy, rung, _tile_list(tile))[0]
     if ops.needs_grad(q, k, v):
-        return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy)
-    return launch_forward(q, k, v, causal, scale, key_lengths)[0]
+        return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy, rung, tile)
+    return launch_forward(q, k, v, causal, scale, key_lengths, tile, None, rung)[0]

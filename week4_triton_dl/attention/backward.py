@@ -3,7 +3,7 @@
 Over 500 lines: three kernels and their launchers make one lesson, an exercise in five stages whose
 holes carry their graded hints (`# HINT:` lines) in this file.
 
-The forward (flash_attention.py) saves, besides its output O, one number per query row: the
+The forward (attention/flash.py) saves, besides its output O, one number per query row: the
 log-sum-exp L = m + log(l) of its scaled scores (B*H*Sq floats). That is enough, because
 P = exp(s - L) can be recomputed exactly from Q, K and L: the backward never stores or reads
 anything of size S^2 either. With dP = dO V^T and D_i = rowsum(dO_i * O_i) (which equals
@@ -18,29 +18,27 @@ accumulates its dQ (`flash_attention_bwd_dq_kernel`, which sweeps the keys like 
 every output is written once, no atomics, deterministic, at the price of recomputing P (and
 dP) twice: 7 block matmuls instead of 5. The "atomic" strategy computes dQ inside the dK/dV
 kernel and adds each partial dQ tile into an fp32 buffer with atomics (5 matmuls, but traffic
-to L2 and a result that is not bit-reproducible). `python -m week4_triton_dl.flash_attention_bench
+to L2 and a result that is not bit-reproducible). `python -m week4_triton_dl.attention.bench
 --sweep` measures both (Dao 2023, FlashAttention-2, Algorithm 2).
 
 Cost model: counted as 2.5x the forward's FLOPs (5 matmuls instead of 2; the recomputation of
 the split backward is not counted, as every FlashAttention paper and benchmark counts it); HBM
 traffic Q, K, V, O, dO read and dQ, dK, dV written once, plus L and D. Masks, tiles, configs
-and launch plans work as in the forward (flash_attention_plans.py). `flash_attention_backward`
-is the checked launcher; the autograd glue that calls `launch_backward` is in flash_attention.py.
+and launch plans work as in the forward (attention/plans.py). `flash_attention_backward`
+is the checked launcher; the autograd glue that calls `launch_backward` is in attention/flash.py.
 """
 from __future__ import annotations
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course import validate
 from course.launch import launch
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
+from course.gpu import triton, tl
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week4_triton_dl.attention_naive import check_out  # noqa: E402
-from week4_triton_dl.flash_attention_plans import (  # noqa: E402
+from week4_triton_dl.attention.naive import check_out
+from week4_triton_dl.attention.plans import (
     AUTOTUNE_KEY, LOG2E, TunedKernel, check_inputs, config_kwargs, launch_plan, plan, pruner, query_block_key_range,
     stats_dtype, tile_config, visible_key_count)
 
@@ -421,7 +419,7 @@ _DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
 
 
 # =============================================================================== launchers
-# No checks in these: flash_attention_backward below and the public entry (flash_attention.py)
+# No checks in these: flash_attention_backward below and the public entry (attention/flash.py)
 # check once, then call launch_backward, which calls the three below.
 def backward_delta(out, do, lse_dtype, delta=None):
     """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel
@@ -452,7 +450,7 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_lengths, ato
         dq_acc = lse if kv[1] is not None else torch.empty(1, dtype=lse.dtype, device=q.device)
     kv_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
     launch_plan(kv, Sk, B * H, (q, k, v, do, lse, delta, dk, dv, dq_acc, lengths, H, Sq, Sk, scale, scale * LOG2E,
-                                 kv[2], *kv_strides),
+                                 kv.seq_bucket, *kv_strides),
                 ("kv", q.dtype, lengths.dtype, B, H, Sq, Sk, kv_strides) if kv_config is None else None)
     return dq_acc if atomic else None
 
@@ -465,7 +463,7 @@ def launch_dq(q, k, v, do, lse, delta, dq, causal, scale, key_lengths, q_config=
     lengths = key_lengths if has_kl else lse
     qp = plan(DQ, Sq, Sk, D, causal, has_kl, q.dtype, None, q_config)
     q_strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
-    launch_plan(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp[2],
+    launch_plan(qp, Sq, B * H, (q, k, v, do, lse, delta, dq, lengths, H, Sq, Sk, scale, scale * LOG2E, qp.seq_bucket,
                                  *q_strides), ("q", q.dtype, lengths.dtype, B, H, Sq, Sk, q_strides)
                 if q_config is None else None)
 

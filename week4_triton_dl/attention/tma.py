@@ -1,8 +1,8 @@
-"""FlashAttention's forward with Q, K, V and O moved by the Hopper TMA copy engine (rung 4).
+"""FlashAttention's forward with Q, K, V and O moved by the Hopper TMA copy engine (the flash_tma rung; flash_tma of `python -m course rung attention`).
 
     O = softmax(Q K^T * scale + mask) V        Q: (B, H, Sq, D), K and V: (B, H, Sk, D)
 
-Read flash_attention.py first (rung 3 of `python -m course rung attention`): this is its forward,
+Read attention/flash.py first (flash_blocked, flash_blocked of `python -m course rung attention`): this is its forward,
 the same online softmax, the same mask-free blocks off the diagonal, the same log-sum-exp for the
 backward. One idea changes: how the tiles get from HBM into shared memory.
 
@@ -20,28 +20,29 @@ What this rung does with it:
   (`tl.make_tensor_descriptor`, `head_descriptor`) over that head's (S, D) matrix with the
   tensor's own strides: its bound is the head's S, so a tile past the end of one head is
   zero-filled, never the next head's rows, and q.transpose(1, 2) of a (B, S, H, D) tensor is read
-  in place, as in rung 3. TMA's rules: the last stride 1, every other stride and the base address
+  in place, as in flash_blocked. TMA's rules: the last stride 1, every other stride and the base address
   multiples of 16 bytes (`tma_eligible` checks them).
   Why on the device: the first version built four host descriptors (`TensorDescriptor`) per call,
   and on the H100 that cost the host ~0.15 ms a call (results/attention_host_week4_host_descriptors.md:
-  0.209 ms against rung 3's 0.057 ms at a short prompt), which made GPT-2's eager training step
+  0.209 ms against flash_blocked's 0.057 ms at a short prompt), which made GPT-2's eager training step
   slower, not faster (results/attention_train_week4_host_descriptors.md). A device-built
-  descriptor costs the host one pointer per tensor, as rung 3's loads do; each program writes its
+  descriptor costs the host one pointer per tensor, as flash_blocked's loads do; each program writes its
   four 128-byte descriptors into scratch memory that Triton asks for at launch
   (`descriptor_workspace`, from torch's caching allocator).
 * One tile per (head dim, causal), from a sweep of eight on the H100 beside cuDNN
-  (`python -m week4_triton_dl.flash_attention_bench --sweep-tma` writes
+  (`python -m week4_triton_dl.attention.bench --sweep-tma` writes
   results/tuned_attention_tma.json, which the launcher reads; DEFAULT_TILE, the D = 128 winner of
   tools/probe_fa_hopper.py's 30 configs, where no sweep has run on this kind of GPU).
 * Key padding (`key_lengths`): padding keys are real memory here (TMA fills zeros only past S),
   so V's padding rows are zeroed in the masked loop; a NaN there must not leak through 0 * NaN.
 
 Where it runs: compute capability >= 9.0 (H100), fp16 or bf16, D in 16, 32, 64, 128, strides as
-above. `flash_attention` (rung 3's op) dispatches its forward here when they hold
-(`tma_eligible`) and the tile sweep measured this rung faster than rung 3 for the head dim and
-mask (`faster_than_rung3`: on the H100 at D = 128, not at D = 64), so a model gets it where it
-pays, and rung 3 everywhere else: on an older GPU (Colab's T4, sm_75) a model falls back to rung
-3 by itself. Called directly, `flash_attention_tma_forward` refuses what TMA cannot run, with
+above. `flash_attention` (the op) runs its forward here when they hold (`tma_eligible`) and the
+tile sweep measured this rung faster than flash_blocked for the head dim and mask (a row of
+results/dispatch_attention.json naming flash_tma: on the H100 at D = 128, not at D = 64); the rule
+is attention/dispatch.py's. So a model gets it where it pays, and flash_blocked everywhere else: on
+an older GPU (Colab's T4, sm_75) a model falls back to flash_blocked by itself. `rung="flash_tma"`
+asks for it by name. Called directly, `flash_attention_tma_forward` refuses what TMA cannot run, with
 the reason and the rung to use instead (as week 3's `matmul_tma` does). The Triton interpreter
 emulates descriptors, so the tests run it on a CPU too (with small tiles).
 
@@ -55,32 +56,27 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import tuning
+from course import runtime
+from course.gpu import triton, tl, DEVICE
 from course.launch import launch
 
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
-
-from week4_triton_dl.attention_naive import check_out  # noqa: E402
-from week4_triton_dl.flash_attention_plans import (  # noqa: E402
+from week4_triton_dl.attention.naive import check_out
+from week4_triton_dl.attention.plans import (
     HEAD_DIMS, LOG2E, check_inputs, query_block_key_range, stats_dtype, visible_key_count)
 
 TMA_DTYPES = (torch.float16, torch.bfloat16)
 MIN_CAPABILITY = (9, 0)
-# The probe's winner at D = 128 (see the docstring); results/tuned_attention_tma.json overrides it
-# per (head dim, causal) once a sweep has run on this kind of GPU.
+# The probe's winner at D = 128 (see the docstring); the sweep's rows in results/dispatch_attention.json
+# (attention/dispatch.py reads them) override it per (head dim, causal) on the GPU that measured them.
 DEFAULT_TILE = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 # The interpreter: small tiles, BLOCK_M != BLOCK_N, so ragged lengths and the causal bound are
 # exercised with tiles smaller than the tests' sequences.
 SIM_TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
-TUNED = tuning.TunedTable(__file__, "attention_tma")
-RUNG3_MARGIN = 1.03  # rung 4 must beat rung 3 by 3% in the sweep to be what the op runs (run-to-run noise ~2%)
 _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # =============================================================================== the kernel
-# EXERCISE NOTE: Rung 3's forward (flash_attention.py) with every tile moved by TMA: one descriptor per
+# EXERCISE NOTE: Rung 3's forward (attention/flash.py) with every tile moved by TMA: one descriptor per
 #   tensor for this program's (batch, head) (`head_descriptor`), K and V blocks loaded with
 #   k_desc.load([row, 0]), Q likewise, O stored with o_desc.store; the log-sum-exp through tl.store.
 #   Padding keys inside S (key_lengths) are real memory: zero their V rows. Rows past S need no mask at
@@ -108,12 +104,12 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, start, stop, n_key
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        # BEGIN EXERCISE: rung 3's online-softmax step (flash_attention.py's _fwd_key_blocks) with K and V
+        # BEGIN EXERCISE: flash_blocked's online-softmax step (attention/flash.py's _fwd_key_blocks) with K and V
         #   loaded as TMA tiles (k_desc.load([start_n, 0])); with MASKED and HAS_KEY_LENGTHS, zero the V rows of
         #   padding keys (past n_keys but inside S: real memory)
         # HINT: TMA zero-fills only past the descriptor's bound (S): a padding key inside S is real memory,
-        #   maybe NaN, and p = 0 times NaN is NaN, so its V row must be zeroed, as rung 3's masked load does.
-        # HINT: the masked and unmasked branches exactly as rung 3; `tl.dot(q, k.T)` for the scores.
+        #   maybe NaN, and p = 0 times NaN is NaN, so its V row must be zeroed, as flash_blocked's masked load does.
+        # HINT: the masked and unmasked branches exactly as flash_blocked; `tl.dot(q, k.T)` for the scores.
         # HINT: `v = tl.where((start_n + offs_n)[:, None] < n_keys, v, 0.0)`
         k = k_desc.load([start_n, 0])  # one TMA copy: the BLOCK_N x D tile at row start_n
         qk = tl.dot(q, k.T)
@@ -137,7 +133,7 @@ def _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, start, stop, n_key
         v = v_desc.load([start_n, 0])
         if MASKED and HAS_KEY_LENGTHS:
             # Keys past key_lengths[b] but inside S are real memory (possibly NaN): p is 0 there,
-            # but 0 * NaN = NaN, so their V rows are zeroed, as rung 3's masked load does.
+            # but 0 * NaN = NaN, so their V rows are zeroed, as flash_blocked's masked load does.
             v = tl.where((start_n + offs_n)[:, None] < n_keys, v, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -153,11 +149,11 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
                                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN EXERCISE: program ids (causal query blocks last-first), one head_descriptor per tensor (Q and O
     #   in BLOCK_M-row tiles, K and V in BLOCK_N), n_keys, the Q tile (q_desc.load), m = -inf, l = 0, acc = 0
-    # HINT: rung 3's prologue with descriptors in place of pointer arithmetic: no row mask anywhere, since a
+    # HINT: flash_blocked's prologue with descriptors in place of pointer arithmetic: no row mask anywhere, since a
     #   tile past the end of the head loads as zeros.
     # HINT: `q_desc = head_descriptor(q_ptr, b, h, stride_qb, stride_qh, stride_qs, seq_q, HEAD_DIM, BLOCK_M)`
     pid_m = tl.program_id(0)
-    if CAUSAL:  # the longest causal query blocks first (rung 3 says why)
+    if CAUSAL:  # the longest causal query blocks first (flash_blocked says why)
         pid_m = tl.num_programs(0) - 1 - pid_m
     bh = tl.program_id(1)
     b = bh // n_heads
@@ -177,7 +173,7 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
 
     # BEGIN EXERCISE: the unmasked and the masked key ranges (query_block_key_range) through _tma_key_blocks;
     #   then out = acc / l and lse (0 and -inf for a row with no visible key), O by o_desc.store, lse by tl.store
-    # HINT: rung 3's epilogue, but the O store needs no mask: TMA drops the rows past Sq. lse is a plain
+    # HINT: flash_blocked's epilogue, but the O store needs no mask: TMA drops the rows past Sq. lse is a plain
     #   vector, stored with a mask.
     # HINT: `o_desc.store([m_start, 0], out.to(o_ptr.dtype.element_ty))`
     full_hi, hi = query_block_key_range(m_start, n_keys, CAUSAL, BLOCK_M, BLOCK_N)
@@ -186,7 +182,7 @@ def flash_attention_tma_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, key_len_ptr,
     acc, m_i, l_i = _tma_key_blocks(acc, m_i, l_i, q, k_desc, v_desc, offs_m, full_hi, hi, n_keys, qk_scale,
                                     True, CAUSAL, HAS_KEY_LENGTHS, BLOCK_N)
 
-    empty = l_i == 0.0  # no visible key: output 0 and log-sum-exp -inf, as rung 3 and SDPA
+    empty = l_i == 0.0  # no visible key: output 0 and log-sum-exp -inf, as flash_blocked and SDPA
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc * (1.0 / l_safe)[:, None]
     lse = tl.where(empty, -float("inf"), (m_i + tl.log2(l_safe)) * _LN2)
@@ -216,35 +212,37 @@ def tma_eligible(q, k, v, out=None) -> bool:
             and all(_tma_layout_ok(t) for t in (q, k, v) + (() if out is None else (out,))))
 
 
-def tile_for(head_dim: int, causal: bool) -> dict:
-    """The launch tile: the interpreter's small one, the swept one for (D, causal) on this GPU,
-    else DEFAULT_TILE."""
-    if not runtime.on_gpu():
-        return SIM_TILE
-    tuned = TUNED.get((head_dim, causal))
-    if tuned is None:
-        return DEFAULT_TILE
-    return {name: value for name, value in tuned.items() if name != "faster_than_rung3"}
+def default_tile() -> dict:
+    """The launch tile when the caller gives none: the interpreter's small one, else DEFAULT_TILE
+    (the op's dispatch passes the sweep's tile for this GPU, head dim and mask)."""
+    return SIM_TILE if not runtime.on_gpu() else DEFAULT_TILE
 
 
-def faster_than_rung3(head_dim: int, causal: bool) -> bool:
-    """Whether the tile sweep on this kind of GPU measured rung 4 faster than rung 3's autotuned
-    forward for (D, causal) (by RUNG3_MARGIN): where a model should get rung 4. False without a sweep.
-    Measured on the H100: yes at D = 128, no at D = 64 (rung 3's autotuner picks per length there)."""
-    tuned = TUNED.get((head_dim, causal))
-    return bool(tuned and tuned.get("faster_than_rung3"))
+def require_tma(q, k, v, out=None, caller="flash_attention_tma_forward") -> None:
+    """Refuse, before any launch, checked inputs TMA cannot run, naming the rung that takes them."""
+    runtime.require_capability(MIN_CAPABILITY, f"{caller} (the TMA engine)",
+                               "flash_attention_forward (the flash_blocked rung) runs there")
+    if q.dtype not in TMA_DTYPES:
+        raise TypeError(f"{caller} takes fp16 or bf16 (the tensor-core path), got {q.dtype}: "
+                        f"the flash_blocked rung takes fp32 and fp64")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t is not None and not _tma_layout_ok(t):
+            raise ValueError(f"{name} has strides {tuple(t.stride())} ({t.element_size()}-byte elements) at an address "
+                             f"{t.data_ptr() % 16} bytes past a 16-byte boundary: TMA needs the last stride 1 and "
+                             f"the others and the base address multiples of 16 bytes; the flash_blocked rung "
+                             f"takes any strides")
 
 
 def descriptor_workspace(size: int, alignment: int, stream) -> torch.Tensor:
     """Global memory for the descriptors a kernel builds on the device (128 bytes each, per program),
     from torch's caching allocator: no cudaMalloc per call. Triton asks for it at launch."""
-    return torch.empty(size, dtype=torch.int8, device=runtime.DEVICE)
+    return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 
 # =============================================================================== launchers
 def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None):
     """(out, lse) of checked, `tma_eligible` inputs, as flash_attention.launch_forward returns them.
-    `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages) overrides `tile_for` (the sweep's)."""
+    `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages; the dispatch passes the sweep's) or `default_tile()`."""
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
     if out is None:
@@ -254,7 +252,7 @@ def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None)
         return out, lse
     if Sk == 0:  # no keys: an empty sum (output 0, log-sum-exp -inf); a descriptor needs every dim > 0
         return out.zero_(), lse.fill_(-float("inf"))
-    tile = dict(tile or tile_for(D, causal))
+    tile = dict(tile or default_tile())
     block_m, block_n = tile.pop("BLOCK_M"), tile.pop("BLOCK_N")
     has_kl = key_lengths is not None
     # BEGIN EXERCISE: launch your kernel over (query blocks, B * H) with the tile's num_warps and num_stages
@@ -287,19 +285,9 @@ def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
     Refuses, before any launch, what TMA cannot run: a GPU older than sm_90 (RuntimeError), fp32 or
     fp64 (TypeError), strides TMA cannot walk (ValueError). flash_attention_forward and the op
-    flash_attention take every input: they run this rung where it runs and pays, rung 3 elsewhere.
+    flash_attention take every input: they run this rung where it runs and pays, flash_blocked elsewhere.
     """
     scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
-    runtime.require_capability(MIN_CAPABILITY, "flash_attention_tma_forward (the TMA engine)",
-                               "flash_attention_forward (rung 3) runs there")
-    if q.dtype not in TMA_DTYPES:
-        raise TypeError(f"flash_attention_tma_forward takes fp16 or bf16 (the tensor-core path), got {q.dtype}: "
-                        f"flash_attention_forward (rung 3) takes fp32 and fp64")
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if t is not None and not _tma_layout_ok(t):
-            raise ValueError(f"{name} has strides {tuple(t.stride())} ({t.element_size()}-byte elements) at an address "
-                             f"{t.data_ptr() % 16} bytes past a 16-byte boundary: TMA needs the last stride 1 and "
-                             f"the others and the base address multiples of 16 bytes; flash_attention_forward "
-                             f"(rung 3) takes any strides")
+    require_tma(q, k, v, out)
     return launch_forward_tma(q, k, v, causal, scale, key_lengths, out)

@@ -1,0 +1,71 @@
+"""Which forward the attention op runs, and with which tile: the rule, in one place.
+
+The op `flash_attention` (attention/flash.py) has two forwards:
+
+* flash_blocked: attention/flash.py's kernel, Q/K/V tiles loaded through pointers (tl.load),
+  any GPU, any dtype, any strides; its tiles picked by its autotuner per shape bucket.
+* flash_tma: attention/tma.py's kernel, every tile moved by the Hopper TMA copy engine; sm_90
+  and later, fp16 and bf16, strides TMA can walk, one tile per (head dim, causal).
+
+(`python -m course rung attention` numbers them 3 and 4 in the ladder; that is the only place
+the numbers live.) `choose` answers for one call, in this order:
+
+1. The caller's `rung=` (and `tile=`), when given: the tests and the benchmarks choose this way.
+   `rung="flash_tma"` on inputs TMA cannot run is refused with the reason.
+2. The interpreter, non-16-bit dtypes, and problems under MIN_TMA_SCORES scores: flash_blocked.
+   Below that size the call is paced by the host, and a TMA call costs the host more than the
+   engine saves on the GPU (measured: attention/bench.py's attention_host_week4).
+3. The sweep's row for (head dim, causal) in results/dispatch_attention.json, when it was measured
+   on this GPU (course/dispatch.py) and names flash_tma, and the inputs are TMA-eligible: flash_tma
+   with the row's tile. On the H100 the sweep put D = 128 on flash_tma (7% faster than
+   flash_blocked) and D = 64 on flash_blocked (no faster by the 3% margin, MARGIN).
+4. Otherwise flash_blocked with its autotuned tile.
+
+Rows are keyed by (head dim, causal) and apply to fp16 and bf16 alike: the sweep measured bf16,
+and fp16 moves the same bytes through the same tensor-core instructions.
+"""
+from __future__ import annotations
+
+from course import dispatch, runtime
+from course.dispatch import Choice
+
+from week4_triton_dl.attention import tma
+from week4_triton_dl.attention.plans import config_kwargs
+
+RUNGS = ("flash_blocked", "flash_tma")  # the op's forwards, by what they are
+MIN_TMA_SCORES = 1 << 22  # B * H * Sq * Sk below which the host, not the GPU, sets the pace
+MARGIN = 1.03  # the sweep names flash_tma only where it beats flash_blocked by 3% (run-to-run noise ~2%)
+TABLE = dispatch.Table(__file__, "attention")  # results/dispatch_attention.json
+BLOCKED = Choice("flash_blocked")  # the default rule: the pointer kernel, its autotuner's tile
+
+
+def _default(key) -> Choice:
+    return BLOCKED
+
+
+def resolve(rung, tile, q, k, v, causal, out=None) -> Choice:
+    """The Choice for one call of checked inputs: the caller's rung and tile, checked (ValueError,
+    TypeError or RuntimeError before any launch), or the rule's (`choose`) for what they leave open."""
+    if rung is None and tile is None:
+        return choose(q, k, v, causal, out)
+    if rung is None:  # a tile alone is a tile of the default forward (a TMA tile needs rung="flash_tma")
+        rung = BLOCKED.rung
+    dispatch.check_rung("flash_attention", rung, RUNGS)
+    if rung == "flash_tma":
+        tma.require_tma(q, k, v, out, caller='flash_attention(rung="flash_tma")')
+    return Choice(rung, None if tile is None else config_kwargs(tile))
+
+
+def choose(q, k, v, causal, out=None) -> Choice:
+    """The rung and tile the op runs for checked inputs when the caller names none (the docstring's
+    rules 2 to 4). Cheapest tests first: a model whose head dim the sweep left on flash_blocked
+    (GPT-2's 64) pays one dict lookup per call, not the stride and address checks."""
+    if not runtime.ON_GPU or q.dtype not in tma.TMA_DTYPES:
+        return BLOCKED
+    B, H, Sq, D = q.shape
+    if B * H * Sq * k.shape[2] < MIN_TMA_SCORES:
+        return BLOCKED
+    choice = dispatch.pick(TABLE, (D, causal), RUNGS, _default)
+    if choice.rung == "flash_tma" and not tma.tma_eligible(q, k, v, out):
+        return BLOCKED
+    return choice
