@@ -47,7 +47,6 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # noqa: F401  before triton: chooses the GPU or the Triton interpreter
 from week3_triton_kernels import fused_elementwise
 from week4_triton_dl import add_rmsnorm, fused_linear_cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
 from week4_triton_dl import rope as rope_module

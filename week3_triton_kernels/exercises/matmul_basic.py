@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # noqa: F401  (before triton: chooses the GPU or the Triton interpreter)
 from course import validate
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import tl, triton
 
 DTYPES = (torch.float16, torch.bfloat16)
 INT32_MAX = 2**31 - 1
