@@ -33,7 +33,7 @@ import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
 
 from week4_triton_dl.attention_naive import check_attention_inputs, dot_precision  # noqa: E402
-from week4_triton_dl.norm_common import next_power_of_2  # noqa: E402  (plain Python, no jit)
+from course.launch import next_power_of_2  # noqa: E402  (plain Python, no jit)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HEAD_DIMS = (16, 32, 64, 128)

@@ -72,7 +72,7 @@ import torch
 
 from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
 from course import validate
-from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
+from course.launch import next_power_of_2  # plain Python: triton's is a jitted helper
 
 import triton  # noqa: E402  (after course.runtime on purpose)
 import triton.language as tl  # noqa: E402
