@@ -11,7 +11,8 @@ One source per lesson. A solution marks the code a learner writes:
         # END EXERCISE
 
 `python -m course exercises --write` turns every marked solution into its stub in the week's
-exercises/ folder (kernels/*.cu into exercises/kernels/): the solution, with each region replaced
+exercises/ folder, which mirrors the week (kernels/*.cu into exercises/kernels/, a lesson folder's
+norms/rmsnorm.py into exercises/norms/rmsnorm.py): the solution, with each region replaced
 by a hole that says what to write and how big the answer is ("about 12 lines"):
 * in a Python function: the hint as a TODO comment and
   `raise NotImplementedError("not implemented yet: rope_forward: ...")`, so every untouched
@@ -191,19 +192,46 @@ def week_of(package_dir: Path) -> str:
     return weeks.short_name(package_dir)
 
 
+def week_dir(path: Path) -> Path:
+    """The week (lesson package) a lesson file or stub belongs to: its outermost package folder
+    (week4_triton_dl for week4_triton_dl/norms/rmsnorm.py and for week4_triton_dl/kernels/x.cu)."""
+    found = None
+    for parent in Path(path).parents:
+        if (parent / "__init__.py").is_file():
+            found = parent
+        elif found is not None:
+            break
+    return found if found is not None else Path(path).parent
+
+
+def lesson_folders(week: Path) -> list[Path]:
+    """A week's folders of lessons (a lesson in several modules: week4_triton_dl/norms/), not its
+    exercises/, notebooks/, results/ or kernels/."""
+    return sorted(d for d in week.iterdir() if (d / "__init__.py").is_file() and d.name not in weeks.NOT_MODULES)
+
+
 def solution_files(root: Path = ROOT) -> list[Path]:
-    """Every lesson source that could have a stub: week*/X.py and week*/kernels/*.cu."""
+    """Every lesson source that could have a stub: week*/X.py, week*/<lesson folder>/X.py and
+    week*/kernels/*.cu."""
     found = []
     for d in lesson_dirs(root):
-        found += sorted(p for p in d.glob("*.py") if p.name != "__init__.py")
+        for folder in [d, *lesson_folders(d)]:
+            found += sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
         found += sorted((d / "kernels").glob("*.cu"))
     return found
 
 
 def stub_path(solution: Path) -> Path:
-    if solution.parent.name == "kernels":
-        return solution.parent.parent / "exercises" / "kernels" / solution.name
-    return solution.parent / "exercises" / solution.name
+    """The stub of a solution: the same path under the week's exercises/ (kernels/x.cu ->
+    exercises/kernels/x.cu, norms/rmsnorm.py -> exercises/norms/rmsnorm.py)."""
+    week = week_dir(solution)
+    return week / "exercises" / solution.relative_to(week)
+
+
+def solution_of(stub: Path) -> Path:
+    """The solution of a stub (the inverse of `stub_path`)."""
+    week = week_dir(stub)
+    return week / stub.relative_to(week / "exercises")
 
 
 def marked_solutions(root: Path = ROOT) -> list[Path]:
@@ -214,13 +242,13 @@ def test_file(solution: Path, root: Path = ROOT) -> Path | None:
     """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu,
     or, for a module a lesson is split into (layernorm_backward.py), the lesson's test module that
     loads it (`runtime.lesson("<package>.<module>")`, so that --impl=exercises loads its stub)."""
-    package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
+    package_dir = week_dir(solution)
     tests = root / "tests" / week_of(package_dir)
     if solution.suffix == ".py":
         candidate = tests / f"test_{solution.stem}.py"
         if candidate.exists():
             return candidate
-        loads = f'lesson("{package_dir.name}.{solution.stem}")'
+        loads = f'lesson("{_module_name(solution, root)}")'
         return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
     for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
         if f'"{solution.name}"' in py.read_text():
@@ -234,11 +262,11 @@ def hand_written_tests(root: Path = ROOT) -> list[Path]:
     modules = set()
     for solution in solution_files(root):
         if stub_path(solution).exists() and not is_marked(solution):
-            package = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
-            if f"from {package.name}.{solution.stem} import *" in stub_path(solution).read_text():
+            package = week_dir(solution)
+            if f"from {_module_name(solution, root)} import *" in stub_path(solution).read_text():
                 continue  # "not an exercise": the stub re-exports the solution, nothing to fill
             if solution.suffix == ".py":
-                modules.add(f"{package.name}.{solution.stem}")
+                modules.add(_module_name(solution, root))
             else:  # a CUDA C stub: the lesson module that loads it
                 test = test_file(solution, root)
                 if test is not None:
@@ -388,9 +416,8 @@ def _header(solution: Path, holes: list[Hole], root: Path, summary: str, notes: 
     """The stub's docstring text (lines, no quotes): what to write, the test command, the notes."""
     rel = _rel(solution, root)
     tests = test_file(solution, root)
-    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
     command = (f"pytest {_rel(tests, root)} --impl=exercises" if tests
-               else f"pytest tests/{week_of(week_dir)} --impl=exercises")
+               else f"pytest tests/{week_of(week_dir(solution))} --impl=exercises")
     total = sum(h.size for h in holes)
     staged = [h for h in holes if h.stage is not None]
     first_word = summary.split(" ", 1)[0]
@@ -433,17 +460,17 @@ def _header(solution: Path, holes: list[Hole], root: Path, summary: str, notes: 
 def note_of(solution: Path) -> Path:
     """The lesson's note: notes/<name>.md, else the note whose title names the file (`layernorm_backward.py`,
     `kernels/rmsnorm_ext.cu`), else the note the README's lessons table links beside the file
-    (`add_rmsnorm.py`), else the week's README (a week without notes/)."""
-    week_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
-    notes = week_dir / "notes"
+    (`norms/add_rmsnorm.py`), else the week's README (a week without notes/)."""
+    week = week_dir(solution)
+    notes = week / "notes"
     if (notes / f"{solution.stem}.md").exists():
         return notes / f"{solution.stem}.md"
-    named = f"`{solution.relative_to(week_dir).as_posix()}`"
+    named = f"`{solution.relative_to(week).as_posix()}`"
     for note in sorted(notes.glob("*.md")):
         title = next(iter(note.read_text().splitlines()), "")
         if named in title:
             return note
-    readme = week_dir / "README.md"
+    readme = week / "README.md"
     for line in readme.read_text().splitlines() if readme.exists() else []:  # the lessons table's row
         link = re.search(r"\]\(notes/([\w-]+\.md)\)", line)
         if named in line and link and (notes / link[1]).exists():
@@ -738,8 +765,12 @@ def load_fixtures(root: Path = ROOT) -> list[Fixture]:
         package = weeks[path.parent.parent.name]
         for wrong in module.WRONG:
             solution = package / (wrong.lesson or f"{path.stem}.py")
+            if not wrong.lesson and not solution.exists():  # a module of a lesson folder (norms/rmsnorm.py)
+                solution = next((folder / solution.name for folder in lesson_folders(package)
+                                 if (folder / solution.name).exists()), solution)
             test = test_file(solution, root)
-            found.append(Fixture(wrong, solution, f"{package.name}.{path.stem}", test, path))
+            module = _module_name(solution if solution.suffix == ".py" else package / f"{path.stem}.py", root)
+            found.append(Fixture(wrong, solution, module, test, path))
     return found
 
 

@@ -85,8 +85,7 @@ def _rel(path: Path, root: Path) -> str:
 
 def lesson_key(solution: Path, root: Path = ROOT) -> str:
     """'week3/softmax' (a CUDA C file counts with the lesson of the same name: week1/vector_add)."""
-    package_dir = solution.parent.parent if solution.parent.name == "kernels" else solution.parent
-    return f"{exercises.week_of(package_dir)}/{solution.stem}"
+    return f"{exercises.week_of(exercises.week_dir(solution))}/{solution.stem}"
 
 
 def lessons(root: Path = ROOT) -> dict[str, list[Path]]:

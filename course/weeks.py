@@ -139,7 +139,8 @@ def of_package(package: str) -> Week:
 
 
 def benchmarks(week: Week | str) -> list:
-    """Every `BENCHMARKS` entry of the week's modules (this imports them)."""
+    """Every `BENCHMARKS` entry of the week's modules, those of its lesson folders (a lesson in
+    several modules: week4_triton_dl/norms/) included (this imports them)."""
     package = week.package if isinstance(week, Week) else week
     pkg = importlib.import_module(package)
     found = []
@@ -148,6 +149,9 @@ def benchmarks(week: Week | str) -> list:
             continue
         module = importlib.import_module(f"{package}.{info.name}")
         found.extend(getattr(module, "BENCHMARKS", []))
+        if info.ispkg:  # a lesson folder: its modules' benchmarks (its __init__ only hands names on)
+            for inner in pkgutil.iter_modules(module.__path__):
+                found.extend(getattr(importlib.import_module(f"{module.__name__}.{inner.name}"), "BENCHMARKS", []))
     return found
 
 
