@@ -9,12 +9,12 @@ import sys
 import torch
 
 from course import bench, runtime
-from week4_triton_dl import layernorm as ln
-from week4_triton_dl import layernorm_backward as lnb
-from week4_triton_dl import layernorm_bench as ln_bench
-from week4_triton_dl import norm_bench
-from week4_triton_dl import rmsnorm as rn
-from week4_triton_dl import rmsnorm_bench as rn_bench
+from week4_triton_dl.norms import bench as norm_bench
+from week4_triton_dl.norms import layernorm as ln
+from week4_triton_dl.norms import layernorm_backward as lnb
+from week4_triton_dl.norms import layernorm_bench as ln_bench
+from week4_triton_dl.norms import rmsnorm as rn
+from week4_triton_dl.norms import rmsnorm_bench as rn_bench
 
 
 def main(shapes):

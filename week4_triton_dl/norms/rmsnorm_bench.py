@@ -2,9 +2,9 @@
 
 `BENCHMARKS` (found by `python -m course bench week4`): forward and backward against torch's
 kernels and torch.compile, and the op as a model calls it (forward + backward through autograd,
-host cost). `python -m week4_triton_dl.rmsnorm_bench --sweep` times each launch configuration at
+host cost). `python -m week4_triton_dl.norms.rmsnorm_bench --sweep` times each launch configuration at
 one shape. What LayerNorm's benchmarks share with these (sizes, the model-call benchmarks, the
-sweep): norm_bench.py.
+sweep): bench.py.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
-from week4_triton_dl import norm_bench
-from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
-from week4_triton_dl.rmsnorm import (
+from week4_triton_dl.norms import bench as norm_bench
+from week4_triton_dl.norms.bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
+from week4_triton_dl.norms.rmsnorm import (
     FORWARD_KERNEL, rms_norm, rms_norm_backward, rms_norm_backward_unfused, rms_norm_forward, rms_norm_unfused)
 
 
@@ -203,4 +203,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(norm_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep, __doc__))
+    sys.exit(norm_bench.sweep_cli("week4_triton_dl.norms.rmsnorm_bench", sweep, __doc__))
