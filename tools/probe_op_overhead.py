@@ -20,12 +20,9 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # noqa: F401
+from course.gpu import triton, tl
 from week4_triton_dl.norms import layernorm as ln
 from week4_triton_dl.norms import rmsnorm as rn
-
-import triton
-import triton.language as tl
 
 DEV = "cuda"
 RESULTS = {}

@@ -65,7 +65,8 @@ def _forward_inputs(size):
     return random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
 
 
-def _torch_rstd(x, w):
+def torch_rstd(x, w):
+    """The rstd torch's backward takes: its fused forward's, or the eager formula's in simulation."""
     if HAS_FUSED_BACKWARD:
         return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, EPS)[1]
     return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + EPS)
@@ -75,7 +76,7 @@ def _backward_inputs(size):
     x, w = _forward_inputs(size)
     dy = random_tensor(x.shape, x.dtype, runtime.DEVICE)
     _, rstd = rms_norm_forward(x, w, EPS)
-    return dy, x, w, _torch_rstd(x, w), rstd
+    return dy, x, w, torch_rstd(x, w), rstd
 
 
 BENCHMARKS = [
@@ -191,7 +192,7 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     x, w = random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
     dy = random_tensor((M, N), dtype, runtime.DEVICE)
     _, rstd = rms_norm_forward(x, w, EPS)
-    rstd_t = _torch_rstd(x, w)
+    rstd_t = torch_rstd(x, w)
     torch_label = "torch " + ("_fused_rms_norm_backward" if HAS_FUSED_BACKWARD else "eager formula")
     norm_bench.sweep(
         "RMSNorm", x,
