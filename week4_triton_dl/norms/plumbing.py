@@ -144,6 +144,13 @@ def check_launch(kernel, kernels: tuple, default: str, N: int, *, block_m=None, 
     return kernel
 
 
+def _elsewhere(t: torch.Tensor, x: torch.Tensor) -> bool:
+    """Is t on another device than x (x being on the backend's)? Flags and an int, not `t.device !=
+    x.device`, which builds two device objects per call; a meta tensor is neither CUDA nor CPU, and
+    its get_device() is -1 like a CPU tensor's, hence both flags."""
+    return t.is_cuda != ON_GPU or t.is_cpu == ON_GPU or t.get_device() != x.get_device()
+
+
 def check_call(x, shape: tuple, weight=None, bias=None, residual=None) -> None:
     """The public entries' checks (layer_norm, rms_norm, add_rms_norm): a few comparisons per call,
     so that a call stays cheap; the course's full messages come from `validate` when one fails.
@@ -163,7 +170,7 @@ def check_call(x, shape: tuple, weight=None, bias=None, residual=None) -> None:
         if residual.shape != x.shape:
             raise ValueError(f"x and delta must have one shape (a residual add), got {tuple(x.shape)} and "
                              f"{tuple(residual.shape)}")
-        if residual.dtype not in DTYPES or residual.device != x.device:
+        if residual.dtype not in DTYPES or _elsewhere(residual, x):
             validate.tensor(residual, "delta", dtypes=DTYPES, contiguous=False)
             validate.same_device(x=x, delta=residual)
     for name, t in (("weight", weight), ("bias", bias)):
@@ -172,7 +179,7 @@ def check_call(x, shape: tuple, weight=None, bias=None, residual=None) -> None:
         if not isinstance(t, torch.Tensor) or t.shape != shape:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} has shape {got}; expected normalized_shape {shape}")
-        if t.dtype != x.dtype or t.device != x.device:
+        if t.dtype != x.dtype or _elsewhere(t, x):
             check_vector(t.reshape(-1), name, x.reshape(-1, t.numel()) if t.numel() else x)
 
 
@@ -403,7 +410,10 @@ def entry(x, normalized_shape, params: tuple, eps, default_eps, *, op, function,
         return op(x2, *flat, eps)[0].view(x.shape)
     if not x.is_contiguous():
         x = x.contiguous()
-    params = tuple(p if p is None or p.is_contiguous() else p.contiguous() for p in params)
+    for p in params:  # a loop with no generator on the common path: this runs on every call
+        if p is not None and not p.is_contiguous():
+            params = tuple(q if q is None else q.contiguous() for q in params)
+            break
     M, N = rows_of(x, shape)
     if ops.needs_grad(x, *params):
         return function.apply(x, eps, M, N, len(shape), *params)
