@@ -22,10 +22,13 @@ from course import runtime
 
 
 def results_folder(module_file: str) -> Path:
-    """The results/ folder of the lesson that `module_file` belongs to (its exercise stub's too:
-    a stub in <week>/exercises/ reads the tables its week measured)."""
+    """The results/ folder of the week that `module_file` belongs to: its exercise stub's too (a
+    stub in <week>/exercises/ reads the tables its week measured), and a lesson folder's module's
+    (<week>/norms/rmsnorm.py, <week>/exercises/norms/rmsnorm.py: the week is the outermost package)."""
     folder = Path(module_file).resolve().parent
-    return (folder.parent if folder.name == "exercises" else folder) / "results"
+    while folder.name == "exercises" or (folder.parent / "__init__.py").is_file():
+        folder = folder.parent
+    return folder / "results"
 
 
 def tuned_path(results: Path, name: str) -> Path:
