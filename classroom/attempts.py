@@ -46,22 +46,22 @@ HISTORY = Path(".course") / "time_history.jsonl"
 
 # ------------------------------------------------------------------------------ the lesson
 def find_lesson(name: str, root: Path = ROOT) -> tuple[str, str]:
-    """(week package, lesson) for a stub name ('softmax') or week/name ('week4/softmax')."""
+    """(week package, lesson module in it) for a stub name ('softmax') or week/name ('week4/softmax');
+    a lesson folder's module is dotted ('norms.rmsnorm': its stub is exercises/norms/rmsnorm.py)."""
     name = name.removesuffix(".py").strip("/")
     week, _, stem = name.rpartition("/")
-    found = [(w.package, stem) for w in weeks.discover(root)
-             if (root / w.package / "exercises" / f"{stem}.py").exists()
-             and (not week or week.split("/")[0] in (w.short, w.package))]
-    # a lesson folder's stub ('attention/tma', 'week4/attention/tma'): its package is the folder's
-    folder = week.split("/")[-1] if week else ""
-    found += [(f"{w.package}.{folder}", stem) for w in weeks.discover(root)
-              if folder and (root / w.package / folder / "exercises" / f"{stem}.py").exists()
-              and week.split("/")[0] in (w.short, w.package, folder)]
+    found = []
+    for w in weeks.discover(root):
+        if week and week.split("/")[0] not in (w.short, w.package):
+            continue
+        stubs = root / w.package / "exercises"  # it mirrors the week, lesson folders included
+        found += [(w.package, ".".join(stub.relative_to(stubs).with_suffix("").parts))
+                  for stub in sorted(stubs.rglob(f"{stem}.py"))]
     if len(found) == 1:
         return found[0]
     if found:
         raise ValueError(f"lesson {stem!r} is in several weeks: say which, e.g. "
-                         + " or ".join(f"{weeks.short_name(root / p.split('.')[0])}/{s}" for p, s in found))
+                         + " or ".join(f"{weeks.short_name(root / p)}/{s.rsplit('.', 1)[-1]}" for p, s in found))
     raise ValueError(f"no exercise named {name!r}: its stub would be week*/exercises/{stem}.py")
 
 
@@ -442,15 +442,14 @@ def main(args) -> int:
     except ValueError as error:
         print(f"time: {error}")
         return 2
-    folder = "/".join(package.split(".")[1:])  # a lesson folder's name ('attention'), else ''
-    lesson = "/".join(p for p in (weeks.short_name(ROOT / package.split(".")[0]), folder, stem) if p)
+    lesson = f"{weeks.short_name(ROOT / package)}/{stem.rsplit('.', 1)[-1]}"
     print(f"{lesson}: loading the lesson, its stub and its benchmarks...", flush=True)
     plans = build(lesson, args.impl, args.all_variants, args.all_sizes, args.only)
     if not plans:
         print(f"{lesson} has no benchmark that runs its code (`python -m course bench "
               f"{weeks.short_name(ROOT / package.split('.')[0])}` lists the week's)")
         return 1
-    stub_file = ROOT / package.replace(".", "/") / ("exercises" if args.impl == "exercises" else "") / f"{stem}.py"
+    stub_file = ROOT / package / ("exercises" if args.impl == "exercises" else "") / f"{stem.replace('.', '/')}.py"
     info = runtime.describe()
     common = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "lesson": lesson,
               "impl": args.impl, "gpu": info.get("gpu") or "CPU (simulation)", "stub_hash": blob_hash(stub_file)}

@@ -30,11 +30,16 @@ def solution_files(root: Path = ROOT) -> list[Path]:
     found = []
     for d in lesson_dirs(root):
         found += sorted(p for p in d.glob("*.py") if p.name != "__init__.py")
-        for sub in sorted(d.iterdir()):
-            if sub.is_dir() and sub.name not in weeks.NOT_MODULES and (sub / "__init__.py").exists():
-                found += sorted(p for p in sub.glob("*.py") if p.name != "__init__.py")
+        for folder in lesson_folders(d):
+            found += sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
         found += sorted((d / "kernels").glob("*.cu"))
     return found
+
+
+def lesson_folders(week: Path) -> list[Path]:
+    """A week's folders of lessons (a lesson in several modules: week4_triton_dl/norms/), not its
+    exercises/, notebooks/, results/ or kernels/."""
+    return sorted(d for d in week.iterdir() if (d / "__init__.py").is_file() and d.name not in weeks.NOT_MODULES)
 
 
 def week_dir_of(solution: Path) -> Path:
@@ -52,9 +57,16 @@ def module_name(solution: Path, root: Path = ROOT) -> str:
 
 
 def stub_path(solution: Path) -> Path:
-    if solution.parent.name == "kernels":
-        return solution.parent.parent / "exercises" / "kernels" / solution.name
-    return solution.parent / "exercises" / solution.name
+    """The stub of a solution: the same path under the week's exercises/, which mirrors the week
+    (kernels/x.cu -> exercises/kernels/x.cu, norms/rmsnorm.py -> exercises/norms/rmsnorm.py)."""
+    week = week_dir_of(solution)
+    return week / "exercises" / solution.relative_to(week)
+
+
+def solution_of(stub: Path) -> Path:
+    """The solution of a stub (the inverse of `stub_path`)."""
+    week = week_dir_of(stub)
+    return week / stub.relative_to(week / "exercises")
 
 
 def marked_solutions(root: Path = ROOT) -> list[Path]:

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom.lesson_files import ROOT, lesson_dirs, module_name, rel_path, test_file, week_of
+from classroom.lesson_files import ROOT, lesson_dirs, lesson_folders, module_name, rel_path, test_file, week_of
 from classroom.regions import comment_of, parse_regions
 from classroom.stubs import NOT_IMPLEMENTED
 
@@ -77,6 +77,9 @@ def load_fixtures(root: Path = ROOT) -> list[Fixture]:
         for wrong in module.WRONG:
             # LESSON: a fixture file's lesson in a lesson folder (LESSON = "attention/flash.py")
             solution = package / (wrong.lesson or getattr(module, "LESSON", f"{path.stem}.py"))
+            if not wrong.lesson and not solution.exists():  # a module of a lesson folder (norms/rmsnorm.py)
+                solution = next((folder / solution.name for folder in lesson_folders(package)
+                                 if (folder / solution.name).exists()), solution)
             test = test_file(solution, root)
             name = module_name(solution, root) if solution.suffix == ".py" else f"{package.name}.{path.stem}"
             found.append(Fixture(wrong, solution, name, test, path))

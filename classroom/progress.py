@@ -32,7 +32,7 @@ ROOT = lesson_files.ROOT
 def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]]:
     """(lesson, stub, test file) of a week, in the order the week's README teaches them."""
     found = []
-    for stub in sorted((package_dir / "exercises").glob("*.py")):
+    for stub in sorted((package_dir / "exercises").rglob("*.py")):  # lesson folders too (exercises/norms/)
         if stub.name == "__init__.py" or not is_exercise(stub):
             continue
         test = root / "tests" / lesson_files.week_of(package_dir) / f"test_{stub.stem}.py"
@@ -47,9 +47,9 @@ def lessons(package_dir: Path, root: Path = ROOT) -> list[tuple[str, Path, Path]
     readme = package_dir / "README.md"
     text = readme.read_text() if readme.exists() else ""
 
-    def order(item):
-        at = text.find(f"`{item[0]}.py`")
-        return (at if at >= 0 else len(text) + 1, item[0])
+    def order(item):  # `rmsnorm.py`, or a lesson folder's `norms/rmsnorm.py`
+        found = [at for at in (text.find(f"`{item[0]}.py`"), text.find(f"/{item[0]}.py`")) if at >= 0]
+        return (min(found) if found else len(text) + 1, item[0])
     return sorted(found, key=order)
 
 
@@ -65,10 +65,10 @@ def is_exercise(stub: Path) -> bool:
 
 def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
     """The other stubs `test` grades: modules a lesson is split into, with no test file of their own
-    (exercises/layernorm_backward.py and norm_common.py, graded by tests/week4/test_layernorm.py)."""
+    (exercises/norms/layernorm_backward.py and column_sums.py, graded by tests/week4/test_layernorm.py)."""
     found = []
     for other in sorted(stub.parent.glob("*.py")):
-        solution = other.parent.parent / other.name
+        solution = exercises.solution_of(other)
         if other == stub or other.name == "__init__.py" or not solution.exists() or \
                 (test.parent / f"test_{other.stem}.py").exists():
             continue

@@ -31,6 +31,10 @@ Off the GPU (the interpreter) and with COURSE_FAST_LAUNCH=0 every call is the pl
 `stream_capturing()` (whether that stream is capturing a CUDA graph) are those C getters, for an
 op that keys a cache by stream on every call: a fraction of a microsecond, no Python wrapper.
 Off the GPU there is one stream, 0, and nothing captures.
+
+`next_power_of_2(n)`, the block a launcher sizes for n elements, is plain Python here: Triton's
+own is a jitted helper that costs microseconds per call from the host, and every week-4 launcher
+(norms, RoPE, SwiGLU, attention's plans) asks it on its hot path.
 """
 from __future__ import annotations
 
@@ -59,6 +63,11 @@ else:
     def stream_capturing() -> bool:
         """Whether the current stream is capturing a CUDA graph: never in simulation."""
         return False
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1), in plain Python (see the module docstring)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 def _aligned(args) -> bool:

@@ -193,14 +193,16 @@ def lesson(module: str):
     """Import a lesson module, or its exercise stub when COURSE_IMPL=exercises.
 
     ``lesson("week1_cuda_python.vector_add")`` gives ``week1_cuda_python.exercises.vector_add``
-    under ``pytest --impl=exercises``: the same tests then check the learner's code.
+    under ``pytest --impl=exercises``: the same tests then check the learner's code. The week's
+    exercises/ mirrors the week: ``week4_triton_dl.norms.rmsnorm`` ->
+    ``week4_triton_dl.exercises.norms.rmsnorm``.
     """
     impl = os.environ.get(IMPL_ENV, "solutions")
     if impl not in ("solutions", "exercises"):
         raise ValueError(f"{IMPL_ENV} must be 'solutions' or 'exercises', not {impl!r}")
     if impl == "exercises":
-        package, _, name = module.rpartition(".")
-        module = f"{package}.exercises.{name}"
+        week, _, name = module.partition(".")
+        module = f"{week}.exercises.{name}"
     return importlib.import_module(module)
 
 

@@ -40,8 +40,11 @@ def strip_markers(source: str) -> str:
 
 
 def exercise_of(path: Path) -> Path | None:
-    """The learner's stub of a lesson file (week*/exercises/<name>), if the course has one."""
-    stub = path.parent / "exercises" / path.name
+    """The learner's stub of a lesson file (week*/exercises/<name>, or exercises/norms/<name> for a
+    lesson folder's file), if the course has one."""
+    from course.exercises import stub_path  # the one rule: exercises/ mirrors the week
+
+    stub = stub_path(path)
     return stub if stub.exists() else None
 
 

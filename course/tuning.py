@@ -22,12 +22,11 @@ from course import runtime
 
 
 def results_folder(module_file: str) -> Path:
-    """The results/ folder of the week that `module_file` belongs to (its exercise stub's too, and a
-    lesson folder's modules': week4_triton_dl/attention/exercises/flash.py reads week4_triton_dl/results)."""
+    """The results/ folder of the week that `module_file` belongs to: its exercise stub's too (a
+    stub in <week>/exercises/ reads the tables its week measured), and a lesson folder's module's
+    (<week>/norms/rmsnorm.py, <week>/exercises/norms/rmsnorm.py: the week is the outermost package)."""
     folder = Path(module_file).resolve().parent
-    if folder.name == "exercises":
-        folder = folder.parent
-    while (folder / "__init__.py").exists() and (folder.parent / "__init__.py").exists():  # a lesson folder
+    while folder.name == "exercises" or (folder.parent / "__init__.py").is_file():
         folder = folder.parent
     return folder / "results"
 

@@ -139,7 +139,8 @@ def of_package(package: str) -> Week:
 
 
 def benchmarks(week: Week | str) -> list:
-    """Every `BENCHMARKS` entry of the week's modules (this imports them)."""
+    """Every `BENCHMARKS` entry of the week's modules, those of its lesson folders (a lesson in
+    several modules: week4_triton_dl/norms/) included (this imports them)."""
     package = week.package if isinstance(week, Week) else week
     pkg = importlib.import_module(package)
     found = []

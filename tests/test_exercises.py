@@ -349,7 +349,7 @@ def test_command_line_lists_generated_and_hand_written_stubs():
     out = subprocess.run([sys.executable, "-m", "course", "exercises"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "generated  week4_triton_dl/attention/exercises/flash.py" in out.stdout
+    assert "generated  week4_triton_dl/exercises/attention/flash.py" in out.stdout
     assert "hand-written" in out.stdout or "generated" in out.stdout
 
 

@@ -41,6 +41,15 @@ def test_a_stub_reads_its_weeks_results(tmp_path):
     assert tuning.results_folder(str(tmp_path / "week9" / "lesson.py")) == tmp_path / "week9" / "results"
 
 
+def test_a_lesson_folders_module_reads_its_weeks_results(tmp_path):
+    """week9/topic/lesson.py (a lesson in several modules) and its stub read week9/results, not topic/results."""
+    for folder in ("week9", "week9/topic", "week9/exercises", "week9/exercises/topic"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    for module in ("week9/topic/lesson.py", "week9/exercises/topic/lesson.py", "week9/lesson.py"):
+        assert tuning.results_folder(str(tmp_path / module)) == tmp_path / "week9" / "results", module
+
+
 def test_tuned_table_reads_once_builds_configs_and_forgets_on_request(tmp_path, monkeypatch):
     from dataclasses import dataclass
 

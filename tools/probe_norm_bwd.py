@@ -9,12 +9,12 @@ import sys
 import torch
 
 from course import bench, runtime
-from week4_triton_dl import layernorm as ln
-from week4_triton_dl import layernorm_backward as lnb
-from week4_triton_dl import layernorm_bench as ln_bench
-from week4_triton_dl import norm_bench
-from week4_triton_dl import rmsnorm as rn
-from week4_triton_dl import rmsnorm_bench as rn_bench
+from week4_triton_dl.norms import bench as norm_bench
+from week4_triton_dl.norms import layernorm as ln
+from week4_triton_dl.norms import layernorm_backward as lnb
+from week4_triton_dl.norms import layernorm_bench as ln_bench
+from week4_triton_dl.norms import rmsnorm as rn
+from week4_triton_dl.norms import rmsnorm_bench as rn_bench
 
 
 def main(shapes):
@@ -29,7 +29,7 @@ def main(shapes):
         _, mt, rt = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
         rows = [("ln torch", norm_bench.timed(lambda: ln_bench.torch_backward(dy, x, w, b, mt, rt))),
                 ("ln default", norm_bench.timed(lambda: lnb.layer_norm_backward(dy, x, mean, rstd, w, True))),
-                ("rms torch", norm_bench.timed(lambda: rn_bench.torch_backward(dy, x, rn_bench._torch_rstd(x, w), w))),
+                ("rms torch", norm_bench.timed(lambda: rn_bench.torch_backward(dy, x, rn_bench.torch_rstd(x, w), w))),
                 ("rms default", norm_bench.timed(lambda: rn.rms_norm_backward(dy, x, rrstd, w)))]
         for nw in (4, 8):
             for bm in (1, 2, 4):

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from course.gpu import triton, tl
-from week4_triton_dl import layernorm as ln
-from week4_triton_dl import rmsnorm as rn
+from week4_triton_dl.norms import layernorm as ln
+from week4_triton_dl.norms import rmsnorm as rn
 
 DEV = "cuda"
 RESULTS = {}

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from course import ops, validate
 from course.gpu import triton, tl, DEVICE
-from week4_triton_dl.norm_common import next_power_of_2  # plain Python: triton's is a jitted helper
+from course.launch import next_power_of_2  # plain Python: triton's is a jitted helper
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TILE = 2048  # elements per program: 16 per thread at 4 warps (2 x 16-byte loads in bf16)

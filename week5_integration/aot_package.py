@@ -69,7 +69,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course import ops, runtime
-from week4_triton_dl import add_rmsnorm, norm_common as nc, rmsnorm, rope as rope_module, swiglu
+from course.launch import next_power_of_2
+from week4_triton_dl import rope as rope_module, swiglu
+from week4_triton_dl.norms import add_rmsnorm, plumbing as nc, rmsnorm
 from week4_triton_dl.attention import flash as fa
 from week4_triton_dl.attention import plans as fap
 from week4_triton_dl.attention.naive import dot_precision
@@ -103,7 +105,7 @@ def aot_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
         return F.rms_norm(x, (N,), weight, eps)
     x = x.contiguous()
     y = torch.empty_like(x)
-    block = nc.next_power_of_2(N)  # the row kernel's plan (rmsnorm.py): a row in one block
+    block = next_power_of_2(N)  # the row kernel's plan (rmsnorm.py): a row in one block
     # rstd is not stored (STORE_STATS=False: no backward follows), y is passed as its dummy pointer.
     torch.library.wrap_triton(rmsnorm.rmsnorm_fwd_row_kernel)[(x.numel() // N,)](
         x, weight, y, y, N, eps, HAS_WEIGHT=True, BLOCK_N=block, ACC=nc.acc_type(x.dtype), STORE_STATS=False,
@@ -122,7 +124,7 @@ def aot_add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
     x, delta = x.contiguous(), delta.contiguous()
     h, y = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(x.numel() // N, dtype=nc.acc_dtype(x.dtype), device=x.device)  # the kernel stores it
-    block = nc.next_power_of_2(N)
+    block = next_power_of_2(N)
     torch.library.wrap_triton(add_rmsnorm.add_rmsnorm_fwd_kernel)[(x.numel() // N,)](
         x, delta, weight, h, y, rstd, N, eps, HAS_WEIGHT=True, BLOCK_N=block, ACC=nc.acc_type(x.dtype),
         num_warps=nc.warps_for(block))
@@ -141,8 +143,8 @@ def aot_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     k_out = torch.empty_like(k, memory_format=torch.contiguous_format)
     half = D // 2
     # rope.py's launch plan for (H, H, D/2, dtype), written out (its _plan is the module's own).
-    block_d = nc.next_power_of_2(half)
-    block_h = min(nc.next_power_of_2(H), max(1, rope_module.TILE // block_d))
+    block_d = next_power_of_2(half)
+    block_h = min(next_power_of_2(H), max(1, rope_module.TILE // block_d))
     blocks = -(-H // block_h)
 
     def bsh(t):  # (batch, seq, head) strides of a (B, H, S, D) tensor
@@ -187,7 +189,7 @@ def aot_swiglu(h: torch.Tensor) -> torch.Tensor:
     M = h2.shape[0]
     y = torch.empty((M, n), dtype=h.dtype, device=h.device)
     # swiglu.py's plan without the row-count clamp (M is symbolic here: masks cover a ragged tail).
-    block_n = min(nc.next_power_of_2(n), 1024)
+    block_n = min(next_power_of_2(n), 1024)
     while block_n > 128 and n % block_n:
         block_n //= 2
     block_m = max(1, swiglu.TILE // block_n)

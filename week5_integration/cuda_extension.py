@@ -7,7 +7,7 @@ Sometimes the kernel you need is best written in CUDA C++ (a library you already
 Triton does not expose: warp-level intrinsics, clusters, inline PTX) and called from PyTorch. The
 standard route is a C++ extension built by `torch.utils.cpp_extension`; `load_inline` compiles
 sources given as strings on first use and caches the shared library. This module walks through it
-with the op week 4 wrote in Triton (`week4_triton_dl/rmsnorm.py`), so the two can be compared on
+with the op week 4 wrote in Triton (`week4_triton_dl/norms/rmsnorm.py`), so the two can be compared on
 lines of code, speed, build time and portability.
 
 The pieces, each in its own place:
@@ -56,8 +56,8 @@ import torch.nn.functional as F
 from course import runtime
 from course.bench import Benchmark, c_function, count_source_lines, itemsize
 from course.check import random_tensor
-from week4_triton_dl import norm_common as triton_norm_common
-from week4_triton_dl import rmsnorm as triton_rmsnorm
+from week4_triton_dl.norms import column_sums as triton_column_sums
+from week4_triton_dl.norms import rmsnorm as triton_rmsnorm
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels" / "rmsnorm_ext.cu"
@@ -461,7 +461,7 @@ def _fwd_bwd(op):
 EPS = 1e-6
 # What the Triton twin runs for forward + backward (kernels and launchers).
 TRITON_SOURCES = [triton_rmsnorm.rmsnorm_fwd_persistent_kernel, triton_rmsnorm.rmsnorm_bwd_kernel,
-                  triton_norm_common.partial_sum_kernel, triton_rmsnorm.rms_norm_forward,
+                  triton_column_sums.partial_sum_kernel, triton_rmsnorm.rms_norm_forward,
                   triton_rmsnorm.rms_norm_backward]
 BENCHMARKS = [
     Benchmark(

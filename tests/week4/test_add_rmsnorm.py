@@ -1,4 +1,4 @@
-"""week4_triton_dl.add_rmsnorm: the residual add fused with RMSNorm, against float64 torch.
+"""week4_triton_dl.norms.add_rmsnorm: the residual add fused with RMSNorm, against float64 torch.
 
 h = x + delta must be exactly torch's add (one rounding to the promoted dtype); y is held to
 F.rms_norm of that h in float64, rounded once to its dtype (the tolerances of `assert_close`,
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, dtype_params, random_tensor
 
-ar = runtime.lesson("week4_triton_dl.add_rmsnorm")
+ar = runtime.lesson("week4_triton_dl.norms.add_rmsnorm")
 DEVICE = runtime.DEVICE
 EPS = 1e-6
 # (x dtype, delta dtype, out dtype): one dtype throughout, and a model's mixed case under
@@ -237,3 +237,14 @@ def test_rejects_bad_input_before_launch(case, error, message, make_args):
     move = lambda t: t.to(DEVICE) if isinstance(t, torch.Tensor) else t  # noqa: E731
     with pytest.raises(error, match=message):
         ar.add_rms_norm(move(x), move(delta), move(w), **kwargs)
+
+
+@pytest.mark.parametrize("which", ["x", "delta", "weight"])
+def test_public_add_rms_norm_names_the_device_it_runs_on(which):
+    """Through the norms' one check (plumbing.check_call): a tensor on another device (meta) is refused
+    before any launch, with the device the kernels run on."""
+    args = {"x": torch.ones(4, 8, device=DEVICE), "delta": torch.ones(4, 8, device=DEVICE),
+            "weight": torch.ones(8, device=DEVICE)}
+    args[which] = torch.ones(args[which].shape, device="meta")
+    with pytest.raises(ValueError, match="kernels run on|device"):
+        ar.add_rms_norm(args["x"], args["delta"], args["weight"])

@@ -1,5 +1,5 @@
-"""LayerNorm against float64 torch: the forward and the op (week4_triton_dl.layernorm), the backward's dx, dw, db
-(week4_triton_dl.layernorm_backward), stage 2 of dw and db (week4_triton_dl.norm_common) and autograd."""
+"""LayerNorm against float64 torch: the forward and the op (week4_triton_dl.norms.layernorm), the backward's dx, dw, db
+(week4_triton_dl.norms.layernorm_backward), stage 2 of dw and db (week4_triton_dl.norms.column_sums) and autograd."""
 import math
 
 import pytest
@@ -10,9 +10,9 @@ from torch import nn
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
 
-ln = runtime.lesson("week4_triton_dl.layernorm")
-lnb = runtime.lesson("week4_triton_dl.layernorm_backward")
-nc = runtime.lesson("week4_triton_dl.norm_common")
+ln = runtime.lesson("week4_triton_dl.norms.layernorm")
+lnb = runtime.lesson("week4_triton_dl.norms.layernorm_backward")
+nc = runtime.lesson("week4_triton_dl.norms.column_sums")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # The big shape matrices leave fp64 out: on a GPU every dtype is another set of compiles, and
@@ -426,7 +426,7 @@ def test_registered_op_passes_opcheck(dtype, affine):
     torch.library.opcheck(ln.layer_norm_op, (*leaves, EPS))
     _, mean, rstd = ln.layer_norm_op(x, w, b, EPS)
     dy = random_tensor((3, 12), dtype, DEVICE)
-    torch.library.opcheck(ln.layer_norm_backward_op, (dy, x, mean, rstd, w, affine))
+    torch.library.opcheck(ln.layer_norm_backward_op, (dy, x, mean, rstd, w, b))
 
 
 def test_eager_paths_and_the_registered_op_agree():
@@ -526,3 +526,13 @@ def test_public_layer_norm_names_the_device_it_runs_on():
     to pass its cheap check and fail inside torch's storage code ('Cannot copy out of meta tensor')."""
     with pytest.raises(ValueError, match="kernels run on"):
         ln.layer_norm(torch.ones(4, 8, device="meta"), (8,))
+
+
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_public_layer_norm_names_the_device_of_a_parameter(which):
+    """A parameter on another device (meta: neither CUDA nor CPU) is refused before any launch, with
+    the device the kernels run on, whatever device x is on (get_device() is -1 for both CPU and meta)."""
+    x, ok = torch.ones(4, 8, device=DEVICE), torch.ones(8, device=DEVICE)
+    params = {"weight": ok, "bias": ok, which: torch.ones(8, device="meta")}
+    with pytest.raises(ValueError, match="kernels run on|device"):
+        ln.layer_norm(x, (8,), params["weight"], params["bias"])

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, random_tensor
 
-ln = runtime.lesson("week4_triton_dl.layernorm")
-rn = runtime.lesson("week4_triton_dl.rmsnorm")
+ln = runtime.lesson("week4_triton_dl.norms.layernorm")
+rn = runtime.lesson("week4_triton_dl.norms.rmsnorm")
 DEVICE = runtime.DEVICE
 WIDE = ln.MAX_N + 37  # past one block: the looped kernels
 # The default run leaves out only LayerNorm without weight and bias on the looped kernels (their

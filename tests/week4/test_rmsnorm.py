@@ -1,4 +1,4 @@
-"""week4_triton_dl.rmsnorm: forward, backward (dx, dw) and autograd against float64 torch."""
+"""week4_triton_dl.norms.rmsnorm: forward, backward (dx, dw) and autograd against float64 torch."""
 import math
 
 import pytest
@@ -9,7 +9,7 @@ from torch import nn
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor
 
-rn = runtime.lesson("week4_triton_dl.rmsnorm")
+rn = runtime.lesson("week4_triton_dl.norms.rmsnorm")
 DEVICE = runtime.DEVICE
 DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16, torch.float64])
 # The big shape matrices leave fp64 out: on a GPU every dtype is another set of compiles, and

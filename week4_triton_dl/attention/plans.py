@@ -31,8 +31,8 @@ from course import runtime
 from course.gpu import triton, tl
 from course.launch import launch
 
+from course.launch import next_power_of_2  # plain Python, no jit
 from week4_triton_dl.attention.naive import check_attention_inputs, dot_precision
-from week4_triton_dl.norm_common import next_power_of_2  # plain Python, no jit
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HEAD_DIMS = (16, 32, 64, 128)

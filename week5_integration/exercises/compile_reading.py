@@ -65,14 +65,14 @@ COUNTERPARTS = [
     ("GELU", lambda f: has_op(f, "gelu") or has_op(f, "tanh") or has_op(f, "gelu_backward"),
      "week3 fused_elementwise.py: bias_gelu_kernel / week4 fused_mlp.py: act_backward_kernel"),
     ("LayerNorm", lambda f: has_op(f, "native_layer_norm") or has_op(f, "var_mean") or has_op(f, "native_layer_norm_backward"),
-     "week4 layernorm.py, layernorm_backward.py: layernorm_fwd_*_kernel / layernorm_bwd_kernel"),
+     "week4 norms/layernorm.py, norms/layernorm_backward.py: layernorm_fwd_*_kernel / layernorm_bwd_kernel"),
     # torch >= 2.9 lowers F.rms_norm on CUDA to aten._fused_rms_norm(_backward), and Inductor names
     # its kernels after them; on the CPU (and in older torch) it is pow, mean, rsqrt, ... instead.
     ("RMSNorm backward", lambda f: has_op(f, "_fused_rms_norm_backward"),
-     "week4 rmsnorm.py: rmsnorm_bwd_kernel (+ norm_common.py: partial_sum_kernel for dW)"),
-    ("RMSNorm", lambda f: has_op(f, "rsqrt") or has_op(f, "_fused_rms_norm"), "week4 rmsnorm.py: rmsnorm_fwd_*_kernel"),
+     "week4 norms/rmsnorm.py: rmsnorm_bwd_kernel (+ norms/column_sums.py: partial_sum_kernel for dW)"),
+    ("RMSNorm", lambda f: has_op(f, "rsqrt") or has_op(f, "_fused_rms_norm"), "week4 norms/rmsnorm.py: rmsnorm_fwd_*_kernel"),
     ("RMSNorm backward", lambda f: has_op(f, "pow") and has_op(f, "sum") and has_op(f, "mul"),
-     "week4 rmsnorm.py: rmsnorm_bwd_kernel (+ norm_common.py: partial_sum_kernel for dW)"),
+     "week4 norms/rmsnorm.py: rmsnorm_bwd_kernel (+ norms/column_sums.py: partial_sum_kernel for dW)"),
     ("RoPE", lambda f: has_op(f, "cat") and has_op(f, "mul"),  # rotate_half = cat(-x2, x1), times sin
      "week4 rope.py: rope_kernel (inverse=True for the backward)"),
     ("embedding", lambda f: has_op(f, "embedding") or has_op(f, "embedding_dense_backward"), None),

@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from course import runtime
 from course.bench import Benchmark, c_function, count_source_lines, itemsize
 from course.check import random_tensor
-from week4_triton_dl import norm_common as triton_norm_common
-from week4_triton_dl import rmsnorm as triton_rmsnorm
+from week4_triton_dl.norms import column_sums as triton_column_sums
+from week4_triton_dl.norms import rmsnorm as triton_rmsnorm
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels" / "rmsnorm_ext.cu"

@@ -49,7 +49,8 @@ import torch
 import torch.nn.functional as F
 
 from week3_triton_kernels import fused_elementwise
-from week4_triton_dl import add_rmsnorm, fused_linear_cross_entropy, fused_mlp, layernorm, rmsnorm, swiglu
+from week4_triton_dl import fused_linear_cross_entropy, fused_mlp, swiglu
+from week4_triton_dl.norms import add_rmsnorm, layernorm, rmsnorm
 from week4_triton_dl import rope as rope_module
 from week5_integration import model as m
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.sweep import sweep_main
-from week4_triton_dl.norm_common import next_power_of_2, pipeline_stages
+from course.launch import next_power_of_2
+from week4_triton_dl.norms.plumbing import pipeline_stages
 
 # bf16, 128 MB per input at every shape (2.5x the H100's L2), 8192 x 8192 last: the headline.
 SIZES = [(65536, 1024), (16384, 4096), (8192, 8192)]

@@ -1,8 +1,8 @@
 """LayerNorm in Triton, the forward, and the op a model calls: a drop-in `nn.LayerNorm` with autograd.
 
-Its backward: layernorm_backward.py. What LayerNorm and RMSNorm share (argument checks, launch
-sizing, the stage-2 sum of the weight gradients): norm_common.py. Its benchmarks, launch sweep
-and command line: layernorm_bench.py (`python -m week4_triton_dl.layernorm_bench --sweep`).
+Its backward: layernorm_backward.py. What every norm shares (argument checks, rows, launch plans,
+the autograd and torch.compile glue): plumbing.py. Its benchmarks, launch sweep and command line:
+layernorm_bench.py (`python -m week4_triton_dl.norms.layernorm_bench --sweep`).
 
 y = (x - mean) * rstd * w + b over the last dimension of x (rows, N), with
 mean = sum(x) / N, var = sum((x - mean)^2) / N and rstd = 1 / sqrt(var + eps).
@@ -44,7 +44,7 @@ Cost model (M rows, N columns, itemsize s; the minimum traffic):
 
 bf16/fp16 inputs are computed in fp32 (loaded narrow, converted in registers, rounded once
 on the store); fp64 inputs are computed in fp64, so `torch.autograd.gradcheck` can check the
-hand-written backward. `python -m week4_triton_dl.layernorm_bench --sweep` times the configurations
+hand-written backward. `python -m week4_triton_dl.norms.layernorm_bench --sweep` times the configurations
 (num_warps, rows per step, stages, programs per SM) on a GPU.
 """
 from __future__ import annotations
@@ -54,21 +54,18 @@ import math
 import torch
 from torch import nn
 
-from course import ops, runtime  # noqa: F401  (runtime before triton: chooses the GPU or the Triton interpreter)
-from course import validate
+from course import ops, validate
+from course.gpu import triton, tl
 from course.launch import launch
-from week4_triton_dl import norm_common as nc  # checks and launch sizing, shared with RMSNorm
-from week4_triton_dl.layernorm_backward import backward_unchecked  # the backward the op and autograd run
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from week4_triton_dl.norms import plumbing as nc  # checks, rows, launch plans, the op's skeleton: shared
+from week4_triton_dl.norms.layernorm_backward import backward  # the backward the op and autograd run
 
 DTYPES = nc.DTYPES
 MAX_N = nc.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
 KERNELS_FORWARD = ("persistent", "row", "looped")
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # Programs per SM for the persistent kernel: enough resident programs that while one is
-# reducing, another's loads are in flight. Sweep: `python -m week4_triton_dl.layernorm_bench --sweep`.
+# reducing, another's loads are in flight. Sweep: `python -m week4_triton_dl.norms.layernorm_bench --sweep`.
 FWD_PROGRAMS_PER_SM = 4
 # Loop steps in flight (tl.range num_stages; 1 = no software pipelining). Each extra stage
 # buffers one step's loads in shared memory, so wide rows fall back to 1 (`nc.pipeline_stages`).
@@ -78,8 +75,8 @@ FWD_NUM_STAGES = 2
 # copy at 8192 x 8192 bf16, against 0.97x). The sweep and both benchmark variants keep comparing.
 FORWARD_KERNEL = "row"
 # EXERCISE NOTE: An order that works: the row forward kernel (with `_rstd`, given); then the backward
-#   (exercises/layernorm_backward.py, and stage 2 in exercises/norm_common.py; `-k backward` selects its tests);
-#   then the looped kernels (rows wider than MAX_N), the persistent forward and the atomic backward. One test
+#   (exercises/norms/layernorm_backward.py, and stage 2 in exercises/norms/column_sums.py; `-k backward` selects
+#   its tests); then the looped kernels (rows wider than MAX_N), the persistent forward and the atomic backward. One test
 #   file checks the three stubs: `pytest tests/week4/test_layernorm.py --impl=exercises`. The launchers, launch
 #   plans and the registered op are given: they call your kernels (the op's backward, and so gradcheck, runs the
 #   solution's backward). Without a GPU the kernels run in the Triton interpreter, where `print` and pdb work
@@ -265,9 +262,7 @@ def layernorm_fwd_looped_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, 
 
 
 # ------------------------------------------------------------------------------- launch plans
-# Computed once per shape and kept: the hot path does a dict lookup instead of the launch-sizing
-# arithmetic (norm_common.py) on every call. A plan's key holds everything the launch depends on, so it also
-# keys the compiled kernel in course.launch (which skips Triton's per-call work).
+# Computed once per shape and kept (plumbing.py says why); the kernels are this file's.
 _FORWARD_PLANS: dict = {}
 
 
@@ -275,17 +270,9 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, 
                   block_n: int | None = None, num_warps: int | None = None, store_stats: bool = True):
     """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
     key = (N, dtype, has_weight, has_bias, kernel, block_n, num_warps, store_stats)
-    plan = _FORWARD_PLANS.get(key)
-    if plan is None:
-        if kernel == "looped" or (kernel is None and N > MAX_N):
-            launch, block, warps = layernorm_fwd_looped_kernel, block_n or nc.LOOP_BLOCK_N, 8
-        else:
-            block = nc.next_power_of_2(N)
-            launch, warps = layernorm_fwd_row_kernel, nc.warps_for(block)
-        plan = (launch, (has_weight, has_bias, block, nc.acc_type(dtype), store_stats),
-                dict(num_warps=num_warps or warps), key)
-        _FORWARD_PLANS[key] = plan
-    return plan
+    return _FORWARD_PLANS.get(key) or nc.forward_plan(
+        _FORWARD_PLANS, key, N, dtype, (has_weight, has_bias), layernorm_fwd_row_kernel, layernorm_fwd_looped_kernel,
+        kernel, block_n, num_warps, store_stats)
 
 
 # ------------------------------------------------------------- the hot path (no checks here)
@@ -339,37 +326,23 @@ def layer_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, bias
     M, N = nc.check_rows(x)
     weight, bias = nc.check_vector(weight, "weight", x), nc.check_vector(bias, "bias", x)
     eps = nc.check_eps(eps)
-    if kernel is not None and kernel not in KERNELS_FORWARD:
-        raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
-    kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
-    nc.check_positive_int(num_stages, "num_stages")
-    nc.check_power_of_two(block_m, "block_m", high=64)
-    nc.check_positive_int(num_programs, "num_programs")
-    nc.check_power_of_two(num_warps, "num_warps", high=32)
-    nc.check_power_of_two(block_n, "block_n", low=16)
-    if kernel != "looped" and N > MAX_N:
-        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
-                         f"x has {N}: use kernel='looped' (the default for wide rows)")
+    kernel = nc.check_launch(kernel, KERNELS_FORWARD, FORWARD_KERNEL, N, block_m=block_m, programs=num_programs,
+                             num_warps=num_warps, num_stages=num_stages, block_n=block_n)
     out = validate.output(out, x)
     if kernel in ("row", "looped"):
         plan = _forward_plan(N, x.dtype, weight is not None, bias is not None, kernel, block_n, num_warps)
         _, mean, rstd = _launch_forward(x, weight, bias, eps, M, N, plan, out=out)
         return out, mean.view(x.shape[:-1]), rstd.view(x.shape[:-1])
-    x2, y2 = nc.rows_view(x, M, N), nc.rows_view(out, M, N)
-    stats = x.shape[:-1]
-    mean = torch.empty(stats, dtype=nc.acc_dtype(x.dtype), device=x.device)
-    rstd = torch.empty(stats, dtype=nc.acc_dtype(x.dtype), device=x.device)
+    mean = torch.empty(x.shape[:-1], dtype=nc.acc_dtype(x.dtype), device=x.device)
+    rstd = torch.empty(x.shape[:-1], dtype=nc.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, mean.fill_(math.nan), rstd.fill_(math.nan)
-    block = nc.next_power_of_2(N)
-    w, b = (weight if weight is not None else x), (bias if bias is not None else x)
-    block_m = min(block_m or nc.fwd_block_m(block), nc.next_power_of_2(M))
-    rows_per_program, programs = nc.persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    programs, rows_per_program, launch_options = nc.persistent_forward(
+        M, N, x.element_size(), FWD_PROGRAMS_PER_SM, FWD_NUM_STAGES, block_m, num_programs, num_warps, num_stages)
     layernorm_fwd_persistent_kernel[(programs,)](
-        x2, w, b, y2, mean, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block, ACC=nc.acc_type(x.dtype),
-        NUM_STAGES=num_stages or nc.pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
-        num_warps=num_warps or nc.warps_for(block_m * block))
+        nc.rows_view(x, M, N), x if weight is None else weight, x if bias is None else bias, nc.rows_view(out, M, N),
+        mean, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        ACC=nc.acc_type(x.dtype), **launch_options)
     return out, mean, rstd
 
 
@@ -389,55 +362,27 @@ def _layer_norm_fake(x, weight, bias, eps):
 
 @torch.library.custom_op(f"{NAMESPACE}::layer_norm_backward", mutates_args=())
 def layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                           weight: torch.Tensor | None, has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dw, db); dw/db are empty without weight/bias (an op returns tensors, not None)."""
-    dy = dy.contiguous()  # gradients arrive in any layout
-    dx, dw, db = backward_unchecked(dy, x, mean, rstd, weight, has_bias, x.shape[0], x.shape[1])
-    return dx, (x.new_empty(0) if dw is None else dw), (x.new_empty(0) if db is None else db)  # two tensors, never one twice
+                           weight: torch.Tensor | None,
+                           bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dw, db); dw/db are empty without weight/bias (an op returns tensors, not None); of
+    bias only its presence counts (db does not depend on its values)."""
+    dx, dw, db = backward(dy.contiguous(), x, (weight, bias), (mean, rstd), x.shape[0], x.shape[1])  # any layout
+    # Empty tensors, two of them: an op never returns one tensor twice.
+    return dx, (x.new_empty(0) if dw is None else dw), (x.new_empty(0) if db is None else db)
 
 
 @layer_norm_backward_op.register_fake
-def _layer_norm_backward_fake(dy, x, mean, rstd, weight, has_bias):
+def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias):
     vector = x.new_empty(x.shape[1:])
     return torch.empty_like(x), (vector if weight is not None else x.new_empty(0)), \
-        (torch.empty_like(vector) if has_bias else x.new_empty(0))
+        (torch.empty_like(vector) if bias is not None else x.new_empty(0))
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, bias, _ = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)  # mean/rstd: 8 bytes per row, not recomputed
-    ctx.has_bias = bias is not None
-    ctx.mark_non_differentiable(mean, rstd)
-
-
-def _backward_formula(ctx, dy, _dmean, _drstd):
-    x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = layer_norm_backward_op(dy, x, mean, rstd, weight, ctx.has_bias)
-    return dx, (dw if weight is not None else None), (db if ctx.has_bias else None), None
-
-
-layer_norm_op.register_autograd(_backward_formula, setup_context=_setup_context)
+nc.register_autograd(layer_norm_op, layer_norm_backward_op, params=2)
 
 
 # ------------------------------------------------------------------- the op eager mode calls
-class LayerNormFunction(torch.autograd.Function):
-    """y = layer_norm(x) for a contiguous x of M rows of N elements; the same kernels."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, M, N, dims=1):
-        y, mean, rstd = _forward(x, weight, bias, eps, M, N)
-        ctx.save_for_backward(x, weight, mean, rstd)  # mean/rstd: 8 bytes per row, not recomputed
-        ctx.has_bias, ctx.rows, ctx.dims = bias is not None, (M, N), dims
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, mean, rstd = ctx.saved_tensors
-        # Gradients can arrive with any strides (y.sum() gives an expanded tensor of ones).
-        dx, dw, db = backward_unchecked(dy.contiguous(), x, mean, rstd, weight, ctx.has_bias, *ctx.rows)
-        shape = x.shape[x.dim() - ctx.dims:]  # the normalized shape: weight's and bias's
-        return dx, (dw if dw is None else dw.view(shape)), (db if db is None else db.view(shape)), None, None, None, None
+LayerNormFunction = nc.norm_function("LayerNormFunction", _forward, backward)
 
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -447,27 +392,11 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     The normalized dimensions are flattened into one row of N = prod(normalized_shape), any N
     (rows wider than MAX_N take the looped kernels). A non-contiguous x is copied first, as
     torch's own kernel does. Eager calls run `LayerNormFunction` (or the launcher alone when no
-    gradient is needed); under torch.compile, the registered op `torch.ops.course.layer_norm`.
+    gradient is needed); under torch.compile, the registered op `torch.ops.course.layer_norm`
+    (plumbing.entry).
     """
-    shape = nc.normalized_shape_of(normalized_shape)
-    nc.check_call(x, shape, weight, bias)
-    eps = eps if type(eps) is float and 0 <= eps < math.inf else nc.check_eps(eps)
-    if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
-        x2 = nc.as_rows(x, shape)
-        n = x2.shape[1]
-        w = weight if weight is None or weight.dim() == 1 else weight.reshape(n)
-        b = bias if bias is None or bias.dim() == 1 else bias.reshape(n)
-        return layer_norm_op(x2, w, b, eps)[0].view(x.shape)
-    if not x.is_contiguous():
-        x = x.contiguous()  # as torch's own kernel does
-    if weight is not None and not weight.is_contiguous():
-        weight = weight.contiguous()
-    if bias is not None and not bias.is_contiguous():
-        bias = bias.contiguous()
-    M, N = nc.rows_of(x, shape)
-    if ops.needs_grad(x, weight, bias):
-        return LayerNormFunction.apply(x, weight, bias, eps, M, N, len(shape))
-    return _infer(x, weight, bias, eps, M, N)
+    return nc.entry(x, normalized_shape, (weight, bias), eps, None,
+                    op=layer_norm_op, function=LayerNormFunction, infer=_infer)
 
 
 class TritonLayerNorm(nn.LayerNorm):

@@ -1,7 +1,8 @@
 """LayerNorm's backward in Triton: dx row by row, and dw, db, the column sums over every row.
 
 The forward, and the registered op and autograd Function that call this backward: layernorm.py.
-What both norms share (argument checks, launch sizing, stage 2 of dw and db): norm_common.py.
+What every norm shares (argument checks, launch sizing and plans): plumbing.py; stage 2 of dw and
+db: column_sums.py.
 
 With xhat = (x - mean) * rstd and g = dy * w, where mean and rstd are the statistics the forward
 saved (8 bytes per row, so the backward need not recompute them):
@@ -14,7 +15,7 @@ reduction, and that is the interesting part:
   updates to one address one after another (read-modify-write), so M rows mean M queued
   updates per address: the atomics serialize. The result also depends on the order the
   programs happen to arrive in (fp32 addition is not associative): not reproducible.
-- `layernorm_bwd_kernel` + `norm_common.column_sums`: a two-stage reduction. Stage 1: P
+- `layernorm_bwd_kernel` + `column_sums.column_sums`: a two-stage reduction. Stage 1: P
   programs, each owning a contiguous run of rows, compute dx row by row and accumulate dw, db in
   registers, then write ONE row of a (P, N) fp32 "partials" buffer: no two programs write the
   same address, so no atomics and no contention. Stage 2 (`partial_sum_kernel`) sums the P rows
@@ -32,20 +33,17 @@ another for dw/db that reads x and dy again: ~5MNs bytes, so a one-pass backward
 Rows wider than a block (`layernorm_bwd_looped_kernel`) are streamed in chunks, twice (the two
 row sums, then dx): every width torch accepts works, the one-pass kernels take rows up to MAX_N.
 bf16/fp16 inputs are computed in fp32, fp64 inputs in fp64 (so `torch.autograd.gradcheck` can
-check this hand-written backward). `python -m week4_triton_dl.layernorm_bench --sweep` times the
+check this hand-written backward). `python -m week4_triton_dl.norms.layernorm_bench --sweep` times the
 configurations (num_warps, rows per step, stages, programs per SM = partial-buffer size) on a GPU.
 """
 from __future__ import annotations
 
 import torch
 
-from course import runtime  # noqa: F401  (before triton: chooses the GPU or the Triton interpreter)
-from course import validate
-from course.launch import launch
-from week4_triton_dl import norm_common as nc  # checks, launch sizing and stage 2 (`nc.column_sums`)
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course.gpu import triton, tl
+from course.launch import next_power_of_2
+from week4_triton_dl.norms import plumbing as nc  # checks, rows, launch plans: shared by every norm
+from week4_triton_dl.norms.column_sums import column_sums  # stage 2 of dw and db
 
 DTYPES = nc.DTYPES
 MAX_N = nc.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
@@ -60,7 +58,7 @@ BWD_NUM_STAGES = 3
 _BWD_COMPILE = dict(enable_fp_fusion=False)
 # EXERCISE NOTE: Do the forward first (exercises/layernorm.py): the tests feed this backward the mean and rstd
 #   your forward saves. An order that works: the backward formula (`_row_grads`) with the partials kernel
-#   (`layernorm_bwd_kernel`; its stage 2 is norm_common.py's `partial_sum_kernel`, a hole of its own); then the
+#   (`layernorm_bwd_kernel`; its stage 2 is column_sums.py's `partial_sum_kernel`, a hole of its own); then the
 #   looped kernel (rows wider than MAX_N) and the atomic one. The launch plans and the launcher are given: they
 #   call your kernels. (The autograd Function and the registered op in layernorm.py call the solution's backward.)
 
@@ -249,9 +247,7 @@ def layernorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr
 
 
 # ------------------------------------------------------------------------------- launch plans
-# Computed once per shape and kept: the hot path does a dict lookup instead of the launch-sizing
-# arithmetic (norm_common.py) on every call. A plan's key holds everything the launch depends on, so it also
-# keys the compiled kernel in course.launch (which skips Triton's per-call work).
+# Computed once per shape and kept (plumbing.py says why); the kernels are this file's.
 _BACKWARD_PLANS: dict = {}
 
 
@@ -259,41 +255,10 @@ def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, has_bia
                    kernel: str | None = None, block_n: int | None = None):
     """(kernel, programs P, rows per program, constexprs, options, key) of the backward."""
     key = (M, N, dtype, has_weight, has_bias, kernel, block_n)
-    plan = _BACKWARD_PLANS.get(key)
-    if plan is None:
-        if kernel == "looped" or (kernel is None and N > MAX_N):
-            rows_per_program, programs = nc.persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
-            plan = (layernorm_bwd_looped_kernel, programs, rows_per_program,
-                    (has_weight, has_bias, block_n or nc.LOOP_BLOCK_N, nc.acc_type(dtype)),
-                    dict(num_warps=8, **_BWD_COMPILE), key)
-        else:
-            block = nc.next_power_of_2(N)
-            block_m = min(nc.bwd_block_m(block), nc.next_power_of_2(M))
-            rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
-            stages = nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
-            plan = (layernorm_bwd_kernel, programs, rows_per_program,
-                    (has_weight, has_bias, block_m, block, nc.acc_type(dtype), stages),
-                    dict(num_warps=nc.warps_for(block_m * block), **_BWD_COMPILE), key)
-        if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
-            _BACKWARD_PLANS.clear()
-        _BACKWARD_PLANS[key] = plan
-    return plan
-
-
-def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, num_stages):
-    """A plan with the sweep's overrides (not cached, and not the fast launch path's)."""
-    kernel, programs, rows_per_program, constexprs, options, key = plan
-    if kernel is layernorm_bwd_looped_kernel:  # only the program count and the warps change
-        if num_partials:
-            rows_per_program = -(-max(M, 1) // min(num_partials, max(M, 1)))
-            programs = -(-max(M, 1) // rows_per_program)
-        return kernel, programs, rows_per_program, constexprs, {**options, "num_warps": num_warps or options["num_warps"]}, None
-    has_weight, has_bias, default_block_m, block, acc, _ = constexprs
-    block_m = min(block_m or default_block_m, nc.next_power_of_2(M))
-    rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-    stages = num_stages or nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
-    return (kernel, programs, rows_per_program, (has_weight, has_bias, block_m, block, acc, stages),
-            dict(num_warps=num_warps or nc.warps_for(block_m * block), **_BWD_COMPILE), None)
+    return _BACKWARD_PLANS.get(key) or nc.backward_plan(
+        _BACKWARD_PLANS, key, M, N, dtype, (has_weight, has_bias), layernorm_bwd_kernel, layernorm_bwd_looped_kernel,
+        kernel == "looped" or (kernel is None and N > MAX_N), block_n, BWD_PROGRAMS_PER_SM, BWD_NUM_STAGES,
+        _BWD_COMPILE)
 
 
 # ------------------------------------------------------------- the hot path (no checks here)
@@ -304,27 +269,23 @@ def _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan):
     dx = torch.empty_like(x)
     has_weight = weight is not None
     if M == 0 or N == 0:  # sums over no rows are zero, as in torch
-        zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
-        return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
+        return dx, nc.zeros_or_none(has_weight, N, x), nc.zeros_or_none(has_bias, N, x)
     kernel, programs, rows_per_program, constexprs, options, key = plan
     acc = nc.acc_dtype(x.dtype)
     dw_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_weight else dx
     db_partial = torch.empty((programs, N), dtype=acc, device=x.device) if has_bias else dx
-    args = (dy, x, weight if has_weight else x, mean, rstd, dx, dw_partial, db_partial, M, N, rows_per_program,
-            *constexprs)
-    if key is None:
-        kernel[(programs,)](*args, **options)
-    else:
-        launch(kernel, (programs,), key, args, **options)
-    return (dx, nc.column_sums(dw_partial, x.dtype) if has_weight else None,
-            nc.column_sums(db_partial, x.dtype) if has_bias else None)
+    nc.run(kernel, (programs,), key, (dy, x, weight if has_weight else x, mean, rstd, dx, dw_partial, db_partial,
+                                      M, N, rows_per_program, *constexprs), options)
+    return (dx, column_sums(dw_partial, x.dtype) if has_weight else None,
+            column_sums(db_partial, x.dtype) if has_bias else None)
 
 
-def backward_unchecked(dy, x, mean, rstd, weight, has_bias, M, N):
+def backward(dy, x, params, stats, M, N):
     """(dx, dw or None, db or None) with the shape's default plan, for callers that have checked
-    the arguments (the op and the autograd Function of layernorm.py): the hot path."""
-    plan = _backward_plan(M, N, x.dtype, weight is not None, bool(has_bias))
-    return _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan)
+    the arguments (the op and the autograd Function of layernorm.py, through plumbing's contract)."""
+    (weight, bias), (mean, rstd) = params, stats
+    plan = _backward_plan(M, N, x.dtype, weight is not None, bias is not None)
+    return _launch_backward(dy, x, mean, rstd, weight, bias is not None, M, N, plan)
 
 
 # ---------------------------------------------------------------------------------- launcher
@@ -337,45 +298,31 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, r
 
     `kernel="partial"` (default up to MAX_N columns): `num_partials` programs (default: a few
     per SM), each writing one row of a (num_partials, N) fp32 buffer of dw/db partial sums,
-    summed by `nc.column_sums` (stage 2). `kernel="looped"` (default above): the same for rows
+    summed by `column_sums` (stage 2). `kernel="looped"` (default above): the same for rows
     streamed in chunks of `block_n`. `kernel="atomic"`: one program per row, dw/db accumulated
     with atomics (slow, not reproducible; for study).
     """
-    M, N = nc.check_rows(x)
-    validate.tensor(dy, "dy", dtypes=DTYPES)
-    validate.same_shape(dy=dy, x=x)
-    validate.same_dtype(dy=dy, x=x)
+    M, N = nc.check_backward(dy, x)
     mean, rstd = nc.check_stats(mean, "mean", x), nc.check_stats(rstd, "rstd", x)
     weight = nc.check_vector(weight, "weight", x)
-    if kernel is not None and kernel not in KERNELS_BACKWARD:
-        raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
-    nc.check_power_of_two(block_m, "block_m", high=64)
-    nc.check_positive_int(num_partials, "num_partials")
-    nc.check_power_of_two(num_warps, "num_warps", high=32)
-    nc.check_positive_int(num_stages, "num_stages")
-    nc.check_power_of_two(block_n, "block_n", low=16)
-    if kernel in ("partial", "atomic") and N > MAX_N:
-        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
-                         f"x has {N}: use kernel='looped' (the default for wide rows)")
-    has_weight = weight is not None
+    kernel = nc.check_launch(kernel, KERNELS_BACKWARD, "partial", N, block_m=block_m, programs=num_partials,
+                             programs_name="num_partials", num_warps=num_warps, num_stages=num_stages,
+                             block_n=block_n)
+    has_weight, has_bias = weight is not None, bool(has_bias)
     if kernel == "atomic":
-        dy2, x2, mean2, rstd2 = nc.rows_view(dy, M, N), nc.rows_view(x, M, N), mean.reshape(M), rstd.reshape(M)
         dx = torch.empty_like(x)
         if M == 0 or N == 0:
-            zeros = lambda: torch.zeros(N, dtype=x.dtype, device=x.device)  # noqa: E731
-            return dx, (zeros() if has_weight else None), (zeros() if has_bias else None)
-        block = nc.next_power_of_2(N)
+            return dx, nc.zeros_or_none(has_weight, N, x), nc.zeros_or_none(has_bias, N, x)
+        block = next_power_of_2(N)
         dw = torch.zeros(N, dtype=nc.acc_dtype(x.dtype), device=x.device)
         db = torch.zeros(N, dtype=nc.acc_dtype(x.dtype), device=x.device)
-        layernorm_bwd_atomic_kernel[(M,)](dy2, x2, weight if has_weight else x, mean2, rstd2, nc.rows_view(dx, M, N),
-                                          dw, db, N, HAS_WEIGHT=has_weight, HAS_BIAS=bool(has_bias), BLOCK_N=block,
-                                          ACC=nc.acc_type(x.dtype), num_warps=num_warps or nc.warps_for(block),
-                                          **_BWD_COMPILE)
+        layernorm_bwd_atomic_kernel[(M,)](
+            nc.rows_view(dy, M, N), nc.rows_view(x, M, N), weight if has_weight else x, mean.reshape(M),
+            rstd.reshape(M), nc.rows_view(dx, M, N), dw, db, N, HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
+            BLOCK_N=block, ACC=nc.acc_type(x.dtype), num_warps=num_warps or nc.warps_for(block), **_BWD_COMPILE)
         return dx, (dw.to(x.dtype) if has_weight else None), (db.to(x.dtype) if has_bias else None)
-    looped = kernel == "looped" or (kernel is None and N > MAX_N)
-    plan = _backward_plan(M, N, x.dtype, has_weight, bool(has_bias), "looped" if looped else None, block_n)
+    plan = _backward_plan(M, N, x.dtype, has_weight, has_bias, "looped" if kernel == "looped" else None, block_n)
     if any(v is not None for v in (block_m, num_partials, num_warps, num_stages)):
-        plan = _tuned_backward_plan(plan, M, N, x.dtype, block_m, num_partials, num_warps, num_stages)
+        plan = nc.tuned_backward_plan(plan, layernorm_bwd_looped_kernel, M, x.dtype, BWD_PROGRAMS_PER_SM,
+                                      BWD_NUM_STAGES, block_m, num_partials, num_warps, num_stages)
     return _launch_backward(dy, x, mean, rstd, weight, has_bias, M, N, plan)
-
-

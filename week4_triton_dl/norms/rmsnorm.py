@@ -1,8 +1,9 @@
 """RMSNorm in Triton, forward and backward, as a PyTorch op: eager, autograd and torch.compile.
 
 Its benchmarks, launch sweep and command line: rmsnorm_bench.py (`python -m
-week4_triton_dl.rmsnorm_bench --sweep`). Over 500 lines: the row, persistent and looped kernels of
-one op, forward and backward, with its launchers and autograd glue.
+week4_triton_dl.norms.rmsnorm_bench --sweep`). Over 500 lines: the row, persistent and looped
+kernels of one op, forward and backward, with its launchers; what every norm shares around its
+kernels (checks, rows, launch plans, the autograd and torch.compile glue) is plumbing.py's.
 
 y = x * rstd * w over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps): LayerNorm without
 the mean subtraction and without the bias (LLaMA, Mistral, Qwen, Gemma all use it). Diff this
@@ -10,7 +11,7 @@ file against `layernorm.py` (the forward) and `layernorm_backward.py`: the kerne
 shape with one reduction fewer per row.
 
 What it teaches (beyond LayerNorm's, whose two-stage dw reduction and partials buffer this
-module reuses, with the checks and launch sizing both norms share: `norm_common.column_sums`):
+module reuses, `column_sums.py`, with the checks and launch sizing every norm shares: plumbing.py):
 * the forward saves only rstd (4 bytes per row);
 * backward, with xhat = x * rstd and g = dy * w:
       dx = rstd * (g - xhat * mean(g * xhat))     (one row reduction instead of two)
@@ -25,7 +26,7 @@ module reuses, with the checks and launch sizing both norms share: `norm_common.
   step on small tensors (8192 x 768: ~10 us of GPU work each way), so what the CALL costs on
   the host is as important as the kernel:
   - `rms_norm` checks its arguments once, cheaply, and the launch settings of a shape are
-    computed once and cached (`_forward_plan`, `_backward_plan`): no autotuning, no config
+    computed once and cached (`_forward_plan`, `_backward_plan`, made by plumbing.py): no autotuning, no config
     search, no `triton.cdiv` (a jitted helper, ~2 us a call from Python) on the hot path;
   - eager calls go through `RMSNormFunction` (an autograd.Function), or straight to the
     launcher when nothing needs a gradient; under `torch.compile` they go through the
@@ -52,13 +53,11 @@ import math
 import torch
 from torch import nn
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
+from course import ops, validate
+from course.gpu import triton, tl
 from course.launch import launch
-from week4_triton_dl import norm_common as nc  # shared checks, launch sizing and the stage-2 sum
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from week4_triton_dl.norms import plumbing as nc  # checks, rows, launch plans, the op's skeleton: shared
+from week4_triton_dl.norms.column_sums import column_sums  # stage 2 of dw, shared with LayerNorm
 
 DTYPES = nc.DTYPES
 MAX_N = nc.MAX_N  # widest row the one-pass kernels hold in registers; wider rows are looped
@@ -74,8 +73,8 @@ FORWARD_KERNEL = "row"
 LOOP_BLOCK_N = nc.LOOP_BLOCK_N  # chunk of a looped row: 4096 elements, 16 per thread at 8 warps
 NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # EXERCISE NOTE: Do the LayerNorm exercise first: this is the same with one reduction fewer, and it reuses
-#   LayerNorm's stage-2 reduction (`nc.column_sums`), input checks and launch sizing (`nc`, imported above,
-#   is the solution's norm_common module). The launchers, launch plans and the registered op are given.
+#   LayerNorm's stage-2 reduction (`column_sums`), input checks and launch sizing (`nc`, imported above, is the
+#   solution's plumbing module). The launchers, launch plans and the registered op are given.
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -294,9 +293,7 @@ def rmsnorm_bwd_looped_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_partial
 
 
 # ------------------------------------------------------------------------------- launch plans
-# Computed once per shape and kept: the hot path does a dict lookup instead of arithmetic on
-# Python ints and calls into Triton helpers. A plan's key holds everything the launch depends
-# on, so it also keys the compiled kernel in course.launch (which skips Triton's per-call work).
+# Computed once per shape and kept (plumbing.py says why); the kernels are this file's.
 _FORWARD_PLANS: dict = {}
 _BACKWARD_PLANS: dict = {}
 
@@ -305,40 +302,18 @@ def _forward_plan(N: int, dtype: torch.dtype, has_weight: bool, kernel: str | No
                   block_n: int | None = None, num_warps: int | None = None, store_stats: bool = True):
     """(kernel, constexprs, launch options, key) of the row or looped forward for rows of N."""
     key = (N, dtype, has_weight, kernel, block_n, num_warps, store_stats)
-    plan = _FORWARD_PLANS.get(key)
-    if plan is None:
-        if kernel == "looped" or (kernel is None and N > MAX_N):
-            launch, block, warps = rmsnorm_fwd_looped_kernel, block_n or LOOP_BLOCK_N, 8
-        else:
-            block = nc.next_power_of_2(N)
-            launch, warps = rmsnorm_fwd_row_kernel, nc.warps_for(block)
-        plan = (launch, (has_weight, block, nc.acc_type(dtype), store_stats), dict(num_warps=num_warps or warps), key)
-        _FORWARD_PLANS[key] = plan
-    return plan
+    return _FORWARD_PLANS.get(key) or nc.forward_plan(
+        _FORWARD_PLANS, key, N, dtype, (has_weight,), rmsnorm_fwd_row_kernel, rmsnorm_fwd_looped_kernel,
+        kernel, block_n, num_warps, store_stats)
 
 
 def _backward_plan(M: int, N: int, dtype: torch.dtype, has_weight: bool, kernel: str | None = None,
                    block_n: int | None = None):
     """(kernel, programs P, rows per program, constexprs, options, key) of the backward."""
     key = (M, N, dtype, has_weight, kernel, block_n)
-    plan = _BACKWARD_PLANS.get(key)
-    if plan is None:
-        if kernel == "looped" or (kernel is None and N > MAX_N):
-            rows_per_program, programs = nc.persistent_grid(M, 1, BWD_PROGRAMS_PER_SM, None)
-            plan = (rmsnorm_bwd_looped_kernel, programs, rows_per_program,
-                    (has_weight, block_n or LOOP_BLOCK_N, nc.acc_type(dtype)), dict(num_warps=8), key)
-        else:
-            block = nc.next_power_of_2(N)
-            block_m = min(nc.bwd_block_m(block), nc.next_power_of_2(M))
-            rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, None)
-            stages = nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
-            plan = (rmsnorm_bwd_kernel, programs, rows_per_program,
-                    (has_weight, block_m, block, nc.acc_type(dtype), stages), dict(num_warps=nc.warps_for(block_m * block)),
-                    key)
-        if len(_BACKWARD_PLANS) > 4096:  # many distinct row counts (varying batch x length): start over
-            _BACKWARD_PLANS.clear()
-        _BACKWARD_PLANS[key] = plan
-    return plan
+    return _BACKWARD_PLANS.get(key) or nc.backward_plan(
+        _BACKWARD_PLANS, key, M, N, dtype, (has_weight,), rmsnorm_bwd_kernel, rmsnorm_bwd_looped_kernel,
+        kernel == "looped" or (kernel is None and N > MAX_N), block_n, BWD_PROGRAMS_PER_SM, BWD_NUM_STAGES, {})
 
 
 def backward_launch(M: int, N: int, dtype: torch.dtype, has_weight: bool):
@@ -346,24 +321,6 @@ def backward_launch(M: int, N: int, dtype: torch.dtype, has_weight: bool):
     (HAS_WEIGHT, BLOCK_M, BLOCK_N, ACC, NUM_STAGES), launch options, key). Public for kernels that
     run this backward's loop with more streams (add_rmsnorm.py)."""
     return _backward_plan(M, N, dtype, has_weight)
-
-
-def _tuned_backward_plan(plan, M, N, dtype, block_m, num_partials, num_warps, num_stages):
-    """A plan with the sweep's overrides (not cached, and not the fast launch path's)."""
-    kernel, programs, rows_per_program, constexprs, options, key = plan
-    if kernel is rmsnorm_bwd_looped_kernel:  # only the program count and the warps change
-        if num_partials:
-            rows_per_program = -(-max(M, 1) // min(num_partials, max(M, 1)))
-            programs = -(-max(M, 1) // rows_per_program)
-        options = dict(num_warps=num_warps or options["num_warps"])
-    else:
-        has_weight, default_block_m, block, acc, stages = constexprs
-        block_m = min(block_m or default_block_m, nc.next_power_of_2(M))
-        rows_per_program, programs = nc.persistent_grid(M, block_m, BWD_PROGRAMS_PER_SM, num_partials)
-        stages = num_stages or nc.pipeline_stages(BWD_NUM_STAGES, 2 * block_m * block * dtype.itemsize)
-        constexprs = (has_weight, block_m, block, acc, stages)
-        options = dict(num_warps=num_warps or nc.warps_for(block_m * block))
-    return kernel, programs, rows_per_program, constexprs, options, None
 
 
 # ------------------------------------------------------------- the hot path (no checks here)
@@ -385,15 +342,12 @@ def _launch_backward(dy, x, rstd, weight, M, N, plan):
     dx = torch.empty_like(x)
     has_weight = weight is not None
     if M == 0 or N == 0:
-        return dx, (torch.zeros(N, dtype=x.dtype, device=x.device) if has_weight else None)
+        return dx, nc.zeros_or_none(has_weight, N, x)
     kernel, programs, rows_per_program, constexprs, options, key = plan
     partial = torch.empty((programs, N), dtype=nc.acc_dtype(x.dtype), device=x.device) if has_weight else dx
-    args = (dy, x, weight if has_weight else x, rstd, dx, partial, M, N, rows_per_program, *constexprs)
-    if key is None:
-        kernel[(programs,)](*args, **options)
-    else:
-        launch(kernel, (programs,), key, args, **options)
-    return dx, (nc.column_sums(partial, x.dtype) if has_weight else None)
+    nc.run(kernel, (programs,), key, (dy, x, weight if has_weight else x, rstd, dx, partial, M, N, rows_per_program,
+                                      *constexprs), options)
+    return dx, (column_sums(partial, x.dtype) if has_weight else None)
 
 
 def _forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: int):
@@ -411,8 +365,9 @@ def _infer(x: torch.Tensor, weight: torch.Tensor | None, eps: float, M: int, N: 
     return y
 
 
-def _backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None, M: int, N: int):
-    """(dx, dw or None) with the default plan."""
+def _backward(dy, x, params, stats, M: int, N: int):
+    """(dx, dw or None) with the default plan (the contract of plumbing.py)."""
+    (weight,), (rstd,) = params, stats
     return _launch_backward(dy, x, rstd, weight, M, N, _backward_plan(M, N, x.dtype, weight is not None))
 
 
@@ -436,35 +391,21 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor | None = None, eps: f
     M, N = nc.check_rows(x)
     weight = nc.check_vector(weight, "weight", x)
     eps = default_eps(x.dtype) if eps is None else nc.check_eps(eps)
-    if kernel is not None and kernel not in KERNELS_FORWARD:
-        raise ValueError(f"kernel must be one of {KERNELS_FORWARD}, got {kernel!r}")
-    kernel = kernel or ("looped" if N > MAX_N else FORWARD_KERNEL)
-    nc.check_positive_int(num_stages, "num_stages")
-    nc.check_power_of_two(block_m, "block_m", high=64)
-    nc.check_positive_int(num_programs, "num_programs")
-    nc.check_power_of_two(num_warps, "num_warps", high=32)
-    nc.check_power_of_two(block_n, "block_n", low=16)
-    if kernel != "looped" and N > MAX_N:
-        raise ValueError(f"kernel={kernel!r} holds a row in one block, at most MAX_N = {MAX_N} columns; "
-                         f"x has {N}: use kernel='looped' (the default for wide rows)")
+    kernel = nc.check_launch(kernel, KERNELS_FORWARD, FORWARD_KERNEL, N, block_m=block_m, programs=num_programs,
+                             num_warps=num_warps, num_stages=num_stages, block_n=block_n)
     out = validate.output(out, x)
     if kernel in ("row", "looped"):
         plan = _forward_plan(N, x.dtype, weight is not None, kernel, block_n, num_warps)
         _, rstd = _launch_forward(x, weight, eps, M, N, plan, out=out)
         return out, rstd.view(x.shape[:-1])
-    x2, y2 = nc.rows_view(x, M, N), nc.rows_view(out, M, N)
     rstd = torch.empty(x.shape[:-1], dtype=nc.acc_dtype(x.dtype), device=x.device)
     if M == 0 or N == 0:
         return out, rstd.fill_(math.nan)
-    w = weight if weight is not None else x  # a dummy pointer, never read without HAS_WEIGHT
-    block = nc.next_power_of_2(N)
-    block_m = min(block_m or nc.fwd_block_m(block), nc.next_power_of_2(M))
-    rows_per_program, programs = nc.persistent_grid(M, block_m, FWD_PROGRAMS_PER_SM, num_programs)
+    programs, rows_per_program, launch_options = nc.persistent_forward(
+        M, N, x.element_size(), FWD_PROGRAMS_PER_SM, FWD_NUM_STAGES, block_m, num_programs, num_warps, num_stages)
     rmsnorm_fwd_persistent_kernel[(programs,)](
-        x2, w, y2, rstd, M, N, rows_per_program, eps, HAS_WEIGHT=weight is not None, BLOCK_M=block_m,
-        BLOCK_N=block, ACC=nc.acc_type(x.dtype),
-        NUM_STAGES=num_stages or nc.pipeline_stages(FWD_NUM_STAGES, block_m * block * x.element_size()),
-        num_warps=num_warps or nc.warps_for(block_m * block))
+        nc.rows_view(x, M, N), x if weight is None else weight, nc.rows_view(out, M, N), rstd, M, N,
+        rows_per_program, eps, HAS_WEIGHT=weight is not None, ACC=nc.acc_type(x.dtype), **launch_options)
     return out, rstd
 
 
@@ -479,26 +420,16 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     `num_stages` override its launch) or "looped" (default above; `block_n` sets its chunk,
     `num_partials` its number of programs).
     """
-    M, N = nc.check_rows(x)
-    validate.tensor(dy, "dy", dtypes=DTYPES)
-    validate.same_shape(dy=dy, x=x)
-    validate.same_dtype(dy=dy, x=x)
+    M, N = nc.check_backward(dy, x)
     rstd = nc.check_stats(rstd, "rstd", x)
     weight = nc.check_vector(weight, "weight", x)
-    if kernel is not None and kernel not in KERNELS_BACKWARD:
-        raise ValueError(f"kernel must be one of {KERNELS_BACKWARD}, got {kernel!r}")
-    nc.check_power_of_two(block_m, "block_m", high=64)
-    nc.check_positive_int(num_partials, "num_partials")
-    nc.check_power_of_two(num_warps, "num_warps", high=32)
-    nc.check_positive_int(num_stages, "num_stages")
-    nc.check_power_of_two(block_n, "block_n", low=16)
-    if kernel == "partial" and N > MAX_N:
-        raise ValueError(f"kernel='partial' holds a row in one block, at most MAX_N = {MAX_N} columns; "
-                         f"x has {N}: use kernel='looped' (the default for wide rows)")
-    looped = kernel == "looped" or (kernel is None and N > MAX_N)
-    plan = _backward_plan(M, N, x.dtype, weight is not None, "looped" if looped else None, block_n)
+    kernel = nc.check_launch(kernel, KERNELS_BACKWARD, "partial", N, block_m=block_m, programs=num_partials,
+                             programs_name="num_partials", num_warps=num_warps, num_stages=num_stages,
+                             block_n=block_n)
+    plan = _backward_plan(M, N, x.dtype, weight is not None, "looped" if kernel == "looped" else None, block_n)
     if any(v is not None for v in (block_m, num_partials, num_warps, num_stages)):
-        plan = _tuned_backward_plan(plan, M, N, x.dtype, block_m, num_partials, num_warps, num_stages)
+        plan = nc.tuned_backward_plan(plan, rmsnorm_bwd_looped_kernel, M, x.dtype, BWD_PROGRAMS_PER_SM,
+                                      BWD_NUM_STAGES, block_m, num_partials, num_warps, num_stages)
     return _launch_backward(dy, x, rstd, weight, M, N, plan)
 
 
@@ -519,7 +450,7 @@ def _rms_norm_fake(x, weight, eps):
 def rms_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
                          weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx, dw); dw is empty when there is no weight (an op returns tensors, not None)."""
-    dx, dw = _backward(dy.contiguous(), x, rstd, weight, x.shape[0], x.shape[1])  # gradients come in any layout
+    dx, dw = _backward(dy.contiguous(), x, (weight,), (rstd,), x.shape[0], x.shape[1])  # gradients come in any layout
     return dx, (dw if dw is not None else x.new_empty(0))
 
 
@@ -528,37 +459,11 @@ def _rms_norm_backward_fake(dy, x, rstd, weight):
     return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, _ = inputs
-    ctx.save_for_backward(x, weight, output[1])
-    ctx.mark_non_differentiable(output[1])  # rstd: a statistic for the backward, not a result
-
-
-def _backward_formula(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    dx, dw = rms_norm_backward_op(dy, x, rstd, weight)  # itself an op: one node in the backward graph
-    return dx, (dw if weight is not None else None), None
-
-
-rms_norm_op.register_autograd(_backward_formula, setup_context=_setup_context)
+nc.register_autograd(rms_norm_op, rms_norm_backward_op, params=1)
 
 
 # ------------------------------------------------------------------- the op eager mode calls
-class RMSNormFunction(torch.autograd.Function):
-    """y = rms_norm(x) for a contiguous x of M rows of N elements; the same kernels."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps, M, N):
-        y, rstd = _forward(x, weight, eps, M, N)
-        ctx.save_for_backward(x, weight, rstd)
-        ctx.rows = (M, N)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(dy.contiguous(), x, rstd, weight, *ctx.rows)
-        return dx, (dw if dw is None else dw.view(weight.shape)), None, None, None
+RMSNormFunction = nc.norm_function("RMSNormFunction", _forward, _backward)
 
 
 def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -568,23 +473,11 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
     Any x torch accepts: the normalized dimensions are flattened into rows of N = their product
     (any N: rows wider than MAX_N take the looped kernels); a non-contiguous x is copied first,
     as torch's own kernel does. Eager calls run `RMSNormFunction` (or the bare launcher when no
-    gradient is needed); under torch.compile, the registered op `torch.ops.course.rms_norm`.
+    gradient is needed); under torch.compile, the registered op `torch.ops.course.rms_norm`
+    (plumbing.entry).
     """
-    shape = nc.normalized_shape_of(normalized_shape)
-    nc.check_call(x, shape, weight)
-    eps = default_eps(x.dtype) if eps is None else (eps if type(eps) is float and 0 <= eps < math.inf else nc.check_eps(eps))
-    if ops.compiling():  # the registered op, on 2-D views: the compiler sees one node
-        x2 = nc.as_rows(x, shape)
-        w = weight if weight is None or weight.dim() == 1 else weight.reshape(x2.shape[1])
-        return rms_norm_op(x2, w, eps)[0].view(x.shape)
-    if not x.is_contiguous():
-        x = x.contiguous()  # as torch's own kernel does
-    if weight is not None and not weight.is_contiguous():
-        weight = weight.contiguous()
-    M, N = nc.rows_of(x, shape)
-    if ops.needs_grad(x, weight):
-        return RMSNormFunction.apply(x, weight, eps, M, N)
-    return _infer(x, weight, eps, M, N)
+    return nc.entry(x, normalized_shape, (weight,), eps, default_eps,
+                    op=rms_norm_op, function=RMSNormFunction, infer=_infer)
 
 
 class TritonRMSNorm(nn.RMSNorm):

@@ -2,9 +2,9 @@
 
 `BENCHMARKS` (found by `python -m course bench week4`): forward and backward against torch's
 kernels and torch.compile, and the op as a model calls it (forward + backward through autograd,
-host cost). `python -m week4_triton_dl.rmsnorm_bench --sweep` times each launch configuration at
+host cost). `python -m week4_triton_dl.norms.rmsnorm_bench --sweep` times each launch configuration at
 one shape. What LayerNorm's benchmarks share with these (sizes, the model-call benchmarks, the
-sweep): norm_bench.py.
+sweep): bench.py.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from course import runtime  # runtime before triton: chooses the GPU or the Triton interpreter
+from course import runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
-from week4_triton_dl import norm_bench
-from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
-from week4_triton_dl.rmsnorm import (
+from week4_triton_dl.norms import bench as norm_bench
+from week4_triton_dl.norms.bench import SIM_SIZES, SIZES, fwd_bwd, size_label, train_inputs
+from week4_triton_dl.norms.rmsnorm import (
     FORWARD_KERNEL, rms_norm, rms_norm_backward, rms_norm_backward_unfused, rms_norm_forward, rms_norm_unfused)
 
 
@@ -65,7 +65,8 @@ def _forward_inputs(size):
     return random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
 
 
-def _torch_rstd(x, w):
+def torch_rstd(x, w):
+    """The rstd torch's backward takes: its fused forward's, or the eager formula's in simulation."""
     if HAS_FUSED_BACKWARD:
         return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, EPS)[1]
     return torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + EPS)
@@ -75,7 +76,7 @@ def _backward_inputs(size):
     x, w = _forward_inputs(size)
     dy = random_tensor(x.shape, x.dtype, runtime.DEVICE)
     _, rstd = rms_norm_forward(x, w, EPS)
-    return dy, x, w, _torch_rstd(x, w), rstd
+    return dy, x, w, torch_rstd(x, w), rstd
 
 
 BENCHMARKS = [
@@ -191,7 +192,7 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
     x, w = random_tensor((M, N), dtype, runtime.DEVICE), random_tensor(N, dtype, runtime.DEVICE)
     dy = random_tensor((M, N), dtype, runtime.DEVICE)
     _, rstd = rms_norm_forward(x, w, EPS)
-    rstd_t = _torch_rstd(x, w)
+    rstd_t = torch_rstd(x, w)
     torch_label = "torch " + ("_fused_rms_norm_backward" if HAS_FUSED_BACKWARD else "eager formula")
     norm_bench.sweep(
         "RMSNorm", x,
@@ -203,4 +204,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(norm_bench.sweep_cli("week4_triton_dl.rmsnorm_bench", sweep, __doc__))
+    sys.exit(norm_bench.sweep_cli("week4_triton_dl.norms.rmsnorm_bench", sweep, __doc__))

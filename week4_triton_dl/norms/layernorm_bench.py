@@ -2,10 +2,10 @@
 
 `BENCHMARKS` (found by `python -m course bench week4`): forward and backward against torch's
 kernels and torch.compile at 128 MB per input, and the op as a model calls it (forward + backward
-through autograd, host cost at a decode-step size). `python -m week4_triton_dl.layernorm_bench
+through autograd, host cost at a decode-step size). `python -m week4_triton_dl.norms.layernorm_bench
 --sweep` times each launch configuration (kernel, warps, rows per step, stages, programs) at one
 shape. What RMSNorm's benchmarks share with these (sizes, the model-call benchmarks, the sweep):
-norm_bench.py.
+bench.py.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from course.gpu import DEVICE
 from course.bench import Benchmark, bench_dtype, compile_on_first_call, itemsize
 from course.check import random_tensor
-from week4_triton_dl import norm_bench
-from week4_triton_dl.layernorm import FORWARD_KERNEL, layer_norm, layer_norm_forward, layer_norm_unfused
-from week4_triton_dl.layernorm_backward import layer_norm_backward
-from week4_triton_dl.norm_bench import SIM_SIZES, SIZES, size_label
+from week4_triton_dl.norms import bench as norm_bench
+from week4_triton_dl.norms.layernorm import FORWARD_KERNEL, layer_norm, layer_norm_forward, layer_norm_unfused
+from week4_triton_dl.norms.layernorm_backward import layer_norm_backward
+from week4_triton_dl.norms.bench import SIM_SIZES, SIZES, size_label
 
 
 # ---------------------------------------------------------------------------------- benchmarks
@@ -141,4 +141,4 @@ def sweep(M: int, N: int, dtype: torch.dtype) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(norm_bench.sweep_cli("week4_triton_dl.layernorm_bench", sweep, __doc__))
+    sys.exit(norm_bench.sweep_cli("week4_triton_dl.norms.layernorm_bench", sweep, __doc__))

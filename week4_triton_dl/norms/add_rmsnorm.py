@@ -25,7 +25,8 @@ The op (`add_rms_norm`) returns (h, y):
   (delta's dtype), dw = sum over rows of dy * h * rstd.
 Rows up to MAX_N elements (one block); wider rows take the two-op path (add, then
 `rmsnorm.rms_norm`), which handles any width. The backward's launch settings are RMSNorm's
-tuned ones (`rmsnorm.backward_launch`): the same loop, two more streams.
+tuned ones (`rmsnorm.backward_launch`): the same loop, two more streams. Its benchmark, as a
+pre-norm block calls it: add_rmsnorm_bench.py.
 """
 from __future__ import annotations
 
@@ -34,16 +35,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course import ops, runtime  # runtime before triton: chooses the GPU or the Triton interpreter
-from course import validate
-from course.bench import Benchmark, bench_dtype, compile_on_first_call
-from course.check import random_tensor
-from course.launch import launch
-from week4_triton_dl import norm_common as nc  # checks, launch sizing and the stage-2 sum of both norms
-from week4_triton_dl import rmsnorm as rn
-
-import triton  # noqa: E402  (after course.runtime on purpose)
-import triton.language as tl  # noqa: E402
+from course import ops
+from course.gpu import triton, tl
+from course.launch import launch, next_power_of_2
+from week4_triton_dl.norms import plumbing as nc  # checks, rows, launch sizing: shared by every norm
+from week4_triton_dl.norms import rmsnorm as rn
+from week4_triton_dl.norms.column_sums import column_sums  # stage 2 of dw, shared with the other norms
 
 DTYPES = nc.DTYPES
 MAX_N = nc.MAX_N
@@ -146,7 +143,7 @@ def _forward_plan(N, x_dtype, d_dtype, out_dtype, has_weight):
     plan = _PLANS.get(key)
     if plan is None:
         h_dtype = torch.promote_types(x_dtype, d_dtype)
-        block = nc.next_power_of_2(N)
+        block = next_power_of_2(N)
         acc = nc.acc_type(torch.float64 if torch.float64 in (h_dtype, out_dtype) else h_dtype)
         plan = _PLANS[key] = (h_dtype, (has_weight, block, acc), dict(num_warps=nc.warps_for(block)), key)
     return plan
@@ -180,7 +177,7 @@ def _backward(dy, dh, h, rstd, weight, x_dtype, d_dtype, M, N):
     launch(add_rmsnorm_bwd_kernel, (programs,), key,
            (dy, h if dh is None else dh, h, weight if has_weight else h, rstd, dx, dd, partial, M, N, rows_per_program,
             has_weight, dh is not None, store_dd, block_m, block, acc, stages), **options)
-    return dx, dd, (nc.column_sums(partial, weight.dtype) if has_weight else None)
+    return dx, dd, (column_sums(partial, weight.dtype) if has_weight else None)
 
 
 # ------------------------------------------------------------------- the op torch.compile sees
@@ -271,17 +268,11 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor | No
     """
     if not (isinstance(x, torch.Tensor) and isinstance(delta, torch.Tensor)):
         raise TypeError(f"x and delta must be tensors, got {type(x).__name__} and {type(delta).__name__}")
-    if x.shape != delta.shape:
-        raise ValueError(f"x and delta must have one shape (a residual add), got {tuple(x.shape)} and "
-                         f"{tuple(delta.shape)}")
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (the normalized one)")
     N = x.shape[-1]
     shape = (N,)
-    nc.check_call(x, shape, weight)
-    nc.check_call(delta, shape)
-    if delta.get_device() != x.get_device():
-        validate.same_device(x=x, delta=delta)
+    nc.check_call(x, shape, weight, residual=delta)
     if out_dtype is not None and out_dtype not in DTYPES:
         raise TypeError(f"out_dtype must be one of {DTYPES} or None, got {out_dtype!r}")
     eps = rn.default_eps(torch.promote_types(x.dtype, delta.dtype)) if eps is None else nc.check_eps(eps)
@@ -306,69 +297,3 @@ def add_rms_norm_reference(x, delta, weight=None, eps=None, out_dtype=None):
     h = x + delta
     y = F.rms_norm(h, (h.shape[-1],), weight, eps)
     return h, (y if out_dtype is None else y.to(out_dtype))
-
-
-# BEGIN SOLUTION ONLY: the benchmark (it measures the solution's kernels)
-# ---------------------------------------------------------------------------------- benchmark
-# A pre-norm block's case: the residual stream in fp32, the branch output (attention's or the MLP's
-# projection under autocast) in bf16, and y in bf16 for the next matmul. GPT-2 small's width at one
-# and eight batches of 8 x 1024 tokens, and Llama-7B's.
-TRAIN_SIZES = [(8192, 768), (65536, 768), (16384, 4096)]
-TRAIN_SIM_SIZES = [(4, 64)]
-
-
-def _train_inputs(size):
-    M, N = size
-    low = bench_dtype()  # bf16 on the GPU, fp32 in simulation (the interpreter's bf16 is raw bits)
-    x = random_tensor((M, N), torch.float32, runtime.DEVICE).requires_grad_(True)
-    delta = random_tensor((M, N), low, runtime.DEVICE).requires_grad_(True)
-    w = random_tensor(N, torch.float32, runtime.DEVICE).requires_grad_(True)
-    return x, delta, w, random_tensor((M, N), torch.float32, runtime.DEVICE), random_tensor((M, N), low,
-                                                                                            runtime.DEVICE)
-
-
-def _torch_add_norm(x, delta, w):
-    h = x + delta
-    return h, F.rms_norm(h, (h.shape[-1],), w, 1e-6).to(delta.dtype)
-
-
-def _course_unfused(x, delta, w):
-    h = x + delta
-    return h, rn.rms_norm(h, (h.shape[-1],), w, 1e-6).to(delta.dtype)
-
-
-def _fused(x, delta, w):
-    return add_rms_norm(x, delta, w, 1e-6, delta.dtype)
-
-
-def _fwd_bwd(fn):
-    """(h, y) = fn(x, delta, w), then torch.autograd.grad((h, y), (x, delta, w), (dh, dy))."""
-    return lambda x, delta, w, dh, dy: torch.autograd.grad(fn(x, delta, w), (x, delta, w), (dh, dy))
-
-
-BENCHMARKS = [
-    Benchmark(
-        name="add_rmsnorm_train_week4",
-        title="Residual add + RMSNorm, forward + backward through autograd, fp32 residual + bf16 branch -> "
-              "bf16 y (fp32 in simulation), rows x N",
-        sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=lambda s: f"{s[0]}x{s[1]}",
-        make_inputs=_train_inputs,
-        variants={
-            "torch": _fwd_bwd(_torch_add_norm),
-            "torch_compile": _fwd_bwd(compile_on_first_call(_torch_add_norm, dynamic=False)),
-            "triton_unfused": _fwd_bwd(_course_unfused),
-            "triton": _fwd_bwd(_fused),
-        },
-        gpu_only=("torch_compile",),
-        graphed=("torch", "torch_compile", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
-        headline=("triton",),
-        bytes=lambda s: s[0] * s[1] * (4 + 2 + 4 + 2) + s[0] * s[1] * (2 + 4 + 4 + 4 + 2),
-        flops=lambda s: 14 * s[0] * s[1],
-        notes="(h, y) = f(x, delta, w), then torch.autograd.grad((h, y), (x, delta, w), (dh, dy)); torch = x + "
-              "delta, F.rms_norm, .to(bf16) in eager ops; torch_compile = torch.compile of it (Inductor fuses "
-              "the three); triton_unfused = the add, course rms_norm, the cast; triton = add_rms_norm (one "
-              "kernel each way); bytes = the fused minimum: forward reads x (4 B), delta (2 B), writes h (4 B), "
-              "y (2 B); backward reads dy (2 B), dh, h (4 B each), writes dx (4 B), ddelta (2 B)",
-    ),
-]
-# END SOLUTION ONLY
