@@ -10,10 +10,6 @@ from course import gpu, weeks
 
 # Modules other changes are rewriting this round; each keeps the old ceremony until its change
 # lands on main, and the lead removes it here after the merge (with its exercise stub).
-CEREMONY_PENDING = {
-    *(f"week4_triton_dl/{name}.py" for name in (
-        "rmsnorm", "layernorm", "layernorm_backward", "add_rmsnorm", "norm_common", "norm_bench", "rmsnorm_bench")),
-}
 GPU_LIBRARIES = ("triton", "numba")
 CEREMONY_COMMENT = re.compile(r"noqa: E402.*after course\.runtime|before (triton|numba)\b", re.I)
 
@@ -23,10 +19,7 @@ def _modules():
     packages = [w.package for w in weeks.all_weeks()] + ["tools"]
     for package in packages:
         for path in sorted((weeks.ROOT / package).rglob("*.py")):
-            rel = path.relative_to(weeks.ROOT)
-            pending = str(rel if rel.parent.name != "exercises" else rel.parent.parent / rel.name)
-            if pending not in CEREMONY_PENDING:
-                yield str(rel), path
+            yield str(path.relative_to(weeks.ROOT)), path
 
 
 def _library(node) -> str | None:
@@ -73,7 +66,3 @@ def test_no_module_carries_the_import_order_ceremony():
     assert not found, ("course.gpu orders the imports: no 'runtime before triton' comment and no "
                        f"`noqa: E402` for imports after course.runtime: {found}")
 
-
-def test_the_pending_list_names_only_files_that_exist():
-    missing = sorted(p for p in CEREMONY_PENDING if not (weeks.ROOT / p).exists())
-    assert not missing, f"CEREMONY_PENDING names files that are gone (moved? remove them there): {missing}"
