@@ -68,7 +68,7 @@ def companions(stub: Path, test: Path, root: Path = ROOT) -> list[Path]:
     (exercises/norms/layernorm_backward.py and column_sums.py, graded by tests/week4/test_layernorm.py)."""
     found = []
     for other in sorted(stub.parent.glob("*.py")):
-        solution = exercises.solution_of(other)
+        solution = lesson_files.solution_of(other)
         if other == stub or other.name == "__init__.py" or not solution.exists() or \
                 (test.parent / f"test_{other.stem}.py").exists():
             continue

@@ -42,9 +42,11 @@ def strip_markers(source: str) -> str:
 def exercise_of(path: Path) -> Path | None:
     """The learner's stub of a lesson file (week*/exercises/<name>, or exercises/norms/<name> for a
     lesson folder's file), if the course has one."""
-    from course.exercises import stub_path  # the one rule: exercises/ mirrors the week
-
-    stub = stub_path(path)
+    # exercises/ mirrors the week (classroom/lesson_files.py's stub_path; a notebook imports this
+    # module, and the kit never imports the machinery): the week is the outermost package folder.
+    path = Path(path)
+    week = next((d for d in reversed(path.parents) if (d / "__init__.py").is_file()), path.parent)
+    stub = week / "exercises" / path.relative_to(week)
     return stub if stub.exists() else None
 
 
