@@ -170,8 +170,8 @@ def load_time_fresh_process(path) -> dict:
             "t3 = time.perf_counter(); print(json.dumps({'import_torch_s': t1 - t0, 'import_loader_s': t2 - t1, "
             "'load_s': t3 - t2}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    if done.returncode:
-        return {"error": done.stderr[-500:]}
+    if done.returncode:  # a negative code: the loader died of a signal (a crash in torch's C++ loader)
+        return {"error": done.stderr[-500:], **({"signal": -done.returncode} if done.returncode < 0 else {})}
     import json
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -220,8 +220,10 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
             ap.package(model, package_path, max_batch=max(p["batches"]), max_len=p["max_len"])
             compile_s = {"compile_s": time.perf_counter() - t0}
         extra["package"] = {**compile_s, **ap.package_kernels(package_path), **load_time_fresh_process(package_path)}
+        crashed = extra["package"].get("signal")  # then loading it here would end this process too
         try:
-            extra["kernels"] = kernel_census(package_path, 1, p["prompt"], p["max_len"])
+            extra["kernels"] = (kernel_census(package_path, 1, p["prompt"], p["max_len"]) if not crashed else
+                                {"error": f"not run: loading the package killed a fresh process (signal {crashed})"})
         except Exception as error:  # the census is a reading aid: its failure is reported, not fatal
             extra["kernels"] = {"error": f"{type(error).__name__}: {error}"[:500]}
     copy_gbps = bench.copy_bandwidth_gbps()
@@ -237,6 +239,10 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
         for variant in variants:
             if time.perf_counter() - started > deadline_s:
                 rows.append({"size": size, "variant": variant, "skipped": "time budget spent"})
+                continue
+            if variant.startswith("aoti") and extra.get("package", {}).get("signal"):
+                rows.append({"size": size, "variant": variant, "skipped": "the package's loader crashed a fresh "
+                             f"process (signal {extra['package']['signal']}): not loaded in this one"})
                 continue
             if variant == "onnxruntime" and batch > 1:  # a CPU forward of the whole model: batch 1 says it
                 rows.append({"size": size, "variant": variant, "skipped": "run at batch 1 only (CPU, prefill)"})

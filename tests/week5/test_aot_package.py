@@ -43,10 +43,38 @@ def tiny_model():
     return cm.build("tiny", "fast", dtype=DTYPE).eval()
 
 
+LOAD = "import sys, torch; from torch._inductor.package import load_package; load_package(sys.argv[1], *sys.argv[2:])"
+
+
+def load_signal(path, *model_name) -> int | None:
+    """Load a package in a fresh process: the signal that killed it (a crash inside torch's C++
+    loader), or None. In this process a crash would take the test worker down with it."""
+    done = subprocess.run([sys.executable, "-c", LOAD, str(path), *model_name], capture_output=True, text=True,
+                          timeout=300, cwd=Path(path).parent)
+    return -done.returncode if done.returncode < 0 else None
+
+
+def one_linear_package(folder) -> Path:
+    """The smallest CUDA package there is: one nn.Linear, exported and AOT-compiled."""
+    linear = torch.nn.Linear(64, 64).to(runtime.DEVICE, DTYPE)
+    program = torch.export.export(linear, (torch.randn(4, 64, device=runtime.DEVICE, dtype=DTYPE),))
+    return Path(torch._inductor.aoti_compile_and_package(program, package_path=str(Path(folder) / "linear.pt2")))
+
+
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):
     model = tiny_model()
     path = ap.package(model, tmp_path_factory.mktemp("aot") / "tiny.pt2", max_batch=MAX_BATCH, max_len=MAX_LEN)
+    crash = load_signal(path, "prefill")
+    if crash is not None:
+        # Measured on the lent H100 (torch 2.11.0+cu130, 2026-12-06): the loader dies of SIGSEGV in
+        # AOTIModelPackageLoader's constructor for every CUDA package, a one-Linear one included.
+        # Whose fault is it? The same load of the smallest package decides.
+        if load_signal(one_linear_package(tmp_path_factory.mktemp("probe"))) is not None:
+            pytest.skip(f"torch {torch.__version__}'s AOTInductor loader dies of signal {crash} loading any CUDA "
+                        "package on this machine, a one-Linear model's too: a fault of torch or the driver here, "
+                        "not of this package (notes/aot_package.md, 'Where it does not load')")
+        pytest.fail(f"loading the package kills the process with signal {crash}, while a one-Linear package loads")
     return model, path
 
 
