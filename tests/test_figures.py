@@ -157,31 +157,3 @@ def test_every_note_names_its_figures_once_and_cites_them_by_name():
     assert sum(bool(figures.definitions(p.read_text())) for p in paths if p.is_file()) >= 40
 
 
-def test_the_migration_names_old_markers_and_report_fills_them(tree, monkeypatch):
-    """tools/migrate_figures.py: an old `<!-- fig -->` marker becomes a citation and a definition
-    (a spec cited twice: one name; one the block defines already: its name), lines rewrapped."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "tools" / "migrate_figures.py"
-    spec = importlib.util.spec_from_file_location("migrate_figures", path)
-    migrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(migrate)
-    monkeypatch.setattr(migrate, "ROOT", tree)
-    note = tree / "week4_triton_dl" / "notes" / "host.md"
-    old = "<!-- fig fake_host variant=triton field=ms over=torch size=8x50304 -->9<!-- /fig -->"
-    note.write_text("word " * 12 + f"cost {old}x and again {old}x, then "
-                    "<!-- fig fake_host variant=triton field=tflops agg=max -->1<!-- /fig --> TFLOP/s\n")
-    assert migrate.convert(note) == 2
-    text = note.read_text()
-    assert " ".join(text.split("\n")[:2]) == ("word " * 12 + "cost [9][tri_vs_torch_ms]x and again "
-                                                "[9][tri_vs_torch_ms]x, then [1][tri_tf] TFLOP/s")
-    assert all(len(line) <= migrate.WIDTH for line in text.split("\n")[:2])    # rewrapped
-    assert text.endswith(BLOCK + "\n[tri_vs_torch_ms]: ../results/fake_host.json "
-                         "\"variant=triton field=ms over=torch size=8x50304\"\n"
-                         "[tri_tf]: ../results/fake_host.json \"variant=triton field=tflops agg=max\"\n")
-    note.write_text(text + "\n" + old + "\n")   # a marker added after the block: left for report to flag
-    assert report(tree, "--check") == 1
-    note.write_text(f"late {old}\n" + text)     # one added to the prose later reuses the defined name
-    assert migrate.convert(note) == 1 and note.read_text().count("[tri_vs_torch_ms]: ") == 1
-    assert report(tree) == 0 and "late [1.33][tri_vs_torch_ms]" in note.read_text()
