@@ -281,6 +281,7 @@ def _check_base(x2, weight):
     validate.tensor(x2, "x", dtypes=DTYPES, ndim=2, contiguous=False)
     validate.tensor(weight, "weight", dtypes=DTYPES, ndim=2, contiguous=False)
     validate.same_dtype(x=x2, weight=weight)
+    runtime.require_bf16_tensor_cores(x2.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     if x2.shape[1] != weight.shape[1]:
         raise ValueError(f"x's last dimension ({x2.shape[1]}) must equal weight's in_features "
                          f"(weight is {tuple(weight.shape)}, out x in)")
