@@ -183,10 +183,11 @@ def require_capability(minimum: tuple[int, int], what: str, instead: str, device
 # target=GPUTarget("cuda", 75, 32))` of a 64 x 64 tl.dot, CPU only): it COMPILES, without error or
 # warning, and the PTX has no mma instruction and no bf16 conversion: bf16 is widened to fp32 with
 # integer shifts (cvt.u32.u16) and the dot becomes 2,048 fma.rn.f32 per thread. For sm_80 the same
-# kernel is mma.sync.m16n8k16...bf16. (Triton 3.6 gives a float16 tl.dot on sm_75 the same FMA loop:
-# it emits mma for sm_80 and newer only.) So nothing stops a bf16 launch on a T4; it would run as
-# emulated bf16, a path no test or tolerance of the course has checked on that GPU. The launchers
-# refuse it before launch instead, naming float16, the 16-bit dtype a T4 computes natively.
+# kernel is mma.sync.m16n8k16...bf16. Triton 3.9.0 compiles both the same way. (Both give a float16
+# tl.dot on sm_75 the same FMA loop: they emit mma for sm_80 and newer only.) So nothing stops a
+# bf16 launch on a T4: it would run as emulated bf16, a path no test or tolerance of the course has
+# checked on that GPU. The launchers refuse it before launch instead, naming float16, the 16-bit
+# dtype a T4 computes natively.
 BF16_MINIMUM = (8, 0)
 BF16_INSTEAD = "use float16 (a T4 has neither bf16 tensor cores nor bf16 arithmetic: Triton would emulate bf16)"
 
