@@ -22,8 +22,11 @@ CUDA C.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
+import sys
+import types
 
 MARK = "numba"
 
@@ -42,9 +45,38 @@ def _type_of(value):
     raise TypeError(f"an argument of Numba type {kind} cannot be recorded")
 
 
-def specialization(fn, args: tuple) -> dict:
-    """The recordable specialization of a launch of `fn` (a kernel's Python function)."""
-    return {MARK: True, "kernel": f"{fn.__module__}:{fn.__qualname__}", "args": [_type_of(a) for a in args]}
+def reference(kernel, module_name: str) -> str | None:
+    """Where `kernel` lives in its module, for a process that imports it: a module-level name, or
+    an entry of a module-level dict (`_TILED[('padded', True, torch.float32)]`), key by its repr.
+    Kernels made by a factory (`_tiled_kernel(pad, dtype)`) are found through the name they are
+    bound to; None for one bound to nothing (made anew at each call)."""
+    for name, value in vars(sys.modules[module_name]).items():
+        if value is kernel:
+            return name
+        if isinstance(value, dict):
+            for key, entry in value.items():
+                if entry is kernel:
+                    return f"{name}[{key!r}]"
+    return None
+
+
+def resolve(module, where: str):
+    """The kernel `reference` named, in this process."""
+    name, _, key = where.partition("[")
+    value = getattr(module, name, None)
+    if key:
+        value = next((entry for k, entry in (value or {}).items() if repr(k) == key[:-1]), None)
+    return value
+
+
+def specialization(kernel, args: tuple) -> dict:
+    """The recordable specialization of a launch of `kernel` (its Python function: `kernel.fn`)."""
+    fn = kernel.fn
+    where = reference(kernel, fn.__module__)
+    if where is None:
+        return {MARK: True, "kernel": f"{fn.__module__}:{fn.__qualname__}",
+                "not_checked": "made anew at each call (bound to no module-level name): not compiled here"}
+    return {MARK: True, "kernel": f"{fn.__module__}:{where}", "args": [_type_of(a) for a in args]}
 
 
 def install(write, is_course_kernel) -> None:
@@ -59,7 +91,7 @@ def install(write, is_course_kernel) -> None:
         # A device function, or a kernel called from inside one, is not a launch.
         if not (self._device or sim_kernel._kernel_context) and is_course_kernel(self.fn.__module__):
             try:
-                spec = specialization(self.fn, args)
+                spec = specialization(self, args)
                 if self._fastmath:
                     spec["fastmath"] = True
             except (TypeError, ValueError) as error:
@@ -86,6 +118,28 @@ def signature(spec: dict) -> tuple:
     return tuple(found)
 
 
+@contextlib.contextmanager
+def device_functions_for(cc: tuple[int, int]):
+    """Let a kernel that calls a `@cuda.jit(device=True)` function compile without a GPU.
+
+    numba-cuda 0.30.4 types such a call with `CUDADispatcher.compile_device`, which asks the
+    driver for the current device's compute capability (`get_current_device()`, as imported into
+    numba.cuda.dispatcher) even inside `compile_ptx(..., cc=...)`, and fails with "Error at driver
+    init" where there is none. For the compile it is answered with `cc`. The device function is
+    compiled once per argument types and kept (its LLVM IR is linked into each kernel, and NVVM
+    then compiles the whole for the kernel's cc). A numba-cuda that moves the name fails
+    tests/test_compile_matrix.py::test_numba_kernels_compile_to_ptx_for_every_class (week 1's
+    Blelloch scan calls the device function `padded`), which pins this dependency."""
+    from numba.cuda import dispatcher
+
+    plain = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=tuple(cc))
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = plain
+
+
 def nvvm_missing() -> str | None:
     """Why Numba cannot compile PTX here (no NVVM), or None."""
     try:
@@ -103,10 +157,12 @@ def compile_all(specs: list[dict], gpus) -> dict:
     from numba import cuda
 
     specs = [s for s in specs if s.get(MARK)]
+    skipped = sorted({f"{s['kernel']} ({s['not_checked']})" for s in specs if "not_checked" in s})
+    specs = [s for s in specs if "not_checked" not in s]
     distinct = {}
     for spec in specs:
         distinct.setdefault(repr((spec["kernel"], spec.get("args"), spec.get("fastmath"))), spec)
-    result = {"kernels": len({s["kernel"] for s in specs}), "specializations": len(distinct),
+    result = {"kernels": len({s["kernel"] for s in specs}), "specializations": len(distinct), "not_compiled": skipped,
               "targets": [g.arch for g in gpus], "compiled": 0, "failed": 0, "failures": [],
               "numba_cuda": f"numba-cuda {importlib.metadata.version('numba-cuda')}, numba {numba.__version__}"}
     missing = nvvm_missing() if specs else None
@@ -121,19 +177,19 @@ def compile_all(specs: list[dict], gpus) -> dict:
             result["failures"].append(f"{spec['kernel']}: not recorded: {spec['unrecordable']}")
             continue
         module = modules.setdefault(module_name, importlib.import_module(module_name))
-        dispatcher = getattr(module, name, None)
-        fn = getattr(dispatcher, "py_func", None)
+        fn = getattr(resolve(module, name), "py_func", None)
         if fn is None:
             raise LookupError(f"{spec['kernel']} is not a module-level @cuda.jit kernel under COURSE_BACKEND=compile")
         for gpu in gpus:
             try:
-                cuda.compile_ptx(fn, signature(spec), cc=gpu.capability, fastmath=bool(spec.get("fastmath")))
+                with device_functions_for(gpu.capability):
+                    cuda.compile_ptx(fn, signature(spec), cc=gpu.capability, fastmath=bool(spec.get("fastmath")))
                 result["compiled"] += 1
             except Exception as error:  # a kernel that does not compile would not launch either
                 result["failed"] += 1
                 result["failures"].append(f"{spec['kernel']} {spec['args']} for {gpu.arch}: "
                                           f"{type(error).__name__}: {str(error)[:300]}")
-    # Kernels of the same modules that no test launched: not checked, and said so.
+    # Module-level kernels of the same modules that no test launched: not checked, and said so.
     launched = {s["kernel"] for s in specs}
     from numba.cuda.dispatcher import CUDADispatcher
     result["not_launched"] = sorted(
@@ -150,4 +206,5 @@ def summary(result: dict) -> str:
         return f"{head}: not checked, {result['not_checked']}"
     return (f"{head}: {result['compiled']} compile, {result['failed']} FAIL"
             + (f"; not launched by any test (not checked): {', '.join(result['not_launched'])}"
-               if result.get("not_launched") else ""))
+               if result.get("not_launched") else "")
+            + (f"; launched, not compiled: {', '.join(result['not_compiled'])}" if result.get("not_compiled") else ""))

@@ -189,8 +189,12 @@ def test_the_recorder_writes_bf16_questions_and_numba_launches(tmp_path):
 def test_numba_kernels_compile_to_ptx_for_every_class(tmp_path):
     add = NUMBA_ADD
     bad = dict(add, args=[{"array": ["float32", 2, "C"]}] * 3)  # a 2-D array: a[i] is a row, out[i] = ... fails
-    status, out = _matrix(tmp_path, [add])
-    assert status == 0 and "Numba: 1 kernels, 1 specializations" in out and "5 compile, 0 FAIL" in out, out
-    assert "not launched by any test (not checked): week1_cuda_python.vector_add:add_grid_stride_kernel" in out, out
+    # Blelloch's scan calls a device function (`padded`): numba_ptx.device_functions_for at work.
+    scan = {"numba": True, "kernel": "week1_cuda_python.scan:scan_blelloch_kernel_f32",
+            "args": [{"array": ["float32", 1, "C"]}] * 3 + ["int64"]}
+    status, out = _matrix(tmp_path, [add, scan])
+    assert status == 0 and "Numba: 2 kernels, 2 specializations" in out and "10 compile, 0 FAIL" in out, out
+    launched_none = out.partition("not launched by any test (not checked): ")[2]
+    assert "week1_cuda_python.vector_add:add_grid_stride_kernel" in launched_none, out
     status, out = _matrix(tmp_path, [add, bad])
     assert status == 1 and "5 FAIL" in out, out
