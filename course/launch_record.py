@@ -82,6 +82,12 @@ def _lesson_packages() -> tuple[str, ...]:
     return tuple(week.package for week in weeks.all_weeks())
 
 
+def _tracing() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _lesson_frames(frame) -> list:
     found = []
     while frame is not None:
@@ -92,6 +98,8 @@ def _lesson_frames(frame) -> list:
 
 
 def _note(need: dict) -> None:
+    if _tracing():  # Dynamo tracing an op (it cannot trace sys._getframe): nothing to note, the
+        return  # launch itself happens later, outside the trace
     # The lesson function that asked and its lesson caller (a launcher asking through a helper
     # such as `supported_here()`); not further out, where a model's forward calls many ops.
     frames = _lesson_frames(sys._getframe(2))[:2]
@@ -116,7 +124,7 @@ def _watch_capability_questions(runtime) -> None:
 
     def has_capability(minimum, device=None):
         answer = has(minimum, device)
-        if answer:
+        if answer and not _tracing():
             asker = sys._getframe(1)  # the function that asked: its other branch runs below `minimum`
             _note({"minimum": list(minimum), "route": True,
                    "asker": f"{asker.f_globals.get('__name__', '?')}.{asker.f_code.co_name}"})

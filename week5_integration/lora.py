@@ -407,6 +407,7 @@ def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True,
     fused_dx (x_in is x): dx = dY W + G A in one fused kernel, G = s dY B computed on chip;
     dx_in is None. Otherwise (x_in = dropout(x)): dx = dY W and dx_in = G A, torch matmuls.
     """
+    runtime.require_bf16_tensor_cores(dy.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     # BEGIN EXERCISE: fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B); otherwise g
     #   = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa.
     # HINT: The LoRA backward: with G = s dY B, the input gradient is dY W + G A, and the adapter gradients

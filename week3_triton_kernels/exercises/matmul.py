@@ -505,6 +505,7 @@ def run_kernel(kind, a, b, bias, activation, out, M, N, K, *, scales=None, fp8_p
     if scales is not None:  # fp8 operands: refused before any launch where there are no fp8 tensor cores
         runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
                                    "use float16 or bfloat16 operands (matmul)")
+    runtime.require_bf16_tensor_cores(a.dtype, "the Triton matmul (tl.dot)")  # the sweep comes here directly
     if M == 0 or N == 0:
         return out
     if K == 0:
