@@ -178,7 +178,6 @@ def _check_base(x2, weight):
     validate.tensor(x2, "x", dtypes=DTYPES, ndim=2, contiguous=False)
     validate.tensor(weight, "weight", dtypes=DTYPES, ndim=2, contiguous=False)
     validate.same_dtype(x=x2, weight=weight)
-    runtime.require_bf16_tensor_cores(x2.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     if x2.shape[1] != weight.shape[1]:
         raise ValueError(f"x's last dimension ({x2.shape[1]}) must equal weight's in_features "
                          f"(weight is {tuple(weight.shape)}, out x in)")
@@ -236,6 +235,7 @@ def _fused(p, q, u, v, scale, out, xa_out, store_xa):
 
     Forward: (p, q, u, v) = (x, W, A, B). Backward dx: (dY, W^T, B^T, A^T), xa_out = s dY B.
     """
+    runtime.require_bf16_tensor_cores(p.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     M, K = p.shape
     N, R = q.shape[0], u.shape[0]
     if M == 0 or N == 0:
@@ -256,6 +256,7 @@ def _fused(p, q, u, v, scale, out, xa_out, store_xa):
 
 
 def _epilogue(x2, weight, xa, lora_b, out):
+    runtime.require_bf16_tensor_cores(x2.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     M, K = x2.shape
     N, R = weight.shape[0], xa.shape[1]
     if M == 0 or N == 0:
@@ -304,7 +305,6 @@ def lora_backward(dy, x_in, xa, weight, lora_a, lora_b, scale, *, needs_dx=True,
     fused_dx (x_in is x): dx = dY W + G A in one fused kernel, G = s dY B computed on chip;
     dx_in is None. Otherwise (x_in = dropout(x)): dx = dY W and dx_in = G A, torch matmuls.
     """
-    runtime.require_bf16_tensor_cores(dy.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     # TODO (about 14 lines): fused_dx: dx, g = _fused(dy, W.t(), B.t(), A.t(), scale, ...) (g = s dY B);
     #   otherwise g = s dY B, dx = dY W, dx_in = g A with torch. Then dA = g^T x_in, dB = dY^T xa.
     raise NotImplementedError('not implemented yet: lora_backward: fused_dx: dx, g = _fused(dy, W.t(), B.t() ...')
