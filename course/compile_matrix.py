@@ -156,9 +156,9 @@ def refused_on(spec: dict, gpu) -> tuple[str, str] | None:
         return "refused", refusals[0]
     if below:
         need = max(below, key=lambda n: tuple(n["minimum"]))
-        asker = f" (`{need['asker']}()` says no there)" if need.get("asker") else ""
-        return "other", (f"another path below sm_{need['minimum'][0]}{need['minimum'][1]}: the launcher takes the "
-                         f"branch it chose when the capability question is answered no{asker}")
+        asker = f"`{need['asker']}()`" if need.get("asker") else "the launcher"
+        return "other", (f"another path below sm_{need['minimum'][0]}{need['minimum'][1]}: {asker} asks for it and "
+                         "takes its other branch there")
     return None
 
 
@@ -216,8 +216,31 @@ def _compile_cached(fn, spec, overrides, gpu) -> dict:
     return _COMPILED[key]
 
 
+_DOTS: dict = {}
+
+
+def has_dot(fn, spec: dict) -> bool:
+    """Whether the kernel, as specialized, does a tl.dot (its TTIR has tt.dot; compiled for sm_80)."""
+    key = json.dumps([spec["kernel"], spec["signature"], spec["constexprs"]], sort_keys=True, default=str)
+    if key not in _DOTS:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        values = {k: triton.language.dtype(v["dtype"]) if isinstance(v, dict) and "dtype" in v else v
+                  for k, v in spec["constexprs"].items()}
+        signature = {n: tuple(k) if isinstance(k, list) else k for n, k in spec["signature"].items()}
+        source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=values)
+        _DOTS[key] = "tt.dot" in triton.compile(source, target=GPUTarget("cuda", 80, 32)).asm["ttir"]
+    return _DOTS[key]
+
+
 def judge(spec: dict, gpu) -> dict:
     """The verdict for one recorded specialization on one GPU class."""
+    bf16_needs = [n for n in spec.get("needs", []) if n.get("dtype") == "bfloat16"]
+    if bf16_needs and any(gpu.capability < tuple(n["minimum"]) for n in bf16_needs) \
+            and not has_dot(_jit_function(spec["kernel"])[1], spec):
+        # A bf16 refusal that reached a kernel without a tl.dot came from another op its caller ran
+        # (the recorder keeps dtype questions three calls deep): it does not refuse this kernel.
+        spec = dict(spec, needs=[n for n in spec["needs"] if n not in bf16_needs])
     refused = refused_on(spec, gpu)
     if refused:
         return {"verdict": refused[0], "why": refused[1]}

@@ -97,12 +97,15 @@ def _lesson_frames(frame) -> list:
     return found
 
 
-def _note(need: dict) -> None:
+def _note(need: dict, depth: int = 2) -> None:
     if _tracing():  # Dynamo tracing an op (it cannot trace sys._getframe): nothing to note, the
         return  # launch itself happens later, outside the trace
     # The lesson function that asked and its lesson caller (a launcher asking through a helper
     # such as `supported_here()`); not further out, where a model's forward calls many ops.
-    frames = _lesson_frames(sys._getframe(2))[:2]
+    # The dtype questions are asked one call deeper (flash attention: check_attention_inputs <-
+    # check_inputs <- flash_attention_forward): depth 3, and the matrix drops a bf16 refusal that
+    # reached a kernel without a tl.dot from a sibling op (compile_matrix.judge).
+    frames = _lesson_frames(sys._getframe(2))[:depth]
     if frames:
         _asked.append((frames, need))
 
@@ -143,7 +146,7 @@ def _watch_capability_questions(runtime) -> None:
         minimum = runtime.BF16_MINIMUM
         refused, instead = runtime.bf16_refusal(what)
         _note({"minimum": list(minimum), "dtype": "bfloat16",
-               "why": f"{refused} needs compute capability >= {minimum[0]}.{minimum[1]}: {instead}"})
+               "why": f"{refused} needs compute capability >= {minimum[0]}.{minimum[1]}: {instead}"}, depth=3)
 
     runtime.require_bf16_tensor_cores = require_bf16_tensor_cores
 
@@ -158,7 +161,7 @@ def _watch_dtype_checks() -> None:
     def tensor(x, name, *, dtypes=None, **kwargs):
         checked = plain(x, name, dtypes=dtypes, **kwargs)
         if dtypes is not None and torch.bfloat16 in dtypes and x.dtype == torch.float16:
-            _note({"accepts": "bfloat16"})
+            _note({"accepts": "bfloat16"}, depth=3)
         return checked
 
     validate.tensor = tensor
@@ -172,7 +175,7 @@ def bf16_twins(specs: list[dict]) -> list[dict]:
     for spec in specs:
         needs = spec.get("needs", [])
         plain = [n for n in needs if "accepts" not in n and "dtype" not in n]
-        bf16_needs = [{k: v for k, v in n.items() if k != "dtype"} for n in needs if n.get("dtype") == "bfloat16"]
+        bf16_needs = [n for n in needs if n.get("dtype") == "bfloat16"]
         types = [str(kind) for kind in spec["signature"].values()]
         is_bf16 = any("bf16" in kind for kind in types)
         base = {k: v for k, v in spec.items() if k != "needs"}

@@ -131,7 +131,7 @@ def test_bf16_twins_carry_the_bf16_refusal_and_the_float16_launch_drops_it():
     plain, twin = launch_record.bf16_twins([_matmul_spec([{"accepts": "bfloat16"}, BF16_NEED])])
     assert "needs" not in plain and set(plain["signature"].values()) == {"*fp16", "i32", "constexpr"}
     assert twin["twin"] and set(twin["signature"].values()) == {"*bf16", "i32", "constexpr"}
-    assert twin["needs"] == [{k: v for k, v in BF16_NEED.items() if k != "dtype"}]
+    assert twin["needs"] == [BF16_NEED]
     # An op whose dtype check takes float16 only gets no twin; an fp32 launch gets none either.
     assert len(launch_record.bf16_twins([_matmul_spec([BF16_NEED])])) == 1
     fp32 = _matmul_spec([{"accepts": "bfloat16"}])
@@ -198,3 +198,9 @@ def test_numba_kernels_compile_to_ptx_for_every_class(tmp_path):
     assert "week1_cuda_python.vector_add:add_grid_stride_kernel" in launched_none, out
     status, out = _matrix(tmp_path, [add, bad])
     assert status == 1 and "5 FAIL" in out, out
+
+
+def test_a_bf16_refusal_that_reached_a_kernel_without_a_dot_does_not_refuse_it(tmp_path):
+    # vector_add has no tl.dot: a bf16 refusal beside its launch came from another op of its caller.
+    status, out = _matrix(tmp_path, [_spec(1024, "*fp16", needs=[{"accepts": "bfloat16"}, BF16_NEED])])
+    assert status == 0 and "(1 of them the bf16" in out and "10 fit" in out and "0 refused" in out, out
