@@ -152,10 +152,16 @@ def _watch_capability_questions(runtime) -> None:
 
 
 def _watch_dtype_checks() -> None:
-    """`validate.tensor` of a float16 tensor where bfloat16 is allowed too: the op takes bf16."""
+    """`validate.tensor` of a float16 tensor where bfloat16 is allowed too: the op takes bf16.
+
+    Patched once course.validate is loaded, at the next launch: not imported from here, since
+    validate imports course.runtime, which installs this recorder (a circle). The launch before the
+    patch (the process's first, whose launcher loaded validate) goes without these notes."""
     import torch
 
-    from course import validate
+    validate = sys.modules.get("course.validate")
+    if validate is None or getattr(validate.tensor, "_course_recorded", False):
+        return
     plain = validate.tensor
 
     def tensor(x, name, *, dtypes=None, **kwargs):
@@ -164,6 +170,7 @@ def _watch_dtype_checks() -> None:
             _note({"accepts": "bfloat16"}, depth=3)
         return checked
 
+    tensor._course_recorded = True
     validate.tensor = tensor
 
 
@@ -203,9 +210,9 @@ def install(path: str, runtime) -> None:
         return
     plain_run = InterpretedFunction.run
     _watch_capability_questions(runtime)
-    _watch_dtype_checks()
 
     def run(self, *args, grid, warmup, **kwargs):
+        _watch_dtype_checks()
         if not self.fn.__module__.startswith(_lesson_packages()):
             # A test's toy kernel, or a learner's script in a subprocess (it inherits the variable):
             # not one of the course's kernels, and not importable by the matrix (`__main__`).

@@ -173,6 +173,8 @@ def test_the_recorder_writes_bf16_questions_and_numba_launches(tmp_path):
     script.write_text("import torch\nfrom course import runtime\n"
                       "from week3_triton_kernels import matmul_basic\nfrom week1_cuda_python import vector_add\n"
                       "a = torch.ones(16, 16, dtype=torch.float16)\nmatmul_basic.matmul_plain(a, a)\n"
+                      # the dtype checks are watched from the second launch on (launch_record._watch_dtype_checks)
+                      "matmul_basic.matmul_plain(a, a)\n"
                       "x = torch.ones(100)\nvector_add.vector_add_numba(x, x)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), COURSE_BACKEND="sim", COURSE_RECORD_LAUNCHES=str(record))
     subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, check=True, timeout=300)
