@@ -150,13 +150,15 @@ def refused_on(spec: dict, gpu) -> tuple[str, str] | None:
     """("refused", why) when the launcher refuses class `gpu` before this launch (a
     `require_capability` it passed in simulation, with its message); ("other", why) when it takes
     another path there (a `has_capability` that said yes); None when it launches this there."""
-    below = [need for need in spec.get("needs", []) if gpu.capability < tuple(need["minimum"])]
+    below = [need for need in spec.get("needs", []) if "minimum" in need and gpu.capability < tuple(need["minimum"])]
     refusals = [need["why"] for need in below if "why" in need]
     if refusals:
         return "refused", refusals[0]
     if below:
-        minimum = max(tuple(need["minimum"]) for need in below)
-        return "other", f"the launcher takes another path below sm_{minimum[0]}{minimum[1]}"
+        need = max(below, key=lambda n: tuple(n["minimum"]))
+        asker = f"`{need['asker']}()`" if need.get("asker") else "the launcher"
+        return "other", (f"another path below sm_{need['minimum'][0]}{need['minimum'][1]}: {asker} asks for it and "
+                         "takes its other branch there")
     return None
 
 
@@ -191,9 +193,14 @@ def compile_one(fn, spec: dict, overrides: dict, gpu) -> dict:
         why.append(f"{shared // 1024} KB shared > {gpu.shared_per_block // 1024} KB")
     if registers * 32 * warps > gpu.registers_per_block:
         why.append(f"{registers} registers x {32 * warps} threads > {gpu.registers_per_block}")
-    if not gpu.bf16_dot and "*bf16" in signature.values() and "dot(" in fn.src and "mma" not in compiled.asm["ptx"]:
-        why.append(f"bf16 tl.dot on {gpu.arch} has no tensor cores: Triton compiles a slow fallback (route to float16 "
-                   "or refuse before launch)")
+    # A bf16 tl.dot compiles for sm_75 (Triton 3.6: bf16 emulated with integer shifts, the dot as FMAs;
+    # course/runtime.py, above require_bf16_tensor_cores): it would launch, on a path nothing has checked.
+    # Its launcher must refuse bfloat16 there (then this is never compiled: `refused_on`); one that
+    # does not is a FAIL here.
+    bf16 = any("bf16" in str(kind) for kind in signature.values())
+    if not gpu.bf16_dot and bf16 and "tt.dot" in compiled.asm["ttir"]:
+        why.append(f"a bf16 tl.dot on {gpu.arch} (no bf16 tensor cores) and the launcher does not refuse bfloat16 "
+                   "there (runtime.require_bf16_tensor_cores)")
     return {"shared": shared, "registers": registers, "num_warps": warps, "fits": not why, "why": "; ".join(why)}
 
 
@@ -209,8 +216,31 @@ def _compile_cached(fn, spec, overrides, gpu) -> dict:
     return _COMPILED[key]
 
 
+_DOTS: dict = {}
+
+
+def has_dot(fn, spec: dict) -> bool:
+    """Whether the kernel, as specialized, does a tl.dot (its TTIR has tt.dot; compiled for sm_80)."""
+    key = json.dumps([spec["kernel"], spec["signature"], spec["constexprs"]], sort_keys=True, default=str)
+    if key not in _DOTS:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        values = {k: triton.language.dtype(v["dtype"]) if isinstance(v, dict) and "dtype" in v else v
+                  for k, v in spec["constexprs"].items()}
+        signature = {n: tuple(k) if isinstance(k, list) else k for n, k in spec["signature"].items()}
+        source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=values)
+        _DOTS[key] = "tt.dot" in triton.compile(source, target=GPUTarget("cuda", 80, 32)).asm["ttir"]
+    return _DOTS[key]
+
+
 def judge(spec: dict, gpu) -> dict:
     """The verdict for one recorded specialization on one GPU class."""
+    bf16_needs = [n for n in spec.get("needs", []) if n.get("dtype") == "bfloat16"]
+    if bf16_needs and any(gpu.capability < tuple(n["minimum"]) for n in bf16_needs) \
+            and not has_dot(_jit_function(spec["kernel"])[1], spec):
+        # A bf16 refusal that reached a kernel without a tl.dot came from another op its caller ran
+        # (the recorder keeps dtype questions three calls deep): it does not refuse this kernel.
+        spec = dict(spec, needs=[n for n in spec["needs"] if n not in bf16_needs])
     refused = refused_on(spec, gpu)
     if refused:
         return {"verdict": refused[0], "why": refused[1]}
@@ -265,11 +295,15 @@ def _judge_all(spec: dict) -> list[dict]:
     return [judge(spec, gpu) for gpu in runtime.GPU_CLASSES]
 
 
-def kernel_rows(specs: list[dict], gpus, jobs: int = 1) -> tuple[dict, int]:
-    """({kernel: {class name: counts and reasons}}, code paths compiled): per kernel and class, how
+def kernel_rows(specs: list[dict], gpus, jobs: int = 1) -> tuple[dict, int, int]:
+    """({kernel: {class name: counts and reasons}}, code paths compiled, of them bf16 twins): per kernel and class, how
     many code paths fit, go another way, are refused (and why) or FAIL (and why). Kernels defined
-    in tests/ are left out (the course launches them nowhere). `jobs` processes compile side by side."""
-    paths = representatives([s for s in specs if "unrecordable" not in s and not s["kernel"].startswith("tests.")])
+    in tests/ are left out (the course launches them nowhere). The bf16 twins of float16 launches
+    are added first (`launch_record.bf16_twins`). `jobs` processes compile side by side."""
+    from course import launch_record
+    specs = [s for s in specs if not s.get("numba")]  # week 1's Numba launches: course/numba_ptx.py
+    recorded = [s for s in specs if "unrecordable" not in s and not s["kernel"].startswith("tests.")]
+    paths = representatives(launch_record.bf16_twins(recorded))
     if jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -281,7 +315,7 @@ def kernel_rows(specs: list[dict], gpus, jobs: int = 1) -> tuple[dict, int]:
     else:
         verdicts = [_judge_all(spec) for spec in paths]
     rows: dict[str, dict] = {}
-    empty = lambda: {g.name: {word: 0 for word in WORDS} | {"why": []} for g in gpus}  # noqa: E731
+    empty = lambda: {g.name: {word: 0 for word in WORDS} | {"why": [], "verdict_of": {}} for g in gpus}  # noqa: E731
     for spec, per_gpu in zip(paths, verdicts):
         row = rows.setdefault(spec["kernel"], empty())
         for gpu, verdict in zip(gpus, per_gpu):
@@ -289,12 +323,14 @@ def kernel_rows(specs: list[dict], gpus, jobs: int = 1) -> tuple[dict, int]:
             cell[verdict["verdict"]] += 1
             if verdict["verdict"] != "fits" and verdict["why"] not in cell["why"]:
                 cell["why"].append(verdict["why"])
+                cell["verdict_of"][verdict["why"]] = verdict["verdict"]
     for spec in specs:
         if "unrecordable" in spec and not spec["kernel"].startswith("tests."):
             for cell in rows.setdefault(spec["kernel"], empty()).values():
                 cell["FAILS"] += 1
                 cell["why"].append(f"not recorded: {spec['unrecordable']}")
-    return rows, len(paths)
+                cell["verdict_of"][cell["why"][-1]] = "FAILS"
+    return rows, len(paths), sum("twin" in spec for spec in paths)
 
 
 WORDS = ("fits", "other", "refused", "FAILS")
@@ -308,7 +344,7 @@ def cell_word(cell: dict) -> str:
 
 
 def main(args) -> int:
-    from course import launch_record, runtime
+    from course import launch_record, numba_ptx, runtime
 
     if runtime.BACKEND != "compile":
         print(f"compile-matrix needs COURSE_BACKEND=compile (this process chose {runtime.BACKEND!r})")
@@ -317,7 +353,7 @@ def main(args) -> int:
     specs = launch_record.read(record)
     gpus = runtime.GPU_CLASSES
     started = time.time()
-    rows, compiled = kernel_rows(specs, gpus, jobs=args.jobs)
+    rows, compiled, twins = kernel_rows(specs, gpus, jobs=args.jobs)
     seconds = time.time() - started
     width = max((len(k) for k in rows), default=10)
     print(f"{'kernel':<{width}}  " + "  ".join(f"{g.arch:>14}" for g in gpus))
@@ -332,18 +368,26 @@ def main(args) -> int:
             cell = rows[kernel][g.name]
             for why in cell["why"]:
                 print(f"  {cell_word(cell):<14} {g.arch} {kernel}: {why}")
-    print(f"\n{len(rows)} kernels, {len(specs)} specializations recorded, {compiled} code paths x {len(gpus)} GPU "
+    print(f"\n{len(rows)} kernels, {len(specs)} specializations recorded, {compiled} code paths ({twins} of them the bf16 "
+          f"twins of float16 launches) x {len(gpus)} GPU "
           f"classes compiled in {seconds:.0f} s: {totals['fits']} fit, {totals['other']} take another path, "
           f"{totals['refused']} refused by the launcher before launch, {totals['FAILS']} FAIL")
+    numba = numba_ptx.compile_all(specs, gpus)
+    for failure in numba["failures"]:
+        print("  FAIL", failure)
+    if numba["specializations"]:
+        print(numba_ptx.summary(numba))
     if args.write:
         out = {"how": "python -m course compile-matrix --write",
                "record": str(record.relative_to(ROOT)) if record.is_relative_to(ROOT) else str(record),
                "triton": runtime.describe()["triton"], "specializations": len(specs), "code_paths": compiled,
+               "bf16_twins": twins,
                "classes": [{"name": g.name, "arch": g.arch, "shared_per_block": g.shared_per_block} for g in gpus],
-               "totals": totals, "kernels": {k: {g.name: rows[k][g.name] for g in gpus} for k in sorted(rows)}}
+               "totals": totals, "numba": {k: v for k, v in numba.items() if k != "failures"},
+               "kernels": {k: {g.name: rows[k][g.name] for g in gpus} for k in sorted(rows)}}
         RESULT.write_text(json.dumps(out, indent=1) + "\n")
         print("wrote", RESULT.relative_to(ROOT))
-    return 1 if totals["FAILS"] else 0
+    return 1 if totals["FAILS"] or numba["failed"] else 0
 
 
 def summary_lines(gpu_name: str | None = None, result: Path = RESULT) -> list[str]:
@@ -374,37 +418,60 @@ GPUS_BEGIN = ("<!-- gpus:begin (generated by `python -m course report` from test
 GPUS_END = "<!-- gpus:end -->"
 
 
+def _reason_text(why: str, verdict: str) -> str:
+    """A refusal "X needs compute capability >= a.b: Y" as a table cell's "refused: X needs sm_ab; Y"."""
+    if verdict == "refused" and " needs compute capability >= " in why:
+        what, _, rest = why.partition(" needs compute capability >= ")
+        version, _, instead = rest.partition(": ")
+        return f"refused: {what} needs sm_{version.replace('.', '')}; {instead}"
+    return f"{verdict}: {why}" if verdict == "FAILS" else why
+
+
+def lesson_cell(cells: list[dict]) -> str:
+    """One lesson on one GPU class, from its kernels' cells: "same kernels", or what does not run as
+    on the H100 there: each refusal with its reason and fallback, each other path with the branch."""
+    total = {w: sum(cell[w] for cell in cells) for w in WORDS}
+    if not (total["other"] or total["refused"] or total["FAILS"]):
+        return "same kernels"
+    reasons = []
+    for cell in cells:
+        for why in cell["why"]:
+            text = _reason_text(why, cell.get("verdict_of", {}).get(why, "refused" if cell["refused"] else "other"))
+            if text not in reasons:
+                reasons.append(text)
+    rest = ["the rest: same kernels"] if total["fits"] else []
+    return "<br>".join(sorted(reasons, key=lambda r: (not r.startswith("FAILS"), r)) + rest).replace("|", "\\|")
+
+
 def readme_section(result: Path = RESULT) -> str:
-    """README's "What runs on your GPU": lesson x GPU class, with the counts on top."""
+    """README's "What runs on your GPU": lesson x GPU class, with the counts on top; a cell that is
+    not "same kernels" says what is refused (why, and the fallback) or which other path runs."""
     if not result.exists():
         return f"(no {result.name} yet: `python -m course compile-matrix --write`)"
     record = json.loads(result.read_text())
     classes = record["classes"]
     t = record["totals"]
+    twins = record.get("bf16_twins", 0)
     lines = [f"Every Triton kernel the tests launch ({len(record['kernels'])} kernels, {record['code_paths']} code "
-             f"paths), compiled without a GPU for each class by `python -m course compile-matrix` (Triton "
+             f"paths, {twins} of them the bfloat16 twins of float16 launches, which the simulation does not run), "
+             f"compiled without a GPU for each class by `python -m course compile-matrix` (Triton "
              f"{record['triton']}): of {sum(t.values())} code path x class pairs, {t['fits']} compile and fit, "
              f"{t['other']} give way to another path of the same lesson, {t['refused']} are refused by the "
-             f"launcher before any launch (the message names the fallback), {t['FAILS']} would fail.", "",
-             "| lesson | " + " | ".join(f"{c['name']} ({c['arch']})" for c in classes) + " |",
-             "|---|" + "---|" * len(classes)]
+             f"launcher before any launch (the message names the fallback), {t['FAILS']} would fail."]
+    numba = record.get("numba")
+    if numba:
+        lines += ["", f"Week 1's Numba kernels: {numba['kernels']} kernels, {numba['specializations']} launched "
+                      f"specializations, compiled to PTX for {', '.join(numba['targets'])}: {numba['compiled']} "
+                      f"compile, {numba['failed']} fail (`numba.cuda.compile_ptx`, {numba['numba_cuda']})."]
+    lines += ["", "| lesson | " + " | ".join(f"{c['name']} ({c['arch']})" for c in classes) + " |",
+              "|---|" + "---|" * len(classes)]
     lessons: dict[str, dict] = {}
     for kernel, row in record["kernels"].items():
         lesson = kernel.partition(":")[0]
         for c in classes:
             lessons.setdefault(lesson, {}).setdefault(c["name"], []).append(row[c["name"]])
     for lesson in sorted(lessons):
-        words = []
-        for c in classes:
-            cells = lessons[lesson][c["name"]]
-            total = {w: sum(cell[w] for cell in cells) for w in WORDS}
-            word = ("FAILS" if total["FAILS"] else "same kernels" if not (total["other"] or total["refused"])
-                    else "refused" if not total["fits"] and not total["other"] else "partly another path or refused")
-            words.append(word)
-        lines.append(f"| {lesson} | " + " | ".join(words) + " |")
-    reasons = sorted({why for row in record["kernels"].values() for c in classes for why in row[c["name"]]["why"]})
-    if reasons:
-        lines += ["", "Why, where a lesson is refused or takes another path:", ""] + [f"- {why}" for why in reasons]
+        lines.append(f"| {lesson} | " + " | ".join(lesson_cell(lessons[lesson][c["name"]]) for c in classes) + " |")
     return "\n".join(lines)
 
 

@@ -16,6 +16,14 @@ What the launcher asked before the launch is recorded with it ("needs"): each
 and each `runtime.has_capability(minimum)` that said yes (a route another GPU would not take), made
 by a function still on the call stack of the launch, i.e. by the launcher on its way to this launch.
 On a GPU class below `minimum` the matrix reports the launch as refused there, with that message.
+
+bfloat16: the bf16 test cases run on a GPU only (the interpreter computes bf16 on raw bits), so a
+simulation run launches no bf16 kernel. Two more questions are recorded to derive them
+(`bf16_twins`): `validate.tensor(x, dtypes=...)` given a float16 tensor where the dtypes also allow
+bfloat16 (the public op takes bf16 too: {"accepts": "bfloat16"}), and each
+`runtime.require_bf16_tensor_cores` (a refusal of bf16 below sm_80, which applies to the bf16
+launch only: {"dtype": "bfloat16", ...}). Each float16 launch of such an op gets a bf16 twin, its
+float16 pointers and dtype constexprs made bfloat16, with the refusal the bf16 launch would meet.
 """
 from __future__ import annotations
 
@@ -74,6 +82,12 @@ def _lesson_packages() -> tuple[str, ...]:
     return tuple(week.package for week in weeks.all_weeks())
 
 
+def _tracing() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _lesson_frames(frame) -> list:
     found = []
     while frame is not None:
@@ -83,10 +97,15 @@ def _lesson_frames(frame) -> list:
     return found
 
 
-def _note(need: dict) -> None:
+def _note(need: dict, depth: int = 2) -> None:
+    if _tracing():  # Dynamo tracing an op (it cannot trace sys._getframe): nothing to note, the
+        return  # launch itself happens later, outside the trace
     # The lesson function that asked and its lesson caller (a launcher asking through a helper
     # such as `supported_here()`); not further out, where a model's forward calls many ops.
-    frames = _lesson_frames(sys._getframe(2))[:2]
+    # The dtype questions are asked one call deeper (flash attention: check_attention_inputs <-
+    # check_inputs <- flash_attention_forward): depth 3, and the matrix drops a bf16 refusal that
+    # reached a kernel without a tl.dot from a sibling op (compile_matrix.judge).
+    frames = _lesson_frames(sys._getframe(2))[:depth]
     if frames:
         _asked.append((frames, need))
 
@@ -108,8 +127,10 @@ def _watch_capability_questions(runtime) -> None:
 
     def has_capability(minimum, device=None):
         answer = has(minimum, device)
-        if answer:
-            _note({"minimum": list(minimum), "route": True})
+        if answer and not _tracing():
+            asker = sys._getframe(1)  # the function that asked: its other branch runs below `minimum`
+            _note({"minimum": list(minimum), "route": True,
+                   "asker": f"{asker.f_globals.get('__name__', '?')}.{asker.f_code.co_name}"})
         return answer
 
     def require_capability(minimum, what, instead, device=None):
@@ -117,6 +138,68 @@ def _watch_capability_questions(runtime) -> None:
         _note({"minimum": list(minimum), "why": f"{what} needs compute capability >= {minimum[0]}.{minimum[1]}: {instead}"})
 
     runtime.has_capability, runtime.require_capability = has_capability, require_capability
+
+    bf16 = runtime.require_bf16_tensor_cores
+
+    def require_bf16_tensor_cores(dtype, what, device=None):
+        bf16(dtype, what, device)
+        minimum = runtime.BF16_MINIMUM
+        refused, instead = runtime.bf16_refusal(what)
+        _note({"minimum": list(minimum), "dtype": "bfloat16",
+               "why": f"{refused} needs compute capability >= {minimum[0]}.{minimum[1]}: {instead}"}, depth=3)
+
+    runtime.require_bf16_tensor_cores = require_bf16_tensor_cores
+
+
+def _watch_dtype_checks() -> None:
+    """`validate.tensor` of a float16 tensor where bfloat16 is allowed too: the op takes bf16.
+
+    Patched once course.validate is loaded, at the next launch: not imported from here, since
+    validate imports course.runtime, which installs this recorder (a circle). The launch before the
+    patch (the process's first, whose launcher loaded validate) goes without these notes."""
+    import torch
+
+    validate = sys.modules.get("course.validate")
+    if validate is None or getattr(validate.tensor, "_course_recorded", False):
+        return
+    plain = validate.tensor
+
+    def tensor(x, name, *, dtypes=None, **kwargs):
+        checked = plain(x, name, dtypes=dtypes, **kwargs)
+        if dtypes is not None and torch.bfloat16 in dtypes and x.dtype == torch.float16:
+            _note({"accepts": "bfloat16"}, depth=3)
+        return checked
+
+    tensor._course_recorded = True
+    validate.tensor = tensor
+
+
+def bf16_twins(specs: list[dict]) -> list[dict]:
+    """`specs` with the bf16 questions resolved: each float16 launch of an op that accepts bfloat16
+    followed by its bf16 twin (marked "twin"), which carries the op's bf16 refusal; the refusal is
+    dropped from launches that are not bf16 (a T4 runs their float16 as it is)."""
+    out = []
+    for spec in specs:
+        needs = spec.get("needs", [])
+        plain = [n for n in needs if "accepts" not in n and "dtype" not in n]
+        bf16_needs = [n for n in needs if n.get("dtype") == "bfloat16"]
+        types = [str(kind) for kind in spec["signature"].values()]
+        is_bf16 = any("bf16" in kind for kind in types)
+        base = {k: v for k, v in spec.items() if k != "needs"}
+        if plain + (bf16_needs if is_bf16 else []):
+            base["needs"] = plain + (bf16_needs if is_bf16 else [])
+        out.append(base)
+        if is_bf16 or not any(n.get("accepts") == "bfloat16" for n in needs) or not any("fp16" in k for k in types):
+            continue
+        twin = dict(base, twin="bf16, derived from this float16 launch")
+        twin["signature"] = {name: kind.replace("fp16", "bf16") if isinstance(kind, str) and kind != "constexpr"
+                             else kind for name, kind in spec["signature"].items()}
+        twin["constexprs"] = {name: {"dtype": "bf16"} if value == {"dtype": "fp16"} else value
+                              for name, value in spec["constexprs"].items()}
+        if plain + bf16_needs:
+            twin["needs"] = plain + bf16_needs
+        out.append(twin)
+    return out
 
 
 def install(path: str, runtime) -> None:
@@ -129,6 +212,7 @@ def install(path: str, runtime) -> None:
     _watch_capability_questions(runtime)
 
     def run(self, *args, grid, warmup, **kwargs):
+        _watch_dtype_checks()
         if not self.fn.__module__.startswith(_lesson_packages()):
             # A test's toy kernel, or a learner's script in a subprocess (it inherits the variable):
             # not one of the course's kernels, and not importable by the matrix (`__main__`).
@@ -142,14 +226,22 @@ def install(path: str, runtime) -> None:
         except (TypeError, ValueError) as error:  # recorded as such: the matrix counts it
             line = json.dumps({"kernel": f"{self.fn.__module__}:{self.fn.__qualname__}",
                                "unrecordable": str(error)}, sort_keys=True)
-        if line not in _seen:
-            _seen.add(line)
-            with open(path, "a") as out:
-                out.write(line + "\n")
+        _write(path, line)
         return plain_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     run._course_recorded = True
     InterpretedFunction.run = run
+    # Week 1's Numba launches too, in the same file: course/numba_ptx.py compiles them to PTX.
+    from course import numba_ptx
+    numba_ptx.install(lambda spec: _write(path, json.dumps(spec, sort_keys=True)),
+                      lambda module: module.startswith(_lesson_packages()))
+
+
+def _write(path: str, line: str) -> None:
+    if line not in _seen:
+        _seen.add(line)
+        with open(path, "a") as out:
+            out.write(line + "\n")
 
 
 def read(path) -> list[dict]:

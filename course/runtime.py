@@ -121,6 +121,12 @@ def _enter_compile_only() -> None:
             raise RuntimeError(f"{BACKEND_ENV}=compile needs Triton's GPU kernels, and triton was imported with "
                                "TRITON_INTERPRET=1: start a fresh process without it")
         del os.environ["TRITON_INTERPRET"]
+    # Numba's real CUDA target, not its simulator: `numba.cuda.compile_ptx` (course/numba_ptx.py).
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        if "numba.cuda" in sys.modules:
+            raise RuntimeError(f"{BACKEND_ENV}=compile needs Numba's CUDA target, and numba.cuda was imported with "
+                               "NUMBA_ENABLE_CUDASIM=1: start a fresh process without it")
+        del os.environ["NUMBA_ENABLE_CUDASIM"]
 
 
 BACKEND = _choose_backend()
@@ -175,13 +181,31 @@ def require_capability(minimum: tuple[int, int], what: str, instead: str, device
                            f"({name}) is {major}.{minor}: {instead}")
 
 
+# What a T4 (sm_75) does with a bf16 tl.dot, measured with Triton 3.6 (`triton.compile(ASTSource(...),
+# target=GPUTarget("cuda", 75, 32))` of a 64 x 64 tl.dot, CPU only): it COMPILES, without error or
+# warning, and the PTX has no mma instruction and no bf16 conversion: bf16 is widened to fp32 with
+# integer shifts (cvt.u32.u16) and the dot becomes 2,048 fma.rn.f32 per thread. For sm_80 the same
+# kernel is mma.sync.m16n8k16...bf16. Triton 3.9.0 compiles both the same way. (Both give a float16
+# tl.dot on sm_75 the same FMA loop: they emit mma for sm_80 and newer only.) So nothing stops a
+# bf16 launch on a T4: it would run as emulated bf16, a path no test or tolerance of the course has
+# checked on that GPU. The launchers refuse it before launch instead, naming float16, the 16-bit
+# dtype a T4 computes natively.
+BF16_MINIMUM = (8, 0)
+BF16_INSTEAD = "use float16 (a T4 has neither bf16 tensor cores nor bf16 arithmetic: Triton would emulate bf16)"
+
+
+def bf16_refusal(what: str) -> tuple[str, str]:
+    """(what, instead) of the refusal `require_bf16_tensor_cores` raises: also the compile matrix's
+    reason for the bf16 launches it derives (course/launch_record.py)."""
+    return f"{what} in bfloat16 (bf16 tensor cores)", BF16_INSTEAD
+
+
 def require_bf16_tensor_cores(dtype, what: str, device=None) -> None:
     """For a launcher whose kernel has a `tl.dot`: refuse bfloat16 on a GPU without bf16 tensor
-    cores (the T4, sm_75), where Triton compiles the dot to a slow fallback, naming float16 (the
-    same kernel on its fp16 tensor cores) instead. Nothing for other dtypes, or in simulation."""
+    cores (the T4, sm_75; see the note above), naming float16 instead. Nothing for other dtypes,
+    or in simulation. One call per public op, before any launch."""
     if dtype == torch.bfloat16:
-        require_capability((8, 0), f"{what} in bfloat16 (bf16 tensor cores)",
-                           "use float16: the same kernel runs on this GPU's fp16 tensor cores", device)
+        require_capability(BF16_MINIMUM, *bf16_refusal(what), device)
 
 
 def pick(gpu, sim):
@@ -280,7 +304,8 @@ class GpuClass:
     `shared_per_block`: the opt-in maximum of shared memory one block may use (bytes);
     `registers_per_block`: 32-bit registers one block may use (registers per thread x threads);
     `bf16_dot`, `fp8_dot`, `tma`: whether its tensor cores take bf16 / fp8 and it has a TMA engine
-    (a bf16 `tl.dot` compiles on sm_75 too, to a slow fallback: launchers route or refuse it)."""
+    (a bf16 `tl.dot` compiles on sm_75 too, to emulated bf16 and FMAs: launchers refuse it there,
+    `require_bf16_tensor_cores`)."""
     name: str
     capability: tuple[int, int]
     shared_per_block: int

@@ -37,7 +37,7 @@ def test_a_kernel_that_fits_everywhere_and_one_refused_below_its_capability(tmp_
     needs = [{"minimum": [9, 0], "why": "demo needs compute capability >= 9.0: use the other one"}]
     status, out = _matrix(tmp_path, [_spec(1024), _spec(1024, "*fp16", needs)])
     assert status == 0, out
-    assert "2 code paths x 5 GPU classes" in out and "6 fit" in out and "4 refused" in out and "0 FAIL" in out, out
+    assert "2 code paths (0 of them the bf16 twins of float16 launches) x 5 GPU classes" in out and "6 fit" in out and "4 refused" in out and "0 FAIL" in out, out
     assert "sm_75 " + ADD + ": demo needs compute capability >= 9.0: use the other one" in out, out
 
 
@@ -101,3 +101,109 @@ def test_bf16_dot_is_refused_on_a_t4_naming_float16(monkeypatch):
     runtime.require_bf16_tensor_cores(torch.float16, "demo")  # fp16 tensor cores: a T4 has them
     with pytest.raises(runtime.NotOnThisGpu, match=r"demo in bfloat16 .* >= 8\.0.*use float16"):
         runtime.require_bf16_tensor_cores(torch.bfloat16, "demo")
+
+
+MATMUL = "week3_triton_kernels.matmul_basic:matmul_plain_kernel"
+NUMBA_ADD = {"numba": True, "kernel": "week1_cuda_python.vector_add:add_kernel",
+             "args": [{"array": ["float32", 1, "C"]}] * 3}
+BF16_NEED = {"minimum": [8, 0], "dtype": "bfloat16",
+             "why": "demo matmul in bfloat16 (bf16 tensor cores) needs compute capability >= 8.0: use float16"}
+
+
+def _matmul_spec(needs) -> dict:
+    names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
+             "stride_cm", "stride_cn"]
+    signature = {n: "*fp16" if n.endswith("_ptr") else "i32" for n in names}
+    constexprs = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    import inspect
+    from week3_triton_kernels import matmul_basic
+    params = list(inspect.signature(matmul_basic.matmul_plain_kernel.fn).parameters)
+    assert params[:len(names)] == names, params  # the kernel's arguments, as this test spells them
+    for name in params[len(names):]:
+        signature[name] = "constexpr"
+        constexprs.setdefault(name, 32)
+    return {"kernel": MATMUL, "signature": signature, "constexprs": constexprs, "options": {"num_warps": 4},
+            "needs": needs}
+
+
+def test_bf16_twins_carry_the_bf16_refusal_and_the_float16_launch_drops_it():
+    from course import launch_record
+
+    plain, twin = launch_record.bf16_twins([_matmul_spec([{"accepts": "bfloat16"}, BF16_NEED])])
+    assert "needs" not in plain and set(plain["signature"].values()) == {"*fp16", "i32", "constexpr"}
+    assert twin["twin"] and set(twin["signature"].values()) == {"*bf16", "i32", "constexpr"}
+    assert twin["needs"] == [BF16_NEED]
+    # An op whose dtype check takes float16 only gets no twin; an fp32 launch gets none either.
+    assert len(launch_record.bf16_twins([_matmul_spec([BF16_NEED])])) == 1
+    fp32 = _matmul_spec([{"accepts": "bfloat16"}])
+    fp32["signature"] = {k: "*fp32" if v == "*fp16" else v for k, v in fp32["signature"].items()}
+    assert len(launch_record.bf16_twins([fp32])) == 1
+
+
+def test_a_bf16_dot_is_refused_on_a_t4_and_an_op_that_does_not_refuse_it_fails(tmp_path):
+    status, out = _matrix(tmp_path, [_matmul_spec([{"accepts": "bfloat16"}, BF16_NEED])])
+    assert status == 0 and "2 code paths (1 of them the bf16" in out and "1 refused" in out and "0 FAIL" in out, out
+    assert "sm_75 " + MATMUL + ": demo matmul in bfloat16" in out, out
+    # The same op without `runtime.require_bf16_tensor_cores`: its bf16 tl.dot would launch on a T4.
+    status, out = _matrix(tmp_path, [_matmul_spec([{"accepts": "bfloat16"}])])
+    assert status == 1 and "1 FAIL" in out and "require_bf16_tensor_cores" in out, out
+
+
+def test_every_launcher_of_a_bf16_dot_refuses_bf16_on_a_t4(monkeypatch):
+    """Each public op whose kernel does bf16 tensor-core math refuses bfloat16 on sm_75 before any
+    launch, naming float16 (the matrix checks the same from the record: no bf16 twin FAILs)."""
+    import torch
+    from week3_triton_kernels import matmul_basic
+    from week4_triton_dl import attention_naive
+
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (7, 5))
+    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*>= 8\.0.*use float16"):
+        matmul_basic.matmul_plain(a, a)
+    q = torch.ones(1, 1, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
+        attention_naive.attention_naive(q, q, q)
+    matmul_basic.matmul_plain(a.half(), a.half())  # float16 runs there
+
+
+def test_the_recorder_writes_bf16_questions_and_numba_launches(tmp_path):
+    if runtime.on_gpu():
+        pytest.skip("the recorder watches the interpreter's and the simulator's launches: simulation only")
+    record = tmp_path / "launches.jsonl"
+    script = tmp_path / "learner.py"
+    script.write_text("import torch\nfrom course import runtime\n"
+                      "from week3_triton_kernels import matmul_basic\nfrom week1_cuda_python import vector_add\n"
+                      "a = torch.ones(16, 16, dtype=torch.float16)\nmatmul_basic.matmul_plain(a, a)\n"
+                      # the dtype checks are watched from the second launch on (launch_record._watch_dtype_checks)
+                      "matmul_basic.matmul_plain(a, a)\n"
+                      "x = torch.ones(100)\nvector_add.vector_add_numba(x, x)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COURSE_BACKEND="sim", COURSE_RECORD_LAUNCHES=str(record))
+    subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, check=True, timeout=300)
+    specs = {s["kernel"]: s for s in map(json.loads, record.read_text().splitlines())}
+    assert set(specs) == {MATMUL, "week1_cuda_python.vector_add:add_kernel"}, specs
+    needs = specs[MATMUL]["needs"]
+    assert {"accepts": "bfloat16"} in needs and any(n.get("dtype") == "bfloat16" and "use float16" in n["why"]
+                                                    for n in needs), needs
+    assert specs["week1_cuda_python.vector_add:add_kernel"] == NUMBA_ADD
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+def test_numba_kernels_compile_to_ptx_for_every_class(tmp_path):
+    add = NUMBA_ADD
+    bad = dict(add, args=[{"array": ["float32", 2, "C"]}] * 3)  # a 2-D array: a[i] is a row, out[i] = ... fails
+    # Blelloch's scan calls a device function (`padded`): numba_ptx.device_functions_for at work.
+    scan = {"numba": True, "kernel": "week1_cuda_python.scan:scan_blelloch_kernel_f32",
+            "args": [{"array": ["float32", 1, "C"]}] * 3 + ["int64"]}
+    status, out = _matrix(tmp_path, [add, scan])
+    assert status == 0 and "Numba: 2 kernels, 2 specializations" in out and "10 compile, 0 FAIL" in out, out
+    launched_none = out.partition("not launched by any test (not checked): ")[2]
+    assert "week1_cuda_python.vector_add:add_grid_stride_kernel" in launched_none, out
+    status, out = _matrix(tmp_path, [add, bad])
+    assert status == 1 and "5 FAIL" in out, out
+
+
+def test_a_bf16_refusal_that_reached_a_kernel_without_a_dot_does_not_refuse_it(tmp_path):
+    # vector_add has no tl.dot: a bf16 refusal beside its launch came from another op of its caller.
+    status, out = _matrix(tmp_path, [_spec(1024, "*fp16", needs=[{"accepts": "bfloat16"}, BF16_NEED])])
+    assert status == 0 and "(1 of them the bf16" in out and "10 fit" in out and "0 refused" in out, out

@@ -1,7 +1,11 @@
-"""Every CUDA C source in the course (exercise stubs included) compiles for the T4 and the H100.
+"""Every CUDA C source in the course (exercise stubs included) compiles for every GPU class its
+launcher accepts: the five of `runtime.GPU_CLASSES` (T4 sm_75, A100 sm_80, RTX 30 sm_86, L4 / RTX 40
+sm_89, H100 sm_90), except a source built for one architecture only, which compiles for that one
+while its launcher refuses every other class, naming the fallback.
 
 nvcc needs no GPU, so this runs on CPU machines too; where nvcc is absent it is skipped.
 """
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,17 +14,40 @@ from course import interop, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in ROOT.glob("*/**/kernels/*.cu") if ".venv" not in p.parts)
-ARCHS = ["sm_75", "sm_90"]  # Colab's T4 (Turing) and the H100 (Hopper)
+ARCHS = [gpu.arch for gpu in runtime.GPU_CLASSES]
+# The wgmma rung (week 1, matmul_tensor_cores): wgmma and setmaxnreg exist on sm_90a alone, so its
+# launcher builds it for sm_90a with its own nvcc command and refuses every other GPU.
+SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu"}
+CASES = [(source, arch) for source in SOURCES
+         for arch in (["sm_90a"] if str(source.relative_to(ROOT)) in SM_90A_ONLY else ARCHS)]
 
 
 def test_sources_were_found():
     assert SOURCES, "no kernels/*.cu files found under the lesson folders"
+    assert {str(s.relative_to(ROOT)) for s in SOURCES} >= SM_90A_ONLY, "an sm_90a-only source moved: update SM_90A_ONLY"
 
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("source, arch", CASES, ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v)
 def test_compiles(source, arch, tmp_path):
-    result = interop.nvcc_compile(source, arch, tmp_path)
-    assert result.returncode == 0, f"nvcc -arch={arch} {source.name} failed:\n{result.stderr}"
+    if arch == "sm_90a":  # the launcher's own command (-gencode=arch=compute_90a,code=sm_90a)
+        from week1_cuda_python import matmul_tensor_cores as tc
+        assert source == tc.WGMMA_SOURCE
+        result = subprocess.run(tc.wgmma_nvcc_command(tmp_path / "wgmma.cubin", runtime.nvcc_path()),
+                                capture_output=True, text=True)
+    else:
+        result = interop.nvcc_compile(source, arch, tmp_path)
+    assert result.returncode == 0, f"nvcc for {arch}: {source.name} failed:\n{result.stderr}"
+
+
+@pytest.mark.parametrize("gpu", runtime.GPU_CLASSES, ids=lambda g: g.arch)
+def test_the_sm_90a_rung_is_refused_on_every_other_class_naming_the_fallback(gpu):
+    from week1_cuda_python import matmul_tensor_cores as tc
+
+    why = tc.wgmma_unsupported(gpu.capability)
+    if gpu.capability == tc.WGMMA_CAPABILITY:
+        assert why is None
+    else:
+        assert why is not None and f"matmul_{tc.WGMMA_FALLBACK}" in why
+        assert f"compute capability {gpu.capability[0]}.{gpu.capability[1]}" in why

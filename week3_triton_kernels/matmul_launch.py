@@ -323,6 +323,7 @@ def run_kernel(kind, kernels: Kernels, a, b, bias, activation, out, M, N, K, *, 
     config=None: autotuned (GPU) or SIM_CONFIG, else that config (a dict of the kernel's
     meta-parameters: the sweep's). `scales` (a_scale, b_scale tensors) and `fp8_precise` serve fp8
     (whose autotuners `kernels` carries: matmul_fp8.py)."""
+    runtime.require_bf16_tensor_cores(a.dtype, "the Triton matmul (tl.dot)")  # the sweep comes here directly
     if scales is not None:  # fp8 operands: refused before any launch where there are no fp8 tensor cores
         runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
                                    "use float16 or bfloat16 operands (matmul)")

@@ -76,6 +76,7 @@ def check_operands(a, b, out, *, dtypes=DTYPES, out_dtype=None):
     """
     validate.tensor(a, "a", dtypes=dtypes, ndim=2, contiguous=False)  # any strides: we pass them
     validate.tensor(b, "b", dtypes=dtypes, ndim=2, contiguous=False)
+    runtime.require_bf16_tensor_cores(a.dtype, "the Triton matmul (tl.dot)")  # before launch: a T4 refuses bf16
     validate.same_dtype(a=a, b=b)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "

@@ -181,6 +181,7 @@ def check_attention_inputs(q, k, v, causal, sm_scale, key_lengths, *, dtypes=DTY
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.tensor(t, name, dtypes=dtypes, ndim=4, contiguous=False)
     validate.same_dtype(q=q, k=k, v=v)
+    runtime.require_bf16_tensor_cores(q.dtype, "Triton attention (tl.dot)")  # before launch: a T4 refuses bf16
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape (B, H, Sk, D): k {tuple(k.shape)}, v {tuple(v.shape)}")
     if q.shape[:2] != k.shape[:2]:

@@ -146,6 +146,7 @@ def swiglu_gate_up(x: torch.Tensor, w_gate_up: torch.Tensor, *, store_gu: bool =
     """
     validate.tensor(x, "x", dtypes=DTYPES, ndim=2, contiguous=False)
     validate.tensor(w_gate_up, "w_gate_up", dtypes=DTYPES, ndim=2, contiguous=False)
+    runtime.require_bf16_tensor_cores(x.dtype, "swiglu_gate_up (tl.dot)")  # before launch: a T4 refuses bf16
     validate.same_dtype(x=x, w_gate_up=w_gate_up)
     if w_gate_up.shape[1] != x.shape[1]:
         raise ValueError(f"w_gate_up has {w_gate_up.shape[1]} columns; expected x's {x.shape[1]} (the model width)")

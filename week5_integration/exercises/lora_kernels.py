@@ -220,6 +220,7 @@ def launch_fused(p, q, u, v, scale, out, xa_out, store_xa):
 
     Forward: (p, q, u, v) = (x, W, A, B). Backward dx: (dY, W^T, B^T, A^T), xa_out = s dY B.
     """
+    runtime.require_bf16_tensor_cores(p.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     M, K = p.shape
     N, R = q.shape[0], u.shape[0]
     if M == 0 or N == 0:
@@ -240,6 +241,7 @@ def launch_fused(p, q, u, v, scale, out, xa_out, store_xa):
 
 
 def launch_epilogue(x2, weight, xa, lora_b, out):
+    runtime.require_bf16_tensor_cores(x2.dtype, "the LoRA kernels (tl.dot)")  # before launch: a T4 refuses bf16
     M, K = x2.shape
     N, R = weight.shape[0], xa.shape[1]
     if M == 0 or N == 0:

@@ -165,6 +165,7 @@ def nf4_dequantize(w: NF4Weight, dtype=torch.bfloat16, *, out=None) -> torch.Ten
 def nf4_matmul(x: torch.Tensor, w: NF4Weight, *, out=None) -> torch.Tensor:
     """x dequant(W)^T for x (..., K), W an NF4Weight of shape (N, K): the fused kernel (no autograd)."""
     validate.tensor(x, "x", dtypes=X_DTYPES, contiguous=False)
+    runtime.require_bf16_tensor_cores(x.dtype, "nf4_matmul (tl.dot)")  # before launch: a T4 refuses bf16
     _check_nf4(w)
     if len(w.shape) != 2:
         raise ValueError(f"weight must be a 2-D (out_features, in_features) matrix, got shape {w.shape}")

@@ -201,6 +201,7 @@ def config_for(M: int, N: int, K: int, itemsize: int = 2) -> Int8Config:
 def _check(x, q, scale, out):
     """Validate the operands (before any launch); return (M, N, K, out)."""
     validate.tensor(x, "x", dtypes=X_DTYPES, ndim=2)
+    runtime.require_bf16_tensor_cores(x.dtype, "the int8 matmul (tl.dot)")  # before launch: a T4 refuses bf16
     validate.tensor(q, "q", dtypes=(torch.int8,), ndim=2)
     validate.tensor(scale, "scale", dtypes=(torch.float32,), ndim=1)
     M, K = x.shape
