@@ -154,7 +154,7 @@ def test_every_launcher_of_a_bf16_dot_refuses_bf16_on_a_t4(monkeypatch):
     launch, naming float16 (the matrix checks the same from the record: no bf16 twin FAILs)."""
     import torch
     from week3_triton_kernels import matmul_basic
-    from week4_triton_dl import attention_naive
+    from week4_triton_dl.attention import naive as attention_naive
 
     monkeypatch.setattr(runtime, "capability", lambda device=None: (7, 5))
     a = torch.ones(16, 16, dtype=torch.bfloat16)
