@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from course import validate
+from course import runtime, validate
 from course.gpu import tl, triton
 
 DTYPES = (torch.float16, torch.bfloat16)
