@@ -81,9 +81,11 @@ def test_file(solution: Path, root: Path = ROOT) -> Path | None:
     tests = root / "tests" / week_of(package_dir)
     if solution.suffix == ".py":
         candidate = tests / f"test_{solution.stem}.py"
-        if candidate.exists() and solution.parent == package_dir:
-            return candidate
         loads = f'lesson("{module_name(solution, root)}")'
+        # a lesson folder's module (norms/rmsnorm.py) keeps test_rmsnorm.py if that file loads it
+        # (attention/bench.py must not take a test_bench.py about something else)
+        if candidate.exists() and (solution.parent == package_dir or loads in candidate.read_text()):
+            return candidate
         return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
     for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
         if f'"{solution.name}"' in py.read_text():

@@ -1,7 +1,7 @@
 """Exercise: RMSNorm in Triton, forward and backward, as a PyTorch op: eager, autograd and
 torch.compile.
 
-Check your work with `pytest tests/week4/test_norm_inference.py --impl=exercises`; `python -m course
+Check your work with `pytest tests/week4/test_rmsnorm.py --impl=exercises`; `python -m course
 progress` shows where every exercise stands.
 
 You write (about 87 lines in 5 holes, each a TODO below; the tests fail with 'not implemented yet'
