@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from course import weeks
+from course.weeks import week_dir_of
 from classroom.regions import is_marked
 
 ROOT = weeks.ROOT
@@ -40,15 +41,6 @@ def lesson_folders(week: Path) -> list[Path]:
     """A week's folders of lessons (a lesson in several modules: week4_triton_dl/norms/), not its
     exercises/, notebooks/, results/ or kernels/."""
     return sorted(d for d in week.iterdir() if (d / "__init__.py").is_file() and d.name not in weeks.NOT_MODULES)
-
-
-def week_dir_of(solution: Path) -> Path:
-    """The week package a lesson source belongs to: its folder, or the folder above kernels/ or
-    above a lesson folder (week4_triton_dl/attention/flash.py -> week4_triton_dl)."""
-    folder = solution.parent
-    while (folder.parent / "__init__.py").exists():
-        folder = folder.parent
-    return folder
 
 
 def module_name(solution: Path, root: Path = ROOT) -> str:

@@ -12,6 +12,8 @@ import inspect
 import re
 from pathlib import Path
 
+from course import weeks
+
 _BEGIN = re.compile(r"^[ \t]*(#|//) ?(BEGIN|END) (EXERCISE|SOLUTION ONLY)\b")
 _HINT = re.compile(r"^[ \t]*(#|//) (HINT|STUB):")
 
@@ -42,11 +44,9 @@ def strip_markers(source: str) -> str:
 def exercise_of(path: Path) -> Path | None:
     """The learner's stub of a lesson file (week*/exercises/<name>, or exercises/norms/<name> for a
     lesson folder's file), if the course has one."""
-    # exercises/ mirrors the week (classroom/lesson_files.py's stub_path; a notebook imports this
-    # module, and the kit never imports the machinery): the week is the outermost package folder.
-    path = Path(path)
-    week = next((d for d in reversed(path.parents) if (d / "__init__.py").is_file()), path.parent)
-    stub = week / "exercises" / path.relative_to(week)
+    # exercises/ mirrors the week (classroom/lesson_files.py's stub_path, by the same week_dir_of)
+    week = weeks.week_dir_of(path)
+    stub = week / "exercises" / Path(path).relative_to(week)
     return stub if stub.exists() else None
 
 

@@ -43,6 +43,15 @@ KEYS = ("short", "title", "order", "runners", "ladders", "comparisons", "compari
 NOT_MODULES = ("exercises", "notebooks", "results", "kernels")  # folders of a week, not lessons
 
 
+
+def week_dir_of(path) -> Path:
+    """The week package a file belongs to: its outermost package folder (week4_triton_dl for
+    week4_triton_dl/norms/rmsnorm.py, for .../kernels/x.cu and for .../exercises/norms/rmsnorm.py)."""
+    folder = Path(path).parent
+    while (folder.parent / "__init__.py").is_file():
+        folder = folder.parent
+    return folder
+
 @dataclass(frozen=True)
 class Week:
     """One lesson package and what its `COURSE` registry says about it."""
