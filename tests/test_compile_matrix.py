@@ -23,12 +23,12 @@ def _spec(block: int, dtype: str = "*fp32", needs=None) -> dict:
     return spec
 
 
-def _matrix(tmp_path, specs) -> tuple[int, str]:
+def _matrix(tmp_path, specs, *options: str) -> tuple[int, str]:
     record = tmp_path / "launches.jsonl"
     record.write_text("".join(json.dumps(s) + "\n" for s in specs))
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_BACKEND", "TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
     env["PYTHONPATH"] = str(ROOT)
-    run = subprocess.run([sys.executable, "-m", "course", "compile-matrix", "--record", str(record), "--jobs", "1"],
+    run = subprocess.run([sys.executable, "-m", "course", "compile-matrix", "--record", str(record), "--jobs", "1", *options],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return run.returncode, run.stdout + run.stderr
 
@@ -45,6 +45,30 @@ def test_a_config_that_cannot_compile_fails_with_exit_1(tmp_path):
     # tl.arange needs a power of two: BLOCK_SIZE=3 compiles for no GPU, so it could launch on none.
     status, out = _matrix(tmp_path, [_spec(3)])
     assert status == 1 and "5 FAIL" in out and "compile error" in out, out
+
+
+def test_without_ptxas_where_registers_cannot_bind_the_verdicts_are_the_same(tmp_path):
+    # CI's mode: ptxas only where the register limit can be reached. A path that fits and one that cannot
+    # compile get the verdicts of the full mode; the 16-warp path goes through ptxas (its registers are read).
+    wide = dict(_spec(2048), options={"num_warps": 16})
+    status, out = _matrix(tmp_path, [_spec(1024), wide], "--ptxas", "needed")
+    assert status == 0 and "(ptxas: needed)" in out and "10 fit" in out and "0 FAIL" in out, out
+    status, out = _matrix(tmp_path, [_spec(3)], "--ptxas", "needed")
+    assert status == 1 and "5 FAIL" in out and "compile error" in out, out
+
+
+def test_ptxas_is_needed_only_where_the_register_limit_can_be_reached(monkeypatch):
+    t4 = runtime.GPU_CLASSES[0]
+    monkeypatch.setenv(compile_matrix.PTXAS_ENV, "needed")
+    # 255 registers x 32 threads x 8 warps = 65,280 <= 65,536: no 8-warp block can run out of registers.
+    assert not compile_matrix.ptxas_needed(8, t4) and compile_matrix.ptxas_needed(16, t4)
+    monkeypatch.setenv(compile_matrix.PTXAS_ENV, "all")
+    assert compile_matrix.ptxas_needed(1, t4)
+
+
+def test_the_committed_matrix_is_written_with_ptxas_on_every_path(tmp_path):
+    status, out = _matrix(tmp_path, [_spec(1024)], "--ptxas", "needed", "--write")
+    assert status == 2 and "needs --ptxas all" in out, out
 
 
 def test_representatives_keep_one_code_path_with_its_largest_tile():
