@@ -299,6 +299,8 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             wgmma_wait<0>();  // dV, dK done: Q, dO, lse2, Delta of stage s are no longer read
             fence_regs(dv);
             fence_regs(dk);
+            fence_a(pa);   // the A fragments stay untouched until the wgmmas that read them are done
+            fence_a(dsa);
             if (lane == 0) mbar_arrive(&empty[s]);
 
             // dQ_part = dS K over this warpgroup's 64 keys, 64 columns at a time (32 accumulators).

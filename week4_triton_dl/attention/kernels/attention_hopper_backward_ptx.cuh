@@ -89,6 +89,14 @@ __device__ __forceinline__ void fence_regs(float (&d)[N])
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
+// The same for A fragments in registers: they must live (unchanged) until the wgmma reading them is done.
+__device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][r]) :: "memory");
+}
 // 2^x, the SFU's approximation (relative error ~2^-22; 2^-inf = +0): what the exponentials of a
 // softmax use on the GPU.
 __device__ __forceinline__ float ex2(float x)
