@@ -145,19 +145,27 @@ def extension_name() -> str:
 def load_extension():
     """torch.ops.<extension name> with the `backward` op, built on first use (tens of seconds), then
     loaded from the disk cache."""
-    from torch.utils.cpp_extension import load_inline
+    from torch.utils import cpp_extension
 
     if runtime.nvcc_path() is None:
         raise RuntimeError("nvcc is not on PATH: the Hopper attention backward is compiled at first use")
+    # torch finds the toolkit through `which nvcc`; where nvcc is a wrapper outside the toolkit (seen:
+    # /usr/local/bin/nvcc) it guesses /usr/local and the binding misses cuda_runtime.h. Use the standard
+    # toolkit folder then (CUDA_HOME, when set, is never overridden).
+    standard = Path("/usr/local/cuda")
+    found = cpp_extension.CUDA_HOME
+    if (not os.environ.get("CUDA_HOME") and (standard / "include" / "cuda_runtime.h").exists()
+            and not (found and (Path(found) / "include" / "cuda_runtime.h").exists())):
+        cpp_extension.CUDA_HOME = str(standard)
     name = extension_name()
     directory = cache_root() / name
     directory.mkdir(parents=True, exist_ok=True)
     # An -gencode flag in extra_cuda_cflags stops torch adding its own -gencode for the GPU (sm_90 without
     # the "a", which has no wgmma).
-    load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
-                extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE],
-                extra_include_paths=[str(KERNELS)], build_directory=str(directory), is_python_module=False,
-                no_implicit_headers=True, with_cuda=True)
+    cpp_extension.load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
+                              extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE],
+                              extra_include_paths=[str(KERNELS)], build_directory=str(directory),
+                              is_python_module=False, no_implicit_headers=True, with_cuda=True)
     return getattr(torch.ops, name)
 
 
