@@ -26,8 +26,8 @@ from course.check import poisoned, random_tensor
 from tests.week4.attention_helpers import assert_within
 
 from week4_triton_dl.attention import hopper_backward as hb
+from week4_triton_dl.attention import naive as an  # the float64 reference and its error model
 
-an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
 HOPPER = runtime.on_gpu() and hb.unsupported(torch.cuda.get_device_capability()) is None
 hopper = pytest.mark.skipif(not HOPPER, reason="the Hopper attention backward needs an H100/H200 "
