@@ -233,3 +233,15 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
                             "-o", str(tmp_path / "x.cubin"), str(hb.SOURCE)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
+
+
+@nvcc
+@pytest.mark.nvcc
+@pytest.mark.slow
+@pytest.mark.skipif(torch.version.cuda is None, reason="the extension links torch's CUDA libraries: a CPU-only torch cannot build it")
+def test_extension_builds_and_registers_the_op():
+    """load_inline builds the .cu and the TORCH_LIBRARY binding (no GPU needed: about a minute on two cores,
+    hence slow) and torch.ops holds the op under the extension's own name."""
+    ops = hb.load_extension()
+    assert hb.extension_name().startswith("attention_hopper_bwd_")
+    assert hasattr(ops, "backward")
