@@ -17,7 +17,17 @@ SOURCES = sorted(p for p in ROOT.glob("*/**/kernels/*.cu") if ".venv" not in p.p
 ARCHS = [gpu.arch for gpu in runtime.GPU_CLASSES]
 # The wgmma rung (week 1, matmul_tensor_cores): wgmma and setmaxnreg exist on sm_90a alone, so its
 # launcher builds it for sm_90a with its own nvcc command and refuses every other GPU.
-SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu"}
+SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu",
+               "week4_triton_dl/attention/kernels/attention_hopper_backward.cu"}
+
+
+def sm_90a_command(source, output):
+    """The launcher's own nvcc command for an SM_90A_ONLY source (-gencode=arch=compute_90a,code=sm_90a)."""
+    from week1_cuda_python import matmul_tensor_cores as tc
+    from week4_triton_dl.attention import hopper_backward
+
+    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command}
+    return commands[source](output, runtime.nvcc_path())
 CASES = [(source, arch) for source in SOURCES
          for arch in (["sm_90a"] if str(source.relative_to(ROOT)) in SM_90A_ONLY else ARCHS)]
 
@@ -31,11 +41,8 @@ def test_sources_were_found():
 @pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 @pytest.mark.parametrize("source, arch", CASES, ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v)
 def test_compiles(source, arch, tmp_path):
-    if arch == "sm_90a":  # the launcher's own command (-gencode=arch=compute_90a,code=sm_90a)
-        from week1_cuda_python import matmul_tensor_cores as tc
-        assert source == tc.WGMMA_SOURCE
-        result = subprocess.run(tc.wgmma_nvcc_command(tmp_path / "wgmma.cubin", runtime.nvcc_path()),
-                                capture_output=True, text=True)
+    if arch == "sm_90a":
+        result = subprocess.run(sm_90a_command(source, tmp_path / "sm_90a.cubin"), capture_output=True, text=True)
     else:
         result = interop.nvcc_compile(source, arch, tmp_path)
     assert result.returncode == 0, f"nvcc for {arch}: {source.name} failed:\n{result.stderr}"

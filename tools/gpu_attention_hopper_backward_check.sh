@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 33's first GPU check of the Hopper attention backward (week4_triton_dl/attention/hopper_backward.py,
+# kernels/attention_hopper_backward.cu), on one H100/H200, in about 5 minutes, failing fast:
+#   1. the sm_90a cubin with the launcher's own nvcc command (-Xptxas -v: registers, spills); SASS opcode
+#      counts (HGMMA, UTMALDG, USETMAXREG, atomics) where cuobjdump exists;
+#   2. the extension build (load_inline, cached under ~/.cache for the later steps);
+#   3. a smoke launch in its own process under a 60 s timeout (an mbarrier phase or expect-tx mistake hangs
+#      the GPU: this is where it shows, and nothing else runs after it), against float64 autograd;
+#   4. the tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
+#   5. the quick benchmark (cuDNN SDPA, Triton, hopper; interleaved rounds);
+#   6. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 129, causal, bf16, D = 64).
+# Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper_backward_week4.{json,md}); copy
+# $OUT/results/* into week4_triton_dl/results/ for the note's figures.
+#   OUT=/tmp/ahb bash tools/gpu_attention_hopper_backward_check.sh     (BUDGET_S=330 by default; FULL=1: the
+#                                                                       whole benchmark instead of --quick)
+# On the lent machine, with .devwheels carried, the setup is sourced here.
+set -u
+OUT=${OUT:-/tmp/gpu-attention-hopper-backward}
+BUDGET_S=${BUDGET_S:-330}
+mkdir -p "$OUT/logs" "$OUT/results"
+start_all=$(date +%s)
+deadline=$(( start_all + BUDGET_S ))
+if [ -f .devwheels/setup.sh ]; then source .devwheels/setup.sh > "$OUT/logs/00_setup.log" 2>&1 || { echo "setup failed"; cat "$OUT/logs/00_setup.log"; exit 1; }; fi
+export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader \
+    > "$OUT/logs/nvidia-smi.txt" 2>&1
+cat "$OUT/logs/nvidia-smi.txt"
+
+# step NAME LIMIT_S FATAL COMMAND (as tools/gpu_gemm_check.sh): at most LIMIT_S seconds, log to $OUT/logs/NAME.log,
+# print its tail; a FATAL step that fails ends the script.
+step() {
+    local name=$1 limit=$2 fatal=$3 cmd=$4
+    local left=$(( deadline - $(date +%s) ))
+    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name (limit ${limit} s, ${left} s left)"
+    local t0=$(date +%s)
+    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
+    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
+    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then
+        [ "$rc" = 124 ] && echo "=== $name TIMED OUT (a hang: look for an mbarrier phase / expect-tx mismatch)"
+        echo "=== stopping: $name failed"; exit "$rc"
+    fi
+    return "$rc"
+}
+
+step 01_build_sass 90 1 "python - <<'PY'
+import re, shutil, subprocess, sys
+from pathlib import Path
+from course import runtime
+from week4_triton_dl.attention import hopper_backward as hb
+out = Path('$OUT') / 'attention_hopper_backward.sm_90a.cubin'
+built = subprocess.run(hb.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '-v'], capture_output=True, text=True)
+print('\n'.join(l for l in built.stderr.splitlines() if 'Used' in l or 'spill' in l or 'error' in l.lower()))
+if built.returncode:
+    print(built.stderr); sys.exit('nvcc failed')
+if not shutil.which('cuobjdump'):
+    sys.exit(0)
+sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+(Path('$OUT') / 'attention_hopper_backward.sm_90a.sass').write_text(sass)
+for op in ('HGMMA.64x64x16.F32', 'HGMMA.64x128x16.F32', 'UTMALDG', 'UBLKCP', 'USETMAXREG', 'SYNCS', 'RED', 'ATOM'):
+    print(op, len(re.findall(re.escape(op), sass)))
+PY"
+
+step 02_extension 240 1 "python - <<'PY'
+import time
+t = time.perf_counter()
+from week4_triton_dl.attention import hopper_backward as hb
+ops = hb.load_extension()
+print('built/loaded', hb.extension_name(), f'in {time.perf_counter() - t:.1f} s')
+PY"
+
+step 03_smoke 60 1 "python - <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week4_triton_dl.attention import hopper_backward as hb
+from week4_triton_dl.attention import naive as an
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+bad = 0
+for (B, H, S, D, causal, dtype) in ((1, 1, 128, 64, False, torch.bfloat16), (1, 2, 129, 64, True, torch.bfloat16),
+                                    (2, 2, 63, 128, True, torch.float16), (1, 2, 300, 128, False, torch.float16)):
+    q, k, v, do = (random_tensor((B, H, S, D), dtype, 'cuda') for _ in range(4))
+    scale = D ** -0.5
+    o, lse = hb.reference_forward(q, k, v, causal, scale)
+    grads = tuple(poisoned(q.shape, dtype, 'cuda') for _ in range(3))
+    hb.attention_hopper_backward(q, k, v, o, do, lse, causal, scale, grads=grads,
+                                 dq_accum=poisoned(q.shape, torch.float32, 'cuda'))
+    torch.cuda.synchronize()
+    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(an.attention_reference(qd, kd, vd, causal, scale), (qd, kd, vd), do.double())
+    bounds = an.attention_error_bounds(q, k, v, do, causal, scale)
+    for name, g, w in zip(('dq', 'dk', 'dv'), grads, want):
+        err = (g.double() - w).abs()
+        ratio = (err / bounds[name]).max().item()
+        print(f'B{B} H{H} S{S} D{D} causal={causal} {dtype} {name}: max |err| {err.max().item():.3g}, '
+              f'max err/bound {ratio:.3g}, NaN {int(g.isnan().sum())}')
+        bad += not (ratio <= 1.0)
+assert bad == 0, f'{bad} gradients out of bounds'
+PY"
+
+step 04_tests 150 0 "python -m pytest tests/week4/test_attention_hopper_backward.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=60 --durations=8"
+
+BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 20"
+[ "${FULL:-0}" = 1 ] || BENCH_ARGS="$BENCH_ARGS --quick"
+step 05_bench 80 0 "python -m week4_triton_dl.attention.hopper_backward_bench $BENCH_ARGS"
+
+CASE="from week4_triton_dl.attention import hopper_backward as hb; hb.sanitizer_case()"
+for tool in memcheck racecheck synccheck; do
+    step 06_sanitizer_$tool 45 0 "compute-sanitizer --tool $tool --error-exitcode 9 python -c '$CASE'"
+done
+echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

@@ -1,0 +1,400 @@
+// The backward of the Hopper attention rung (FlashAttention-3 style): dQ, dK, dV on wgmma + TMA, sm_90a
+// only. Built by week4_triton_dl/attention/hopper_backward.py (load_inline, -gencode=arch=compute_90a,
+// code=sm_90a); the PTX wrappers are in attention_hopper_backward_ptx.cuh.
+//
+// The math is week 4's Triton backward (attention/backward.py, FlashAttention-2's algorithm): with
+// P = exp(scale Q K^T - lse) recomputed from the forward's log-sum-exp, dP = dO V^T and Delta = rowsum(dO * O),
+//     dS = P * (dP - Delta),   dV = P^T dO,   dK = scale dS^T Q,   dQ = scale dS K.
+// Three kernels, in order on one stream:
+// 1. ahb_preprocess: Delta (fp32) per query row, lse * log2(e) per row (so P = 2^(s * scale * log2 e - lse2)),
+//    both into buffers padded to a multiple of 64 rows (padding rows: lse2 = +inf, Delta = 0, so a padding
+//    query has P = 0 everywhere), and the fp32 dQ accumulator zeroed.
+// 2. ahb_main: one CTA per block of 128 keys of one (batch, head): K and V stay in shared memory, the CTA
+//    walks the query blocks (64 rows each). Three warpgroups: warpgroup 0 is the producer (one thread
+//    issues TMA copies of Q, dO, lse2, Delta into a 2-stage ring; registers given back by setmaxnreg),
+//    warpgroups 1 and 2 are consumers, each owning 64 of the 128 keys (wgmma's M is 64). Per query block
+//    a consumer computes, for its keys:
+//      S^T = K Q^T, dP^T = V dO^T            wgmma, both operands from shared memory (K-major: below)
+//      P^T = 2^(S^T c - lse2), dS^T = P^T (dP^T - Delta)   in registers (masks: below)
+//      dV += P^T dO, dK += dS^T Q            wgmma with A = P^T, dS^T in REGISTERS (the fragment identity,
+//                                            ahb_pack_a in the .cuh), B = dO, Q MN-major from the ring
+//      dQ_part = dS K                        dS^T written to shared memory as dS (K-major), wgmma, then
+//                                            fp32 atomicAdd (float2) into dQ_accum: see "dQ" below
+//    then writes dV and scale * dK once.
+// 3. ahb_convert: dQ = scale * dQ_accum, rounded to the inputs' type.
+//
+// Why the transposed orientation (S^T, keys along the accumulator rows): dK and dV are per KEY, so their
+// accumulators must have keys along the rows; computing S^T = K Q^T directly puts P^T and dS^T in the
+// accumulator layout that is exactly the A-operand layout of dV += P^T dO and dK += dS^T Q. Nothing is
+// transposed in memory:
+//   operand             stored as                    wgmma sees it as
+//   A = K (S^T)          K tile [key][d], d contig.    M x K, K-major (transpose-A 0)
+//   B = Q (S^T)          Q tile [query][d]            N x K, K-major: B[d][q] = Q[q][d] (transpose-B 0)
+//   A = V, B = dO (dP^T) the same as K, Q
+//   A = P^T, dS^T        registers                    (no major-ness: fragments)
+//   B = dO (dV), Q (dK)  [query][d], d contiguous     K x N with N contiguous: MN-major (transpose-B 1)
+//   A = dS (dQ)          written by the consumer as [query][key], key contiguous: K-major (transpose-A 0)
+//   B = K (dQ)           K tile [key][d]              K x N with N contiguous: MN-major (transpose-B 1)
+// The transpose bits exist only for 16-bit inputs (PTX ISA, wgmma.mma_async): fp16/bf16 are all this
+// kernel takes. dS is the one operand that must be re-laid: it is produced per key row and consumed per
+// query row. Each thread stores its 16-bit dS values one by one at [query][key] in the 128-byte swizzled
+// pattern (below), which is also free of bank conflicts.
+//
+// Shared-memory layouts (all 128-byte swizzled, every tile 1024-byte aligned, as matmul_wgmma.cu):
+// a [rows][D] tile is stored as D/64 "slabs" of [rows][64] (64 halves = one 128-byte swizzle row), one TMA
+// box each. Descriptors, with SBO = 1024 bytes (8 rows of 128 bytes) throughout:
+//   K-major (K, V, Q, dO for S^T and dP^T; dS for dQ): k step kk (16 elements = 32 bytes) at slab kk / 4,
+//     byte offset 32 (kk % 4) inside the row (matmul_wgmma.cu's A); LBO unused (16).
+//   MN-major (dO, Q for dV, dK; K for dQ): k step kk = 16 rows = 2048 bytes further; LBO = the distance
+//     between slabs along N (matmul_wgmma.cu's B, the same encoding the week-1 rung runs).
+//
+// The ring (mbarrier phases as in matmul_wgmma.cu). kv_full: one phase, the producer's arrive + K and V's
+// bytes (2 x 128 x D x 2). full[s]: per use the producer arrives with expect_tx = Q + dO boxes (2 x 64 x D x
+// 2 bytes, every box whole: out-of-range rows arrive as zeros but still count) + 2 x 256 bytes (lse2, Delta);
+// consumers wait for parity (it / STAGES) & 1. empty[s]: 8 arrivals per use (lane 0 of each consumer warp,
+// once its dV and dK wgmmas, the last readers of stage s, have completed); the producer waits for parity
+// (it / STAGES - 1) & 1 before refilling it.
+//
+// Masks. Keys past S (the last key block: K, V rows read as zeros, but 2^(0 - lse2) is not 0): P = 0.
+// Causal (top-left, Sq = Sk): a query block whose last row is before the block's first key sees none of
+// its keys: skipped (the loop starts at query block n0 / 64); the blocks that straddle the diagonal
+// (m0 < n0 + 128) get P = 0 where key > query. Queries past S: lse2 = +inf gives P = 0, Delta = 0 and
+// dO = 0 give dS = 0, and their dQ rows are not written.
+//
+// dQ. Every key block adds to every query row's dQ, and the key blocks are different CTAs. Options: fp32
+// atomics into a [B, H, S, D] accumulator (this kernel: 5 matmuls per tile pair, no recomputation), or a
+// second pass with the query block resident that recomputes S and dP (7 matmuls, no atomics, bitwise
+// deterministic: week 4's Triton "split"). Atomics were chosen for one kernel to write and check, at the
+// price of dQ's last bits depending on the order the CTAs add in; the two consumer warpgroups each add
+// their own 64 keys' share (so no warpgroup waits for the other), as float2 atomics (sm_90: one
+// instruction for a pair of adjacent columns, which the accumulator layout gives each thread).
+#include <cstring>  // memcpy of the tensor maps
+
+#include "attention_hopper_backward_ptx.cuh"
+
+#define AHB_BM 64          // queries per step (wgmma N of S^T, K of dV / dK)
+#define AHB_BN 128         // keys per CTA: 2 consumer warpgroups x 64
+#define AHB_STAGES 2       // Q / dO ring depth
+#define AHB_THREADS 384    // producer warpgroup + 2 consumers
+#define AHB_SLAB 64        // columns per TMA box: 64 halves = 128 bytes, the swizzle span
+#define AHB_LOG2E 1.4426950408889634f
+
+template <int D>
+struct AhbLayout {
+    static constexpr int kv_slab = AHB_BN * 128;              // 16 KB: [128 keys][64 columns]
+    static constexpr int q_slab = AHB_BM * 128;               // 8 KB: [64 queries][64 columns]
+    static constexpr int kv_bytes = (D / AHB_SLAB) * kv_slab; // one of K, V
+    static constexpr int q_bytes = (D / AHB_SLAB) * q_slab;   // one of Q, dO
+    static constexpr int ds_bytes = AHB_BM * 64 * 2;          // one consumer's dS: [64 queries][64 keys]
+    static constexpr int k_off = 0, v_off = kv_bytes, ring_off = 2 * kv_bytes;
+    static constexpr int stage_bytes = 2 * q_bytes;           // Q then dO
+    static constexpr int ds_off = ring_off + AHB_STAGES * stage_bytes;
+    static constexpr int smem_bytes = ds_off + 2 * ds_bytes + 1024;  // + 1 KB to align the base to 1024
+};
+static_assert(AhbLayout<128>::smem_bytes <= 227 * 1024, "H100: at most 227 KB of shared memory per block");
+
+// ---- 1. Delta, lse2, dQ_accum = 0 ------------------------------------------------------------------
+// One warp per query row (8 rows per block of 256 threads), grid (S_pad / 8, B * H).
+template <typename T, int D>
+__global__ void __launch_bounds__(256) ahb_preprocess(const T* __restrict__ o, const T* __restrict__ dout,
+                                                       const float* __restrict__ lse, float* __restrict__ lse2,
+                                                       float* __restrict__ delta, float* __restrict__ dq_acc,
+                                                       int S, int S_pad)
+{
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * 8 + threadIdx.x / 32;
+    const size_t bh = blockIdx.y;
+    if (row >= S_pad) return;
+    if (row >= S) {  // padding rows of a query block: P = 2^(s - inf) = 0 and dS = 0 there
+        if (lane == 0) { lse2[bh * S_pad + row] = __int_as_float(0x7f800000); delta[bh * S_pad + row] = 0.0f; }
+        return;
+    }
+    const size_t base = (bh * S + row) * D;
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 2 * lane; c < D; c += 64) {  // D / 64 pairs per lane, adjacent lanes adjacent pairs
+        const float2 a = ahb_unpack(*reinterpret_cast<const uint32_t*>(o + base + c), T());
+        const float2 b = ahb_unpack(*reinterpret_cast<const uint32_t*>(dout + base + c), T());
+        sum += a.x * b.x + a.y * b.y;
+        *reinterpret_cast<float2*>(dq_acc + base + c) = make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+        delta[bh * S_pad + row] = sum;
+        lse2[bh * S_pad + row] = lse[bh * S + row] * AHB_LOG2E;
+    }
+}
+
+// ---- 3. dQ = scale * dQ_accum in the inputs' type ----------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(256) ahb_convert(const float* __restrict__ dq_acc, T* __restrict__ dq,
+                                                    size_t pairs, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pairs; i += (size_t)gridDim.x * blockDim.x) {
+        const float2 v = reinterpret_cast<const float2*>(dq_acc)[i];
+        reinterpret_cast<uint32_t*>(dq)[i] = ahb_pack(v.x * scale, v.y * scale, T());
+    }
+}
+
+// ---- 2. the main kernel ------------------------------------------------------------------------------
+template <typename T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(AHB_THREADS, 1)
+ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+         const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+         const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_acc,
+         T* __restrict__ dk_out, T* __restrict__ dv_out, int S, int S_pad, float scale)
+{
+#if AHB_HOPPER
+    using L = AhbLayout<D>;
+    extern __shared__ unsigned char ahb_raw[];
+    __shared__ __align__(8) uint64_t kv_full, full[AHB_STAGES], empty[AHB_STAGES];
+    __shared__ __align__(16) float lse_s[AHB_STAGES][AHB_BM], delta_s[AHB_STAGES][AHB_BM];
+    unsigned char* base = ahb_raw + ((1024 - (ahb_smem(ahb_raw) & 1023)) & 1023);
+
+    const int warpgroup = threadIdx.x / 128;
+    const int bh = blockIdx.y;
+    const int n0 = blockIdx.x * AHB_BN;
+    const int q_blocks = (S + AHB_BM - 1) / AHB_BM;
+    // Causal: query block i sees a key of this block only if its last row 64i + 63 >= n0.
+    const int first = CAUSAL ? n0 / AHB_BM : 0;
+    const int iters = q_blocks - first;
+
+    if (threadIdx.x == 0) {
+        mbar_init(&kv_full, 1);
+        for (int s = 0; s < AHB_STAGES; ++s) {
+            mbar_init(&full[s], 1);  // the producer's arrive (+ the bytes)
+            mbar_init(&empty[s], 8); // lane 0 of each of the 8 consumer warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ---- producer: K and V once, then Q, dO, lse2, Delta of each query block into the ring ----
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(&kv_full, 2 * L::kv_bytes);
+#pragma unroll
+            for (int j = 0; j < D / AHB_SLAB; ++j) {
+                tma_load_3d(base + L::k_off + j * L::kv_slab, &map_k, &kv_full, j * AHB_SLAB, n0, bh);
+                tma_load_3d(base + L::v_off + j * L::kv_slab, &map_v, &kv_full, j * AHB_SLAB, n0, bh);
+            }
+            for (int it = 0; it < iters; ++it) {
+                const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
+                if (it >= AHB_STAGES) mbar_wait(&empty[s], (it / AHB_STAGES - 1) & 1);
+                unsigned char* stage = base + L::ring_off + s * L::stage_bytes;
+                mbar_expect_tx(&full[s], 2 * L::q_bytes + 2 * AHB_BM * 4);
+#pragma unroll
+                for (int j = 0; j < D / AHB_SLAB; ++j) {
+                    tma_load_3d(stage + j * L::q_slab, &map_q, &full[s], j * AHB_SLAB, m0, bh);
+                    tma_load_3d(stage + L::q_bytes + j * L::q_slab, &map_do, &full[s], j * AHB_SLAB, m0, bh);
+                }
+                // S_pad is a multiple of 64: these 256-byte rows start 256-byte aligned.
+                bulk_load(lse_s[s], lse2 + (size_t)bh * S_pad + m0, AHB_BM * 4, &full[s]);
+                bulk_load(delta_s[s], delta + (size_t)bh * S_pad + m0, AHB_BM * 4, &full[s]);
+            }
+        }
+    } else {
+        // ---- consumers: warpgroup c owns keys n0 + 64c .. n0 + 64c + 63 ----
+        setmaxnreg_inc<232>();
+        const int c = warpgroup - 1;
+        const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+        const int row = 16 * warp + lane / 4;  // this thread's accumulator rows: row, row + 8 (of 64)
+        const int col = 2 * (lane % 4);        // and columns 8j + col + {0, 1}
+        const uint32_t k_tile = ahb_smem(base + L::k_off), v_tile = ahb_smem(base + L::v_off);
+        const uint32_t my_rows = c * 64 * 128; // this warpgroup's 64 rows inside each [128][64] K/V slab
+        unsigned char* ds_tile = base + L::ds_off + c * L::ds_bytes;
+        const float c2 = scale * AHB_LOG2E;
+        float dk[D / 2], dv[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) { dk[i] = 0.0f; dv[i] = 0.0f; }
+
+        mbar_wait(&kv_full, 0);
+        for (int it = 0; it < iters; ++it) {
+            const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
+            const uint32_t q_tile = ahb_smem(base + L::ring_off + s * L::stage_bytes);
+            const uint32_t do_tile = q_tile + L::q_bytes;
+            mbar_wait(&full[s], (it / AHB_STAGES) & 1);
+
+            // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries each), K-major operands.
+            float st[32], dpt[32];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const uint32_t k_step = (kk / 4) * L::kv_slab + my_rows + (kk % 4) * 32;
+                const uint32_t q_step = (kk / 4) * L::q_slab + (kk % 4) * 32;
+                wgmma_ss_n64<0>(st, smem_desc(k_tile + k_step, 16, 1024), smem_desc(q_tile + q_step, 16, 1024), kk > 0, T());
+            }
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const uint32_t k_step = (kk / 4) * L::kv_slab + my_rows + (kk % 4) * 32;
+                const uint32_t q_step = (kk / 4) * L::q_slab + (kk % 4) * 32;
+                wgmma_ss_n64<0>(dpt, smem_desc(v_tile + k_step, 16, 1024), smem_desc(do_tile + q_step, 16, 1024), kk > 0, T());
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(st);
+            fence_regs(dpt);
+
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T. Element 4j + 2h + e is key
+            // n0 + 64c + row + 8h, query m0 + 8j + col + e.
+            const bool masked = (n0 + AHB_BN > S) || (CAUSAL && m0 < n0 + AHB_BN);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float l2 = lse_s[s][8 * j + col + e], dl = delta_s[s][8 * j + col + e];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int i = 4 * j + 2 * h + e;
+                        float p = ex2(st[i] * c2 - l2);
+                        if (masked) {
+                            const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
+                            if (key >= S || (CAUSAL && key > query)) p = 0.0f;
+                        }
+                        st[i] = p;
+                        dpt[i] = p * (dpt[i] - dl);
+                    }
+                }
+            }
+
+            // dV += P^T dO and dK += dS^T Q: A from registers (4 k slices of 16 queries), B MN-major.
+            uint32_t pa[4][4], dsa[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) { ahb_pack_a<T>(st, kk, pa[kk]); ahb_pack_a<T>(dpt, kk, dsa[kk]); }
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const uint64_t d_do = smem_desc(do_tile + kk * 16 * 128, L::q_slab, 1024);
+                if constexpr (D == 128) wgmma_rs_n128(dv, pa[kk], d_do, T()); else wgmma_rs_n64(dv, pa[kk], d_do, T());
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const uint64_t d_q = smem_desc(q_tile + kk * 16 * 128, L::q_slab, 1024);
+                if constexpr (D == 128) wgmma_rs_n128(dk, dsa[kk], d_q, T()); else wgmma_rs_n64(dk, dsa[kk], d_q, T());
+            }
+            wgmma_commit();
+
+            // dS^T -> dS in shared memory, [query][key] (keys contiguous: K-major A of dQ = dS K), 128-byte
+            // swizzled: 16-byte chunk k / 8 of row q is stored at chunk (k / 8) ^ (q % 8). The values are
+            // the 16-bit ones dK used (dsa). The previous step's dQ wgmmas, the last readers, completed.
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint32_t bits = dsa[j / 2][2 * (j % 2) + h];  // d[4j + 2h + {0, 1}]
+                    const int key = row + 8 * h;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int q = 8 * j + col + e;
+                        const uint32_t offset = q * 128 + (((key >> 3) ^ (q & 7)) << 4) + (key & 7) * 2;
+                        *reinterpret_cast<uint16_t*>(ds_tile + offset) = static_cast<uint16_t>(bits >> (16 * e));
+                    }
+                }
+            }
+            fence_async_smem();
+            warpgroup_sync(1 + c);
+
+            wgmma_wait<0>();  // dV, dK done: Q, dO, lse2, Delta of stage s are no longer read
+            fence_regs(dv);
+            fence_regs(dk);
+            fence_a(pa);   // the A fragments stay untouched until the wgmmas that read them are done
+            fence_a(dsa);
+            if (lane == 0) mbar_arrive(&empty[s]);
+
+            // dQ_part = dS K over this warpgroup's 64 keys, 64 columns at a time (32 accumulators).
+#pragma unroll
+            for (int cc = 0; cc < D / 64; ++cc) {
+                float dq[32];
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk)
+                    wgmma_ss_n64<1>(dq, smem_desc(ahb_smem(ds_tile) + kk * 32, 16, 1024),
+                                    smem_desc(k_tile + cc * L::kv_slab + my_rows + kk * 16 * 128, L::kv_slab, 1024),
+                                    kk > 0, T());
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(dq);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int query = m0 + row + 8 * h;
+                    if (query >= S) continue;
+                    float* dst = dq_acc + ((size_t)bh * S + query) * D + cc * 64 + col;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));
+                }
+            }
+        }
+
+        // dV and scale * dK, straight from the accumulators (rows are keys; keys past S not stored).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = n0 + 64 * c + row + 8 * h;
+            if (key >= S) continue;
+            const size_t at = ((size_t)bh * S + key) * D + col;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j) {
+                *reinterpret_cast<uint32_t*>(dv_out + at + 8 * j) = ahb_pack(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1], T());
+                *reinterpret_cast<uint32_t*>(dk_out + at + 8 * j) =
+                    ahb_pack(scale * dk[4 * j + 2 * h], scale * dk[4 * j + 2 * h + 1], T());
+            }
+        }
+    }
+#else
+    __trap();  // not compiled for sm_90a: the launcher refuses every other GPU before it gets here
+#endif
+}
+
+// ---- the host launcher (no torch header: hopper_backward.py's binding calls it) ---------------------
+// maps: 4 CUtensorMaps of 128 bytes (q, k, v, dO), encoded by the Python side over [B*H, S, D]: boxes of
+// [64 rows][64 columns] for q and dO, [128][64] for k and v, 128-byte swizzle, zeros outside.
+template <typename T, int D, bool CAUSAL>
+static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, const void* dout, const float* lse,
+                                    float* lse2, float* delta, float* dq_acc, void* dq, void* dk, void* dv,
+                                    int BH, int S, float scale, cudaStream_t stream)
+{
+    const int S_pad = (S + AHB_BM - 1) / AHB_BM * AHB_BM;
+    ahb_preprocess<T, D><<<dim3((S_pad + 7) / 8, BH), 256, 0, stream>>>(
+        static_cast<const T*>(o), static_cast<const T*>(dout), lse, lse2, delta, dq_acc, S, S_pad);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+
+    CUtensorMap m[4];
+    for (int i = 0; i < 4; ++i) memcpy(&m[i], maps + 128 * i, 128);
+    auto kernel = ahb_main<T, D, CAUSAL>;
+    const int smem = AhbLayout<D>::smem_bytes;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3((S + AHB_BN - 1) / AHB_BN, BH), AHB_THREADS, smem, stream>>>(
+        m[0], m[1], m[2], m[3], lse2, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv), S, S_pad, scale);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+
+    const size_t pairs = (size_t)BH * S * D / 2;
+    const int blocks = (int)((pairs + 255) / 256 < 65536 ? (pairs + 255) / 256 : 65536);
+    ahb_convert<T><<<blocks, 256, 0, stream>>>(dq_acc, static_cast<T*>(dq), pairs, scale);
+    return cudaGetLastError();
+}
+
+// dtype 0: float16, 1: bfloat16. Returns a cudaError_t (0: launched).
+int attention_hopper_bwd_cuda(int dtype, int head_dim, int causal, const unsigned char* maps, const void* o,
+                              const void* dout, const float* lse, float* lse2, float* delta, float* dq_acc,
+                              void* dq, void* dk, void* dv, int BH, int S, float scale, void* stream)
+{
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+#define AHB_CASE(DT, T, HD, C)                                                                               \
+    if (dtype == DT && head_dim == HD && (causal != 0) == C)                                                 \
+        return (int)ahb_launch_typed<T, HD, C>(maps, o, dout, lse, lse2, delta, dq_acc, dq, dk, dv, BH, S, scale, st);
+    AHB_CASE(0, __half, 64, false) AHB_CASE(0, __half, 64, true) AHB_CASE(0, __half, 128, false)
+    AHB_CASE(0, __half, 128, true) AHB_CASE(1, __nv_bfloat16, 64, false) AHB_CASE(1, __nv_bfloat16, 64, true)
+    AHB_CASE(1, __nv_bfloat16, 128, false) AHB_CASE(1, __nv_bfloat16, 128, true)
+#undef AHB_CASE
+    return (int)cudaErrorInvalidValue;
+}
+
+const char* attention_hopper_bwd_error_string(int code)
+{
+    return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
