@@ -41,7 +41,9 @@ from week1_cuda_python.matmul_tensor_cores import (
 from week1_cuda_python.matmul_wgmma_persistent import (
     _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, TMA_ALIGN_BYTES, launch_geometry)
 
+# BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
 FUSED_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_fused.cu"
+# END SOLUTION ONLY
 DTYPES = (torch.float16, torch.bfloat16)
 EPILOGUES = ("none", "bias", "residual", "swiglu")  # -> kernel wgmma_linear[_<epilogue>]_<dtype>
 # Off Hopper: week 3's Triton matmul (it takes a bias; the residual add and SwiGLU then in torch).
@@ -273,14 +275,27 @@ def _residual_backward(ctx, g):
     return dx, dw, g if ctx.needs_input_grad[2] else None
 
 
+def swiglu_grad(g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """The gradient at h = [gate | up] (..., 2F) of silu(gate) * up, given g (..., F), the gradient at
+    the output: fp32 arithmetic, the result in g's dtype (what the two backward GEMMs read)."""
+    # BEGIN EXERCISE: split h (in fp32) into gate and up; d/d gate = g * up * silu'(gate), d/d up =
+    #   g * silu(gate); both side by side on the last dimension, in g's dtype
+    # HINT: silu(a) = a * sigmoid(a), so silu'(a) = s + a s (1 - s) = s (1 + a (1 - s)) with s = sigmoid(a):
+    #   one sigmoid serves both derivatives.
+    # HINT: gate, up = h.float().chunk(2, dim=-1); s = torch.sigmoid(gate); then torch.cat of the two
+    #   products along dim=-1 and .to(g.dtype).
+    gate, up = h.float().chunk(2, dim=-1)
+    s = torch.sigmoid(gate)
+    g32 = g.float()
+    return torch.cat([g32 * up * s * (1 + gate * (1 - s)), g32 * gate * s], dim=-1).to(g.dtype)
+    # END EXERCISE
+
+
 def _swiglu_backward(ctx, g):
-    """Recompute h = x @ w.T (one GEMM), then d silu(a) * b: da = g b s (1 + a (1 - s)), db = g silu(a)."""
+    """Recompute h = x @ w.T (one GEMM: the module docstring says why), then swiglu_grad and cuBLAS."""
     x, w = ctx.saved_tensors
     x2 = _flat(x)
-    gate, up = (x2 @ w.t()).float().chunk(2, dim=-1)
-    s = torch.sigmoid(gate)
-    g2 = _flat(g).float()
-    dh = torch.cat([g2 * up * s * (1 + gate * (1 - s)), g2 * gate * s], dim=-1).to(x.dtype)
+    dh = swiglu_grad(_flat(g), x2 @ w.t())
     dx = (dh @ w).view(x.shape) if ctx.needs_input_grad[0] else None
     dw = dh.t() @ x2 if ctx.needs_input_grad[1] else None
     return dx, dw

@@ -345,3 +345,34 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
                             "-o", str(tmp_path / "x.cubin"), str(wf.FUSED_SOURCE)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
+
+
+class _Ctx:
+    """What setup_context saved, as the backward functions read it (they are plain torch)."""
+    def __init__(self, x, w):
+        self.saved_tensors, self.needs_input_grad = (x, w), (True, True, True)
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_formulas_match_float64(epilogue, dtype):
+    """The ops' backward (cuBLAS and torch, no custom kernel: it runs on the CPU too) against float64
+    autograd of the reference, within `backward_bounds`; swiglu_grad is the exercise."""
+    rtol = ROUNDING[dtype]
+    x, w, extra = inputs(2 * 50, 336, 264, dtype, epilogue)
+    x = x.view(2, 50, 264).to(DEVICE)
+    g = random_tensor((2, 50, 168 if epilogue == "swiglu" else 336), dtype, DEVICE)
+    backward = {"none": wf._linear_backward, "bias": wf._bias_backward, "residual": wf._residual_backward,
+                "swiglu": wf._swiglu_backward}[epilogue]
+    grads = backward(_Ctx(x, w), g)
+    ref = [t.detach().double().requires_grad_() for t in (x, w, extra) if t is not None]
+    want = wf.reference(ref[0].reshape(-1, 264), ref[1], epilogue,
+                        ref[2].reshape(-1, 336) if epilogue == "residual" else (ref[2] if len(ref) > 2 else None))
+    want.backward(g.double().reshape(want.shape))
+    bound_dx, bound_dw = backward_bounds(x, w, g, epilogue, rtol)
+    for name, got, want_, bound in (("dx", grads[0], ref[0].grad, bound_dx.reshape(x.shape)),
+                                    ("dw", grads[1], ref[1].grad, bound_dw)):
+        assert got.shape == want_.shape and got.dtype == dtype, name
+        ok = (got.double() - want_).abs() <= bound
+        assert bool(ok.all()), f"{name}: {int((~ok).sum())} elements out of bounds (max error " \
+                               f"{(got.double() - want_).abs().max().item():.3g})"
