@@ -207,24 +207,36 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
 
 
+def _run(x, w, epilogue, extra, n_out):
+    """The op's output in x's leading shape, written through a 2-D view of it (a custom op must not
+    return a view); x and the residual flattened to 2-D (a view of a contiguous tensor: no copy)."""
+    if x.dim() == 0:
+        raise ValueError("x must have at least 1 dimension (..., K)")
+    out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype, device=x.device)
+    rows = out.numel() // n_out if n_out else 0
+    launch_fused(_flat(x), w, epilogue, extra if epilogue != "residual" else _flat(extra),
+                 out.view(rows, n_out))
+    return out
+
+
 @torch.library.custom_op(f"{NAMESPACE}::wgmma_linear", mutates_args=())
 def linear_op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return launch_fused(_flat(x), w).view(*x.shape[:-1], w.shape[0])
+    return _run(x, w, "none", None, w.shape[0])
 
 
 @torch.library.custom_op(f"{NAMESPACE}::wgmma_linear_bias", mutates_args=())
 def linear_bias_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return launch_fused(_flat(x), w, "bias", bias).view(*x.shape[:-1], w.shape[0])
+    return _run(x, w, "bias", bias, w.shape[0])
 
 
 @torch.library.custom_op(f"{NAMESPACE}::wgmma_linear_residual", mutates_args=())
 def linear_residual_op(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    return launch_fused(_flat(x), w, "residual", _flat(residual)).view(*x.shape[:-1], w.shape[0])
+    return _run(x, w, "residual", residual, w.shape[0])
 
 
 @torch.library.custom_op(f"{NAMESPACE}::wgmma_linear_swiglu", mutates_args=())
 def linear_swiglu_op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return launch_fused(_flat(x), w, "swiglu").view(*x.shape[:-1], w.shape[0] // 2)
+    return _run(x, w, "swiglu", None, w.shape[0] // 2)
 
 
 @linear_op.register_fake

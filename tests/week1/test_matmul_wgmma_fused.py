@@ -376,3 +376,15 @@ def test_backward_formulas_match_float64(epilogue, dtype):
         ok = (got.double() - want_).abs() <= bound
         assert bool(ok.all()), f"{name}: {int((~ok).sum())} elements out of bounds (max error " \
                                f"{(got.double() - want_).abs().max().item():.3g})"
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_the_ops_refuse_off_hopper_too(epilogue, monkeypatch):
+    """Through the registered op (3-D x, as a model calls it), the same refusal before any launch."""
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (8, 0))
+    x = torch.ones(2, 8, 16, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.ones(32, 16, device=DEVICE, dtype=torch.bfloat16)
+    extra = {"bias": torch.ones(32, device=DEVICE, dtype=torch.bfloat16),
+             "residual": torch.ones(2, 8, 32, device=DEVICE, dtype=torch.bfloat16)}.get(epilogue)
+    with pytest.raises(RuntimeError, match=r"compute capability 8\.0.*week3_triton_kernels\.matmul\.matmul"):
+        _op_call(epilogue, x, w, extra)
