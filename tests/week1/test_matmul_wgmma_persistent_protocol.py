@@ -184,3 +184,47 @@ def test_the_model_sees_a_wrong_parity_and_a_missing_release(cluster):
             simulate(5, 3, cluster, seed, producer_parity=0)
     with pytest.raises(RuntimeError, match="no progress"):
         simulate(5, 3, cluster, 0, tile_end_release=False)
+
+
+# --- the epilogue's layout: registers -> swizzled shared memory -> what the TMA store reads ---------
+
+def tma_swizzle_128b(row: int, byte: int) -> int:
+    """Where the TMA (CU_TENSOR_MAP_SWIZZLE_128B, box rows of 128 bytes, buffer 1024-byte aligned)
+    expects byte `byte` of box row `row`: its 16-byte chunk XORed with the row's index within 8 rows."""
+    return row * 128 + (((byte // 16) ^ (row % 8)) * 16) + byte % 16
+
+
+def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it():
+    """The kernel's shared-memory offset for the pair of columns a thread holds (the wgmma accumulator
+    layout: warp w, lane l hold rows 16 w + l / 4 + 8 h and columns 8 j + 2 (l % 4) + {0, 1}) is the
+    TMA's swizzled place of that pair, and the 128 threads x 8 x 2 pairs cover the 8 KB chunk once."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    formula = "const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);"
+    assert formula in source, "the epilogue's offset changed: update this test's copy of it"
+    seen = set()
+    for warp in range(4):
+        for lane in range(32):
+            for jj in range(8):
+                for h in range(2):
+                    r = warp * 16 + lane // 4 + 8 * h
+                    offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4)
+                    col = 8 * jj + 2 * (lane % 4)  # the pair's first column within the 64-column chunk
+                    assert offset == tma_swizzle_128b(r, 2 * col), (warp, lane, jj, h)
+                    seen.add(offset)
+    assert seen == set(range(0, 64 * 128, 4)), "some 4-byte pair of the chunk is written twice or never"
+
+
+def test_swiglu_partner_registers_hold_the_matching_up_column():
+    """With gate rows in slabs 0-1 and up rows in slabs 2-3 of the B stage, accumulator column t < 128
+    is gate column f0 + t and column t + 128 its up partner: registers 4 j + 2 h + e and 4 (j + 16) + 2 h + e
+    of the same thread (the layout repeats every 8 columns, so j + 16 is 128 columns further)."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    assert "v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);" in source
+    column = lambda reg, lane: 8 * (reg // 4) + 2 * (lane % 4) + reg % 2  # noqa: E731
+    row = lambda reg, lane, warp: warp * 16 + lane // 4 + 8 * ((reg // 2) % 2)  # noqa: E731
+    for lane in range(32):
+        for j in range(16):
+            for h in range(2):
+                for e in range(2):
+                    gate, up = 4 * j + 2 * h + e, 4 * (j + 16) + 2 * h + e
+                    assert column(up, lane) == column(gate, lane) + 128 and row(up, lane, 0) == row(gate, lane, 0)
