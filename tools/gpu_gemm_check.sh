@@ -11,8 +11,8 @@
 #   6. compute-sanitizer (memcheck, racecheck, synccheck) on the new rungs' and wgmma_tma's bf16 cases.
 # FUSED=1 runs, after step 1, the fused-epilogue variants (week1_cuda_python/matmul_wgmma_fused.py) instead of
 # steps 2-6, so that each run stays within ~5 minutes: 1. their build + SASS too; 2f. a smoke launch of
-# every epilogue (60 s, a hang stops the run); 3f. their tests; 4f. the quick interleaved bench against
-# cuBLAS + the torch op, eager and torch.compile; 5f. compute-sanitizer on their bf16 cases.
+# every epilogue (60 s, a hang stops the run); 3f. their tests; 4f. compute-sanitizer on their bf16 cases;
+# 5f. the quick interleaved bench against cuBLAS + the torch op, eager and torch.compile.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
@@ -103,13 +103,14 @@ for epilogue in wf.EPILOGUES:
             print(f'{epilogue} {m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
             assert err < 0.05, 'wrong result'
 PY"
-    step 03f_tests_fused 150 0 "python -m pytest tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider \
+    step 03f_tests_fused 130 0 "python -m pytest tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider \
         -o faulthandler_timeout=60 --durations=8"
-    step 04f_bench_fused 100 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 --rep-ms 20 \
-        --out $OUT/results"
-    step 05f_sanitizer_fused 60 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
-        --only matmul_wgmma_fused --tools memcheck racecheck synccheck --timeout 55 --budget 58 \
+    # correctness evidence before speed: the sanitizer runs before the bench (the budget may cut the last step)
+    step 04f_sanitizer_fused 50 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+        --only matmul_wgmma_fused --tools memcheck racecheck synccheck --timeout 45 --budget 48 \
         && cat '$OUT/sanitizer/sanitizer.md'"
+    step 05f_bench_fused 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 --rep-ms 20 \
+        --out $OUT/results"
     echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
     exit 0
 fi
