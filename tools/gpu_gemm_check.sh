@@ -9,10 +9,15 @@
 #   4. the rungs' tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
 #   5. the interleaved-rounds benchmark: wgmma_persistent (and wgmma_cluster), wgmma_tma, cuBLAS;
 #   6. compute-sanitizer (memcheck, racecheck, synccheck) on the new rungs' and wgmma_tma's bf16 cases.
+# FUSED=1 runs, after step 1, the fused-epilogue variants (week1_cuda_python/matmul_wgmma_fused.py) instead of
+# steps 2-6, so that each run stays within ~5 minutes: 1. their build + SASS too; 2f. a smoke launch of
+# every epilogue (60 s, a hang stops the run); 3f. their tests; 4f. compute-sanitizer on their bf16 cases;
+# 5f. the quick interleaved bench against cuBLAS + the torch op, eager and torch.compile.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
 #   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
+#                                                      FUSED=1: the fused epilogues' steps instead of 2-6;
 #                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
@@ -59,13 +64,56 @@ built = subprocess.run(wp.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '
 print(built.stderr)
 if built.returncode:
     sys.exit('nvcc failed')
-if not shutil.which('cuobjdump'):
-    sys.exit(0)  # built; no disassembler here
-sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
-(Path('$OUT') / 'matmul_wgmma_persistent.sm_90a.sass').write_text(sass)
-for name, counts in sass_opcode_counts(sass).items():
-    print(name, {k: v for k, v in counts.items() if v}, 'UTMASTG', sass.count('UTMASTG'))
+if shutil.which('cuobjdump'):  # (else built, and no disassembler here)
+    sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+    (Path('$OUT') / 'matmul_wgmma_persistent.sm_90a.sass').write_text(sass)
+    for name, counts in sass_opcode_counts(sass).items():
+        print(name, {k: v for k, v in counts.items() if v}, 'UTMASTG', sass.count('UTMASTG'))
+if '${FUSED:-0}' == '1':
+    from week1_cuda_python import matmul_wgmma_fused as wf
+    out = Path('$OUT') / 'matmul_wgmma_fused.sm_90a.cubin'
+    built = subprocess.run(wf.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '-v'], capture_output=True, text=True)
+    print(built.stderr)
+    if built.returncode:
+        sys.exit('nvcc failed on the fused variants')
+    if shutil.which('cuobjdump'):
+        sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+        (Path('$OUT') / 'matmul_wgmma_fused.sm_90a.sass').write_text(sass)
+        print('fused:', {op: sass.count(op) for op in ('HGMMA', 'UTMALDG', 'UTMASTG', 'MUFU.EX2')})
 PY"
+
+if [ "${FUSED:-0}" = 1 ]; then
+    step 02f_smoke_fused 60 1 "python - <<'PY'
+import torch
+import torch.nn.functional as F
+from course.check import poisoned, random_tensor
+from week1_cuda_python import matmul_wgmma_fused as wf
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+for epilogue in wf.EPILOGUES:
+    for (m, n, k), blocks in (((128, 256, 64), None), ((300, 336, 328), None), ((700, 1008, 328), 1)):
+        for dtype in (torch.bfloat16, torch.float16):
+            x, w = random_tensor((m, k), dtype, 'cuda'), random_tensor((n, k), dtype, 'cuda', scale=k ** -0.5)
+            extra = {'bias': (n,), 'residual': (m, n)}.get(epilogue)
+            extra = random_tensor(extra, dtype, 'cuda') if extra else None
+            out = poisoned((m, n // 2 if epilogue == 'swiglu' else n), dtype, 'cuda')
+            wf.launch_fused(x, w, epilogue, extra, out, blocks=blocks)
+            torch.cuda.synchronize()
+            ref = wf.reference(x.float(), w.float(), epilogue, None if extra is None else extra.float())
+            err = (out.float() - ref).abs().max().item()
+            print(f'{epilogue} {m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+            assert err < 0.05, 'wrong result'
+PY"
+    step 03f_tests_fused 130 0 "python -m pytest tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider \
+        -o faulthandler_timeout=60 --durations=8"
+    # correctness evidence before speed: the sanitizer runs before the bench (the budget may cut the last step)
+    step 04f_sanitizer_fused 50 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+        --only matmul_wgmma_fused --tools memcheck racecheck synccheck --timeout 45 --budget 48 \
+        && cat '$OUT/sanitizer/sanitizer.md'"
+    step 05f_bench_fused 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 --rep-ms 20 \
+        --out $OUT/results"
+    echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
+    exit 0
+fi
 
 step 02_smoke 60 1 "python - <<'PY'
 import torch

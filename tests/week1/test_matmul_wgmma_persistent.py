@@ -298,3 +298,30 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
                             "-o", str(tmp_path / "x.cubin"), str(wp.PERSISTENT_SOURCE)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
+
+
+def _kernel_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution == wp.PERSISTENT_SOURCE]
+
+
+@nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("fixture", _kernel_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_kernels_still_apply_and_build(fixture, tmp_path):
+    """The known-wrong kernels (tests/week1/wrong/matmul_wgmma_persistent.py; only a GPU run can show
+    their bugs) still apply to the source and build with the launcher's command, so that the GPU's
+    must-fail run tests the bug, not a compile error: the wrong text replaces the right one exactly once."""
+    from classroom.must_fail import wrong_source
+    assert fixture.wrong.gpu, "a kernel bug shows only on the GPU: mark the fixture gpu=True"
+    source = tmp_path / wp.PERSISTENT_SOURCE.name
+    source.write_text(wrong_source(fixture))
+    command = wp.nvcc_command(tmp_path / "wrong.cubin", runtime.nvcc_path())
+    command[command.index(str(wp.PERSISTENT_SOURCE))] = str(source)
+    built = subprocess.run(command, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+def test_there_are_known_wrong_kernels():
+    names = {f.wrong.name for f in _kernel_fixtures()}
+    assert {"expect_tx_one_slab_short", "stage_released_before_its_wgmmas_finish", "epilogue_chunk_not_swizzled"} <= names

@@ -22,7 +22,7 @@ EXPECTED_MODULES = {"conv2d", "elementwise", "hello_gpu", "histogram", "matmul",
                     "reduction", "rotate", "scan", "streams", "transpose", "vector_add"}
 NO_KERNELS = {"transfers"}  # host <-> device copies and torch.add only
 # sm_90a-only kernels: cases on an H100/H200 (and in simulation, where nothing launches), none elsewhere.
-HOPPER_ONLY = {"matmul_wgmma_persistent"}
+HOPPER_ONLY = {"matmul_wgmma_persistent", "matmul_wgmma_fused"}
 if runtime.capability() in (None, (9, 0)):
     EXPECTED_MODULES |= HOPPER_ONLY
 else:
@@ -42,6 +42,20 @@ def test_discovery_reaches_every_module_with_kernels(cases):
     # A new lesson module must bring its cases (or be listed as kernel-free here).
     assert set(sz.lesson_modules()) - modules <= NO_KERNELS
     assert "sanitize" not in sz.lesson_modules()
+
+
+def test_the_hopper_gemm_rungs_are_cases(cases):
+    """Issue 32, item 4: the wgmma rungs (wgmma_tma, the persistent and cluster rungs, the fused
+    epilogues) are cases of this sanitizer wherever they can run, so `python -m
+    week1_cuda_python.sanitize` checks them (memcheck, racecheck, synccheck with --tools)."""
+    if runtime.capability() not in (None, (9, 0)):
+        pytest.skip("sm_90a-only kernels: no cases on this GPU (test_discovery checks there are none)")
+    want = {"matmul_tensor_cores:wgmma_tma_bf16_bf16", "matmul_tensor_cores:wgmma_tma_f16_f16",
+            "matmul_wgmma_persistent:wgmma_persistent_bf16", "matmul_wgmma_persistent:wgmma_persistent_f16",
+            "matmul_wgmma_persistent:wgmma_cluster_bf16", "matmul_wgmma_persistent:wgmma_cluster_f16",
+            "matmul_wgmma_fused:wgmma_linear_bf16", "matmul_wgmma_fused:wgmma_linear_bias_bf16",
+            "matmul_wgmma_fused:wgmma_linear_residual_bf16", "matmul_wgmma_fused:wgmma_linear_swiglu_bf16"}
+    assert want <= set(cases), f"missing: {sorted(want - set(cases))}"
 
 
 def test_case_names_are_unique_and_qualified(cases):

@@ -163,9 +163,12 @@ __device__ __forceinline__ void wp_wgmma_wait() { asm volatile("wgmma.wait_group
 
 // d (64 x 256 fp32) = (accumulate ? d : 0) + A (64 x 16) @ B (16 x 256). The scale-d predicate
 // starts each tile from zero without 128 register moves: the first k step of a tile passes 0.
+// TRANS_B (the last immediate): 1 for B stored K x N row-major ("MN-major", this rung's B); 0 for
+// B stored N x K row-major ("K-major": nn.Linear's weight, the fused epilogues' B in
+// matmul_wgmma_fused.cu), which wgmma reads exactly as it reads A.
 #define WP_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define WP_D16(i) WP_D4(i), WP_D4((i) + 4), WP_D4((i) + 8), WP_D4((i) + 12)
-#define WP_MMA_ASM(TYPE)                                                                              \
+#define WP_MMA_ASM(TYPE, TRANS_B)                                                                     \
     asm volatile("{\n.reg .pred p;\n"                                                                 \
                  "setp.ne.b32 p, %130, 0;\n"                                                          \
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"                    \
@@ -178,22 +181,21 @@ __device__ __forceinline__ void wp_wgmma_wait() { asm volatile("wgmma.wait_group
                  " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,\n" \
                  " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122,\n"   \
                  " %123, %124, %125, %126, %127},\n"                                                  \
-                 " %128, %129, p, 1, 1, 0, 1;\n}\n"                                                   \
+                 " %128, %129, p, 1, 1, 0, " #TRANS_B ";\n}\n"                                        \
                  : WP_D16(0), WP_D16(16), WP_D16(32), WP_D16(48),                                     \
                    WP_D16(64), WP_D16(80), WP_D16(96), WP_D16(112)                                    \
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-template <typename T>
-__device__ __forceinline__ void wp_mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate);
-template <>
-__device__ __forceinline__ void wp_mma<__half>(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
+template <typename T> struct wp_is_half { static constexpr bool value = false; };
+template <> struct wp_is_half<__half> { static constexpr bool value = true; };
+template <typename T, bool B_NK>
+__device__ __forceinline__ void wp_mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
-    WP_MMA_ASM("f16");
-}
-template <>
-__device__ __forceinline__ void wp_mma<__nv_bfloat16>(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
-{
-    WP_MMA_ASM("bf16");
+    if constexpr (B_NK) {
+        if constexpr (wp_is_half<T>::value) WP_MMA_ASM("f16", 0); else WP_MMA_ASM("bf16", 0);
+    } else {
+        if constexpr (wp_is_half<T>::value) WP_MMA_ASM("f16", 1); else WP_MMA_ASM("bf16", 1);
+    }
 }
 
 // Two fp32 accumulators as one 4-byte pair of C's type.
@@ -268,14 +270,47 @@ __device__ __forceinline__ void wp_tma_load_multicast(void* dst, const CUtensorM
 }
 #endif  // WP_HOPPER
 
+// ---- epilogues (the fused variants of matmul_wgmma_fused.cu; this rung uses WP_EPI_NONE) --------
+// Applied in registers to the fp32 accumulators, before the one rounding to C's type and the TMA
+// store: a bias (one per column), a residual (C = A B^T + R, R read where C is written), or SwiGLU
+// (the tile holds gate columns in its left half and the matching up columns in its right half, and
+// writes silu(gate) * up: half as many columns as it computed).
+#define WP_EPI_NONE 0
+#define WP_EPI_BIAS 1
+#define WP_EPI_RESIDUAL 2
+#define WP_EPI_SWIGLU 3
+
+#if WP_HOPPER
+// Two adjacent elements of a 16-bit tensor as floats (one 4-byte load: the launcher checks the
+// base is 4-byte aligned, and the column is even).
+__device__ __forceinline__ float2 wp_load_pair(const __half* p)
+{
+    return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+__device__ __forceinline__ float2 wp_load_pair(const __nv_bfloat16* p)
+{
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+// silu(g) * u = g * sigmoid(g) * u, in fp32. g -> -inf: exp overflows to inf and g / inf = -0,
+// which is silu's limit; no NaN unless g or u is one.
+__device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+#endif
+
 // ---- the kernel body -----------------------------------------------------------------------------
 // CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent
 // loop then walks "units" of CLUSTER vertically adjacent tiles, one per block of the cluster.
-template <typename T, int CLUSTER>
+// B_NK = false: B is K x N row-major (this rung); true: B is N x K row-major (nn.Linear's weight),
+// loaded as 64-row boxes of 64 k (128 bytes) each, the same K-major swizzled layout as A: the four
+// boxes of a stage sit back to back, 256 rows of 128 bytes, and one descriptor with SBO = 1024 (8
+// rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's columns:
+// N, or N / 2 for SwiGLU) are the fused variants'.
+template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false>
 __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                                      const CUtensorMap& map_c, int M, int N, int K)
+                                                      const CUtensorMap& map_c, int M, int N, int K,
+                                                      const T* __restrict__ extra = nullptr, int n_out = 0)
 {
 #if WP_HOPPER
+    static_assert(EPI == WP_EPI_NONE || (CLUSTER == 1 && B_NK), "the fused epilogues: B_NK, no cluster");
     extern __shared__ unsigned char wp_smem_raw[];
     __shared__ __align__(8) uint64_t full[WP_STAGES];
     __shared__ __align__(8) uint64_t empty[WP_STAGES];
@@ -283,8 +318,14 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     unsigned char* stages = base;                                  // the ring
     unsigned char* c_bufs = base + WP_STAGES * WP_STAGE_BYTES;     // the epilogue's chunks
 
+    // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them,
+    // and writes 128 columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage
+    // come from gate rows f0 .. f0 + 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
+    constexpr bool SWIGLU = EPI == WP_EPI_SWIGLU;
+    constexpr int TILE_OUT = SWIGLU ? WP_BN / 2 : WP_BN;           // columns of C per tile
+    const int c_cols = SWIGLU ? n_out : N;                         // columns of C
     const int warpgroup = threadIdx.x / 128;
-    const int tiles_m = (M + WP_BM - 1) / WP_BM, tiles_n = (N + WP_BN - 1) / WP_BN;
+    const int tiles_m = (M + WP_BM - 1) / WP_BM, tiles_n = (c_cols + TILE_OUT - 1) / TILE_OUT;
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
     const int units = units_m * tiles_n;
     const int k_tiles = (K + WP_BK - 1) / WP_BK;
@@ -313,27 +354,38 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 // A block whose tile is below the last row of tiles (tiles_m odd) still takes part:
                 // it loads a valid A box (the last tile's) so that its copies and barriers run as the
                 // peer's do, and stores nothing.
-                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * WP_BM, n0 = tile_n * WP_BN;
-                // Slabs of B wholly right of N are not copied, and their bytes not expected
-                // (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as zeros).
-                const int b_slabs = min(WP_BN / WP_B_SLAB, (N - n0 + WP_B_SLAB - 1) / WP_B_SLAB);
+                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * WP_BM, n0 = tile_n * TILE_OUT;
+                // The first row (column of B for B_NK = false) of each 64-wide slab of B, and which
+                // slabs are copied: a slab wholly past C's columns is not copied, and its bytes not
+                // expected (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as
+                // zeros); its stale columns of the accumulators are never stored.
+                int slab_row[WP_BN / WP_B_SLAB];
+                uint32_t copied = 0, bytes = WP_A_BYTES;
+#pragma unroll
+                for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
+                    const int half = WP_BN / WP_B_SLAB / 2;  // SwiGLU: slabs 0 .. half - 1 gate, the rest up
+                    const int col = SWIGLU ? n0 + (j % half) * WP_B_SLAB : n0 + j * WP_B_SLAB;  // of C
+                    slab_row[j] = SWIGLU && j >= half ? n_out + col : col;
+                    if (col < c_cols) { copied |= 1u << j; bytes += WP_B_SLAB_BYTES; }
+                }
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % WP_STAGES;
                     // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
                     if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);
                     unsigned char* dst = stages + s * WP_STAGE_BYTES;
                     // All of B's bytes land here, the peer's multicast half included.
-                    wp_mbar_expect_tx(&full[s], WP_A_BYTES + b_slabs * WP_B_SLAB_BYTES);
+                    wp_mbar_expect_tx(&full[s], bytes);
                     wp_tma_load(dst, &map_a, &full[s], kt * WP_BK, m0);
 #pragma unroll
                     for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
-                        if (j >= b_slabs || j % CLUSTER != (int)rank) continue;
+                        if (!(copied >> j & 1) || j % CLUSTER != (int)rank) continue;
                         unsigned char* b_dst = dst + WP_A_BYTES + j * WP_B_SLAB_BYTES;
+                        // The box's first element: (column, row) of B's tensor map.
+                        const int x = B_NK ? kt * WP_BK : slab_row[j], y = B_NK ? slab_row[j] : kt * WP_BK;
                         if (CLUSTER > 1)
-                            wp_tma_load_multicast(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK,
-                                                  (uint16_t)((1u << CLUSTER) - 1));
+                            wp_tma_load_multicast(b_dst, &map_b, &full[s], x, y, (uint16_t)((1u << CLUSTER) - 1));
                         else
-                            wp_tma_load(b_dst, &map_b, &full[s], n0 + j * WP_B_SLAB, kt * WP_BK);
+                            wp_tma_load(b_dst, &map_b, &full[s], x, y);
                     }
                 }
             }
@@ -350,7 +402,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             int unit_m, tile_n;
             wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
             const int tile_m = unit_m * CLUSTER + (int)rank;
-            const int m0 = tile_m * WP_BM, n0 = tile_n * WP_BN;
+            const int m0 = tile_m * WP_BM, n0 = tile_n * TILE_OUT;
 
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % WP_STAGES;
@@ -360,9 +412,13 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 // Also orders the previous tile's epilogue reads of d before these wgmmas write it.
                 wp_wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < WP_BK / 16; ++kk)
-                    wp_mma<T>(d, wp_desc(a_base + kk * 32, 16, 1024),
-                              wp_desc(b_base + kk * 16 * 128, WP_B_SLAB_BYTES, 1024), kt > 0 || kk > 0);
+                for (int kk = 0; kk < WP_BK / 16; ++kk) {
+                    // A (and B_NK's B): K-major, 16 k = 32 bytes along each 128-byte row, SBO = 8 rows.
+                    // B (K x N): MN-major, 16 k = 16 rows of 128 bytes, LBO = one 64-column slab.
+                    const uint64_t desc_b = B_NK ? wp_desc(b_base + kk * 32, 16, 1024)
+                                                 : wp_desc(b_base + kk * 16 * 128, WP_B_SLAB_BYTES, 1024);
+                    wp_mma<T, B_NK>(d, wp_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);
+                }
                 wp_wgmma_commit();
                 // This k tile's wgmmas keep running; the previous one's are done: free its stage
                 // (in both blocks of a cluster: the peer's copies write into this one's stages too).
@@ -378,13 +434,14 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
             }
 
-            // ---- epilogue: 4 chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
+            // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8}
             // and columns 8j + 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in
-            // d[4j + 2h + {0, 1}] (h: the +8 row). Chunk q is j = 8q .. 8q+7.
+            // d[4j + 2h + {0, 1}] (h: the +8 row). Chunk q of C is j = 8q .. 8q+7; with SwiGLU the
+            // matching up columns are j + 16, in the same thread's registers.
             const int row0 = warp * 16 + lane / 4;
 #pragma unroll
-            for (int q = 0; q < WP_BN / WP_C_CHUNK; ++q) {
+            for (int q = 0; q < TILE_OUT / WP_C_CHUNK; ++q) {
                 unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
                 // The store that last read this buffer was committed two groups ago (every chunk
                 // commits one group, stored or not): once at most one is still reading, it is free.
@@ -396,20 +453,39 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = row0 + 8 * h;
+                        float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+                        if constexpr (EPI != WP_EPI_NONE) {
+                            // Column of C (even; c_cols is a multiple of 8, so col < c_cols covers col + 1)
+                            // and row of C of this pair.
+                            const int col = n0 + 8 * j + 2 * (lane % 4), row = m0 + 64 * c + r;
+                            if constexpr (EPI == WP_EPI_SWIGLU) {
+                                v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);
+                                v1 = wp_swiglu(v1, d[4 * (j + 16) + 2 * h + 1]);
+                            } else if constexpr (EPI == WP_EPI_BIAS) {
+                                if (col < c_cols) { const float2 b = wp_load_pair(extra + col); v0 += b.x; v1 += b.y; }
+                            } else if constexpr (EPI == WP_EPI_RESIDUAL) {
+                                // R may be C itself (in place): this thread reads the pair before the
+                                // TMA store below writes it, and no other block touches it.
+                                if (col < c_cols && row < M) {
+                                    const float2 res = wp_load_pair(extra + (size_t)row * c_cols + col);
+                                    v0 += res.x; v1 += res.y;
+                                }
+                            }
+                        }
                         // 128-byte swizzle, as the TMA reads it: 16-byte chunk jj of row r lives at
                         // chunk jj ^ (r % 8). The 8 rows a warp writes at once (lane / 4) then hit 8
                         // different chunks: all 32 banks, no conflict (unswizzled: 8-way).
                         const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);
-                        *reinterpret_cast<uint32_t*>(buf + offset) = wp_pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1], T());
+                        *reinterpret_cast<uint32_t*>(buf + offset) = wp_pack(v0, v1, T());
                     }
                 }
                 wp_fence_async_smem();
                 wp_warpgroup_sync(1 + c);
                 if (tid == 0) {
-                    // A box wholly outside C (right of N, or this warpgroup's rows all below M; with a
-                    // cluster, a whole tile below the last row of tiles) is not stored; a box partly
-                    // outside is clipped by the TMA.
-                    if (n0 + q * WP_C_CHUNK < N && m0 + 64 * c < M)
+                    // A box wholly outside C (right of its columns, or this warpgroup's rows all below
+                    // M; with a cluster, a whole tile below the last row of tiles) is not stored; a box
+                    // partly outside is clipped by the TMA.
+                    if (n0 + q * WP_C_CHUNK < c_cols && m0 + 64 * c < M)
                         wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
                     wp_bulk_commit();
                 }
@@ -430,6 +506,8 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 // per argument to cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer). The cluster
 // kernels declare their cluster shape at compile time (__cluster_dims__), so a plain launch with a
 // grid of an even number of blocks makes the pairs; only sm_90 and newer know the attribute.
+// matmul_wgmma_fused.cu includes this file with WP_BODY_ONLY defined: the body without these entries.
+#ifndef WP_BODY_ONLY
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define WP_PAIR __cluster_dims__(2, 1, 1)
 #else
@@ -447,3 +525,4 @@ WP_ENTRY(wgmma_persistent_f16, __half, 1, )
 WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
 WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
 WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
+#endif  // WP_BODY_ONLY

@@ -16,3 +16,53 @@ WRONG = [
           new="    return first_m + in_group // tiles_n, in_group % tiles_n\n",
           expect="assert", tests=("-k", "test_tile_order_is_a_permutation")),
 ]
+
+# Bugs of the CUDA C kernel itself (kernels/matmul_wgmma_persistent.cu; not an exercise region: these
+# are the mistakes a first GPU run of such a kernel hits). Only a GPU shows them (gpu=True); on a CPU,
+# tests/week1/test_matmul_wgmma_persistent.py compiles each wrong kernel with the launcher's command,
+# so a fixture that no longer applies or no longer builds is seen without a GPU.
+_CU = "kernels/matmul_wgmma_persistent.cu"
+# Shapes where every stage is filled at most once per block: a barrier whose byte count is wrong then
+# shows as wrong data, not a hang (over many phases the surplus bytes of one phase would pile up in
+# the next ones until a phase never completes).
+_FAST = ("-k", "test_matches_float32_reference and (128x256x64 or 1x8x8 or 129x264x72)")
+WRONG += [
+    Wrong("expect_tx_one_slab_short",
+          "the full barrier expects one B slab (8 KB) less than the copies deliver: each phase completes "
+          "before the stage's last slab has landed, the consumers read a stale slab of B, and the late bytes "
+          "count towards the next phase",
+          old="                    wp_mbar_expect_tx(&full[s], bytes);\n",
+          new="                    wp_mbar_expect_tx(&full[s], bytes - WP_B_SLAB_BYTES);\n",
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert", tests=_FAST),
+    Wrong("stage_released_before_its_wgmmas_finish",
+          "a consumer releases the stage it just issued wgmmas on, without waiting for them (no "
+          "wgmma.wait_group before the arrive): the producer may refill the stage while the tensor cores "
+          "still read it. A race: whether a run shows it depends on timing; the larger shapes make the "
+          "queue of unwaited wgmmas deep enough that it does",
+          old=("                wp_wgmma_wait<1>();\n"
+               "                if (kt > 0 && lane == 0) {\n"
+               "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+               "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
+               "                }\n"
+               "            }\n"
+               "            wp_wgmma_wait<0>();\n"
+               "            if (lane == 0) {  // the tile's last stage\n"
+               "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+               "                if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
+               "            }\n"),
+          new=("                if (lane == 0) {\n"
+               "                    wp_mbar_arrive(&empty[it % WP_STAGES]);\n"
+               "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[it % WP_STAGES], rank ^ 1);\n"
+               "                }\n"
+               "            }\n"
+               "            wp_wgmma_wait<0>();\n"),
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer",
+          tests=("-k", "test_matches_float32_reference and (4096x4096x4096 or 8192x50304) or test_same_answer_twice")),
+    Wrong("epilogue_chunk_not_swizzled",
+          "the epilogue writes its 64 x 64 chunk to shared memory row by row without the 128-byte swizzle, "
+          "but the TMA store reads it swizzled (the C tensor map says SWIZZLE_128B): within each group of 8 "
+          "rows the 16-byte pieces of C land in the wrong columns",
+          old="                        const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);\n",
+          new="                        const uint32_t offset = r * 128 + (jj << 4) + 4 * (lane % 4);\n",
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert", tests=_FAST),
+]

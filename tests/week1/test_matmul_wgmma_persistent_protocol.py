@@ -1,0 +1,230 @@
+"""The persistent kernel's ring protocol, checked without a GPU: a model of its producer, consumers,
+mbarriers, TMA copies and wgmmas, run under many random interleavings.
+
+What a first GPU run of kernels/matmul_wgmma_persistent.cu could hit is a hang (a wait for a phase
+parity that never comes) or a race (a stage refilled while a wgmma still reads it, in this block or,
+with a cluster, in the peer whose multicast writes into it). Both depend on the order in which
+independent agents move, which one GPU run samples once. Here every agent is a small state machine
+that follows the kernel's rules line by line (the ring position `it` counted across tiles, the parity
+formulas, release of stage it - 1 after wgmma.wait_group 1, the tile's last stage after wait_group 0,
+arrivals on the peer's empty barrier); the TMA copies and wgmma groups complete at random later steps.
+The mbarrier is modelled as the PTX ISA defines it: a phase completes when its pending arrivals and
+its transaction count are both zero, and `try_wait.parity p` succeeds while the current phase's parity
+is not p. `test_the_model_follows_the_source` ties the model's formulas to the source text.
+"""
+import random
+import re
+
+import pytest
+
+from course import runtime
+
+wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
+
+STAGES = wp.PERSISTENT_TILES.stages
+CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
+
+
+class Barrier:
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def _maybe_complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def arrive(self, tx=0):
+        assert self.pending > 0, "an arrival on a phase that has all its arrivals: a phase overrun"
+        self.pending -= 1
+        self.tx += tx
+        self._maybe_complete()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._maybe_complete()
+
+    def ready(self, parity):  # mbarrier.try_wait.parity
+        return (self.phase & 1) != parity
+
+
+def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True):
+    """Run the model to the end; AssertionError on a race, RuntimeError on a hang."""
+    rng = random.Random(seed)
+    blocks = range(cluster)
+    full = [[Barrier(1) for _ in range(STAGES)] for _ in blocks]
+    empty = [[Barrier(WARPS * CONSUMERS * cluster) for _ in range(STAGES)] for _ in blocks]
+    # content[b][s][half]: which ring position the bytes in that half of block b's stage s belong to
+    # (half 0: A and this block's share of B; half h of a cluster: block h's multicast share of B).
+    content = [[[None] * cluster for _ in range(STAGES)] for _ in blocks]
+    reading = [[0] * STAGES for _ in blocks]  # wgmma groups issued on a stage and not yet finished
+    events = []  # pending asynchronous completions: the TMA copies landing, the wgmma groups finishing
+    positions = k_tiles * units
+
+    def state():
+        return [(bar.phase, bar.pending, bar.tx) for row in full + empty for bar in row]
+
+    def producer(b):
+        for it in range(positions):
+            s = it % STAGES
+            if it >= STAGES:
+                while not empty[b][s].ready(((it // STAGES) + producer_parity) & 1):
+                    yield
+            full[b][s].arrive(tx=cluster)  # one unit of bytes per half: A + own B share, the peer's share
+            for dst in blocks:  # the copy (multicast to every block of the cluster) may write from now on
+                assert reading[dst][s] == 0, f"stage {s} of block {dst} refilled while a wgmma reads it"
+                def land(dst=dst, s=s, it=it, src=b):
+                    assert reading[dst][s] == 0, f"stage {s} of block {dst} refilled while a wgmma reads it"
+                    content[dst][s][src] = it
+                    full[dst][s].complete_tx(1)
+                if dst == b or cluster > 1:
+                    events.append(land)
+
+    def consumer(b):
+        groups = []  # this warpgroup's committed, unfinished wgmma groups: (stage, position)
+        it = 0
+        for _unit in range(units):
+            for kt in range(k_tiles):
+                s = it % STAGES
+                while not full[b][s].ready((it // STAGES) & 1):
+                    yield
+                assert content[b][s] == [it] * cluster, f"block {b} reads stage {s} before position {it} landed"
+                reading[b][s] += 1
+                groups.append((s, it))
+
+                def finish(b=b, s=s, it=it, groups=groups):
+                    assert content[b][s] == [it] * cluster, f"stage {s} of block {b} changed under its wgmma"
+                    reading[b][s] -= 1
+                    groups.remove((s, it))
+                events.append(finish)
+                if release_early:  # the known-wrong fixture's bug: release this stage, no wait
+                    for peer in blocks:
+                        for _ in range(WARPS):
+                            empty[peer][s].arrive()
+                    it += 1
+                    continue
+                # wgmma.wait_group 1: every group but the most recent one is complete (groups may
+                # finish in any order in the model; the wait is about which, not how many)
+                while any(g != (s, it) for g in groups):
+                    yield
+                if kt > 0:
+                    for peer in blocks:  # own empty barrier, and the peer's (its copies write here too)
+                        for _ in range(WARPS):
+                            empty[peer][(it - 1) % STAGES].arrive()
+                it += 1
+            while groups:  # wgmma.wait_group 0
+                yield
+            if not release_early and tile_end_release:
+                for peer in blocks:
+                    for _ in range(WARPS):
+                        empty[peer][(it - 1) % STAGES].arrive()
+
+    agents = [producer(b) for b in blocks] + [consumer(b) for b in blocks for _ in range(CONSUMERS)]
+    stalled = 0  # agent steps in a row that found every agent waiting and no copy or wgmma in flight
+    while agents or events:
+        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
+        if kind == "event":
+            events.remove(pick)
+            pick()
+            stalled = 0
+            continue
+        before = state()
+        try:
+            next(pick)
+        except StopIteration:
+            agents.remove(pick)
+        stalled = stalled + 1 if not events and state() == before and pick in agents else 0
+        if stalled > 50 * len(agents):  # nothing in flight can complete a phase: it never will
+            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+
+
+CASES = [(k, units, cluster) for k in (1, 2, 3, 5, 6) for units in (1, 3, 7) for cluster in (1, 2)]
+
+
+@pytest.mark.parametrize("k_tiles, units, cluster", CASES, ids=lambda v: str(v))
+def test_no_hang_and_no_stage_reused_too_early(k_tiles, units, cluster):
+    """Every ring position lands before it is read and is not overwritten while read, and everything
+    finishes, over many interleavings; k steps per tile not a multiple of the stages (3, 5, 6) make
+    the ring's position at a tile's start land on every stage."""
+    for seed in range(12):
+        simulate(k_tiles, units, cluster, seed)
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_model_sees_a_stage_released_before_its_wgmmas_finish(cluster):
+    """The known-wrong kernel `stage_released_before_its_wgmmas_finish` (tests/week1/wrong/), in the
+    model: some interleaving refills a stage under a running wgmma."""
+    with pytest.raises(AssertionError, match="refilled while a wgmma reads it|changed under its wgmma"):
+        for seed in range(200):
+            simulate(5, 3, cluster, seed, release_early=True)
+
+
+def test_the_model_follows_the_source():
+    """The formulas the model uses are the kernel's (if these lines change, change the model)."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    for line in ("if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
+                 "wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);",
+                 "wp_mbar_init(&full[s], 1);",
+                 "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER);",
+                 "wp_wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
+                 "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+                 "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
+                 "wp_wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
+                 "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);"):
+        assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
+    # One ring position per k step, counted across the block's tiles, in both roles.
+    assert len(re.findall(r"for \(int kt = 0; kt < k_tiles; \+\+kt, \+\+it\)", source)) == 2
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_model_sees_a_wrong_parity_and_a_missing_release(cluster):
+    """The model is not blind: the producer waiting for parity (it / STAGES) & 1 (the phase not yet due)
+    refills a stage early; consumers that never release a tile's last stage hang the producer."""
+    with pytest.raises(AssertionError, match="refilled while a wgmma reads it|before position|changed under|phase overrun"):
+        for seed in range(200):
+            simulate(5, 3, cluster, seed, producer_parity=0)
+    with pytest.raises(RuntimeError, match="no progress"):
+        simulate(5, 3, cluster, 0, tile_end_release=False)
+
+
+# --- the epilogue's layout: registers -> swizzled shared memory -> what the TMA store reads ---------
+
+def tma_swizzle_128b(row: int, byte: int) -> int:
+    """Where the TMA (CU_TENSOR_MAP_SWIZZLE_128B, box rows of 128 bytes, buffer 1024-byte aligned)
+    expects byte `byte` of box row `row`: its 16-byte chunk XORed with the row's index within 8 rows."""
+    return row * 128 + (((byte // 16) ^ (row % 8)) * 16) + byte % 16
+
+
+def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it():
+    """The kernel's shared-memory offset for the pair of columns a thread holds (the wgmma accumulator
+    layout: warp w, lane l hold rows 16 w + l / 4 + 8 h and columns 8 j + 2 (l % 4) + {0, 1}) is the
+    TMA's swizzled place of that pair, and the 128 threads x 8 x 2 pairs cover the 8 KB chunk once."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    formula = "const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);"
+    assert formula in source, "the epilogue's offset changed: update this test's copy of it"
+    seen = set()
+    for warp in range(4):
+        for lane in range(32):
+            for jj in range(8):
+                for h in range(2):
+                    r = warp * 16 + lane // 4 + 8 * h
+                    offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4)
+                    col = 8 * jj + 2 * (lane % 4)  # the pair's first column within the 64-column chunk
+                    assert offset == tma_swizzle_128b(r, 2 * col), (warp, lane, jj, h)
+                    seen.add(offset)
+    assert seen == set(range(0, 64 * 128, 4)), "some 4-byte pair of the chunk is written twice or never"
+
+
+def test_swiglu_partner_registers_hold_the_matching_up_column():
+    """With gate rows in slabs 0-1 and up rows in slabs 2-3 of the B stage, accumulator column t < 128
+    is gate column f0 + t and column t + 128 its up partner: registers 4 j + 2 h + e and 4 (j + 16) + 2 h + e
+    of the same thread (the layout repeats every 8 columns, so j + 16 is 128 columns further)."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    assert "v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);" in source
+    column = lambda reg, lane: 8 * (reg // 4) + 2 * (lane % 4) + reg % 2  # noqa: E731
+    row = lambda reg, lane, warp: warp * 16 + lane // 4 + 8 * ((reg // 2) % 2)  # noqa: E731
+    for lane in range(32):
+        for j in range(16):
+            for h in range(2):
+                for e in range(2):
+                    gate, up = 4 * j + 2 * h + e, 4 * (j + 16) + 2 * h + e
+                    assert column(up, lane) == column(gate, lane) + 128 and row(up, lane, 0) == row(gate, lane, 0)

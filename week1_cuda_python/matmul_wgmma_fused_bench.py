@@ -1,0 +1,163 @@
+"""The fused wgmma GEMMs against what they replace: cuBLAS + the torch elementwise op, eager and
+under torch.compile, at the capstone's shapes, in interleaved rounds.
+
+    python -m week1_cuda_python.matmul_wgmma_fused_bench            (H100/H200; writes results/)
+    python -m week1_cuda_python.matmul_wgmma_fused_bench --quick    (fewer rounds, one shape per epilogue)
+
+Variants, per (epilogue, shape, dtype), each timed once per round in turn (the persistent rung's
+bench says why rounds: cuBLAS moves ~10% from run to run):
+  torch          x @ w.T, then the op (+ bias, + residual, silu(gate) * up) in eager torch: two kernels
+  torch.compile  the same sequence compiled (Inductor runs the GEMM on cuBLAS, or its own Triton
+                 template where it judges that faster, and fuses the elementwise op into one kernel)
+  gemm_only      x @ w.T alone (cuBLAS): the floor the epilogue's cost is measured from
+  wgmma_fused    matmul_wgmma_fused.launch_fused: one kernel, the epilogue in registers
+Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds.
+
+Shapes (M x N x K, M = 8 x 1024 tokens, capstone GPT: d = 768, SwiGLU hidden 2048, vocab 50304):
+qkv (N = 2304) and LM head (50304) without epilogue; attention projection (768 x 768) and MLP down
+(K = 2048) with the residual add; MLP up with SwiGLU (N = 2 x 2048); a bias at N = 3072 (GPT-2's fc).
+Writes results/matmul_wgmma_fused_week1.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course.check import random_tensor
+from week1_cuda_python.matmul_wgmma_fused import launch_fused, reference, unsupported
+
+PROG = "python -m week1_cuda_python.matmul_wgmma_fused_bench"
+NAME = "matmul_wgmma_fused_week1"
+RESULTS = Path(__file__).parent / "results"
+TOKENS = 8 * 1024
+CASES = [("none", (TOKENS, 2304, 768)), ("residual", (TOKENS, 768, 768)), ("swiglu", (TOKENS, 4096, 768)),
+         ("residual", (TOKENS, 768, 2048)), ("bias", (TOKENS, 3072, 768)), ("none", (TOKENS, 50304, 768))]
+QUICK_CASES = [("residual", (TOKENS, 768, 768)), ("swiglu", (TOKENS, 4096, 768)), ("bias", (TOKENS, 3072, 768))]
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _compiled():
+    """One compiled reference sequence; Dynamo keeps a graph per (epilogue, shape, dtype)."""
+    for knob in ("cache_size_limit", "recompile_limit"):  # the knob's name differs between torch versions
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    return torch.compile(reference, dynamic=False)
+
+
+def variants(epilogue: str) -> dict:
+    compiled = _compiled()
+    return {
+        "torch": lambda x, w, extra, out: reference(x, w, epilogue, extra),
+        "torch.compile": lambda x, w, extra, out: compiled(x, w, epilogue, extra),
+        "gemm_only": lambda x, w, extra, out: torch.matmul(x, w.t()),
+        "wgmma_fused": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out),
+    }
+
+
+def label(epilogue, shape, dtype) -> str:
+    m, n, k = shape
+    return f"{epilogue} {m}x{n}x{k} {str(dtype).replace('torch.', '')}"
+
+
+def make_inputs(size):
+    epilogue, (m, n, k), dtype = size
+    device = runtime.DEVICE
+    extra = {"bias": (n,), "residual": (m, n)}.get(epilogue)
+    return (random_tensor((m, k), dtype, device), random_tensor((n, k), dtype, device, scale=k**-0.5),
+            random_tensor(extra, dtype, device) if extra else None,
+            torch.empty((m, n // 2 if epilogue == "swiglu" else n), dtype=dtype, device=device))
+
+
+def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> list[dict]:
+    m, n, k = shape
+    flops = 2 * m * n * k
+    sets = bench.input_sets(make_inputs, (epilogue, shape, dtype))
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    del sets
+    torch.cuda.empty_cache()
+    rows = []
+    for name, ms in samples.items():
+        vs_torch = [t / own for t, own in zip(samples["torch"], ms)]
+        vs_compiled = [t / own for t, own in zip(samples["torch.compile"], ms)]
+        median = statistics.median(ms)
+        rows.append({"size": label(epilogue, shape, dtype), "epilogue": epilogue, "variant": name, "ms": median,
+                     "ms_min": min(ms), "ms_rounds": ms, "reps": rounds, "flops": flops,
+                     "tflops": flops / (median * 1e-3) / 1e12,
+                     "speedup_vs_torch": statistics.median(vs_torch), "speedup_min": min(vs_torch),
+                     "speedup_max": max(vs_torch), "speedup_vs_compile": statistics.median(vs_compiled),
+                     "vs_compile_min": min(vs_compiled), "vs_compile_max": max(vs_compiled),
+                     "spread_pct": 100 * (max(ms) - min(ms)) / median})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    head = ("| size | variant | ms (median) | TFLOP/s | vs torch eager (min - max) | vs torch.compile (min - max) "
+            "| ms spread |\n|---|---|---|---|---|---|---|\n")
+    lines = [f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} "
+             f"| {r['speedup_vs_torch']:.3f}x ({r['speedup_min']:.3f} - {r['speedup_max']:.3f}) "
+             f"| {r['speedup_vs_compile']:.3f}x ({r['vs_compile_min']:.3f} - {r['vs_compile_max']:.3f}) "
+             f"| {r['spread_pct']:.1f}% |" for r in result["rows"]]
+    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+
+
+def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
+    why = unsupported(runtime.capability())
+    if not runtime.on_gpu() or why:
+        raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
+    copy_gbps = bench.copy_bandwidth_gbps()
+    rows = []
+    for epilogue in dict.fromkeys(e for e, _ in cases):
+        fns = variants(epilogue)
+        for fn in fns.values():  # build the cubin and compile the graphs before anything is timed
+            fn(*make_inputs((epilogue, (256, 512, 64), torch.bfloat16)))
+        for e, shape in cases:
+            if e != epilogue:
+                continue
+            for dtype in dtypes:
+                print(f"[bench] {label(epilogue, shape, dtype)}", file=sys.stderr, flush=True)
+                rows += measure(epilogue, shape, dtype, rounds, rep_ms, fns)
+    return {
+        "benchmark": NAME,
+        "title": "Fused wgmma GEMM epilogues vs cuBLAS + torch op, eager and torch.compile (interleaved rounds)",
+        "notes": (f"FLOPs = 2 M N K of the GEMM; {rounds} rounds, each timing torch (x @ w.T then the op), "
+                  "torch.compile of that sequence, gemm_only (x @ w.T alone) and wgmma_fused once in turn (CUDA "
+                  f"events, median of ~{rep_ms:.0f} ms of launches); ms = median over rounds; ratios = median over "
+                  "rounds of (baseline ms / variant ms) in the same round, min - max beside it"),
+        "clock": "events",
+        "headline": ["wgmma_fused"],
+        "simulated": False,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": runtime.describe(),
+        "ceilings": {"copy_gbps": copy_gbps},
+        "rows": rows,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one shape per epilogue, 3 rounds, bf16 only")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
+    parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
+    parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 7)
+    result = run(QUICK_CASES if args.quick else CASES, rounds, args.rep_ms,
+                 dtypes=(torch.bfloat16,) if args.quick else DTYPES)
+    text = markdown(result)
+    print(text)
+    for path in bench.write_record(result, args.out, text):
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
