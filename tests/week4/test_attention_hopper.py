@@ -318,3 +318,16 @@ def test_rejects_bad_outputs():
         hp.attention_hopper_forward(q, k, v, out=torch.zeros(1, 2, 7, 64, dtype=torch.float16))
     with pytest.raises(ValueError, match="lse must be"):
         hp.attention_hopper_forward(q, k, v, lse=torch.zeros(1, 2, 8, dtype=torch.float16))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(hp.toolchain_missing() is not None, reason=f"cannot build the extension here: {hp.toolchain_missing()}")
+def test_extension_builds_and_registers_its_op(tmp_path, monkeypatch):
+    """load_inline builds the kernel and the binding with no GPU (~30 s on 2 cores): the op's schema."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    hp.load_extension.cache_clear()
+    try:
+        ext = hp.load_extension()
+        assert "Tensor(a!) out" in str(ext.ops.forward.default._schema) and not ext.cached
+    finally:
+        hp.load_extension.cache_clear()

@@ -142,6 +142,22 @@ class Extension:
     cached: bool         # the library was on disk already: this call only loaded it
 
 
+def _find_cuda_headers() -> None:
+    """torch guesses the toolkit's root from `which nvcc` without following links: /usr/local/bin/nvcc
+    (a link or a wrapper script of /usr/local/cuda-13.0/bin/nvcc) gives /usr/local, which has no
+    cuda_runtime.h. Where CUDA_HOME is unset and the guess is wrong, nvcc's real root or /usr/local/cuda
+    is used instead."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "include" / "cuda_runtime.h").exists():
+        return
+    for root in (Path(os.path.realpath(runtime.nvcc_path())).parent.parent, Path("/usr/local/cuda")):
+        if (root / "include" / "cuda_runtime.h").exists():
+            cpp_extension.CUDA_HOME = str(root)
+            return
+
+
 @functools.cache
 def load_extension(verbose: bool = False) -> Extension:
     """Compile the kernel and the binding once per source version (cached under cache_root()), load it."""
@@ -150,6 +166,7 @@ def load_extension(verbose: bool = False) -> Extension:
     missing = toolchain_missing()
     if missing:
         raise RuntimeError(f"cannot build the attention_hopper extension: {missing}")
+    _find_cuda_headers()
     name = namespace()
     directory = cache_root() / name
     directory.mkdir(parents=True, exist_ok=True)

@@ -189,6 +189,8 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     // Hand the turn over, except warpgroup 2 after its last phase (the header: no half-arrived barrier).
     if (HAS_S || wg == 0) ah_bar_arrive(their_turn, 256);
     ah_wgmma_wait<0>();
+    ah_fence_regs(s);
+    ah_fence_regs(o);
     // Both GEMMs have read their slots: give them back to the producer (one arrive per warp).
     if (lane == 0) {
         if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);

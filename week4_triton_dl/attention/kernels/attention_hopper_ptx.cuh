@@ -98,6 +98,14 @@ __device__ __forceinline__ void ah_wgmma_fence() { asm volatile("wgmma.fence.syn
 __device__ __forceinline__ void ah_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void ah_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// Pins accumulator registers after a wait: the compiler sees no data dependence between the wait
+// and the registers the wgmma writes, so without this it could move a read of them above the wait.
+template <int N>
+__device__ __forceinline__ void ah_fence_regs(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
 
 #define AH_D4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define AH_D16(d, i) AH_D4(d, i), AH_D4(d, (i) + 4), AH_D4(d, (i) + 8), AH_D4(d, (i) + 12)
