@@ -30,7 +30,7 @@
 //
 // ---- The ping-pong ----------------------------------------------------------------------------------
 // Softmax is work for the multi-function units (MUFU.EX2: 16 per clock per SM against the tensor
-// cores' ~1024 dense fp16 FMAs per clock; FA3 counts 3.9 TFLOP/s of exp against 989 of matmul), so
+// cores' ~2,048 dense fp16 FMAs per clock; FA3 counts 3.9 TFLOP/s of exp against 989 of matmul), so
 // while a warpgroup does its softmax the tensor cores would idle. With two warpgroups, named barrier
 // 1 ("warpgroup 1 may issue") and 2 ("warpgroup 2 may issue") make their GEMM phases alternate:
 //     WG1: [GEMMs] softmax........ [GEMMs] softmax........
