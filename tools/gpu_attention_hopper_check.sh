@@ -5,7 +5,8 @@
 #      (HGMMA, UTMALDG, MUFU.EX2, BAR), then the extension built by load_inline (cached on disk);
 #   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase, an expect-tx byte
 #      count or a ping-pong barrier mistake hangs the GPU: this is where it shows, and nothing else
-#      runs after it): small shapes first, D = 64 and 128, fp16 and bf16, causal and not;
+#      runs after it): small shapes first, D = 64 and 128, fp16 and bf16, causal and not; if it
+#      fails, the same smoke without the ping-pong (-DAH_PINGPONG=0) says which half to look at;
 #   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack);
 #   4. the benchmark (quick mode unless FULL=1): hopper beside SDPA cuDNN and the Triton op;
 #   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16).
@@ -67,8 +68,8 @@ ext = hp.load_extension(verbose=True)
 print('extension', ext.namespace, 'built in', round(ext.build_seconds, 1), 's', '(cached)' if ext.cached else '')
 PY"
 
-step 02_smoke 60 1 "python - <<'PY'
-import torch
+SMOKE="python - <<'PY'
+import os, torch
 from course.check import poisoned, random_tensor
 from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention.naive import attention_reference
@@ -79,7 +80,7 @@ for B, H, S, D in cases:
         for causal in (False, True):
             q, k, v = (random_tensor((B, H, S, D), dtype, 'cuda') for _ in range(3))
             out, lse = poisoned((B, H, S, D), dtype, 'cuda'), poisoned((B, H, S), torch.float32, 'cuda')
-            hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse)
+            hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse, pingpong=os.environ.get('AH_PINGPONG') != '0')
             torch.cuda.synchronize()
             ref, ref_lse = attention_reference(q, k, v, causal, return_lse=True)
             err = (out.double() - ref).abs().max().item()
@@ -88,6 +89,13 @@ for B, H, S, D in cases:
                   f'NaN left {int(out.isnan().sum())} + {int(lse.isnan().sum())}', flush=True)
             assert err < 0.05 and lerr < 1e-2, 'wrong result'
 PY"
+if ! step 02_smoke 60 0 "$SMOKE"; then
+    # Which half is wrong? The same smoke with the consumers' turn-taking compiled out (-DAH_PINGPONG=0,
+    # a second build): passing there points at the named-barrier ping-pong, failing at the ring,
+    # the TMA byte counts or the wgmmas.
+    step 02b_smoke_no_pingpong 120 0 "AH_PINGPONG=0 $SMOKE" && echo "=== without the ping-pong it passes: look at bar.sync / bar.arrive"
+    echo "=== stopping: 02_smoke failed"; exit 1
+fi
 
 step 03_tests 120 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=8"

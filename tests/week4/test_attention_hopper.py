@@ -148,6 +148,19 @@ def test_same_answer_twice():
 
 @gpu
 @hopper
+@pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
+def test_without_pingpong_same_bits(head_dim):
+    # The turn-taking orders when the two consumers issue, not what they compute: the A/B build
+    # (-DAH_PINGPONG=0) must give the same bits.
+    q, k, v = qkv(2, 3, 700, 700, head_dim, torch.bfloat16)
+    for causal in (False, True):
+        want = hp.attention_hopper_forward(q, k, v, causal)
+        got = hp.attention_hopper_forward(q, k, v, causal, pingpong=False)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@gpu
+@hopper
 def test_empty_inputs():
     q, k, v = qkv(0, 2, 5, 5, 64, torch.float16)
     assert hp.attention_hopper(q, k, v).shape == (0, 2, 5, 64)
@@ -194,8 +207,9 @@ def test_ptx_has_the_fa3_pieces(ptx):
 
 
 @nvcc
-def test_sm90a_build_does_not_spill(tmp_path):
-    built = subprocess.run(hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path()) + ["-Xptxas", "-v"],
+@pytest.mark.parametrize("pingpong", [True, False], ids=["pingpong", "no_pingpong"])
+def test_sm90a_build_does_not_spill(pingpong, tmp_path):
+    built = subprocess.run(hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", built.stderr)
@@ -300,6 +314,12 @@ def bad_inputs():
     yield "scale nan", ValueError, "scale must be a finite number > 0", lambda: (ok(), ok(), ok(), {"scale": math.nan})
     yield "scale negative", ValueError, "scale must be a finite number > 0", lambda: (ok(), ok(), ok(), {"scale": -1.0})
     yield "scale str", TypeError, "scale must be a float", lambda: (ok(), ok(), ok(), {"scale": "0.1"})
+
+
+def test_rejects_a_pingpong_that_is_not_a_bool():
+    q, k, v = (torch.zeros(1, 2, 8, 64, dtype=torch.float16) for _ in range(3))
+    with pytest.raises(TypeError, match="pingpong must be a bool"):
+        hp.attention_hopper_forward(q, k, v, pingpong=0)
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])

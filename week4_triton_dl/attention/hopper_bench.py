@@ -9,7 +9,8 @@ Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
           is left out and the notes say so);
 * triton: week4_triton_dl.attention.flash_attention, the public Triton op (its dispatch picks the
           rung and tile for this GPU);
-* hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung (kernels/attention_hopper_forward.cu).
+* hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung (kernels/attention_hopper_forward.cu);
+* hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking.
 
 Sizes as FlashAttention-3's paper measures them (arXiv:2407.08608, section 4.1): head dim 128,
 hidden 2048 (16 heads), batch chosen so that B * S = 16k tokens, S = 1k .. 16k, causal and not;
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week4_triton_dl.attention.flash import flash_attention
-from week4_triton_dl.attention.hopper import attention_hopper, device_refusal
+from week4_triton_dl.attention.hopper import attention_hopper, attention_hopper_forward, device_refusal
 
 PROG = "python -m week4_triton_dl.attention.hopper_bench"
 NAME = "attention_hopper"
@@ -61,7 +62,10 @@ VARIANTS = {
     "torch": _sdpa_cudnn,
     "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal),
     "hopper": lambda q, k, v, causal: attention_hopper(q, k, v, causal),
+    # The A/B of the ping-pong (a second build, -DAH_PINGPONG=0): only when asked with --variants.
+    "hopper_no_pingpong": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, pingpong=False)[0],
 }
+DEFAULT_VARIANTS = ("torch", "triton", "hopper")
 
 
 def size_label(size, dtype) -> str:
@@ -176,8 +180,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
-                        help="what to time (torch, the baseline, always)")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS),
+                        help="what to time (torch, the baseline, always; hopper_no_pingpong: the A/B of the ping-pong)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}

@@ -79,6 +79,9 @@
 #define AH_SLAB_BYTES (128 * 128)  // 128 rows x 128 bytes
 #define AH_PRODUCER_REGS 40
 #define AH_CONSUMER_REGS 232   // 40 + 2 x 232 = 504 <= 512 (65,536 registers / 128 threads per warpgroup)
+#ifndef AH_PINGPONG
+#define AH_PINGPONG 1          // -DAH_PINGPONG=0: the consumers issue whenever ready (the A/B of the ping-pong)
+#endif
 
 template <int D>
 struct AhShape {
@@ -161,7 +164,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     if (HAS_S) ah_mbar_wait(&full_k[s_slot], (it / AH_STAGES) & 1);
     if (HAS_PV) ah_mbar_wait(&full_v[pv_slot], ((it - 1) / AH_STAGES) & 1);
 
-    ah_bar_sync(my_turn, 256);  // the tensor cores are ours until we arrive on the other's barrier
+    if (AH_PINGPONG) ah_bar_sync(my_turn, 256);  // the tensor cores are ours until we arrive on the other's
     // The registers the wgmmas read or write (o rescaled, p packed) were last written by ordinary
     // instructions: the fence orders those writes before the asynchronous reads.
     ah_wgmma_fence();
@@ -187,7 +190,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     }
     ah_wgmma_commit();
     // Hand the turn over, except warpgroup 2 after its last phase (the header: no half-arrived barrier).
-    if (HAS_S || wg == 0) ah_bar_arrive(their_turn, 256);
+    if (AH_PINGPONG && (HAS_S || wg == 0)) ah_bar_arrive(their_turn, 256);
     ah_wgmma_wait<0>();
     ah_fence_regs(s);
     ah_fence_regs(o);
@@ -290,7 +293,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
 
         const uint32_t q_base = ah_smem(q_tile) + wg * 64 * 128;  // 64 rows x 128 bytes into each slab
         ah_mbar_wait(&full_q, 0);
-        if (wg == 1) ah_bar_arrive(1, 256);  // warpgroup 1 (wg 0) takes the first turn
+        if (AH_PINGPONG && wg == 1) ah_bar_arrive(1, 256);  // warpgroup 1 (wg 0) takes the first turn
 
         // Phase it issues S of tile it (it < n_tiles) and P V of tile it - 1 (it >= 1), then runs the
         // softmax of tile it. Phase 0 and phase n_tiles are peeled off the loop: wgmmas under a runtime
