@@ -125,8 +125,10 @@ def namespace(pingpong: bool = True) -> str:
     return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+@functools.cache
 def toolchain_missing() -> str | None:
-    """Why this machine cannot build the extension (None if it can)."""
+    """Why this machine cannot build the extension (None if it can). Asked once per process: ninja's
+    check runs a subprocess, and hopper_unsupported (a dispatch rule's question) asks on every call."""
     from torch.utils.cpp_extension import is_ninja_available
 
     if torch.version.cuda is None:
@@ -232,8 +234,9 @@ def check_inputs(q, k, v, causal, scale) -> float:
         # The running max is taken of the raw scores and scaled once: that needs scale > 0.
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     B, H, Sq, _ = q.shape
-    if B * H > INT32_MAX or max(Sq, k.shape[2]) > INT32_MAX - BLOCK_M:
-        raise ValueError(f"B * H = {B * H} and the lengths must fit the kernel's 32-bit indices")
+    if B * H * -(-Sq // BLOCK_M) > INT32_MAX or max(Sq, k.shape[2]) > INT32_MAX - BLOCK_M:
+        raise ValueError(f"B * H = {B * H} blocks of {BLOCK_M} query rows each (Sq = {Sq}) and the lengths must "
+                         "fit the kernel's 32-bit grid and indices: split the batch")
     return float(scale)
 
 
