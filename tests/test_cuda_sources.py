@@ -18,15 +18,17 @@ ARCHS = [gpu.arch for gpu in runtime.GPU_CLASSES]
 # The wgmma rung (week 1, matmul_tensor_cores): wgmma and setmaxnreg exist on sm_90a alone, so its
 # launcher builds it for sm_90a with its own nvcc command and refuses every other GPU.
 SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu",
-               "week4_triton_dl/attention/kernels/attention_hopper_backward.cu"}
+               "week4_triton_dl/attention/kernels/attention_hopper_backward.cu",
+               "week4_triton_dl/attention/kernels/attention_hopper_forward.cu"}
 
 
 def sm_90a_command(source, output):
     """The launcher's own nvcc command for an SM_90A_ONLY source (-gencode=arch=compute_90a,code=sm_90a)."""
     from week1_cuda_python import matmul_tensor_cores as tc
-    from week4_triton_dl.attention import hopper_backward
+    from week4_triton_dl.attention import hopper, hopper_backward
 
-    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command}
+    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command,
+                hopper.SOURCE: hopper.nvcc_command}
     return commands[source](output, runtime.nvcc_path())
 CASES = [(source, arch) for source in SOURCES
          for arch in (["sm_90a"] if str(source.relative_to(ROOT)) in SM_90A_ONLY else ARCHS)]

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue 33's first GPU check of the CUDA C attention forward (week4_triton_dl/attention/hopper.py,
+# kernels/attention_hopper_forward.cu), on one H100/H200, in about 5 minutes, failing fast:
+#   1. the sm_90a cubin with hopper.py's own nvcc command: registers, spills, SASS opcode counts
+#      (HGMMA, UTMALDG, MUFU.EX2, BAR), then the extension built by load_inline (cached on disk);
+#   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase, an expect-tx byte
+#      count or a ping-pong barrier mistake hangs the GPU: this is where it shows, and nothing else
+#      runs after it): small shapes first, D = 64 and 128, fp16 and bf16, causal and not; if it
+#      fails, the same smoke without the ping-pong (-DAH_PINGPONG=0) says which half to look at;
+#   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack);
+#   4. the benchmark (quick mode unless FULL=1): hopper beside SDPA cuDNN and the Triton op;
+#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16).
+# Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper.{json,md}); copy
+# $OUT/results/* into week4_triton_dl/results/ and fill the note's figures from them.
+#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=290 by default; FULL=1: the whole bench)
+# On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
+set -u
+OUT=${OUT:-/tmp/gpu-attention-hopper}
+BUDGET_S=${BUDGET_S:-290}
+mkdir -p "$OUT/logs" "$OUT/results"
+start_all=$(date +%s)
+deadline=$(( start_all + BUDGET_S ))
+if [ -f .devwheels/setup.sh ]; then source .devwheels/setup.sh > "$OUT/logs/00_setup.log" 2>&1 || { echo "setup failed"; cat "$OUT/logs/00_setup.log"; exit 1; }; fi
+export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
+# The extension's build cache in $OUT: its log shows a cold build, and steps 2-5 reuse it.
+export XDG_CACHE_HOME="$OUT/cache"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader \
+    > "$OUT/logs/nvidia-smi.txt" 2>&1
+cat "$OUT/logs/nvidia-smi.txt"
+
+# step NAME LIMIT_S FATAL COMMAND: as in tools/gpu_gemm_check.sh.
+step() {
+    local name=$1 limit=$2 fatal=$3 cmd=$4
+    local left=$(( deadline - $(date +%s) ))
+    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name (limit ${limit} s, ${left} s left)"
+    local t0=$(date +%s)
+    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
+    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
+    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then
+        [ "$rc" = 124 ] && echo "=== $name TIMED OUT (a hang: look for a barrier phase / expect-tx / ping-pong mismatch)"
+        echo "=== stopping: $name failed"; exit "$rc"
+    fi
+    return "$rc"
+}
+
+step 01_build 150 1 "python - <<'PY'
+import re, shutil, subprocess, sys
+from pathlib import Path
+from course import runtime
+from week4_triton_dl.attention import hopper as hp
+out = Path('$OUT') / 'attention_hopper.sm_90a.cubin'
+built = subprocess.run(hp.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '-v'], capture_output=True, text=True)
+print(built.stderr)
+if built.returncode:
+    sys.exit('nvcc failed')
+if shutil.which('cuobjdump'):
+    sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+    (Path('$OUT') / 'attention_hopper.sm_90a.sass').write_text(sass)
+    for kernel in re.split(r'Function : ', sass)[1:]:
+        name = kernel.split()[0]
+        print(name, {op: len(re.findall(r'\b' + re.escape(op), kernel)) for op in ('HGMMA', 'UTMALDG', 'MUFU.EX2', 'BAR.SYNC', 'BAR.ARV', 'SYNCS')})
+ext = hp.load_extension(verbose=True)
+print('extension', ext.namespace, 'built in', round(ext.build_seconds, 1), 's', '(cached)' if ext.cached else '')
+PY"
+
+SMOKE="python - <<'PY'
+import os, torch
+from course.check import poisoned, random_tensor
+from week4_triton_dl.attention import hopper as hp
+from week4_triton_dl.attention.naive import attention_reference
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+cases = [(1, 1, 128, 64), (1, 2, 100, 64), (1, 1, 128, 128), (2, 3, 300, 128), (1, 2, 1000, 64)]
+for B, H, S, D in cases:
+    for dtype in (torch.bfloat16, torch.float16):
+        for causal in (False, True):
+            q, k, v = (random_tensor((B, H, S, D), dtype, 'cuda') for _ in range(3))
+            out, lse = poisoned((B, H, S, D), dtype, 'cuda'), poisoned((B, H, S), torch.float32, 'cuda')
+            hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse, pingpong=os.environ.get('AH_PINGPONG') != '0')
+            torch.cuda.synchronize()
+            ref, ref_lse = attention_reference(q, k, v, causal, return_lse=True)
+            err = (out.double() - ref).abs().max().item()
+            lerr = (lse.double() - ref_lse).abs().max().item()
+            print(f'B{B} H{H} S{S} D{D} {dtype} causal={causal}: max |o err| {err:.3g}, |lse err| {lerr:.3g}, '
+                  f'NaN left {int(out.isnan().sum())} + {int(lse.isnan().sum())}', flush=True)
+            assert err < 0.05 and lerr < 1e-2, 'wrong result'
+PY"
+if ! step 02_smoke 60 0 "$SMOKE"; then
+    # Which half is wrong? The same smoke with the consumers' turn-taking compiled out (-DAH_PINGPONG=0,
+    # a second build): passing there points at the named-barrier ping-pong, failing at the ring,
+    # the TMA byte counts or the wgmmas.
+    step 02b_smoke_no_pingpong 120 0 "AH_PINGPONG=0 $SMOKE" && echo "=== without the ping-pong it passes: look at bar.sync / bar.arrive"
+    echo "=== stopping: 02_smoke failed"; exit 1
+fi
+
+step 03_tests 120 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=40 --durations=8"
+
+BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25"
+[ "${FULL:-0}" = 1 ] || BENCH_ARGS="$BENCH_ARGS --quick"
+step 04_bench 90 0 "python -m week4_triton_dl.attention.hopper_bench $BENCH_ARGS"
+
+cat > "$OUT/sanitize_case.py" <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week4_triton_dl.attention import hopper as hp
+q, k, v = (random_tensor((1, 2, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
+out = poisoned((1, 2, 200, 64), torch.bfloat16, 'cuda')
+hp.attention_hopper_forward(q, k, v, True, out=out)
+torch.cuda.synchronize()
+print('NaN left', int(out.isnan().sum()))
+PY
+step 05_sanitizer 75 0 "S=\$(python -c 'from course.sanitize import find_sanitizer; print(find_sanitizer() or \"\")'); \
+    [ -n \"\$S\" ] || { echo 'no compute-sanitizer'; exit 1; }; rc=0; \
+    for tool in memcheck racecheck synccheck; do echo \"--- \$tool\"; \
+      \$S --tool \$tool --error-exitcode 99 --kernel-name kns=attention_hopper_fwd python '$OUT/sanitize_case.py' 2>&1 | tail -n 12; \
+      r=\${PIPESTATUS[0]}; echo \"--- \$tool exit \$r\"; [ \$r -ne 0 ] && rc=\$r; done; exit \$rc"
+echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

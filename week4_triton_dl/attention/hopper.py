@@ -1,0 +1,373 @@
+"""The Hopper attention rung: a FlashAttention-3-style forward in CUDA C (sm_90a), as a torch op.
+
+    O = softmax(Q K^T * scale [+ causal mask]) V        q: (B, H, Sq, D), k and v: (B, H, Sk, D)
+
+The kernel is kernels/attention_hopper_forward.cu; its header is the lesson (a TMA producer
+warpgroup filling a ring of K/V slots, two consumer warpgroups taking turns on the tensor cores
+so that one's softmax hides behind the other's wgmmas, P passed to the second GEMM in registers).
+notes/attention_hopper.md builds it up step by step. This module is its host side:
+
+* the build: `torch.utils.cpp_extension.load_inline` of the .cu (nvcc, for sm_90a only) and a small
+  C++ binding that registers the launcher with the dispatcher (TORCH_LIBRARY, as
+  week5_integration/cuda_extension.py does), cached on disk per source version;
+* the checks, all before any launch: TypeError / ValueError naming the argument; then the refusal
+  of anything that is not an sm_90 GPU (runtime.NotOnThisGpu, naming the fallback, Triton's
+  `week4_triton_dl.attention.flash.flash_attention`, which runs everywhere);
+* the op `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale) -> (o, lse)` with a fake
+  implementation (torch.compile traces it without a GPU) and an autograd formula whose backward is
+  `week4_triton_dl.attention.hopper_backward.attention_hopper_backward` (imported when first needed);
+* `attention_hopper(q, k, v, causal=False, scale=None) -> o`, the public entry, and
+  `hopper_unsupported(q, k, v) -> str | None`, the reason it cannot run on these inputs here (for
+  week 4's dispatch: None means it can).
+
+Contract: q, k, v contiguous (B, H, S, D), the layout of week 4's ops (a (B, S, H, D) tensor must be
+transposed and made contiguous first), fp16 or bf16, D = 64 or 128, any B, H, Sq, Sk; causal masks
+are top-left aligned (key j visible to query i when j <= i), as torch's is_causal. lse is float32
+(B, H, Sq), natural log, -inf for a row with no key (Sk = 0, where o is zeros, as SDPA).
+
+Cost model per (batch, head), S = Sq = Sk: 4 S^2 D FLOPs (halved for causal), HBM traffic 4 S D
+bytes x itemsize + 4 S (lse): compute-bound from S of a few hundred on (flash.py's docstring);
+the yardstick is TFLOP/s beside SDPA's cuDNN backend (hopper_bench.py).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from course import runtime
+
+HERE = Path(__file__).resolve().parent
+KERNELS = HERE / "kernels"
+SOURCE = KERNELS / "attention_hopper_forward.cu"
+PTX_HEADER = KERNELS / "attention_hopper_ptx.cuh"
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = (64, 128)
+CAPABILITY = (9, 0)                   # wgmma, setmaxnreg, the TMA: sm_90a (H100, H200)
+GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+FALLBACK = "week4_triton_dl.attention.flash.flash_attention"
+OP = "course_attention_hopper::forward"
+BLOCK_M = 128                         # query rows per block (AH_BM in the kernel)
+TMA_ALIGN = 16                        # bytes: the base address of every TMA tensor
+INT32_MAX = 2**31 - 1
+LOG2E = 1.4426950408889634
+NVCC_FLAGS = (GENCODE, "-O3", "-lineinfo")
+
+
+# =============================================================================== the build
+# The C++ side: checks again (cheap, and a caller of the raw op gets a C++ error, not a crash),
+# the stream, the call. NAMESPACE is replaced by a name unique to the source version.
+BINDING = r"""
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
+                                             float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
+                                             int causal, void* stream);
+
+namespace {
+void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double c,
+             const at::Tensor& out, const at::Tensor& lse) {
+    TORCH_CHECK(q.is_cuda() && q.dim() == 4 && q.is_contiguous(), "q must be a contiguous CUDA (B, H, S, D) tensor");
+    TORCH_CHECK(k.sizes() == v.sizes() && k.is_contiguous() && v.is_contiguous(), "k and v: contiguous, one shape");
+    TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "q, k, v: one dtype");
+    TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, "fp16 or bf16 only");
+    TORCH_CHECK(out.sizes() == q.sizes() && out.is_contiguous() && out.scalar_type() == q.scalar_type(), "out");
+    TORCH_CHECK(lse.dim() == 3 && lse.is_contiguous() && lse.scalar_type() == at::kFloat, "lse: float32 (B, H, Sq)");
+    const c10::cuda::CUDAGuard guard(q.device());
+    const int64_t bh = q.size(0) * q.size(1);
+    const int err = attention_hopper_forward_cuda(
+        q.scalar_type() == at::kBFloat16, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+        lse.data_ptr<float>(), (int)bh, (int)q.size(2), (int)k.size(2), (int)q.size(3), (float)c, causal,
+        c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+    TORCH_CHECK(err == 0, "attention_hopper launch failed with code ", err,
+                " (> 0: a cudaError_t; -1: no cuTensorMapEncodeTiled in this driver; -2: a tensor map was refused)");
+}
+}  // namespace
+
+TORCH_LIBRARY(NAMESPACE, m) {
+    m.def("forward(Tensor q, Tensor k, Tensor v, bool causal, float c, Tensor(a!) out, Tensor(b!) lse) -> ()");
+}
+TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("forward", &forward); }
+"""
+
+
+def nvcc_flags(pingpong: bool = True) -> tuple[str, ...]:
+    """nvcc's flags; pingpong=False builds the A/B variant whose consumers never take turns."""
+    return NVCC_FLAGS if pingpong else (*NVCC_FLAGS, "-DAH_PINGPONG=0")
+
+
+def nvcc_command(output: Path, nvcc: str = "nvcc", pingpong: bool = True) -> list[str]:
+    """The nvcc command that builds the kernel alone as an sm_90a cubin, with the flags load_inline
+    passes (the CPU tests and tools/gpu_attention_hopper_check.sh run it)."""
+    return [nvcc, "-cubin", *nvcc_flags(pingpong), "-Werror", "all-warnings", "-I", str(KERNELS), "-o", str(output),
+            str(SOURCE)]
+
+
+def cache_root() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gpu-kernels-course" / "torch_extensions" / f"torch-{torch.__version__}"
+
+
+def namespace(pingpong: bool = True) -> str:
+    """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
+    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), BINDING, " ".join(nvcc_flags(pingpong)),
+                      torch.__version__])
+    return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@functools.cache
+def toolchain_missing() -> str | None:
+    """Why this machine cannot build the extension (None if it can). Asked once per process: ninja's
+    check runs a subprocess, and hopper_unsupported (a dispatch rule's question) asks on every call."""
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if torch.version.cuda is None:
+        return "this torch has no CUDA (a CPU build)"
+    if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")):
+        return "no C++ compiler (c++/g++) on PATH"
+    if not is_ninja_available():
+        return "ninja is not installed (torch.utils.cpp_extension builds with it: pip install ninja)"
+    if runtime.nvcc_path() is None:
+        return "nvcc (the CUDA toolkit) is not on PATH"
+    return None
+
+
+@dataclass
+class Extension:
+    ops: object          # torch.ops.<namespace>: .forward
+    namespace: str
+    build_seconds: float
+    cached: bool         # the library was on disk already: this call only loaded it
+
+
+def _find_cuda_headers() -> None:
+    """torch guesses the toolkit's root from `which nvcc` without following links: /usr/local/bin/nvcc
+    (a link or a wrapper script of /usr/local/cuda-13.0/bin/nvcc) gives /usr/local, which has no
+    cuda_runtime.h. Where CUDA_HOME is unset and the guess is wrong, nvcc's real root or /usr/local/cuda
+    is used instead."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "include" / "cuda_runtime.h").exists():
+        return
+    for root in (Path(os.path.realpath(runtime.nvcc_path())).parent.parent, Path("/usr/local/cuda")):
+        if (root / "include" / "cuda_runtime.h").exists():
+            cpp_extension.CUDA_HOME = str(root)
+            return
+
+
+@functools.cache
+def load_extension(verbose: bool = False, pingpong: bool = True) -> Extension:
+    """Compile the kernel and the binding once per source version (cached under cache_root()), load it.
+    pingpong=False: the A/B build without the consumers' turn-taking (the benchmark's `hopper_no_pingpong`)."""
+    from torch.utils.cpp_extension import load_inline
+
+    missing = toolchain_missing()
+    if missing:
+        raise RuntimeError(f"cannot build the attention_hopper extension: {missing}")
+    _find_cuda_headers()
+    name = namespace(pingpong)
+    directory = cache_root() / name
+    directory.mkdir(parents=True, exist_ok=True)
+    cached = any(directory.glob(f"{name}*.so"))
+    start = time.perf_counter()
+    # The kernel's own #include of the PTX header resolves through extra_include_paths; the arch
+    # flag in extra_cuda_cflags makes torch add none of its own (it would build for sm_90, not 90a).
+    load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
+                extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong)), extra_include_paths=[str(KERNELS)],
+                build_directory=str(directory), with_cuda=True, is_python_module=False,
+                no_implicit_headers=True, verbose=verbose)
+    return Extension(getattr(torch.ops, name), name, time.perf_counter() - start, cached)
+
+
+# =============================================================================== the checks
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check_inputs(q, k, v, causal, scale) -> float:
+    """TypeError / ValueError naming the argument, for anything the kernel cannot take; the scale to use.
+    Shapes, dtypes and flags only (no data pointer): torch.compile runs this on fake tensors."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{name} has dtype {_name(t.dtype)}; attention_hopper takes float16 or bfloat16 "
+                            f"(wgmma's 16-bit inputs; {FALLBACK} takes float32 too)")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (B, H, S, D), got shape {tuple(t.shape)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"dtypes must match: q {_name(q.dtype)}, k {_name(k.dtype)}, v {_name(v.dtype)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape (B, H, Sk, D): k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[:2] != k.shape[:2]:
+        raise ValueError(f"q and k must agree on batch and heads (B, H): q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"q and k must have the same head dimension D: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.shape[3] not in HEAD_DIMS:
+        raise ValueError(f"head dimension D = {q.shape[3]} is not supported by attention_hopper; expected one of "
+                         f"{list(HEAD_DIMS)} (the kernel's tiles are built for them; {FALLBACK} takes 16 and 32)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} is not contiguous (strides {t.stride()} for shape {tuple(t.shape)}): the TMA "
+                             "reads (B, H, S, D) as one dense block; pass .contiguous() (a (B, S, H, D) tensor: "
+                             ".transpose(1, 2).contiguous())")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device: q {q.device}, k {k.device}, v {v.device}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[3])
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float (or None for 1/sqrt(D)), got {type(scale).__name__}")
+    if not (math.isfinite(scale) and scale > 0):
+        # The running max is taken of the raw scores and scaled once: that needs scale > 0.
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    B, H, Sq, _ = q.shape
+    if B * H * -(-Sq // BLOCK_M) > INT32_MAX or max(Sq, k.shape[2]) > INT32_MAX - BLOCK_M:
+        raise ValueError(f"B * H = {B * H} blocks of {BLOCK_M} query rows each (Sq = {Sq}) and the lengths must "
+                         "fit the kernel's 32-bit grid and indices: split the batch")
+    return float(scale)
+
+
+def check_outputs(q, out, lse):
+    """`out` (q's shape and dtype) and `lse` (float32 (B, H, Sq)), contiguous, or freshly allocated."""
+    B, H, Sq, D = q.shape
+    if out is None:
+        out = torch.empty_like(q)
+    elif not (isinstance(out, torch.Tensor) and out.dtype == q.dtype and out.shape == q.shape
+              and out.is_contiguous() and out.device == q.device):
+        raise ValueError(f"out must be a contiguous {_name(q.dtype)} tensor of shape {tuple(q.shape)} on {q.device}")
+    if lse is None:
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    elif not (isinstance(lse, torch.Tensor) and lse.dtype == torch.float32 and lse.shape == (B, H, Sq)
+              and lse.is_contiguous() and lse.device == q.device):
+        raise ValueError(f"lse must be a contiguous float32 tensor of shape {(B, H, Sq)} on {q.device}")
+    return out, lse
+
+
+def device_refusal(device: torch.device) -> str | None:
+    """Why the kernel cannot run on `device` (None: an sm_90 GPU)."""
+    if device.type != "cuda":
+        return (f"attention_hopper runs on an H100/H200 GPU (sm_90a: wgmma, TMA, setmaxnreg); these tensors are on "
+                f"{device}: use {FALLBACK}, which runs on every GPU and in the Triton interpreter on the CPU")
+    capability = torch.cuda.get_device_capability(device)
+    if tuple(capability) != CAPABILITY:
+        return (f"attention_hopper needs compute capability 9.0 (H100, H200: wgmma and setmaxnreg exist on sm_90a "
+                f"only); this GPU is {capability[0]}.{capability[1]}: use {FALLBACK}")
+    return None
+
+
+def _check_pointers(*tensors) -> None:
+    """The TMA's rule (base addresses 16-byte aligned); row strides (D * 2 bytes) always are."""
+    for name, t in zip(("q", "k", "v", "out"), tensors):
+        if t.numel() and t.data_ptr() % TMA_ALIGN:
+            raise ValueError(f"{name} starts {t.data_ptr() % TMA_ALIGN} bytes past a 16-byte boundary; the TMA needs "
+                             f"aligned tensors: pass .clone() (or use {FALLBACK}, which takes any strides)")
+
+
+def hopper_unsupported(q, k, v, causal=False, scale=None) -> str | None:
+    """The reason `attention_hopper(q, k, v, causal, scale)` cannot run here, or None (it can)."""
+    try:
+        check_inputs(q, k, v, causal, scale)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    why = device_refusal(q.device)
+    if why is None and any(t.numel() and t.data_ptr() % TMA_ALIGN for t in (q, k, v)):
+        why = f"q, k or v is not 16-byte aligned (the TMA's rule): use {FALLBACK}"
+    if why is None:
+        missing = toolchain_missing()
+        why = f"the extension cannot be built here: {missing}; use {FALLBACK}" if missing else None
+    return why
+
+
+# =============================================================================== the launch
+def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True):
+    """Write o into `out` and lse into `lse` for checked inputs (the op's real implementation)."""
+    why = device_refusal(q.device)
+    if why is not None:
+        raise runtime.NotOnThisGpu(why)
+    _check_pointers(q, k, v, out)
+    B, H, Sq, D = q.shape
+    if B * H * Sq == 0:
+        return out, lse
+    if k.shape[2] == 0:  # no keys: an empty sum; zeros and log(0), as SDPA and flash_attention
+        out.zero_()
+        lse.fill_(-math.inf)
+        return out, lse
+    load_extension(pingpong=pingpong).ops.forward(q, k, v, causal, scale * LOG2E, out, lse)
+    return out, lse
+
+
+# =============================================================================== the op
+@torch.library.custom_op(OP, mutates_args=())
+def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of checked, contiguous q, k, v: fresh tensors."""
+    out, lse = check_outputs(q, None, None)
+    return launch(q, k, v, causal, scale, out, lse)
+
+
+@forward_op.register_fake
+def _forward_fake(q, k, v, causal, scale):
+    B, H, Sq, D = q.shape
+    return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1])
+    ctx.causal, ctx.scale = causal, scale
+    ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
+
+
+def _backward(ctx, do, _dlse):
+    # Imported here: the backward is its own module (and lesson), and the forward must not need it.
+    from week4_triton_dl.attention.hopper_backward import attention_hopper_backward
+
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_hopper_backward(q, k, v, o, do.contiguous(), lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# =============================================================================== the public entries
+def attention_hopper_forward(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None,
+                             pingpong: bool = True):
+    """(o, lse) without autograd, written into `out` / `lse` when given (the tests poison them).
+    pingpong=False runs the A/B build whose two consumers issue their wgmmas without taking turns."""
+    scale = check_inputs(q, k, v, causal, scale)
+    out, lse = check_outputs(q, out, lse)
+    if not isinstance(pingpong, bool):
+        raise TypeError(f"pingpong must be a bool, got {type(pingpong).__name__}")
+    return launch(q, k, v, causal, scale, out, lse, pingpong)
+
+
+def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                     scale: float | None = None) -> torch.Tensor:
+    """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), on an H100/H200.
+
+    q (B, H, Sq, D), k and v (B, H, Sk, D): contiguous fp16 or bf16, D = 64 or 128. Differentiable
+    (the backward: week4_triton_dl.attention.hopper_backward). Bad input raises TypeError / ValueError
+    before anything runs; another GPU, or the CPU, raises runtime.NotOnThisGpu naming
+    week4_triton_dl.attention.flash.flash_attention, the rung that runs there.
+    """
+    scale = check_inputs(q, k, v, causal, scale)
+    if not torch.compiler.is_compiling():  # traced: the device is the op's concern at run time
+        why = device_refusal(q.device)
+        if why is not None:
+            raise runtime.NotOnThisGpu(why)
+    return forward_op(q, k, v, causal, scale)[0]
+

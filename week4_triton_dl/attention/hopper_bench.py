@@ -1,0 +1,198 @@
+"""The Hopper attention forward beside SDPA's cuDNN backend and the Triton op, in interleaved rounds.
+
+    python -m week4_triton_dl.attention.hopper_bench            (H100/H200; writes results/attention_hopper.*)
+    python -m week4_triton_dl.attention.hopper_bench --quick    (fewer sizes and rounds: a smoke run)
+
+Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
+* torch:  F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.CUDNN_ATTENTION), cuDNN's fused
+          attention, the fastest torch backend on an H100 (where this torch build lacks it, the row
+          is left out and the notes say so);
+* triton: week4_triton_dl.attention.flash_attention, the public Triton op (its dispatch picks the
+          rung and tile for this GPU);
+* hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung (kernels/attention_hopper_forward.cu);
+* hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking.
+
+Sizes as FlashAttention-3's paper measures them (arXiv:2407.08608, section 4.1): head dim 128,
+hidden 2048 (16 heads), batch chosen so that B * S = 16k tokens, S = 1k .. 16k, causal and not;
+plus the capstone-like B = 8, H = 12, S = 1024, D = 64, causal. bf16 (--dtypes adds fp16).
+
+Why rounds: the rate of a vendor kernel on one H100 moves by ~10% between runs (week 1's GEMM
+bench, issue 32), so every round times each variant once, in turn, and the ratio to cuDNN is
+taken within the round; a row gives the median over rounds and the min - max of the ratios.
+FLOPs = 4 B H S^2 D (two GEMMs of 2 S^2 D per head), halved for causal: the count FA3 reports.
+Each size also records the largest |hopper - cuDNN| of one call (a correctness smoke, not a test).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course.check import random_tensor
+from week4_triton_dl.attention.flash import flash_attention
+from week4_triton_dl.attention.hopper import attention_hopper, attention_hopper_forward, device_refusal
+
+PROG = "python -m week4_triton_dl.attention.hopper_bench"
+NAME = "attention_hopper"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+TOKENS = 16 * 1024
+# (B, H, S, D, causal)
+SIZES = ([(TOKENS // s, 16, s, 128, c) for c in (False, True) for s in (1024, 2048, 4096, 8192, 16384)]
+         + [(8, 12, 1024, 64, True)])
+QUICK_SIZES = [(16, 16, 1024, 128, False), (4, 16, 4096, 128, True), (8, 12, 1024, 64, True)]
+
+
+def _cudnn():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+
+
+def _sdpa_cudnn(q, k, v, causal):
+    with _cudnn():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+VARIANTS = {
+    "torch": _sdpa_cudnn,
+    "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal),
+    "hopper": lambda q, k, v, causal: attention_hopper(q, k, v, causal),
+    # The A/B of the ping-pong (a second build, -DAH_PINGPONG=0): only when asked with --variants.
+    "hopper_no_pingpong": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, pingpong=False)[0],
+}
+DEFAULT_VARIANTS = ("torch", "triton", "hopper")
+
+
+def size_label(size, dtype) -> str:
+    B, H, S, D, causal = size
+    return f"B{B} H{H} S{S} D{D}{' causal' if causal else ''} {str(dtype).replace('torch.', '')}"
+
+
+def flops(size) -> float:
+    B, H, S, D, causal = size
+    return 4 * B * H * S * S * D / (2 if causal else 1)
+
+
+def make_inputs(arg):
+    (B, H, S, D, causal), dtype = arg
+    return tuple(random_tensor((B, H, S, D), dtype, runtime.DEVICE) for _ in range(3)) + (causal,)
+
+
+def usable(variants: dict, dtype) -> tuple[dict, list[str]]:
+    """The variants that run here (one small call each: builds the extension, compiles Triton), and why
+    any other was dropped."""
+    kept, dropped = {}, []
+    q, k, v, _ = make_inputs(((1, 2, 256, 128, True), dtype))
+    for label, fn in variants.items():
+        try:
+            fn(q, k, v, True)
+            torch.cuda.synchronize()
+            kept[label] = fn
+        except (RuntimeError, ValueError, TypeError) as error:
+            dropped.append(f"{label}: {str(error).splitlines()[0][:200]}")
+    return kept, dropped
+
+
+def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
+    """The rows of one size: every variant timed once per round, in turn; ratios within rounds."""
+    sets = bench.input_sets(make_inputs, (size, dtype))
+    samples = {label: [] for label in variants}
+    for _ in range(rounds):
+        for label, fn in variants.items():
+            samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    diff = None
+    if "hopper" in variants and "torch" in variants:
+        q, k, v, causal = sets[0]
+        diff = (attention_hopper(q, k, v, causal).float() - _sdpa_cudnn(q, k, v, causal).float()).abs().max().item()
+    del sets
+    torch.cuda.empty_cache()
+    base = samples.get("torch")
+    rows = []
+    for label, ms in samples.items():
+        median = statistics.median(ms)
+        row = {"size": size_label(size, dtype), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
+               "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
+               "spread_pct": 100 * (max(ms) - min(ms)) / median}
+        if base is not None:
+            ratios = [t / own for t, own in zip(base, ms)]  # > 1: faster than cuDNN in that round
+            row.update(speedup_vs_torch=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios))
+        if label == "hopper" and diff is not None:
+            row["max_abs_diff_vs_torch"] = diff
+        rows.append(row)
+    return rows
+
+
+def markdown(result: dict) -> str:
+    head = ("| size | variant | ms (median) | TFLOP/s | vs cuDNN (median of rounds) | min - max over rounds "
+            "| ms spread |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in result["rows"]:
+        ratio = f"{r['speedup_vs_torch']:.3f}x" if "speedup_vs_torch" in r else "-"
+        spread = f"{r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x" if "speedup_min" in r else "-"
+        lines.append(f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} | {ratio} | {spread} "
+                     f"| {r['spread_pct']:.1f}% |")
+    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+
+
+def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: dict = VARIANTS) -> dict:
+    why = "this benchmark times an sm_90a kernel: it needs an H100/H200" if not runtime.on_gpu() else \
+        device_refusal(torch.device("cuda"))
+    if why:
+        raise RuntimeError(why)
+    copy_gbps = bench.copy_bandwidth_gbps()
+    rows, dropped = [], []
+    for dtype in dtypes:
+        kept, why_not = usable(variants, dtype)
+        dropped += [f"{str(dtype).replace('torch.', '')} {w}" for w in why_not]
+        for size in sizes:
+            print(f"[bench] {size_label(size, dtype)}", file=sys.stderr, flush=True)
+            rows += measure(size, dtype, rounds, rep_ms, kept)
+    notes = (f"forward only; FLOPs = 4 B H S^2 D, halved for causal; {rounds} rounds, each timing "
+             f"{', '.join(variants)} once in turn (torch = SDPA's cuDNN backend; CUDA events, median of "
+             f"~{rep_ms:.0f} ms of launches); ms = median over rounds; vs cuDNN = median over rounds of "
+             "(cuDNN ms / variant ms) in the same round; max_abs_diff_vs_torch in the json: one call of "
+             "hopper against cuDNN")
+    if dropped:
+        notes += "; left out: " + "; ".join(dropped)
+    return {
+        "benchmark": NAME,
+        "title": "Attention forward on Hopper: the CUDA C FA3-style rung vs SDPA cuDNN vs the Triton op (interleaved rounds)",
+        "notes": notes,
+        "clock": "events",
+        "headline": ["hopper"],
+        "simulated": False,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": runtime.describe(),
+        "ceilings": {"copy_gbps": copy_gbps},
+        "rows": rows,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 sizes, 3 rounds (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
+    parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
+    parser.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
+    parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS),
+                        help="what to time (torch, the baseline, always; hopper_no_pingpong: the A/B of the ping-pong)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 7)
+    variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
+    result = run(QUICK_SIZES if args.quick else SIZES, rounds, args.rep_ms,
+                 tuple(getattr(torch, d) for d in args.dtypes), variants)
+    text = markdown(result)
+    print(text)
+    for path in bench.write_record(result, args.out, text):
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
