@@ -26,6 +26,10 @@
                                           bytes and FLOPs the interpreter counted); --ncu for counters
     python -m course compile-matrix       every Triton kernel the tests launch, compiled for T4, A100, RTX 30,
                                           L4 and H100 without a GPU: fits / refused (why) / FAILS
+    python -m course sanitize week1       compute-sanitizer over every kernel of the week (GPU; --list,
+                                          --case NAME, --only ...: classroom/sanitize.py)
+    python -m course ncu --launch BENCH   Nsight Compute helpers: one launch per variant, tables from
+                                          ncu's CSV (classroom/ncu.py)
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -213,7 +217,7 @@ def main(argv=None) -> int:
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
     # The commands with a module each:
     from course import rungs
-    from classroom import attempts, compile_matrix, exercises, hints, install_size, progress, stages
+    from classroom import attempts, compile_matrix, exercises, hints, install_size, ncu, progress, sanitize, stages
     exercises.add_parser(sub)
     install_size.add_parser(sub)
     stages.add_parser(sub)
@@ -222,7 +226,15 @@ def main(argv=None) -> int:
     hints.add_parser(sub)
     attempts.add_parser(sub)
     compile_matrix.add_parser(sub)
-    args = parser.parse_args(argv)
+    sanitize.add_parser(sub)
+    ncu.add_parser(sub)
+    # `sanitize` and `ncu` hand their options to their own parsers; argparse leaves a REMAINDER empty
+    # when the first of them is an option (`ncu --render X`), so those come back as unknown: theirs.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command in ("sanitize", "ncu"):
+        args.args = unknown + args.args
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "compile-matrix":
         compile_matrix.prepare()  # no GPU, no interpreter: kernels stay GPU kernels to compile
     elif args.backend:
@@ -233,7 +245,8 @@ def main(argv=None) -> int:
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
             "install-size": install_size.command, "hint": hints.main, "time": attempts.main,
-            "stages": stages.main, "compile-matrix": compile_matrix.main}[args.command](args)
+            "stages": stages.main, "compile-matrix": compile_matrix.main, "sanitize": sanitize.main,
+            "ncu": ncu.command}[args.command](args)
 
 
 if __name__ == "__main__":
