@@ -156,9 +156,12 @@ def refused_on(spec: dict, gpu) -> tuple[str, str] | None:
         return "refused", refusals[0]
     if below:
         need = max(below, key=lambda n: tuple(n["minimum"]))
+        where = f"below sm_{need['minimum'][0]}{need['minimum'][1]}"
         asker = f"`{need['asker']}()`" if need.get("asker") else "the launcher"
-        return "other", (f"another path below sm_{need['minimum'][0]}{need['minimum'][1]}: {asker} asks for it and "
-                         "takes its other branch there")
+        if need.get("instead"):  # the rung that runs there, as the question named it (has_capability(instead=))
+            return "other", f"another path {where}: {need['instead']} ({asker} chooses)"
+        return "other", (f"another path {where}: {asker} asks for it and takes its other branch there "
+                         "(it names no rung: runtime.has_capability(..., instead=))")
     return None
 
 

@@ -91,7 +91,8 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.T
     runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
                                "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
     if rung is None:
-        rung = "tma" if runtime.has_capability((9, 0)) else "persistent"
+        rung = "tma" if runtime.has_capability((9, 0), instead="the persistent rung (matmul_persistent_kernel)") \
+            else "persistent"
     if rung == "tma":
         runtime.require_capability((9, 0), "matmul_fp8(rung='tma')", "use rung='persistent'")
     # The sweep (`matmul_bench --sweep --dtypes fp8`) times fp8 with promotion: its table serves that.
