@@ -175,6 +175,16 @@ def cmd_timings(args) -> int:
     return 0
 
 
+def cmd_sanitize(args) -> int:
+    from classroom import sanitize
+    return sanitize.for_week(args.week).main(args.args)
+
+
+def cmd_ncu(args) -> int:
+    from classroom import ncu
+    return ncu.main(args.args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,7 +227,7 @@ def main(argv=None) -> int:
     timings_p.add_argument("--date", default=None, help="with --suite-output: the run's date (default: today)")
     # The commands with a module each:
     from course import rungs
-    from classroom import attempts, compile_matrix, exercises, hints, install_size, ncu, progress, sanitize, stages
+    from classroom import attempts, compile_matrix, exercises, hints, install_size, progress, stages
     exercises.add_parser(sub)
     install_size.add_parser(sub)
     stages.add_parser(sub)
@@ -226,8 +236,15 @@ def main(argv=None) -> int:
     hints.add_parser(sub)
     attempts.add_parser(sub)
     compile_matrix.add_parser(sub)
-    sanitize.add_parser(sub)
-    ncu.add_parser(sub)
+    # sanitize and ncu load course.runtime when imported: they are imported when they run, after
+    # the backend is chosen (compile-matrix must choose its own before anything loads runtime).
+    sanitize_p = sub.add_parser("sanitize", add_help=False, help="compute-sanitizer over every kernel of a week "
+                                "(`python -m course sanitize week1 --help`)")
+    sanitize_p.add_argument("week")
+    sanitize_p.add_argument("args", nargs=argparse.REMAINDER, help="the runner's options (--list, --case, --only, ...)")
+    ncu_p = sub.add_parser("ncu", add_help=False, help="Nsight Compute helpers: a benchmark's variants launched once, "
+                           "tables from ncu's CSV (`python -m course ncu --help`)")
+    ncu_p.add_argument("args", nargs=argparse.REMAINDER, help="its options (--launch, --table, --render, ...)")
     # `sanitize` and `ncu` hand their options to their own parsers; argparse leaves a REMAINDER empty
     # when the first of them is an option (`ncu --render X`), so those come back as unknown: theirs.
     args, unknown = parser.parse_known_args(argv)
@@ -245,8 +262,8 @@ def main(argv=None) -> int:
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
             "install-size": install_size.command, "hint": hints.main, "time": attempts.main,
-            "stages": stages.main, "compile-matrix": compile_matrix.main, "sanitize": sanitize.main,
-            "ncu": ncu.command}[args.command](args)
+            "stages": stages.main, "compile-matrix": compile_matrix.main, "sanitize": cmd_sanitize,
+            "ncu": cmd_ncu}[args.command](args)
 
 
 if __name__ == "__main__":

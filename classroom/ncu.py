@@ -425,14 +425,3 @@ def main(argv=None) -> int:
     parser.print_help()
     return 2
 
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("ncu", add_help=False,
-                       help="Nsight Compute helpers: launch a benchmark's variants once, tables from ncu's CSV "
-                            "(`python -m course ncu --help`)")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="this command's options (--launch, --table, --render, ...)")
-
-
-def command(args) -> int:
-    return main(args.args)
-

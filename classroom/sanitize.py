@@ -462,13 +462,3 @@ def for_week(name: str) -> Sanitizer:
             return Sanitizer(week.package, week.short, f"week {week.short.removeprefix('week')}", dict(local))
     raise SystemExit(f"no week {name!r}; weeks: {', '.join(w.short for w in weeks.all_weeks())}")
 
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("sanitize", add_help=False,
-                       help="compute-sanitizer over every kernel of a week (`python -m course sanitize week1 --help`)")
-    p.add_argument("week")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the runner's options (--list, --case, --only, ...)")
-
-
-def main(args) -> int:
-    return for_week(args.week).main(args.args)
