@@ -355,6 +355,8 @@ def main(args) -> int:
     record = Path(args.record) if args.record else RECORD
     specs = launch_record.read(record)
     gpus = runtime.GPU_CLASSES
+    if args.kernels:
+        return rejudge(args.kernels, specs, gpus, jobs=args.jobs, write=args.write)
     started = time.time()
     rows, compiled, twins = kernel_rows(specs, gpus, jobs=args.jobs)
     seconds = time.time() - started
@@ -391,6 +393,30 @@ def main(args) -> int:
         RESULT.write_text(json.dumps(out, indent=1) + "\n")
         print("wrote", RESULT.relative_to(ROOT))
     return 1 if totals["FAILS"] or numba["failed"] else 0
+
+
+def rejudge(kernels: list[str], specs: list[dict], gpus, *, jobs: int = 1, write: bool = False) -> int:
+    """`--kernels`: the rows of these kernels judged again from the record, every other row, the Numba
+    part and the counts on top kept from tests/compile_matrix.json: after a change to what a few
+    launchers ask (minutes, where the whole matrix takes most of an hour on two cores). Refused when a
+    kernel's number of code paths changed: then the whole matrix must be made again."""
+    old = json.loads(RESULT.read_text())
+    rows, _, _ = kernel_rows([s for s in specs if s.get("kernel") in kernels], gpus, jobs=jobs)
+    first = gpus[0].name
+    for kernel in kernels:
+        before = sum(old["kernels"].get(kernel, {}).get(first, {}).get(w, 0) for w in WORDS)
+        after = sum(rows.get(kernel, {}).get(first, {}).get(w, 0) for w in WORDS)
+        if not after or before != after:
+            print(f"{kernel}: {before} code paths in {RESULT.name}, {after} in the record: run the whole matrix")
+            return 2
+        for g in gpus:
+            print(f"  {g.arch} {kernel}: {cell_word(rows[kernel][g.name])}; " + "; ".join(rows[kernel][g.name]["why"]))
+    old["kernels"].update({k: {g.name: rows[k][g.name] for g in gpus} for k in kernels})
+    old["totals"] = {w: sum(row[g.name][w] for row in old["kernels"].values() for g in gpus) for w in WORDS}
+    if write:
+        RESULT.write_text(json.dumps(old, indent=1) + "\n")
+        print("wrote", RESULT.relative_to(ROOT), f"({len(kernels)} kernels judged again)")
+    return 1 if old["totals"]["FAILS"] else 0
 
 
 def summary_lines(gpu_name: str | None = None, result: Path = RESULT) -> list[str]:
@@ -483,6 +509,8 @@ def add_parser(sub) -> None:
     p.add_argument("--record", help=f"launches recorded by COURSE_RECORD_LAUNCHES=FILE (default: {RECORD.relative_to(ROOT)})")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes compiling side by side")
     p.add_argument("--write", action="store_true", help=f"write {RESULT.relative_to(ROOT)}")
+    p.add_argument("--kernels", nargs="+", metavar="MODULE:KERNEL",
+                   help="judge only these kernels again; keep every other row of the committed matrix")
 
 
 def prepare() -> None:
