@@ -8,7 +8,7 @@ The op `flash_attention` (attention/op.py) calls `forward` here, which runs one 
   and later, fp16 and bf16, strides TMA can walk, one tile per (head dim, causal).
 
 (`python -m course rung attention` numbers them 3 and 4 in the ladder; that is the only place
-the numbers live.) `choose` answers for one call, in this order:
+the numbers live.) `resolve` answers for one call (`choose` for what the caller leaves open), in this order:
 
 1. The caller's `rung=` (and `tile=`), when given: the tests and the benchmarks choose this way.
    `rung="flash_tma"` on inputs TMA cannot run is refused with the reason.
@@ -49,7 +49,8 @@ BLOCKED = Choice("flash_blocked")  # the default rule: the pointer kernel, its a
 
 class Rung(NamedTuple):
     """One forward of the op, by what it is: how to launch it and whether it runs given inputs here."""
-    launch: Callable    # (q, k, v, causal, scale, key_lengths, tile, out) -> (out, lse), checked inputs
+    launch: Callable    # (q, k, v, causal, scale, key_lengths, tile, out) -> (out, lse), checked inputs;
+    #                     lse (B, H, Sq): each row's natural log-sum-exp, what the backward reads
     eligible: Callable  # (q, k, v, out) -> bool: this GPU, dtype and layout can run it (the rule asks)
     require: Callable   # (q, k, v, out, caller) -> None, or raise why not and which rung can (rung= asks)
 
