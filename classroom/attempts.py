@@ -359,7 +359,7 @@ def best(history: list[dict], entry: dict) -> dict | None:
 
 # ------------------------------------------------------------------------------ ncu
 def ncu_metrics() -> list[str]:
-    from course import ncu
+    from classroom import ncu
 
     names = []
     for _, metric, _ in ncu.NCU_COLUMNS:
@@ -373,7 +373,7 @@ def run_ncu(lesson: str, impl: str, bench_name: str, labels: list[str], root: Pa
     import re
     import tempfile
 
-    from course import ncu
+    from classroom import ncu
 
     known = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True).stdout
     # only the metrics this ncu knows on this GPU: one unknown name would stop the run

@@ -26,6 +26,10 @@
                                           bytes and FLOPs the interpreter counted); --ncu for counters
     python -m course compile-matrix       every Triton kernel the tests launch, compiled for T4, A100, RTX 30,
                                           L4 and H100 without a GPU: fits / refused (why) / FAILS
+    python -m course sanitize week1       compute-sanitizer over every kernel of the week (GPU; --list,
+                                          --case NAME, --only ...: classroom/sanitize.py)
+    python -m course ncu --launch BENCH   Nsight Compute helpers: one launch per variant, tables from
+                                          ncu's CSV (classroom/ncu.py)
 
 `--backend gpu|sim` before the command overrides the automatic choice. The weeks are found by
 course/weeks.py (each declares itself in its `__init__.py`); the generated tables are made by
@@ -171,6 +175,16 @@ def cmd_timings(args) -> int:
     return 0
 
 
+def cmd_sanitize(args) -> int:
+    from classroom import sanitize
+    return sanitize.for_week(args.week).main(args.args)
+
+
+def cmd_ncu(args) -> int:
+    from classroom import ncu
+    return ncu.main(args.args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -222,7 +236,22 @@ def main(argv=None) -> int:
     hints.add_parser(sub)
     attempts.add_parser(sub)
     compile_matrix.add_parser(sub)
-    args = parser.parse_args(argv)
+    # sanitize and ncu load course.runtime when imported: they are imported when they run, after
+    # the backend is chosen (compile-matrix must choose its own before anything loads runtime).
+    sanitize_p = sub.add_parser("sanitize", add_help=False, help="compute-sanitizer over every kernel of a week "
+                                "(`python -m course sanitize week1 --help`)")
+    sanitize_p.add_argument("week")
+    sanitize_p.add_argument("args", nargs=argparse.REMAINDER, help="the runner's options (--list, --case, --only, ...)")
+    ncu_p = sub.add_parser("ncu", add_help=False, help="Nsight Compute helpers: a benchmark's variants launched once, "
+                           "tables from ncu's CSV (`python -m course ncu --help`)")
+    ncu_p.add_argument("args", nargs=argparse.REMAINDER, help="its options (--launch, --table, --render, ...)")
+    # `sanitize` and `ncu` hand their options to their own parsers; argparse leaves a REMAINDER empty
+    # when the first of them is an option (`ncu --render X`), so those come back as unknown: theirs.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command in ("sanitize", "ncu"):
+        args.args = unknown + args.args
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "compile-matrix":
         compile_matrix.prepare()  # no GPU, no interpreter: kernels stay GPU kernels to compile
     elif args.backend:
@@ -233,7 +262,8 @@ def main(argv=None) -> int:
             "versions": cmd_versions, "skips": cmd_skips, "timings": cmd_timings,
             "exercises": exercises.main, "progress": progress.main, "rung": rungs.main,
             "install-size": install_size.command, "hint": hints.main, "time": attempts.main,
-            "stages": stages.main, "compile-matrix": compile_matrix.main}[args.command](args)
+            "stages": stages.main, "compile-matrix": compile_matrix.main, "sanitize": cmd_sanitize,
+            "ncu": cmd_ncu}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -201,9 +201,12 @@ def refused_on(spec: dict, gpu) -> tuple[str, str] | None:
         return "refused", refusals[0]
     if below:
         need = max(below, key=lambda n: tuple(n["minimum"]))
+        where = f"below sm_{need['minimum'][0]}{need['minimum'][1]}"
         asker = f"`{need['asker']}()`" if need.get("asker") else "the launcher"
-        return "other", (f"another path below sm_{need['minimum'][0]}{need['minimum'][1]}: {asker} asks for it and "
-                         "takes its other branch there")
+        if need.get("instead"):  # the rung that runs there, as the question named it (has_capability(instead=))
+            return "other", f"another path {where}: {need['instead']} ({asker} chooses)"
+        return "other", (f"another path {where}: {asker} asks for it and takes its other branch there "
+                         "(it names no rung: runtime.has_capability(..., instead=))")
     return None
 
 
@@ -405,6 +408,8 @@ def main(args) -> int:
     os.environ[PTXAS_ENV] = args.ptxas
     specs = launch_record.read(record)
     gpus = runtime.GPU_CLASSES
+    if args.kernels:
+        return rejudge(args.kernels, specs, gpus, jobs=args.jobs, write=args.write)
     started = time.time()
     rows, compiled, twins = kernel_rows(specs, gpus, jobs=args.jobs)
     seconds = time.time() - started
@@ -441,6 +446,30 @@ def main(args) -> int:
         RESULT.write_text(json.dumps(out, indent=1) + "\n")
         print("wrote", RESULT.relative_to(ROOT))
     return 1 if totals["FAILS"] or numba["failed"] else 0
+
+
+def rejudge(kernels: list[str], specs: list[dict], gpus, *, jobs: int = 1, write: bool = False) -> int:
+    """`--kernels`: the rows of these kernels judged again from the record, every other row, the Numba
+    part and the counts on top kept from tests/compile_matrix.json: after a change to what a few
+    launchers ask (minutes, where the whole matrix takes most of an hour on two cores). Refused when a
+    kernel's number of code paths changed: then the whole matrix must be made again."""
+    old = json.loads(RESULT.read_text())
+    rows, _, _ = kernel_rows([s for s in specs if s.get("kernel") in kernels], gpus, jobs=jobs)
+    first = gpus[0].name
+    for kernel in kernels:
+        before = sum(old["kernels"].get(kernel, {}).get(first, {}).get(w, 0) for w in WORDS)
+        after = sum(rows.get(kernel, {}).get(first, {}).get(w, 0) for w in WORDS)
+        if not after or before != after:
+            print(f"{kernel}: {before} code paths in {RESULT.name}, {after} in the record: run the whole matrix")
+            return 2
+        for g in gpus:
+            print(f"  {g.arch} {kernel}: {cell_word(rows[kernel][g.name])}; " + "; ".join(rows[kernel][g.name]["why"]))
+    old["kernels"].update({k: {g.name: rows[k][g.name] for g in gpus} for k in kernels})
+    old["totals"] = {w: sum(row[g.name][w] for row in old["kernels"].values() for g in gpus) for w in WORDS}
+    if write:
+        RESULT.write_text(json.dumps(old, indent=1) + "\n")
+        print("wrote", RESULT.relative_to(ROOT), f"({len(kernels)} kernels judged again)")
+    return 1 if old["totals"]["FAILS"] else 0
 
 
 def summary_lines(gpu_name: str | None = None, result: Path = RESULT) -> list[str]:
@@ -536,6 +565,8 @@ def add_parser(sub) -> None:
     p.add_argument("--ptxas", choices=PTXAS_MODES, default="all",
                    help="all: ptxas on every path (registers recorded); needed: only where the register limit "
                         "can be reached (16 warps and more), four fifths of the time saved (CI)")
+    p.add_argument("--kernels", nargs="+", metavar="MODULE:KERNEL",
+                   help="judge only these kernels again; keep every other row of the committed matrix")
 
 
 def prepare() -> None:

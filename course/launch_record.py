@@ -13,7 +13,8 @@ launch (`InterpretedFunction.run`), which every launch passes through, autotuned
 
 What the launcher asked before the launch is recorded with it ("needs"): each
 `runtime.require_capability(minimum, what, instead)` (a refusal on an older GPU, with its message)
-and each `runtime.has_capability(minimum)` that said yes (a route another GPU would not take), made
+and each `runtime.has_capability(minimum, instead=...)` that said yes (a route another GPU would not
+take; `instead` names the rung that runs there), made
 by a function still on the call stack of the launch, i.e. by the launcher on its way to this launch.
 On a GPU class below `minimum` the matrix reports the launch as refused there, with that message.
 
@@ -125,12 +126,15 @@ def _needs_on_stack() -> list[dict]:
 def _watch_capability_questions(runtime) -> None:
     has, require = runtime.has_capability, runtime.require_capability
 
-    def has_capability(minimum, device=None):
+    def has_capability(minimum, device=None, *, instead=None):
         answer = has(minimum, device)
         if answer and not _tracing():
             asker = sys._getframe(1)  # the function that asked: its other branch runs below `minimum`
-            _note({"minimum": list(minimum), "route": True,
-                   "asker": f"{asker.f_globals.get('__name__', '?')}.{asker.f_code.co_name}"})
+            need = {"minimum": list(minimum), "route": True,
+                    "asker": f"{asker.f_globals.get('__name__', '?')}.{asker.f_code.co_name}"}
+            if instead:
+                need["instead"] = instead  # the rung that runs below `minimum`, as the asker names it
+            _note(need)
         return answer
 
     def require_capability(minimum, what, instead, device=None):

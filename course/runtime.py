@@ -159,9 +159,13 @@ def capability(device=None) -> tuple[int, int] | None:
     return _capability_of(torch.cuda.current_device() if index is None else index)
 
 
-def has_capability(minimum: tuple[int, int], device=None) -> bool:
+def has_capability(minimum: tuple[int, int], device=None, *, instead: str | None = None) -> bool:
     """Whether `device` can run what needs compute capability `minimum` (sm_90 for TMA and wgmma,
-    sm_89 for fp8 tensor cores, sm_80 for bf16 tensor cores); always True in simulation."""
+    sm_89 for fp8 tensor cores, sm_80 for bf16 tensor cores); always True in simulation.
+
+    A caller that picks a rung by the answer names what runs below `minimum` in `instead` (the rung,
+    by what it is: "the persistent rung (matmul_persistent_kernel)"): the compile matrix's README
+    table says it for each GPU class the answer would be no (course/launch_record.py records it)."""
     found = capability(device)
     return found is None or found >= tuple(minimum)
 

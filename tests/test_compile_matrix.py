@@ -85,6 +85,12 @@ def test_a_launch_under_a_capability_question_is_refused_or_routed_below_it():
     assert compile_matrix.refused_on(refused, gpu["sm_89"]) is None
     assert compile_matrix.refused_on(routed, gpu["sm_86"])[0] == "other"
     assert compile_matrix.refused_on(routed, gpu["sm_90"]) is None
+    # README's cell names the rung that runs there, as the question named it (has_capability(instead=)).
+    named = _spec(64, needs=[{"minimum": [9, 0], "route": True, "asker": "week3_triton_kernels.matmul_fp8.matmul_fp8",
+                              "instead": "the persistent rung (matmul_persistent_kernel)"}])
+    verdict, why = compile_matrix.refused_on(named, gpu["sm_89"])
+    assert verdict == "other" and "the persistent rung (matmul_persistent_kernel)" in why, why
+    assert "runtime.has_capability(..., instead=)" in compile_matrix.refused_on(routed, gpu["sm_86"])[1]
 
 
 def test_pretended_capability_gives_that_class_limits(monkeypatch):

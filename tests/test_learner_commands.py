@@ -272,7 +272,7 @@ def test_time_ncu_profiles_the_variants_with_the_notes_metrics_and_prints_their_
     assert "--profile-from-start off" in calls and "--launch week3/vector_add" in calls
     assert "dram__bytes_read.sum" in calls and "l1tex__data_bank_conflicts" not in calls  # only metrics ncu knows
     table = capsys.readouterr().out
-    assert "| add_kernel | 12.0 | 4096 | 8 |" in table  # course/ncu.py's table: us, grid, DRAM MB
+    assert "| add_kernel | 12.0 | 4096 | 8 |" in table  # classroom/ncu.py's table: us, grid, DRAM MB
 
 
 def test_time_on_a_gpu_prints_rates_and_ceilings_keeps_the_attempt_and_shows_the_best(tmp_path, monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""course/ncu.py: the Hopper table built from a small synthetic `ncu --page raw --csv` export, the
+"""classroom/ncu.py: the Hopper table built from a small synthetic `ncu --page raw --csv` export, the
 results record both tables and ncu_hopper.md are made from, and the launch driver's entry point for any week (the week-1 table and driver: tests/week1/test_sanitize.py)."""
 import json
 import textwrap
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from course import ncu, runtime
+from classroom import ncu
+from course import runtime
 
 # Two kernels, as ncu 2025 writes them with --print-units base: a wgmma kernel (gmma pipe busy,
 # stalls from the WarpStateStats family) and a cuBLAS one that lacks the TMA metric (an empty cell).

@@ -162,7 +162,7 @@ BENCH_ARGS="--out $OUT/results --rounds 5 --rep-ms 25 --variants $VARIANTS"
 [ "${QUICK:-0}" = 1 ] && BENCH_ARGS="$BENCH_ARGS --quick"
 step 05_bench 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench $BENCH_ARGS"
 
-step 06_sanitizer 60 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+step 06_sanitizer 60 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
     --only $CASES wgmma_tma_bf16_bf16 --tools memcheck racecheck synccheck \
     --timeout 55 --budget 58 && cat '$OUT/sanitizer/sanitizer.md'"
 # Nsight Compute beside cuBLAS (tools/ncu_hopper.sh's wp_4096 group), only when asked: WITH_NCU=1.

@@ -2,7 +2,7 @@
 # Nsight Compute on the H100's tensor-core kernels, in one run: our CUDA C wgmma rung, the Triton
 # matmuls and FlashAttention forward, each beside the library kernel it is measured against
 # (cuBLAS, cuDNN). For every group: ncu --set full, the raw CSV of every metric, ncu's details
-# text, and two tables (course/ncu.py): the Hopper table (tensor-pipe use, issue slots, occupancy,
+# text, and two tables (classroom/ncu.py): the Hopper table (tensor-pipe use, issue slots, occupancy,
 # top stall reasons, DRAM, L2, TMA) and week 1's profiling table.
 #
 #   OUT=/tmp/x bash tools/ncu_hopper.sh                  every group, in the order below (~4 min)
@@ -10,7 +10,7 @@
 #   bash tools/ncu_hopper.sh --list
 #
 # Each group is ONE Python process, the course's ncu driver
-#   python -m course.ncu --package PKG --launch BENCH --size S --variants V... --warmup
+#   python -m course ncu --package PKG --launch BENCH --size S --variants V... --warmup
 # which calls every variant once (Triton autotuning, nvcc builds, cuBLAS/cuDNN heuristics) and
 # then once more between cudaProfilerStart and cudaProfilerStop. ncu runs with
 # --profile-from-start off, so it profiles exactly the second round: every kernel launched there,
@@ -21,7 +21,7 @@
 # Writes under $OUT/ncu_hopper (OUT defaults to /tmp/ncu-hopper):
 #   summary.md            one section per group: the Hopper table, then the week-1 table
 #   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv   what a week's results/ keeps (the .md rendered from
-#                         the .json: python -m course.ncu --render PACKAGE/ncu_hopper.json)
+#                         the .json: python -m course ncu --render PACKAGE/ncu_hopper.json)
 #   GROUP.csv             every collected metric, one row per kernel (--page raw --csv --print-units base)
 #   GROUP_details.txt     ncu's sections as text, with its rule engine's advice
 #   GROUP.ncu-rep         the full report, kept only if under 20 MB (open it in the Nsight Compute GUI)
@@ -82,7 +82,7 @@ start_all=$SECONDS
 "$NCU" --query-metrics > "$DIR/query_metrics.txt" 2>&1
 "$NCU" --query-metrics --chip gh100 2>&1 | grep -iE 'gmma|tma|tensor' > "$DIR/metrics_tensor_tma.txt"
 METRICS=()
-for m in $(COURSE_BACKEND=auto "$PY" -c "from course.ncu import HOPPER_METRICS; print(' '.join(HOPPER_METRICS))"); do
+for m in $(COURSE_BACKEND=auto "$PY" -c "from classroom.ncu import HOPPER_METRICS; print(' '.join(HOPPER_METRICS))"); do
     base=${m%%.*}
     if grep -qE "^${base}([[:space:]]|$)" "$DIR/query_metrics.txt"; then
         METRICS+=("$m")
@@ -118,14 +118,14 @@ for g in $groups; do
     timeout "$limit" "$NCU" --set full --clock-control none --profile-from-start off \
         ${KERNEL_REGEX:+-k "regex:$KERNEL_REGEX"} ${metric_list:+--metrics "$metric_list"} \
         -f -o "$DIR/$name" \
-        "$PY" -m course.ncu --package "$package" --launch "$bench" --size "$size" --variants $variants --warmup \
+        "$PY" -m course ncu --package "$package" --launch "$bench" --size "$size" --variants $variants --warmup \
         > "$DIR/${name}_run.log" 2>&1
     status=$?
     if [ -f "$DIR/$name.ncu-rep" ]; then
         "$NCU" --import "$DIR/$name.ncu-rep" --page raw --csv --print-units base > "$DIR/$name.csv" 2>> "$DIR/${name}_run.log"
         "$NCU" --import "$DIR/$name.ncu-rep" --page details --print-units base > "$DIR/${name}_details.txt" 2>&1
         # the figures the notes quote: $DIR/<package>/ncu_hopper.json, both tables' figures read once
-        # from the CSV (course/ncu.py); the command prints the group's section, and ncu_hopper.md is
+        # from the CSV (classroom/ncu.py); the command prints the group's section, and ncu_hopper.md is
         # rendered from the JSON when every group has run (below). Copy ncu_hopper.{json,md} and
         # ncu_GROUP.csv into that week's results/. A variant that launches several kernels (the padded
         # copy before a matmul) shows kernel names instead of labels: pass LABELS_<group> to name each
@@ -133,7 +133,7 @@ for g in $groups; do
         mkdir -p "$DIR/$package"
         cp "$DIR/$name.csv" "$DIR/$package/ncu_$name.csv"
         # shellcheck disable=SC2086  # $labels is a list of words on purpose
-        COURSE_BACKEND=auto "$PY" -m course.ncu --table "$DIR/$name.csv" --labels $labels \
+        COURSE_BACKEND=auto "$PY" -m course ncu --table "$DIR/$name.csv" --labels $labels \
             --record "$DIR/$package/ncu_hopper.json" --group "$name" --title "$bench at $size" \
             --meta "gpu=$(awk -F', ' '{ print $1 ", driver " $2 }' "$DIR/gpu.txt")" "ncu=$(cat "$DIR/ncu_version.txt")" \
                    "date=$(date -u '+%Y-%m-%d %H:%M UTC')" "how=bash tools/ncu_hopper.sh" \
@@ -154,6 +154,6 @@ for g in $groups; do
 done
 # Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one).
 for json in "$DIR"/*/ncu_hopper.json; do
-    [ -f "$json" ] && COURSE_BACKEND=auto "$PY" -m course.ncu --render "$json"
+    [ -f "$json" ] && COURSE_BACKEND=auto "$PY" -m course ncu --render "$json"
 done
 echo "=== done in $((SECONDS - start_all)) s; tables in $DIR/summary.md and $DIR/<package>/ncu_hopper.md"

@@ -277,7 +277,7 @@ def matmul_wgmma_cluster(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
     return launch_persistent(a, b, out, cluster=2)
 
 
-# --- compute-sanitizer cases (python -m week1_cuda_python.sanitize --only matmul_wgmma_persistent) ---
+# --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_persistent) ---
 
 def _sanitizer_case(dtype: torch.dtype, cluster: int = 1) -> None:
     # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store

@@ -7,7 +7,7 @@
 #   bash week1_cuda_python/profile_ncu.sh --list
 #
 # Groups: vector_add matmul transpose reduction histogram (default), conv2d matmul_tc (on request).
-# Each group is ONE Python process, `python -m week1_cuda_python.sanitize --launch BENCH --size S
+# Each group is ONE Python process, `python -m course sanitize week1 --launch BENCH --size S
 # --variants V...`, which calls each variant of a registered benchmark once; ncu profiles the
 # launches whose kernel name matches the group's regex and leaves torch's own kernels alone.
 # Kernel names: CUDA C kernels are extern "C", so their names are plain (sgemm_naive). Numba
@@ -101,14 +101,14 @@ for g in $groups; do
     # shellcheck disable=SC2086  # $variants is a list of words on purpose
     timeout "$GROUP_TIMEOUT" "$NCU" --clock-control none --kernel-name-base mangled -k "regex:$regex" \
         "${SECTIONS[@]}" ${metric_list:+--metrics "$metric_list"} -f -o "$DIR/$name" \
-        "$PY" -m week1_cuda_python.sanitize --launch "$bench" --size "$size" --variants $variants \
+        "$PY" -m course sanitize week1 --launch "$bench" --size "$size" --variants $variants \
         > "$DIR/${name}_run.log" 2>&1
     status=$?
     if [ -f "$DIR/$name.ncu-rep" ]; then
         "$NCU" --import "$DIR/$name.ncu-rep" --page raw --csv --print-units base > "$DIR/$name.csv" 2>> "$DIR/${name}_run.log"
         "$NCU" --import "$DIR/$name.ncu-rep" --page details --print-units base > "$DIR/${name}_details.txt" 2>&1
         # shellcheck disable=SC2086
-        COURSE_BACKEND=auto "$PY" -m week1_cuda_python.sanitize --ncu-table "$DIR/$name.csv" --labels $variants \
+        COURSE_BACKEND=auto "$PY" -m course sanitize week1 --ncu-table "$DIR/$name.csv" --labels $variants \
             > "$DIR/$name.md" 2>&1
     else
         echo "_no report: ncu exited with status $status; see ${name}_run.log_" > "$DIR/$name.md"

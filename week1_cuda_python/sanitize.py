@@ -1,36 +1,26 @@
-"""compute-sanitizer over every week-1 kernel: the week's entry point to the kit's tool
-(course/sanitize.py, which says what it checks and how), and the sanitizer cases of the
-modules written before the `SANITIZER_CASES` convention (vector_add, elementwise, matmul,
-reduction); every other module lists its own.
+"""compute-sanitizer over every week-1 kernel: the cases of the modules written before the
+`SANITIZER_CASES` convention (vector_add, elementwise, matmul, reduction), and why they are sized
+as they are; every other module lists its own. course/sanitizer_cases.py says what a case is and
+why the tool finds what the tests cannot; the runner is the course's machinery:
 
-    python -m week1_cuda_python.sanitize                     all cases, memcheck + racecheck
-    python -m week1_cuda_python.sanitize --list              the case names
-    python -m week1_cuda_python.sanitize --case NAME         one case, in this process
-    python -m week1_cuda_python.sanitize --only scan --tools memcheck --budget 120
+    python -m course sanitize week1                     all cases, memcheck + racecheck
+    python -m course sanitize week1 --list              the case names
+    python -m course sanitize week1 --case NAME         one case, in this process
+    python -m course sanitize week1 --only scan --tools memcheck --budget 120
 
-It also serves Nsight Compute (see `profile_ncu.sh`): `--launch BENCH` calls the variants of a
-registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
+The same command serves Nsight Compute (see `profile_ncu.sh`): `--launch BENCH` calls the variants
+of a registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
 into the markdown table `profiling_with_nsight.md` shows.
 """
 from __future__ import annotations
 
-import sys
 from typing import Callable
 
 import torch
 
 from course import runtime
 from course.check import random_tensor
-from course.ncu import ncu_table, short_kernel_name  # noqa: F401  re-exported for this week's callers
-from course.sanitize import (  # noqa: F401  the kit's tool, re-exported for this week's callers
-    ROOT, TAIL_N, Plan, Sanitizer, child_environment, find_sanitizer, grid_stride_size, launch_case, qualified,
-    run_command, vector,
-)
-from course.sanitizer_report import (  # noqa: F401  re-exported for this week's callers
-    ERROR_EXIT, EXCERPT_LINES, Outcome, parse_report, summary_counts,
-)
-
-PACKAGE = "week1_cuda_python"
+from course.sanitizer_cases import TAIL_N, grid_stride_size, launch_case, vector
 
 
 def _vector_add_cases(m) -> dict[str, Callable[[], None]]:
@@ -96,15 +86,3 @@ LOCAL_CASES: dict[str, Callable] = {
     "matmul": _matmul_cases,
     "reduction": _reduction_cases,
 }
-
-
-SANITIZER = Sanitizer(PACKAGE, "week 1", LOCAL_CASES)
-lesson_modules, module_cases, discover, resolve = (SANITIZER.lesson_modules, SANITIZER.module_cases,
-                                                   SANITIZER.discover, SANITIZER.resolve)
-sanitizer_command, run_plan, sanitize_all, launch_benchmark, main = (
-    SANITIZER.sanitizer_command, SANITIZER.run_plan, SANITIZER.sanitize_all, SANITIZER.launch_benchmark,
-    SANITIZER.main)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -62,7 +62,7 @@ def _matmul_benchmark(dtype):
         "triton_persistent": matmul_persistent,
         "triton_tma": matmul_tma,
     }
-    if not runtime.has_capability((9, 0)):
+    if not runtime.has_capability((9, 0), instead="no triton_tma row: the tiled and persistent rungs"):
         del variants["triton_tma"]  # no TMA before Hopper: the table simply has no such row
     return Benchmark(
         name=f"matmul_{short}",
@@ -392,7 +392,7 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
 
     combos = [(shape, name) for name in dtypes for shape in (FP8_SHAPES if name == "fp8" and shapes is SWEEP_SHAPES
                                                               else shapes)]
-    if not runtime.has_capability((9, 0)):
+    if not runtime.has_capability((9, 0), instead="the sweep times the tiled and persistent rungs, not tma"):
         kinds = tuple(k for k in kinds if k != "tma")
     if runtime.on_gpu() and workers > 0:
         jobs = [(kind, config, shape, name) for shape, name in combos for kind, config in candidates_for(name)]

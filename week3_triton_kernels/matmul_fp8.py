@@ -90,9 +90,10 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, a_scale, b_scale, bias: torch.T
     scales = (_scale_tensor(a_scale, "a_scale"), _scale_tensor(b_scale, "b_scale"))
     runtime.require_capability((8, 9), "fp8 matmul (fp8 tensor cores)",
                                "use matmul in fp16/bf16 (Colab's T4 is 7.5, an A100 8.0)")
-    if rung is None:
-        rung = "tma" if runtime.has_capability((9, 0)) else "persistent"
-    if rung == "tma":
+    if rung is None:  # the rule: tma where the GPU has the engine (asked, not required: the other rung runs)
+        rung = "tma" if runtime.has_capability((9, 0), instead="the persistent rung (matmul_persistent_kernel)") \
+            else "persistent"
+    elif rung == "tma":  # asked for by name: refused below sm_90, naming the rung that runs there
         runtime.require_capability((9, 0), "matmul_fp8(rung='tma')", "use rung='persistent'")
     # The sweep (`matmul_bench --sweep --dtypes fp8`) times fp8 with promotion: its table serves that.
     config = tile_for(M, N, K, a.dtype, rung) if runtime.on_gpu() and not fast_accum else None

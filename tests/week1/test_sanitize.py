@@ -1,8 +1,8 @@
-"""week1_cuda_python.sanitize (the kit's course/sanitize.py for week 1): case discovery, the compute-sanitizer runner and its report, the
-ncu helpers. The runner is exercised end to end with a fake `compute-sanitizer` (a shell script
+"""`python -m course sanitize week1` (classroom/sanitize.py, with week1_cuda_python/sanitize.py's cases):
+case discovery, the compute-sanitizer runner and its report, the ncu helpers (classroom/ncu.py). The runner is exercised end to end with a fake `compute-sanitizer` (a shell script
 that prints what the real one prints); the real one runs in the GPU-only test at the end.
 
-The module is tooling, not a lesson with an exercise stub: it is imported directly.
+The runner is machinery, not a lesson with an exercise stub: it is imported directly.
 """
 import json
 import os
@@ -14,8 +14,11 @@ import pytest
 
 from course import runtime
 from course.bench import is_result
-from course import sanitize as kit_sanitize
-from week1_cuda_python import sanitize as sz
+from classroom import ncu, sanitizer_report
+from classroom import sanitize as kit_sanitize
+from week1_cuda_python import sanitize as week1_cases  # LOCAL_CASES: the cases of the older modules
+
+sz = kit_sanitize.for_week("week1")  # the runner for week 1's package
 
 # Modules whose kernels the runner must reach (their own SANITIZER_CASES or the ones in sanitize.py).
 EXPECTED_MODULES = {"conv2d", "elementwise", "hello_gpu", "histogram", "matmul", "matmul_tensor_cores",
@@ -68,7 +71,7 @@ def test_case_names_are_unique_and_qualified(cases):
 
 
 def test_local_cases_cover_the_modules_without_their_own():
-    for module in sz.LOCAL_CASES:
+    for module in week1_cases.LOCAL_CASES:
         lesson = __import__(f"week1_cuda_python.{module}", fromlist=["_"])
         own = getattr(lesson, "SANITIZER_CASES", None)
         found = sz.module_cases(module)
@@ -100,7 +103,7 @@ def test_resolve_by_qualified_or_bare_name_and_errors():
         sz.resolve("nope_kernel")
 
 
-LOCAL = [f"{module}:{case}" for module, build in sz.LOCAL_CASES.items()
+LOCAL = [f"{module}:{case}" for module, build in week1_cases.LOCAL_CASES.items()
          for case in build(__import__(f"week1_cuda_python.{module}", fromlist=["_"]))]
 CUDA_C = {"vector_add:vector_add_f32", "vector_add:vector_add_f32x4", "reduction:sum_warp_shuffle",
           "reduction:sum_warp_shuffle[unaligned]"} | {f"matmul:{rung[0]}" for rung in
@@ -181,64 +184,64 @@ OTHER_API_ERROR = NUMBA_LOOKUPS.replace("cuGetProcAddress_v2.", "cuMemcpyHtoD_v2
 
 
 def test_parse_clean_memcheck():
-    o = sz.parse_report("vector_add:add_kernel", "memcheck", MEMCHECK_CLEAN, 0)
+    o = sanitizer_report.parse_report("vector_add:add_kernel", "memcheck", MEMCHECK_CLEAN, 0)
     assert o.ok and o.status == "clean" and o.errors == 0 and o.excerpt == []
 
 
 def test_parse_memcheck_errors_keeps_the_first_lines():
-    o = sz.parse_report("vector_add:vector_add_f32", "memcheck", MEMCHECK_ERRORS, sz.ERROR_EXIT)
+    o = sanitizer_report.parse_report("vector_add:vector_add_f32", "memcheck", MEMCHECK_ERRORS, sanitizer_report.ERROR_EXIT)
     assert not o.ok and o.status == "2 errors" and o.errors == 2
     assert o.excerpt[0] == "========= Invalid __global__ write of size 4 bytes"
     assert any("out of bounds" in line for line in o.excerpt)
-    assert len(o.excerpt) <= sz.EXCERPT_LINES
+    assert len(o.excerpt) <= sanitizer_report.EXCERPT_LINES
     assert not any("SUMMARY" in line or "COMPUTE-SANITIZER" in line for line in o.excerpt)
 
 
 def test_refused_symbol_lookups_are_not_kernel_errors():
     # numba-cuda's binding probes the driver for entry points it may lack: counted apart, clean.
-    o = sz.parse_report("hello_gpu:hello_1d_kernel", "memcheck", NUMBA_LOOKUPS, sz.ERROR_EXIT)
+    o = sanitizer_report.parse_report("hello_gpu:hello_1d_kernel", "memcheck", NUMBA_LOOKUPS, sanitizer_report.ERROR_EXIT)
     assert o.ok and o.errors == 0 and o.symbol_lookups == 3 and o.status.startswith("clean (3 refused")
     # Any other failing API call is a finding, and so are lookups mixed with a real error.
-    other = sz.parse_report("hello_gpu:hello_1d_kernel", "memcheck", OTHER_API_ERROR, sz.ERROR_EXIT)
+    other = sanitizer_report.parse_report("hello_gpu:hello_1d_kernel", "memcheck", OTHER_API_ERROR, sanitizer_report.ERROR_EXIT)
     assert not other.ok and other.status == "3 errors" and other.symbol_lookups == 0
     mixed = NUMBA_LOOKUPS.replace("ERROR SUMMARY: 3 errors", "ERROR SUMMARY: 4 errors")
-    assert not sz.parse_report("a:b", "memcheck", mixed, sz.ERROR_EXIT).ok
+    assert not sanitizer_report.parse_report("a:b", "memcheck", mixed, sanitizer_report.ERROR_EXIT).ok
 
 
 def test_parse_racecheck_hazards_and_clean():
-    o = sz.parse_report("reduction:sum_shared_tree_kernel", "racecheck", RACECHECK_HAZARDS, sz.ERROR_EXIT)
+    o = sanitizer_report.parse_report("reduction:sum_shared_tree_kernel", "racecheck", RACECHECK_HAZARDS, sanitizer_report.ERROR_EXIT)
     assert not o.ok and (o.hazards, o.errors, o.warnings) == (3, 2, 1)
     assert o.status == "3 hazards (2 errors, 1 warnings)"
     assert o.excerpt[0].startswith("========= Error: Race reported")
-    clean = sz.parse_report("reduction:sum_shared_tree_kernel", "racecheck", RACECHECK_CLEAN, 0)
+    clean = sanitizer_report.parse_report("reduction:sum_shared_tree_kernel", "racecheck", RACECHECK_CLEAN, 0)
     assert clean.ok and clean.hazards == 0
 
 
 def test_parse_a_failing_case_is_not_clean():
-    o = sz.parse_report("scan:x", "memcheck", CASE_RAISED, 1)
+    o = sanitizer_report.parse_report("scan:x", "memcheck", CASE_RAISED, 1)
     assert not o.ok and o.status == "failed (exit 1)" and o.errors == 0
     assert any("ValueError" in line for line in o.excerpt)
 
 
 def test_parse_timeout_and_missing_summary():
-    o = sz.parse_report("a:b", "racecheck", "========= COMPUTE-SANITIZER\nstarting\n", None, timed_out=True,
+    o = sanitizer_report.parse_report("a:b", "racecheck", "========= COMPUTE-SANITIZER\nstarting\n", None, timed_out=True,
                         timeout_note=" (120 s)")
     assert not o.ok and o.status == "timeout (120 s)"
-    silent = sz.parse_report("a:b", "memcheck", "no sanitizer here\n", 0)
+    silent = sanitizer_report.parse_report("a:b", "memcheck", "no sanitizer here\n", 0)
     assert not silent.ok and silent.status.startswith("no sanitizer summary")
 
 
 def test_command_and_environment():
     memcheck = sz.sanitizer_command("/x/compute-sanitizer", "memcheck", "scan:scan_lookback_f32")
     assert memcheck[:5] == ["/x/compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99"]
-    assert memcheck[-4:] == ["-m", "week1_cuda_python.sanitize", "--case", "scan:scan_lookback_f32"]
+    assert memcheck[-6:] == ["-m", "course", "sanitize", "week1", "--case", "scan:scan_lookback_f32"]
     assert "--racecheck-report" not in memcheck
     racecheck = sz.sanitizer_command("cs", "racecheck", "a:b", ("--padding", "32"))
     assert racecheck[racecheck.index("--racecheck-report") + 1] == "all"
     assert racecheck[racecheck.index("--padding") + 1] == "32"
-    env = sz.child_environment()
+    env = kit_sanitize.child_environment()
     assert env["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
-    assert str(sz.ROOT) in env["PYTHONPATH"].split(os.pathsep)
+    assert str(kit_sanitize.ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
 # --- the runner, with a fake compute-sanitizer --------------------------------------------------------
@@ -269,7 +272,7 @@ def fake_sanitizer(tmp_path):
 
 
 def test_runner_classifies_every_run(fake_sanitizer):
-    plan = sz.Plan(cases=["m:good", "m:bad", "m:raises", "m:slow"], tools=("memcheck", "racecheck"),
+    plan = kit_sanitize.Plan(cases=["m:good", "m:bad", "m:raises", "m:slow"], tools=("memcheck", "racecheck"),
                    workers=4, case_timeout=2.0, budget=60.0, sanitizer=fake_sanitizer)
     start = time.monotonic()
     outcomes = sz.run_plan(plan)
@@ -283,18 +286,18 @@ def test_runner_classifies_every_run(fake_sanitizer):
 
 
 def test_runner_records_what_the_budget_left_out(fake_sanitizer):
-    plan = sz.Plan(cases=["m:slow1", "m:slow2", "m:slow3"], tools=("memcheck",), workers=1,
+    plan = kit_sanitize.Plan(cases=["m:slow1", "m:slow2", "m:slow3"], tools=("memcheck",), workers=1,
                    case_timeout=30.0, budget=2.0, sanitizer=fake_sanitizer)
     outcomes = sz.run_plan(plan)
     assert outcomes[0].status == "timeout (killed at the 2 s budget)"
     assert [o.status for o in outcomes[1:]] == ["not run (time budget)"] * 2
-    assert sz.summary_counts(outcomes, "memcheck") == {"clean": 0, "with findings": 0, "failed": 0,
+    assert sanitizer_report.summary_counts(outcomes, "memcheck") == {"clean": 0, "with findings": 0, "failed": 0,
                                                        "timeout": 1, "not run": 2}
 
 
 def test_sanitize_all_writes_the_report(fake_sanitizer, tmp_path, capsys):
     out_dir = tmp_path / "results"
-    plan = sz.Plan(cases=["vector_add:add_kernel", "m:bad"], tools=("memcheck", "racecheck"), workers=2,
+    plan = kit_sanitize.Plan(cases=["vector_add:add_kernel", "m:bad"], tools=("memcheck", "racecheck"), workers=2,
                    case_timeout=10.0, budget=60.0, sanitizer=fake_sanitizer)
     assert sz.sanitize_all(plan, out_dir, warmup=False) == 1  # one finding: not all clean
     record = json.loads((out_dir / "sanitizer.json").read_text())
@@ -319,7 +322,7 @@ def test_without_compute_sanitizer_nothing_passes_silently(monkeypatch, tmp_path
 
 def test_without_a_gpu_nothing_passes_silently(monkeypatch, tmp_path, capsys, fake_sanitizer):
     monkeypatch.setattr(kit_sanitize, "find_sanitizer", lambda: fake_sanitizer)
-    monkeypatch.setattr(sz.runtime, "on_gpu", lambda: False)
+    monkeypatch.setattr(runtime, "on_gpu", lambda: False)
     assert sz.main(["--only", "vector_add", "--out", str(tmp_path / "results")]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
@@ -327,7 +330,7 @@ def test_without_a_gpu_nothing_passes_silently(monkeypatch, tmp_path, capsys, fa
 
 def test_find_sanitizer_honours_the_environment(monkeypatch, fake_sanitizer):
     monkeypatch.setenv("COMPUTE_SANITIZER", fake_sanitizer)
-    assert sz.find_sanitizer() == fake_sanitizer
+    assert kit_sanitize.find_sanitizer() == fake_sanitizer
 
 
 # --- ncu helpers ----------------------------------------------------------------------------------------
@@ -342,7 +345,7 @@ NCU_CSV = textwrap.dedent('''\
 
 
 def test_ncu_table_with_labels():
-    table = sz.ncu_table(NCU_CSV, ["naive", "cuda_padded"])
+    table = ncu.ncu_table(NCU_CSV, ["naive", "cuda_padded"])
     lines = table.strip().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header == ["kernel", "time us", "block", "regs/thread", "smem/block KB", "occupancy achieved %",
@@ -354,15 +357,15 @@ def test_ncu_table_with_labels():
 
 
 def test_ncu_table_falls_back_to_kernel_names():
-    table = sz.ncu_table(NCU_CSV, ["only-one-label"])
+    table = ncu.ncu_table(NCU_CSV, ["only-one-label"])
     assert "| transpose_naive_kernel |" in table and "| transpose_padded_f32 |" in table
     assert "2 kernels profiled but 1 labels given" in table
-    assert "no kernels" in sz.ncu_table("==PROF== nothing matched\n")
+    assert "no kernels" in ncu.ncu_table("==PROF== nothing matched\n")
 
 
 def test_short_kernel_names():
-    assert sz.short_kernel_name("sgemm_warptiling") == "sgemm_warptiling"
-    assert sz.short_kernel_name(
+    assert ncu.short_kernel_name("sgemm_warptiling") == "sgemm_warptiling"
+    assert ncu.short_kernel_name(
         "week1_cuda_python::transpose::_tiled_kernel::<locals>::kernel[abi:v1,cw77](Array<float, 2, C>)") \
         == "_tiled_kernel.<locals>.kernel"
 
@@ -381,15 +384,15 @@ def test_launch_benchmark_calls_each_variant_once():
 
 # --- the real thing -----------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # a compute-sanitizer process per case, tens of seconds each; the full sweep: python -m week1_cuda_python.sanitize
+@pytest.mark.slow  # a compute-sanitizer process per case, tens of seconds each; the full sweep: python -m course sanitize week1
 @pytest.mark.gpu(reason="compute-sanitizer instruments real kernel launches")
 @pytest.mark.parametrize("tool, case", [("memcheck", "vector_add:vector_add_f32x4"),
                                         ("racecheck", "reduction:sum_shared_tree_kernel")])
 def test_real_compute_sanitizer_finds_these_kernels_clean(tool, case):
-    sanitizer = sz.find_sanitizer()
+    sanitizer = kit_sanitize.find_sanitizer()
     if sanitizer is None:
         pytest.skip("compute-sanitizer is not installed on this GPU machine")
-    out, code, timed_out, seconds = sz.run_command(sz.sanitizer_command(sanitizer, tool, case), 180,
-                                                   sz.child_environment())
-    outcome = sz.parse_report(case, tool, out, code, timed_out=timed_out)
+    out, code, timed_out, seconds = kit_sanitize.run_command(sz.sanitizer_command(sanitizer, tool, case), 180,
+                                                   kit_sanitize.child_environment())
+    outcome = sanitizer_report.parse_report(case, tool, out, code, timed_out=timed_out)
     assert outcome.ok, f"{outcome.status}:\n{out[-3000:]}"

@@ -20,7 +20,7 @@ from course import runtime
 from course.check import dtype_params, poisoned, random_tensor
 from tests.week4.attention_helpers import assert_within, qkv
 
-from week4_triton_dl.attention.flash import flash_attention_forward  # the solution's forward
+from week4_triton_dl.attention.op import flash_attention_forward  # the solution's forward
 
 fab = runtime.lesson("week4_triton_dl.attention.backward")
 an = runtime.lesson("week4_triton_dl.attention.naive")

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, dtype_params, poisoned, random_tensor, sweep
-from tests.week4.attention_helpers import assert_within, qkv
+from tests.week4.attention_helpers import assert_within, attention_op, qkv
 
 tma = runtime.lesson("week4_triton_dl.attention.tma")
 an = runtime.lesson("week4_triton_dl.attention.naive")
@@ -152,7 +152,7 @@ def test_refuses_what_tma_cannot_run_and_flash_blocked_takes_it(monkeypatch):
     # fp32 (TMA here is the 16-bit tensor-core path), strides TMA cannot walk, a GPU older than sm_90:
     # each refused before any launch, saying why and which rung to use; that rung's entry
     # (flash_attention_forward, which runs flash_tma itself where the rule says so) gets the right answer.
-    fa = runtime.lesson("week4_triton_dl.attention.flash")
+    fa = attention_op()
     q, k, v = qkv(1, 2, 19, 19, 16, torch.float32)
     assert not tma.tma_eligible(q, k, v)
     with pytest.raises(TypeError, match=r"fp16 or bf16.*flash_blocked rung takes fp32"):
@@ -180,7 +180,7 @@ def test_refuses_what_tma_cannot_run_and_flash_blocked_takes_it(monkeypatch):
 
 
 def test_the_op_names_its_rungs_by_what_they_are():
-    fa = runtime.lesson("week4_triton_dl.attention.flash")
+    fa = attention_op()
     q, k, v = qkv(1, 2, 8, 8, 16, torch.float16)
     with pytest.raises(ValueError, match=r"rung must be one of 'flash_blocked', 'flash_tma', got 'rung4'"):
         fa.flash_attention(q, k, v, rung="rung4")
@@ -204,10 +204,11 @@ def test_the_op_runs_flash_tma_by_name_forward_and_backward(monkeypatch):
     # flash_attention (the op a model calls) with rung="flash_tma" sends its forward to the TMA kernel
     # (watched, not steered: the spy counts calls) with the tile asked for, and the backward still gets
     # a correct log-sum-exp from it. Where the rule sends it unasked: test_the_dispatch_rule.
-    fa = runtime.lesson("week4_triton_dl.attention.flash")
+    fa = attention_op()
     calls = []
-    real = fa.tma.launch_forward_tma
-    monkeypatch.setattr(fa.tma, "launch_forward_tma", lambda *a, **kw: calls.append(a[7]) or real(*a, **kw))
+    real = fa.forwards["flash_tma"]
+    monkeypatch.setitem(fa.forwards, "flash_tma",
+                        real._replace(launch=lambda *a, **kw: calls.append(a[6]) or real.launch(*a, **kw)))
     dtype = runtime.pick(gpu=torch.bfloat16, sim=torch.float16)
     tile = runtime.pick(gpu={"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
                         sim={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2})

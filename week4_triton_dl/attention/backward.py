@@ -25,7 +25,7 @@ Cost model: counted as 2.5x the forward's FLOPs (5 matmuls instead of 2; the rec
 the split backward is not counted, as every FlashAttention paper and benchmark counts it); HBM
 traffic Q, K, V, O, dO read and dQ, dK, dV written once, plus L and D. Masks, tiles, configs
 and launch plans work as in the forward (attention/plans.py). `flash_attention_backward`
-is the checked launcher; the autograd glue that calls `launch_backward` is in attention/flash.py.
+is the checked launcher; the autograd glue that calls `launch_backward` is in attention/op.py.
 """
 from __future__ import annotations
 
@@ -419,7 +419,7 @@ _DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
 
 
 # =============================================================================== launchers
-# No checks in these: flash_attention_backward below and the public entry (attention/flash.py)
+# No checks in these: flash_attention_backward below and the public entry (attention/op.py)
 # check once, then call launch_backward, which calls the three below.
 def backward_delta(out, do, lse_dtype, delta=None):
     """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel

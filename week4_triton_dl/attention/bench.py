@@ -28,7 +28,8 @@ from course.gpu import triton, DEVICE
 from week4_triton_dl.attention import dispatch
 from week4_triton_dl.attention import flash as blocked  # the flash_blocked forward's launcher
 from week4_triton_dl.attention.naive import attention_naive
-from week4_triton_dl.attention.flash import FWD_CONFIGS, flash_attention, flash_attention_forward
+from week4_triton_dl.attention.flash import FWD_CONFIGS
+from week4_triton_dl.attention.op import flash_attention, flash_attention_forward
 from week4_triton_dl.attention.tma import (
     flash_attention_tma_forward, launch_forward_tma, supported_here)
 from week4_triton_dl.attention.backward import (

@@ -32,7 +32,8 @@ def compile_config_set(task):
     from course import runtime
     from course.check import random_tensor
     from week4_triton_dl.attention.backward import BWD_KV_CONFIGS, BWD_Q_CONFIGS, flash_attention_backward
-    from week4_triton_dl.attention.flash import FWD_CONFIGS, flash_attention_forward
+    from week4_triton_dl.attention.flash import FWD_CONFIGS
+    from week4_triton_dl.attention.op import flash_attention_forward
     from week4_triton_dl.attention.plans import configs_for
 
     def nth(configs):

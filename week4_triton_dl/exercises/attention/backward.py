@@ -308,7 +308,7 @@ _DELTA_BLOCK = runtime.pick(gpu=DELTA_BLOCK, sim=SIM_DELTA_BLOCK)
 
 
 # =============================================================================== launchers
-# No checks in these: flash_attention_backward below and the public entry (attention/flash.py)
+# No checks in these: flash_attention_backward below and the public entry (attention/op.py)
 # check once, then call launch_backward, which calls the three below.
 def backward_delta(out, do, lse_dtype, delta=None):
     """D = rowsum(dO * O) per query row (B, H, Sq) in lse_dtype: the backward's first kernel

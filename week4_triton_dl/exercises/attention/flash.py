@@ -1,5 +1,5 @@
-"""Exercise: FlashAttention-2 in Triton: fused attention that never stores the scores, as an op a model
-calls.
+"""Exercise: FlashAttention-2 in Triton: fused attention that never stores the scores (the
+flash_blocked rung).
 
 Check your work with `pytest tests/week4/test_flash_attention.py --impl=exercises`; `python -m
 course progress` shows where every exercise stands.
@@ -38,26 +38,16 @@ week4_triton_dl/attention/flash.py.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from course import ops, runtime
 from course.gpu import triton, tl
 from course.tl_dot import dot  # tl.dot, with float64 as plain FMAs (see course/tl_dot.py)
 
-from week4_triton_dl.attention.naive import INT32_MAX, MAX_GRID_Y, check_out, resolve_scale
-# The backward's launcher and strategies, and the shared DTYPES, HEAD_DIMS, LOG2E and config_kwargs,
-# are part of this module's public API too (importers of week4_triton_dl.attention.flash keep working).
-from week4_triton_dl.attention.backward import (  # noqa: F401
-    BWD_STRATEGIES, DEFAULT_BWD_STRATEGY, check_strategy, flash_attention_backward, launch_backward)
+# The shared DTYPES, HEAD_DIMS, LOG2E and config_kwargs are part of this module's public API too
+# (importers of week4_triton_dl.attention.flash keep working).
 from week4_triton_dl.attention.plans import (  # noqa: F401
-    AUTOTUNE_KEY, DTYPES, HEAD_DIMS, LOG2E, TunedKernel, check_inputs, config_kwargs, launch_plan, plan, pruner,
+    AUTOTUNE_KEY, DTYPES, HEAD_DIMS, LOG2E, TunedKernel, config_kwargs, launch_plan, plan, pruner,
     query_block_key_range, stats_dtype, tile_config, visible_key_count)
-
-from week4_triton_dl.attention import dispatch, tma  # which forward runs (the rule); the TMA forward (sm_90)
-
-NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises" (your stub)
 # Inside @triton.jit only tl.constexpr globals are visible (the interpreter would not complain).
 _LN2 = tl.constexpr(0.6931471805599453)
 
@@ -144,171 +134,17 @@ flash_attention_fwd_autotuned = triton.autotune(
 FWD = TunedKernel("fwd", flash_attention_fwd_kernel, flash_attention_fwd_autotuned, SIM_FWD, SMALL_FWD, axis="BLOCK_M")
 
 
-# =============================================================================== launchers
-# Which forward runs (this module's kernel, flash_blocked, or attention/tma.py's, flash_tma) and with
-# which tile is attention/dispatch.py's rule; a caller names one with rung= and tile=.
-# No checks in launch_forward: flash_attention_forward below and the public entry check once,
-# then call it.
-def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None, rung=None):
+# =============================================================================== the launcher
+# The flash_blocked rung: attention/dispatch.py calls it (the op, attention/op.py, calls the dispatch),
+# with inputs the op has checked once, so nothing is checked here.
+def launch_forward(q, k, v, causal, scale, key_lengths, config=None, out=None):
     """(out, lse) of checked inputs: out (B, H, Sq, D) in q's dtype (written into `out` when given),
     lse (B, H, Sq) in stats_dtype: each row's natural log-sum-exp of its scaled, masked scores.
 
     `scale` is sm_scale (a float); `key_lengths` (B,) int32/int64 or None: keys j >= key_lengths[b]
     are masked; `causal`: key j is masked for query i when j > i; `config` (a dict or triton.Config,
-    checked by config_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning. `rung` (checked by
-    attention/dispatch.py's `resolve`) names the forward: "flash_blocked" this module's kernel,
-    "flash_tma" attention/tma.py's (with `config` as its tile); with neither rung nor config, the
-    dispatch rule chooses both (flash_tma on an H100 where its sweep measured it faster).
+    checked by config_kwargs) fixes BLOCK_M and BLOCK_N instead of autotuning.
     """
-    if rung is None and config is None:
-        rung, config = dispatch.choose(q, k, v, causal, out)
-    if rung == "flash_tma":
-        return tma.launch_forward_tma(q, k, v, causal, scale, key_lengths, out, config)
     # TODO (about 15 lines): allocate out (unless given) and lse; nothing to launch for empty inputs; launch
     #   your forward kernel(s) over (query blocks, B * H), with config's BLOCK_M and BLOCK_N when it is given
     raise NotImplementedError('not implemented yet: launch_forward: allocate out (unless given) and lse')
-
-
-def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                            sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
-                            config=None, out: torch.Tensor | None = None,
-                            rung: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused forward: (out, lse), lse = log-sum-exp of each row's scaled scores (B, H, Sq).
-
-    `config` (a dict with BLOCK_M, BLOCK_N, num_warps, num_stages, or a triton.Config) skips the
-    autotuner: for experiments and the sweep. `rung` ("flash_blocked" or "flash_tma") names the
-    forward; without rung and config, attention/dispatch.py's rule picks. No autograd: use
-    `flash_attention` for that.
-    """
-    scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
-    out = check_out(out, q.shape, q.dtype)
-    rung, config = dispatch.resolve(rung, config, q, k, v, causal, out)
-    return launch_forward(q, k, v, causal, scale, key_lengths, config, out, rung)
-
-
-# ====================================================================== the op torch.compile sees
-# Dynamo records one node per call and never looks inside (so never meets the autotuner, whose
-# config list it cannot trace); the fake functions give it the shapes, strides and dtypes.
-@torch.library.custom_op(f"{NAMESPACE}::flash_attention", mutates_args=())
-def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                       key_lengths: torch.Tensor | None, strategy: str = DEFAULT_BWD_STRATEGY,
-                       rung: str | None = None, tile: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of checked q, k, v (any strides); `strategy` is the backward's (see flash_attention);
-    `rung` and `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages) checked ones, or None."""
-    return launch_forward(q, k, v, causal, scale, key_lengths, _tile_dict(tile), None, rung)
-
-
-def _tile_list(tile):  # a custom op takes no dict: a tile crosses it as a list of ints
-    return None if tile is None else [tile["BLOCK_M"], tile["BLOCK_N"], tile.get("num_warps", 4),
-                                      tile.get("num_stages", 2)]
-
-
-def _tile_dict(tile):
-    return None if tile is None else dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), tile))
-
-
-@flash_attention_op.register_fake
-def _flash_attention_fake(q, k, v, causal, scale, key_lengths, strategy=DEFAULT_BWD_STRATEGY, rung=None, tile=None):
-    B, H, Sq, D = q.shape  # out is a fresh contiguous tensor, whatever the strides of q
-    return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=stats_dtype(q.dtype))
-
-
-@torch.library.custom_op(f"{NAMESPACE}::flash_attention_backward", mutates_args=())
-def flash_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
-                                key_lengths: torch.Tensor | None,
-                                strategy: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv), fresh contiguous tensors; dO may have any strides (it is not copied)."""
-    return launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy)
-
-
-@flash_attention_backward_op.register_fake
-def _flash_attention_backward_fake(do, q, k, v, out, lse, causal, scale, key_lengths, strategy):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, key_lengths, strategy = inputs[:7]  # then rung, tile: the forward's only
-    ctx.save_for_backward(q, k, v, output[0], output[1], key_lengths)
-    ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
-    ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
-
-
-def _backward_formula(ctx, do, _dlse):
-    q, k, v, out, lse, key_lengths = ctx.saved_tensors
-    dq, dk, dv = flash_attention_backward_op(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
-    return dq, dk, dv, None, None, None, None, None, None
-
-
-flash_attention_op.register_autograd(_backward_formula, setup_context=_setup_context)
-
-
-# ========================================================================= the op eager mode calls
-class FlashAttentionFunction(torch.autograd.Function):
-    """Autograd glue: the forward saves q, k, v, out and the log-sum-exp (not P)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale, key_lengths, strategy, rung=None, tile=None):
-        out, lse = launch_forward(q, k, v, causal, scale, key_lengths, tile, None, rung)
-        ctx.save_for_backward(q, k, v, out, lse, key_lengths)
-        ctx.causal, ctx.scale, ctx.strategy = causal, scale, strategy
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, do):
-        q, k, v, out, lse, key_lengths = ctx.saved_tensors
-        dq, dk, dv = launch_backward(do, q, k, v, out, lse, ctx.causal, ctx.scale, key_lengths, ctx.strategy)
-        return dq, dk, dv, None, None, None, None, None, None
-
-
-def _on_device(t) -> bool:  # t.is_cuda costs ~0.15 us, t.device.type ~1.3 us
-    return t.is_cuda if runtime.ON_GPU else t.is_cpu
-
-
-def _span(t, shape) -> bool: # one head indexed in int32 (attention_naive._check_span)
-    stride = t.stride()
-    return (shape[2] - 1) * stride[2] + (shape[3] - 1) * stride[3] <= INT32_MAX
-
-
-def _check_call(q, k, v, causal, sm_scale, key_lengths, strategy) -> float:
-    """The public entry's checks: a few comparisons per call (a quarter of `check_inputs`'s cost on the
-    course's CPU machine); when one fails, `check_inputs` raises the course's message."""
-    if (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-            and type(causal) is bool and strategy in BWD_STRATEGIES):
-        qs, ks, dtype = q.shape, k.shape, q.dtype
-        if (dtype in DTYPES and k.dtype == dtype and v.dtype == dtype and _on_device(q) and _on_device(k)
-                and _on_device(v) and len(qs) == 4 and len(ks) == 4 and ks == v.shape and qs[0] == ks[0]
-                and qs[1] == ks[1] and qs[3] == ks[3] and qs[3] in HEAD_DIMS and qs[0] * qs[1] <= MAX_GRID_Y
-                and _span(q, qs) and _span(k, ks) and _span(v, ks)
-                and (key_lengths is None or (isinstance(key_lengths, torch.Tensor) and _on_device(key_lengths)
-                                             and key_lengths.dtype in (torch.int32, torch.int64)
-                                             and key_lengths.shape == qs[:1]))):
-            return 1.0 / math.sqrt(qs[3]) if sm_scale is None else resolve_scale(sm_scale, qs[3])
-    check_strategy(strategy)
-    return check_inputs(q, k, v, causal, sm_scale, key_lengths)
-
-
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
-                    strategy: str = DEFAULT_BWD_STRATEGY, rung: str | None = None, tile=None) -> torch.Tensor:
-    """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale), fused.
-
-    q (B, H, Sq, D), k and v (B, H, Sk, D), any strides; fp16, bf16, fp32 or fp64; D in 16,
-    32, 64, 128. `key_lengths` (B,) int: keys at positions >= key_lengths[b] are padding.
-    Differentiable in q, k and v; `strategy` picks the backward ("split" or "atomic"). Eager
-    calls run `FlashAttentionFunction` (or the forward alone when no gradient is needed);
-    under torch.compile, the registered op `torch.ops.course.flash_attention`.
-
-    The forward is attention/dispatch.py's choice for this GPU, dtype, head dim and mask; `rung`
-    ("flash_blocked" or "flash_tma") and `tile` (a dict of BLOCK_M, BLOCK_N[, num_warps, num_stages])
-    choose it instead: how the tests and the benchmarks pick one.
-    """
-    scale = _check_call(q, k, v, causal, sm_scale, key_lengths, strategy)
-    if rung is not None or tile is not None:
-        rung, tile = dispatch.resolve(rung, tile, q, k, v, causal)
-    if ops.compiling():
-        return flash_attention_op(q, k, v, causal, scale, key_lengths, strategy, rung, _tile_list(tile))[0]
-    if ops.needs_grad(q, k, v):
-        return FlashAttentionFunction.apply(q, k, v, causal, scale, key_lengths, strategy, rung, tile)
-    return launch_forward(q, k, v, causal, scale, key_lengths, tile, None, rung)[0]

@@ -146,8 +146,8 @@ def descriptor_workspace(size: int, alignment: int, stream) -> torch.Tensor:
 
 
 # =============================================================================== launchers
-def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None):
-    """(out, lse) of checked, `tma_eligible` inputs, as flash_attention.launch_forward returns them.
+def launch_forward_tma(q, k, v, causal, scale, key_lengths, tile=None, out=None):
+    """(out, lse) of checked, `tma_eligible` inputs, as flash.launch_forward returns them (same arguments).
     `tile` (BLOCK_M, BLOCK_N, num_warps, num_stages; the dispatch passes the sweep's) or `default_tile()`."""
     B, H, Sq, D = q.shape
     Sk = k.shape[2]
@@ -170,7 +170,7 @@ def launch_forward_tma(q, k, v, causal, scale, key_lengths, out=None, tile=None)
 def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                                 sm_scale: float | None = None, *, key_lengths: torch.Tensor | None = None,
                                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rung 4: (out, lse) like flash_attention.flash_attention_forward, loads and stores through TMA.
+    """Rung 4: (out, lse) like op.flash_attention_forward, loads and stores through TMA.
 
     Refuses, before any launch, what TMA cannot run: a GPU older than sm_90 (RuntimeError), fp32 or
     fp64 (TypeError), strides TMA cannot walk (ValueError). flash_attention_forward and the op
@@ -179,4 +179,4 @@ def flash_attention_tma_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     scale = check_inputs(q, k, v, causal, sm_scale, key_lengths)
     out = check_out(out, q.shape, q.dtype)
     require_tma(q, k, v, out)
-    return launch_forward_tma(q, k, v, causal, scale, key_lengths, out)
+    return launch_forward_tma(q, k, v, causal, scale, key_lengths, None, out)

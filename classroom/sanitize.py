@@ -1,9 +1,12 @@
 """compute-sanitizer over every kernel of a week: one small launch each, under memcheck and racecheck.
 
-What it teaches: a kernel that gives the right answer can still be wrong. A thread that writes
-one element past the end of a buffer usually lands in memory nobody checks, and a missing
-`__syncthreads()` is a race that loses only when the warps happen to be scheduled badly.
-NVIDIA's `compute-sanitizer` runs the program with every memory access instrumented:
+    python -m course sanitize week1                     all cases, memcheck + racecheck
+    python -m course sanitize week1 --list              the case names
+    python -m course sanitize week1 --case NAME         one case, in this process
+    python -m course sanitize week1 --only scan --tools memcheck --budget 120
+
+What a case is and why the tool finds what tests cannot: course/sanitizer_cases.py, the kit's side
+(the helpers a lesson writes its cases with). This module is the machinery that runs them:
 
 * `memcheck`: out-of-bounds and misaligned accesses to global, shared and local memory,
   and CUDA API calls that fail;
@@ -14,28 +17,22 @@ NVIDIA's `compute-sanitizer` runs the program with every memory access instrumen
 
 Every kernel module of a week lists `SANITIZER_CASES`: a name and a function that does one
 small launch (sizes with partial blocks and tiles, so the bounds checks run) and synchronizes
-(`launch_case`, `vector`, `grid_stride_size` and `TAIL_N` below help write them; what the tool
-printed is read by course/sanitizer_report.py). A week that uses the tool has a `sanitize`
-module, its entry point: it makes a `Sanitizer` for its package (with the cases of modules
-written before that convention, e.g. week 1's vector_add) and calls its `main`. This runner
-starts, for every case and tool,
+(course/sanitizer_cases.py helps write them; what the tool printed is read by
+classroom/sanitizer_report.py). A week may also have a `sanitize` lesson module whose
+`LOCAL_CASES` hold the cases of modules written before that convention (week 1's vector_add).
+`for_week` makes the `Sanitizer` of a week; it starts, for every case and tool,
 
-    compute-sanitizer --tool TOOL --error-exitcode 99 python -m week1_cuda_python.sanitize --case NAME
+    compute-sanitizer --tool TOOL --error-exitcode 99 python -m course sanitize week1 --case NAME
 
 in parallel, each with a timeout, inside one time budget, and writes `results/sanitizer.md|json`.
 The environment sets PYTORCH_NO_CUDA_MEMORY_CACHING=1: torch's caching allocator carves tensors
 out of large blocks, so a write just past a tensor lands inside the pool, where memcheck sees a
 valid allocation; without the cache every tensor is its own cudaMalloc and its end is a real edge.
 
-    python -m week1_cuda_python.sanitize                     all cases, memcheck + racecheck
-    python -m week1_cuda_python.sanitize --list              the case names
-    python -m week1_cuda_python.sanitize --case NAME         one case, in this process
-    python -m week1_cuda_python.sanitize --only scan --tools memcheck --budget 120
-
-It also serves Nsight Compute (see `profile_ncu.sh`): `--launch BENCH` calls the variants of a
-registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
-into the markdown table `profiling_with_nsight.md` shows (both from course/ncu.py, which any
-week can use directly: `python -m course.ncu --package PACKAGE --launch BENCH ...`).
+It also serves Nsight Compute (see week 1's `profile_ncu.sh`): `--launch BENCH` calls the variants
+of a registered benchmark once each at one size, and `--ncu-table CSV` turns ncu's raw CSV export
+into the markdown table `profiling_with_nsight.md` shows (both from classroom/ncu.py, which any
+week can use directly: `python -m course ncu --package PACKAGE --launch BENCH ...`).
 
 Cost: under the sanitizer a process is 10-100x slower on the GPU side and pays Python's imports,
 the CUDA context and Numba's compilation before its one launch: several seconds per case, which
@@ -61,53 +58,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
+from course import runtime, weeks
 
-from course import ncu, runtime, weeks
-from course.check import random_tensor
-from course.sanitizer_report import ERROR_EXIT, Outcome, cell, parse_report, summary_counts
+from classroom import ncu
+from classroom.sanitizer_report import ERROR_EXIT, Outcome, cell, parse_report, summary_counts
 
 ROOT = weeks.ROOT
 NOT_LESSONS = ("exercises", "notebooks", "results", "kernels", "sanitize")
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 DEFAULT_TOOLS = ("memcheck", "racecheck")
 MIN_START_S = 1.0  # a sanitized Python process does nothing useful in less: not started then
-
-
-# --- helpers for writing cases ------------------------------------------------------------------
-
-# 3 full blocks of 256 threads and one element: 255 idle threads in the last block, whose writes
-# would land 1 KB past the end, beyond any rounding of the allocation, if a guard were missing.
-TAIL_N = 3 * 256 + 1
-
-
-def synchronize() -> None:
-    """Wait for the GPU (nothing to wait for in simulation)."""
-    # Kernel launches are asynchronous: without this the process could exit before the
-    # launch ran, and a fault would surface nowhere.
-    if runtime.on_gpu():
-        torch.cuda.synchronize()
-
-
-def vector(n: int, offset: int = 0) -> torch.Tensor:
-    """n random float32 values; offset > 0 gives a view that starts mid-allocation (unaligned)."""
-    return random_tensor(n + offset, torch.float32, runtime.DEVICE)[offset:]
-
-
-def launch_case(fn: Callable, *args) -> Callable[[], None]:
-    """A case: call `fn(*make())` for the argument makers in `args` (a value that is not
-    callable is passed as it is), then synchronize."""
-    def run() -> None:
-        fn(*(make() if callable(make) else make for make in args))
-        synchronize()
-    return run
-
-
-def grid_stride_size(blocks_per_sm: int, threads: int) -> int:
-    """More elements than a grid capped at `blocks_per_sm` blocks of `threads` per SM has threads,
-    plus a partial block: every thread loops at least once more, and the last trip is ragged.
-    Tiny in simulation (no sanitizer there)."""
-    return runtime.pick(gpu=blocks_per_sm * runtime.sm_count() * threads + 1001, sim=1000)
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -186,18 +146,19 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class Sanitizer:
-    """The tool for one week's package. `label` names the week in messages and the report
-    ("week 1"); `local_cases`: {module: builder(module) -> cases} for the week's modules that have
-    no SANITIZER_CASES of their own; each sanitized process runs `python -m <package>.sanitize`,
-    the week's entry point, which makes this object and calls `main`."""
+    """The tool for one week's package. `short` is the week's command-line name ("week1"), `label`
+    names it in messages and the report ("week 1"); `local_cases`: {module: builder(module) -> cases}
+    for the week's modules that have no SANITIZER_CASES of their own; each sanitized process runs
+    `python -m course sanitize <short> --case NAME` (`entry`)."""
     package: str
+    short: str
     label: str
     local_cases: dict = field(default_factory=dict)
 
     @property
-    def entry(self) -> str:
-        """The module each sanitized process runs with `python -m`."""
-        return f"{self.package}.sanitize"
+    def entry(self) -> list[str]:
+        """The command line each sanitized process runs, after the Python interpreter."""
+        return ["-m", "course", "sanitize", self.short]
 
     @property
     def results(self) -> Path:
@@ -273,7 +234,7 @@ class Sanitizer:
                    "--print-limit", "100"]         # the count in the summary stays exact
         if tool == "racecheck":
             command += ["--racecheck-report", "all"]  # hazards and the analysis of their cause
-        return command + list(extra) + [sys.executable, "-m", self.entry, "--case", case]
+        return command + list(extra) + [sys.executable, *self.entry, "--case", case]
 
     def cuda_modules(self, cases: list[str]) -> list[str]:
         """The modules of the selected cases that load a .cu file (a CUDA_SOURCE attribute)."""
@@ -292,7 +253,7 @@ class Sanitizer:
         modules on disk, so the sanitized processes load them instead of running nvcc all at once
         (and racing to write the same cache files)."""
         def compile_one(module: str) -> dict:
-            command = [sys.executable, "-m", self.entry, "--compile", module]
+            command = [sys.executable, *self.entry, "--compile", module]
             out, code, timed_out, seconds = run_command(command, timeout, env)
             return {"module": module, "ok": code == 0 and not timed_out, "seconds": round(seconds, 1),
                     "tail": [] if code == 0 and not timed_out else out.strip().splitlines()[-5:]}
@@ -346,7 +307,7 @@ class Sanitizer:
             f"# compute-sanitizer on {self.label}'s kernels",
             "",
             f"{machine.get('gpu') or 'no GPU'}; {record['sanitizer_version']}; {versions}; {record['date']}.",
-            f"`python -m {self.entry}` ({', '.join(tools)}; {record['workers']} workers; "
+            f"`python {' '.join(self.entry)}` ({', '.join(tools)}; {record['workers']} workers; "
             f"{record['elapsed_s']:.0f} s of a {record['budget_s']:.0f} s budget; per-case limit "
             f"{record['case_timeout_s']:.0f} s; PYTORCH_NO_CUDA_MEMORY_CACHING=1).",
             "",
@@ -418,11 +379,11 @@ class Sanitizer:
     def launch_benchmark(self, name: str, size_label: str | None = None, variants: list[str] | None = None,
                          *, warmup: bool = False) -> list[str]:
         """Call each variant of benchmark `name` once, at the size labelled `size_label` (default: the
-        largest), synchronizing after each: one launch per kernel for ncu (course.ncu.launch_benchmark)."""
+        largest), synchronizing after each: one launch per kernel for ncu (classroom.ncu.launch_benchmark)."""
         return ncu.launch_benchmark(self.package, name, size_label, variants, warmup=warmup)
 
     def main(self, argv=None) -> int:
-        parser = argparse.ArgumentParser(prog=f"python -m {self.entry}",
+        parser = argparse.ArgumentParser(prog=f"python {' '.join(self.entry)}",
                                          description=__doc__.split("\n\n")[0],
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument("--list", action="store_true", help="print the case names and stop")
@@ -485,3 +446,19 @@ class Sanitizer:
         plan = Plan(cases=list(cases), tools=tuple(args.tools), workers=args.workers, case_timeout=args.timeout,
                     budget=args.budget, sanitizer=sanitizer, extra=tuple(args.sanitizer_args.split()))
         return self.sanitize_all(plan, args.out, warmup=not args.no_warmup)
+
+
+# --- the week, and `python -m course sanitize` ---------------------------------------------------
+
+def for_week(name: str) -> Sanitizer:
+    """The Sanitizer of week `name` ("week1", or its package's name), with the LOCAL_CASES of its
+    `sanitize` lesson module when it has one."""
+    for week in weeks.all_weeks():
+        if name in (week.short, week.package):
+            try:
+                local = importlib.import_module(f"{week.package}.sanitize").LOCAL_CASES
+            except ModuleNotFoundError:
+                local = {}
+            return Sanitizer(week.package, week.short, f"week {week.short.removeprefix('week')}", dict(local))
+    raise SystemExit(f"no week {name!r}; weeks: {', '.join(w.short for w in weeks.all_weeks())}")
+

@@ -4,19 +4,19 @@ and ncu's CSV export turned into markdown tables.
 ncu profiles a process: it needs one that does little besides the launches we want to read. The
 driver is that process:
 
-    python -m course.ncu --package week3_triton_kernels --launch matmul_bfloat16 \\
+    python -m course ncu --package week3_triton_kernels --launch matmul_bfloat16 \\
         --size 4096x4096x4096 --variants triton triton_tma torch --warmup
 
 calls each variant of a registered benchmark (course/bench.py) once, at one size, synchronizing
 after each. `--warmup` first calls every variant once *outside* a CUDA profiler range and then
 again inside it (cudaProfilerStart/Stop): with `ncu --profile-from-start off` only the second
 round is profiled, so Triton's autotuning, nvcc builds and cuBLAS's heuristics stay out of the
-report. (week 1's `python -m week1_cuda_python.sanitize --launch ...` is the same driver.)
+report. (week 1's `python -m course sanitize week1 --launch ...` is the same driver.)
 
-    python -m course.ncu --table report.csv --labels naive tiled          the week-1 table
-    python -m course.ncu --table report.csv --labels a b --hopper         the Hopper table
-    python -m course.ncu --table report.csv --labels a b --record R.json --group G --title T
-    python -m course.ncu --render results/ncu_hopper.json                 writes results/ncu_hopper.md
+    python -m course ncu --table report.csv --labels naive tiled          the week-1 table
+    python -m course ncu --table report.csv --labels a b --hopper         the Hopper table
+    python -m course ncu --table report.csv --labels a b --record R.json --group G --title T
+    python -m course ncu --render results/ncu_hopper.json                 writes results/ncu_hopper.md
 
 take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
 The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
@@ -315,7 +315,7 @@ def render_record(record: dict) -> str:
         "after one warm-up call of each variant). Times are ncu's replays (caches flushed before each pass): "
         "compare kernels with each other, take speed from the benchmarks. Raw metrics: `ncu_GROUP.csv` beside "
         "this file; the figures the notes quote: `ncu_hopper.json`, which this file is rendered from "
-        "(`python -m course.ncu --render ncu_hopper.json`).\n\n"
+        "(`python -m course ncu --render ncu_hopper.json`).\n\n"
         "Columns: tensor pipe busy % = sm__pipe_tensor_op_hmma_cycles_active (HMMA, HGMMA and QGMMA alike) over "
         "active cycles; wgmma inst = HGMMA instructions; tensor inst = HMMA + HGMMA; stalls: warps stalled per "
         "issued instruction, the largest three.\n")
@@ -379,7 +379,7 @@ def launch_benchmark(package: str, name: str, size_label: str | None = None, var
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.ncu", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m course ncu", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--package", help="with --launch: the week's package, e.g. week3_triton_kernels")
     parser.add_argument("--launch", metavar="BENCH", help="call each variant of a benchmark once (an ncu driver)")
@@ -425,6 +425,3 @@ def main(argv=None) -> int:
     parser.print_help()
     return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

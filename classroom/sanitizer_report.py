@@ -1,6 +1,6 @@
 """Reading compute-sanitizer's output: one run's text and exit status classified as an Outcome.
 
-The runner (course/sanitize.py) starts the tool once per case and tool; what it printed is read
+The runner (classroom/sanitize.py) starts the tool once per case and tool; what it printed is read
 here: the ERROR and RACECHECK summaries, the finding lines for an excerpt, and the refused
 driver-symbol lookups that Numba's binding causes (counted apart: they say nothing of a kernel).
 `summary_counts` and `cell` turn outcomes into the report's table.
