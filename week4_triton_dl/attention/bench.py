@@ -4,12 +4,13 @@
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
 it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.attention.bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
-the split and atomic backward strategies; `--sweep-tma` picks the forward (flash_tma or
+the split and atomic backward strategies; `--sweep-tma` picks the forward (flash_hopper, flash_tma or
 flash_blocked) and flash_tma's tile per head dim and mask, and writes them as rows of
 results/dispatch_attention.json (attention/dispatch.py reads it). `LADDERS`: the forward as
 numbered rungs, naive to fused (`python -m course rung attention` lists them, `python -m course
 rung attention 2` runs one). Over 500 lines: the measuring side of one op, with no kernel in it
-(benchmarks, the ladder, flash_blocked's sweep and flash_tma's tile sweep, each its own section).
+(benchmarks, the ladder, flash_blocked's sweep, each its own section; the forward's sweep that
+writes the op's table is attention/sweep_forward.py).
 """
 from __future__ import annotations
 
@@ -25,13 +26,11 @@ from course.rungs import Ladder, Rung
 from course.check import random_tensor
 from course.gpu import triton, DEVICE
 
-from week4_triton_dl.attention import dispatch
-from week4_triton_dl.attention import flash as blocked  # the flash_blocked forward's launcher
 from week4_triton_dl.attention.naive import attention_naive
 from week4_triton_dl.attention.flash import FWD_CONFIGS
 from week4_triton_dl.attention.op import flash_attention, flash_attention_forward
 from week4_triton_dl.attention.tma import (
-    flash_attention_tma_forward, launch_forward_tma, supported_here)
+    flash_attention_tma_forward, supported_here)
 from week4_triton_dl.attention.backward import (
     BWD_KV_CONFIGS, BWD_Q_CONFIGS, backward_delta, flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel)
 from week4_triton_dl.attention.forward import flash_attention_forward_only
@@ -472,68 +471,6 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
     say(f"# sweep took {time.time() - t0:.0f} s")
 
 
-# flash_tma's tiles: (BLOCK_M, BLOCK_N, warps, stages). The probe's best at D = 128 first
-# (tools/probe_fa_hopper.py), then its runners-up and tiles a D = 64 accumulator leaves room for.
-TMA_TILES = [(128, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3),
-             (128, 128, 4, 3), (128, 128, 8, 2), (64, 128, 4, 3)]
-
-
-def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.stdout):
-    """Time flash_tma's tiles per (head dim, causal) beside cuDNN, check each against SDPA first, time
-    flash_blocked as the op runs it, and save a row per key to results/dispatch_attention.json: the rung the
-    op should run (flash_tma where its best tile beats flash_blocked by dispatch.MARGIN) and its tile."""
-    if not runtime.on_gpu():
-        raise SystemExit("--sweep-tma times kernels on a GPU; this machine runs the Triton interpreter")
-    say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
-    rows = []
-    for head_dim in head_dims:
-        for causal in (False, True):
-            batch = batch_for(seq)
-            q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, DEVICE) for _ in range(3))
-            flops = attention_flops(batch, HEADS, seq, seq, head_dim, causal)
-            ref = _sdpa()(q, k, v, causal)
-            cudnn = _time_ms(lambda: _sdpa(_backends()["sdpa_cudnn"])(q, k, v, causal), 25, 200)
-            say(f"D={head_dim} {'causal' if causal else 'full'} S={seq} B={batch}: cuDNN {cudnn:.4f} ms "
-                f"{flops / cudnn / 1e9:.0f} TFLOP/s")
-            best = None
-            for bm, bn, warps, stages in TMA_TILES:
-                tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
-                run = lambda: launch_forward_tma(q, k, v, causal, 1 / math.sqrt(head_dim), None, tile=tile)  # noqa: E731
-                out, err = _try(lambda: run()[0])
-                if err is not None:
-                    say(f"  {bm}x{bn} w{warps} s{stages}: failed: {err}")
-                    continue
-                rel = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-                if not rel < 2e-2:  # bf16 attention: ~4e-3 norm-wise; NaN fails too
-                    say(f"  {bm}x{bn} w{warps} s{stages}: WRONG, rel err {rel:.1e}")
-                    continue
-                ms = _time_ms(run, 25, 200)
-                say(f"  {bm}x{bn} w{warps} s{stages}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s "
-                    f"{cudnn / ms:.2f}x cuDNN (rel err {rel:.1e})")
-                if best is None or ms < best[0]:
-                    best = (ms, tile)
-            if best is not None:
-                # flash_blocked as the op would run it (autotuned pointer kernel), same inputs: flash_tma
-                # becomes what a model gets only where it beats this by dispatch.MARGIN.
-                scale = 1 / math.sqrt(head_dim)
-                blocked_ms = _time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None,
-                                                                     rung="flash_blocked"), 25, 200)
-                rung = "flash_tma" if blocked_ms / best[0] >= dispatch.MARGIN else "flash_blocked"
-                say(f"  flash_blocked (autotuned): {blocked_ms:.4f} ms {cudnn / blocked_ms:.2f}x cuDNN; best "
-                    f"flash_tma tile {blocked_ms / best[0]:.2f}x flash_blocked: {rung} for the op")
-                rows.append({"key": [head_dim, causal], "rung": rung, "tile": best[1] if rung == "flash_tma" else None,
-                             "measured": {"flash_tma_tile": best[1], "flash_tma_ms": round(best[0], 4),
-                                          "flash_tma_tflops": round(flops / best[0] / 1e9, 1),
-                                          "flash_tma_vs_cudnn": round(cudnn / best[0], 3),
-                                          "flash_blocked_ms": round(blocked_ms, 4),
-                                          "flash_tma_vs_blocked": round(blocked_ms / best[0], 3),
-                                          "seq": seq, "batch": batch}})
-            del q, k, v, ref
-            torch.cuda.empty_cache()
-    path = dispatch.TABLE.save(rows, "python -m week4_triton_dl.attention.bench --sweep-tma")
-    say(f"wrote {path}")
-
-
 def _memory_line(head_dim, dtype, say, seq=4096):
     """Peak extra memory of the naive and the fused forward, measured, beside the model."""
     from week4_triton_dl.attention.naive import naive_scores_bytes
@@ -565,6 +502,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few configs only")
     args = parser.parse_args(argv)
     if args.sweep_tma:
+        from week4_triton_dl.attention.sweep_forward import sweep_tma  # it imports this module's timers
         sweep_tma(dtype=getattr(torch, args.dtype))
         return 0
     if not args.sweep:

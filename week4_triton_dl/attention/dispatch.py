@@ -6,6 +6,9 @@ The op `flash_attention` (attention/op.py) calls `forward` here, which runs one 
   any GPU, any dtype, any strides; its tiles picked by its autotuner per shape bucket.
 * flash_tma: attention/tma.py's kernel, every tile moved by the Hopper TMA copy engine; sm_90
   and later, fp16 and bf16, strides TMA can walk, one tile per (head dim, causal).
+* flash_hopper: attention/hopper.py, CUDA C for sm_90a (FlashAttention-3's structure: a TMA
+  producer, two ping-ponging wgmma consumers); contiguous fp16/bf16, D = 64 or 128, no padding
+  keys (a call with key_lengths goes to flash_blocked). Named only by the sweep's table.
 
 (`python -m course rung attention` numbers them 3 and 4 in the ladder; that is the only place
 the numbers live.) `resolve` answers for one call (`choose` for what the caller leaves open), in this order:
@@ -24,9 +27,9 @@ the numbers live.) `resolve` answers for one call (`choose` for what the caller 
 The op sits above this module and the rungs below it: the op passes its table of forwards
 (`FORWARDS`, or `rungs_of` a learner's stubs) down, and nothing here calls back up.
 
-A new forward (the Hopper CUDA kernel, attention/hopper.py) plugs in as ONE row of `rungs_of`: its
-name, its launcher, and the two questions every rung answers (can it run these inputs here; if not,
-why). The sweep's table can then name it for a (head dim, causal) key.
+A new forward plugs in as ONE row of `rungs_of` (flash_hopper did): its name, its launcher, and the
+two questions every rung answers (can it run these inputs here; if not, why). The sweep's table
+can then name it for a (head dim, causal) key.
 
 Rows are keyed by (head dim, causal) and apply to fp16 and bf16 alike: the sweep measured bf16,
 and fp16 moves the same bytes through the same tensor-core instructions.
@@ -38,7 +41,7 @@ from typing import Callable, NamedTuple
 from course import dispatch, runtime
 from course.dispatch import Choice
 
-from week4_triton_dl.attention import flash, tma  # the rungs: flash_blocked and flash_tma
+from week4_triton_dl.attention import flash, hopper, tma  # the rungs: flash_blocked, flash_hopper, flash_tma
 from week4_triton_dl.attention.plans import config_kwargs
 
 MIN_TMA_SCORES = 1 << 22  # B * H * Sq * Sk below which the host, not the GPU, sets the pace
@@ -53,6 +56,7 @@ class Rung(NamedTuple):
     #                     lse (B, H, Sq): each row's natural log-sum-exp, what the backward reads
     eligible: Callable  # (q, k, v, out) -> bool: this GPU, dtype and layout can run it (the rule asks)
     require: Callable   # (q, k, v, out, caller) -> None, or raise why not and which rung can (rung= asks)
+    key_lengths: bool = True  # it masks padding keys (key_lengths=); the rule never sends a padded call elsewhere
 
 
 def _anywhere(q, k, v, out=None, caller=None) -> bool:  # flash_blocked: any GPU, dtype and strides
@@ -61,11 +65,12 @@ def _anywhere(q, k, v, out=None, caller=None) -> bool:  # flash_blocked: any GPU
 
 def rungs_of(blocked, tma_rung) -> dict[str, Rung]:
     """The op's forwards from the modules that hold them: the solutions (`FORWARDS`), or a learner's
-    stubs (attention/op.py's `over`). The first is the default rule's. A Hopper CUDA forward
-    (attention/hopper.py) is one more row here: `"flash_hopper": Rung(hopper.launch_forward_hopper,
-    hopper.eligible, hopper.require)`."""
+    stubs (attention/op.py's `over`). The first is the default rule's. The Hopper CUDA forward
+    (attention/hopper.py, CUDA C, not an exercise of this lesson) is the same row in both: the rule
+    names it only where the sweep measured it faster on this GPU."""
     return {"flash_blocked": Rung(blocked.launch_forward, _anywhere, _anywhere),
-            "flash_tma": Rung(tma_rung.launch_forward_tma, tma_rung.tma_eligible, tma_rung.require_tma)}
+            "flash_tma": Rung(tma_rung.launch_forward_tma, tma_rung.tma_eligible, tma_rung.require_tma),
+            "flash_hopper": Rung(hopper.launch_forward_hopper, hopper.eligible, hopper.require, key_lengths=False)}
 
 
 FORWARDS = rungs_of(flash, tma)
@@ -108,4 +113,6 @@ def forward(q, k, v, causal, scale, key_lengths, rung=None, tile=None, out=None,
     neither, from the rule's choice: the one call through which the op runs a forward."""
     if rung is None:
         rung, tile = choose(q, k, v, causal, out, forwards) if tile is None else (BLOCKED.rung, tile)
+        if key_lengths is not None and not forwards[rung].key_lengths:  # padded keys: a rung that masks them
+            rung, tile = BLOCKED.rung, None
     return forwards[rung].launch(q, k, v, causal, scale, key_lengths, tile, out)

@@ -12,7 +12,7 @@ notes/attention_hopper.md builds it up step by step. This module is its host sid
   week5_integration/cuda_extension.py does), cached on disk per source version;
 * the checks, all before any launch: TypeError / ValueError naming the argument; then the refusal
   of anything that is not an sm_90 GPU (runtime.NotOnThisGpu, naming the fallback, Triton's
-  `week4_triton_dl.attention.flash.flash_attention`, which runs everywhere);
+  `week4_triton_dl.attention.flash_attention`, which runs everywhere);
 * the op `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale) -> (o, lse)` with a fake
   implementation (torch.compile traces it without a GPU) and an autograd formula whose backward is
   `week4_triton_dl.attention.hopper_backward.attention_hopper_backward` (imported when first needed);
@@ -52,7 +52,7 @@ DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 CAPABILITY = (9, 0)                   # wgmma, setmaxnreg, the TMA: sm_90a (H100, H200)
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
-FALLBACK = "week4_triton_dl.attention.flash.flash_attention"
+FALLBACK = "week4_triton_dl.attention.flash_attention"
 OP = "course_attention_hopper::forward"
 BLOCK_M = 128                         # query rows per block (AH_BM in the kernel)
 TMA_ALIGN = 16                        # bytes: the base address of every TMA tensor
@@ -309,6 +309,36 @@ def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True)
     return out, lse
 
 
+# =============================================================================== a rung of week 4's op
+def eligible(q, k, v, out=None) -> bool:
+    """Whether week 4's op may run this forward for these inputs here (attention/dispatch.py asks,
+    after its cheaper questions): an sm_90 GPU, contiguous 16-bit q/k/v of a supported head dim,
+    16-byte aligned, the extension buildable."""
+    return (q.is_cuda and q.dtype in DTYPES and all(t.is_contiguous() for t in (q, k, v))
+            and (out is None or out.is_contiguous()) and hopper_unsupported(q, k, v) is None)
+
+
+def require(q, k, v, out=None, caller: str = "attention_hopper") -> None:
+    """Raise why `caller` cannot run this forward for these inputs here (None: it can)."""
+    why = hopper_unsupported(q, k, v)
+    if why is None and out is not None and not out.is_contiguous():
+        why = "out is not contiguous (the kernel stores rows of D elements)"
+    if why is not None:
+        error = runtime.NotOnThisGpu if device_refusal(q.device) else ValueError
+        raise error(f"{caller}: {why}")
+
+
+def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None):
+    """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch). No tile to
+    choose (the kernel has one), and no padding keys: the rule sends padded calls to flash_blocked."""
+    if key_lengths is not None:
+        raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
+    if tile is not None:
+        raise ValueError(f"flash_hopper has one tile (128 query rows, 128 keys); got tile={tile!r}")
+    out, lse = check_outputs(q, out, None)
+    return launch(q, k, v, bool(causal), float(scale), out, lse)
+
+
 # =============================================================================== the op
 @torch.library.custom_op(OP, mutates_args=())
 def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -362,7 +392,7 @@ def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     q (B, H, Sq, D), k and v (B, H, Sk, D): contiguous fp16 or bf16, D = 64 or 128. Differentiable
     (the backward: week4_triton_dl.attention.hopper_backward). Bad input raises TypeError / ValueError
     before anything runs; another GPU, or the CPU, raises runtime.NotOnThisGpu naming
-    week4_triton_dl.attention.flash.flash_attention, the rung that runs there.
+    week4_triton_dl.attention.flash_attention, the rung that runs there.
     """
     scale = check_inputs(q, k, v, causal, scale)
     if not torch.compiler.is_compiling():  # traced: the device is the op's concern at run time
