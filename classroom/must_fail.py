@@ -39,7 +39,8 @@ class Wrong:
     new: str
     expect: str = ""
     tests: tuple = ()
-    lesson: str = ""  # the file patched, in the week package (kernels/x.cu, attention/kernels/x.cu); default: <fixture file name>.py
+    lesson: str = ""  # the file patched, in the week package (kernels/x.cu, attention/kernels/x.cu);
+    #                   default: <fixture file name>.py
     gpu: bool = False  # only a GPU shows it (a PyCUDA launch, a race)
 
 
