@@ -1,7 +1,9 @@
 """Where a lesson's files are: its solutions, their stubs, their test modules and notes.
 
-The lesson packages are found by course/weeks.py; a solution is week*/X.py or week*/kernels/X.cu,
-its stub sits in the week's exercises/ folder beside it.
+The lesson packages are found by course/weeks.py; a solution is week*/X.py, a lesson folder's
+week*/<folder>/X.py, or a CUDA C file in the kernels/ folder beside the module that loads it
+(week*/kernels/X.cu, week*/<folder>/kernels/X.cu); its stub sits in the week's exercises/ folder,
+at the same path.
 """
 from __future__ import annotations
 
@@ -27,14 +29,21 @@ def week_of(package_dir: Path) -> str:
 
 def solution_files(root: Path = ROOT) -> list[Path]:
     """Every lesson source that could have a stub: week*/X.py, week*/<lesson folder>/X.py (a
-    multi-module lesson, week4_triton_dl/attention/) and week*/kernels/*.cu."""
+    multi-module lesson, week4_triton_dl/attention/) and the *.cu of the kernels/ folder of each
+    (week*/kernels/*.cu, week*/<lesson folder>/kernels/*.cu)."""
     found = []
     for d in lesson_dirs(root):
-        found += sorted(p for p in d.glob("*.py") if p.name != "__init__.py")
-        for folder in lesson_folders(d):
-            found += sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
-        found += sorted((d / "kernels").glob("*.cu"))
+        for home in (d, *lesson_folders(d)):
+            found += sorted(p for p in home.glob("*.py") if p.name != "__init__.py")
+            found += sorted((home / "kernels").glob("*.cu"))
     return found
+
+
+def loader_of(cuda_source: Path) -> Path | None:
+    """The module that loads a CUDA C file: kernels/x.cu is loaded by a module in the folder that holds
+    kernels/ (the week's, or a lesson folder's) that names "x.cu" in quotes; None if no module does."""
+    home = cuda_source.parent.parent
+    return next((py for py in sorted(home.glob("*.py")) if f'"{cuda_source.name}"' in py.read_text()), None)
 
 
 def lesson_folders(week: Path) -> list[Path]:
@@ -66,9 +75,11 @@ def marked_solutions(root: Path = ROOT) -> list[Path]:
 
 
 def test_file(solution: Path, root: Path = ROOT) -> Path | None:
-    """The test module of a lesson: tests/<week>/test_<name>.py, or the one that loads this .cu,
-    or, for a module a lesson is split into (layernorm_backward.py), the lesson's test module that
-    loads it (`runtime.lesson("<package>.<module>")`, so that --impl=exercises loads its stub)."""
+    """The test module of a lesson: tests/<week>/test_<name>.py, or, for a module a lesson is split
+    into (layernorm_backward.py), the lesson's test module that loads it (`runtime.lesson(
+    "<package>.<module>")`, so that --impl=exercises loads its stub), or, for a lesson folder's module
+    no test loads that way, tests/<week>/test_<folder>_<name>.py (attention/hopper_backward.py:
+    test_attention_hopper_backward.py); for a .cu, the test module of the module that loads it."""
     package_dir = week_dir_of(solution)
     tests = root / "tests" / week_of(package_dir)
     if solution.suffix == ".py":
@@ -78,11 +89,13 @@ def test_file(solution: Path, root: Path = ROOT) -> Path | None:
         # (attention/bench.py must not take a test_bench.py about something else)
         if candidate.exists() and (solution.parent == package_dir or loads in candidate.read_text()):
             return candidate
-        return next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
-    for py in sorted(package_dir.glob("*.py")):  # the lesson module that loads this CUDA C file
-        if f'"{solution.name}"' in py.read_text():
-            return test_file(py, root)
-    return None
+        found = next((test for test in sorted(tests.glob("test_*.py")) if loads in test.read_text()), None)
+        named = tests / f"test_{solution.parent.name}_{solution.stem}.py"
+        if found is None and solution.parent != package_dir and named.exists():
+            return named
+        return found
+    loader = loader_of(solution)
+    return test_file(loader, root) if loader is not None else None
 
 
 def hand_written_tests(root: Path = ROOT) -> list[Path]:
@@ -91,15 +104,14 @@ def hand_written_tests(root: Path = ROOT) -> list[Path]:
     modules = set()
     for solution in solution_files(root):
         if stub_path(solution).exists() and not is_marked(solution):
-            package = week_dir_of(solution)
             if f"from {module_name(solution, root)} import *" in stub_path(solution).read_text():
                 continue  # "not an exercise": the stub re-exports the solution, nothing to fill
             if solution.suffix == ".py":
                 modules.add(module_name(solution, root))
             else:  # a CUDA C stub: the lesson module that loads it
-                test = test_file(solution, root)
-                if test is not None:
-                    modules.add(f"{package.name}.{test.stem[len('test_'):]}")
+                loader = loader_of(solution)
+                if loader is not None:
+                    modules.add(module_name(loader, root))
     found = []
     for test in sorted((root / "tests").glob("*/test_*.py")):
         text = test.read_text()

@@ -19,7 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from classroom.lesson_files import ROOT, lesson_dirs, lesson_folders, module_name, rel_path, test_file, week_of
+from classroom.lesson_files import (ROOT, lesson_dirs, lesson_folders, loader_of, module_name, rel_path, test_file,
+                                    week_of)
 from classroom.regions import comment_of, parse_regions
 from classroom.stubs import NOT_IMPLEMENTED
 
@@ -38,7 +39,8 @@ class Wrong:
     new: str
     expect: str = ""
     tests: tuple = ()
-    lesson: str = ""  # the file patched, in the week package (kernels/x.cu); default: <fixture file name>.py
+    lesson: str = ""  # the file patched, in the week package (kernels/x.cu, attention/kernels/x.cu);
+    #                   default: <fixture file name>.py
     gpu: bool = False  # only a GPU shows it (a PyCUDA launch, a race)
 
 
@@ -46,7 +48,7 @@ class Wrong:
 class Fixture:
     wrong: Wrong
     solution: Path
-    module: str       # the solution's import name
+    module: str       # the solution's import name (a .cu: the module that loads it)
     test: Path
     source: Path      # the fixture file
 
@@ -75,13 +77,15 @@ def load_fixtures(root: Path = ROOT) -> list[Fixture]:
         spec.loader.exec_module(module)
         package = weeks[path.parent.parent.name]
         for wrong in module.WRONG:
-            # LESSON: a fixture file's lesson in a lesson folder (LESSON = "attention/flash.py")
+            # LESSON: a fixture file's lesson in a lesson folder (LESSON = "attention/flash.py"), or the CUDA C
+            # file all its bugs are in (LESSON = "attention/kernels/attention_hopper_backward.cu")
             solution = package / (wrong.lesson or getattr(module, "LESSON", f"{path.stem}.py"))
             if not wrong.lesson and not solution.exists():  # a module of a lesson folder (norms/rmsnorm.py)
                 solution = next((folder / solution.name for folder in lesson_folders(package)
                                  if (folder / solution.name).exists()), solution)
             test = test_file(solution, root)
-            name = module_name(solution, root) if solution.suffix == ".py" else f"{package.name}.{path.stem}"
+            loader = solution if solution.suffix == ".py" else loader_of(solution)
+            name = module_name(loader, root) if loader is not None else f"{package.name}.{path.stem}"
             found.append(Fixture(wrong, solution, name, test, path))
     return found
 
@@ -124,20 +128,22 @@ def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> di
     started = time.time()
     try:
         source = wrong_source(fixture)
+        if fixture.test is None or (fixture.solution.suffix != ".py" and loader_of(fixture.solution) is None):
+            raise ValueError(f"{fixture.label}: no test module (or no module that loads {fixture.solution.name})")
     except ValueError as err:
         return {"ok": False, "label": fixture.label, "verdict": "stale", "message": str(err), "test": "", "s": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
-        package_dir = root / fixture.module.split(".")[0]
         path = Path(tmp) / f"{fixture.module.split('.')[-1]}.py"  # the module the tests import
-        kernels = package_dir / "kernels"
         if fixture.solution.suffix == ".py":
             path.write_text(source)
+            kernels = fixture.solution.parent / "kernels"
             if kernels.is_dir():  # lessons load their CUDA C from kernels/ beside the module
                 (Path(tmp) / "kernels").symlink_to(kernels)
-        else:  # a wrong CUDA C file: the lesson's module, unchanged, loads it from tmp/kernels/
-            path.write_text((package_dir / path.name).read_text())
+        else:  # a wrong CUDA C file: the module that loads it, unchanged, loads it from tmp/kernels/
+            loader = loader_of(fixture.solution)
+            path.write_text(loader.read_text())
             (Path(tmp) / "kernels").mkdir()
-            for cu in kernels.iterdir():
+            for cu in (f for f in fixture.solution.parent.iterdir() if f.is_file()):  # its headers too (x_ptx.cuh)
                 (Path(tmp) / "kernels" / cu.name).write_text(source if cu.name == fixture.solution.name
                                                            else cu.read_text())
         results = Path(tmp) / "results.jsonl"
@@ -179,7 +185,7 @@ def run_must_fail(root: Path = ROOT, only: list[str] | None = None, jobs: int = 
     fixtures = [f for f in load_fixtures(root) if not only or any(f.matches(o) for o in only)]
     skipped = [f for f in fixtures if f.wrong.gpu and not gpu]
     fixtures = [f for f in fixtures if f not in skipped]
-    if only and not fixtures:
+    if only and not fixtures and not skipped:
         print(f"no fixture matches {only}; there are: {', '.join(f.label for f in load_fixtures(root))}")
         return 2
     print(f"must-fail: {len(fixtures)} known-wrong solutions, each run against its lesson's tests "

@@ -34,6 +34,19 @@ CASES = [(source, arch) for source in SOURCES
          for arch in (["sm_90a"] if str(source.relative_to(ROOT)) in SM_90A_ONLY else ARCHS)]
 
 
+def wrong_cuda_cases():
+    """(fixture label, fixture, arch) for every known-wrong CUDA C file
+    (tests/<week>/wrong/), for each arch its solution is compiled for."""
+    from classroom import must_fail
+
+    cases = []
+    for fixture in must_fail.load_fixtures(ROOT):
+        if fixture.solution.suffix == ".cu":
+            arches = [arch for source, arch in CASES if source == fixture.solution]
+            cases += [(fixture.label, fixture, arch) for arch in arches]
+    return cases
+
+
 def test_sources_were_found():
     assert SOURCES, "no kernels/*.cu files found under the lesson folders"
     assert {str(s.relative_to(ROOT)) for s in SOURCES} >= SM_90A_ONLY, "an sm_90a-only source moved: update SM_90A_ONLY"
@@ -48,6 +61,30 @@ def test_compiles(source, arch, tmp_path):
     else:
         result = interop.nvcc_compile(source, arch, tmp_path)
     assert result.returncode == 0, f"nvcc for {arch}: {source.name} failed:\n{result.stderr}"
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+@pytest.mark.parametrize("label, fixture, arch", wrong_cuda_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_known_wrong_sources_compile(label, fixture, arch, tmp_path):
+    """A known-wrong .cu is a learner's bug the TESTS must catch: it builds wherever its solution builds
+    (same command, warnings as errors), so a fixture that broke the build would prove nothing."""
+    from classroom import must_fail
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    for other in (f for f in fixture.solution.parent.iterdir() if f.is_file()):  # its headers too
+        (kernels / other.name).write_text(other.read_text())
+    wrong = kernels / fixture.solution.name
+    wrong.write_text(must_fail.wrong_source(fixture))
+    if arch == "sm_90a":
+        command = [str(wrong) if a == str(fixture.solution) else a
+                   for a in sm_90a_command(fixture.solution, tmp_path / "sm_90a.cubin")]
+        assert str(wrong) in command
+        result = subprocess.run(command, capture_output=True, text=True)
+    else:
+        result = interop.nvcc_compile(wrong, arch, tmp_path)
+    assert result.returncode == 0, f"{label}: nvcc for {arch} failed:\n{result.stderr}"
 
 
 @pytest.mark.parametrize("gpu", runtime.GPU_CLASSES, ids=lambda g: g.arch)

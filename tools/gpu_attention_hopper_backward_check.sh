@@ -8,7 +8,8 @@
 #      the GPU: this is where it shows, and nothing else runs after it), against float64 autograd;
 #   4. the tests (pytest, one timeout for the file, faulthandler dumps a hung test's stack);
 #   5. the quick benchmark (cuDNN SDPA, Triton, hopper; interleaved rounds);
-#   6. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 129, causal, bf16, D = 64).
+#   6. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 129, causal, bf16, D = 64);
+#   7. with MUST_FAIL=1, the known-wrong kernels, each required to fail its tests.
 # Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper_backward_week4.{json,md}); copy
 # $OUT/results/* into week4_triton_dl/results/ for the note's figures.
 #   OUT=/tmp/ahb bash tools/gpu_attention_hopper_backward_check.sh     (BUDGET_S=330 by default; FULL=1: the
@@ -112,4 +113,9 @@ CASE="from week4_triton_dl.attention import hopper_backward as hb; hb.sanitizer_
 for tool in memcheck racecheck synccheck; do
     step 06_sanitizer_$tool 45 0 "compute-sanitizer --tool $tool --error-exitcode 9 python -c '$CASE'"
 done
+# 7. MUST_FAIL=1: the known-wrong kernels (tests/week4/wrong/attention_hopper_backward.py) must fail their tests;
+#    each builds its own extension (about a minute), so raise the budget: BUDGET_S=600 MUST_FAIL=1.
+if [ "${MUST_FAIL:-0}" = 1 ]; then
+    step 07_must_fail 360 0 "python -m course exercises --must-fail --only attention_hopper_backward --jobs 1"
+fi
 echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

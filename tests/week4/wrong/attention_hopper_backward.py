@@ -1,0 +1,52 @@
+"""Known-wrong Hopper attention backward kernels the tests must reject (`python -m course exercises --must-fail`).
+
+The bugs are in the CUDA C (attention/kernels/attention_hopper_backward.cu), which the lesson module
+attention/hopper_backward.py builds with load_inline; the fixture run copies that module beside a kernels/
+folder holding the wrong .cu (and its PTX header), so the build, the launch and the tests are the real ones.
+Every one needs an H100/H200 to show: on another machine the gradient tests skip (gpu=True). Each patched
+source still compiles for sm_90a with the launcher's own nvcc command (warnings as errors): a bug that broke
+the build would be caught by the compiler, not by the tests.
+"""
+from classroom.must_fail import Wrong
+
+LESSON = "attention/kernels/attention_hopper_backward.cu"  # the lesson folder's CUDA C these bugs are planted in
+
+# From Delta's load to dS: the fixture drops both (a Delta loaded and never used would be a compiler warning).
+_DS_BLOCK = """\
+                    const float l2 = lse_s[s][8 * j + col + e], dl = delta_s[s][8 * j + col + e];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int i = 4 * j + 2 * h + e;
+                        float p = ex2(st[i] * c2 - l2);
+                        if (masked) {
+                            const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
+                            if (key >= S || (CAUSAL && key > query)) p = 0.0f;
+                        }
+                        st[i] = p;
+                        dpt[i] = p * (dpt[i] - dl);
+"""
+
+WRONG = [
+    Wrong("delta_not_subtracted",
+          "dS = P * dP: the softmax Jacobian's row term Delta = rowsum(dO * O) left out (dV stays right: "
+          "it needs P only; dQ and dK are off by P * Delta)",
+          old=_DS_BLOCK, new=_DS_BLOCK.replace(", dl = delta_s[s][8 * j + col + e]", "")
+                                       .replace("dpt[i] = p * (dpt[i] - dl);", "dpt[i] = p * dpt[i];"),
+          expect=r"dq \(in units of its error bound\).*elements differ",
+          tests=("-k", "test_gradients_match_float64 and 129"), gpu=True),
+    Wrong("dq_added_without_atomics",
+          "dQ_accum += dQ_part as a plain read-modify-write: the two warpgroups of a block and every key "
+          "block add into the same query rows at once, and additions are lost (a race: only a GPU shows it)",
+          old="                        atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), "
+              "make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));\n",
+          new="                        { float2& acc = *reinterpret_cast<float2*>(dst + 8 * j); "
+              "acc.x += dq[4 * j + 2 * h]; acc.y += dq[4 * j + 2 * h + 1]; }\n",
+          expect=r"dq \(in units of its error bound\).*elements differ",
+          tests=("-k", "test_gradients_match_float64 and 1000 or test_many_heads"), gpu=True),
+    Wrong("causal_mask_hides_the_diagonal",
+          "key >= query masked: each query loses its own key (the diagonal of the causal mask off by one), so "
+          "P = 0 there and every gradient of the row is off",
+          old="(CAUSAL && key > query)", new="(CAUSAL && key >= query)",
+          expect=r"dq \(in units of its error bound\).*elements differ",
+          tests=("-k", "test_gradients_match_float64 and causal and 129"), gpu=True),
+]
