@@ -32,18 +32,11 @@ from course.gpu import triton, tl
 def _swiglu_epilogue(acc_g, acc_u, pre_ptr, rows, cols, mask, stride_pm, F_COLS, STORE_PRE: tl.constexpr):
     """h = silu(g) * u on the two fp32 accumulators; with STORE_PRE also g and u, rounded to the
     buffer's dtype, at (row, col) and (row, F_COLS + col) of the (M, 2 F_COLS) buffer `pre`."""
-    # BEGIN EXERCISE: with STORE_PRE store g at pre[rows, cols] and u at pre[rows, F_COLS + cols] (masked, in
-    #   pre's dtype); return h = silu(g) * u in fp32
-    # HINT: The two accumulators are still in registers: g and u never need a trip to HBM unless the
-    #   backward will want them, and then both go into one [g | u] row so its backward reads them packed.
-    # HINT: One pointer tile `pre_ptr + rows[:, None] * stride_pm + cols[None, :]`, u's F_COLS further on;
-    #   silu(g) = g * sigmoid(g) = `g / (1.0 + tl.exp(-g))`.
     if STORE_PRE:
         pre = pre_ptr + rows[:, None].to(tl.int64) * stride_pm + cols[None, :]
         tl.store(pre, acc_g.to(pre_ptr.dtype.element_ty), mask=mask)
         tl.store(pre + F_COLS, acc_u.to(pre_ptr.dtype.element_ty), mask=mask)
     return acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
-    # END EXERCISE
 
 
 @triton.jit

@@ -60,16 +60,9 @@ def row_rstd_kernel(x_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps,
 def _normed_a_tile(a, rstd, nw_ptr, offs_k, k_mask, OUT_DTYPE: tl.constexpr):
     """An A tile (BLOCK_M x BLOCK_K, loaded masked along K) as RMSNorm's output in OUT_DTYPE: each row
     times its rstd (BLOCK_M fp32, loaded once per tile), each column times w_norm[offs_k]."""
-    # BEGIN EXERCISE: y = (a * rstd[:, None]) * w_norm[None, :] in fp32, rounded once to OUT_DTYPE (the
-    #   matmul's dtype); w_norm loaded at offs_k with k_mask (other=0: K past the end adds nothing)
-    # HINT: RMSNorm is a row scale times a column scale: both fit in registers between the load and tl.dot,
-    #   so the normalized tile is never written to memory.
-    # HINT: Load w_norm's BLOCK_K values (masked, fp32), multiply a (in fp32) by rstd[:, None] first and by
-    #   the weight second (F.rms_norm's order), then cast to OUT_DTYPE.
     w = tl.load(nw_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
     y = (a.to(tl.float32) * rstd[:, None]) * w[None, :]
     return y.to(OUT_DTYPE)
-    # END EXERCISE
 
 
 def row_rstd(x: torch.Tensor, eps: float) -> torch.Tensor:
