@@ -278,3 +278,13 @@ def test_capstone_shapes_bf16(kind, M, K, N):
     out = poisoned((M, N), out_dtype, DEVICE)
     launch.fused_linear(x, weight, out=out, **kw)
     assert_close(out, want.to(out_dtype), rtol=_rtol(out_dtype), atol=atol)
+
+
+def test_bf16_is_refused_on_a_t4_naming_float16(monkeypatch):
+    """A bf16 tl.dot on sm_75 would run a slow fallback: refused before launch, as week 3's matmul does."""
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (7, 5))
+    x, w = torch.ones(16, 16, dtype=torch.bfloat16, device=DEVICE), torch.ones(8, 16, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
+        launch.fused_linear(x, w)
+    with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
+        fl.norm_linear(torch.ones(4, 16, device=DEVICE), torch.ones(16, device=DEVICE), w)
