@@ -237,6 +237,7 @@ def test_bad_input_is_refused_before_launch(case, monkeypatch):
     def no_launch(*a, **k):
         raise AssertionError("launched before the inputs were checked")
     monkeypatch.setattr(launch, "row_rstd", no_launch)
+    monkeypatch.setattr(launch, "_default_kernels", no_launch)
     with pytest.raises(error):
         launch.fused_linear(**args)
 
