@@ -4,7 +4,7 @@
 #   1. a smoke launch of every fusion in its own process under a 90 s timeout (compile + one launch each,
 #      small odd shapes and the capstone's, results checked against cuBLAS);
 #   2. the lesson's tests (CPU-sized ones and the capstone's bf16 shapes), then the capstone's model tests;
-#   3. the interleaved-rounds benchmark (each fusion vs cuBLAS + torch eager, torch.compile, cuBLAS alone);
+#   3. the tile sweep (results/dispatch_fused_linear.json, then read by the launcher) and the interleaved-rounds benchmark (each fusion vs cuBLAS + torch eager, torch.compile, cuBLAS alone);
 #   4. compute-sanitizer memcheck on the smoke launch (small shapes only), not fatal;
 #   5. with CAPSTONE=1 (and a BUDGET_S to match): capstone.measure's training phase on the new rungs, its loss phase.
 # Logs and results go to $OUT (logs/NN_name.log, results/fused_linear_rounds.{json,md}, capstone/...):
@@ -69,14 +69,15 @@ step 01_smoke 90 1 "python '$OUT/smoke.py'"
 step 02_smoke_big 240 1 "python '$OUT/smoke.py' big"
 step 03_tests 300 0 "python -m pytest tests/week4/test_fused_linear.py -q -x -p no:cacheprovider -o faulthandler_timeout=240"
 step 04_capstone_tests 240 0 "python -m pytest tests/capstone/test_model.py tests/capstone/test_measure.py -q -x -p no:cacheprovider"
-step 05_bench 240 0 "python -m week4_triton_dl.fused_linear.bench --rounds 5 --out '$OUT/results'"
+step 05_sweep 150 0 "python -m week4_triton_dl.fused_linear.bench --sweep && cp week4_triton_dl/results/dispatch_fused_linear.json '$OUT/results/'"
+step 06_bench 240 0 "python -m week4_triton_dl.fused_linear.bench --rounds 5 --out '$OUT/results'"
 if command -v compute-sanitizer > /dev/null; then
-    step 06_memcheck 120 0 "compute-sanitizer --tool memcheck --target-processes all python '$OUT/smoke.py'"
+    step 07_memcheck 120 0 "compute-sanitizer --tool memcheck --target-processes all python '$OUT/smoke.py'"
 fi
 if [ "${CAPSTONE:-0}" = 1 ]; then  # the capstone's phases take minutes each: run them as their own commands otherwise
-    step 07_capstone_train 580 0 "python -m capstone.measure --out '$OUT/capstone' --phases train --budget-s 480 \
+    step 08_capstone_train 580 0 "python -m capstone.measure --out '$OUT/capstone' --phases train --budget-s 480 \
         --variants torch fast +swiglu_gemm +residual_gemm +norm_gemm torch.compile fast+compile fused_gemms+compile \
         torch.compile+cudagraphs fast+compile+cudagraphs fused_gemms+compile+cudagraphs"
-    step 08_capstone_loss 400 0 "python -m capstone.measure --out '$OUT/capstone' --phases loss --budget-s 380"
+    step 09_capstone_loss 400 0 "python -m capstone.measure --out '$OUT/capstone' --phases loss --budget-s 380"
 fi
 echo "=== done in $(( $(date +%s) - deadline + BUDGET_S )) s"

@@ -12,6 +12,8 @@ the LM head's 768 -> 50304 GEMM alone (`plain`: the kernel's bare GEMM against c
 Two ways to run it:
 * `python -m course bench week4` finds `BENCHMARKS` (course/bench.py's table per fusion, forward and
   forward + backward through autograd); results/fused_linear_*_week4.json|md.
+* `python -m week4_triton_dl.fused_linear.bench --sweep` (GPU) times every tile that fits at these shapes
+  and writes the fastest per shape to results/dispatch_fused_linear.json, the table launch.py reads.
 * `python -m week4_triton_dl.fused_linear.bench --rounds 5` times every variant of every fusion in
   interleaved rounds (round r times each variant once, in turn, on the same inputs), so a clock or
   thermal drift lands on all of them alike, and reports per variant the median over rounds and the
@@ -207,12 +209,61 @@ def rounds_table(record: dict) -> str:
     return f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------ the tile sweep
+SWEEP_KINDS = {"norm": "norm", "norm_swiglu": "norm+swiglu", "swiglu": "swiglu", "residual": "residual",
+               "plain": "plain"}  # FUSIONS' names -> launch.epilogue_name's
+
+
+def _launch_args(name, inputs):
+    """(x, weight, keyword arguments of launch.fused_linear) of one fusion's bench inputs."""
+    if name in ("norm", "norm_swiglu"):
+        x, n, w = inputs
+        return x, w, dict(norm_weight=n, eps=EPS, swiglu=name == "norm_swiglu")
+    if name == "residual":
+        x, w, r = inputs
+        return x, w, dict(residual=r)
+    x, w = inputs
+    return x, w, dict(swiglu=name == "swiglu")
+
+
+def sweep() -> Path:
+    """Time every tile that fits (week 3's configs; the dual GEMM's for SwiGLU) at each fusion's shapes
+    and write the fastest as results/dispatch_fused_linear.json (course/dispatch.py; applies on this
+    GPU only). In simulation: the one simulated tile, at a tiny size, to check the plumbing."""
+    from week3_triton_kernels.matmul_launch import AUTOTUNE_CONFIGS, SIM_CONFIG
+    from week4_triton_dl.fused_linear import launch
+    rows = []
+    for name, (sizes, make, _) in FUSIONS.items():
+        for size in runtime.pick(gpu=sizes, sim=[(8, 32, 16)]):
+            x, w, kw = _launch_args(name, make(size))
+            candidates = launch.DUAL_CONFIGS if kw.get("swiglu") else AUTOTUNE_CONFIGS
+            fits = [c for c in candidates if launch.shared_memory_bytes(c, x.element_size(), w.element_size(),
+                                                                      2 if kw.get("swiglu") else 1)
+                    <= runtime.shared_memory_per_block()]
+            tiles = runtime.pick(gpu=[dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in fits],
+                                 sim=[dict(SIM_CONFIG)])
+            timed = [(bench.time_call(lambda t=t: launch.fused_linear(x, w, tile=dict(t), **kw), [()]).median_ms, t)
+                     for t in tiles]
+            ms, best = min(timed, key=lambda pair: pair[0])
+            M, K, N = size
+            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": "tiled",
+                         "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
+                                                    "tflops": _flops(name)(size) / ms / 1e9}})
+            print(f"{name} {M}x{K}x{N}: {ms:.4f} ms with {best}", file=sys.stderr)
+    return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--only", nargs="*", default=(), choices=list(FUSIONS), help="these fusions only")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: week 4's results/)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="time the candidate tiles and write results/dispatch_fused_linear.json instead")
     args = parser.parse_args(argv)
+    if args.sweep:
+        print(f"wrote {sweep()}", file=sys.stderr)
+        return 0
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     record = rounds(args.rounds, tuple(args.only))
