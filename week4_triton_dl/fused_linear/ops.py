@@ -3,7 +3,9 @@
 `torch.ops.course.fused_linear(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre)` is
 launch.py's `fused_linear` as a `torch.library.custom_op`: Dynamo records one node per call (no graph
 break), the fake implementation gives torch.compile shapes and dtypes without a launch, and
-`register_autograd` gives it a backward. The public entries below are that one op with its switches
+`register_autograd` gives it a backward. In eager mode the entries call the same forward and backward
+through a plain autograd.Function (`FusedLinearFunction`: less host time per call, course/ops.py), or
+the launch alone when nothing needs a gradient. The public entries are that op with its switches
 set, one per fusion the capstone uses:
 
     linear_bias(x, W, b)                 x W^T + b
@@ -47,6 +49,10 @@ def fused_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                     store_pre: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, pre, rstd) of 2-D x (see launch.fused_linear); pre and rstd are empty when not made
     (an op returns tensors, not None)."""
+    return _forward(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre)
+
+
+def _forward(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre):
     r = launch.fused_linear(x, weight, bias=bias, residual=residual, norm_weight=norm_weight, eps=eps,
                             swiglu=swiglu, store_pre=store_pre)
     return (r.out, r.pre if r.pre is not None else x.new_empty(0, dtype=weight.dtype),
@@ -63,12 +69,16 @@ def _fused_linear_fake(x, weight, bias, residual, norm_weight, eps, swiglu, stor
 
 
 def _setup_context(ctx, inputs, output):
+    _save(ctx, inputs, output)
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _save(ctx, inputs, output):
     x, weight, bias, residual, norm_weight, eps, swiglu, store_pre = inputs
     _, pre, rstd = output
     ctx.save_for_backward(x, weight, norm_weight, pre, rstd)
     ctx.info = (bias is not None, bias.dtype if bias is not None else None,
                 residual.dtype if residual is not None else None, swiglu)
-    ctx.mark_non_differentiable(pre, rstd)
 
 
 def _normed(x, norm_weight, rstd, dtype):
@@ -104,6 +114,21 @@ def _backward(ctx, dout, _dpre, _drstd):
 fused_linear_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class FusedLinearFunction(torch.autograd.Function):
+    """The same forward and backward for eager mode, without a custom op's dispatch (course/ops.py: the
+    registered op costs host time per call that a plain autograd.Function does not)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, norm_weight, eps, swiglu, store_pre):
+        output = _forward(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre)
+        _save(ctx, (x, weight, bias, residual, norm_weight, eps, swiglu, store_pre), output)
+        return output[0]
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _backward(ctx, dout, None, None)
+
+
 # --------------------------------------------------------------------------------- public entries
 def _autocast_dtype(x: torch.Tensor):
     return torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else None
@@ -126,7 +151,14 @@ def _call(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-5, sw
     store_pre = swiglu and torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (x, weight, norm_weight))
     with torch.autocast(x.device.type, enabled=False):
-        out, _, _ = fused_linear_op(x2, weight, bias, r2, norm_weight, float(eps), swiglu, store_pre)
+        if ops.compiling():  # torch.compile: the registered op, one node in the graph
+            out = fused_linear_op(x2, weight, bias, r2, norm_weight, float(eps), swiglu, store_pre)[0]
+        elif torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                             for t in (x2, weight, bias, r2, norm_weight)):
+            out = FusedLinearFunction.apply(x2, weight, bias, r2, norm_weight, float(eps), swiglu, store_pre)
+        else:  # nothing needs a gradient: the launch alone
+            out = launch.fused_linear(x2, weight, bias=bias, residual=r2, norm_weight=norm_weight, eps=float(eps),
+                                      swiglu=swiglu).out
     return out.view(*lead, out.shape[-1])
 
 
