@@ -12,6 +12,8 @@ order of what the README needs most, each stopped when the time budget (`--budge
 1. train: tokens/s and peak memory of one training step (AdamW, bf16 autocast) of the 124M
    model at batch 8 x 1024, the optimization ladder one rung at a time:
    torch (the eager twin) -> +flash_attention -> +fused_norm_rope_swiglu -> fast (+fused_ce),
+   then the fused GEMMs of issue 32 (week 4's fused_linear), one fusion a rung: +swiglu_gemm ->
+   +residual_gemm -> +norm_gemm (compiled too: fused_gemms+compile[+cudagraphs]),
    then the twin under torch.compile (the bar a practitioner would pick instead) and the fast
    model under torch.compile (compiling what the kernels leave: residual adds, the embedding,
    the optimizer is not compiled). Median of `steps` CUDA-event-timed steps after `warmup`.
@@ -19,7 +21,7 @@ order of what the README needs most, each stopped when the time budget (`--budge
 2. decode: greedy decode tokens/s at ~1k context (prompt 960, 64 new tokens), batch 1 and 8:
    the no-cache eager loop of the twin (the baseline), then the fast model with the KV cache
    (eager) and with the KV cache + CUDA graph (week 5's StaticDecoder), bf16 weights.
-3. loss: 200 steps of the eager twin and of the fast model, same seed and batches, at batch
+3. loss: 200 steps of the eager twin, the fast model and the fused GEMMs' model, same seed and batches, at batch
    4 x 1024 (half the throughput batch, to keep this phase near 10 s): the loss curves, their
    largest difference, and whether it is within the tolerance stated in `LOSS_TOLERANCE`.
 
@@ -105,19 +107,27 @@ def train_variants() -> list[tuple[str, object, bool]]:
     """(name, ops, compile) of every training variant, in the order they run (the Trainer's other
     options of a variant: TRAINER_OPTIONS)."""
     rungs = cm.ladder()
-    names = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast"]
-    variants = [(name, ops, False) for name, ops in zip(names, rungs)]
+    variants = [(name, ops, False) for name, ops in zip(LADDER_NAMES, rungs)]
+    fast, fused = rungs[LADDER_NAMES.index("fast")], rungs[-1]
     # Eager, with the backward on the calling thread: what the GIL hand-overs to autograd's CUDA
     # thread cost a model of Python-backward ops (course/ops.py, week4_triton_dl/notes/kernels_as_ops.md).
-    variants += [("fast, one-thread backward", rungs[-1], False)]
+    variants += [("fast, one-thread backward", fast, False)]
     # Each compiled pair in one mode: torch.compile's default, then reduce-overhead, which replays
     # the compiled forward and backward as CUDA graphs (the host then launches one graph per step).
-    variants += [("torch.compile", rungs[0], True), ("fast+compile", rungs[-1], True),
+    variants += [("torch.compile", rungs[0], True), ("fast+compile", fast, True),
                  ("torch.compile+cudagraphs", rungs[0], "reduce-overhead"),
-                 ("fast+compile+cudagraphs", rungs[-1], "reduce-overhead")]
+                 ("fast+compile+cudagraphs", fast, "reduce-overhead")]
+    # The fused GEMMs' model (issue 32) compiled the same two ways.
+    variants += [("fused_gemms+compile", fused, True), ("fused_gemms+compile+cudagraphs", fused, "reduce-overhead")]
     return variants
 
 
+# The eager ladder's rows (capstone/model.py's LADDER, in order): the rung named "+fused_ce" is `fast`.
+LADDER_NAMES = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "+swiglu_gemm", "+residual_gemm",
+                "+norm_gemm"]
+# Each compiled variant, the one it is one step after ("vs previous rung").
+COMPILED_AFTER = {"fast+compile": "fast", "fast+compile+cudagraphs": "fast+compile",
+                  "fused_gemms+compile": "+norm_gemm", "fused_gemms+compile+cudagraphs": "fused_gemms+compile"}
 TRAINER_OPTIONS = {"fast, one-thread backward": {"autograd_threads": False}}
 
 
@@ -186,15 +196,13 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
             r["speedup_vs_torch"] = timed["torch"]["ms"] / r["ms"]
         if "torch.compile" in timed:
             r["speedup_vs_compile"] = timed["torch.compile"]["ms"] / r["ms"]
-        if r["variant"] in ("+flash_attention", "+fused_norm_rope_swiglu", "fast") and previous:
+        if r["variant"] in LADDER_NAMES[1:] and previous:
             r["gain_vs_previous_rung"] = previous["ms"] / r["ms"]
-        if r["variant"] in ("torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast"):
+        if r["variant"] in LADDER_NAMES:
             previous = r
-    if "fast" in timed and "fast+compile" in timed:
-        timed["fast+compile"]["gain_vs_previous_rung"] = timed["fast"]["ms"] / timed["fast+compile"]["ms"]
-    if "fast+compile" in timed and "fast+compile+cudagraphs" in timed:
-        timed["fast+compile+cudagraphs"]["gain_vs_previous_rung"] = (
-            timed["fast+compile"]["ms"] / timed["fast+compile+cudagraphs"]["ms"])
+    for variant, after in COMPILED_AFTER.items():
+        if variant in timed and after in timed:
+            timed[variant]["gain_vs_previous_rung"] = timed[after]["ms"] / timed[variant]["ms"]
     if "torch.compile+cudagraphs" in timed:
         for r in rows:
             if "ms" in r:
@@ -206,7 +214,8 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
                    "(Triton autotuning, compilation); vs torch = the eager twin's ms / this ms; TFLOP/s from "
                    "model.flops_per_token (6 N per token + attention); peak = torch.cuda.max_memory_allocated "
                    "over the run (weights, AdamW state, activations)",
-                   ["fast", "torch.compile", "fast+compile", "fast+compile+cudagraphs"], rows)
+                   ["fast", "torch.compile", "fast+compile", "fast+compile+cudagraphs", "fused_gemms+compile",
+                    "fused_gemms+compile+cudagraphs"], rows)
 
 
 # ------------------------------------------------------------------------------ decoding
@@ -274,7 +283,8 @@ def measure_decode(p: dict, deadline: float) -> dict:
 # own code, fused and reordered by Inductor). Eager and compiled torch are both correct, so their
 # distance is what rounding alone does to a trajectory; the fast model is held to that as well as
 # to LOSS_TOLERANCE, which was stated before the first measurement.
-LOSS_CURVES = (("reference", "reference", False), ("fast", "fast", False), ("reference_compiled", "reference", True))
+LOSS_CURVES = (("reference", "reference", False), ("fast", "fast", False), ("reference_compiled", "reference", True),
+               ("fused_gemms", "fused_gemms", False))
 
 
 def _moving_average(xs: list, w: int) -> list:
@@ -316,18 +326,26 @@ def measure_loss(p: dict, deadline: float) -> dict:
               "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": runtime.describe(), "simulated": not runtime.on_gpu()}
     if "losses" in curves.get("reference", {}) and "losses" in curves.get("fast", {}):
-        a, b = curves["reference"]["losses"], curves["fast"]["losses"]
-        result.update(curve_distance(a, b, LOSS_TOLERANCE["window"]))
-        result["within_tolerance"] = (result["step0_abs_diff"] <= LOSS_TOLERANCE["step0_abs"]
-                                      and result["moving_avg_max_abs_diff"] <= LOSS_TOLERANCE["moving_avg_abs"])
-        if "losses" in curves.get("reference_compiled", {}):
-            control = curve_distance(a, curves["reference_compiled"]["losses"], LOSS_TOLERANCE["window"])
-            result["control"] = control
-            # Within what rounding alone does (twice the control's distance: two other correct
-            # implementations would differ by as much again), and settled at the same loss.
-            result["within_control"] = (
-                result["moving_avg_max_abs_diff"] <= 2 * control["moving_avg_max_abs_diff"]
-                and result["final_mean_abs_diff"] <= max(2 * control["final_mean_abs_diff"], LOSS_TOLERANCE["final_abs"]))
+        result.update(_held_to_twin(curves, "fast"))
+    if "losses" in curves.get("reference", {}) and "losses" in curves.get("fused_gemms", {}):
+        result["fused_gemms"] = _held_to_twin(curves, "fused_gemms")  # the fused GEMMs' model, held the same way
+    return result
+
+
+def _held_to_twin(curves: dict, name: str) -> dict:
+    """The distance of curve `name` from the eager twin's, against LOSS_TOLERANCE and the control."""
+    a, b = curves["reference"]["losses"], curves[name]["losses"]
+    result = curve_distance(a, b, LOSS_TOLERANCE["window"])
+    result["within_tolerance"] = (result["step0_abs_diff"] <= LOSS_TOLERANCE["step0_abs"]
+                                  and result["moving_avg_max_abs_diff"] <= LOSS_TOLERANCE["moving_avg_abs"])
+    if "losses" in curves.get("reference_compiled", {}):
+        control = curve_distance(a, curves["reference_compiled"]["losses"], LOSS_TOLERANCE["window"])
+        result["control"] = control
+        # Within what rounding alone does (twice the control's distance: two other correct
+        # implementations would differ by as much again), and settled at the same loss.
+        result["within_control"] = (
+            result["moving_avg_max_abs_diff"] <= 2 * control["moving_avg_max_abs_diff"]
+            and result["final_mean_abs_diff"] <= max(2 * control["final_mean_abs_diff"], LOSS_TOLERANCE["final_abs"]))
     return result
 
 
@@ -340,7 +358,8 @@ def plot_loss(result: dict, path: Path) -> None:
     for name, curve in result["curves"].items():
         if "losses" in curve:
             label = {"reference": "eager twin", "fast": "fast (course kernels)",
-                     "reference_compiled": "torch.compile twin (control)"}.get(name, name)
+                     "reference_compiled": "torch.compile twin (control)",
+                     "fused_gemms": "fused GEMMs (fast + fused_linear)"}.get(name, name)
             ax.plot(curve["losses"], lw=0.9, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats / byte)")

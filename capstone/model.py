@@ -16,6 +16,9 @@ state_dict copy and any difference between them is the kernels'.
 `LADDER` turns the reference into the fast model one group of kernels at a time (eager ->
 +flash attention -> +fused norms/RoPE/SwiGLU -> +fused CE), so a benchmark can show what each
 step buys in the whole training step (measure.py; the cost model of each step is in README.md).
+Past `fast` it climbs on with the fused GEMMs of week 4's fused_linear (issue 32), one fusion a rung:
++SwiGLU in the up GEMM's epilogue -> +residual adds in proj's and down's epilogues -> +RMSNorm in
+the QKV and up GEMMs' prologue, the last rung being `fused_gemm_ops()` ("fused_gemms").
 
 Vocabulary. The corpus is generated text tokenized as bytes (week5_integration/data.py: 256
 ids, nothing to download or train). `tiny` uses exactly those 256. `gpt2_124m` uses GPT-2's
@@ -70,21 +73,37 @@ def fast_ops() -> m.Ops:
     return dataclasses.replace(COURSE_OPS, name="fast")
 
 
+def fused_gemm_ops() -> m.Ops:
+    """`fast` with the fused GEMMs of week 4's fused_linear (issue 32): SwiGLU in the up GEMM's
+    epilogue, the residual adds in proj's and down's, the RMSNorms in the QKV and up GEMMs' prologue."""
+    from week4_triton_dl import fused_linear as fl
+    return dataclasses.replace(fast_ops(), name="fused_gemms", **{
+        "linear_swiglu": fl.linear_swiglu, "linear_residual": fl.linear_residual, "norm_linear": fl.norm_linear})
+
+
+# The ladder's groups, in order: each rung adds one group of fields to the one before.
+LADDER = (("+flash_attention", ("attention",)),
+          ("+fused_norm_rope_swiglu", ("norm", "add_norm", "rope", "swiglu")),
+          ("+fused_ce", ("linear_cross_entropy",)),
+          ("+swiglu_gemm", ("linear_swiglu",)),
+          ("+residual_gemm", ("linear_residual",)),
+          ("+norm_gemm", ("norm_linear",)))
+FAST_RUNG = "+fused_ce"  # the rung that is `fast` (COURSE_OPS); the rungs after it: the fused GEMMs
+
+
 def ladder() -> list[m.Ops]:
-    """[eager, +flash attention, +fused norms/RoPE/SwiGLU, +fused CE (= fast)]: each rung adds
-    one group of course kernels to the one before, the order the README's table follows."""
-    fast = fast_ops()
-    groups = [("+flash_attention", ("attention",)),
-              ("+fused_norm_rope_swiglu", ("norm", "add_norm", "rope", "swiglu")),
-              ("+fused_ce", ("linear_cross_entropy",))]
+    """[eager, +flash attention, +fused norms/RoPE/SwiGLU, +fused CE (= fast), +SwiGLU in the up GEMM,
+    +residual adds in the GEMMs, +norms in the GEMMs (= fused_gemms)]: each rung adds one group of
+    course kernels to the one before, the order the README's table follows."""
+    full = fused_gemm_ops()
     rungs, current = [dataclasses.replace(TORCH_OPS, name="eager")], {}
-    for name, fields in groups:
-        current.update({f: getattr(fast, f) for f in fields})
+    for name, fields in LADDER:
+        current.update({f: getattr(full, f) for f in fields})
         rungs.append(dataclasses.replace(TORCH_OPS, name=name, **current))
     return rungs
 
 
-OPS_NAMES = ("reference", "fast")
+OPS_NAMES = ("reference", "fast", "fused_gemms")
 
 
 def resolve_ops(ops: str | m.Ops) -> m.Ops:
@@ -94,6 +113,8 @@ def resolve_ops(ops: str | m.Ops) -> m.Ops:
         return dataclasses.replace(TORCH_OPS, name="reference")
     if ops == "fast":
         return fast_ops()
+    if ops == "fused_gemms":
+        return fused_gemm_ops()
     raise ValueError(f"ops must be one of {OPS_NAMES} or an Ops record, got {ops!r}")
 
 

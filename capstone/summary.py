@@ -12,6 +12,49 @@ TARGETS = {"train_vs_eager": 2.0, "train_vs_compile": 1.25, "decode_vs_no_cache"
            "decode_cache_no_graph_vs_no_cache": 1.0, "fsdp_2gpu_scaling": 1.8}
 
 
+# Issue 32's targets for the fused GEMMs' model (fused_gemms, compiled), and the dense bf16 peak its MFU
+# divides by: the datasheet's, per GPU (H100 / H200 SXM: 989.4 TFLOP/s without sparsity).
+TARGETS_32 = {"vs_compile": 1.25, "vs_compile_cudagraphs": 1.15, "vs_eager": 2.0, "mfu": 0.45}
+PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4}
+
+
+def _peak_tflops(machine: dict) -> float | None:
+    gpu = machine.get("gpu") or ""
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+
+
+def fused_gemm_rows(train: dict | None, loss: dict | None, add) -> None:
+    """Issue 32's targets: the fused GEMMs' model against the twins, its MFU, its loss against the twin's."""
+    fused, fused_graphs = _row(train, "fused_gemms+compile"), _row(train, "fused_gemms+compile+cudagraphs")
+    eager, comp, twin_graphs = _row(train, "torch"), _row(train, "torch.compile"), _row(train, "torch.compile+cudagraphs")
+    best = min((r for r in (fused, fused_graphs) if r), key=lambda r: r["ms"], default=None)
+    for label, a, b, target in (("the compiled twin (default mode)", fused, comp, TARGETS_32["vs_compile"]),
+                                ("the twin compiled with the same CUDA graphs", fused_graphs, twin_graphs,
+                                 TARGETS_32["vs_compile_cudagraphs"]),
+                                ("the eager twin", best, eager, TARGETS_32["vs_eager"])):
+        what = f"fused GEMMs (issue 32): training tokens/s >= {target}x {label}"
+        if a and b:
+            add(what, f"{a['variant']} {a['tokens_per_s']:,.0f} vs {b['variant']} {b['tokens_per_s']:,.0f} tokens/s: "
+                      f"{b['ms'] / a['ms']:.2f}x", b["ms"] / a["ms"] >= target)
+        else:
+            add(what, "not measured", None)
+    peak = _peak_tflops((train or {}).get("machine", {}))
+    if best and peak and best.get("tflops"):
+        add(f"fused GEMMs: MFU >= {TARGETS_32['mfu']:.0%} (model FLOPs / the dense bf16 peak, {peak} TFLOP/s)",
+            f"{best['variant']} {best['tflops']:.0f} TFLOP/s: {best['tflops'] / peak:.1%}", best["tflops"] / peak >= TARGETS_32["mfu"])
+    else:
+        add(f"fused GEMMs: MFU >= {TARGETS_32['mfu']:.0%}", "not measured", None)
+    held = (loss or {}).get("fused_gemms")
+    if held:
+        control = held.get("control")
+        add("fused GEMMs: loss tracks the eager twin (LOSS_TOLERANCE; and within the control when measured)",
+            f"step 0: {held['step0_abs_diff']:.4f}; {loss['tolerance']['window']}-step means: "
+            f"{held['moving_avg_max_abs_diff']:.4f}" + (f" (control {control['moving_avg_max_abs_diff']:.4f})" if control else ""),
+            held["within_tolerance"] and held.get("within_control", True))
+    else:
+        add("fused GEMMs: loss tracks the eager twin", "not measured", None)
+
+
 def _row(record: dict | None, variant: str, size_prefix: str = "") -> dict | None:
     if not record:
         return None
@@ -76,6 +119,7 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
             f"fast vs eager {loss['moving_avg_max_abs_diff']:.4f} (control {c['moving_avg_max_abs_diff']:.4f}); "
             f"last 50 steps {loss['final_mean_abs_diff']:.4f} (control {c['final_mean_abs_diff']:.4f})",
             loss["within_control"])
+    fused_gemm_rows(train, loss, add)
     cached, base = _row(decode, "fast cache", "B=1"), _row(decode, "torch no_cache", "B=1")
     if cached and base:
         add(f"decode tokens/s with the KV cache, no graph, >= {TARGETS['decode_cache_no_graph_vs_no_cache']}x the "

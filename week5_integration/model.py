@@ -31,6 +31,12 @@ add_rmsnorm's backward 41 us: ~20 us a layer. Without `add_norm` (`TORCH_OPS`, t
 add is where a torch model writes it and a block returns (x + mlp(...), None): the same ops, in
 the same order, as a model that never heard of deferring.
 
+Fused GEMMs (when the `Ops` have `linear_swiglu`, `linear_residual`, `norm_linear`: week 4's
+fused_linear): the MLP's up GEMM writes silu(g) * u instead of [g | u]; attention's proj and the
+MLP's down GEMM add the residual in their epilogue (x + W y, the stream's dtype); the RMSNorms are
+applied to A inside the QKV and up GEMMs, so the normalized x is never written. With either of the
+last two a block adds nothing later (`Block._forward_fused_gemms`): there is no add left to defer.
+
 KV cache (inference): each layer keeps the keys and values of the positions seen so far, so
 decoding one new token costs one token's projections plus attention over the cache, instead of a
 forward over the whole prefix. `KVCache` holds fixed-size buffers (max_seq_len), which is also
@@ -175,6 +181,11 @@ class Ops:
     # (x, delta, weight, bias, eps, kind, out_dtype) -> (x + delta, norm(x + delta) in out_dtype): the
     # residual add and the next norm in one op; None = the add, then `norm` (what a torch model writes).
     add_norm: Callable | None = None
+    # Fused GEMMs (week 4's fused_linear); None = the model's nn.Linear with the op before or after it.
+    linear_swiglu: Callable | None = None    # (x, W_gate_up) -> silu(x W_g^T) * (x W_u^T): the MLP's up + swiglu
+    linear_residual: Callable | None = None  # (x, W, residual) -> residual + x W^T: proj / down + the residual add
+    # (x, norm_weight, W, eps, swiglu) -> rms_norm(x) W^T (then silu(g) * u if swiglu): the norm in the GEMM
+    norm_linear: Callable | None = None
 
 
 TORCH_OPS = Ops("torch")
@@ -231,19 +242,33 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)  # one GEMM, not three
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0):
+    def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0, norm: "Norm | None" = None,
+                residual=None):
+        """Attention's output projection of x; with `norm`, x is normalized inside the QKV GEMM
+        (ops.norm_linear); with `residual`, residual + that projection (in its epilogue with
+        ops.linear_residual)."""
         B, T, C = x.shape
+        qkv = self.ops.norm_linear(x, norm.weight, self.qkv.weight, norm.eps) if norm is not None else self.qkv(x)
         # (B, T, 3C) -> three (B, H, T, Dh) VIEWS of the one projection: no copies. RoPE and
         # attention read strided tensors (last dimension contiguous); a `.contiguous()` here
         # would move q, k and v through HBM once more, forward and backward, for nothing.
-        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).unbind(2)
+        q, k, v = qkv.view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             q, k = self.ops.rope(q, k, *rope)
         if cache is not None:
             k, v = cache.append(layer, k, v)
-        y = self.ops.attention(q, k, v, True)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        y = self.ops.attention(q, k, v, True).transpose(1, 2).reshape(B, T, C)
+        return _project(self.ops, y, self.proj, residual)
+
+
+def _project(ops: "Ops", y, linear: nn.Linear, residual):
+    """linear(y), plus residual when given: in the GEMM's epilogue with ops.linear_residual."""
+    if residual is None:
+        return linear(y)
+    if ops.linear_residual is not None:
+        return ops.linear_residual(y, linear.weight, residual)
+    return residual + linear(y)
 
 
 class MLP(nn.Module):
@@ -254,11 +279,22 @@ class MLP(nn.Module):
         self.up = nn.Linear(cfg.d_model, width, bias=False)
         self.down = nn.Linear(cfg.hidden, cfg.d_model, bias=False)
 
-    def forward(self, x):
-        h = self.up(x)
-        if self.kind == "swiglu":  # h = [gate | up]: the op takes both halves as one tensor
-            return self.down(self.ops.swiglu(h))
-        return self.down(self.ops.gelu(h))
+    def forward(self, x, norm: "Norm | None" = None, residual=None):
+        """down(act(up(x))); with `norm`, x normalized inside the up GEMM (ops.norm_linear); with
+        `residual`, residual + that (ops.linear_residual: in the down GEMM's epilogue). SwiGLU in the
+        up GEMM's epilogue with ops.linear_swiglu."""
+        fused_swiglu = self.kind == "swiglu" and self.ops.linear_swiglu is not None
+        if norm is not None:
+            h = self.ops.norm_linear(x, norm.weight, self.up.weight, norm.eps, fused_swiglu)
+        elif fused_swiglu:
+            h = self.ops.linear_swiglu(x, self.up.weight)
+        else:
+            h = self.up(x)
+        if self.kind == "swiglu" and not fused_swiglu:  # h = [gate | up]: the op takes both halves as one tensor
+            h = self.ops.swiglu(h)
+        elif self.kind != "swiglu":
+            h = self.ops.gelu(h)
+        return _project(self.ops, h, self.down, residual)
 
 
 class Block(nn.Module):
@@ -273,6 +309,9 @@ class Block(nn.Module):
         With `add_norm` the block's last residual add is left to the next norm (see the module
         docstring): it returns (x, mlp output), and adds the pending input in norm1. Without it
         (the torch twin) it returns (x + attn + mlp, None), today's ops in today's order."""
+        ops = self.norm1.ops
+        if ops.linear_residual is not None or ops.norm_linear is not None:
+            return self._forward_fused_gemms(x, rope, cache, layer, pending), None
         # y of norm1 / norm2 goes only to a matmul (qkv, the MLP's up): it may come in that matmul's
         # dtype (autocast's), which saves the cast autocast would make.
         out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else None
@@ -281,6 +320,17 @@ class Block(nn.Module):
         if self.norm2.ops.add_norm is None:
             return x + self.mlp(y), None
         return x, self.mlp(y)
+
+    def _forward_fused_gemms(self, x, rope, cache, layer, pending):
+        """The block with its residual adds in the projections' epilogues (ops.linear_residual) and/or
+        its norms in the next GEMM's prologue (ops.norm_linear, RMSNorm only): nothing is deferred
+        to the next norm (the adds are already fused), so it returns the residual stream itself."""
+        if pending is not None:  # a previous block deferred its add (add_norm): do it here
+            x = x + pending
+        prologue = self.norm1.ops.norm_linear is not None and self.norm1.kind == "rmsnorm"
+        x = self.attn(x if prologue else self.norm1(x), rope, cache, layer,
+                      norm=self.norm1 if prologue else None, residual=x)
+        return self.mlp(x if prologue else self.norm2(x), norm=self.norm2 if prologue else None, residual=x)
 
 
 class GPT(nn.Module):

@@ -37,6 +37,26 @@ def test_summary_without_measurements_says_so():
 
 def test_train_variants_follow_the_ladder():
     names = [name for name, _, _ in measure.train_variants()]
-    assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "fast, one-thread backward",
-                     "torch.compile", "fast+compile",
-                     "torch.compile+cudagraphs", "fast+compile+cudagraphs"]
+    assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "+swiglu_gemm", "+residual_gemm",
+                     "+norm_gemm", "fast, one-thread backward", "torch.compile", "fast+compile",
+                     "torch.compile+cudagraphs", "fast+compile+cudagraphs",
+                     "fused_gemms+compile", "fused_gemms+compile+cudagraphs"]
+    ops = {name: o for name, o, _ in measure.train_variants()}
+    assert ops["fast+compile"].name == "+fused_ce" and ops["fused_gemms+compile"].name == "+norm_gemm"
+
+
+def test_summary_holds_the_fused_gemms_to_issue_32s_targets():
+    train = record([
+        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0},
+        {"size": "s", "variant": "torch.compile", "ms": 25.0, "tokens_per_s": 160.0},
+        {"size": "s", "variant": "torch.compile+cudagraphs", "ms": 24.0, "tokens_per_s": 166.0},
+        {"size": "s", "variant": "fused_gemms+compile", "ms": 19.0, "tokens_per_s": 210.0, "tflops": 400.0},
+        {"size": "s", "variant": "fused_gemms+compile+cudagraphs", "ms": 18.0, "tokens_per_s": 222.0, "tflops": 460.0},
+    ])
+    held = {"step0_abs_diff": 0.001, "moving_avg_max_abs_diff": 0.01, "within_tolerance": True,
+            "control": {"moving_avg_max_abs_diff": 0.02}, "within_control": True}
+    loss = {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "fused_gemms": held}
+    lines = [line for line in summary.summary_markdown(train, None, loss).splitlines() if "fused GEMMs" in line]
+    assert len(lines) == 5
+    assert "1.32x | yes" in lines[0] and "1.33x | yes" in lines[1] and "2.22x | yes" in lines[2]
+    assert "46.5% | yes" in lines[3] and lines[4].endswith("| yes |")

@@ -63,14 +63,19 @@ def test_twin_has_the_same_weights_and_only_torch_ops(twins):
 
 def test_ladder_adds_one_group_at_a_time():
     rungs = cm.ladder()
-    assert [r.name for r in rungs] == ["eager", "+flash_attention", "+fused_norm_rope_swiglu", "+fused_ce"]
-    fast, torch_ops = cm.fast_ops(), cm.TORCH_OPS
+    assert [r.name for r in rungs] == ["eager", "+flash_attention", "+fused_norm_rope_swiglu", "+fused_ce",
+                                       "+swiglu_gemm", "+residual_gemm", "+norm_gemm"]
+    full, torch_ops = cm.fused_gemm_ops(), cm.TORCH_OPS
     fields = [f.name for f in dataclasses.fields(torch_ops) if f.name != "name"]
-    swapped = [{f for f in fields if getattr(r, f) is getattr(fast, f) and getattr(fast, f) is not getattr(torch_ops, f)}
+    swapped = [{f for f in fields if getattr(r, f) is getattr(full, f) and getattr(full, f) is not getattr(torch_ops, f)}
                for r in rungs]
     # "add_norm": the residual add fused with the norm after it, the norm kernel's second form
-    assert swapped == [set(), {"attention"}, {"attention", "norm", "add_norm", "rope", "swiglu"},
-                       {"attention", "norm", "add_norm", "rope", "swiglu", "linear_cross_entropy"}]
+    fast = {"attention", "norm", "add_norm", "rope", "swiglu", "linear_cross_entropy"}
+    assert swapped == [set(), {"attention"}, {"attention", "norm", "add_norm", "rope", "swiglu"}, fast,
+                       fast | {"linear_swiglu"}, fast | {"linear_swiglu", "linear_residual"},
+                       fast | {"linear_swiglu", "linear_residual", "norm_linear"}]
+    # `fast` is the +fused_ce rung (the ops a swiglu model calls): the fused GEMMs come after it
+    assert all(getattr(rungs[3], f) is getattr(cm.fast_ops(), f) for f in fast)
 
 
 def test_logits_match(twins):
@@ -98,6 +103,26 @@ def test_loss_and_every_gradient_match(twins):
     for (name, p), q in zip(ref.named_parameters(), fast.parameters()):
         assert q.grad is not None and p.grad is not None, name
         close(q.grad, p.grad, f"grad of {name}")
+
+
+@pytest.mark.parametrize("rung", ["+swiglu_gemm", "+residual_gemm", "+norm_gemm"])
+def test_fused_gemm_rungs_match_the_twin(rung):
+    """Each rung past `fast` (issue 32's fused GEMMs): loss, logits and every gradient as the twin's.
+    Same error model: the fused GEMMs reorder nothing but the K sums of the matmuls they replace."""
+    ops = next(r for r in cm.ladder() if r.name == rung)
+    model = cm.build("tiny", ops, seed=3)
+    ref = cm.reference_twin(model)
+    x, y = batch(model.cfg, b=2, t=24, seed=1)
+    want = ref.loss(x, y)
+    want.backward()
+    got = model.loss(x, y)
+    got.backward()
+    close(got.detach(), want.detach(), "loss")
+    for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+        assert q.grad is not None and p.grad is not None, name
+        close(q.grad, p.grad, f"grad of {name}")
+    with torch.no_grad():
+        close(model(x), ref(x), "logits")
 
 
 def test_one_optimizer_step_matches():

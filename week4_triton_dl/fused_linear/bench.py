@@ -1,0 +1,278 @@
+"""The fused linears timed against what they replace, at the capstone's GEMM shapes.
+
+Each fusion against (a) the unfused torch sequence: cuBLAS's GEMM (F.linear) and the element-wise op
+after it (or F.rms_norm + the cast before it), in eager ops; (b) torch.compile of that sequence
+(Inductor fuses the element-wise work into one kernel beside cuBLAS's GEMM, or into a Triton GEMM's
+epilogue where its autotuner picks one); and (c) cuBLAS's GEMM alone (`gemm_only`): the floor a fused
+op can reach only if its GEMM runs at cuBLAS's rate. Shapes: 8 x 1024 tokens of the 124M capstone
+(d = 768, SwiGLU hidden 2048): QKV 768 -> 2304 with the norm, the MLP's up 768 -> 2 x 2048 with the
+norm and SwiGLU, attention's proj 768 -> 768 and the MLP's down 2048 -> 768 with the residual, and
+the LM head's 768 -> 50304 GEMM alone (`plain`: the kernel's bare GEMM against cuBLAS).
+
+Two ways to run it:
+* `python -m course bench week4` finds `BENCHMARKS` (course/bench.py's table per fusion, forward and
+  forward + backward through autograd); results/fused_linear_*_week4.json|md.
+* `python -m week4_triton_dl.fused_linear.bench --sweep` (GPU) times every tile that fits at these shapes
+  and writes the fastest per shape to results/dispatch_fused_linear.json, the table launch.py reads.
+* `python -m week4_triton_dl.fused_linear.bench --rounds 5` times every variant of every fusion in
+  interleaved rounds (round r times each variant once, in turn, on the same inputs), so a clock or
+  thermal drift lands on all of them alike, and reports per variant the median over rounds and the
+  spread (min and max) of its ratio to the unfused torch sequence: results/fused_linear_rounds.json|md.
+
+Inputs are the capstone's under bf16 autocast: the residual stream (the norm's x, the residual) in
+fp32, weights and activations in bf16 (fp32 and tiny in simulation, where times measure Python).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from course import bench, runtime
+from course.bench import Benchmark, bench_dtype, compile_on_first_call
+from course.check import random_tensor
+from course.gpu import DEVICE
+from week4_triton_dl.fused_linear import ops as fl
+
+TOKENS = 8192
+EPS = 1e-5
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def _low():
+    return bench_dtype()
+
+
+def _w(n, k, low, grad):
+    return random_tensor((n, k), low, DEVICE, scale=k ** -0.5).requires_grad_(grad)
+
+
+def _norm_inputs(size, grad=False, swiglu=False):
+    M, K, N = size
+    low = _low()
+    x = random_tensor((M, K), torch.float32, DEVICE).requires_grad_(grad)
+    return x, random_tensor(K, torch.float32, DEVICE).requires_grad_(grad), _w(2 * N if swiglu else N, K, low, grad)
+
+
+def _residual_inputs(size, grad=False):
+    M, K, N = size
+    low = _low()
+    return (random_tensor((M, K), low, DEVICE).requires_grad_(grad), _w(N, K, low, grad),
+            random_tensor((M, N), torch.float32, DEVICE).requires_grad_(grad))
+
+
+def _swiglu_inputs(size, grad=False):
+    M, K, N = size
+    low = _low()
+    return random_tensor((M, K), low, DEVICE).requires_grad_(grad), _w(2 * N, K, low, grad)
+
+
+def _plain_inputs(size, grad=False):
+    M, K, N = size
+    low = _low()
+    return random_tensor((M, K), low, DEVICE).requires_grad_(grad), _w(N, K, low, grad)
+
+
+def _torch_norm_linear(x, n, w):  # what autocast runs: rms_norm in fp32, cast, cuBLAS
+    return F.linear(F.rms_norm(x, (x.shape[-1],), n, EPS).to(w.dtype), w)
+
+
+def _torch_norm_swiglu(x, n, w):
+    g, u = _torch_norm_linear(x, n, w).chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+def _fused_norm_linear(x, n, w):
+    return fl.norm_linear(x, n, w, EPS)
+
+
+def _fused_norm_swiglu(x, n, w):
+    return fl.norm_linear(x, n, w, EPS, swiglu=True)
+
+
+def _torch_residual(x, w, r):
+    return r + F.linear(x, w)
+
+
+def _gemm_residual(x, w, r):
+    return F.linear(x, w)
+
+
+def _gemm_swiglu(x, w):
+    return F.linear(x, w)
+
+
+def _fused_plain(x, w):
+    return fl.fused_linear_op(x, w, None, None, None, EPS, False, False)[0]
+
+
+FUSIONS = {
+    # name: (sizes (M, K, N of C), make_inputs(size, grad), {variant: fn}). The norm's gemm_only would need
+    # A in bf16, which is what the unfused sequence writes: swiglu's and residual's rows give that GEMM.
+    "norm": ([(TOKENS, 768, 2304)], _norm_inputs,
+             {"torch": _torch_norm_linear, "torch_compile": compile_on_first_call(_torch_norm_linear, dynamic=False),
+              "triton": _fused_norm_linear}),
+    "norm_swiglu": ([(TOKENS, 768, 2048)], lambda s, grad=False: _norm_inputs(s, grad, swiglu=True),
+                    {"torch": _torch_norm_swiglu, "torch_compile": compile_on_first_call(_torch_norm_swiglu, dynamic=False),
+                     "triton": _fused_norm_swiglu}),
+    "swiglu": ([(TOKENS, 768, 2048)], _swiglu_inputs,
+               {"torch": fl.linear_swiglu_torch, "torch_compile": compile_on_first_call(fl.linear_swiglu_torch, dynamic=False),
+                "gemm_only": _gemm_swiglu, "triton": fl.linear_swiglu}),
+    "residual": ([(TOKENS, 768, 768), (TOKENS, 2048, 768)], _residual_inputs,
+                 {"torch": _torch_residual, "torch_compile": compile_on_first_call(_torch_residual, dynamic=False),
+                  "gemm_only": _gemm_residual, "triton": fl.linear_residual}),
+    "plain": ([(TOKENS, 768, 2304), (TOKENS, 768, 50304)], _plain_inputs,
+              {"torch": F.linear, "triton": _fused_plain}),
+}
+
+
+def _flops(name):
+    # 2 M N K per GEMM; SwiGLU's GEMM is 2 N wide (N = C's columns, F).
+    return lambda s: 2 * s[0] * s[1] * s[2] * (2 if name in ("swiglu", "norm_swiglu") else 1)
+
+
+def _train(fn):
+    """forward, then torch.autograd.grad of every input that requires grad (the model's call)."""
+    def run(*inputs):
+        out = fn(*inputs)
+        return torch.autograd.grad(out, [t for t in inputs if t.requires_grad], torch.ones_like(out))
+    return run
+
+
+def _benchmarks():
+    found = []
+    for name, (sizes, make, variants) in FUSIONS.items():
+        sim = [(8, 32, 16)]
+        label = lambda s: f"{s[0]}x{s[1]}x{s[2]}"  # noqa: E731
+        common = dict(sizes=sizes, sim_sizes=sim, size_label=label, flops=_flops(name), bytes=lambda s: 0,
+                      gpu_only=("torch_compile",), headline=("triton",), compute_dtype=torch.bfloat16)
+        found.append(Benchmark(name=f"fused_linear_{name}_week4",
+                               title=f"Fused linear, {name}: forward, tokens x K -> N (bf16 GEMM; fp32 in simulation)",
+                               make_inputs=make, variants=variants,
+                               notes="torch = cuBLAS + the element-wise op(s) in eager; torch_compile = that "
+                                     "sequence compiled; gemm_only = cuBLAS's GEMM alone; triton = the fused op",
+                               **common))
+        if name == "plain":
+            continue
+        found.append(Benchmark(name=f"fused_linear_{name}_train_week4",
+                               title=f"Fused linear, {name}: forward + backward through autograd",
+                               make_inputs=lambda s, make=make: make(s, True),
+                               variants={k: _train(v) for k, v in variants.items() if k != "gemm_only"},
+                               notes="forward, then torch.autograd.grad of every input (ones as the upstream gradient)",
+                               **common))
+    return found
+
+
+BENCHMARKS = _benchmarks()
+
+
+# ------------------------------------------------------------------------------ interleaved rounds
+def rounds(n_rounds: int, only: tuple = ()) -> dict:
+    """Every variant of every fusion timed in `n_rounds` interleaved rounds; ratios to torch per round."""
+    rows = []
+    for name, (sizes, make, variants) in FUSIONS.items():
+        if only and name not in only:
+            continue
+        for size in runtime.pick(gpu=sizes, sim=[(8, 32, 16)]):
+            sets = bench.input_sets(make, size)
+            per_round = {label: [] for label in variants if runtime.on_gpu() or label != "torch_compile"}
+            for _ in range(n_rounds):
+                for label in per_round:
+                    per_round[label].append(bench.time_call(variants[label], sets).median_ms)
+            flops = _flops(name)(size)
+            for label, times in per_round.items():
+                ratios = [t_ref / t for t_ref, t in zip(per_round["torch"], times)]
+                rows.append({"size": f"{name} {size[0]}x{size[1]}x{size[2]}", "variant": label,
+                             "ms": statistics.median(times), "ms_min": min(times), "ms_max": max(times),
+                             "tflops": flops / statistics.median(times) / 1e9,
+                             "speedup_vs_torch": statistics.median(ratios),
+                             "speedup_min": min(ratios), "speedup_max": max(ratios), "rounds": n_rounds})
+            del sets
+    return {"benchmark": "fused_linear_rounds", "title": "Fused linears against cuBLAS + torch, interleaved rounds",
+            "notes": f"median over {n_rounds} rounds (each round: every variant's median of course.bench.time_call, "
+                     "in turn, same inputs); speedup = torch's ms / this ms in the same round, median [min, max]",
+            "clock": "events", "headline": ["triton"], "simulated": not runtime.on_gpu(),
+            "date": bench._dt.datetime.now(bench._dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": runtime.describe(), "ceilings": {}, "rows": rows}
+
+
+def rounds_table(record: dict) -> str:
+    lines = ["| fusion, M x K x N | variant | ms (median) | ms [min, max] | TFLOP/s | vs torch [min, max] |",
+             "|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        lines.append(f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | [{r['ms_min']:.4f}, {r['ms_max']:.4f}] | "
+                     f"{r['tflops']:.0f} | {r['speedup_vs_torch']:.2f}x [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}] |")
+    return f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------ the tile sweep
+SWEEP_KINDS = {"norm": "norm", "norm_swiglu": "norm+swiglu", "swiglu": "swiglu", "residual": "residual",
+               "plain": "plain"}  # FUSIONS' names -> launch.epilogue_name's
+
+
+def _launch_args(name, inputs):
+    """(x, weight, keyword arguments of launch.fused_linear) of one fusion's bench inputs."""
+    if name in ("norm", "norm_swiglu"):
+        x, n, w = inputs
+        return x, w, dict(norm_weight=n, eps=EPS, swiglu=name == "norm_swiglu")
+    if name == "residual":
+        x, w, r = inputs
+        return x, w, dict(residual=r)
+    x, w = inputs
+    return x, w, dict(swiglu=name == "swiglu")
+
+
+def sweep() -> Path:
+    """Time every tile that fits (week 3's configs; the dual GEMM's for SwiGLU) at each fusion's shapes
+    and write the fastest as results/dispatch_fused_linear.json (course/dispatch.py; applies on this
+    GPU only). In simulation: the one simulated tile, at a tiny size, to check the plumbing."""
+    from week3_triton_kernels.matmul_launch import AUTOTUNE_CONFIGS, SIM_CONFIG
+    from week4_triton_dl.fused_linear import launch
+    rows = []
+    for name, (sizes, make, _) in FUSIONS.items():
+        for size in runtime.pick(gpu=sizes, sim=[(8, 32, 16)]):
+            x, w, kw = _launch_args(name, make(size))
+            candidates = launch.DUAL_CONFIGS if kw.get("swiglu") else AUTOTUNE_CONFIGS
+            fits = [c for c in candidates if launch.shared_memory_bytes(c, x.element_size(), w.element_size(),
+                                                                      2 if kw.get("swiglu") else 1)
+                    <= runtime.shared_memory_per_block()]
+            tiles = runtime.pick(gpu=[dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in fits],
+                                 sim=[dict(SIM_CONFIG)])
+            timed = [(bench.time_call(lambda t=t: launch.fused_linear(x, w, tile=dict(t), **kw), [()]).median_ms, t)
+                     for t in tiles]
+            ms, best = min(timed, key=lambda pair: pair[0])
+            M, K, N = size
+            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": "tiled",
+                         "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
+                                                    "tflops": _flops(name)(size) / ms / 1e9}})
+            print(f"{name} {M}x{K}x{N}: {ms:.4f} ms with {best}", file=sys.stderr)
+    return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--only", nargs="*", default=(), choices=list(FUSIONS), help="these fusions only")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: week 4's results/)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="time the candidate tiles and write results/dispatch_fused_linear.json instead")
+    args = parser.parse_args(argv)
+    if args.sweep:
+        print(f"wrote {sweep()}", file=sys.stderr)
+        return 0
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    record = rounds(args.rounds, tuple(args.only))
+    table = rounds_table(record)
+    for path in bench.write_record(record, args.out, table):
+        print(f"wrote {path}", file=sys.stderr)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
