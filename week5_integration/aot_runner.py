@@ -46,6 +46,7 @@ class PackagedGPT:
         self.max_batch, self.max_len = int(meta["course.max_batch"]), int(meta["course.max_len"])
         self.dtype = getattr(torch, meta["course.dtype"])
         self.device = torch.device(meta["course.device"])
+        self.weights = meta.get("course.weights", "float")  # "int8" / "fp8": aot_quant.py's packages
         self.k_cache = self.v_cache = None
         self.pos = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.length = 0  # positions written so far (host copy of pos)
