@@ -407,7 +407,8 @@ def package_kernels(path) -> dict:
                 text.append(archive.read(name).decode("utf-8", "replace"))
     source = "\n".join(text)
     import re
-    triton = sorted(set(re.findall(r"\b(triton_[a-z_]*\d+|[a-z_]+_kernel(?:_\d+)?)\b", source)))
+    # (a kernel's name may hold digits: aot_quant's int8_matmul_kernel)
+    triton = sorted(set(re.findall(r"\b(triton_[a-z_]*\d+|[a-z_][a-z0-9_]*_kernel(?:_\d+)?)\b", source)))
     return {"course": [k for k in COURSE_KERNELS if k in source], "triton": triton,
             "files": len(names), "bytes": path.stat().st_size}
 

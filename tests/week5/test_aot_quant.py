@@ -142,7 +142,8 @@ def test_int8_package_says_what_it_holds(int8_packaged):
     assert (gpt.weights, gpt.max_batch, gpt.max_len, gpt.dtype) == ("int8", MAX_BATCH, MAX_LEN, DTYPE)
     found = ap.package_kernels(path)
     if runtime.on_gpu():  # the lesson's int8 kernel compiled in beside the course's five
-        assert "int8_matmul_kernel" in found["triton"] and set(found["course"]) == set(ap.COURSE_KERNELS), found
+        assert any(k.startswith("int8_matmul_kernel") for k in found["triton"]), found
+        assert set(found["course"]) == set(ap.COURSE_KERNELS), found
     else:
         assert found["course"] == [], found
 
