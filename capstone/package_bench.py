@@ -29,9 +29,13 @@ the course kernels found in the package's generated code (`aot_package.package_k
 torch.profiler trace of one package decode step and one prefill, each kernel name sorted into
 course / Inductor-generated Triton / other (cuBLAS, aten, flash SDPA).
 
-Runtime on an H100 (estimated, not yet measured): packaging ~60-120 s (two graphs, Inductor +
-the course's Triton kernels compiled to cubins), torch.compile ~20-40 s per batch size, the
-timed loops a few seconds each: ~3 min in all (`--variants` picks a subset).
+Runtime on an H100 (estimated, not yet measured): packaging ~60-120 s per package (two graphs,
+Inductor + the course's Triton kernels compiled to cubins; three packages: float, int8, fp8),
+torch.compile ~20-40 s per batch size, the timed loops a few seconds each: ~6-8 min in all; under
+a 10-minute limit run the packages apart (`--variants` picks a subset; the float package's rows
+and the quantized ones' in two runs, the second with `--name aot_package_quant --variants "aoti int8
+package" "aoti fp8 package"` so that it writes its own results files).
+On the CPU (tiny model, fp32) each package is minutes of Inductor's C++ on a small machine.
 """
 from __future__ import annotations
 
@@ -370,8 +374,11 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop starting new rows after this")
     parser.add_argument("--package", help="reuse this .pt2 (`python -m capstone.package` with the "
                                           "plan's config, dtype, --max-batch and --max-len) instead of compiling one")
+    parser.add_argument("--name", default=BENCHMARK_NAME, help="results files' name (a run of some variants "
+                                                               "beside a full one: another name keeps both)")
     args = parser.parse_args(argv)
     record = run(plan(), tuple(args.variants), args.budget_s, args.package)
+    record["benchmark"] = args.name
     text = table(record)
     print(text)
     if args.out:
