@@ -117,7 +117,13 @@ def int8_model(model: m.GPT) -> m.GPT:
 
 
 def package_int8(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = None) -> Path:
-    """aot_package.package of the int8 weight-only twin of `model` (metadata: course.weights = int8)."""
+    """aot_package.package of the int8 weight-only twin of `model` (metadata: course.weights = int8).
+    A bf16 model on a GPU without bf16 tensor cores (a T4) is refused first, as the lesson's launcher
+    refuses it: the kernel's tl.dot would be emulated there; float16 is the dtype to package."""
+    _check_gpt(model)
+    if model.tok.weight.device.type == "cuda":
+        runtime.require_bf16_tensor_cores(model.tok.weight.dtype, "the int8 package's matmul (tl.dot)",
+                                          model.tok.weight.device)
     return ap.package(int8_model(model), path, max_batch=max_batch, max_len=max_len,
                       extra_metadata={"course.weights": "int8"})
 
