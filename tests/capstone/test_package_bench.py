@@ -23,9 +23,10 @@ def test_int8_floor_counts_one_byte_per_weight_and_a_scale_per_row():
     assert pb.matmul_weight_bytes(aq.int8_model(model)) == inference.matmul_weights(cfg) + 4 * rows
 
 
-@pytest.mark.slow  # compiles the tiny model's int8 package: a minute or two of C++ on a small CPU machine
+@pytest.mark.slow  # compiles the tiny model's int8 package (and fp8's on sm_89+): minutes of C++ on a small CPU machine
 def test_bench_reports_the_int8_package_beside_the_float_one():
-    p = dict(pb.plan(), new=3, batches=[1, 2])
+    # the tiny model everywhere (on a GPU the plan's gpt2_124m packages take minutes each), in the plan's dtype
+    p = dict(pb.plan(), config="tiny", prompt=16, new=3, batches=[1, 2], repeats=1)
     variants = ("aoti int8 package", "aoti fp8 package")
     record = pb.run(p, variants, deadline_s=600)
     int8 = [r for r in record["rows"] if r["variant"] == "aoti int8 package"]
