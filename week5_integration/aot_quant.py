@@ -36,7 +36,7 @@ the fp8 operands on the tensor cores with `torch._scaled_mm` (cuBLASLt/CUTLASS),
 applied in its epilogue, output bf16. fp8 tensor cores start at compute capability 8.9 (L4, RTX 40,
 H100); `package_fp8` refuses before exporting anything on an older GPU or without one, naming the
 int8 package instead. `_scaled_mm` also needs K and N multiples of 16: a Linear that is not
-(gpt2's vocabulary head, N = 50257) stays in bf16. Error model: e4m3 keeps 3 mantissa bits, a
+(a head over GPT-2's own 50,257 tokens; the capstone pads its vocabulary to 50,304) stays in bf16. Error model: e4m3 keeps 3 mantissa bits, a
 relative rounding error of at most 2^-4 per operand element (RMS ~2.5%), so a dot product of two
 rounded operands errs by ~3.6% RMS relative: logits move by a few percent, `FP8_LOGITS_REL_ERR`
 bounds them (the int8 bound is 0.03; fp8 rounds the activations too, with 4 fewer bits).
