@@ -168,6 +168,25 @@ def test_int8_package_refuses_bad_input_before_running(int8_packaged, bad):
     assert gpt.k_cache is None
 
 
+def test_strided_token_views_read_as_their_values(int8_packaged):
+    # The compiled code indexes its inputs with contiguous strides: a strided view of ids, passed
+    # as it is, is read as other tokens (measured on the CPU package: logits off by order 1). The
+    # runner passes a contiguous copy, so a view and its copy give the same logits.
+    model, path = int8_packaged
+    gpt = load_runner().PackagedGPT(path)
+    wide = prompt(3, 12, seed=4)
+    for view in (wide[:, ::2], wide[:2, :6].t().contiguous().t()):
+        assert not view.is_contiguous()
+        want = gpt.prefill(view.contiguous()).clone()
+        assert torch.equal(gpt.prefill(view), want)
+        token = want[:, -1].argmax(-1, keepdim=True)
+        step_want = gpt.decode(token).clone()
+        gpt.prefill(view)
+        strided = torch.cat([token, token], dim=1)[:, :1]  # (B, 1) with a row stride of 2
+        assert not strided.is_contiguous()
+        assert torch.equal(gpt.decode(strided), step_want)
+
+
 # --------------------------------------------------------------------------------------- fp8
 @pytest.mark.skipif(HAS_FP8, reason="this GPU has fp8 tensor cores: the fp8 package is built (test below)")
 def test_fp8_package_is_refused_without_fp8_tensor_cores_naming_int8(tmp_path):
