@@ -12,10 +12,16 @@ simulation), one greedy generation (prompt P, N new tokens, batch 1 and 8), deco
 * `aoti package`: the .pt2, its decode function called directly (the loop a C++ server runs);
 * `aoti package, checked`: the same through aot_runner.PackagedGPT, which checks every input
   against the package's metadata first (a host sync per token for the id range);
+* `aoti int8 package`: week 5's aot_quant.py, the int8 weight-only twin (the quantization
+  lesson's scheme and its int8_matmul_kernel, compiled in) packaged the same way, called as
+  `aoti package` is; its floor counts the int8 weights (1 byte each, plus an fp32 scale per row);
+* `aoti fp8 package`: aot_quant's fp8 twin (rowwise fp8 activations and weights, torch._scaled_mm)
+  on GPUs with fp8 tensor cores (sm_89+); elsewhere the row carries the refusal, which names int8;
 * `onnxruntime`: the ONNX export (onnx_export.py), prefill only (it has no KV cache; on the
   CPU execution provider unless onnxruntime-gpu is installed: the row says where it ran).
 
-Each row: ms per decode step (one new token per sequence), tokens/s, prefill ms and tokens/s
+Each package (float, int8, fp8) has its line under the table: size, compile time, load time in
+a fresh process. Each row: ms per decode step (one new token per sequence), tokens/s, prefill ms and tokens/s
 (B x P / prefill time). Beside them: the memory floor of one step (weights + KV cache read once,
 `inference.decode_step_bytes`, divided by the copy bandwidth measured in the same run), the
 package's compile time, its size, its load time in a fresh process, and which kernels run:
@@ -23,9 +29,13 @@ the course kernels found in the package's generated code (`aot_package.package_k
 torch.profiler trace of one package decode step and one prefill, each kernel name sorted into
 course / Inductor-generated Triton / other (cuBLAS, aten, flash SDPA).
 
-Runtime on an H100 (estimated, not yet measured): packaging ~60-120 s (two graphs, Inductor +
-the course's Triton kernels compiled to cubins), torch.compile ~20-40 s per batch size, the
-timed loops a few seconds each: ~3 min in all (`--variants` picks a subset).
+Runtime on an H100 (estimated, not yet measured): packaging ~60-120 s per package (two graphs,
+Inductor + the course's Triton kernels compiled to cubins; three packages: float, int8, fp8),
+torch.compile ~20-40 s per batch size, the timed loops a few seconds each: ~6-8 min in all; under
+a 10-minute limit run the packages apart (`--variants` picks a subset; the float package's rows
+and the quantized ones' in two runs, the second with `--name aot_package_quant --variants "aoti int8
+package" "aoti fp8 package"` so that it writes its own results files).
+On the CPU (tiny model, fp32) each package is minutes of Inductor's C++ on a small machine.
 """
 from __future__ import annotations
 
@@ -45,11 +55,18 @@ import torch
 from capstone import model as cm
 from course import bench, runtime
 from week5_integration import aot_package as ap
+from week5_integration import aot_quant as aq
 from week5_integration import inference
 
 BENCHMARK_NAME = "aot_package"
-RUNNER = Path(__file__).resolve().parent / "aot_runner.py"
-VARIANTS = ("eager cache", "eager cache+graph", "torch.compile", "aoti package", "aoti package, checked", "onnxruntime")
+RUNNER = Path(__file__).resolve().parents[1] / "week5_integration" / "aot_runner.py"  # torch only: what a server holds
+VARIANTS = ("eager cache", "eager cache+graph", "torch.compile", "aoti package", "aoti package, checked",
+            "aoti int8 package", "aoti fp8 package", "onnxruntime")
+# Which package a variant runs: the float one (aot_package), or a quantized twin's (aot_quant).
+PACKAGE_OF = {"aoti package": "float", "aoti package, checked": "float", "aoti int8 package": "int8",
+              "aoti fp8 package": "fp8"}
+BUILDERS = {"float": ap.package, "int8": aq.package_int8, "fp8": aq.package_fp8}
+TWINS = {"float": lambda model: model, "int8": aq.int8_model, "fp8": aq.fp8_model}
 
 
 def plan() -> dict:
@@ -140,7 +157,7 @@ def measure(variant: str, model, p: dict, batch: int, idx, package_path, compile
             model.use_ops(old)
         return _median(runs[1:])
     runner = load_runner()
-    if variant == "aoti package":
+    if variant in ("aoti package", "aoti int8 package", "aoti fp8 package"):
         gpt = runner.PackagedGPT(package_path)
         make = lambda: _Loop(gpt.prefill_fn, gpt.decode_fn, cfg, batch, max_len, p["dtype"])  # noqa: E731
         runs = [_decode_loop((lp := make()).step, lp.prefill, idx, new) for _ in range(p["repeats"] + 1)]
@@ -174,6 +191,33 @@ def load_time_fresh_process(path) -> dict:
         return {"error": done.stderr[-500:], **({"signal": -done.returncode} if done.returncode < 0 else {})}
     import json
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def matmul_weight_bytes(model) -> int:
+    """Bytes of the weights every position multiplies by (the linear layers and the head): 1 per int8
+    or fp8 weight plus 4 per row's scale in a quantized twin, the model's itemsize per weight elsewhere."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, aq.Int8Linear):
+            total += module.qweight.numel() + 4 * module.scale.numel()
+        elif isinstance(module, aq.Fp8Linear):
+            total += module.w8.numel() + 4 * module.w_scale.numel()
+        elif isinstance(module, torch.nn.Linear):
+            total += module.weight.numel() * module.weight.element_size()
+    return total
+
+
+def build_package(kind: str, model, p: dict, folder) -> dict:
+    """Compile the `kind` package of `model` for plan `p`: {"path", "compile_s", package_kernels,
+    fresh-process load times}, or {"refused": message} (fp8 without fp8 tensor cores)."""
+    path = Path(folder) / f"gpt_{kind}.pt2"
+    t0 = time.perf_counter()
+    try:
+        BUILDERS[kind](model, path, max_batch=max(p["batches"]), max_len=p["max_len"])
+    except runtime.NotOnThisGpu as refusal:
+        return {"refused": str(refusal)}
+    return {"path": str(path), "compile_s": time.perf_counter() - t0, **ap.package_kernels(path),
+            **load_time_fresh_process(path)}
 
 
 def kernel_census(path, batch: int, prompt: int, max_len: int) -> dict:
@@ -210,16 +254,19 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
     cfg = cm.preset(p["config"])
     p["max_len"] = min(cfg.max_seq_len, -(-(p["prompt"] + p["new"] - 1) // 16) * 16)
     model = cm.build(cfg, "fast", dtype=p["dtype"]).eval()
-    extra = {}
-    needs_package = any(v.startswith("aoti") for v in variants)
-    if needs_package:
-        compile_s = {}
-        if package_path is None:
-            package_path = Path(tempfile.mkdtemp()) / "gpt.pt2"
-            t0 = time.perf_counter()
-            ap.package(model, package_path, max_batch=max(p["batches"]), max_len=p["max_len"])
-            compile_s = {"compile_s": time.perf_counter() - t0}
-        extra["package"] = {**compile_s, **ap.package_kernels(package_path), **load_time_fresh_process(package_path)}
+    extra, packages = {}, {}
+    folder = Path(tempfile.mkdtemp())
+    for kind in dict.fromkeys(PACKAGE_OF[v] for v in variants if v in PACKAGE_OF):
+        print(f"[aot_package] compiling the {kind} package", file=sys.stderr, flush=True)
+        if kind == "float" and package_path is not None:  # reuse: no compile time to report
+            packages[kind] = {"path": str(package_path), **ap.package_kernels(package_path),
+                              **load_time_fresh_process(package_path)}
+        else:
+            packages[kind] = build_package(kind, model, p, folder)
+    for kind, info in packages.items():
+        extra["package" if kind == "float" else f"package_{kind}"] = info
+    package_path = packages.get("float", {}).get("path", package_path)
+    if package_path is not None and "path" in packages.get("float", {}):
         crashed = extra["package"].get("signal")  # then loading it here would end this process too
         try:
             extra["kernels"] = (kernel_census(package_path, 1, p["prompt"], p["max_len"]) if not crashed else
@@ -227,29 +274,42 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
         except Exception as error:  # the census is a reading aid: its failure is reported, not fatal
             extra["kernels"] = {"error": f"{type(error).__name__}: {error}"[:500]}
     copy_gbps = bench.copy_bandwidth_gbps()
-    rows, compiled = [], {}
+    started = time.perf_counter()  # the budget is the timed rows': compiling the packages is not in it
+    rows, compiled, twins = [], {}, {}
     for batch in p["batches"]:
         size = f"B={batch}, prompt {p['prompt']}+{p['new']}"
         idx = torch.randint(0, cfg.vocab_size, (batch, p["prompt"]), generator=torch.Generator().manual_seed(0))
         idx = idx.to(runtime.DEVICE)
         context = p["prompt"] + p["new"] // 2
-        floor_bytes = inference.decode_step_bytes(cfg, batch=batch, context=context, itemsize=bench.itemsize(p["dtype"]))
-        floor_ms = floor_bytes / (copy_gbps * 1e9) * 1e3
+        itemsize = bench.itemsize(p["dtype"])
+        float_bytes = inference.decode_step_bytes(cfg, batch=batch, context=context, itemsize=itemsize)
         base_tokens = None
         for variant in variants:
             if time.perf_counter() - started > deadline_s:
                 rows.append({"size": size, "variant": variant, "skipped": "time budget spent"})
                 continue
-            if variant.startswith("aoti") and extra.get("package", {}).get("signal"):
-                rows.append({"size": size, "variant": variant, "skipped": "the package's loader crashed a fresh "
-                             f"process (signal {extra['package']['signal']}): not loaded in this one"})
+            kind = PACKAGE_OF.get(variant)
+            info = packages.get(kind, {})
+            if "refused" in info:
+                rows.append({"size": size, "variant": variant, "skipped": f"refused: {info['refused']}"[:300]})
                 continue
+            if info.get("signal"):
+                rows.append({"size": size, "variant": variant, "skipped": "the package's loader crashed a fresh "
+                             f"process (signal {info['signal']}): not loaded in this one"})
+                continue
+            # The floor of this variant's weights: a quantized twin reads 1 byte per weight and its scales.
+            if kind in ("int8", "fp8") and kind not in twins:
+                twins[kind] = matmul_weight_bytes(TWINS[kind](model))
+            twin_weights = twins.get(kind)
+            floor_bytes = (float_bytes if twin_weights is None else
+                           float_bytes - inference.matmul_weights(cfg) * itemsize + twin_weights)
+            floor_ms = floor_bytes / (copy_gbps * 1e9) * 1e3
             if variant == "onnxruntime" and batch > 1:  # a CPU forward of the whole model: batch 1 says it
                 rows.append({"size": size, "variant": variant, "skipped": "run at batch 1 only (CPU, prefill)"})
                 continue
             print(f"[aot_package] {size} {variant}", file=sys.stderr, flush=True)
             try:
-                got = measure(variant, model, p, batch, idx, package_path, compiled)
+                got = measure(variant, model, p, batch, idx, info.get("path", package_path), compiled)
             except Exception as error:
                 traceback.print_exc()
                 rows.append({"size": size, "variant": variant, "skipped": f"failed: {type(error).__name__}: {error}"[:300]})
@@ -273,7 +333,8 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
                       "weights + KV cache at the mean context read once at the copy bandwidth measured in this run; "
                       "prefill tokens/s = batch x prompt / prefill time (logits of every position); onnxruntime: no "
                       "cache, prefill only, where it ran; same tokens: against the first variant of the batch "
-                      "(bf16: a near-tie may flip)"),
+                      "(bf16: a near-tie may flip; the int8 and fp8 packages run other weights: their tokens may differ); "
+                      "the int8 and fp8 floors count their matmul weights at 1 byte plus an fp32 scale per row"),
             "simulated": not runtime.on_gpu(), "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": runtime.describe(), "ceilings": {"copy_gbps": copy_gbps}, "plan": {k: str(v) for k, v in p.items()},
             "rows": rows, **extra}
@@ -291,10 +352,15 @@ def table(record: dict) -> str:
                                         f(r.get("ms"), ".3f"), f(r.get("tokens_per_s"), ",.0f"), f(r.get("pct_of_floor"), ".1f"),
                                         f(r["prefill_ms"], ".2f"), f(r["prefill_tokens_per_s"], ",.0f"),
                                         str(r.get("same_tokens_as_first", "-"))]) + " |")
-    package = record.get("package", {})
     text = f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
-    if package:
-        text += (f"\nPackage: {package.get('bytes', 0) / 2**20:.1f} MiB, compiled in {package.get('compile_s', float('nan')):.0f} s; "
+    for key, label in (("package", "Package"), ("package_int8", "int8 package"), ("package_fp8", "fp8 package")):
+        package = record.get(key)
+        if not package:
+            continue
+        if "refused" in package:
+            text += f"\n{label}: not built ({package['refused']}).\n"
+            continue
+        text += (f"\n{label}: {package.get('bytes', 0) / 2**20:.1f} MiB, compiled in {package.get('compile_s', float('nan')):.0f} s; "
                  f"fresh process: import torch {package.get('import_torch_s', float('nan')):.2f} s, the loader "
                  f"{package.get('import_loader_s', float('nan')):.2f} s, load {package.get('load_s', float('nan')):.2f} s; "
                  f"course kernels in its code: {', '.join(package.get('course', [])) or 'none'}.\n")
@@ -306,10 +372,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="results directory (default: print only)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop starting new rows after this")
-    parser.add_argument("--package", help="reuse this .pt2 (`python -m week5_integration.aot_package` with the "
+    parser.add_argument("--package", help="reuse this .pt2 (`python -m capstone.package` with the "
                                           "plan's config, dtype, --max-batch and --max-len) instead of compiling one")
+    parser.add_argument("--name", default=BENCHMARK_NAME, help="results files' name (a run of some variants "
+                                                               "beside a full one: another name keeps both)")
     args = parser.parse_args(argv)
     record = run(plan(), tuple(args.variants), args.budget_s, args.package)
+    record["benchmark"] = args.name
     text = table(record)
     print(text)
     if args.out:

@@ -367,11 +367,13 @@ def metadata(model: m.GPT, *, max_batch: int, max_len: int) -> dict[str, str]:
             "course.n_heads": str(cfg.n_heads), "course.head_dim": str(cfg.head_dim),
             "course.max_batch": str(max_batch), "course.max_len": str(max_len),
             "course.dtype": str(model.tok.weight.dtype).removeprefix("torch."),
-            "course.device": model.tok.weight.device.type}
+            "course.device": model.tok.weight.device.type, "course.weights": "float"}
 
 
-def package(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = None) -> Path:
-    """Export, AOT-compile and package `model` (prefill + decode) into the .pt2 file `path`."""
+def package(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = None,
+            extra_metadata: dict[str, str] | None = None) -> Path:
+    """Export, AOT-compile and package `model` (prefill + decode) into the .pt2 file `path`.
+    `extra_metadata`: more "course.*" keys for the loader (aot_quant: course.weights = int8 / fp8)."""
     from torch._inductor.package import package_aoti
 
     path = Path(path)
@@ -380,7 +382,7 @@ def package(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = Non
     max_len = model.cfg.max_seq_len if max_len is None and isinstance(model, m.GPT) else max_len
     programs = export_programs(model, max_batch=max_batch, max_len=max_len)
     options = {"aot_inductor.package": True,
-               "aot_inductor.metadata": metadata(model, max_batch=max_batch, max_len=max_len)}
+               "aot_inductor.metadata": {**metadata(model, max_batch=max_batch, max_len=max_len), **(extra_metadata or {})}}
     files = {}
     for name, program in programs.items():
         args, kwargs = program.example_inputs
@@ -405,7 +407,8 @@ def package_kernels(path) -> dict:
                 text.append(archive.read(name).decode("utf-8", "replace"))
     source = "\n".join(text)
     import re
-    triton = sorted(set(re.findall(r"\b(triton_[a-z_]*\d+|[a-z_]+_kernel(?:_\d+)?)\b", source)))
+    # (a kernel's name may hold digits: aot_quant's int8_matmul_kernel)
+    triton = sorted(set(re.findall(r"\b(triton_[a-z_]*\d+|[a-z_][a-z0-9_]*_kernel(?:_\d+)?)\b", source)))
     return {"course": [k for k in COURSE_KERNELS if k in source], "triton": triton,
             "files": len(names), "bytes": path.stat().st_size}
 

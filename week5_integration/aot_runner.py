@@ -11,7 +11,10 @@ A package (aot_package.py wrote it) holds two compiled functions and their metad
 The compiled code trusts its inputs: a float token tensor, a batch above the packaged maximum
 or a position past the cache is read as whatever its bytes are, or past the end of a buffer.
 So `PackagedGPT` checks every call against the metadata first and raises TypeError/ValueError
-saying what was expected; only then does it run the package.
+saying what was expected; only then does it run the package. Layout is the one thing it fixes
+instead of refusing: the compiled code indexes its inputs with the strides of the examples it was
+traced with (contiguous), so a strided view of token ids (`idx[:, ::2]`, a transpose) would be read
+as the wrong tokens, silently; the runner passes a contiguous copy of such a view (a few bytes).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ class PackagedGPT:
         self.max_batch, self.max_len = int(meta["course.max_batch"]), int(meta["course.max_len"])
         self.dtype = getattr(torch, meta["course.dtype"])
         self.device = torch.device(meta["course.device"])
+        self.weights = meta.get("course.weights", "float")  # "int8" / "fp8": aot_quant.py's packages
         self.k_cache = self.v_cache = None
         self.pos = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.length = 0  # positions written so far (host copy of pos)
@@ -75,7 +79,7 @@ class PackagedGPT:
         if self.k_cache is None or self.k_cache.shape != shape:
             self.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
             self.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        out = self.prefill_fn(idx, self.k_cache, self.v_cache)
+        out = self.prefill_fn(idx.contiguous(), self.k_cache, self.v_cache)
         logits = out[0] if isinstance(out, (list, tuple)) else out
         self.length = idx.shape[1]
         self.pos.fill_(self.length)
@@ -90,7 +94,7 @@ class PackagedGPT:
             raise ValueError(f"token has batch {token.shape[0]}; the caches were filled for batch {self.k_cache.shape[1]}")
         if self.length >= self.max_len:
             raise ValueError(f"position {self.length} is past the package's max_len {self.max_len}: the cache is full")
-        out = self.decode_fn(token, self.pos, self.k_cache, self.v_cache)
+        out = self.decode_fn(token.contiguous(), self.pos, self.k_cache, self.v_cache)
         logits = out[0] if isinstance(out, (list, tuple)) else out
         self.length += 1
         self.pos.add_(1)

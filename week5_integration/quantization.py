@@ -68,6 +68,12 @@ from course.gpu import triton, tl
 
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 QMAX = 127  # symmetric int8 grid: -127..127
+# The accuracy bounds of an int8 twin (`quantization_report`; the error model under "Accuracy" in the
+# docstring: logits move by ~1%): norm-wise relative error of the logits, relative change of the
+# validation loss. Wide enough for the model's ~1%, tight enough to catch a wrong scale, a transposed
+# weight or a lost row (errors of order 1). The int8 package (aot_quant.py) is held to the same.
+LOGITS_REL_ERR = 0.03
+LOSS_REL_CHANGE = 0.01
 
 
 # ------------------------------------------------------------------------------- quantizing

@@ -1,0 +1,42 @@
+"""capstone.package_bench: the int8 (and fp8) packages are rows beside the float one, each package's
+size, compile and load time under the table; fp8 without fp8 tensor cores is a row saying why."""
+import pytest
+import torch
+
+from capstone import package_bench as pb
+from course import runtime
+from week5_integration import aot_quant as aq
+from week5_integration import inference
+
+
+def test_runner_path_is_the_torch_only_runner():
+    assert pb.RUNNER.is_file() and pb.RUNNER.parent.name == "week5_integration", pb.RUNNER
+
+
+def test_int8_floor_counts_one_byte_per_weight_and_a_scale_per_row():
+    from capstone import model as cm
+
+    model = cm.build("tiny", "fast", dtype=torch.float32)
+    cfg = model.cfg
+    assert pb.matmul_weight_bytes(model) == inference.matmul_weights(cfg) * 4  # fp32: every matmul weight once
+    rows = sum(mod.out_features for mod in model.modules() if isinstance(mod, torch.nn.Linear))
+    assert pb.matmul_weight_bytes(aq.int8_model(model)) == inference.matmul_weights(cfg) + 4 * rows
+
+
+@pytest.mark.slow  # compiles the tiny model's int8 package (and fp8's on sm_89+): minutes of C++ on a small CPU machine
+def test_bench_reports_the_int8_package_beside_the_float_one():
+    # the tiny model everywhere (on a GPU the plan's gpt2_124m packages take minutes each), in the plan's dtype
+    p = dict(pb.plan(), config="tiny", prompt=16, new=3, batches=[1, 2], repeats=1)
+    variants = ("aoti int8 package", "aoti fp8 package")
+    record = pb.run(p, variants, deadline_s=600)
+    int8 = [r for r in record["rows"] if r["variant"] == "aoti int8 package"]
+    assert [r["batch"] for r in int8] == [1, 2], record["rows"]
+    for row in int8:
+        assert row["ms"] > 0 and row["prefill_tokens_per_s"] > 0 and row["floor_bytes"] > 0, row
+    package = record["package_int8"]
+    assert package["bytes"] > 0 and package["compile_s"] > 0 and package["load_s"] > 0, package
+    fp8 = [r for r in record["rows"] if r["variant"] == "aoti fp8 package"]
+    if not (runtime.on_gpu() and runtime.has_capability(aq.FP8_MINIMUM)):
+        assert all("refused" in r["skipped"] and "int8" in r["skipped"] for r in fp8), fp8
+        assert "not built" in pb.table(record)
+    assert "int8 package:" in pb.table(record)
