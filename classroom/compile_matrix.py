@@ -271,7 +271,8 @@ _DOTS: dict = {}
 
 
 def has_dot(fn, spec: dict) -> bool:
-    """Whether the kernel, as specialized, does a tl.dot (its TTIR has tt.dot; compiled for sm_80)."""
+    """Whether the kernel, as specialized, does a tl.dot (its TTIR has tt.dot; compiled for sm_90, where every
+    dtype a lesson uses exists: an fp8e4nv kernel does not compile for sm_80)."""
     key = json.dumps([spec["kernel"], spec["signature"], spec["constexprs"]], sort_keys=True, default=str)
     if key not in _DOTS:
         import triton
@@ -281,7 +282,7 @@ def has_dot(fn, spec: dict) -> bool:
         signature = {n: tuple(k) if isinstance(k, list) else k for n, k in spec["signature"].items()}
         source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=values)
         with without_ptxas():  # the TTIR is all this asks of the compile
-            _DOTS[key] = "tt.dot" in triton.compile(source, target=GPUTarget("cuda", 80, 32)).asm["ttir"]
+            _DOTS[key] = "tt.dot" in triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ttir"]
     return _DOTS[key]
 
 
