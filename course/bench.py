@@ -88,6 +88,11 @@ class Benchmark:
         return {label: count_source_lines(spec) for label, spec in self.sources.items()}
 
 
+def utc_now() -> str:
+    """The date a record is stamped with: UTC, to the minute."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def pow2_label(n: int) -> str:
     """2^26 rather than 67108864 in tables."""
     return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
@@ -373,7 +378,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
         "clock": bench.clock,
         "headline": list(bench.headline),
         "simulated": not runtime.on_gpu(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "machine": runtime.describe(),
         "ceilings": dict(_ceilings),
         "rows": rows,

@@ -90,7 +90,7 @@ COURSE_KERNELS = ("rmsnorm_fwd_row_kernel", "add_rmsnorm_fwd_kernel", "rope_kern
                   "flash_attention_fwd_kernel", "swiglu_fwd_kernel")
 
 
-def _gpu(t: torch.Tensor) -> bool:
+def on_gpu_tensor(t: torch.Tensor) -> bool:
     # The branch is taken while tracing (fake tensors have a device): on a CUDA tensor the course
     # kernel, compiled into the package; elsewhere the torch reference, which Inductor compiles.
     return t.device.type == "cuda" and runtime.on_gpu()
@@ -101,7 +101,7 @@ def _gpu(t: torch.Tensor) -> bool:
 def aot_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm(x, (N,), weight, eps): week 4's row kernel (one program per row) on a GPU."""
     N = x.shape[-1]
-    if not _gpu(x) or N > rmsnorm.MAX_N:
+    if not on_gpu_tensor(x) or N > rmsnorm.MAX_N:
         return F.rms_norm(x, (N,), weight, eps)
     x = x.contiguous()
     y = torch.empty_like(x)
@@ -118,7 +118,7 @@ def aot_add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(h, y) = (x + delta, rms_norm(h)): week 4's add_rmsnorm kernel (one pass) on a GPU."""
     N = x.shape[-1]
-    if not _gpu(x) or N > add_rmsnorm.MAX_N or x.dtype != delta.dtype:
+    if not on_gpu_tensor(x) or N > add_rmsnorm.MAX_N or x.dtype != delta.dtype:
         h = x + delta
         return h, F.rms_norm(h, (N,), weight, eps)
     x, delta = x.contiguous(), delta.contiguous()
@@ -136,7 +136,7 @@ def aot_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
              sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate-half RoPE of q and k (B, H, T, Dh), any strides with a contiguous last dim (views of
     the qkv projection); cos/sin (T, Dh/2) fp32: week 4's rope kernel, q and k in one launch."""
-    if not _gpu(q):
+    if not on_gpu_tensor(q):
         return m.torch_rope(q, k, cos, sin)
     B, H, S, D = q.shape
     q_out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -164,7 +164,7 @@ def aot_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> t
     power-of-two length; a package has no autotuner at run time): the config the eager path
     uses for short 16-bit sequences, fp32's own for fp32."""
     B, H, S, D = q.shape
-    if not _gpu(q) or D not in fa.HEAD_DIMS:
+    if not on_gpu_tensor(q) or D not in fa.HEAD_DIMS:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     config = fap.fixed_config(fa.SMALL_FWD, q.dtype, 1)  # bucket 1: "short", never None
     out = torch.empty((B, H, S, D), dtype=q.dtype, device=q.device)
@@ -183,7 +183,7 @@ def aot_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> t
 def aot_swiglu(h: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up of h = [gate | up] (..., 2N), read in place: week 4's swiglu kernel."""
     n = h.shape[-1] // 2
-    if not _gpu(h):
+    if not on_gpu_tensor(h):
         return m.torch_swiglu(h)
     h2 = h.contiguous().view(-1, 2 * n)
     M = h2.shape[0]

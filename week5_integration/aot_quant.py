@@ -79,7 +79,7 @@ def aot_int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> to
     """x (..., K) @ deq(q, scale)^T -> (..., N) in x's dtype: the lesson's int8_matmul_kernel on a GPU."""
     N, K = q.shape
     flat = x.reshape(-1, K).contiguous()
-    if not ap._gpu(x) or x.dtype not in qz.X_DTYPES:
+    if not ap.on_gpu_tensor(x) or x.dtype not in qz.X_DTYPES:
         # The kernel's arithmetic in torch ops: integers in x's dtype (exact), the scale once, at the end.
         y = (flat @ q.to(x.dtype).t()) * scale
         return y.to(x.dtype).reshape(*x.shape[:-1], N)

@@ -182,7 +182,7 @@ def test_refuses_what_tma_cannot_run_and_flash_blocked_takes_it(monkeypatch):
 def test_the_op_names_its_rungs_by_what_they_are():
     fa = attention_op()
     q, k, v = qkv(1, 2, 8, 8, 16, torch.float16)
-    with pytest.raises(ValueError, match=r"rung must be one of 'flash_blocked', 'flash_tma', got 'rung4'"):
+    with pytest.raises(ValueError, match=r"rung must be one of 'flash_blocked', 'flash_tma', 'flash_hopper', got 'rung4'"):
         fa.flash_attention(q, k, v, rung="rung4")
     with pytest.raises(ValueError, match=r"config BLOCK_M must be a power of two"):
         fa.flash_attention(q, k, v, rung="flash_blocked", tile={"BLOCK_M": 24, "BLOCK_N": 16})

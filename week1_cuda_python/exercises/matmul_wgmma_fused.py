@@ -31,7 +31,7 @@ from course import validate
 from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
-    _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, TMA_ALIGN_BYTES, launch_geometry)
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, TMA_ALIGN_BYTES, launch_geometry)
 
 # Given, from the solution: the kernel source is the solution's (the stub has no copy of the .cu file)
 from week1_cuda_python.matmul_wgmma_fused import (  # noqa: E402, F401
@@ -87,7 +87,7 @@ def _kernel(name: str):
     kernel = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(), name.encode()),
                  f"cuModuleGetFunction({name})")
-    driver_check(cuda_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   PERSISTENT_TILES.shared_bytes), "cuFuncSetAttribute")
     return kernel
 

@@ -45,7 +45,7 @@ OFF_HOPPER_FALLBACK = "matmul_wmma_cp_async"  # for every GPU that is not comput
 TMA_ALIGN_BYTES = 16                  # base address and row strides of every TMA tensor
 CLUSTERS = {1: "wgmma_persistent", 2: "wgmma_cluster"}  # blocks per cluster -> the kernels' name
 INT32_MAX = 2**31 - 1
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
     kernel = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(defines), name.encode()),
                  f"cuModuleGetFunction({name})")
-    driver_check(cuda_driver().cuFuncSetAttribute(kernel, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   shared_bytes), "cuFuncSetAttribute")
     return kernel
 

@@ -4,9 +4,9 @@
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
 it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.attention.bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
-the split and atomic backward strategies; `--sweep-tma` picks the forward (flash_hopper, flash_tma or
-flash_blocked) and flash_tma's tile per head dim and mask, and writes them as rows of
-results/dispatch_attention.json (attention/dispatch.py reads it). `LADDERS`: the forward as
+the split and atomic backward strategies; `python -m week4_triton_dl.attention.sweep_forward` picks the
+forward (flash_hopper, flash_tma or flash_blocked) and flash_tma's tile per head dim and mask, and
+writes them as rows of results/dispatch_attention.json (attention/dispatch.py reads it). `LADDERS`: the forward as
 numbered rungs, naive to fused (`python -m course rung attention` lists them, `python -m course
 rung attention 2` runs one). Over 500 lines: the measuring side of one op, with no kernel in it
 (benchmarks, the ladder, flash_blocked's sweep, each its own section; the forward's sweep that
@@ -51,7 +51,7 @@ def batch_for(seq):
     return max(1, TOKENS // (HEADS * seq))
 
 
-def _sdpa(backend=None):
+def sdpa(backend=None):
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
@@ -63,7 +63,7 @@ def _sdpa(backend=None):
     return run
 
 
-def _backends():
+def sdpa_backends():
     from torch.nn.attention import SDPBackend
     return {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
             "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_math": SDPBackend.MATH}
@@ -113,9 +113,9 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
     wrap = _forward_backward if backward else _forward_only
     ours = lambda q, k, v, c: flash_attention(q, k, v, c)  # noqa: E731
     blocked_only = lambda q, k, v, c: flash_attention(q, k, v, c, rung="flash_blocked")  # noqa: E731
-    variants = {"torch": wrap(_sdpa(), causal)}
+    variants = {"torch": wrap(sdpa(), causal)}
     for label in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient"):
-        variants[label] = wrap(_sdpa(_backends()[label]), causal)
+        variants[label] = wrap(sdpa(sdpa_backends()[label]), causal)
     variants["triton_flash"] = wrap(ours, causal)  # the op as a model gets it: flash_tma's forward on an H100
     variants["triton_flash_blocked"] = wrap(blocked_only, causal)
 
@@ -153,8 +153,8 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
 def _naive_benchmark(head_dim=128, dtype=torch.bfloat16):
     short = str(dtype).replace("torch.", "")
     variants = {
-        "torch": _forward_only(_sdpa(), False),
-        "sdpa_math": _forward_only(_sdpa(_backends()["sdpa_math"]), False),
+        "torch": _forward_only(sdpa(), False),
+        "sdpa_math": _forward_only(sdpa(sdpa_backends()["sdpa_math"]), False),
         "triton_naive": _forward_only(lambda q, k, v, c: attention_naive(q, k, v, c), False),
         "triton_flash_fwd_only": _forward_only(lambda q, k, v, c: flash_attention_forward_only(q, k, v, c), False),
         "triton_flash": _forward_only(lambda q, k, v, c: flash_attention(q, k, v, c, rung="flash_blocked"), False),
@@ -254,8 +254,8 @@ BENCHMARKS += [
               "(fp32 in simulation), B x H x S x D",
         sizes=TRAIN_SIZES, sim_sizes=TRAIN_SIM_SIZES, size_label=_model_label,
         make_inputs=lambda size: _model_inputs(size, True),
-        variants={"torch": _forward_backward(_sdpa(), True),
-                  "sdpa_flash": _forward_backward(_sdpa(_backends()["sdpa_flash"]), True),
+        variants={"torch": _forward_backward(sdpa(), True),
+                  "sdpa_flash": _forward_backward(sdpa(sdpa_backends()["sdpa_flash"]), True),
                   "triton": _forward_backward(_public_entry, True)},
         graphed=("torch", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
         headline=("triton", "sdpa_flash"),
@@ -276,7 +276,7 @@ BENCHMARKS += [
               "simulation), B x H x S x D",
         sizes=HOST_SIZES, sim_sizes=HOST_SIM_SIZES, size_label=_model_label,
         make_inputs=lambda size: _model_inputs(size, False),
-        variants={"torch": lambda q, k, v: _sdpa()(q, k, v, True),
+        variants={"torch": lambda q, k, v: sdpa()(q, k, v, True),
                   "triton": lambda q, k, v: flash_attention(q, k, v, True),
                   "triton_tma": lambda q, k, v: flash_attention_tma_forward(q, k, v, True)[0]},
         headline=("triton",),
@@ -292,7 +292,7 @@ BENCHMARKS += [
 
 
 # =============================================================================== sweep
-def _time_ms(fn, warmup=10, rep=40):
+def time_ms(fn, warmup=10, rep=40):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep)
 
 
@@ -301,7 +301,7 @@ def _cfg_label(cfg):
     return f"M{kw['BLOCK_M']:>3} N{kw['BLOCK_N']:>3} w{kw.get('num_warps', 4)} s{kw.get('num_stages', 3)}"
 
 
-def _try(fn):
+def attempt(fn):
     try:
         return fn(), None
     except Exception as error:  # a config that does not compile (shared memory, registers) is a result
@@ -309,12 +309,12 @@ def _try(fn):
 
 
 def _sdpa_times(label, q, k, v, do, causal):
-    fn = _sdpa(_backends()[label])
-    fwd, err = _try(lambda: _time_ms(lambda: fn(q, k, v, causal)))
+    fn = sdpa(sdpa_backends()[label])
+    fwd, err = attempt(lambda: time_ms(lambda: fn(q, k, v, causal)))
     if err:
         return None, None, err
     out = fn(q, k, v, causal)
-    bwd, err = _try(lambda: _time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)))
+    bwd, err = attempt(lambda: time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)))
     return fwd, bwd, err
 
 
@@ -409,14 +409,14 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
                     say(f"{pb.tag} {label:<12} fwd {fwd:8.3f} ms {tflops(pb.flops_fwd, fwd):6.1f} TFLOP/s | "
                         f"bwd {bwd:8.3f} ms {tflops(pb.flops_bwd, bwd):6.1f} TFLOP/s")
             if check:
-                ref_out = _sdpa(_backends()["sdpa_flash"])(pb.q, pb.k, pb.v, causal)
+                ref_out = sdpa(sdpa_backends()["sdpa_flash"])(pb.q, pb.k, pb.v, causal)
                 ref_grads = torch.autograd.grad(ref_out, (pb.q, pb.k, pb.v), pb.do)
                 ref_out = ref_out.detach()
             err_text = lambda e: f"err {e:.1e}" if check else ""  # noqa: E731
 
             best_fwd = (math.inf, None)
             for cfg in fwd_cfgs:
-                ms, err = _try(lambda: _time_ms(lambda: pb.forward(cfg)))
+                ms, err = attempt(lambda: time_ms(lambda: pb.forward(cfg)))
                 if err:
                     say(f"{pb.tag} fwd    {_cfg_label(cfg)} failed: {err}")
                     continue
@@ -427,7 +427,7 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
             if best_fwd[1] is None:
                 continue
             pb.prepare_backward(best_fwd[1])
-            ms_delta = _time_ms(lambda: backward_delta(pb.out, pb.do, pb.lse.dtype))
+            ms_delta = time_ms(lambda: backward_delta(pb.out, pb.do, pb.lse.dtype))
             best = {}
             for kind, cfgs, launch, outputs in (
                     ("bwd_kv", kv_cfgs, lambda c: pb.kv(c), lambda: ((pb.dk, pb.dv), ref_grads[1:] if check else None)),
@@ -436,7 +436,7 @@ def sweep(head_dim=128, dtype=torch.bfloat16, seq_lens=(1024, 4096, 16384), quic
                      lambda: ((pb.dq, pb.dk, pb.dv), ref_grads if check else None))):
                 best[kind] = (math.inf, None)
                 for cfg in cfgs:
-                    ms, err = _try(lambda: _time_ms(lambda: launch(cfg)))
+                    ms, err = attempt(lambda: time_ms(lambda: launch(cfg)))
                     if err:
                         say(f"{pb.tag} {kind:<6} {_cfg_label(cfg)} failed: {err}")
                         continue
@@ -494,17 +494,11 @@ def _memory_line(head_dim, dtype, say, seq=4096):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="time every config beside SDPA (GPU)")
-    parser.add_argument("--sweep-tma", action="store_true",
-                        help="time flash_tma's tiles per head dim and mask, save results/dispatch_attention.json (GPU)")
     parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
     parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--quick", action="store_true", help="a few configs only")
     args = parser.parse_args(argv)
-    if args.sweep_tma:
-        from week4_triton_dl.attention.sweep_forward import sweep_tma  # it imports this module's timers
-        sweep_tma(dtype=getattr(torch, args.dtype))
-        return 0
     if not args.sweep:
         parser.print_help()
         return 0

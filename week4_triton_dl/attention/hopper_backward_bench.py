@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week4_triton_dl.attention.backward import flash_attention_backward
-from week4_triton_dl.attention.flash import flash_attention_forward
+from week4_triton_dl.attention.op import flash_attention_forward
 from week4_triton_dl.attention.hopper_backward import attention_hopper_backward, unsupported
 
 PROG = "python -m week4_triton_dl.attention.hopper_backward_bench"

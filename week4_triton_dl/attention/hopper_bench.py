@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
-from week4_triton_dl.attention.flash import flash_attention
+from week4_triton_dl.attention.op import flash_attention
 from week4_triton_dl.attention.hopper import attention_hopper, attention_hopper_forward, device_refusal
 
 PROG = "python -m week4_triton_dl.attention.hopper_bench"

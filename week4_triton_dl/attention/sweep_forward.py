@@ -1,6 +1,6 @@
 """Which forward week 4's attention op runs on this GPU: the sweep that writes its table.
 
-`python -m week4_triton_dl.attention.bench --sweep-tma` (GPU) times, per (head dim, causal) at
+`python -m week4_triton_dl.attention.sweep_forward` (GPU) times, per (head dim, causal) at
 S = 4096: flash_tma's tiles (each checked against SDPA first), flash_blocked as the op runs it
 (autotuned), and the Hopper CUDA C forward (attention/hopper.py) where it runs, beside cuDNN. The
 fastest becomes the op's rung for that key in results/dispatch_attention.json only when it beats
@@ -8,6 +8,7 @@ flash_blocked by dispatch.MARGIN (run-to-run noise is about 2 %); attention/disp
 """
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
@@ -19,7 +20,7 @@ from course.gpu import DEVICE
 
 from week4_triton_dl.attention import dispatch, hopper
 from week4_triton_dl.attention import flash as blocked  # the flash_blocked forward's launcher
-from week4_triton_dl.attention.bench import HEADS, _backends, _sdpa, _time_ms, _try, attention_flops, batch_for
+from week4_triton_dl.attention.bench import HEADS, sdpa_backends, sdpa, time_ms, attempt, attention_flops, batch_for
 from week4_triton_dl.attention.tma import launch_forward_tma
 
 
@@ -38,7 +39,7 @@ def _time_hopper(q, k, v, causal, ref, say) -> float | None:
         return None
     scale = 1 / math.sqrt(q.shape[-1])
     run = lambda: hopper.launch_forward_hopper(q, k, v, causal, scale)  # noqa: E731
-    out, err = _try(lambda: run()[0])
+    out, err = attempt(lambda: run()[0])
     if err is not None:
         say(f"  flash_hopper: failed: {err}")
         return None
@@ -46,7 +47,7 @@ def _time_hopper(q, k, v, causal, ref, say) -> float | None:
     if not rel < 2e-2:  # the same bound as flash_tma's tiles above
         say(f"  flash_hopper: WRONG, rel err {rel:.1e}")
         return None
-    ms = _time_ms(run, 25, 200)
+    ms = time_ms(run, 25, 200)
     say(f"  flash_hopper (CUDA C): {ms:.4f} ms (rel err {rel:.1e})")
     return ms
 
@@ -56,7 +57,7 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
     flash_blocked as the op runs it, and save a row per key to results/dispatch_attention.json: the rung the
     op should run (flash_tma where its best tile beats flash_blocked by dispatch.MARGIN) and its tile."""
     if not runtime.on_gpu():
-        raise SystemExit("--sweep-tma times kernels on a GPU; this machine runs the Triton interpreter")
+        raise SystemExit("the forward sweep times kernels on a GPU; this machine runs the Triton interpreter")
     say = lambda text: print(text, file=stream, flush=True)  # noqa: E731
     rows = []
     for head_dim in head_dims:
@@ -64,15 +65,15 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
             batch = batch_for(seq)
             q, k, v = (random_tensor((batch, HEADS, seq, head_dim), dtype, DEVICE) for _ in range(3))
             flops = attention_flops(batch, HEADS, seq, seq, head_dim, causal)
-            ref = _sdpa()(q, k, v, causal)
-            cudnn = _time_ms(lambda: _sdpa(_backends()["sdpa_cudnn"])(q, k, v, causal), 25, 200)
+            ref = sdpa()(q, k, v, causal)
+            cudnn = time_ms(lambda: sdpa(sdpa_backends()["sdpa_cudnn"])(q, k, v, causal), 25, 200)
             say(f"D={head_dim} {'causal' if causal else 'full'} S={seq} B={batch}: cuDNN {cudnn:.4f} ms "
                 f"{flops / cudnn / 1e9:.0f} TFLOP/s")
             best = None
             for bm, bn, warps, stages in TMA_TILES:
                 tile = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
                 run = lambda: launch_forward_tma(q, k, v, causal, 1 / math.sqrt(head_dim), None, tile=tile)  # noqa: E731
-                out, err = _try(lambda: run()[0])
+                out, err = attempt(lambda: run()[0])
                 if err is not None:
                     say(f"  {bm}x{bn} w{warps} s{stages}: failed: {err}")
                     continue
@@ -80,7 +81,7 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                 if not rel < 2e-2:  # bf16 attention: ~4e-3 norm-wise; NaN fails too
                     say(f"  {bm}x{bn} w{warps} s{stages}: WRONG, rel err {rel:.1e}")
                     continue
-                ms = _time_ms(run, 25, 200)
+                ms = time_ms(run, 25, 200)
                 say(f"  {bm}x{bn} w{warps} s{stages}: {ms:.4f} ms {flops / ms / 1e9:.0f} TFLOP/s "
                     f"{cudnn / ms:.2f}x cuDNN (rel err {rel:.1e})")
                 if best is None or ms < best[0]:
@@ -89,7 +90,7 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                 # flash_blocked as the op would run it (autotuned pointer kernel), same inputs: flash_tma
                 # becomes what a model gets only where it beats this by dispatch.MARGIN.
                 scale = 1 / math.sqrt(head_dim)
-                blocked_ms = _time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None,
+                blocked_ms = time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None,
                                                                      rung="flash_blocked"), 25, 200)
                 # The CUDA C forward (attention/hopper.py), where it runs: checked, then timed the same way.
                 hopper_ms = _time_hopper(q, k, v, causal, ref, say)
@@ -109,5 +110,17 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                                           "seq": seq, "batch": batch}})
             del q, k, v, ref
             torch.cuda.empty_cache()
-    path = dispatch.TABLE.save(rows, "python -m week4_triton_dl.attention.bench --sweep-tma")
+    path = dispatch.TABLE.save(rows, "python -m week4_triton_dl.attention.sweep_forward")
     say(f"wrote {path}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    args = parser.parse_args(argv)
+    sweep_tma(dtype=getattr(torch, args.dtype))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

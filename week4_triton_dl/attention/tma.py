@@ -30,7 +30,7 @@ What this rung does with it:
   four 128-byte descriptors into scratch memory that Triton asks for at launch
   (`descriptor_workspace`, from torch's caching allocator).
 * One tile per (head dim, causal), from a sweep of eight on the H100 beside cuDNN
-  (`python -m week4_triton_dl.attention.bench --sweep-tma` writes
+  (`python -m week4_triton_dl.attention.sweep_forward` writes
   results/tuned_attention_tma.json, which the launcher reads; DEFAULT_TILE, the D = 128 winner of
   tools/probe_fa_hopper.py's 30 configs, where no sweep has run on this kind of GPU).
 * Key padding (`key_lengths`): padding keys are real memory here (TMA fills zeros only past S),

@@ -196,7 +196,7 @@ def rounds(n_rounds: int, only: tuple = ()) -> dict:
             "notes": f"median over {n_rounds} rounds (each round: every variant's median of course.bench.time_call, "
                      "in turn, same inputs); speedup = torch's ms / this ms in the same round, median [min, max]",
             "clock": "events", "headline": ["triton"], "simulated": not runtime.on_gpu(),
-            "date": bench._dt.datetime.now(bench._dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": bench.utc_now(),
             "machine": runtime.describe(), "ceilings": {}, "rows": rows}
 
 

@@ -29,7 +29,7 @@ from course.gpu import triton, tl
 
 
 @triton.jit
-def _swiglu_epilogue(acc_g, acc_u, pre_ptr, rows, cols, mask, stride_pm, F_COLS, STORE_PRE: tl.constexpr):
+def swiglu_epilogue(acc_g, acc_u, pre_ptr, rows, cols, mask, stride_pm, F_COLS, STORE_PRE: tl.constexpr):
     """h = silu(g) * u on the two fp32 accumulators; with STORE_PRE also g and u, rounded to the
     buffer's dtype, at (row, col) and (row, F_COLS + col) of the (M, 2 F_COLS) buffer `pre`."""
     if STORE_PRE:
@@ -40,14 +40,14 @@ def _swiglu_epilogue(acc_g, acc_u, pre_ptr, rows, cols, mask, stride_pm, F_COLS,
 
 
 @triton.jit
-def _bias_epilogue(acc, bias_ptr, cols, N):
+def bias_epilogue(acc, bias_ptr, cols, N):
     """acc + bias[cols] (fp32), the bias masked to N."""
     bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     return acc + bias[None, :]
 
 
 @triton.jit
-def _residual_epilogue(acc, res_ptr, rows, cols, mask, stride_rm, stride_rn):
+def residual_epilogue(acc, res_ptr, rows, cols, mask, stride_rm, stride_rn):
     """acc + residual[rows, cols] in fp32 (the residual in any dtype and strides)."""
     res = tl.load(res_ptr + rows[:, None].to(tl.int64) * stride_rm + cols[None, :] * stride_rn, mask=mask, other=0.0)
     return acc + res.to(tl.float32)

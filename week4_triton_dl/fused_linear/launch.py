@@ -15,6 +15,7 @@ output is in weight's dtype, or the residual's when there is one.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -22,6 +23,7 @@ import torch
 from course import dispatch, runtime, validate
 from course.gpu import triton
 from week3_triton_kernels.matmul_launch import AUTOTUNE_CONFIGS, SIM_CONFIG, tile_config
+from week4_triton_dl.fused_linear import kernel as solution
 from week4_triton_dl.fused_linear.prologue_norm import row_rstd
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -58,7 +60,7 @@ def _pruner(w_tiles: int):
 
 class Kernels(NamedTuple):
     """The kernel a launch runs: the @triton.jit kernel (launched with a tile) and its two autotuned
-    wrappers (one accumulator, two for SwiGLU). kernel.py's `KERNELS`; an exercise stub's are its own."""
+    wrappers (one accumulator, two for SwiGLU). `kernels_of(kernel.fused_linear_kernel)`; an exercise stub's are made the same way from its kernel."""
     jit: object
     single_autotuned: object
     dual_autotuned: object
@@ -70,9 +72,10 @@ def kernels_of(kernel) -> Kernels:
                    triton.autotune(configs=DUAL_CONFIGS, key=KEY, prune_configs_by=_pruner(2))(kernel))
 
 
+@functools.cache
 def _default_kernels() -> Kernels:
-    from week4_triton_dl.fused_linear.kernel import KERNELS  # kernel.py builds its record with kernels_of
-    return KERNELS
+    """The solution's kernel with its autotuners, made once (a learner's stub passes its own)."""
+    return kernels_of(solution.fused_linear_kernel)
 
 
 class Result(NamedTuple):

@@ -14,7 +14,7 @@ the first product. So the op is two launches:
 
 1. `row_rstd_kernel`: rstd of every row, one pass over x (reads M*K, writes M floats);
 2. the GEMM with NORM on (fused_linear/kernel.py), reading x, rstd and w_norm, whose A loads
-   go through `_normed_a_tile` below.
+   go through `normed_a_tile` below.
 
 Bytes (x of M x K in fp32 under autocast, the matmul in bf16): unfused, the norm reads x (4 B per
 element), writes y in fp32 (4 B), autocast's cast reads y (4 B) and writes bf16 (2 B), the GEMM reads
@@ -57,7 +57,7 @@ def row_rstd_kernel(x_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps,
 
 
 @triton.jit
-def _normed_a_tile(a, rstd, nw_ptr, offs_k, k_mask, OUT_DTYPE: tl.constexpr):
+def normed_a_tile(a, rstd, nw_ptr, offs_k, k_mask, OUT_DTYPE: tl.constexpr):
     """An A tile (BLOCK_M x BLOCK_K, loaded masked along K) as RMSNorm's output in OUT_DTYPE: each row
     times its rstd (BLOCK_M fp32, loaded once per tile), each column times w_norm[offs_k]."""
     w = tl.load(nw_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
