@@ -150,6 +150,16 @@ def nvvm_missing() -> str | None:
     return None
 
 
+def numpy_row_stack_alias() -> None:
+    """numba-cuda 0.30.4 registers an overload of `np.row_stack` when its array typing is first loaded
+    (numba/cuda/np/arrayobj.py); numpy 2.4, the GPU image's and what `pip install` gives a learner
+    today, removed that alias of `np.vstack`. Every `compile_ptx` then failed there with "module 'numpy'
+    has no attribute 'row_stack'" (H200, 2026-12-06); the alias is put back, in this process only."""
+    import numpy
+    if not hasattr(numpy, "row_stack"):
+        numpy.row_stack = numpy.vstack
+
+
 def compile_all(specs: list[dict], gpus) -> dict:
     """{"kernels", "specializations", "targets", "compiled", "failed", "failures", "not_launched", ...}:
     each distinct recorded Numba specialization compiled to PTX for each class of `gpus`."""
@@ -169,6 +179,7 @@ def compile_all(specs: list[dict], gpus) -> dict:
     if missing:
         result["not_checked"] = f"no NVVM on this machine ({missing})"
         return result
+    numpy_row_stack_alias()
     modules = {}
     for spec in distinct.values():
         module_name, _, name = spec["kernel"].partition(":")

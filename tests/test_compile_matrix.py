@@ -187,10 +187,11 @@ def test_every_launcher_of_a_bf16_dot_refuses_bf16_on_a_t4(monkeypatch):
     from week4_triton_dl.attention import naive as attention_naive
 
     monkeypatch.setattr(runtime, "capability", lambda device=None: (7, 5))
-    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    # On the kernels' device: a CPU tensor on a GPU machine is refused first, for being on the CPU.
+    a = torch.ones(16, 16, dtype=torch.bfloat16, device=runtime.DEVICE)
     with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*>= 8\.0.*use float16"):
         matmul_basic.matmul_plain(a, a)
-    q = torch.ones(1, 1, 16, 16, dtype=torch.bfloat16)
+    q = torch.ones(1, 1, 16, 16, dtype=torch.bfloat16, device=runtime.DEVICE)
     with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
         attention_naive.attention_naive(q, q, q)
     matmul_basic.matmul_plain(a.half(), a.half())  # float16 runs there
@@ -237,3 +238,18 @@ def test_a_bf16_refusal_that_reached_a_kernel_without_a_dot_does_not_refuse_it(t
     # vector_add has no tl.dot: a bf16 refusal beside its launch came from another op of its caller.
     status, out = _matrix(tmp_path, [_spec(1024, "*fp16", needs=[{"accepts": "bfloat16"}, BF16_NEED])])
     assert status == 0 and "(1 of them the bf16" in out and "10 fit" in out and "0 refused" in out, out
+
+
+def test_numba_kernels_compile_under_a_numpy_without_row_stack(tmp_path):
+    # numpy 2.4 removed np.row_stack, which numba-cuda 0.30.4 overloads when its array typing loads: on the
+    # H200 (numpy 2.4.6) every Numba PTX compile failed until course/numba_ptx.py put the alias back.
+    code = ("import numpy; del numpy.row_stack\n"
+            "from course import numba_ptx, runtime\n"
+            "spec = {'kernel': 'week1_cuda_python.vector_add:add_kernel', 'numba': True,\n"
+            "        'args': [{'array': ['float32', 1, 'C']}] * 3}\n"
+            "r = numba_ptx.compile_all([spec], runtime.GPU_CLASSES[:1])\n"
+            "assert r.get('not_checked') or (r['compiled'], r['failed']) == (1, 0), r\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env.update(PYTHONPATH=str(ROOT), COURSE_BACKEND="compile")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -114,7 +114,7 @@ hp.attention_hopper_forward(q, k, v, True, out=out)
 torch.cuda.synchronize()
 print('NaN left', int(out.isnan().sum()))
 PY
-step 05_sanitizer 75 0 "S=\$(python -c 'from course.sanitize import find_sanitizer; print(find_sanitizer() or \"\")'); \
+step 05_sanitizer 75 0 "S=\$(python -c 'from classroom.sanitize import find_sanitizer; print(find_sanitizer() or \"\")'); \
     [ -n \"\$S\" ] || { echo 'no compute-sanitizer'; exit 1; }; rc=0; \
     for tool in memcheck racecheck synccheck; do echo \"--- \$tool\"; \
       \$S --tool \$tool --error-exitcode 99 --kernel-name kns=attention_hopper_fwd python '$OUT/sanitize_case.py' 2>&1 | tail -n 12; \
