@@ -41,7 +41,7 @@ NEEDS_GPU = (
      r"^needs a real NVIDIA GPU \("),
 )
 OTHER_REASONS = (
-    ("a newer GPU (fp8, TMA)", r"compute capability"),
+    ("a newer GPU (fp8, TMA, sm_90a: wgmma)", r"compute capability|needs an sm_90 GPU"),
     ("a tool not installed here (nvcc, ONNX, a C++ compiler)", r"not installed|cannot build"),
     ("GPU machines only: on the CPU the same test checks the CPU's message instead",
      r"^checks the|^what Dynamo|^how the Triton"),
