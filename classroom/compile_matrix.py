@@ -43,6 +43,7 @@ which also shows that ptxas accepts every PTX the matrix made and records each p
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import math
@@ -70,6 +71,7 @@ def ptxas_needed(warps: int, gpu) -> bool:
     return MAX_REGISTERS_PER_THREAD * 32 * warps > gpu.registers_per_block
 
 
+@functools.cache  # one Triton per process: read its source once, not at each of ~2,000 compiles
 def stage_hook_supported() -> bool:
     """Whether this Triton's CUDA backend calls `knobs.runtime.add_stages_inspection_hook` with its
     stages (Triton 3.6 does; 3.9 calls the hook differently): without it, ptxas runs as usual."""
