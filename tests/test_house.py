@@ -127,3 +127,39 @@ def test_python_m_course_and_python_m_classroom_are_one_command_line():
     assert [h.returncode for h in helps] == [0, 0], [h.stderr[-2000:] for h in helps]
     assert helps[0].stdout == helps[1].stdout
     assert "usage: python -m course" in helps[0].stdout and "exercises" in helps[0].stdout
+
+
+# `python -m NAME` in a script, note or docstring must name a module that runs something: one whose
+# file has a `__main__` guard, or a package with __main__.py. A module that lost its command line in
+# a move (week1_cuda_python.sanitize, now `python -m course sanitize week1`) imports, exits 0 and
+# prints nothing, so the GPU check script that called it saw no error and no report.
+PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
+COMMAND_SUFFIXES = (".py", ".sh", ".md", ".ipynb", ".toml", ".txt", ".cfg", ".yml", ".yaml")
+
+
+def _local_tops() -> set:
+    return {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()} \
+        | {p.stem for p in ROOT.glob("*.py")}
+
+
+def _runs_as_main(module: str) -> bool:
+    base = ROOT.joinpath(*module.split("."))
+    if (base / "__main__.py").is_file():
+        return True
+    path = base.with_suffix(".py")
+    return path.is_file() and re.search(r"__name__\s*==\s*['\"]__main__['\"]", path.read_text()) is not None
+
+
+def test_every_python_m_command_names_a_module_with_a_command_line():
+    tops, bad = _local_tops(), []
+    # results/ keeps each record as it ran (its command line then), so the rule reads everything else
+    skip = {".git", ".devwheels", "__pycache__", "node_modules", "results"}
+    for path in sorted(ROOT.rglob("*")):
+        if not path.is_file() or path.suffix not in COMMAND_SUFFIXES or skip & set(path.relative_to(ROOT).parts):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for module in PYTHON_M.findall(line):
+                module = module.rstrip(".")
+                if module.split(".")[0] in tops and not _runs_as_main(module):
+                    bad.append(f"{path.relative_to(ROOT)}:{number}: python -m {module}")
+    assert not bad, "these commands name a module with no command line (no __main__ guard):\n" + "\n".join(bad)

@@ -121,7 +121,7 @@ def test_record_and_render_from_the_json_alone(tmp_path, capsys):
 
 
 def test_committed_markdown_is_rendered_from_its_json():
-    # Each week's results/ncu_hopper.md is `python -m course.ncu --render results/ncu_hopper.json`.
+    # Each week's results/ncu_hopper.md is `python -m course ncu --render results/ncu_hopper.json`.
     found = sorted(Path(__file__).resolve().parent.parent.glob("week*/results/ncu_hopper.json"))
     assert found
     for path in found:

@@ -106,7 +106,7 @@ PY"
     step 03f_tests_fused 130 0 "python -m pytest tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider \
         -o faulthandler_timeout=60 --durations=8"
     # correctness evidence before speed: the sanitizer runs before the bench (the budget may cut the last step)
-    step 04f_sanitizer_fused 50 0 "python -m week1_cuda_python.sanitize --no-warmup --out '$OUT/sanitizer' \
+    step 04f_sanitizer_fused 50 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
         --only matmul_wgmma_fused --tools memcheck racecheck synccheck --timeout 45 --budget 48 \
         && cat '$OUT/sanitizer/sanitizer.md'"
     step 05f_bench_fused 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 --rep-ms 20 \

@@ -339,7 +339,7 @@ def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor) -> torch.Tensor:
     return linear_swiglu_op(x, w_gate_up)
 
 
-# --- compute-sanitizer cases (python -m week1_cuda_python.sanitize --only matmul_wgmma_fused) ---
+# --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_fused) ---
 
 def _sanitizer_case(epilogue: str, dtype: torch.dtype) -> None:
     # 300 rows (2 x 128 + 44), K = 328 (5 stages + a partial one), N = 336 (one store chunk partly

@@ -90,8 +90,8 @@ def sweep_tma(head_dims=(64, 128), seq=4096, dtype=torch.bfloat16, stream=sys.st
                 # flash_blocked as the op would run it (autotuned pointer kernel), same inputs: flash_tma
                 # becomes what a model gets only where it beats this by dispatch.MARGIN.
                 scale = 1 / math.sqrt(head_dim)
-                blocked_ms = time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None,
-                                                                     rung="flash_blocked"), 25, 200)
+                blocked_ms = time_ms(lambda: blocked.launch_forward(q, k, v, causal, scale, None),
+                                 25, 200)
                 # The CUDA C forward (attention/hopper.py), where it runs: checked, then timed the same way.
                 hopper_ms = _time_hopper(q, k, v, causal, ref, say)
                 timed = {"flash_tma": best[0], **({"flash_hopper": hopper_ms} if hopper_ms else {})}
