@@ -275,6 +275,50 @@ def time_with_memory(fn: Callable, sets: list, clock: str = "events") -> tuple[T
     return timing, max(0, torch.cuda.max_memory_allocated() - before)
 
 
+@dataclass
+class Rounds:
+    """The times of interleaved rounds: `ms[label][r]` is variant `label`'s time (ms) in round r."""
+    ms: dict
+
+    def median(self, label: str) -> float:
+        """The variant's ms: the median over rounds."""
+        return statistics.median(self.ms[label])
+
+    def spread_pct(self, label: str) -> float:
+        """How far the variant's own times moved over the rounds: (max - min) / median, in %."""
+        ms = self.ms[label]
+        return 100 * (max(ms) - min(ms)) / statistics.median(ms)
+
+    def ratios(self, label: str, baseline: str = REFERENCE) -> list:
+        """baseline ms / variant ms, round by round (> 1: faster than the baseline in that round)."""
+        return [base / own for base, own in zip(self.ms[baseline], self.ms[label])]
+
+    def ratio_range(self, label: str, baseline: str = REFERENCE) -> tuple:
+        """(median, min, max) over rounds of `ratios(label, baseline)`: a ratio and its spread."""
+        ratios = self.ratios(label, baseline)
+        return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def interleaved_rounds(variants: dict, rounds: int, time_ms: Callable) -> Rounds:
+    """Time every variant once per round, in turn, for `rounds` rounds; `time_ms(fn)` times one.
+
+    Why interleave: a vendor kernel's rate on one GPU moves by ~10% between runs minutes apart
+    (cuBLAS on an H100: 599 to 668 TFLOP/s at one shape on two days; a torch.compile'd twin
+    drifts as much), with the clock, the temperature and the neighbours. A ratio of two timings
+    taken apart measures that drift as much as the kernel. Timed in turn, round after round, the
+    variants share each round's conditions, so a ratio is taken within a round (`Rounds.ratios`),
+    and the median over rounds with the min - max beside it says whether a target holds against
+    the baseline's good rounds too, not only on average.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    ms = {label: [] for label in variants}
+    for _ in range(rounds):
+        for label, fn in variants.items():
+            ms[label].append(time_ms(fn))
+    return Rounds(ms)
+
+
 _ceilings: dict = {}
 
 

@@ -16,28 +16,8 @@
 set -u
 OUT=${OUT:-/tmp/gpu-aot-quant}
 BUDGET_S=${BUDGET_S:-570}
-mkdir -p "$OUT/logs" "$OUT/results"
-deadline=$(( $(date +%s) + BUDGET_S ))
-export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader > "$OUT/logs/nvidia-smi.txt" 2>&1
-cat "$OUT/logs/nvidia-smi.txt"
-
-# step NAME LIMIT_S FATAL COMMAND: COMMAND with at most LIMIT_S seconds (less if the budget is short),
-# logged to $OUT/logs/NAME.log, its tail printed; a FATAL step that fails ends the script.
-step() {
-    local name=$1 limit=$2 fatal=$3 cmd=$4
-    local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
-    [ "$limit" -gt "$left" ] && limit=$left
-    echo "=== $name (limit ${limit} s, ${left} s left)"
-    local t0=$(date +%s)
-    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
-    local rc=$?
-    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
-    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
-    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then echo "=== stopping: $name failed"; exit "$rc"; fi
-    return "$rc"
-}
+CHECK_SMI_FIELDS=name,driver_version,compute_cap
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 
 step 01_smoke 120 1 "python - <<'PY'
 import torch

@@ -13,26 +13,9 @@
 set -u
 OUT=${OUT:-/tmp/gpu-fused-linear}
 BUDGET_S=${BUDGET_S:-590}
-mkdir -p "$OUT/logs" "$OUT/results" "$OUT/capstone"
-deadline=$(( $(date +%s) + BUDGET_S ))
-export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader > "$OUT/logs/nvidia-smi.txt" 2>&1
-cat "$OUT/logs/nvidia-smi.txt"
-
-step() {  # step NAME LIMIT_S FATAL COMMAND (as tools/gpu_gemm_check.sh)
-    local name=$1 limit=$2 fatal=$3 cmd=$4
-    local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
-    [ "$limit" -gt "$left" ] && limit=$left
-    echo "=== $name (limit ${limit} s, ${left} s left)"
-    local t0=$(date +%s)
-    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
-    local rc=$?
-    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
-    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
-    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then echo "=== stopping: $name failed"; exit "$rc"; fi
-    return "$rc"
-}
+mkdir -p "$OUT/capstone"
+CHECK_SMI_FIELDS=name,driver_version,clocks.sm,temperature.gpu
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 
 cat > "$OUT/smoke.py" <<'PY'
 import sys

@@ -23,35 +23,9 @@
 set -u
 OUT=${OUT:-/tmp/gpu-gemm}
 BUDGET_S=${BUDGET_S:-285}
-mkdir -p "$OUT/logs" "$OUT/results"
-start_all=$(date +%s)
-deadline=$(( start_all + BUDGET_S ))
-if [ -f .devwheels/setup.sh ]; then source .devwheels/setup.sh > "$OUT/logs/00_setup.log" 2>&1 || { echo "setup failed"; cat "$OUT/logs/00_setup.log"; exit 1; }; fi
-export COURSE_BACKEND=gpu PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+CHECK_DEVWHEELS=1 CHECK_HANG_HINT="a barrier phase / expect-tx mismatch"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader \
-    > "$OUT/logs/nvidia-smi.txt" 2>&1
-cat "$OUT/logs/nvidia-smi.txt"
-
-# step NAME LIMIT_S FATAL COMMAND: run COMMAND with at most LIMIT_S seconds (less if the budget is short),
-# log to $OUT/logs/NAME.log, print its tail, return its exit status; a FATAL step that fails ends the script.
-step() {
-    local name=$1 limit=$2 fatal=$3 cmd=$4
-    local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -le 5 ]; then echo "=== $name SKIPPED: out of budget"; return 1; fi
-    [ "$limit" -gt "$left" ] && limit=$left
-    echo "=== $name (limit ${limit} s, ${left} s left)"
-    local t0=$(date +%s)
-    timeout -k 5 "$limit" bash -c "$cmd" > "$OUT/logs/$name.log" 2>&1
-    local rc=$?
-    echo "=== $name exit $rc after $(( $(date +%s) - t0 )) s"
-    tail -n "${TAIL:-15}" "$OUT/logs/$name.log"
-    if [ "$rc" -ne 0 ] && [ "$fatal" = 1 ]; then
-        [ "$rc" = 124 ] && echo "=== $name TIMED OUT (a hang: look for a barrier phase / expect-tx mismatch)"
-        echo "=== stopping: $name failed"; exit "$rc"
-    fi
-    return "$rc"
-}
 
 step 01_build_sass 60 1 "python - <<'PY'
 import re, shutil, subprocess, sys, tempfile

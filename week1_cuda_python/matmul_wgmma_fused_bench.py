@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -78,24 +77,22 @@ def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> li
     m, n, k = shape
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (epilogue, shape, dtype))
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    timed = bench.interleaved_rounds(fns, rounds,
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
     del sets
     torch.cuda.empty_cache()
     rows = []
-    for name, ms in samples.items():
-        vs_torch = [t / own for t, own in zip(samples["torch"], ms)]
-        vs_compiled = [t / own for t, own in zip(samples["torch.compile"], ms)]
-        median = statistics.median(ms)
+    for name, ms in timed.ms.items():
+        vs_torch = timed.ratio_range(name, "torch")
+        vs_compiled = timed.ratio_range(name, "torch.compile")
+        median = timed.median(name)
         rows.append({"size": label(epilogue, shape, dtype), "epilogue": epilogue, "variant": name, "ms": median,
                      "ms_min": min(ms), "ms_rounds": ms, "reps": rounds, "flops": flops,
                      "tflops": flops / (median * 1e-3) / 1e12,
-                     "speedup_vs_torch": statistics.median(vs_torch), "speedup_min": min(vs_torch),
-                     "speedup_max": max(vs_torch), "speedup_vs_compile": statistics.median(vs_compiled),
-                     "vs_compile_min": min(vs_compiled), "vs_compile_max": max(vs_compiled),
-                     "spread_pct": 100 * (max(ms) - min(ms)) / median})
+                     "speedup_vs_torch": vs_torch[0], "speedup_min": vs_torch[1],
+                     "speedup_max": vs_torch[2], "speedup_vs_compile": vs_compiled[0],
+                     "vs_compile_min": vs_compiled[1], "vs_compile_max": vs_compiled[2],
+                     "spread_pct": timed.spread_pct(name)})
     return rows
 
 

@@ -6,10 +6,10 @@
 Why rounds. cuBLAS's rate on the same H100 moves by about 10% from run to run (issue 32: 599 to
 668 TFLOP/s at 5000 x 3000 x 4000 fp16 on two days), so a ratio from two timings taken minutes
 apart says as much about the clock and the neighbours as about the kernel. Here every round
-times each variant once (CUDA events, course.bench.time_gpu with a short budget), one after
-another at the same size, and the ratio is taken within the round: drift lands on all three
-alike. The row's ms is the median over rounds; its ratio the median of the rounds' ratios, with
-their min and max (the spread) beside it.
+times each variant once (course.bench.interleaved_rounds; CUDA events, course.bench.time_gpu with
+a short budget), one after another at the same size, and the ratio is taken within the round:
+drift lands on all three alike. The row's ms is the median over rounds; its ratio the median of
+the rounds' ratios, with their min and max (the spread) beside it.
 
 Sizes (M x N x K): 4096^3 and 8192^3; 5000 x 3000 x 4000 (no dimension a multiple of the tile);
 the capstone's GEMMs at its batch of 8 x 1024 tokens: x @ W for qkv (N = 2304), the attention
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -69,20 +68,18 @@ def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[di
     m, n, k = shape
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
-    samples = {label: [] for label in variants}
-    for _ in range(rounds):
-        for label, fn in variants.items():
-            samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    timed = bench.interleaved_rounds(variants, rounds,
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
     del sets
     torch.cuda.empty_cache()
     rows = []
-    for label, ms in samples.items():
-        ratios = [t / own for t, own in zip(samples["torch"], ms)]  # per round: > 1 is faster than cuBLAS
-        median = statistics.median(ms)
+    for label, ms in timed.ms.items():
+        ratio, low, high = timed.ratio_range(label)  # per round: > 1 is faster than cuBLAS
+        median = timed.median(label)
         rows.append({"size": size_label(shape, dtype), "variant": label, "ms": median, "ms_min": min(ms),
                      "ms_rounds": ms, "reps": rounds, "flops": flops, "tflops": flops / (median * 1e-3) / 1e12,
-                     "speedup_vs_torch": statistics.median(ratios), "speedup_min": min(ratios),
-                     "speedup_max": max(ratios), "spread_pct": 100 * (max(ms) - min(ms)) / median})
+                     "speedup_vs_torch": ratio, "speedup_min": low,
+                     "speedup_max": high, "spread_pct": timed.spread_pct(label)})
     return rows
 
 

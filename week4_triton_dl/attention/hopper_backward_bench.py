@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -93,23 +92,21 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
     variants = dict(VARIANTS)
     if any(s[4][0] is None for s in sets):
         variants.pop("torch")
-    samples = {label: [] for label in variants}
-    for _ in range(rounds):
-        for label, fn in variants.items():
-            samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    timed = bench.interleaved_rounds(variants, rounds,
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
     del sets
     torch.cuda.empty_cache()
     rows = []
-    for label, ms in samples.items():
-        median = statistics.median(ms)
+    for label, ms in timed.ms.items():
+        median = timed.median(label)
         row = {"size": size_label(size), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
                "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
-               "spread_pct": 100 * (max(ms) - min(ms)) / median}
-        if "torch" in samples:
-            ratios = [t / own for t, own in zip(samples["torch"], ms)]  # > 1: faster than cuDNN in that round
-            row.update(speedup_vs_torch=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios))
+               "spread_pct": timed.spread_pct(label)}
+        if "torch" in timed.ms:
+            ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
+            row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
         rows.append(row)
-    if "torch" not in samples:
+    if "torch" not in timed.ms:
         rows.append({"size": size_label(size), "variant": "torch", "ms": None, "note": "cuDNN refused this shape"})
     return rows
 

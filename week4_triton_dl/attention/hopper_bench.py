@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 from pathlib import Path
 
@@ -101,26 +100,23 @@ def usable(variants: dict, dtype) -> tuple[dict, list[str]]:
 def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
     """The rows of one size: every variant timed once per round, in turn; ratios within rounds."""
     sets = bench.input_sets(make_inputs, (size, dtype))
-    samples = {label: [] for label in variants}
-    for _ in range(rounds):
-        for label, fn in variants.items():
-            samples[label].append(bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+    timed = bench.interleaved_rounds(variants, rounds,
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
     diff = None
     if "hopper" in variants and "torch" in variants:
         q, k, v, causal = sets[0]
         diff = (attention_hopper(q, k, v, causal).float() - _sdpa_cudnn(q, k, v, causal).float()).abs().max().item()
     del sets
     torch.cuda.empty_cache()
-    base = samples.get("torch")
     rows = []
-    for label, ms in samples.items():
-        median = statistics.median(ms)
+    for label, ms in timed.ms.items():
+        median = timed.median(label)
         row = {"size": size_label(size, dtype), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
                "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
-               "spread_pct": 100 * (max(ms) - min(ms)) / median}
-        if base is not None:
-            ratios = [t / own for t, own in zip(base, ms)]  # > 1: faster than cuDNN in that round
-            row.update(speedup_vs_torch=statistics.median(ratios), speedup_min=min(ratios), speedup_max=max(ratios))
+               "spread_pct": timed.spread_pct(label)}
+        if "torch" in timed.ms:
+            ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
+            row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
         if label == "hopper" and diff is not None:
             row["max_abs_diff_vs_torch"] = diff
         rows.append(row)

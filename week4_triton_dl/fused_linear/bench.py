@@ -25,7 +25,6 @@ fp32, weights and activations in bf16 (fp32 and tiny in simulation, where times 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -179,18 +178,17 @@ def rounds(n_rounds: int, only: tuple = ()) -> dict:
             continue
         for size in runtime.pick(gpu=sizes, sim=[(8, 32, 16)]):
             sets = bench.input_sets(make, size)
-            per_round = {label: [] for label in variants if runtime.on_gpu() or label != "torch_compile"}
-            for _ in range(n_rounds):
-                for label in per_round:
-                    per_round[label].append(bench.time_call(variants[label], sets).median_ms)
+            timed = bench.interleaved_rounds(
+                {label: fn for label, fn in variants.items() if runtime.on_gpu() or label != "torch_compile"},
+                n_rounds, lambda fn: bench.time_call(fn, sets).median_ms)
             flops = _flops(name)(size)
-            for label, times in per_round.items():
-                ratios = [t_ref / t for t_ref, t in zip(per_round["torch"], times)]
+            for label, times in timed.ms.items():
+                ratio, low, high = timed.ratio_range(label, "torch")
                 rows.append({"size": f"{name} {size[0]}x{size[1]}x{size[2]}", "variant": label,
-                             "ms": statistics.median(times), "ms_min": min(times), "ms_max": max(times),
-                             "tflops": flops / statistics.median(times) / 1e9,
-                             "speedup_vs_torch": statistics.median(ratios),
-                             "speedup_min": min(ratios), "speedup_max": max(ratios), "rounds": n_rounds})
+                             "ms": timed.median(label), "ms_min": min(times), "ms_max": max(times),
+                             "tflops": flops / timed.median(label) / 1e9,
+                             "speedup_vs_torch": ratio,
+                             "speedup_min": low, "speedup_max": high, "rounds": n_rounds})
             del sets
     return {"benchmark": "fused_linear_rounds", "title": "Fused linears against cuBLAS + torch, interleaved rounds",
             "notes": f"median over {n_rounds} rounds (each round: every variant's median of course.bench.time_call, "
