@@ -10,6 +10,8 @@ bench says why rounds: cuBLAS moves ~10% from run to run):
   torch.compile  the same sequence compiled (Inductor runs the GEMM on cuBLAS, or its own Triton
                  template where it judges that faster, and fuses the elementwise op into one kernel)
   gemm_only      x @ w.T alone (cuBLAS): the floor the epilogue's cost is measured from
+  wgmma_gemm     this kernel with no epilogue (x @ w.T alone): against gemm_only it is the GEMM's rate,
+                 against wgmma_fused the epilogue's cost, so the two are never confused
   wgmma_fused    matmul_wgmma_fused.launch_fused: one kernel, the epilogue in registers
 Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds.
 
@@ -55,6 +57,7 @@ def variants(epilogue: str) -> dict:
         "torch": lambda x, w, extra, out: reference(x, w, epilogue, extra),
         "torch.compile": lambda x, w, extra, out: compiled(x, w, epilogue, extra),
         "gemm_only": lambda x, w, extra, out: torch.matmul(x, w.t()),
+        "wgmma_gemm": lambda x, w, extra, out: launch_fused(x, w, "none"),
         "wgmma_fused": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out),
     }
 
@@ -126,7 +129,8 @@ def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
         "benchmark": NAME,
         "title": "Fused wgmma GEMM epilogues vs cuBLAS + torch op, eager and torch.compile (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K of the GEMM; {rounds} rounds, each timing torch (x @ w.T then the op), "
-                  "torch.compile of that sequence, gemm_only (x @ w.T alone) and wgmma_fused once in turn (CUDA "
+                  "torch.compile of that sequence, gemm_only (x @ w.T alone), wgmma_gemm (this kernel, no "
+                  "epilogue) and wgmma_fused once in turn (CUDA "
                   f"events, median of ~{rep_ms:.0f} ms of launches); ms = median over rounds; ratios = median over "
                   "rounds of (baseline ms / variant ms) in the same round, min - max beside it"),
         "clock": "events",
