@@ -13,25 +13,34 @@ LESSON = "attention/kernels/attention_hopper_backward.cu"  # the lesson folder's
 
 # From Delta's load to dS: the fixture drops both (a Delta loaded and never used would be a compiler warning).
 _DS_BLOCK = """\
-                    const float l2 = lse_s[s][8 * j + col + e], dl = delta_s[s][8 * j + col + e];
+            const float* delta_row = delta + (size_t)bh * S_pad + m0 + col;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float2 l2 = *reinterpret_cast<const float2*>(lse_row + 8 * j);
+                const float2 dl = *reinterpret_cast<const float2*>(delta_row + 8 * j);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float lj = e ? l2.y : l2.x, dj = e ? dl.y : dl.x;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int i = 4 * j + 2 * h + e;
-                        float p = ex2(st[i] * c2 - l2);
+                        float p = ex2(st[i] * c2 - lj);
                         if (masked) {
                             const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
                             if (key >= S || (CAUSAL && key > query)) p = 0.0f;
                         }
                         st[i] = p;
-                        dpt[i] = p * (dpt[i] - dl);
+                        dpt[i] = p * (dpt[i] - dj);
 """
 
 WRONG = [
     Wrong("delta_not_subtracted",
           "dS = P * dP: the softmax Jacobian's row term Delta = rowsum(dO * O) left out (dV stays right: "
           "it needs P only; dQ and dK are off by P * Delta)",
-          old=_DS_BLOCK, new=_DS_BLOCK.replace(", dl = delta_s[s][8 * j + col + e]", "")
-                                       .replace("dpt[i] = p * (dpt[i] - dl);", "dpt[i] = p * dpt[i];"),
+          old=_DS_BLOCK, new=_DS_BLOCK.replace(_DS_BLOCK.splitlines(True)[0], "")
+                                       .replace(_DS_BLOCK.splitlines(True)[4], "")
+                                       .replace(", dj = e ? dl.y : dl.x", "")
+                                       .replace("dpt[i] = p * (dpt[i] - dj);", "dpt[i] = p * dpt[i];"),
           expect=r"dq \(in units of its error bound\).*elements differ",
           tests=("-k", "test_gradients_match_float64 and 129"), gpu=True),
     Wrong("dq_added_without_atomics",

@@ -11,7 +11,7 @@
 //    query has P = 0 everywhere), and the fp32 dQ accumulator zeroed.
 // 2. ahb_main: one CTA per block of 128 keys of one (batch, head): K and V stay in shared memory, the CTA
 //    walks the query blocks (64 rows each). Three warpgroups: warpgroup 0 is the producer (one thread
-//    issues TMA copies of Q, dO, lse2, Delta into a 2-stage ring; registers given back by setmaxnreg),
+//    issues TMA copies of Q and dO into a 2-stage ring; registers given back by setmaxnreg),
 //    warpgroups 1 and 2 are consumers, each owning 64 of the 128 keys (wgmma's M is 64). Per query block
 //    a consumer computes, for its keys:
 //      S^T = K Q^T, dP^T = V dO^T            wgmma, both operands from shared memory (K-major: below)
@@ -50,10 +50,15 @@
 //
 // The ring (mbarrier phases as in matmul_wgmma.cu). kv_full: one phase, the producer's arrive + K and V's
 // bytes (2 x 128 x D x 2). full[s]: per use the producer arrives with expect_tx = Q + dO boxes (2 x 64 x D x
-// 2 bytes, every box whole: out-of-range rows arrive as zeros but still count) + 2 x 256 bytes (lse2, Delta);
-// consumers wait for parity (it / STAGES) & 1. empty[s]: 8 arrivals per use (lane 0 of each consumer warp,
-// once its dV and dK wgmmas, the last readers of stage s, have completed); the producer waits for parity
-// (it / STAGES - 1) & 1 before refilling it.
+// 2 bytes, every box whole: out-of-range rows arrive as zeros but still count); consumers wait for parity
+// (it / STAGES) & 1. empty[s]: 8 arrivals per use (lane 0 of each consumer warp, once its dV and dK wgmmas,
+// the last readers of stage s, have completed); the producer waits for parity (it / STAGES - 1) & 1 before
+// refilling it. Every byte the TMA writes is read by wgmma alone, as in the forward: lse2 and Delta (16 of
+// each per thread and query block; 512 bytes per query block, L2-resident) come straight from global memory
+// into registers once S^T is done (loaded earlier, while the wgmmas run, they cost D = 128 a spill). They
+// once went through the ring by a 1-D bulk copy read with ordinary loads: correct (the full barrier's
+// transaction count orders the copy before the reads, the empty barrier the reads before the next copy),
+// but compute-sanitizer's racecheck reported those reads as racing with the copy (the note says why).
 //
 // Masks. Keys past S (the last key block: K, V rows read as zeros, but 2^(0 - lse2) is not 0): P = 0.
 // Causal (top-left, Sq = Sk): a query block whose last row is before the block's first key sees none of
@@ -149,7 +154,6 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
     using L = AhbLayout<D>;
     extern __shared__ unsigned char ahb_raw[];
     __shared__ __align__(8) uint64_t kv_full, full[AHB_STAGES], empty[AHB_STAGES];
-    __shared__ __align__(16) float lse_s[AHB_STAGES][AHB_BM], delta_s[AHB_STAGES][AHB_BM];
     unsigned char* base = ahb_raw + ((1024 - (ahb_smem(ahb_raw) & 1023)) & 1023);
 
     const int warpgroup = threadIdx.x / 128;
@@ -171,7 +175,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
     __syncthreads();
 
     if (warpgroup == 0) {
-        // ---- producer: K and V once, then Q, dO, lse2, Delta of each query block into the ring ----
+        // ---- producer: K and V once, then Q and dO of each query block into the ring ----
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             mbar_expect_tx(&kv_full, 2 * L::kv_bytes);
@@ -184,15 +188,12 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
                 if (it >= AHB_STAGES) mbar_wait(&empty[s], (it / AHB_STAGES - 1) & 1);
                 unsigned char* stage = base + L::ring_off + s * L::stage_bytes;
-                mbar_expect_tx(&full[s], 2 * L::q_bytes + 2 * AHB_BM * 4);
+                mbar_expect_tx(&full[s], 2 * L::q_bytes);
 #pragma unroll
                 for (int j = 0; j < D / AHB_SLAB; ++j) {
                     tma_load_3d(stage + j * L::q_slab, &map_q, &full[s], j * AHB_SLAB, m0, bh);
                     tma_load_3d(stage + L::q_bytes + j * L::q_slab, &map_do, &full[s], j * AHB_SLAB, m0, bh);
                 }
-                // S_pad is a multiple of 64: these 256-byte rows start 256-byte aligned.
-                bulk_load(lse_s[s], lse2 + (size_t)bh * S_pad + m0, AHB_BM * 4, &full[s]);
-                bulk_load(delta_s[s], delta + (size_t)bh * S_pad + m0, AHB_BM * 4, &full[s]);
             }
         }
     } else {
@@ -240,21 +241,25 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             // P^T and dS^T in place: st <- P^T, dpt <- dS^T. Element 4j + 2h + e is key
             // n0 + 64c + row + 8h, query m0 + 8j + col + e.
             const bool masked = (n0 + AHB_BN > S) || (CAUSAL && m0 < n0 + AHB_BN);
+            const float* lse_row = lse2 + (size_t)bh * S_pad + m0 + col;  // S_pad rows: never out of range
+            const float* delta_row = delta + (size_t)bh * S_pad + m0 + col;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
+                const float2 l2 = *reinterpret_cast<const float2*>(lse_row + 8 * j);
+                const float2 dl = *reinterpret_cast<const float2*>(delta_row + 8 * j);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float l2 = lse_s[s][8 * j + col + e], dl = delta_s[s][8 * j + col + e];
+                    const float lj = e ? l2.y : l2.x, dj = e ? dl.y : dl.x;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int i = 4 * j + 2 * h + e;
-                        float p = ex2(st[i] * c2 - l2);
+                        float p = ex2(st[i] * c2 - lj);
                         if (masked) {
                             const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
                             if (key >= S || (CAUSAL && key > query)) p = 0.0f;
                         }
                         st[i] = p;
-                        dpt[i] = p * (dpt[i] - dl);
+                        dpt[i] = p * (dpt[i] - dj);
                     }
                 }
             }
@@ -296,7 +301,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             fence_async_smem();
             warpgroup_sync(1 + c);
 
-            wgmma_wait<0>();  // dV, dK done: Q, dO, lse2, Delta of stage s are no longer read
+            wgmma_wait<0>();  // dV, dK done: Q and dO of stage s are no longer read
             fence_regs(dv);
             fence_regs(dk);
             fence_a(pa);   // the A fragments stay untouched until the wgmmas that read them are done

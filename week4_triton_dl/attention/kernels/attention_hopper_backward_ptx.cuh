@@ -2,7 +2,6 @@
 // per wrapper. week1_cuda_python/kernels/matmul_wgmma.cu explains each of them (warpgroups, shared-memory
 // descriptors, the 128-byte swizzle, tensor maps, mbarrier phases, setmaxnreg); this file adds only
 //   * a 3-D TMA load (the tensors are [B*H, S, D]: a box that runs past S reads zeros, never the next head),
-//   * a 1-D bulk copy (lse and Delta, 64 floats per query block),
 //   * wgmma with the A operand in registers (P^T and dS^T straight from the accumulators), and
 //   * the register-fragment identity that makes that possible (ahb_pack_a below).
 // Compiled only where __CUDA_ARCH_FEAT_SM90_ALL is defined (sm_90a); elsewhere AHB_HOPPER is 0 and the
@@ -54,13 +53,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4}], [%5];\n"
                  :: "r"(ahb_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(ahb_smem(bar))
-                 : "memory");
-}
-// `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 :: "r"(ahb_smem(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(ahb_smem(bar))
                  : "memory");
 }
 // 128-byte swizzle descriptor (matmul_wgmma.cu: bits 0-13 address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4,
