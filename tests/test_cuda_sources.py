@@ -19,7 +19,8 @@ ARCHS = [gpu.arch for gpu in runtime.GPU_CLASSES]
 # launcher builds it for sm_90a with its own nvcc command and refuses every other GPU.
 SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu",
                "week4_triton_dl/attention/kernels/attention_hopper_backward.cu",
-               "week4_triton_dl/attention/kernels/attention_hopper_forward.cu"}
+               "week4_triton_dl/attention/kernels/attention_hopper_forward.cu",
+               "week4_triton_dl/exercises/attention/kernels/attention_hopper_forward.cu"}  # its exercise stub
 
 
 def sm_90a_command(source, output):
@@ -27,8 +28,10 @@ def sm_90a_command(source, output):
     from week1_cuda_python import matmul_tensor_cores as tc
     from week4_triton_dl.attention import hopper, hopper_backward
 
-    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command,
-                hopper.SOURCE: hopper.nvcc_command}
+    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command}
+    for kernels in (hopper.KERNELS, hopper.EXERCISE_KERNELS):  # the forward and its stub (whatever --impl says)
+        path = kernels / hopper.SOURCE.name
+        commands[path] = lambda out, nvcc, path=path: hopper.nvcc_command(out, nvcc, source=path)
     return commands[source](output, runtime.nvcc_path())
 CASES = [(source, arch) for source in SOURCES
          for arch in (["sm_90a"] if str(source.relative_to(ROOT)) in SM_90A_ONLY else ARCHS)]

@@ -9,10 +9,12 @@
 #      fails, the same smoke without the ping-pong (-DAH_PINGPONG=0) says which half to look at;
 #   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack);
 #   4. the benchmark (quick mode unless FULL=1): hopper beside SDPA cuDNN and the Triton op;
-#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16).
+#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16);
+#   6. with MUST_FAIL=1, the known-wrong kernels, each required to fail its tests.
 # Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper.{json,md}); copy
 # $OUT/results/* into week4_triton_dl/results/ and fill the note's figures from them.
-#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=290 by default; FULL=1: the whole bench)
+#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=290 by default; FULL=1: the whole bench;
+#   BUDGET_S=600 MUST_FAIL=1: step 6 too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
 OUT=${OUT:-/tmp/gpu-attention-hopper}
@@ -94,4 +96,10 @@ step 05_sanitizer 75 0 "S=\$(python -c 'from classroom.sanitize import find_sani
     for tool in memcheck racecheck synccheck; do echo \"--- \$tool\"; \
       \$S --tool \$tool --error-exitcode 99 --kernel-name kns=attention_hopper_fwd python '$OUT/sanitize_case.py' 2>&1 | tail -n 12; \
       r=\${PIPESTATUS[0]}; echo \"--- \$tool exit \$r\"; [ \$r -ne 0 ] && rc=\$r; done; exit \$rc"
+# 6. MUST_FAIL=1: the known-wrong kernels (tests/week4/wrong/attention_hopper_forward.py) must fail their tests;
+#    each builds its own extension (about a minute), so raise the budget: BUDGET_S=600 MUST_FAIL=1. One of them
+#    (a ring slot released before the wgmma wait) is a race: its verdict says how reliably the tests see it.
+if [ "${MUST_FAIL:-0}" = 1 ]; then
+    step 06_must_fail 360 0 "python -m course exercises --must-fail --only attention_hopper_forward --jobs 1"
+fi
 echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"

@@ -46,7 +46,12 @@ from course import runtime
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"
-SOURCE = KERNELS / "attention_hopper_forward.cu"
+# The kernel has exercise holes: under `pytest --impl=exercises` (COURSE_IMPL=exercises) this module builds the
+# learner's copy, generated at the same path under the week's exercises/ (`python -m course exercises --write`).
+# Its #include of the PTX header resolves in KERNELS (the -I of every build): the header is given, not a hole.
+EXERCISE_KERNELS = HERE.parent / "exercises" / HERE.name / "kernels"
+SOURCE = (EXERCISE_KERNELS if os.environ.get(runtime.IMPL_ENV) == "exercises" else KERNELS) \
+    / "attention_hopper_forward.cu"
 PTX_HEADER = KERNELS / "attention_hopper_ptx.cuh"
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
@@ -106,11 +111,11 @@ def nvcc_flags(pingpong: bool = True) -> tuple[str, ...]:
     return NVCC_FLAGS if pingpong else (*NVCC_FLAGS, "-DAH_PINGPONG=0")
 
 
-def nvcc_command(output: Path, nvcc: str = "nvcc", pingpong: bool = True) -> list[str]:
-    """The nvcc command that builds the kernel alone as an sm_90a cubin, with the flags load_inline
-    passes (the CPU tests and tools/gpu_attention_hopper_check.sh run it)."""
+def nvcc_command(output: Path, nvcc: str = "nvcc", pingpong: bool = True, source: Path | None = None) -> list[str]:
+    """The nvcc command that builds the kernel (`source`: SOURCE, or its exercise stub) alone as an sm_90a
+    cubin, with the flags load_inline passes (the CPU tests and tools/gpu_attention_hopper_check.sh run it)."""
     return [nvcc, "-cubin", *nvcc_flags(pingpong), "-Werror", "all-warnings", "-I", str(KERNELS), "-o", str(output),
-            str(SOURCE)]
+            str(source or SOURCE)]
 
 
 def cache_root() -> Path:

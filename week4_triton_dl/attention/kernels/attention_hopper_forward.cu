@@ -100,6 +100,14 @@ template <typename T, int D, bool MASK>
 __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], uint32_t (&p)[32], float (&m)[2],
                                            float (&l)[2], float c, int row0, int col0, int seq_k, bool causal)
 {
+    // BEGIN EXERCISE: the mask of a tile that needs one (MASK): every score s[4j + 2h + e] of a key past
+    //   Sk, or (causal) of a key after this row's query, becomes -inf, by a select (not an add)
+    // HINT: causal is top-left: query i sees keys 0 .. i, its own key i included; the score of
+    //   row row0 + 8h and column col0 + 8j + e sits in s[4 * j + 2 * h + e] (the layout comment above).
+    //   A select keeps a NaN of a hidden key hidden; -inf turns into p = 2^-inf = 0 below.
+    // HINT: three unrolled loops (j over the 16 column groups, h over the 2 rows, e over the pair), the
+    //   column `col0 + 8 * j + e`, one `if` with two conditions: past Sk, or causal and after the row.
+    // HINT: `if (col >= seq_k || (causal && col > row0 + 8 * h))` (`>=` there would hide the diagonal)
     if (MASK) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -111,8 +119,20 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], ui
                     if (col >= seq_k || (causal && col > row0 + 8 * h)) s[4 * j + 2 * h + e] = -INFINITY;
                 }
     }
+    // END EXERCISE
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+        // BEGIN EXERCISE: the online-softmax step of row h (base 2): the row max of this tile (the quad's 4
+        //   threads share a row), the new running max m_new of s c, p = 2^(s c - m_new) in place of s, the
+        //   factor alpha = 2^(m_old - m_new) that rescales the running sum l[h] and this row's O registers
+        // HINT: flash.py's online softmax, per tile: what was summed under the old max m is worth
+        //   2^(m_old - m_new) as much under the new one, in the row sum l AND in the accumulated O = sum p v;
+        //   a row whose max changes between key tiles shows a missing rescale. A row that has seen only
+        //   masked keys has m_new = -inf: shift by 0 then (-inf - -inf is NaN).
+        // HINT: the max of the row's 32 scores in s (s[4j + 2h], s[4j + 2h + 1]), two __shfl_xor_sync (1, 2);
+        //   m_new = max(m[h], mx c) (c > 0); ah_exp2 for alpha and for every p (fmaf(s, c, -shift)); l and m;
+        //   then o[4j + 2h] and o[4j + 2h + 1], j < D / 8, times alpha.
+        // HINT: `const float alpha = ah_exp2(m[h] - shift);` then `o[4 * j + 2 * h] *= alpha;` (both columns)
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
@@ -140,6 +160,7 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], ui
             o[4 * j + 2 * h] *= alpha;
             o[4 * j + 2 * h + 1] *= alpha;
         }
+        // END EXERCISE
     }
     // Pack P for the RS wgmma: k step t (keys 16t .. 16t+15) takes s[8t .. 8t+7] as
     // {row, cols 2q..}, {row+8, cols 2q..}, {row, cols 8+2q..}, {row+8, cols 8+2q..}: the
@@ -191,6 +212,17 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     ah_wgmma_commit();
     // Hand the turn over, except warpgroup 2 after its last phase (the header: no half-arrived barrier).
     if (AH_PINGPONG && (HAS_S || wg == 0)) ah_bar_arrive(their_turn, 256);
+    // BEGIN EXERCISE: wait for this phase's wgmmas (S and O are in registers only then: fence them), then
+    //   give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the producer
+    // HINT: wgmma is asynchronous: after the commit the tensor cores may still be reading the slots.
+    //   A slot is free only once every wgmma that reads it has COMPLETED; released earlier, the producer's
+    //   next TMA copy can overwrite K or V under a running wgmma (a race: wrong, different results run
+    //   to run). The empty barriers count 8 arrivals: one per consumer warp of both warpgroups.
+    // HINT: ah_wgmma_wait<0>() (every committed group done), ah_fence_regs on s and o (the compiler must
+    //   not touch them before), then lane 0 of each warp arrives on empty_k[s_slot] (if HAS_S) and on
+    //   empty_v[pv_slot] (if HAS_PV).
+    // HINT: the order is the point: `ah_wgmma_wait<0>();` first, `ah_mbar_arrive(&empty_k[s_slot]);` after
+    // STUB: __trap();  // not implemented yet: the consumer never frees a ring slot (the producer would wait forever)
     ah_wgmma_wait<0>();
     ah_fence_regs(s);
     ah_fence_regs(o);
@@ -199,6 +231,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
         if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);
         if (HAS_PV) ah_mbar_arrive(&empty_v[pv_slot]);
     }
+    // END EXERCISE
     if (HAS_S) {
         const int n0 = it * AH_BN;
         const int col0 = n0 + 2 * (lane % 4);

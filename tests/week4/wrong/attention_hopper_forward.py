@@ -1,0 +1,65 @@
+"""Known-wrong Hopper attention forward kernels the tests must reject (`python -m course exercises --must-fail`).
+
+The bugs are in the CUDA C (attention/kernels/attention_hopper_forward.cu), which the lesson module
+attention/hopper.py builds with load_inline; the fixture run copies that module beside a kernels/ folder
+holding the wrong .cu (and its PTX header), so the build, the launch and the tests are the real ones. Each
+bug sits in one of the kernel's exercise holes. Every one needs an H100/H200 to show: on another machine the
+GPU tests skip (gpu=True). Each patched source still compiles for sm_90a with the launcher's own nvcc command
+(warnings as errors, tests/test_cuda_sources.py): a bug that broke the build would be caught by the
+compiler, not by the tests.
+
+Which are certain: the missing rescale and the hidden diagonal are wrong on every launch the selected tests
+make (deterministic). The early release is a race: whether the producer's next TMA copy lands in a slot
+before the wgmma still reading it has finished depends on timing. The selected tests give it many chances
+(the lengths of 8 and 17 key tiles, and a same-bits-four-times check at 12 tiles x 16 (batch, head) pairs x
+12 query tiles): the ring slot of V is refilled while the second warpgroup's P V, queued behind its own
+S = Q K^T and the other warpgroup's GEMMs, has yet to read it. Only a GPU run says how reliably.
+"""
+from classroom.must_fail import Wrong
+
+LESSON = "attention/kernels/attention_hopper_forward.cu"  # the lesson folder's CUDA C these bugs are planted in
+
+# The end of a consumer's GEMM phase: wait for its wgmmas, then free the slots they read.
+_WAIT = """\
+    ah_wgmma_wait<0>();
+    ah_fence_regs(s);
+    ah_fence_regs(o);
+"""
+_RELEASE = """\
+    // Both GEMMs have read their slots: give them back to the producer (one arrive per warp).
+    if (lane == 0) {
+        if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);
+        if (HAS_PV) ah_mbar_arrive(&empty_v[pv_slot]);
+    }
+"""
+
+_RESCALE = """\
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            o[4 * j + 2 * h] *= alpha;
+            o[4 * j + 2 * h + 1] *= alpha;
+        }
+"""
+
+WRONG = [
+    Wrong("slot_released_before_wgmma_wait",
+          "the K/V ring slots given back to the producer (empty barriers arrived on) right after the commit, "
+          "before ah_wgmma_wait<0>(): the wgmmas may still be reading K and V when the next TMA copy overwrites "
+          "the slot (a race: only a GPU shows it, as wrong or run-to-run different results)",
+          old=_WAIT + _RELEASE, new=_RELEASE + _WAIT,
+          expect=r"elements differ|torch\.equal",
+          tests=("-k", "(test_matches_float64 and 1000) or test_explicit_scale_and_long_sequence "
+                       "or test_same_answer_twice"), gpu=True),
+    Wrong("output_not_rescaled",
+          "O += P V accumulated under the old running max: alpha = 2^(m_old - m_new) rescales the row sum l "
+          "but not the O registers, so every row whose max grows in a later key tile is off",
+          old=_RESCALE, new="",
+          expect=r"out \(in units of its error bound\).*elements differ",
+          tests=("-k", "test_matches_float64 and 1000"), gpu=True),
+    Wrong("causal_mask_hides_the_diagonal",
+          "key >= query masked: each query loses its own key (the diagonal of the causal mask off by one): "
+          "query 0 sees no key at all (0 / 0), every other row's softmax is off",
+          old="(causal && col > row0 + 8 * h)) s[", new="(causal && col >= row0 + 8 * h)) s[",
+          expect=r"out \(in units of its error bound\).*elements differ",
+          tests=("-k", "test_matches_float64 and causal and 129"), gpu=True),
+]
