@@ -53,7 +53,6 @@ def _sibling(name: str):
 
 # The session's shared packages (built once for every test, file and xdist worker) and the loader probe.
 builds = _sibling("aot_builds")
-load_signal = builds.load_signal
 MAX_BATCH, MAX_LEN = builds.MAX_BATCH, builds.MAX_LEN  # the tiny config's max_seq_len: the packaged maximum
 
 
