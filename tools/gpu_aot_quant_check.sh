@@ -15,7 +15,8 @@
 #      gpt2_124m in bf16: size, compile and load time, ms per token at batch 1 and 8, prefill throughput);
 #      left out when the probe found the loader dead (nothing it compiles could be loaded).
 # STEPS picks steps (default "01 02 03 04"): the probe alone is `bash tools/gpu_aot_loader_probe.sh`, and
-# after it `STEPS="01 03 04"` gives the tests and the bench the whole budget.
+# after it `STEPS="01 03 04"` gives the tests and the bench the whole budget (LOADER_DEAD=1 when the probe's
+# H0 and H1 died: the bench is then left out too).
 # Logs under $OUT/logs, results under $OUT/results (copy them into capstone/results, then
 # `python -m course report`). The float package's rows: `python -m capstone.package_bench --out capstone/results`.
 #   OUT=/tmp/aotq bash tools/gpu_aot_quant_check.sh          (BUDGET_S=570 by default)
