@@ -247,9 +247,11 @@ def kernel_census(path, batch: int, prompt: int, max_len: int) -> dict:
     return out
 
 
-def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None) -> dict:
+def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None, prebuilt=None) -> dict:
     """Every variant at every batch of plan `p`; `package_path`: reuse a package of this plan's
-    model (seed 0, dtype, max_len, max batch) instead of compiling one (compile_s then absent)."""
+    model (seed 0, dtype, max_len, max batch) instead of compiling one (compile_s then absent);
+    `prebuilt`: {kind: {"path", "compile_s"}} for any of "float", "int8", "fp8", packages of this
+    plan's model compiled elsewhere (the tests' session builds), their compile time as measured there."""
     started = time.perf_counter()
     cfg = cm.preset(p["config"])
     p["max_len"] = min(cfg.max_seq_len, -(-(p["prompt"] + p["new"] - 1) // 16) * 16)
@@ -258,7 +260,11 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
     folder = Path(tempfile.mkdtemp())
     for kind in dict.fromkeys(PACKAGE_OF[v] for v in variants if v in PACKAGE_OF):
         print(f"[aot_package] compiling the {kind} package", file=sys.stderr, flush=True)
-        if kind == "float" and package_path is not None:  # reuse: no compile time to report
+        if kind in (prebuilt or {}):
+            path = prebuilt[kind]["path"]
+            packages[kind] = {"path": str(path), "compile_s": prebuilt[kind]["compile_s"], **ap.package_kernels(path),
+                              **load_time_fresh_process(path)}
+        elif kind == "float" and package_path is not None:  # reuse: no compile time to report
             packages[kind] = {"path": str(package_path), **ap.package_kernels(package_path),
                               **load_time_fresh_process(package_path)}
         else:

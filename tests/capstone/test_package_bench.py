@@ -1,5 +1,8 @@
 """capstone.package_bench: the int8 (and fp8) packages are rows beside the float one, each package's
 size, compile and load time under the table; fp8 without fp8 tensor cores is a row saying why."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -7,6 +10,15 @@ from capstone import package_bench as pb
 from course import runtime
 from week5_integration import aot_quant as aq
 from week5_integration import inference
+
+
+def _builds():
+    """tests/week5/aot_builds.py (loaded by path): the session's packages, built once for every test file."""
+    path = Path(__file__).resolve().parents[1] / "week5" / "aot_builds.py"
+    spec = importlib.util.spec_from_file_location("aot_builds_for_package_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_runner_path_is_the_torch_only_runner():
@@ -23,12 +35,20 @@ def test_int8_floor_counts_one_byte_per_weight_and_a_scale_per_row():
     assert pb.matmul_weight_bytes(aq.int8_model(model)) == inference.matmul_weights(cfg) + 4 * rows
 
 
-@pytest.mark.slow  # compiles the tiny model's int8 package (and fp8's on sm_89+): minutes of C++ on a small CPU machine
-def test_bench_reports_the_int8_package_beside_the_float_one():
-    # the tiny model everywhere (on a GPU the plan's gpt2_124m packages take minutes each), in the plan's dtype
+@pytest.mark.slow  # the tiny model's int8 package (and fp8's on sm_89+): the session's builds, shared with tests/week5
+def test_bench_reports_the_int8_package_beside_the_float_one(tmp_path_factory):
+    # the tiny model everywhere (on a GPU the plan's gpt2_124m packages take minutes each), in the plan's dtype;
+    # the packages are the ones tests/week5/test_aot_quant.py checks (aot_builds.py: compiled once per session)
+    builds = _builds()
     p = dict(pb.plan(), config="tiny", prompt=16, new=3, batches=[1, 2], repeats=1)
+    root, prebuilt = builds.shared_root(tmp_path_factory), {}
+    for kind in ["int8"] + (["fp8"] if runtime.on_gpu() and runtime.has_capability(aq.FP8_MINIMUM) else []):
+        package = builds.course_package(root, kind, p["dtype"], max_batch=builds.MAX_BATCH, max_len=builds.MAX_LEN)
+        builds.require_loadable(package, root, runtime.DEVICE, p["dtype"])  # skip where the loader dies on any package
+        prebuilt[kind] = package
     variants = ("aoti int8 package", "aoti fp8 package")
-    record = pb.run(p, variants, deadline_s=600)
+    record = pb.run(p, variants, deadline_s=600, prebuilt=prebuilt)
+    assert record["plan"]["max_len"] == str(builds.MAX_LEN)  # the packages' cache length: the shared builds fit
     int8 = [r for r in record["rows"] if r["variant"] == "aoti int8 package"]
     assert [r["batch"] for r in int8] == [1, 2], record["rows"]
     for row in int8:

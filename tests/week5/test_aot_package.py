@@ -1,7 +1,8 @@
 """week5_integration.aot_package: the capstone GPT exported, AOTInductor-compiled, loaded without the course.
 
-One package of the tiny capstone model is built per run (a module fixture: compiling is the
-cost, C++ on a CPU, C++ and Triton on a GPU) and checked three ways: a FRESH Python process
+One package of the tiny capstone model is built per test session (aot_builds.py: shared by every
+test, file and xdist worker; compiling is the cost, C++ on a CPU, C++ and Triton on a GPU, so the
+tests that need it are marked slow) and checked three ways: a FRESH Python process
 running week5_integration/aot_runner.py by path loads it with torch alone (no course, week or
 capstone module in its sys.modules) and reproduces the eager model's prefill logits, decode
 logits and greedy tokens; the same runner, loaded here, serves other batch sizes and lengths
@@ -26,7 +27,6 @@ from week5_integration import aot_package as ap
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "week5_integration" / "aot_runner.py"
-MAX_BATCH, MAX_LEN = 4, 32  # the tiny config's max_seq_len: the packaged maximum
 DTYPE = torch.bfloat16 if runtime.on_gpu() else torch.float32
 TOL = ap.TOLERANCE_BF16 if DTYPE == torch.bfloat16 else ap.TOLERANCE
 
@@ -43,39 +43,33 @@ def tiny_model():
     return cm.build("tiny", "fast", dtype=DTYPE).eval()
 
 
-LOAD = "import sys, torch; from torch._inductor.package import load_package; load_package(sys.argv[1], *sys.argv[2:])"
+def _sibling(name: str):
+    """A module beside this one, loaded by path (pytest's importlib mode puts no test folder on sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_for_{Path(__file__).stem}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def load_signal(path, *model_name) -> int | None:
-    """Load a package in a fresh process: the signal that killed it (a crash inside torch's C++
-    loader), or None. In this process a crash would take the test worker down with it."""
-    done = subprocess.run([sys.executable, "-c", LOAD, str(path), *model_name], capture_output=True, text=True,
-                          timeout=300, cwd=Path(path).parent)
-    return -done.returncode if done.returncode < 0 else None
+# The session's shared packages (built once for every test, file and xdist worker) and the loader probe.
+builds = _sibling("aot_builds")
+MAX_BATCH, MAX_LEN = builds.MAX_BATCH, builds.MAX_LEN  # the tiny config's max_seq_len: the packaged maximum
 
 
-def one_linear_package(folder) -> Path:
-    """The smallest CUDA package there is: one nn.Linear, exported and AOT-compiled."""
-    linear = torch.nn.Linear(64, 64).to(runtime.DEVICE, DTYPE)
-    program = torch.export.export(linear, (torch.randn(4, 64, device=runtime.DEVICE, dtype=DTYPE),))
-    return Path(torch._inductor.aoti_compile_and_package(program, package_path=str(Path(folder) / "linear.pt2")))
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(model, the float package's path): compiled, not loaded (the file's own checks need no loader)."""
+    record = builds.course_package(builds.shared_root(tmp_path_factory), "float", DTYPE, max_batch=MAX_BATCH, max_len=MAX_LEN)
+    return tiny_model(), Path(record["path"])
 
 
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):
-    model = tiny_model()
-    path = ap.package(model, tmp_path_factory.mktemp("aot") / "tiny.pt2", max_batch=MAX_BATCH, max_len=MAX_LEN)
-    crash = load_signal(path, "prefill")
-    if crash is not None:
-        # Measured on the lent H100 (torch 2.11.0+cu130, 2026-12-06): the loader dies of SIGSEGV in
-        # AOTIModelPackageLoader's constructor for every CUDA package, a one-Linear one included.
-        # Whose fault is it? The same load of the smallest package decides.
-        if load_signal(one_linear_package(tmp_path_factory.mktemp("probe"))) is not None:
-            pytest.skip(f"torch {torch.__version__}'s AOTInductor loader dies of signal {crash} loading any CUDA "
-                        "package on this machine, a one-Linear model's too: a fault of torch or the driver here, "
-                        "not of this package (notes/aot_package.md, 'Where it does not load')")
-        pytest.fail(f"loading the package kills the process with signal {crash}, while a one-Linear package loads")
-    return model, path
+    """(model, path) of the float package once a fresh process has loaded it: skipped where the loader
+    dies on a one-Linear package too (the lent H100's torch 2.11.0+cu130), failed where only this one dies."""
+    root = builds.shared_root(tmp_path_factory)
+    record = builds.course_package(root, "float", DTYPE, max_batch=MAX_BATCH, max_len=MAX_LEN)
+    return tiny_model(), builds.require_loadable(record, root, runtime.DEVICE, DTYPE)
 
 
 def prompt(batch, length, seed=0):
@@ -161,7 +155,47 @@ def test_package_refuses_bad_arguments_before_compiling(tmp_path, bad):
     assert not (tmp_path / "x.pt2").exists()
 
 
+def test_shared_builds_run_once_and_record_a_failure(tmp_path, monkeypatch):
+    # aot_builds.build_once: the first caller builds, later ones (other tests, files, xdist workers)
+    # read the record; a build that raised is not retried by every test after it, it fails them.
+    monkeypatch.setattr(builds, "load_signal", lambda path, *args: None)  # no fresh process for a fake file
+    calls = []
+
+    def build(path):
+        calls.append(path)
+        path.write_bytes(b"package")
+
+    first = builds.build_once(tmp_path, {"kind": "test"}, build)
+    again = builds.build_once(tmp_path, {"kind": "test"}, build)
+    assert len(calls) == 1 and first == again and Path(first["path"]).read_bytes() == b"package"
+    assert first["compile_s"] >= 0 and first["load_signal"] is None
+
+    def broken(path):
+        raise ValueError("no compiler")
+
+    with pytest.raises(ValueError, match="no compiler"):
+        builds.build_once(tmp_path, {"kind": "broken"}, broken)
+    with pytest.raises(pytest.fail.Exception, match="failed in this session already: ValueError: no compiler"):
+        builds.build_once(tmp_path, {"kind": "broken"}, build)
+
+
+@pytest.mark.parametrize("probe", [11, None], ids=["one-Linear dies too", "one-Linear loads"])
+def test_a_crashing_loader_skips_only_when_the_smallest_package_crashes_too(tmp_path, monkeypatch, probe):
+    monkeypatch.setattr(builds, "one_linear", lambda root, device, dtype: {"load_signal": probe})
+    crashed = {"path": str(tmp_path / "x.pt2"), "load_signal": 11}
+    outcome = pytest.skip.Exception if probe is not None else pytest.fail.Exception
+    with pytest.raises(outcome, match="signal 11"):
+        builds.require_loadable(crashed, tmp_path, runtime.DEVICE, DTYPE)
+    assert builds.require_loadable({**crashed, "load_signal": None}, tmp_path, runtime.DEVICE, DTYPE) == tmp_path / "x.pt2"
+
+
 # ------------------------------------------------------------------------------ the package
+# Each of these needs the compiled package: the first to run in a session builds it (a minute or
+# more, the loader probe included), which is over a whole-suite run's per-test budget: slow.
+PACKAGE_SLOW = pytest.mark.slow
+
+
+@PACKAGE_SLOW
 def test_fresh_process_loads_the_package_with_torch_alone(packaged, tmp_path):
     model, path = packaged
     idx = prompt(3, 6, seed=1)
@@ -181,6 +215,7 @@ def test_fresh_process_loads_the_package_with_torch_alone(packaged, tmp_path):
     assert torch.equal(out["tokens"], want_tokens.cpu()), "greedy tokens differ from the eager model's"
 
 
+@PACKAGE_SLOW
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, MAX_LEN), (MAX_BATCH, 5)], ids=str)
 def test_dynamic_batch_and_length(packaged, batch, length):
     model, path = packaged
@@ -195,6 +230,7 @@ def test_dynamic_batch_and_length(packaged, batch, length):
     assert torch.equal(tokens, want_tokens)
 
 
+@PACKAGE_SLOW
 def test_runner_refuses_bad_input_before_running(packaged):
     _, path = packaged
     gpt = load_runner().PackagedGPT(path)
@@ -224,8 +260,10 @@ def test_runner_refuses_bad_input_before_running(packaged):
         gpt.decode(good)
 
 
-def test_package_kernels_say_whose_code_runs(packaged):
-    _, path = packaged
+@PACKAGE_SLOW
+def test_package_kernels_say_whose_code_runs(built):
+    # the generated code, read from the file: checked even where the loader cannot load it
+    _, path = built
     found = ap.package_kernels(path)
     assert found["bytes"] == path.stat().st_size > 0 and found["files"] > 0
     if runtime.on_gpu():

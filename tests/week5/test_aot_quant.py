@@ -1,7 +1,8 @@
 """week5_integration.aot_quant: the int8 weight-only GPT (and fp8 on sm_89+) through the same AOTInductor package.
 
-One int8 package of the tiny capstone model per run (a module fixture: Inductor compiles C++ on
-a CPU, C++ and Triton on a GPU), loaded by week5_integration/aot_runner.py in a FRESH process
+One int8 package of the tiny capstone model per test session (aot_builds.py: shared by every test,
+file and xdist worker; Inductor compiles C++ on a CPU, C++ and Triton on a GPU: the tests that
+need it are slow), loaded by week5_integration/aot_runner.py in a FRESH process
 that imports none of the course. Two checks, the quantization lesson's:
 * against the int8 EAGER model (`quantization.quantize_model`, its Triton kernel; the same
   arithmetic in another order): aot_package's error model, `TOLERANCE` in fp32 (CPU),
@@ -38,40 +39,42 @@ def _sibling(name: str):
     return module
 
 
-# One copy of the package helpers: the runner's path and loader, the fresh-process load probe, prompts.
+# One copy of the package helpers: the runner's path and loader, prompts; the session's shared packages.
 _package_tests = _sibling("test_aot_package")
-RUNNER, load_runner, load_signal = _package_tests.RUNNER, _package_tests.load_runner, _package_tests.load_signal
-one_linear_package, prompt = _package_tests.one_linear_package, _package_tests.prompt
+RUNNER, load_runner, prompt = _package_tests.RUNNER, _package_tests.load_runner, _package_tests.prompt
+builds = _package_tests.builds
 
-MAX_BATCH, MAX_LEN = 4, 32  # the tiny config's max_seq_len: the packaged maximum
+MAX_BATCH, MAX_LEN = builds.MAX_BATCH, builds.MAX_LEN  # the packaged maximum (shared builds)
 DTYPE = torch.bfloat16 if runtime.on_gpu() else torch.float32
 TOL = ap.TOLERANCE_BF16 if DTYPE == torch.bfloat16 else ap.TOLERANCE
 HAS_FP8 = runtime.on_gpu() and runtime.has_capability(aq.FP8_MINIMUM)
+# Each test that needs a compiled package: the first in a session builds it (aot_builds.py), a
+# minute or more: over a whole-suite run's per-test budget, so slow.
+PACKAGE_SLOW = pytest.mark.slow
 
 
 def tiny_model(dtype=DTYPE):
     return cm.build("tiny", "fast", dtype=dtype).eval()
 
 
-def loadable_package(build, folder):
-    """build(path) -> path, then the fresh-process load probe of test_aot_package (the lent
-    H100's loader crash: skip only when a one-Linear CUDA package dies too)."""
-    path = build(folder / "tiny.pt2")
-    crash = load_signal(path, "prefill")
-    if crash is not None:
-        if load_signal(one_linear_package(folder)) is not None:
-            pytest.skip(f"torch {torch.__version__}'s AOTInductor loader dies of signal {crash} loading any CUDA "
-                        "package on this machine, a one-Linear model's too (notes/aot_package.md, 'Where it does not load')")
-        pytest.fail(f"loading the package kills the process with signal {crash}, while a one-Linear package loads")
-    return path
+def package_record(tmp_path_factory, kind, dtype=DTYPE):
+    """(shared folder, record) of the session's `kind` package of the tiny model (built once)."""
+    root = builds.shared_root(tmp_path_factory)
+    return root, builds.course_package(root, kind, dtype, max_batch=MAX_BATCH, max_len=MAX_LEN)
+
+
+@pytest.fixture(scope="module")
+def int8_built(tmp_path_factory):
+    """(model, path) of the int8 package: compiled, not loaded."""
+    return tiny_model(), Path(package_record(tmp_path_factory, "int8")[1]["path"])
 
 
 @pytest.fixture(scope="module")
 def int8_packaged(tmp_path_factory):
-    model = tiny_model()
-    path = loadable_package(lambda p: aq.package_int8(model, p, max_batch=MAX_BATCH, max_len=MAX_LEN),
-                            tmp_path_factory.mktemp("aot_int8"))
-    return model, path
+    """(model, path) once a fresh process loaded it (the loader probe: skip only when a one-Linear
+    CUDA package dies too)."""
+    root, record = package_record(tmp_path_factory, "int8")
+    return tiny_model(), builds.require_loadable(record, root, runtime.DEVICE, DTYPE)
 
 
 def run_fresh(path, idx, new, folder):
@@ -112,6 +115,7 @@ def test_int8_graphs_multiply_by_int8_weights_only():
 
 
 # ------------------------------------------------------------------------------ the package
+@PACKAGE_SLOW
 def test_fresh_process_serves_the_int8_package(int8_packaged, tmp_path):
     model, path = int8_packaged
     idx = prompt(3, 6, seed=1)
@@ -136,10 +140,17 @@ def test_fresh_process_serves_the_int8_package(int8_packaged, tmp_path):
         assert err < qz.LOGITS_REL_ERR, f"decode step {i + 1}: logits moved {err:.4f} from the float model's"
 
 
+@PACKAGE_SLOW
 def test_int8_package_says_what_it_holds(int8_packaged):
     _, path = int8_packaged
     gpt = load_runner().PackagedGPT(path)
     assert (gpt.weights, gpt.max_batch, gpt.max_len, gpt.dtype) == ("int8", MAX_BATCH, MAX_LEN, DTYPE)
+
+
+@PACKAGE_SLOW
+def test_int8_package_holds_the_lessons_kernel(int8_built):
+    # the generated code, read from the file: checked even where the loader cannot load it
+    _, path = int8_built
     found = ap.package_kernels(path)
     if runtime.on_gpu():  # the lesson's int8 kernel compiled in beside the course's five
         assert any(k.startswith("int8_matmul_kernel") for k in found["triton"]), found
@@ -148,6 +159,7 @@ def test_int8_package_says_what_it_holds(int8_packaged):
         assert found["course"] == [], found
 
 
+@PACKAGE_SLOW
 @pytest.mark.parametrize("bad", ["int32 tokens", "float tokens", "too long", "batch too big", "3-D", "not a tensor"])
 def test_int8_package_refuses_bad_input_before_running(int8_packaged, bad):
     # The compiled code checks nothing (aot_runner's docstring): every refusal comes from the
@@ -168,6 +180,7 @@ def test_int8_package_refuses_bad_input_before_running(int8_packaged, bad):
     assert gpt.k_cache is None
 
 
+@PACKAGE_SLOW
 def test_strided_token_views_read_as_their_values(int8_packaged):
     # The compiled code indexes its inputs with contiguous strides: a strided view of ids, passed
     # as it is, is read as other tokens (measured on the CPU package: logits off by order 1). The
@@ -243,9 +256,11 @@ def test_fp8_linear_matches_its_error_model():
 
 
 @pytest.mark.skipif(not HAS_FP8, reason="fp8 tensor cores (torch._scaled_mm) need compute capability >= 8.9")
-def test_fp8_package_in_a_fresh_process(tmp_path):
+@PACKAGE_SLOW
+def test_fp8_package_in_a_fresh_process(tmp_path_factory, tmp_path):
     model = tiny_model(torch.bfloat16)
-    path = loadable_package(lambda p: aq.package_fp8(model, p, max_batch=MAX_BATCH, max_len=MAX_LEN), tmp_path)
+    root, record = package_record(tmp_path_factory, "fp8", torch.bfloat16)
+    path = builds.require_loadable(record, root, runtime.DEVICE, torch.bfloat16)
     idx = prompt(2, 6, seed=2)
     out = run_fresh(path, idx, 4, tmp_path)
     assert out["modules"] == []
