@@ -294,3 +294,21 @@ def test_bf16_is_refused_on_a_t4_naming_float16(monkeypatch):
         launch.fused_linear(x, w)
     with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
         fl.norm_linear(torch.ones(4, 16, device=DEVICE), torch.ones(16, device=DEVICE), w)
+
+
+def test_residual_tiles_keep_registers_and_stale_rows_are_ignored(monkeypatch):
+    """The residual epilogue holds an fp32 residual tile beside the accumulator: on sm_90 tiles with 128
+    accumulator elements a thread spill (255 registers and a stack, compiled ahead of time), so a
+    residual launch may only take tiles with at most RESIDUAL_ACC_PER_THREAD; others keep every tile
+    that fits, the Hopper shapes included. A table row swept before the rule is not used."""
+    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda: 227 * 1024)  # an H100's
+    every = launch.candidates(launch.SINGLE_CONFIGS, 2, 2, 1, residual=False)
+    residual = launch.candidates(launch.SINGLE_CONFIGS, 2, 2, 1, residual=True)
+    assert len(every) == len(launch.SINGLE_CONFIGS)
+    assert residual and all(launch.accumulator_per_thread(c) <= launch.RESIDUAL_ACC_PER_THREAD for c in residual)
+    assert any((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) == (128, 128, 8, 3) for c in residual)
+    spilling = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    row = type("Row", (), {"tile": spilling})()
+    monkeypatch.setattr(launch.TABLE, "get", lambda key: row)
+    assert launch.tile_for(8192, 768, 768, torch.bfloat16, "residual", None) is None
+    assert launch.tile_for(8192, 768, 768, torch.bfloat16, "plain", None) == spilling
