@@ -36,7 +36,7 @@ from course import bench, runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.gpu import DEVICE
-from week4_triton_dl.fused_linear import launch, ops as fl
+from week4_triton_dl.fused_linear import launch, launch_tma, ops as fl
 
 TOKENS = 8192
 EPS = 1e-5
@@ -246,7 +246,7 @@ def _launch_args(name, inputs):
 
 def sweep() -> Path:
     """Time every tile the launcher may take (launch.candidates: SINGLE_CONFIGS, the dual GEMM's for
-    SwiGLU) at each fusion's shapes and write the fastest as results/dispatch_fused_linear.json
+    SwiGLU; and the TMA rung's, launch_tma.candidates, where it applies) at each fusion's shapes and write the fastest as results/dispatch_fused_linear.json
     (course/dispatch.py; applies on this GPU only). Each tile is timed replayed from a CUDA graph: a
     per-call timing of these tens-of-microseconds launches measures the host's Python, the same for
     every tile, and its winner is noise. In simulation: the one simulated tile, at a tiny size."""
@@ -258,16 +258,23 @@ def sweep() -> Path:
             fits = launch.candidates(launch.DUAL_CONFIGS if kw.get("swiglu") else launch.SINGLE_CONFIGS,
                                      x.element_size(), w.element_size(), 2 if kw.get("swiglu") else 1,
                                      residual="residual" in kw)
-            tiles = runtime.pick(gpu=[dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in fits],
-                                 sim=[dict(SIM_CONFIG)])
-            timed = [(bench.time_call(_graphed(lambda t=t: launch.fused_linear(x, w, tile=dict(t), **kw)), [()]).median_ms, t)
-                     for t in tiles]
-            ms, best = min(timed, key=lambda pair: pair[0])
+            as_tile = lambda c: dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)  # noqa: E731
+            tiles = [("tiled", t) for t in runtime.pick(gpu=[as_tile(c) for c in fits], sim=[dict(SIM_CONFIG)])]
+            if launch_tma.why_not(x, w, kw.get("norm_weight"), kw.get("swiglu", False)) is None:
+                out_size = kw["residual"].element_size() if "residual" in kw else w.element_size()
+                tma = launch_tma.candidates(w.element_size(), out_size,
+                                            launch.RESIDUAL_ACC_PER_THREAD if "residual" in kw else None)
+                tiles += [("tma", t) for t in runtime.pick(gpu=[as_tile(c) for c in tma], sim=[dict(launch_tma.SIM_TILE)])]
+            timed = [(bench.time_call(_graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)),
+                                      [()]).median_ms, r, t) for r, t in tiles]
+            ms, rung, best = min(timed, key=lambda row: row[0])
             M, K, N = size
-            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": "tiled",
+            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": rung,
                          "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
                                                     "tflops": _flops(name)(size) / ms / 1e9}})
-            print(f"{name} {M}x{K}x{N}: {ms:.4f} ms with {best}", file=sys.stderr)
+            for r in dict.fromkeys(r for _, r, _ in timed):  # each rung's best, for the log
+                r_ms, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0])
+                print(f"{name} {M}x{K}x{N} {r}: {r_ms:.4f} ms with {r_tile}", file=sys.stderr)
     return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
 
 

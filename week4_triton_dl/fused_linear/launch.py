@@ -24,6 +24,7 @@ from course import dispatch, runtime, validate
 from course.gpu import triton
 from week3_triton_kernels.matmul_launch import SIM_CONFIG, tile_config
 from week4_triton_dl.fused_linear import kernel as solution
+from week4_triton_dl.fused_linear import launch_tma
 from week4_triton_dl.fused_linear.prologue_norm import row_rstd
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -184,24 +185,41 @@ def tile_for(M, N, K, dtype, kind: str, tile: dict | None) -> dict | None:
     row = TABLE.get((M, N, K, str(dtype).replace("torch.", ""), kind))
     if row is None or row.tile is None:
         return None
-    t = row.tile
+    t = dict(row.tile)
+    if getattr(row, "rung", None) == launch_tma.RUNG:
+        t["_rung"] = launch_tma.RUNG  # fused_linear takes it out (the rung the sweep timed this tile on)
     if "residual" in kind and t["BLOCK_M"] * t["BLOCK_N"] // (32 * t.get("num_warps", 4)) > RESIDUAL_ACC_PER_THREAD:
         return None  # a row swept before the residual's register rule (it spills): the autotuner instead
-    return dict(t)
+    return t
+
+
+TMA_ONLY = ("FLATTEN",)  # a TMA tile's keys the tiled kernel does not take
 
 
 def fused_linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-5, swiglu=False,
-                 store_pre=False, out=None, tile=None, kernels: Kernels | None = None) -> Result:
+                 store_pre=False, out=None, tile=None, kernels: Kernels | None = None, rung: str | None = None) -> Result:
     """out = [residual +] epilogue(prologue(x) @ weight^T [+ bias]) in one launch (two with the norm).
 
     prologue: with `norm_weight`, x is RMSNorm'ed on its way in (rstd per row, computed first, and
     norm_weight per column; `eps`). epilogue: `swiglu` takes weight as [W_gate; W_up] (2F, K) and
     writes silu(g) * u (M, F); `store_pre` also returns [g | u] (M, 2F). Returns a `Result`.
-    `kernels`: which kernel runs (default kernel.py's; the tests pass an exercise stub's).
+    `kernels`: which kernel runs (default kernel.py's; the tests pass an exercise stub's). `rung`: "tiled"
+    (kernel.py) or "tma" (kernel_tma.py, sm_90: ValueError where it cannot run this call); None: the
+    dispatch table row's rung where it can run, else "tiled".
     """
+    if rung not in (None, "tiled", launch_tma.RUNG):
+        raise ValueError(f"rung must be None, 'tiled' or {launch_tma.RUNG!r}, got {rung!r}")
     M, N, K, out_dtype = check(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre, out)
     kind = epilogue_name(bias, residual, norm_weight, swiglu)
     tile = tile_for(M, N, K, weight.dtype, kind, tile)
+    chosen = rung or (tile.pop("_rung", "tiled") if tile is not None else "tiled")
+    if chosen == launch_tma.RUNG:
+        why = launch_tma.why_not(x, weight, norm_weight, swiglu)
+        if why is not None and rung is not None:
+            raise ValueError(f"rung={rung!r} cannot run this call: {why}")
+        chosen = "tiled" if why is not None else chosen
+    if tile is not None and chosen == "tiled":
+        tile = {k: v for k, v in tile.items() if k not in TMA_ONLY}
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=x.device)
     pre = torch.empty((M, 2 * N), dtype=weight.dtype, device=x.device) if store_pre else None
@@ -219,6 +237,9 @@ def fused_linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1
         if residual is not None:
             acc = acc + residual.float()
         out.copy_(acc)
+        return Result(out, pre, rstd)
+    if chosen == launch_tma.RUNG:
+        launch_tma.launch(x, weight, out, bias, residual, M, N, K, tile)
         return Result(out, pre, rstd)
     dummy = out  # pointer arguments a switch leaves unread
     args = (x, weight, out, dummy if bias is None else bias, dummy if residual is None else residual,
