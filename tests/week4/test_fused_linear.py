@@ -347,7 +347,7 @@ def test_tma_rung_refused_where_it_cannot_run(case):
 def test_a_tma_table_row_falls_back_to_the_tiled_rung_where_tma_cannot_run(monkeypatch):
     """A table row swept on the TMA rung, for a call TMA cannot take (fp32 here): the tiled rung runs
     with the row's block sizes (its TMA-only keys dropped)."""
-    tma_tile = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, PER_SM=1)
+    tma_tile = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True)
     row = type("Row", (), {"tile": tma_tile, "rung": "tma"})()
     monkeypatch.setattr(launch.TABLE, "get", lambda key: row)
     x, weight, kw = _inputs("bias", 37, 45, 19, torch.float32)

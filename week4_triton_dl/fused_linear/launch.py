@@ -1,7 +1,9 @@
 """The fused linear's launcher: input checks, tiles (the dispatch table, else the autotuner), the launch.
 
 `fused_linear` checks everything before any launch (ValueError / TypeError naming the argument), then
-runs kernel.py's `fused_linear_kernel` with the tile of this shape: the dispatch table's row
+runs kernel.py's `fused_linear_kernel` (the tiled rung) or, where the dispatch table's row or `rung=`
+says so and it can run the call, kernel_tma.py's persistent TMA rung (launch_tma.py), with the tile
+of this shape: the dispatch table's row
 (results/dispatch_fused_linear.json, course/dispatch.py: rows apply only on the GPU that measured
 them), else the autotuner over week 3's configs (one accumulator) or the dual GEMM's (SwiGLU: two
 accumulators double the registers, so its tiles stop at 128 x 128, as week 4's fused_mlp), pruned
