@@ -21,7 +21,7 @@ epilogues:
 Only where it applies: 16-bit x and W of one dtype with 16-byte aligned rows (TMA's rule), on sm_90
 and newer. kernel.py keeps the norm prologue (its A is the fp32 residual stream, rounded after the
 scale), fp32, and SwiGLU: its two accumulators, compiled this way for sm_90, reach 255 registers and
-spill (the tiled kernel's take 210 and none). launch.py picks the rung (the dispatch table's row,
+spill (the tiled kernel's stay under 255, no stack). launch.py picks the rung (the dispatch table's row,
 or `rung=`; launch_tma.why_not says where this one cannot run).
 """
 from __future__ import annotations

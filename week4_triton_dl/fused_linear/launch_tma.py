@@ -56,7 +56,7 @@ def why_not(x: torch.Tensor, weight: torch.Tensor, norm_weight, swiglu: bool) ->
     """None where the TMA rung can run this call, else why not (launch.py then runs the tiled rung)."""
     if swiglu:
         return ("SwiGLU's two accumulators spill on this rung (255 registers and a stack, compiled for sm_90 "
-                "at 128 x 128 over 8 warps; the tiled rung's take 210 and none)")
+                "at 128 x 128 over 8 warps; the tiled rung's stay under 255, no stack)")
     if norm_weight is not None:
         return "the norm prologue scales A in registers from the fp32 residual stream: the tiled rung's"
     if weight.dtype not in (torch.float16, torch.bfloat16) or x.dtype != weight.dtype:
