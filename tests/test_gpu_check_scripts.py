@@ -92,6 +92,15 @@ def test_the_budget_caps_a_limit_and_skips_what_it_cannot_hold(tmp_path):
     assert not (tmp_path / "out" / "logs" / "05_bench.log").exists()
 
 
+def test_skip_leaves_named_steps_out(tmp_path):
+    body = 'step 01_smoke 30 1 "echo smoke"\nstep 03_tests 30 1 "exit 7"\nstep 05_bench 30 0 "echo bench"'
+    run = _run(tmp_path, body, settings='SKIP="03_tests 04_other"')
+    assert run.returncode == 0, run.stdout + run.stderr
+    marked = _marked(run.stdout)
+    assert "=== 03_tests SKIPPED (SKIP)" in marked and any(m.startswith("=== 05_bench exit 0") for m in marked)
+    assert not (tmp_path / "out" / "logs" / "03_tests.log").exists()
+
+
 def test_devwheels_setup_is_sourced_only_when_asked(tmp_path):
     wheels = tmp_path / ".devwheels"
     wheels.mkdir()

@@ -294,3 +294,64 @@ def test_bf16_is_refused_on_a_t4_naming_float16(monkeypatch):
         launch.fused_linear(x, w)
     with pytest.raises(runtime.NotOnThisGpu, match=r"bfloat16 .*use float16"):
         fl.norm_linear(torch.ones(4, 16, device=DEVICE), torch.ones(16, device=DEVICE), w)
+
+
+def test_residual_tiles_keep_registers_and_stale_rows_are_ignored(monkeypatch):
+    """The residual epilogue holds an fp32 residual tile beside the accumulator: on sm_90 tiles with 128
+    accumulator elements a thread spill (255 registers and a stack, compiled ahead of time), so a
+    residual launch may only take tiles with at most RESIDUAL_ACC_PER_THREAD; others keep every tile
+    that fits, the Hopper shapes included. A table row swept before the rule is not used."""
+    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda: 227 * 1024)  # an H100's
+    every = launch.candidates(launch.SINGLE_CONFIGS, 2, 2, 1, residual=False)
+    residual = launch.candidates(launch.SINGLE_CONFIGS, 2, 2, 1, residual=True)
+    assert len(every) == len(launch.SINGLE_CONFIGS)
+    assert residual and all(launch.accumulator_per_thread(c) <= launch.RESIDUAL_ACC_PER_THREAD for c in residual)
+    assert any((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) == (128, 128, 8, 3) for c in residual)
+    spilling = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    row = type("Row", (), {"tile": spilling})()
+    monkeypatch.setattr(launch.TABLE, "get", lambda key: row)
+    assert launch.tile_for(8192, 768, 768, torch.bfloat16, "residual", None) is None
+    assert launch.tile_for(8192, 768, 768, torch.bfloat16, "plain", None) == spilling
+
+
+# ----------------------------------------------------------------------------- the TMA rung (kernel_tma.py)
+# 16-bit rows of K elements must start on 16-byte boundaries (TMA): K a multiple of 8. Shapes past the
+# simulated 32 x 32 x 32 tile in every dimension, K short of one tile (zero-filled by the descriptor).
+TMA_SHAPES = [(1, 16, 1), (7, 32, 5), (37, 48, 19), (64, 24, 70), (65, 72, 33)]
+tma_gpu = pytest.mark.skipif(runtime.on_gpu() and not runtime.has_capability((9, 0)),
+                             reason="the fused linear's TMA rung needs an sm_90 GPU (H100/H200)")
+
+
+@tma_gpu
+@pytest.mark.parametrize("kind", ("plain", "bias", "residual", "bias+residual"))
+@pytest.mark.parametrize("M, K, N", TMA_SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in TMA_SHAPES])
+@pytest.mark.parametrize("dtype", dtype_params([torch.float16, torch.bfloat16]))
+def test_tma_rung_matches_float64(kind, M, K, N, dtype):
+    x, weight, kw = _inputs(kind, M, K, N, dtype)
+    want, atol, out_dtype = _reference(x, weight, kw)
+    out = poisoned((M, N), out_dtype, DEVICE)
+    got = launch.fused_linear(x, weight, out=out, rung="tma", **kw)
+    assert got.out is out, "the TMA rung must write into the `out` it was given"
+    assert_close(out, want.to(out_dtype), rtol=_rtol(out_dtype), atol=atol)
+
+
+@pytest.mark.parametrize("case", ["norm", "swiglu", "fp32", "unaligned K", "bad rung"])
+def test_tma_rung_refused_where_it_cannot_run(case):
+    """rung='tma' where TMA cannot run this call: ValueError naming rung and why, before any launch."""
+    dtype = torch.float32 if case == "fp32" else torch.float16
+    x, weight, kw = _inputs(case if case in ("norm", "swiglu") else "plain", 7, 45 if case == "unaligned K" else 32, 5, dtype)
+    with pytest.raises(ValueError, match="rung"):
+        launch.fused_linear(x, weight, rung="bogus" if case == "bad rung" else "tma", **kw)
+
+
+def test_a_tma_table_row_falls_back_to_the_tiled_rung_where_tma_cannot_run(monkeypatch):
+    """A table row swept on the TMA rung, for a call TMA cannot take (fp32 here): the tiled rung runs
+    with the row's block sizes (its TMA-only keys dropped)."""
+    tma_tile = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True)
+    row = type("Row", (), {"tile": tma_tile, "rung": "tma"})()
+    monkeypatch.setattr(launch.TABLE, "get", lambda key: row)
+    x, weight, kw = _inputs("bias", 37, 45, 19, torch.float32)
+    want, atol, out_dtype = _reference(x, weight, kw)
+    out = poisoned((37, 19), out_dtype, DEVICE)
+    launch.fused_linear(x, weight, out=out, **kw)
+    assert_close(out, want.to(out_dtype), rtol=_rtol(out_dtype), atol=atol)

@@ -35,7 +35,7 @@ from course import bench, runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.gpu import DEVICE
-from week4_triton_dl.fused_linear import ops as fl
+from week4_triton_dl.fused_linear import launch, launch_tma, ops as fl
 
 TOKENS = 8192
 EPS = 1e-5
@@ -105,8 +105,20 @@ def _gemm_swiglu(x, w):
     return F.linear(x, w)
 
 
-def _fused_plain(x, w):
-    return fl.fused_linear_op(x, w, None, None, None, EPS, False, False)[0]
+def _fused_plain(x, w):  # the launch alone, as the public entries call it when nothing needs a gradient
+    return launch.fused_linear(x, w).out
+
+
+def _graphed(fn):
+    """`fn` replayed from a CUDA graph on the GPU (course.bench.graphed): the GPU's time alone, without
+    the host's. At these shapes one call's GPU work (tens of microseconds) is shorter than its Python
+    (the custom op's dispatch, checks, the launch), and a per-call event timing then measures the host:
+    today's first run timed the residual at K = 768 and K = 2048 alike. Off the GPU: `fn` itself."""
+    replay = bench.graphed(fn)
+    return lambda *args: replay(*args) if runtime.on_gpu() else fn(*args)
+
+
+GRAPHED = ("torch_graphed", "triton_graphed")  # GPU-only variants, forward only (no autograd in a replay)
 
 
 FUSIONS = {
@@ -114,18 +126,23 @@ FUSIONS = {
     # A in bf16, which is what the unfused sequence writes: swiglu's and residual's rows give that GEMM.
     "norm": ([(TOKENS, 768, 2304)], _norm_inputs,
              {"torch": _torch_norm_linear, "torch_compile": compile_on_first_call(_torch_norm_linear, dynamic=False),
-              "triton": _fused_norm_linear}),
+              "triton": _fused_norm_linear, "torch_graphed": _graphed(_torch_norm_linear),
+              "triton_graphed": _graphed(_fused_norm_linear)}),
     "norm_swiglu": ([(TOKENS, 768, 2048)], lambda s, grad=False: _norm_inputs(s, grad, swiglu=True),
                     {"torch": _torch_norm_swiglu, "torch_compile": compile_on_first_call(_torch_norm_swiglu, dynamic=False),
-                     "triton": _fused_norm_swiglu}),
+                     "triton": _fused_norm_swiglu, "torch_graphed": _graphed(_torch_norm_swiglu),
+                     "triton_graphed": _graphed(_fused_norm_swiglu)}),
     "swiglu": ([(TOKENS, 768, 2048)], _swiglu_inputs,
                {"torch": fl.linear_swiglu_torch, "torch_compile": compile_on_first_call(fl.linear_swiglu_torch, dynamic=False),
-                "gemm_only": _gemm_swiglu, "triton": fl.linear_swiglu}),
+                "gemm_only": _gemm_swiglu, "triton": fl.linear_swiglu, "torch_graphed": _graphed(fl.linear_swiglu_torch),
+                "triton_graphed": _graphed(fl.linear_swiglu)}),
     "residual": ([(TOKENS, 768, 768), (TOKENS, 2048, 768)], _residual_inputs,
                  {"torch": _torch_residual, "torch_compile": compile_on_first_call(_torch_residual, dynamic=False),
-                  "gemm_only": _gemm_residual, "triton": fl.linear_residual}),
+                  "gemm_only": _gemm_residual, "triton": fl.linear_residual, "torch_graphed": _graphed(_torch_residual),
+                  "triton_graphed": _graphed(fl.linear_residual)}),
     "plain": ([(TOKENS, 768, 2304), (TOKENS, 768, 50304)], _plain_inputs,
-              {"torch": F.linear, "triton": _fused_plain}),
+              {"torch": F.linear, "triton": _fused_plain, "torch_graphed": _graphed(F.linear),
+               "triton_graphed": _graphed(_fused_plain)}),
 }
 
 
@@ -148,19 +165,20 @@ def _benchmarks():
         sim = [(8, 32, 16)]
         label = lambda s: f"{s[0]}x{s[1]}x{s[2]}"  # noqa: E731
         common = dict(sizes=sizes, sim_sizes=sim, size_label=label, flops=_flops(name), bytes=lambda s: 0,
-                      gpu_only=("torch_compile",), headline=("triton",), compute_dtype=torch.bfloat16)
+                      gpu_only=("torch_compile", *GRAPHED), headline=("triton",), compute_dtype=torch.bfloat16)
         found.append(Benchmark(name=f"fused_linear_{name}_week4",
                                title=f"Fused linear, {name}: forward, tokens x K -> N (bf16 GEMM; fp32 in simulation)",
                                make_inputs=make, variants=variants,
                                notes="torch = cuBLAS + the element-wise op(s) in eager; torch_compile = that "
-                                     "sequence compiled; gemm_only = cuBLAS's GEMM alone; triton = the fused op",
+                                     "sequence compiled; gemm_only = cuBLAS's GEMM alone; triton = the fused op; "
+                                     "*_graphed = replayed from a CUDA graph (GPU time, no host)",
                                **common))
         if name == "plain":
             continue
         found.append(Benchmark(name=f"fused_linear_{name}_train_week4",
                                title=f"Fused linear, {name}: forward + backward through autograd",
                                make_inputs=lambda s, make=make: make(s, True),
-                               variants={k: _train(v) for k, v in variants.items() if k != "gemm_only"},
+                               variants={k: _train(v) for k, v in variants.items() if k != "gemm_only" and k not in GRAPHED},
                                notes="forward, then torch.autograd.grad of every input (ones as the upstream gradient)",
                                **common))
     return found
@@ -225,29 +243,36 @@ def _launch_args(name, inputs):
 
 
 def sweep() -> Path:
-    """Time every tile that fits (week 3's configs; the dual GEMM's for SwiGLU) at each fusion's shapes
-    and write the fastest as results/dispatch_fused_linear.json (course/dispatch.py; applies on this
-    GPU only). In simulation: the one simulated tile, at a tiny size, to check the plumbing."""
-    from week3_triton_kernels.matmul_launch import AUTOTUNE_CONFIGS, SIM_CONFIG
-    from week4_triton_dl.fused_linear import launch
+    """Time every tile the launcher may take (launch.candidates: SINGLE_CONFIGS, the dual GEMM's for
+    SwiGLU; and the TMA rung's, launch_tma.candidates, where it applies) at each fusion's shapes and write the fastest as results/dispatch_fused_linear.json
+    (course/dispatch.py; applies on this GPU only). Each tile is timed replayed from a CUDA graph: a
+    per-call timing of these tens-of-microseconds launches measures the host's Python, the same for
+    every tile, and its winner is noise. In simulation: the one simulated tile, at a tiny size."""
+    from week3_triton_kernels.matmul_launch import SIM_CONFIG
     rows = []
     for name, (sizes, make, _) in FUSIONS.items():
         for size in runtime.pick(gpu=sizes, sim=[(8, 32, 16)]):
             x, w, kw = _launch_args(name, make(size))
-            candidates = launch.DUAL_CONFIGS if kw.get("swiglu") else AUTOTUNE_CONFIGS
-            fits = [c for c in candidates if launch.shared_memory_bytes(c, x.element_size(), w.element_size(),
-                                                                      2 if kw.get("swiglu") else 1)
-                    <= runtime.shared_memory_per_block()]
-            tiles = runtime.pick(gpu=[dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages) for c in fits],
-                                 sim=[dict(SIM_CONFIG)])
-            timed = [(bench.time_call(lambda t=t: launch.fused_linear(x, w, tile=dict(t), **kw), [()]).median_ms, t)
-                     for t in tiles]
-            ms, best = min(timed, key=lambda pair: pair[0])
+            fits = launch.candidates(launch.DUAL_CONFIGS if kw.get("swiglu") else launch.SINGLE_CONFIGS,
+                                     x.element_size(), w.element_size(), 2 if kw.get("swiglu") else 1,
+                                     residual="residual" in kw)
+            as_tile = lambda c: dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)  # noqa: E731
+            tiles = [("tiled", t) for t in runtime.pick(gpu=[as_tile(c) for c in fits], sim=[dict(SIM_CONFIG)])]
+            if launch_tma.why_not(x, w, kw.get("norm_weight"), kw.get("swiglu", False)) is None:
+                out_size = kw["residual"].element_size() if "residual" in kw else w.element_size()
+                tma = launch_tma.candidates(w.element_size(), out_size,
+                                            launch.RESIDUAL_ACC_PER_THREAD if "residual" in kw else None)
+                tiles += [("tma", t) for t in runtime.pick(gpu=[as_tile(c) for c in tma], sim=[dict(launch_tma.SIM_TILE)])]
+            timed = [(bench.time_call(_graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)),
+                                      [()]).median_ms, r, t) for r, t in tiles]
+            ms, rung, best = min(timed, key=lambda row: row[0])
             M, K, N = size
-            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": "tiled",
+            rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": rung,
                          "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
                                                     "tflops": _flops(name)(size) / ms / 1e9}})
-            print(f"{name} {M}x{K}x{N}: {ms:.4f} ms with {best}", file=sys.stderr)
+            for r in dict.fromkeys(r for _, r, _ in timed):  # each rung's best, for the log
+                r_ms, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0])
+                print(f"{name} {M}x{K}x{N} {r}: {r_ms:.4f} ms with {r_tile}", file=sys.stderr)
     return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
 
 

@@ -1,7 +1,9 @@
 """The fused linear's launcher: input checks, tiles (the dispatch table, else the autotuner), the launch.
 
 `fused_linear` checks everything before any launch (ValueError / TypeError naming the argument), then
-runs kernel.py's `fused_linear_kernel` with the tile of this shape: the dispatch table's row
+runs kernel.py's `fused_linear_kernel` (the tiled rung) or, where the dispatch table's row or `rung=`
+says so and it can run the call, kernel_tma.py's persistent TMA rung (launch_tma.py), with the tile
+of this shape: the dispatch table's row
 (results/dispatch_fused_linear.json, course/dispatch.py: rows apply only on the GPU that measured
 them), else the autotuner over week 3's configs (one accumulator) or the dual GEMM's (SwiGLU: two
 accumulators double the registers, so its tiles stop at 128 x 128, as week 4's fused_mlp), pruned
@@ -22,8 +24,9 @@ import torch
 
 from course import dispatch, runtime, validate
 from course.gpu import triton
-from week3_triton_kernels.matmul_launch import AUTOTUNE_CONFIGS, SIM_CONFIG, tile_config
+from week3_triton_kernels.matmul_launch import SIM_CONFIG, tile_config
 from week4_triton_dl.fused_linear import kernel as solution
+from week4_triton_dl.fused_linear import launch_tma
 from week4_triton_dl.fused_linear.prologue_norm import row_rstd
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -35,6 +38,27 @@ DUAL_CONFIGS = [
     tile_config(64, 128, 64, 4, 4),
     tile_config(64, 64, 64, 4, 4),
 ]
+# One accumulator: week 3's tiles and the shapes a Hopper adds. 128 x 128 x 64 at 3 stages takes 96 KB
+# of shared memory, so two blocks share an SM and one's epilogue and pipeline fill overlap the other's
+# main loop; every 128 x 256 / 256 x 128 tile takes 144 KB or more, one block an SM, its epilogue
+# (a shuffle through shared memory, then the store) leaving the tensor cores idle. At the capstone's
+# K = 768 a tile has only 12 K steps, so that exposed part is a large share (the note's diagnosis).
+# Compiled for sm_90 (tools/probe_fused_linear_sass.py), ptxas serializes this kernel's wgmma at
+# 128 x 256 over 8 warps (its warning C7515), at every stage count: the sweep times it anyway (week 3's
+# tile, and a tile for the other GPU classes), 128 x 256 at 4 stages is not added.
+SINGLE_CONFIGS = [
+    tile_config(128, 256, 64, 3, 8),
+    tile_config(256, 128, 64, 3, 8),
+    tile_config(128, 128, 64, 3, 8),
+    tile_config(128, 128, 64, 4, 8),
+    tile_config(128, 128, 64, 4, 4),
+    tile_config(64, 128, 64, 4, 4),
+]
+# The residual epilogue holds the residual tile in fp32 beside the fp32 accumulator: compiled for sm_90,
+# every tile with 128 accumulator elements a thread (128 x 256 or 256 x 128 over 8 warps, 128 x 128
+# over 4) reaches 255 registers and spills to local memory; 64 a thread (128 x 128 over 8 warps) takes
+# 150 registers and no stack. So a residual launch keeps the tiles with at most 64.
+RESIDUAL_ACC_PER_THREAD = 64
 SMALL_PROBLEM = 512 * 512  # C this small: the smallest tile (big ones would leave SMs idle)
 KEY = ["M", "N", "K", "HAS_BIAS", "HAS_RESIDUAL", "NORM", "SWIGLU", "STORE_PRE"]
 TABLE = dispatch.Table(__file__, "fused_linear")  # week 4's results/dispatch_fused_linear.json
@@ -46,12 +70,26 @@ def shared_memory_bytes(config, a_itemsize: int, w_itemsize: int, w_tiles: int) 
     return config.num_stages * kw["BLOCK_K"] * (kw["BLOCK_M"] * a_itemsize + w_tiles * kw["BLOCK_N"] * w_itemsize)
 
 
+def accumulator_per_thread(config) -> int:
+    """fp32 accumulator elements each thread holds: the tile over the block's threads."""
+    return config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] // (32 * config.num_warps)
+
+
+def candidates(configs, a_itemsize: int, w_itemsize: int, w_tiles: int, residual: bool) -> list:
+    """The configs this launch may take: pipeline buffers within this GPU's shared memory and, with the
+    residual epilogue, at most RESIDUAL_ACC_PER_THREAD accumulator elements a thread (else the
+    smallest, which the launch then needs: a small GPU)."""
+    size = lambda c: shared_memory_bytes(c, a_itemsize, w_itemsize, w_tiles)  # noqa: E731
+    fitting = [c for c in configs if size(c) <= runtime.shared_memory_per_block()
+               and (not residual or accumulator_per_thread(c) <= RESIDUAL_ACC_PER_THREAD)]
+    return fitting or [min(configs, key=size)]
+
+
 def _pruner(w_tiles: int):
     def prune(configs, named_args, **kwargs):
         a, w = named_args["a_ptr"], named_args["w_ptr"]
-        size = lambda c: shared_memory_bytes(c, a.element_size(), w.element_size(), w_tiles)  # noqa: E731
-        fitting = [c for c in configs if size(c) <= runtime.shared_memory_per_block()]
-        fitting = fitting or [min(configs, key=size)]
+        residual = bool(kwargs.get("HAS_RESIDUAL", named_args.get("HAS_RESIDUAL", False)))
+        fitting = candidates(configs, a.element_size(), w.element_size(), w_tiles, residual)
         if named_args["M"] * named_args["N"] <= SMALL_PROBLEM:
             return [min(fitting, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
         return fitting
@@ -60,15 +98,15 @@ def _pruner(w_tiles: int):
 
 class Kernels(NamedTuple):
     """The kernel a launch runs: the @triton.jit kernel (launched with a tile) and its two autotuned
-    wrappers (one accumulator, two for SwiGLU). `kernels_of(kernel.fused_linear_kernel)`; an exercise stub's are made the same way from its kernel."""
+    wrappers (one accumulator: SINGLE_CONFIGS; two for SwiGLU: DUAL_CONFIGS). `kernels_of(kernel.fused_linear_kernel)`; an exercise stub's are made the same way from its kernel."""
     jit: object
     single_autotuned: object
     dual_autotuned: object
 
 
 def kernels_of(kernel) -> Kernels:
-    """`kernel` with its autotuners (week 3's configs for one accumulator, DUAL_CONFIGS for two)."""
-    return Kernels(kernel, triton.autotune(configs=AUTOTUNE_CONFIGS, key=KEY, prune_configs_by=_pruner(1))(kernel),
+    """`kernel` with its autotuners (SINGLE_CONFIGS for one accumulator, DUAL_CONFIGS for two)."""
+    return Kernels(kernel, triton.autotune(configs=SINGLE_CONFIGS, key=KEY, prune_configs_by=_pruner(1))(kernel),
                    triton.autotune(configs=DUAL_CONFIGS, key=KEY, prune_configs_by=_pruner(2))(kernel))
 
 
@@ -149,21 +187,43 @@ def tile_for(M, N, K, dtype, kind: str, tile: dict | None) -> dict | None:
             raise ValueError(f"tile must be a dict with BLOCK_M, BLOCK_N and BLOCK_K, got {tile!r}")
         return dict(tile)
     row = TABLE.get((M, N, K, str(dtype).replace("torch.", ""), kind))
-    return dict(row.tile) if row is not None and row.tile is not None else None
+    if row is None or row.tile is None:
+        return None
+    t = dict(row.tile)
+    if getattr(row, "rung", None) == launch_tma.RUNG:
+        t["_rung"] = launch_tma.RUNG  # fused_linear takes it out (the rung the sweep timed this tile on)
+    if "residual" in kind and t["BLOCK_M"] * t["BLOCK_N"] // (32 * t.get("num_warps", 4)) > RESIDUAL_ACC_PER_THREAD:
+        return None  # a row swept before the residual's register rule (it spills): the autotuner instead
+    return t
+
+
+TMA_ONLY = ("FLATTEN",)  # a TMA tile's keys the tiled kernel does not take
 
 
 def fused_linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-5, swiglu=False,
-                 store_pre=False, out=None, tile=None, kernels: Kernels | None = None) -> Result:
+                 store_pre=False, out=None, tile=None, kernels: Kernels | None = None, rung: str | None = None) -> Result:
     """out = [residual +] epilogue(prologue(x) @ weight^T [+ bias]) in one launch (two with the norm).
 
     prologue: with `norm_weight`, x is RMSNorm'ed on its way in (rstd per row, computed first, and
     norm_weight per column; `eps`). epilogue: `swiglu` takes weight as [W_gate; W_up] (2F, K) and
     writes silu(g) * u (M, F); `store_pre` also returns [g | u] (M, 2F). Returns a `Result`.
-    `kernels`: which kernel runs (default kernel.py's; the tests pass an exercise stub's).
+    `kernels`: which kernel runs (default kernel.py's; the tests pass an exercise stub's). `rung`: "tiled"
+    (kernel.py) or "tma" (kernel_tma.py, sm_90: ValueError where it cannot run this call); None: the
+    dispatch table row's rung where it can run, else "tiled".
     """
+    if rung not in (None, "tiled", launch_tma.RUNG):
+        raise ValueError(f"rung must be None, 'tiled' or {launch_tma.RUNG!r}, got {rung!r}")
     M, N, K, out_dtype = check(x, weight, bias, residual, norm_weight, eps, swiglu, store_pre, out)
     kind = epilogue_name(bias, residual, norm_weight, swiglu)
     tile = tile_for(M, N, K, weight.dtype, kind, tile)
+    chosen = rung or (tile.pop("_rung", "tiled") if tile is not None else "tiled")
+    if chosen == launch_tma.RUNG:
+        why = launch_tma.why_not(x, weight, norm_weight, swiglu)
+        if why is not None and rung is not None:
+            raise ValueError(f"rung={rung!r} cannot run this call: {why}")
+        chosen = "tiled" if why is not None else chosen
+    if tile is not None and chosen == "tiled":
+        tile = {k: v for k, v in tile.items() if k not in TMA_ONLY}
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=x.device)
     pre = torch.empty((M, 2 * N), dtype=weight.dtype, device=x.device) if store_pre else None
@@ -181,6 +241,9 @@ def fused_linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1
         if residual is not None:
             acc = acc + residual.float()
         out.copy_(acc)
+        return Result(out, pre, rstd)
+    if chosen == launch_tma.RUNG:
+        launch_tma.launch(x, weight, out, bias, residual, M, N, K, tile)
         return Result(out, pre, rstd)
     dummy = out  # pointer arguments a switch leaves unread
     args = (x, weight, out, dummy if bias is None else bias, dummy if residual is None else residual,
