@@ -19,6 +19,9 @@ step buys in the whole training step (measure.py; the cost model of each step is
 Past `fast` it climbs on with the fused GEMMs of week 4's fused_linear (issue 32), one fusion a rung:
 +SwiGLU in the up GEMM's epilogue -> +residual adds in proj's and down's epilogues -> +RMSNorm in
 the QKV and up GEMMs' prologue, the last rung being `fused_gemm_ops()` ("fused_gemms").
+Beside that ladder, `wgmma_gemm_ops()` ("wgmma_gemms") is `fast` with the same SwiGLU and residual
+fusions on week 1's CUDA C persistent wgmma kernels (sm_90a only; no norm prologue there; the
+residual stream in bf16): capstone/wgmma_ops.py says why and what it adapts.
 
 Vocabulary. The corpus is generated text tokenized as bytes (week5_integration/data.py: 256
 ids, nothing to download or train). `tiny` uses exactly those 256. `gpt2_124m` uses GPT-2's
@@ -81,6 +84,13 @@ def fused_gemm_ops() -> m.Ops:
         "linear_swiglu": fl.linear_swiglu, "linear_residual": fl.linear_residual, "norm_linear": fl.norm_linear})
 
 
+def wgmma_gemm_ops() -> m.Ops:
+    """`fast` with week 1's CUDA C fused GEMMs (SwiGLU in the up GEMM's epilogue, the residual adds in
+    proj's and down's): capstone/wgmma_ops.py. Runs on sm_90a only (`wgmma_ops.unsupported()`)."""
+    from capstone import wgmma_ops
+    return wgmma_ops.wgmma_gemm_ops(fast_ops())
+
+
 # The ladder's groups, in order: each rung adds one group of fields to the one before.
 LADDER = (("+flash_attention", ("attention",)),
           ("+fused_norm_rope_swiglu", ("norm", "add_norm", "rope", "swiglu")),
@@ -103,7 +113,7 @@ def ladder() -> list[m.Ops]:
     return rungs
 
 
-OPS_NAMES = ("reference", "fast", "fused_gemms")
+OPS_NAMES = ("reference", "fast", "fused_gemms", "wgmma_gemms")
 
 
 def resolve_ops(ops: str | m.Ops) -> m.Ops:
@@ -115,6 +125,8 @@ def resolve_ops(ops: str | m.Ops) -> m.Ops:
         return fast_ops()
     if ops == "fused_gemms":
         return fused_gemm_ops()
+    if ops == "wgmma_gemms":
+        return wgmma_gemm_ops()
     raise ValueError(f"ops must be one of {OPS_NAMES} or an Ops record, got {ops!r}")
 
 
