@@ -13,7 +13,9 @@ order of what the README needs most, each stopped when the time budget (`--budge
    model at batch 8 x 1024, the optimization ladder one rung at a time:
    torch (the eager twin) -> +flash_attention -> +fused_norm_rope_swiglu -> fast (+fused_ce),
    then the fused GEMMs of issue 32 (week 4's fused_linear), one fusion a rung: +swiglu_gemm ->
-   +residual_gemm -> +norm_gemm (compiled too: fused_gemms+compile[+cudagraphs]),
+   +residual_gemm -> +norm_gemm (compiled too: fused_gemms+compile[+cudagraphs]), and the same SwiGLU and
+   residual fusions on week 1's CUDA C wgmma kernels, compiled (wgmma_gemms+compile[+cudagraphs]; sm_90a
+   only: elsewhere their rows are skipped with the reason),
    then the twin under torch.compile (the bar a practitioner would pick instead) and the fast
    model under torch.compile (compiling what the kernels leave: residual adds, the embedding,
    the optimizer is not compiled). Median of `steps` CUDA-event-timed steps after `warmup`.
@@ -21,7 +23,8 @@ order of what the README needs most, each stopped when the time budget (`--budge
 2. decode: greedy decode tokens/s at ~1k context (prompt 960, 64 new tokens), batch 1 and 8:
    the no-cache eager loop of the twin (the baseline), then the fast model with the KV cache
    (eager) and with the KV cache + CUDA graph (week 5's StaticDecoder), bf16 weights.
-3. loss: 200 steps of the eager twin, the fast model and the fused GEMMs' model, same seed and batches, at batch
+3. loss: 200 steps of the eager twin, the fast model and the fused GEMMs' models (Triton; CUDA C on sm_90a),
+   same seed and batches, at batch
    4 x 1024 (half the throughput batch, to keep this phase near 10 s): the loss curves, their
    largest difference, and whether it is within the tolerance stated in `LOSS_TOLERANCE`.
 
@@ -48,6 +51,7 @@ import torch
 
 from course import bench, runtime
 from capstone import model as cm
+from capstone import wgmma_ops
 from capstone.step_profile import profile_steps
 from capstone.summary import summary_markdown
 from capstone.train import Trainer
@@ -119,6 +123,10 @@ def train_variants() -> list[tuple[str, object, bool]]:
                  ("fast+compile+cudagraphs", fast, "reduce-overhead")]
     # The fused GEMMs' model (issue 32) compiled the same two ways.
     variants += [("fused_gemms+compile", fused, True), ("fused_gemms+compile+cudagraphs", fused, "reduce-overhead")]
+    # The same SwiGLU and residual fusions on week 1's CUDA C wgmma kernels (sm_90a; skipped elsewhere, with
+    # the reason: WGMMA_VARIANTS), compiled the same two ways.
+    wgmma = cm.wgmma_gemm_ops()
+    variants += [("wgmma_gemms+compile", wgmma, True), ("wgmma_gemms+compile+cudagraphs", wgmma, "reduce-overhead")]
     return variants
 
 
@@ -127,7 +135,12 @@ LADDER_NAMES = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", 
                 "+norm_gemm"]
 # Each compiled variant, the one it is one step after ("vs previous rung").
 COMPILED_AFTER = {"fast+compile": "fast", "fast+compile+cudagraphs": "fast+compile",
-                  "fused_gemms+compile": "+norm_gemm", "fused_gemms+compile+cudagraphs": "fused_gemms+compile"}
+                  "fused_gemms+compile": "+norm_gemm", "fused_gemms+compile+cudagraphs": "fused_gemms+compile",
+                  # week 1's GEMMs have no eager rung: their compiled rows are read against fast's, mode for mode
+                  "wgmma_gemms+compile": "fast+compile", "wgmma_gemms+compile+cudagraphs": "fast+compile+cudagraphs"}
+# Variants on week 1's sm_90a kernels: where wgmma_ops.unsupported() gives a reason, their row is skipped
+# with it (never run on another kernel in their name).
+WGMMA_VARIANTS = ("wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs")
 TRAINER_OPTIONS = {"fast, one-thread backward": {"autograd_threads": False}}
 
 
@@ -170,6 +183,10 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
         if only and name not in only:
             continue
         print(f"[train] {name}", file=sys.stderr, flush=True)
+        why = wgmma_ops.unsupported() if name in WGMMA_VARIANTS else None
+        if why is not None:
+            rows.append({"size": size, "variant": name, "skipped": why})
+            continue
         if compile and not p["compile"]:
             rows.append({"size": size, "variant": name, "skipped": "torch.compile is measured on the GPU only"})
             continue
@@ -215,7 +232,7 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
                    "model.flops_per_token (6 N per token + attention); peak = torch.cuda.max_memory_allocated "
                    "over the run (weights, AdamW state, activations)",
                    ["fast", "torch.compile", "fast+compile", "fast+compile+cudagraphs", "fused_gemms+compile",
-                    "fused_gemms+compile+cudagraphs"], rows)
+                    "fused_gemms+compile+cudagraphs", "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs"], rows)
 
 
 # ------------------------------------------------------------------------------ decoding
@@ -284,7 +301,7 @@ def measure_decode(p: dict, deadline: float) -> dict:
 # distance is what rounding alone does to a trajectory; the fast model is held to that as well as
 # to LOSS_TOLERANCE, which was stated before the first measurement.
 LOSS_CURVES = (("reference", "reference", False), ("fast", "fast", False), ("reference_compiled", "reference", True),
-               ("fused_gemms", "fused_gemms", False))
+               ("fused_gemms", "fused_gemms", False), ("wgmma_gemms", "wgmma_gemms", False))
 
 
 def _moving_average(xs: list, w: int) -> list:
@@ -304,6 +321,10 @@ def curve_distance(a: list, b: list, window: int, tail: int = 50) -> dict:
 def measure_loss(p: dict, deadline: float) -> dict:
     curves = {}
     for name, ops, compile in LOSS_CURVES:
+        why = wgmma_ops.unsupported() if ops == "wgmma_gemms" else None
+        if why is not None:  # week 1's sm_90a kernels: skipped with the reason, as in the training phase
+            curves[name] = {"skipped": why}
+            continue
         if compile and not p["compile"]:
             curves[name] = {"skipped": "torch.compile is measured on the GPU only"}
             continue
@@ -329,6 +350,8 @@ def measure_loss(p: dict, deadline: float) -> dict:
         result.update(_held_to_twin(curves, "fast"))
     if "losses" in curves.get("reference", {}) and "losses" in curves.get("fused_gemms", {}):
         result["fused_gemms"] = _held_to_twin(curves, "fused_gemms")  # the fused GEMMs' model, held the same way
+    if "losses" in curves.get("reference", {}) and "losses" in curves.get("wgmma_gemms", {}):
+        result["wgmma_gemms"] = _held_to_twin(curves, "wgmma_gemms")  # week 1's GEMMs, and their bf16 residual stream
     return result
 
 
@@ -359,7 +382,8 @@ def plot_loss(result: dict, path: Path) -> None:
         if "losses" in curve:
             label = {"reference": "eager twin", "fast": "fast (course kernels)",
                      "reference_compiled": "torch.compile twin (control)",
-                     "fused_gemms": "fused GEMMs (fast + fused_linear)"}.get(name, name)
+                     "fused_gemms": "fused GEMMs (fast + fused_linear)",
+                     "wgmma_gemms": "wgmma GEMMs (fast + week 1's CUDA C)"}.get(name, name)
             ax.plot(curve["losses"], lw=0.9, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats / byte)")
