@@ -1,5 +1,10 @@
 """capstone.measure and capstone.summary: the summary compares each target with the right rows (no GPU needed)."""
-from capstone import measure, summary
+import re
+
+import pytest
+
+from course import runtime
+from capstone import measure, summary, wgmma_ops
 
 
 def record(rows):
@@ -40,9 +45,47 @@ def test_train_variants_follow_the_ladder():
     assert names == ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "+swiglu_gemm", "+residual_gemm",
                      "+norm_gemm", "fast, one-thread backward", "torch.compile", "fast+compile",
                      "torch.compile+cudagraphs", "fast+compile+cudagraphs",
-                     "fused_gemms+compile", "fused_gemms+compile+cudagraphs"]
+                     "fused_gemms+compile", "fused_gemms+compile+cudagraphs",
+                     "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs"]
     ops = {name: o for name, o, _ in measure.train_variants()}
     assert ops["fast+compile"].name == "+fused_ce" and ops["fused_gemms+compile"].name == "+norm_gemm"
+    modes = {name: mode for name, _, mode in measure.train_variants()}
+    for name in measure.WGMMA_VARIANTS:  # week 1's CUDA C GEMMs, compiled as the Triton ones are
+        assert ops[name].name == "wgmma_gemms" and ops[name].linear_swiglu is wgmma_ops.linear_swiglu
+    assert modes["wgmma_gemms+compile"] is True and modes["wgmma_gemms+compile+cudagraphs"] == "reduce-overhead"
+    assert set(measure.WGMMA_VARIANTS) <= set(measure.COMPILED_AFTER)
+
+
+def pretend_gpu(monkeypatch, capability):
+    """This machine as a GPU of `capability` (None: no GPU) for wgmma_ops.unsupported(); the record's machine
+    line made up (describing it would ask the driver)."""
+    monkeypatch.setattr(runtime, "on_gpu", lambda: capability is not None)
+    monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
+    monkeypatch.setattr(runtime, "describe", lambda: {"gpu": "made up for the test"})
+    monkeypatch.setattr(measure.bench, "copy_bandwidth_gbps", lambda: None)
+
+
+@pytest.mark.parametrize("capability", [None, (8, 0), (12, 0)])
+def test_wgmma_variants_are_skipped_with_the_reason_off_hopper(capability, monkeypatch, tmp_path):
+    """Off sm_90 (or without a GPU) the wgmma rows say why, in the skipped-row convention; nothing is
+    timed in their name (time_training would fail the test if it ran)."""
+    pretend_gpu(monkeypatch, capability)
+    monkeypatch.setattr(measure, "time_training", lambda *a, **k: pytest.fail("a wgmma variant was run"))
+    p = {**measure.plan(), "compile": True}
+    record = measure.measure_training(p, tmp_path, deadline=float("inf"), only=measure.WGMMA_VARIANTS)
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert set(rows) == set(measure.WGMMA_VARIANTS)
+    want = "no GPU" if capability is None else rf"compute capability {capability[0]}\.{capability[1]}"
+    for row in rows.values():
+        assert "ms" not in row and re.search(want, row["skipped"]), row
+        assert "sm_90a" in row["skipped"]
+
+
+def test_loss_phase_skips_the_wgmma_curve_with_the_reason(monkeypatch):
+    pretend_gpu(monkeypatch, (8, 9))
+    monkeypatch.setattr(measure, "LOSS_CURVES", (("wgmma_gemms", "wgmma_gemms", False),))
+    result = measure.measure_loss(measure.plan(), deadline=float("inf"))
+    assert "compute capability 8.9" in result["curves"]["wgmma_gemms"]["skipped"]
 
 
 def test_summary_holds_the_fused_gemms_to_issue_32s_targets():
@@ -60,3 +103,23 @@ def test_summary_holds_the_fused_gemms_to_issue_32s_targets():
     assert len(lines) == 5
     assert "1.32x | yes" in lines[0] and "1.33x | yes" in lines[1] and "2.22x | yes" in lines[2]
     assert "46.5% | yes" in lines[3] and lines[4].endswith("| yes |")
+
+
+def test_summary_takes_the_faster_fused_gemms_and_names_it():
+    """Issue 32's rows take the faster of week 4's Triton and week 1's CUDA C model in each mode; a counted
+    CUDA C model brings its own loss row (its residual stream is bf16)."""
+    train = record([
+        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0},
+        {"size": "s", "variant": "torch.compile", "ms": 25.0, "tokens_per_s": 160.0},
+        {"size": "s", "variant": "torch.compile+cudagraphs", "ms": 24.0, "tokens_per_s": 166.0},
+        {"size": "s", "variant": "fused_gemms+compile", "ms": 19.0, "tokens_per_s": 210.0, "tflops": 400.0},
+        {"size": "s", "variant": "fused_gemms+compile+cudagraphs", "ms": 18.0, "tokens_per_s": 222.0, "tflops": 460.0},
+        {"size": "s", "variant": "wgmma_gemms+compile", "ms": 20.0, "tokens_per_s": 200.0, "tflops": 380.0},
+        {"size": "s", "variant": "wgmma_gemms+compile+cudagraphs", "ms": 16.0, "tokens_per_s": 250.0, "tflops": 500.0},
+    ])
+    lines = [line for line in summary.summary_markdown(train, None, None).splitlines()
+             if "fused GEMMs" in line or "wgmma GEMMs" in line]
+    assert "fused_gemms+compile 210" in lines[0]  # default mode: Triton is the faster here
+    assert "wgmma_gemms+compile+cudagraphs 250" in lines[1] and "1.50x | yes" in lines[1]
+    assert "wgmma_gemms+compile+cudagraphs" in lines[2] and "2.50x" in lines[2]
+    assert "wgmma GEMMs" in lines[-1] and "not measured" in lines[-1]
