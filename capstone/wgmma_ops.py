@@ -95,8 +95,9 @@ def linear_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor) ->
     dtype = _gemm_dtype(x, w, "linear_residual")
     want = (*x.shape[:-1], w.shape[0])
     if not isinstance(residual, torch.Tensor) or tuple(residual.shape) != want:
-        raise ValueError(f"linear_residual: residual must have shape {want} (x's leading shape, N = w.shape[0]), got "
-                         f"{tuple(getattr(residual, 'shape', ())) if isinstance(residual, torch.Tensor) else type(residual).__name__}")
+        got = tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__
+        raise ValueError(f"linear_residual: residual must have shape {want} (x's leading shape, N = w.shape[0]), "
+                         f"got {got}")
     with torch.autocast(x.device.type, enabled=False):
         return wf.linear_residual(x.to(dtype), w.to(dtype), residual.to(dtype))
 
