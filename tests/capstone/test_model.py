@@ -187,7 +187,15 @@ def bf16_loss_and_grads(model, x, y):
 REL_NORM, REL_LOSS = 2.0**-4, 2.0**-8
 
 
-@pytest.mark.parametrize("base, kernel", [("reference", "stand-in"), ("fast", "stand-in"), ("fast", "wgmma")])
+# fast under bf16 autocast runs on a GPU only: in the Triton interpreter its FlashAttention backward gave the
+# tiny model gradients of ~1e11 (the twin's ~1; seen, not yet diagnosed), so the CPU checks the adapters on
+# the twin's ops.
+FAST_BF16 = pytest.mark.gpu(reason="fast under bf16 autocast: the interpreter's bf16 FlashAttention backward is off")
+
+
+@pytest.mark.parametrize("base, kernel", [
+    ("reference", "stand-in"), pytest.param("fast", "stand-in", marks=FAST_BF16),
+    pytest.param("fast", "wgmma", marks=pytest.mark.gpu(reason="launches week 1's sm_90a kernels"))])
 def test_wgmma_gemms_model_matches_its_base_under_bf16(base, kernel, monkeypatch):
     """The wgmma model (base's ops + wgmma_ops' adapters) against the base model, same weights, bf16
     autocast: loss, logits and every gradient. `stand-in`: week 1's launch replaced by its checks and a
@@ -195,9 +203,6 @@ def test_wgmma_gemms_model_matches_its_base_under_bf16(base, kernel, monkeypatch
     `wgmma`: the sm_90a kernels themselves."""
     if kernel == "wgmma" and WGMMA_WHY:
         pytest.skip(WGMMA_WHY)
-    if base == "fast" and not runtime.on_gpu():
-        pytest.skip("fast under bf16 autocast is checked on a GPU: in the Triton interpreter its FlashAttention "
-                    "backward gave the tiny model gradients of ~1e11 (the twin's ~1; seen, not yet diagnosed)")
     if kernel == "stand-in":
         monkeypatch.setattr(wf, "launch_fused", week1_stand_in)
     base_ops = cm.resolve_ops(base)
