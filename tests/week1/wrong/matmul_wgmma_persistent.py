@@ -45,6 +45,8 @@ WRONG += [
                "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
                "                }\n"
                "            }\n"
+               "            // Ping-pong: this thread has waited on every stage of the tile: the other consumer may go.\n"
+               "            if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n"
                "            wp_wgmma_wait<0>();\n"
                "            if (lane == 0) {  // the tile's last stage\n"
                "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
@@ -55,6 +57,7 @@ WRONG += [
                "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[it % WP_STAGES], rank ^ 1);\n"
                "                }\n"
                "            }\n"
+               "            if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n"
                "            wp_wgmma_wait<0>();\n"),
           lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer",
           tests=("-k", "test_matches_float32_reference and (4096x4096x4096 or 8192x50304) or test_same_answer_twice")),
