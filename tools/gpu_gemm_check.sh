@@ -23,7 +23,7 @@
 # `python -m course report` to fill the note's figures.
 #   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
 #                                                      FUSED=1: the fused epilogues' steps instead of 2-6;
-#                                                      PINGPONG=1: the ping-pong schedule's steps instead;
+#                                                      PINGPONG=1 BUDGET_S=480: the ping-pong schedule's steps;
 #                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
@@ -75,8 +75,9 @@ import torch
 from course.check import poisoned, random_tensor
 from week1_cuda_python import matmul_wgmma_fused as wf, matmul_wgmma_persistent as wp
 print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
-# one tile; 2 blocks with 5 + 5 tiles of 64 rows (3 and 2 per consumer); 1 block walking 11 x 4 tiles
-for (m, n, k), blocks in (((64, 256, 64), None), ((300, 520, 328), 2), ((700, 1008, 328), 1)):
+# one tile; 5 x 3 tiles of 64 rows on 2 blocks (8 and 7: 4 + 4 and 4 + 3 per consumer); 1 block walking
+# 11 x 4 tiles; every N a multiple of 16 (SwiGLU's F a multiple of 8)
+for (m, n, k), blocks in (((64, 256, 64), None), ((300, 528, 328), 2), ((700, 1008, 328), 1)):
     for dtype in (torch.bfloat16, torch.float16):
         a, b = random_tensor((m, k), dtype, 'cuda'), random_tensor((k, n), dtype, 'cuda', scale=k ** -0.5)
         out = poisoned((m, n), dtype, 'cuda')
@@ -97,7 +98,7 @@ for (m, n, k), blocks in (((64, 256, 64), None), ((300, 520, 328), 2), ((700, 10
             print(f'  {epilogue}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
             assert err < 0.05, 'wrong result'
 PY"
-    step 03p_tests_pingpong 130 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py \
+    step 03p_tests_pingpong 180 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py \
         tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider -o faulthandler_timeout=60 \
         --durations=8 -k pingpong"
     step 04p_sanitizer_pingpong 50 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \

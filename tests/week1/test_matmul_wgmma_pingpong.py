@@ -89,3 +89,79 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
                             "-o", str(tmp_path / "x.cubin"), str(wp.PINGPONG_SOURCE)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
+
+
+class _Driver:
+    """Stands in for the CUDA driver: records what cuLaunchKernel is given."""
+    def __init__(self):
+        self.launches = []
+
+    def cuLaunchKernel(self, kernel, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launches.append({"kernel": kernel, "grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared})
+        return 0
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The launchers' host side run to cuLaunchKernel on CPU tensors, with the driver, the tensor maps and
+    the cubin replaced by recorders: which kernel, boxes, shared memory and grid each schedule asks for."""
+    import torch
+
+    calls = {"maps": [], "kernels": []}
+    driver = _Driver()
+
+    class _Stream:
+        cuda_stream = 0
+
+    def fake_map(t, rows, cols):
+        calls["maps"].append((tuple(t.shape), rows, cols))
+        return bytes(128)
+
+    def fake_kernel(*args):
+        calls["kernels"].append(args)
+        return args[0]
+
+    for module in (wp, wf):
+        monkeypatch.setattr(module, "tensor_map", fake_map)
+        monkeypatch.setattr(module, "_kernel", fake_kernel)
+        monkeypatch.setattr(module, "cuda_driver", lambda: driver)
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(runtime, "sm_count", lambda: 132)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    calls["launches"] = driver.launches
+    return calls
+
+
+def test_plain_launch_asks_for_the_pingpong_kernel(recorded):
+    """8192 x 768: 64-row boxes of A, the ping-pong entry point from its own source, its shared memory,
+    a grid of 132 for 384 tiles; the default schedule still asks for the cooperative kernel."""
+    import torch
+
+    a, b = torch.zeros(8192, 768, dtype=torch.bfloat16), torch.zeros(768, 768, dtype=torch.bfloat16)
+    wp.launch_persistent(a, b, schedule="pingpong")
+    assert recorded["maps"][0] == ((8192, 768), 64, 64)
+    name, shared, defines, source = recorded["kernels"][0]
+    assert (name, shared, defines, source) == ("wgmma_pingpong_bf16", wp.PINGPONG_TILES.shared_bytes, (),
+                                               wp.PINGPONG_SOURCE)
+    assert recorded["launches"][0] == {"kernel": name, "grid": (132, 1, 1), "block": (384, 1, 1),
+                                       "shared": wp.PINGPONG_TILES.shared_bytes}
+    wp.launch_persistent(a, b)
+    assert recorded["maps"][3] == ((8192, 768), 128, 64)
+    assert recorded["kernels"][1][0] == "wgmma_persistent_bf16" and recorded["kernels"][1][3] is None
+    assert recorded["launches"][1]["shared"] == wp.PERSISTENT_TILES.shared_bytes
+
+
+@pytest.mark.parametrize("epilogue", list(wf.EPILOGUES))
+def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
+    """The fused launcher: 64-row boxes of x, the epilogue's ping-pong entry point, its shared memory;
+    300 rows and 528 columns of x @ w.T: 5 x 3 tiles of 64 x 256 on a grid capped at 2 blocks."""
+    import torch
+
+    m, n, k = 300, 528, 328
+    x, w = torch.zeros(m, k, dtype=torch.float16), torch.zeros(n, k, dtype=torch.float16)
+    extra = {"bias": torch.zeros(n, dtype=torch.float16), "residual": torch.zeros(m, n, dtype=torch.float16)}
+    wf.launch_fused(x, w, epilogue, extra.get(epilogue), blocks=2, schedule="pingpong")
+    assert recorded["maps"][0] == ((m, k), 64, 64)
+    assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
+    assert recorded["launches"][0]["grid"] == (2, 1, 1)
+    assert recorded["launches"][0]["shared"] == wp.PINGPONG_TILES.shared_bytes
