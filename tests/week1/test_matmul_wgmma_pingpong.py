@@ -165,3 +165,28 @@ def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
     assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
     assert recorded["launches"][0]["grid"] == (2, 1, 1)
     assert recorded["launches"][0]["shared"] == wp.PINGPONG_TILES.shared_bytes
+
+
+def _kernel_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution == wp.PERSISTENT_SOURCE]
+
+
+@nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("fixture", _kernel_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_bodies_build_the_pingpong_entries(fixture, tmp_path):
+    """The known-wrong kernels patch the body both schedules share (tests/week1/wrong/
+    matmul_wgmma_persistent.py; `pingpong_without_turns` only matters here): the ping-pong entry points
+    still build on each, so the GPU's must-fail run of `-k pingpong` tests the bug, not a compile error."""
+    from classroom.must_fail import wrong_source
+    (tmp_path / wp.PERSISTENT_SOURCE.name).write_text(wrong_source(fixture))
+    source = tmp_path / wp.PINGPONG_SOURCE.name
+    source.write_text(wp.PINGPONG_SOURCE.read_text())
+    built = subprocess.run(wp.nvcc_command(tmp_path / "wrong.cubin", runtime.nvcc_path(), source=source),
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+def test_the_turnless_fixture_is_there():
+    assert "pingpong_without_turns" in {f.wrong.name for f in _kernel_fixtures()}
