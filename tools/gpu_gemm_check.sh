@@ -17,7 +17,8 @@
 # instead of steps 2-6: 1. also its build + SASS; 2p. a smoke launch of every entry point (60 s, a hang
 # stops the run: the turn barriers are new); 3p. the tests selected by -k pingpong in both test files;
 # 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small:
-# cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp).
+# cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
+# with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
@@ -108,6 +109,11 @@ PY"
         --rep-ms 20 --variants wgmma_persistent wgmma_pingpong --out $OUT/results"
     step 06p_bench_fused_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 \
         --rep-ms 20 --out $OUT/results"
+    # MUST_FAIL=1: the known-wrong kernel without the turn barriers must be rejected by the -k pingpong tests
+    if [ "${MUST_FAIL:-0}" = 1 ]; then
+        step 07p_must_fail_pingpong 240 0 "python -m course exercises --must-fail \
+            --only week1/matmul_wgmma_persistent__pingpong_without_turns --jobs 1"
+    fi
     echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
     exit 0
 fi
