@@ -16,7 +16,8 @@
 # PINGPONG=1 runs, after step 1, the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu, plain and fused)
 # instead of steps 2-6: 1. also its build + SASS; 2p. a smoke launch of every entry point (60 s, a hang
 # stops the run: the turn barriers are new); 3p. the tests selected by -k pingpong in both test files;
-# 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small:
+# 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small, its own record
+# results/matmul_wgmma_schedules_week1.{json,md}:
 # cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
 # with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},

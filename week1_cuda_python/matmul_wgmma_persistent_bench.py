@@ -36,6 +36,7 @@ from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsuppo
 PROG = "python -m week1_cuda_python.matmul_wgmma_persistent_bench"
 
 NAME = "matmul_wgmma_persistent_week1"
+NAME_SMALL = "matmul_wgmma_schedules_week1"  # --small: its own record (other shapes than the note's figures)
 RESULTS = Path(__file__).parent / "results"
 TOKENS = 8 * 1024
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000),
@@ -95,7 +96,7 @@ def markdown(result: dict) -> str:
     return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
 
 
-def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS) -> dict:
+def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS, name: str = NAME) -> dict:
     why = unsupported(runtime.capability()) or wgmma_unsupported(runtime.capability())
     if not runtime.on_gpu() or why:
         raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
@@ -108,7 +109,7 @@ def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARI
             print(f"[bench] {size_label(shape, dtype)}", file=sys.stderr, flush=True)
             rows += measure(shape, dtype, rounds, rep_ms, variants)
     return {
-        "benchmark": NAME,
+        "benchmark": name,
         "title": "Persistent and cluster wgmma + TMA GEMMs vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing {', '.join(variants)} once in turn "
                   f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
     shapes = (SMALL_SHAPES + QUICK_SHAPES[:2]) if args.small else QUICK_SHAPES if args.quick else SHAPES
-    result = run(shapes, rounds, args.rep_ms, variants=variants)
+    result = run(shapes, rounds, args.rep_ms, variants=variants, name=NAME_SMALL if args.small else NAME)
     text = markdown(result)
     print(text)
     for path in bench.write_record(result, args.out, text):
