@@ -14,7 +14,7 @@
 # every epilogue (60 s, a hang stops the run); 3f. their tests; 4f. compute-sanitizer on their bf16 cases;
 # 5f. the quick interleaved bench against cuBLAS + the torch op, eager and torch.compile.
 # PINGPONG=1 runs, after step 1, the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu, plain and fused)
-# instead of steps 2-6: 1. also its build + SASS; 2p. a smoke launch of every entry point (60 s, a hang
+# instead of steps 2-6: 1. also its build (ptxas -v); 2p. a smoke launch of every entry point (60 s, a hang
 # stops the run: the turn barriers are new); 3p. the tests selected by -k pingpong in both test files;
 # 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small, its own record
 # results/matmul_wgmma_schedules_week1.{json,md}:
