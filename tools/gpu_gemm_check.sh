@@ -13,11 +13,19 @@
 # steps 2-6, so that each run stays within ~5 minutes: 1. their build + SASS too; 2f. a smoke launch of
 # every epilogue (60 s, a hang stops the run); 3f. their tests; 4f. compute-sanitizer on their bf16 cases;
 # 5f. the quick interleaved bench against cuBLAS + the torch op, eager and torch.compile.
+# PINGPONG=1 runs, after step 1, the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu, plain and fused)
+# instead of steps 2-6: 1. also its build (ptxas -v); 2p. a smoke launch of every entry point (60 s, a hang
+# stops the run: the turn barriers are new); 3p. the tests selected by -k pingpong in both test files;
+# 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small, its own record
+# results/matmul_wgmma_schedules_week1.{json,md}:
+# cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
+# with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
 #   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
 #                                                      FUSED=1: the fused epilogues' steps instead of 2-6;
+#                                                      PINGPONG=1 BUDGET_S=480: the ping-pong schedule's steps;
 #                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
@@ -54,7 +62,62 @@ if '${FUSED:-0}' == '1':
         sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
         (Path('$OUT') / 'matmul_wgmma_fused.sm_90a.sass').write_text(sass)
         print('fused:', {op: sass.count(op) for op in ('HGMMA', 'UTMALDG', 'UTMASTG', 'MUFU.EX2')})
+if '${PINGPONG:-0}' == '1':
+    out = Path('$OUT') / 'matmul_wgmma_pingpong.sm_90a.cubin'
+    built = subprocess.run(wp.nvcc_command(out, runtime.nvcc_path(), source=wp.PINGPONG_SOURCE) + ['-Xptxas', '-v'],
+                           capture_output=True, text=True)
+    print(built.stderr)
+    if built.returncode:
+        sys.exit('nvcc failed on the ping-pong entry points')
 PY"
+
+if [ "${PINGPONG:-0}" = 1 ]; then
+    step 02p_smoke_pingpong 60 1 "python - <<'PY'
+import torch
+from course.check import poisoned, random_tensor
+from week1_cuda_python import matmul_wgmma_fused as wf, matmul_wgmma_persistent as wp
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+# one tile; 5 x 3 tiles of 64 rows on 2 blocks (8 and 7: 4 + 4 and 4 + 3 per consumer); 1 block walking
+# 11 x 4 tiles; every N a multiple of 16 (SwiGLU's F a multiple of 8)
+for (m, n, k), blocks in (((64, 256, 64), None), ((300, 528, 328), 2), ((700, 1008, 328), 1)):
+    for dtype in (torch.bfloat16, torch.float16):
+        a, b = random_tensor((m, k), dtype, 'cuda'), random_tensor((k, n), dtype, 'cuda', scale=k ** -0.5)
+        out = poisoned((m, n), dtype, 'cuda')
+        wp.launch_persistent(a, b, out, blocks=blocks, schedule='pingpong')
+        torch.cuda.synchronize()
+        err = (out.float() - a.float() @ b.float()).abs().max().item()
+        print(f'plain {m}x{n}x{k} {dtype} blocks={blocks}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+        assert err < 0.05, 'wrong result'
+        for epilogue in wf.EPILOGUES:
+            x, w = a, b.t().contiguous()
+            extra = {'bias': (n,), 'residual': (m, n)}.get(epilogue)
+            extra = random_tensor(extra, dtype, 'cuda') if extra else None
+            out = poisoned((m, n // 2 if epilogue == 'swiglu' else n), dtype, 'cuda')
+            wf.launch_fused(x, w, epilogue, extra, out, blocks=blocks, schedule='pingpong')
+            torch.cuda.synchronize()
+            ref = wf.reference(x.float(), w.float(), epilogue, None if extra is None else extra.float())
+            err = (out.float() - ref).abs().max().item()
+            print(f'  {epilogue}: max |err| {err:.3g}, NaN left {int(out.isnan().sum())}')
+            assert err < 0.05, 'wrong result'
+PY"
+    step 03p_tests_pingpong 180 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py \
+        tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider -o faulthandler_timeout=60 \
+        --durations=8 -k pingpong"
+    step 04p_sanitizer_pingpong 50 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
+        --only wgmma_pingpong_bf16 wgmma_linear_pingpong_residual_bf16 wgmma_linear_pingpong_swiglu_bf16 \
+        --tools memcheck racecheck synccheck --timeout 45 --budget 48 && cat '$OUT/sanitizer/sanitizer.md'"
+    step 05p_bench_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench --small --rounds 5 \
+        --rep-ms 20 --variants wgmma_persistent wgmma_pingpong --out $OUT/results"
+    step 06p_bench_fused_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 \
+        --rep-ms 20 --out $OUT/results"
+    # MUST_FAIL=1: the known-wrong kernel without the turn barriers must be rejected by the -k pingpong tests
+    if [ "${MUST_FAIL:-0}" = 1 ]; then
+        step 07p_must_fail_pingpong 240 0 "python -m course exercises --must-fail \
+            --only week1/matmul_wgmma_persistent__pingpong_without_turns --jobs 1"
+    fi
+    echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
+    exit 0
+fi
 
 if [ "${FUSED:-0}" = 1 ]; then
     step 02f_smoke_fused 60 1 "python - <<'PY'
@@ -78,10 +141,10 @@ for epilogue in wf.EPILOGUES:
             assert err < 0.05, 'wrong result'
 PY"
     step 03f_tests_fused 130 0 "python -m pytest tests/week1/test_matmul_wgmma_fused.py -q -x -p no:cacheprovider \
-        -o faulthandler_timeout=60 --durations=8"
+        -o faulthandler_timeout=60 --durations=8 -k 'not pingpong'"
     # correctness evidence before speed: the sanitizer runs before the bench (the budget may cut the last step)
     step 04f_sanitizer_fused 50 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
-        --only matmul_wgmma_fused --tools memcheck racecheck synccheck --timeout 45 --budget 48 \
+        --only wgmma_linear_bf16 wgmma_linear_bias_bf16 wgmma_linear_residual_bf16 wgmma_linear_swiglu_bf16 --tools memcheck racecheck synccheck --timeout 45 --budget 48 \
         && cat '$OUT/sanitizer/sanitizer.md'"
     step 05f_bench_fused 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 --rep-ms 20 \
         --out $OUT/results"
@@ -126,8 +189,9 @@ for (m, n, k), blocks in (((128, 256, 64), None), ((300, 520, 328), None), ((800
         assert err < 0.05, 'wrong result'
 PY" && CLUSTER_OK=1
 echo "=== cluster rung usable: $CLUSTER_OK"
-if [ "$CLUSTER_OK" = 1 ]; then SELECT=""; CASES="wgmma_persistent_bf16 wgmma_cluster_bf16"; VARIANTS="wgmma_tma wgmma_persistent wgmma_cluster"
-else SELECT="-k 'not cluster'"; CASES="wgmma_persistent_bf16"; VARIANTS="wgmma_tma wgmma_persistent"; fi
+# (the ping-pong schedule's tests have their own run, PINGPONG=1)
+if [ "$CLUSTER_OK" = 1 ]; then SELECT="-k 'not pingpong'"; CASES="wgmma_persistent_bf16 wgmma_cluster_bf16"; VARIANTS="wgmma_tma wgmma_persistent wgmma_cluster"
+else SELECT="-k 'not cluster and not pingpong'"; CASES="wgmma_persistent_bf16"; VARIANTS="wgmma_tma wgmma_persistent"; fi
 
 step 04_tests 120 0 "python -m pytest tests/week1/test_matmul_wgmma_persistent.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=8 $SELECT"

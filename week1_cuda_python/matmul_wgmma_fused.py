@@ -39,10 +39,12 @@ from course import validate
 from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
-    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, TMA_ALIGN_BYTES, launch_geometry)
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES, TMA_ALIGN_BYTES,
+    launch_geometry)
 
 # BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
 FUSED_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_fused.cu"
+PINGPONG_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_pingpong.cu"  # schedule="pingpong"
 # END SOLUTION ONLY
 DTYPES = (torch.float16, torch.bfloat16)
 EPILOGUES = ("none", "bias", "residual", "swiglu")  # -> kernel wgmma_linear[_<epilogue>]_<dtype>
@@ -52,8 +54,9 @@ NAMESPACE = ops.namespace(__name__)
 INT32_MAX = 2**31 - 1
 
 
-def kernel_name(epilogue: str, dtype: torch.dtype) -> str:
-    return f"wgmma_linear{'' if epilogue == 'none' else '_' + epilogue}_{TYPE_SUFFIX[dtype]}"
+def kernel_name(epilogue: str, dtype: torch.dtype, schedule: str = "cooperative") -> str:
+    pingpong = "_pingpong" if schedule == "pingpong" else ""
+    return f"wgmma_linear{pingpong}{'' if epilogue == 'none' else '_' + epilogue}_{TYPE_SUFFIX[dtype]}"
 
 
 def unsupported(capability: tuple[int, int] | None) -> str | None:
@@ -66,23 +69,25 @@ def unsupported(capability: tuple[int, int] | None) -> str | None:
             f"use {TRITON_FALLBACK}")
 
 
-def nvcc_command(output: Path, nvcc: str = "nvcc") -> list[str]:
-    """The nvcc command that builds every fused variant for sm_90a (the CPU test runs the same one)."""
+def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None) -> list[str]:
+    """The nvcc command that builds every fused variant for sm_90a (the CPU test runs the same one);
+    `source`: PINGPONG_SOURCE for the ping-pong schedule's entry points."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings",
-            "-o", str(output), str(FUSED_SOURCE)]
+            "-o", str(output), str(source or FUSED_SOURCE)]
 
 
 @functools.cache
-def _module():
+def _module(source: Path | None = None):
     runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     nvcc = runtime.nvcc_path()
+    source = source or FUSED_SOURCE
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH: the fused wgmma GEMMs are compiled for sm_90a at first use")
     with tempfile.TemporaryDirectory(prefix="matmul_wgmma_fused_") as tmp:
-        cubin = Path(tmp) / "matmul_wgmma_fused.sm_90a.cubin"
-        built = subprocess.run(nvcc_command(cubin, nvcc), capture_output=True, text=True)
+        cubin = Path(tmp) / f"{source.stem}.sm_90a.cubin"
+        built = subprocess.run(nvcc_command(cubin, nvcc, source), capture_output=True, text=True)
         if built.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {FUSED_SOURCE.name}:\n{built.stderr}")
+            raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
@@ -90,12 +95,14 @@ def _module():
 
 
 @functools.cache
-def _kernel(name: str):
+def _kernel(name: str, schedule: str = "cooperative"):
+    pingpong = schedule == "pingpong"
     kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(), name.encode()),
-                 f"cuModuleGetFunction({name})")
-    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  PERSISTENT_TILES.shared_bytes), "cuFuncSetAttribute")
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(PINGPONG_SOURCE if pingpong else None),
+                                                   name.encode()), f"cuModuleGetFunction({name})")
+    shared = (PINGPONG_TILES if pingpong else PERSISTENT_TILES).shared_bytes
+    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                 "cuFuncSetAttribute")
     return kernel
 
 
@@ -155,11 +162,16 @@ def _checked(x, w, epilogue, extra, out):
     return out, m, n, k, n_out
 
 
-def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int | None = None) -> torch.Tensor:
+def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int | None = None,
+                 schedule: str = "cooperative") -> torch.Tensor:
     """C = epilogue(x @ w.T) with the fused kernel: 2-D x (M x K), w (N x K). `extra` is the bias or
-    the residual; `blocks` caps the persistent grid (the tests make one block walk many tiles)."""
+    the residual; `blocks` caps the persistent grid (the tests make one block walk many tiles);
+    `schedule` "pingpong": each consumer warpgroup on its own 64 x 256 tiles, alternately, one's
+    epilogue beside the other's wgmmas (kernels/matmul_wgmma_pingpong.cu)."""
     if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), got {blocks!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     out, m, n, k, n_out = _checked(x, w, epilogue, extra, out)
     why = unsupported(runtime.capability())
     if why is not None:
@@ -168,18 +180,19 @@ def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int
         return out
     if k == 0:  # empty dot products are 0; then the epilogue of 0 (silu(0) * 0 = 0)
         return out.copy_(extra.expand(m, n_out)) if extra is not None else out.zero_()
-    map_a = tensor_map(x, PERSISTENT_TILES.bm, PERSISTENT_TILES.bk)      # 128 rows x 64 k
-    map_w = tensor_map(w, PERSISTENT_TILES.b_slab, PERSISTENT_TILES.bk)  # 64 rows of w x 64 k
-    map_c = tensor_map(out, 64, PERSISTENT_TILES.c_chunk)                # one consumer's 64 x 64 chunk
+    tiles = PINGPONG_TILES if schedule == "pingpong" else PERSISTENT_TILES
+    map_a = tensor_map(x, tiles.bm, tiles.bk)                            # 128 rows (ping-pong: 64) x 64 k
+    map_w = tensor_map(w, tiles.b_slab, tiles.bk)                        # 64 rows of w x 64 k
+    map_c = tensor_map(out, 64, tiles.c_chunk)                           # one consumer's 64 x 64 chunk
     sms = runtime.sm_count()
-    grid, block = launch_geometry(m, n, min(sms, blocks or sms))  # a tile computes 256 columns of x @ w.T
+    grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles)  # a tile computes 256 columns of x @ w.T
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_w, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
             ctypes.c_uint64(extra.data_ptr() if extra is not None else 0), ctypes.c_int(n_out)]
     params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
     stream = ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
-    driver_check(cuda_driver().cuLaunchKernel(_kernel(kernel_name(epilogue, x.dtype)), *grid, *block,
-                                              PERSISTENT_TILES.shared_bytes, stream, params, None), "cuLaunchKernel")
+    driver_check(cuda_driver().cuLaunchKernel(_kernel(kernel_name(epilogue, x.dtype, schedule), schedule), *grid,
+                                              *block, tiles.shared_bytes, stream, params, None), "cuLaunchKernel")
     return out
 
 
@@ -341,7 +354,7 @@ def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor) -> torch.Tensor:
 
 # --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_fused) ---
 
-def _sanitizer_case(epilogue: str, dtype: torch.dtype) -> None:
+def _sanitizer_case(epilogue: str, dtype: torch.dtype, schedule: str = "cooperative") -> None:
     # 300 rows (2 x 128 + 44), K = 328 (5 stages + a partial one), N = 336 (one store chunk partly
     # outside C, two wholly outside; SwiGLU: F = 168, two tiles, the second's gate slab running into
     # the up rows); 2 blocks, so each walks several tiles and the ring wraps across them.
@@ -351,10 +364,11 @@ def _sanitizer_case(epilogue: str, dtype: torch.dtype) -> None:
     extra = {"bias": (n,), "residual": (m, n)}.get(epilogue)
     extra = random_tensor(extra, dtype, runtime.DEVICE) if extra else None
     out = poisoned((m, n // 2 if epilogue == "swiglu" else n), dtype, runtime.DEVICE)
-    launch_fused(x, w, epilogue, extra, out, blocks=2)
+    launch_fused(x, w, epilogue, extra, out, blocks=2, schedule=schedule)
     torch.cuda.synchronize()
 
 
 SANITIZER_CASES = {
-    kernel_name(e, torch.bfloat16): functools.partial(_sanitizer_case, e, torch.bfloat16) for e in EPILOGUES
+    kernel_name(e, torch.bfloat16, s): functools.partial(_sanitizer_case, e, torch.bfloat16, s)
+    for s in SCHEDULES for e in EPILOGUES
 } if unsupported(runtime.capability()) is None else {}

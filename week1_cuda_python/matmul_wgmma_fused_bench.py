@@ -13,6 +13,8 @@ bench says why rounds: cuBLAS moves ~10% from run to run):
   wgmma_gemm     this kernel with no epilogue (x @ w.T alone): against gemm_only it is the GEMM's rate,
                  against wgmma_fused the epilogue's cost, so the two are never confused
   wgmma_fused    matmul_wgmma_fused.launch_fused: one kernel, the epilogue in registers
+  wgmma_gemm_pp, wgmma_fused_pp   the same two with schedule="pingpong" (each consumer warpgroup on
+                 its own 64 x 256 tiles, one's epilogue beside the other's wgmmas)
 Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds.
 
 Shapes (M x N x K, M = 8 x 1024 tokens, capstone GPT: d = 768, SwiGLU hidden 2048, vocab 50304):
@@ -59,6 +61,9 @@ def variants(epilogue: str) -> dict:
         "gemm_only": lambda x, w, extra, out: torch.matmul(x, w.t()),
         "wgmma_gemm": lambda x, w, extra, out: launch_fused(x, w, "none"),
         "wgmma_fused": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out),
+        # the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu): the GEMM alone, and fused
+        "wgmma_gemm_pp": lambda x, w, extra, out: launch_fused(x, w, "none", schedule="pingpong"),
+        "wgmma_fused_pp": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out, schedule="pingpong"),
     }
 
 
@@ -130,11 +135,11 @@ def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
         "title": "Fused wgmma GEMM epilogues vs cuBLAS + torch op, eager and torch.compile (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K of the GEMM; {rounds} rounds, each timing torch (x @ w.T then the op), "
                   "torch.compile of that sequence, gemm_only (x @ w.T alone), wgmma_gemm (this kernel, no "
-                  "epilogue) and wgmma_fused once in turn (CUDA "
+                  "epilogue), wgmma_fused, and both with the ping-pong schedule (_pp) once in turn (CUDA "
                   f"events, median of ~{rep_ms:.0f} ms of launches); ms = median over rounds; ratios = median over "
                   "rounds of (baseline ms / variant ms) in the same round, min - max beside it"),
         "clock": "events",
-        "headline": ["wgmma_fused"],
+        "headline": ["wgmma_fused", "wgmma_fused_pp"],
         "simulated": False,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": runtime.describe(),

@@ -44,12 +44,16 @@ from week1_cuda_python.matmul_tensor_cores import (
 
 # BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
 PERSISTENT_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_persistent.cu"
+PINGPONG_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_pingpong.cu"  # the same body, PINGPONG
 # END SOLUTION ONLY
 DTYPES = (torch.float16, torch.bfloat16)
 FALLBACK = "matmul_wgmma_tma"        # pads odd strides with zero copies; same GPUs
 OFF_HOPPER_FALLBACK = "matmul_wmma_cp_async"  # for every GPU that is not compute capability 9.0
 TMA_ALIGN_BYTES = 16                  # base address and row strides of every TMA tensor
 CLUSTERS = {1: "wgmma_persistent", 2: "wgmma_cluster"}  # blocks per cluster -> the kernels' name
+# Consumer schedules (kernels/matmul_wgmma_pingpong.cu says why the second): both warpgroups on one
+# 128 x 256 tile, or each on its own 64 x 256 tiles, alternately, one's epilogue beside the other's wgmmas.
+SCHEDULES = ("cooperative", "pingpong")
 INT32_MAX = 2**31 - 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
@@ -84,6 +88,7 @@ class PersistentTiles:
 
 
 PERSISTENT_TILES = PersistentTiles()
+PINGPONG_TILES = PersistentTiles(bm=64)  # a tile per consumer warpgroup: 64 rows; the ring's stage 40 KB
 
 
 def persistent_tile(tile: int, tiles_m: int, tiles_n: int, group_m: int = PERSISTENT_TILES.group_m) -> tuple[int, int]:
@@ -134,24 +139,26 @@ def stride_problem(name: str, t: torch.Tensor, fix: str) -> str | None:
             f"use {FALLBACK}, which pads with zeros")
 
 
-def nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = ()) -> list[str]:
-    """The nvcc command that builds the kernel for sm_90a (the CPU test runs the same one)."""
+def nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = (), source: Path | None = None) -> list[str]:
+    """The nvcc command that builds the kernel for sm_90a (the CPU test runs the same one); `source`:
+    PINGPONG_SOURCE for the ping-pong entry points (plain and fused), else PERSISTENT_SOURCE."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
-            "-o", str(output), str(PERSISTENT_SOURCE)]
+            "-o", str(output), str(source or PERSISTENT_SOURCE)]
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = ()):
+def _module(defines: tuple[str, ...] = (), source: Path | None = None):
     """The kernel compiled for sm_90a and loaded into torch's (primary) context."""
     runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     nvcc = runtime.nvcc_path()
+    source = source or PERSISTENT_SOURCE
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH: the wgmma_persistent rung is compiled for sm_90a at first use")
     with tempfile.TemporaryDirectory(prefix="matmul_wgmma_persistent_") as tmp:
-        cubin = Path(tmp) / "matmul_wgmma_persistent.sm_90a.cubin"
-        built = subprocess.run(nvcc_command(cubin, nvcc, defines), capture_output=True, text=True)
+        cubin = Path(tmp) / f"{source.stem}.sm_90a.cubin"
+        built = subprocess.run(nvcc_command(cubin, nvcc, defines, source), capture_output=True, text=True)
         if built.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {PERSISTENT_SOURCE.name}:\n{built.stderr}")
+            raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
@@ -159,9 +166,9 @@ def _module(defines: tuple[str, ...] = ()):
 
 
 @functools.cache
-def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
+def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = (), source: Path | None = None):
     kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(defines), name.encode()),
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(defines, source), name.encode()),
                  f"cuModuleGetFunction({name})")
     driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   shared_bytes), "cuFuncSetAttribute")
@@ -223,12 +230,21 @@ def _checked(a, b, out):
 
 
 def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None,
-                      cluster: int = 1) -> torch.Tensor:
+                      cluster: int = 1, schedule: str = "cooperative") -> torch.Tensor:
     """C = A @ B with the kernel built with `tiles` (its tile order): what the public launchers call.
     `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it.
-    `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads)."""
+    `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads).
+    `schedule`: "cooperative" (both consumers on one 128 x 256 tile), or "pingpong" (each consumer on
+    its own 64 x 256 tiles, alternately: kernels/matmul_wgmma_pingpong.cu; cluster 1 only)."""
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "pingpong" and cluster != 1:
+        raise ValueError(f"schedule='pingpong' runs without clusters: cluster must be 1, got {cluster!r}")
+    pingpong = schedule == "pingpong"
+    if pingpong:  # 64-row tiles, the same tile order
+        tiles = PersistentTiles(bm=PINGPONG_TILES.bm, group_m=tiles.group_m)
     if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
                          f"{cluster}, got {blocks!r}")
@@ -241,15 +257,15 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     if k == 0:
         return out.zero_()  # every dot product is empty: C = 0, as torch gives
     # Encoded once per (address, shape, stride, dtype, box) and cached (matmul_tensor_cores.tensor_map).
-    map_a = tensor_map(a, tiles.bm, tiles.bk)          # A: 128 rows x 64 k
+    map_a = tensor_map(a, tiles.bm, tiles.bk)          # A: 128 rows (ping-pong: 64) x 64 k
     map_b = tensor_map(b, tiles.bk, tiles.b_slab)      # B: 64 k x 64 columns
     map_c = tensor_map(out, 64, tiles.c_chunk)         # C: 64 rows x 64 columns, one consumer's chunk
-    name = f"{CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
+    name = f"{'wgmma_pingpong' if pingpong else CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
     sms = runtime.sm_count()
     if cluster > 1:  # as many blocks as whole clusters can be resident at once (resident_clusters)
         sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster) or sms // cluster)
     grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles, cluster)
-    kernel = _kernel(name, tiles.shared_bytes, tiles.defines())
+    kernel = _kernel(name, tiles.shared_bytes, tiles.defines(), PINGPONG_SOURCE if pingpong else None)
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
     params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
@@ -277,16 +293,23 @@ def matmul_wgmma_cluster(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
     return launch_persistent(a, b, out, cluster=2)
 
 
+def matmul_wgmma_pingpong(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """C = A @ B with the ping-pong schedule (`wgmma_pingpong_*`): each consumer warpgroup computes its
+    own 64 x 256 tiles, alternately, so one's epilogue overlaps the other's wgmmas (for small K, where
+    the epilogue is a large share of a tile). Same contract as `matmul_wgmma_persistent`."""
+    return launch_persistent(a, b, out, schedule="pingpong")
+
+
 # --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_persistent) ---
 
-def _sanitizer_case(dtype: torch.dtype, cluster: int = 1) -> None:
+def _sanitizer_case(dtype: torch.dtype, cluster: int = 1, schedule: str = "cooperative") -> None:
     # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store
     # chunk of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
     # partial one; 6 tiles on 2 blocks, so each block walks several and the ring wraps across them.
     # For the cluster rung: 3 rows of tiles, so the pair's second block has no tile in the last row.
     a = random_tensor((300, 328), dtype, runtime.DEVICE)
     b = random_tensor((328, 328), dtype, runtime.DEVICE)
-    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster)
+    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster, schedule=schedule)
     torch.cuda.synchronize()
 
 
@@ -294,4 +317,6 @@ def _sanitizer_case(dtype: torch.dtype, cluster: int = 1) -> None:
 SANITIZER_CASES: dict[str, Callable[[], None]] = {
     f"{name}_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype, cluster)
     for cluster, name in CLUSTERS.items() for dtype in DTYPES
+} | {  # ping-pong: 5 row tiles of 64 x 2 column tiles on 2 blocks: 5 tiles each, 3 and 2 per consumer
+    f"wgmma_pingpong_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype, 1, "pingpong") for dtype in DTYPES
 } if unsupported(runtime.capability()) is None else {}

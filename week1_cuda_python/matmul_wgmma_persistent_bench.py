@@ -36,17 +36,22 @@ from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsuppo
 PROG = "python -m week1_cuda_python.matmul_wgmma_persistent_bench"
 
 NAME = "matmul_wgmma_persistent_week1"
+NAME_SMALL = "matmul_wgmma_schedules_week1"  # --small: its own record (other shapes than the note's figures)
 RESULTS = Path(__file__).parent / "results"
 TOKENS = 8 * 1024
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5000, 3000, 4000),
           (TOKENS, 2304, 768), (TOKENS, 768, 768), (TOKENS, 3072, 768), (TOKENS, 768, 3072), (TOKENS, 50304, 768)]
 QUICK_SHAPES = [(4096, 4096, 4096), (5000, 3000, 4000), (TOKENS, 50304, 768)]
+# The capstone's small-N, small-K GEMMs, where the schedules differ most (--small: these alone).
+SMALL_SHAPES = [(TOKENS, 768, 768), (TOKENS, 2304, 768), (TOKENS, 3072, 768), (TOKENS, 768, 3072)]
 DTYPES = (torch.bfloat16, torch.float16)
 VARIANTS = {
     "torch": lambda a, b, out: torch.matmul(a, b, out=out),
     "wgmma_tma": lambda a, b, out: launch_wgmma(a, b, out, None),
     "wgmma_persistent": lambda a, b, out: launch_persistent(a, b, out),
     "wgmma_cluster": lambda a, b, out: launch_persistent(a, b, out, cluster=2),
+    # each consumer warpgroup on its own 64 x 256 tiles, alternately (kernels/matmul_wgmma_pingpong.cu)
+    "wgmma_pingpong": lambda a, b, out: launch_persistent(a, b, out, schedule="pingpong"),
 }
 
 
@@ -91,7 +96,7 @@ def markdown(result: dict) -> str:
     return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
 
 
-def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS) -> dict:
+def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS, name: str = NAME) -> dict:
     why = unsupported(runtime.capability()) or wgmma_unsupported(runtime.capability())
     if not runtime.on_gpu() or why:
         raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
@@ -104,14 +109,14 @@ def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARI
             print(f"[bench] {size_label(shape, dtype)}", file=sys.stderr, flush=True)
             rows += measure(shape, dtype, rounds, rep_ms, variants)
     return {
-        "benchmark": NAME,
+        "benchmark": name,
         "title": "Persistent and cluster wgmma + TMA GEMMs vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing {', '.join(variants)} once in turn "
                   f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
                   "over rounds; vs cuBLAS = median over rounds of (cuBLAS ms / variant ms) in the same round; "
                   "C in the inputs' dtype"),
         "clock": "events",
-        "headline": [v for v in ("wgmma_persistent", "wgmma_cluster") if v in variants],
+        "headline": [v for v in ("wgmma_persistent", "wgmma_cluster", "wgmma_pingpong") if v in variants],
         "simulated": False,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": runtime.describe(),
@@ -124,6 +129,7 @@ def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARI
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 sizes, 3 rounds (a smoke run)")
+    parser.add_argument("--small", action="store_true", help="the capstone's small-N/K shapes (SMALL_SHAPES), then 4096^3 and 5000 x 3000 x 4000")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
@@ -132,7 +138,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
-    result = run(QUICK_SHAPES if args.quick else SHAPES, rounds, args.rep_ms, variants=variants)
+    shapes = (SMALL_SHAPES + QUICK_SHAPES[:2]) if args.small else QUICK_SHAPES if args.quick else SHAPES
+    result = run(shapes, rounds, args.rep_ms, variants=variants, name=NAME_SMALL if args.small else NAME)
     text = markdown(result)
     print(text)
     for path in bench.write_record(result, args.out, text):

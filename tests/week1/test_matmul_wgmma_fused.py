@@ -38,6 +38,7 @@ gpu = pytest.mark.gpu(reason="launches the sm_90a kernels")
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in wf.DTYPES]
 EPILOGUES = list(wf.EPILOGUES)
+SCHEDULES = list(wf.SCHEDULES)  # cooperative (the default) and ping-pong (kernels/matmul_wgmma_pingpong.cu)
 TOKENS = 8 * 1024  # the capstone's batch of 8 x 1024 tokens
 
 
@@ -97,28 +98,32 @@ LARGE = [(TOKENS, 2304, 768), (TOKENS, 768, 768), (TOKENS, 4096, 768), (TOKENS, 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SMALL + LARGE, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("epilogue", EPILOGUES)
-def test_matches_float64_reference(epilogue, shape, dtype):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_matches_float64_reference(schedule, epilogue, shape, dtype):
     if epilogue == "swiglu" and shape[1] % 16:
         pytest.fail("every shape here has N a multiple of 16 (SwiGLU's F a multiple of 8)")
-    run(shape, dtype, epilogue)
+    run(shape, dtype, epilogue, schedule=schedule)
 
 
 @gpu
 @hopper
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_one_block_walks_many_tiles(epilogue, blocks):
-    """7 x 4 tiles of 6 k steps (K = 328): the ring's position and the store buffers run on across tiles."""
-    run((800, 1008, 328), torch.bfloat16, epilogue, blocks=blocks)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_one_block_walks_many_tiles(schedule, epilogue, blocks):
+    """7 x 4 tiles of 6 k steps (K = 328; ping-pong: 13 x 4 of 64 rows): the ring's position and the
+    store buffers run on across tiles (ping-pong: each consumer skipping the other's positions)."""
+    run((800, 1008, 328), torch.bfloat16, epilogue, blocks=blocks, schedule=schedule)
 
 
 @gpu
 @hopper
-def test_residual_in_place():
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_residual_in_place(schedule):
     """out is the residual: each element is read by the thread that later stores it, and by no other block."""
     x, w, r = inputs(300, 336, 200, torch.float16, "residual")
     want = r.clone()
-    out = wf.launch_fused(x, w, "residual", r, out=r)
+    out = wf.launch_fused(x, w, "residual", r, out=r, schedule=schedule)
     assert out is r
     check(out, x, w, "residual", want)
 
@@ -126,14 +131,15 @@ def test_residual_in_place():
 @gpu
 @hopper
 @pytest.mark.parametrize("epilogue", EPILOGUES)
-def test_stores_stay_inside_c(epilogue):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_stores_stay_inside_c(schedule, epilogue):
     """C is a view 16 bytes into a poisoned buffer: the TMA store clips at M and C's columns."""
     m, n, k = 200, 336, 72
     x, w, extra = inputs(m, n, k, torch.float16, epilogue)
     cols = n // 2 if epilogue == "swiglu" else n
     buffer = poisoned(8 + m * cols + 64 * cols, torch.float16, DEVICE)
     out = buffer[8:8 + m * cols].view(m, cols)
-    wf.launch_fused(x, w, epilogue, extra, out)
+    wf.launch_fused(x, w, epilogue, extra, out, schedule=schedule)
     check(out, x, w, epilogue, extra)
     assert torch.isnan(buffer[:8]).all() and torch.isnan(buffer[8 + m * cols:]).all(), "a store landed outside C"
 
@@ -141,10 +147,13 @@ def test_stores_stay_inside_c(epilogue):
 @gpu
 @hopper
 @pytest.mark.parametrize("epilogue", EPILOGUES)
-def test_same_answer_twice(epilogue):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_same_answer_twice(schedule, epilogue):
     x, w, extra = inputs(2048, 2304, 1024, torch.bfloat16, epilogue)
-    first = wf.launch_fused(x, w, epilogue, extra)
+    first = wf.launch_fused(x, w, epilogue, extra, schedule=schedule)
     for _ in range(3):
+        assert torch.equal(wf.launch_fused(x, w, epilogue, extra, schedule=schedule), first)
+    if schedule == "pingpong":  # the same instructions per row in the same k order: the same bits
         assert torch.equal(wf.launch_fused(x, w, epilogue, extra), first)
 
 
@@ -253,6 +262,7 @@ def bad_inputs():
     yield "x transposed", ValueError, "x is not contiguous", lambda: (ok(16, 8).t(), ok(16, 16), "none", None, None)
     yield "wrong device", ValueError, "kernels run on", \
         lambda: (torch.ones(8, 8, device="meta", dtype=torch.float16), ok(8, 8), "none", None, None)
+    yield "schedule", ValueError, "schedule must be one of", lambda: (ok(8, 8), ok(8, 8), "none", None, None, None, "pp")
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])

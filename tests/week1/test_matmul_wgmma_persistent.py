@@ -35,7 +35,10 @@ gpu = pytest.mark.gpu(reason="launches the sm_90a kernel")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in wp.DTYPES]
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 TOKENS = 8 * 1024  # the capstone's batch 8 x 1024 tokens (capstone.measure)
-RUNGS = [pytest.param(c, id=name) for c, name in wp.CLUSTERS.items()]
+# launch_persistent's keyword arguments for each rung: the cooperative schedule without and with
+# clusters, and the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu).
+RUNGS = [pytest.param({"cluster": c}, id=name) for c, name in wp.CLUSTERS.items()] + [
+    pytest.param({"schedule": "pingpong"}, id="wgmma_pingpong")]
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -65,7 +68,7 @@ def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     raise AssertionError(f"{int((~ok).sum())} elements of C are out of bounds")  # (assert_close found them)
 
 
-def run(shape, dtype, **kwargs):  # kwargs: launch_persistent's blocks and cluster
+def run(shape, dtype, **kwargs):  # kwargs: launch_persistent's blocks, cluster and schedule
     m, n, k = shape
     # B scaled by 1/sqrt(K) keeps C ~ N(0, 1) at any K: no fp16 overflow at the capstone's sizes.
     a = random_tensor((m, k), dtype, DEVICE)
@@ -90,27 +93,30 @@ LARGE = [(4096, 4096, 4096), (5000, 3000, 4000), (TOKENS, 2304, 768), (TOKENS, 7
 @hopper
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SMALL + LARGE, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("cluster", RUNGS)
-def test_matches_float32_reference(cluster, shape, dtype):
-    run(shape, dtype, cluster=cluster)
+@pytest.mark.parametrize("rung", RUNGS)
+def test_matches_float32_reference(rung, shape, dtype):
+    run(shape, dtype, **rung)
 
 
 @gpu
 @hopper
-@pytest.mark.parametrize("cluster, blocks", [pytest.param(c, b, id=f"{wp.CLUSTERS[c]}-{b}blocks")
-                                             for c, b in [(1, 1), (1, 3), (1, 7), (2, 2), (2, 6)]])
-def test_one_block_walks_many_tiles(cluster, blocks):
+@pytest.mark.parametrize("cluster, blocks, schedule", [
+    pytest.param(c, b, s, id=f"{'wgmma_pingpong' if s == 'pingpong' else wp.CLUSTERS[c]}-{b}blocks")
+    for c, b, s in [(1, 1, "cooperative"), (1, 3, "cooperative"), (1, 7, "cooperative"), (2, 2, "cooperative"),
+                    (2, 6, "cooperative"), (1, 1, "pingpong"), (1, 3, "pingpong"), (1, 7, "pingpong")]])
+def test_one_block_walks_many_tiles(cluster, blocks, schedule):
     """Fewer blocks than tiles: 7 x 4 = 28 tiles of 6 k steps each (K = 328), so the ring's position
     runs on across tiles and lands on every stage at a tile's start (6 mod 4 = 2), and the store
     buffers are reused across tiles; 7 rows of tiles: a cluster's second block has no tile in the
-    last row and must still take part in the B copies."""
-    run((800, 1000, 328), torch.bfloat16, blocks=blocks, cluster=cluster)
+    last row and must still take part in the B copies. Ping-pong: 13 x 4 = 52 tiles of 64 rows,
+    each consumer skipping the other's ring positions (3 blocks: 18, 17, 17 tiles, odd and even)."""
+    run((800, 1000, 328), torch.bfloat16, blocks=blocks, cluster=cluster, schedule=schedule)
 
 
 @gpu
 @hopper
-@pytest.mark.parametrize("cluster", RUNGS)
-def test_stores_stay_inside_c(cluster):
+@pytest.mark.parametrize("rung", RUNGS)
+def test_stores_stay_inside_c(rung):
     """C is a view into a poisoned buffer, 16 bytes in: the TMA store must clip at M and N, so the
     elements before and after C stay NaN (rows of tiles past M would land right after C)."""
     m, n, k = 200, 328, 72
@@ -118,14 +124,14 @@ def test_stores_stay_inside_c(cluster):
     b = random_tensor((k, n), torch.float16, DEVICE)
     buffer = poisoned(8 + m * n + 64 * n, torch.float16, DEVICE)
     out = buffer[8:8 + m * n].view(m, n)
-    wp.launch_persistent(a, b, out, cluster=cluster)
+    wp.launch_persistent(a, b, out, **rung)
     check(out, a, b)
     assert torch.isnan(buffer[:8]).all() and torch.isnan(buffer[8 + m * n:]).all(), "a store landed outside C"
 
 
 @gpu
 @hopper
-@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster"])
+@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster", "matmul_wgmma_pingpong"])
 def test_same_answer_twice(launcher):
     """A stage or store buffer reused too early would change the result from run to run."""
     a = random_tensor((2048, 1024), torch.bfloat16, DEVICE)
@@ -142,6 +148,16 @@ def test_cluster_rung_agrees_bit_for_bit():
     a = random_tensor((1000, 768), torch.float16, DEVICE)
     b = random_tensor((768, 2304), torch.float16, DEVICE)
     assert torch.equal(wp.matmul_wgmma_cluster(a, b), wp.matmul_wgmma_persistent(a, b))
+
+
+@gpu
+@hopper
+def test_pingpong_agrees_bit_for_bit():
+    """Each row of C from the same m64n256k16 instructions in the same k order: the schedule changes
+    which warpgroup computes a row and when, not its fp32 sums."""
+    a = random_tensor((1000, 768), torch.bfloat16, DEVICE)
+    b = random_tensor((768, 2304), torch.bfloat16, DEVICE)
+    assert torch.equal(wp.matmul_wgmma_pingpong(a, b), wp.matmul_wgmma_persistent(a, b))
 
 
 @gpu
@@ -195,17 +211,21 @@ def bad_inputs():
     yield "blocks 0", ValueError, "blocks must be a positive int", lambda: (ok(8, 8), ok(8, 8), None, 0)
     yield "blocks 1 < cluster 2", ValueError, "at least the cluster's 2", lambda: (ok(8, 8), ok(8, 8), None, 1, 2)
     yield "cluster 4", ValueError, "cluster must be one of", lambda: (ok(8, 8), ok(8, 8), None, None, 4)
+    yield "schedule", ValueError, "schedule must be one of", lambda: (ok(8, 8), ok(8, 8), None, None, 1, "ping")
+    yield "pingpong cluster 2", ValueError, "cluster must be 1", \
+        lambda: (ok(8, 8), ok(8, 8), None, None, 2, "pingpong")
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
 def test_rejects_bad_input_before_launch(case, error, message, make):
     a, b, out, *rest = make()
     blocks, cluster = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 1)
+    schedule = rest[2] if len(rest) > 2 else "cooperative"
     with pytest.raises(error, match=message):
-        wp.launch_persistent(a, b, out, blocks=blocks, cluster=cluster)
+        wp.launch_persistent(a, b, out, blocks=blocks, cluster=cluster, schedule=schedule)
 
 
-@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster"])
+@pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster", "matmul_wgmma_pingpong"])
 @pytest.mark.parametrize("capability", [(7, 5), (8, 0), (8, 9), (10, 0), (12, 0)], ids=lambda c: f"sm_{c[0]}{c[1]}")
 def test_refused_off_hopper(capability, launcher, monkeypatch):
     """sm_90a code runs on compute capability 9.0 alone: a sentence naming the GPU's capability and

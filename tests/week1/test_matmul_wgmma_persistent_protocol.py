@@ -11,6 +11,11 @@ arrivals on the peer's empty barrier); the TMA copies and wgmma groups complete 
 The mbarrier is modelled as the PTX ISA defines it: a phase completes when its pending arrivals and
 its transaction count are both zero, and `try_wait.parity p` succeeds while the current phase's parity
 is not p. `test_the_model_follows_the_source` ties the model's formulas to the source text.
+
+The ping-pong schedule (kernels/matmul_wgmma_pingpong.cu: PINGPONG = true) is modelled too: each
+consumer takes every other tile, skips the other's ring positions, releases stages alone (4 arrivals
+per phase), and waits for its turn at the mainloop; the model shows that without the turns a
+consumer can pass a full-barrier wait one phase early (its parity aliases the pending phase's).
 """
 import random
 import re
@@ -47,12 +52,18 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
-def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True):
-    """Run the model to the end; AssertionError on a race, RuntimeError on a hang."""
+def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True,
+             pingpong=False, turns=True, empty_count=None):
+    """Run the model to the end; AssertionError on a race, RuntimeError on a hang. `pingpong`: the
+    ping-pong schedule (cluster 1); `turns=False`: without its turn barriers (the wrong variant);
+    `empty_count`: the empty barriers' arrival count, if not the kernel's."""
+    assert not pingpong or cluster == 1, "the kernel has no ping-pong with clusters"
     rng = random.Random(seed)
     blocks = range(cluster)
+    readers = 1 if pingpong else CONSUMERS  # consumer warpgroups that read (and release) each stage
     full = [[Barrier(1) for _ in range(STAGES)] for _ in blocks]
-    empty = [[Barrier(WARPS * CONSUMERS * cluster) for _ in range(STAGES)] for _ in blocks]
+    empty = [[Barrier(empty_count or WARPS * readers * cluster) for _ in range(STAGES)] for _ in blocks]
+    turn = [[Barrier(1) for _ in range(CONSUMERS)] for _ in blocks]  # ping-pong: consumer c may start a mainloop
     # content[b][s][half]: which ring position the bytes in that half of block b's stage s belong to
     # (half 0: A and this block's share of B; half h of a cluster: block h's multicast share of B).
     content = [[[None] * cluster for _ in range(STAGES)] for _ in blocks]
@@ -79,10 +90,14 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
                 if dst == b or cluster > 1:
                     events.append(land)
 
-    def consumer(b):
+    def consumer(b, c):
         groups = []  # this warpgroup's committed, unfinished wgmma groups: (stage, position)
-        it = 0
-        for _unit in range(units):
+        it = c * k_tiles if pingpong else 0  # ping-pong: the block's tile c is this one's first
+        mine = 0  # ping-pong: this consumer's tiles so far
+        for _unit in (range(c, units, 2) if pingpong else range(units)):
+            if pingpong and turns and mine + c > 0:  # the other consumer's arrival number mine + c
+                while not turn[b][c].ready((mine - 1 + c) & 1):
+                    yield
             for kt in range(k_tiles):
                 s = it % STAGES
                 while not full[b][s].ready((it // STAGES) & 1):
@@ -111,14 +126,19 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
                         for _ in range(WARPS):
                             empty[peer][(it - 1) % STAGES].arrive()
                 it += 1
+            if pingpong:  # every full wait of the tile passed: the other consumer's turn
+                turn[b][c ^ 1].arrive()
             while groups:  # wgmma.wait_group 0
                 yield
             if not release_early and tile_end_release:
                 for peer in blocks:
                     for _ in range(WARPS):
                         empty[peer][(it - 1) % STAGES].arrive()
+            if pingpong:  # skip the other consumer's tile
+                it += k_tiles
+                mine += 1
 
-    agents = [producer(b) for b in blocks] + [consumer(b) for b in blocks for _ in range(CONSUMERS)]
+    agents = [producer(b) for b in blocks] + [consumer(b, c) for b in blocks for c in range(CONSUMERS)]
     stalled = 0  # agent steps in a row that found every agent waiting and no copy or wgmma in flight
     while agents or events:
         kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
@@ -164,7 +184,7 @@ def test_the_model_follows_the_source():
     for line in ("if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
                  "wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);",
                  "wp_mbar_init(&full[s], 1);",
-                 "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER);",
+                 "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
                  "wp_wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
                  "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
                  "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
@@ -184,6 +204,50 @@ def test_the_model_sees_a_wrong_parity_and_a_missing_release(cluster):
             simulate(5, 3, cluster, seed, producer_parity=0)
     with pytest.raises(RuntimeError, match="no progress"):
         simulate(5, 3, cluster, 0, tile_end_release=False)
+
+
+# --- the ping-pong schedule (PINGPONG = true) --------------------------------------------------------
+
+@pytest.mark.parametrize("k_tiles, units", [(k, units) for k in (1, 2, 3, 5, 6, 12) for units in (1, 2, 3, 7)],
+                         ids=lambda v: str(v))
+def test_pingpong_no_hang_and_no_stage_reused_too_early(k_tiles, units):
+    """Consumers on alternate tiles, skipping each other's ring positions, releasing stages alone and
+    taking turns at the mainloop: every position lands before it is read, none is refilled under a
+    wgmma, nothing hangs; 12 k steps is the capstone's K = 768, 1 and 2 fewer than the stages."""
+    for seed in range(12):
+        simulate(k_tiles, units, 1, seed, pingpong=True)
+
+
+def test_pingpong_without_turns_reads_a_stage_one_phase_early():
+    """Why the turn barriers: without them a consumer back from its epilogue can wait on a stage whose
+    full barrier is one phase behind (the other consumer's tile not loaded yet) and pass at once."""
+    with pytest.raises(AssertionError, match="before position"):
+        for seed in range(400):
+            simulate(5, 7, 1, seed, pingpong=True, turns=False)
+
+
+def test_pingpong_model_sees_an_early_release_and_a_wrong_count():
+    """The model is not blind in ping-pong either: a stage released before its wgmmas finish is
+    refilled under one; a cooperative empty count (8 arrivals) with one warpgroup releasing hangs."""
+    with pytest.raises(AssertionError, match="refilled while a wgmma reads it|changed under its wgmma"):
+        for seed in range(200):
+            simulate(5, 3, 1, seed, release_early=True, pingpong=True)
+    with pytest.raises(RuntimeError, match="no progress"):
+        simulate(5, 3, 1, 0, pingpong=True, empty_count=WARPS * CONSUMERS)
+
+
+def test_the_pingpong_model_follows_the_source():
+    """The ping-pong lines the model copies (if these change, change the model)."""
+    source = wp.PERSISTENT_SOURCE.read_text()
+    for line in ("wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
+                 "if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }",
+                 "uint32_t it = PINGPONG ? c * k_tiles : 0;",
+                 "for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;\n"
+                 "             unit += (PINGPONG ? 2 : 1) * unit_stride) {",
+                 "if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);",
+                 "if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n            wp_wgmma_wait<0>();",
+                 "if (PINGPONG) { it += k_tiles; ++mine; }"):
+        assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
 
 
 # --- the epilogue's layout: registers -> swizzled shared memory -> what the TMA store reads ---------

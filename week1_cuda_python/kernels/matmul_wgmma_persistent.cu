@@ -304,19 +304,33 @@ __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f 
 // boxes of a stage sit back to back, 256 rows of 128 bytes, and one descriptor with SBO = 1024 (8
 // rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's columns:
 // N, or N / 2 for SwiGLU) are the fused variants'.
-template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false>
+// PINGPONG = false: both consumer warpgroups work on one 128 x 256 tile ("cooperative"), so while
+// they run the epilogue nobody issues wgmmas. true (kernels/matmul_wgmma_pingpong.cu, which says
+// why): each consumer owns whole 64 x 256 tiles, the block's tiles 0, 2, 4, ... for consumer 0 and
+// 1, 3, 5, ... for consumer 1, and one's epilogue runs while the other's wgmmas do; the two take
+// turns at the mainloop (the `turn` barriers below), which also keeps the ring's parities right.
+template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false, bool PINGPONG = false>
 __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                       const CUtensorMap& map_c, int M, int N, int K,
                                                       const T* __restrict__ extra = nullptr, int n_out = 0)
 {
 #if WP_HOPPER
     static_assert(EPI == WP_EPI_NONE || (CLUSTER == 1 && B_NK), "the fused epilogues: B_NK, no cluster");
+    static_assert(!PINGPONG || CLUSTER == 1, "ping-pong: no cluster");
+    // A tile's rows, and a ring stage: 128 rows of A + 256 columns of B (48 KB), or with ping-pong
+    // one warpgroup's 64 rows of A + the same B (40 KB).
+    constexpr int TILE_M = PINGPONG ? 64 : WP_BM;
+    constexpr int A_BYTES = TILE_M * WP_BK * 2;
+    constexpr int STAGE_BYTES = A_BYTES + WP_BN / WP_B_SLAB * WP_B_SLAB_BYTES;
+    static_assert(STAGE_BYTES % 1024 == 0, "every stage starts 1024-aligned");
+    static_assert(WP_STAGES * STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024 <= 227 * 1024, "smem");
     extern __shared__ unsigned char wp_smem_raw[];
     __shared__ __align__(8) uint64_t full[WP_STAGES];
     __shared__ __align__(8) uint64_t empty[WP_STAGES];
+    __shared__ __align__(8) uint64_t turn[2];  // ping-pong only: consumer c may start a mainloop
     unsigned char* base = wp_smem_raw + ((1024 - (wp_smem(wp_smem_raw) & 1023)) & 1023);
     unsigned char* stages = base;                                  // the ring
-    unsigned char* c_bufs = base + WP_STAGES * WP_STAGE_BYTES;     // the epilogue's chunks
+    unsigned char* c_bufs = base + WP_STAGES * STAGE_BYTES;        // the epilogue's chunks
 
     // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them,
     // and writes 128 columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage
@@ -325,7 +339,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     constexpr int TILE_OUT = SWIGLU ? WP_BN / 2 : WP_BN;           // columns of C per tile
     const int c_cols = SWIGLU ? n_out : N;                         // columns of C
     const int warpgroup = threadIdx.x / 128;
-    const int tiles_m = (M + WP_BM - 1) / WP_BM, tiles_n = (c_cols + TILE_OUT - 1) / TILE_OUT;
+    const int tiles_m = (M + TILE_M - 1) / TILE_M, tiles_n = (c_cols + TILE_OUT - 1) / TILE_OUT;
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
     const int units = units_m * tiles_n;
     const int k_tiles = (K + WP_BK - 1) / WP_BK;
@@ -335,8 +349,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WP_STAGES; ++s) {
             wp_mbar_init(&full[s], 1);                             // the producer's arrive (+ the bytes)
-            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER);   // one arrive per consumer warp of the cluster
+            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));  // one arrive per consumer warp that reads it
         }
+        if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }  // the other consumer's arrive
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     // The last block-wide barrier: after it the roles never meet again. With a cluster, the peer's
@@ -354,13 +369,13 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 // A block whose tile is below the last row of tiles (tiles_m odd) still takes part:
                 // it loads a valid A box (the last tile's) so that its copies and barriers run as the
                 // peer's do, and stores nothing.
-                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * WP_BM, n0 = tile_n * TILE_OUT;
+                const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * TILE_M, n0 = tile_n * TILE_OUT;
                 // The first row (column of B for B_NK = false) of each 64-wide slab of B, and which
                 // slabs are copied: a slab wholly past C's columns is not copied, and its bytes not
                 // expected (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as
                 // zeros); its stale columns of the accumulators are never stored.
                 int slab_row[WP_BN / WP_B_SLAB];
-                uint32_t copied = 0, bytes = WP_A_BYTES;
+                uint32_t copied = 0, bytes = A_BYTES;
 #pragma unroll
                 for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
                     const int half = WP_BN / WP_B_SLAB / 2;  // SwiGLU: slabs 0 .. half - 1 gate, the rest up
@@ -372,14 +387,14 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     const uint32_t s = it % WP_STAGES;
                     // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
                     if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);
-                    unsigned char* dst = stages + s * WP_STAGE_BYTES;
+                    unsigned char* dst = stages + s * STAGE_BYTES;
                     // All of B's bytes land here, the peer's multicast half included.
                     wp_mbar_expect_tx(&full[s], bytes);
                     wp_tma_load(dst, &map_a, &full[s], kt * WP_BK, m0);
 #pragma unroll
                     for (int j = 0; j < WP_BN / WP_B_SLAB; ++j) {
                         if (!(copied >> j & 1) || j % CLUSTER != (int)rank) continue;
-                        unsigned char* b_dst = dst + WP_A_BYTES + j * WP_B_SLAB_BYTES;
+                        unsigned char* b_dst = dst + A_BYTES + j * WP_B_SLAB_BYTES;
                         // The box's first element: (column, row) of B's tensor map.
                         const int x = B_NK ? kt * WP_BK : slab_row[j], y = B_NK ? slab_row[j] : kt * WP_BK;
                         if (CLUSTER > 1)
@@ -391,24 +406,37 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             }
         }
     } else {
-        // ---- consumers: warpgroup c owns rows 64c .. 64c+63 of every tile ----
+        // ---- consumers: warpgroup c owns rows 64c .. 64c+63 of every tile (ping-pong: every other tile) ----
         wp_setmaxnreg_inc<232>();
         const int c = warpgroup - 1;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
         float d[128];
-        uint32_t it = 0;  // the same ring position as the producer's
-        for (int unit = first_unit; unit < units; unit += unit_stride) {
+        // Ping-pong: this consumer's first tile is the block's tile c, whose k steps start at ring
+        // position c * k_tiles; after each tile it skips the other consumer's k_tiles positions.
+        uint32_t it = PINGPONG ? c * k_tiles : 0;  // the same ring position as the producer's
+        int mine = 0;                               // ping-pong: this consumer's tiles so far
+        for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;
+             unit += (PINGPONG ? 2 : 1) * unit_stride) {
             int unit_m, tile_n;
             wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
             const int tile_m = unit_m * CLUSTER + (int)rank;
-            const int m0 = tile_m * WP_BM, n0 = tile_n * TILE_OUT;
+            const int m0 = tile_m * TILE_M, n0 = tile_n * TILE_OUT;
+            const int row_base = m0 + (PINGPONG ? 0 : 64 * c);  // this warpgroup's first row of C
 
+            // Ping-pong: wait until the other consumer has passed every full-barrier wait of the
+            // block's previous tile (its arrive after its k loop). Then every earlier phase of every
+            // full barrier has completed, so a parity names the phase of *this* ring position; without
+            // it, a consumer back from its epilogue could find the stage one phase behind (the other
+            // consumer's tile not loaded yet) and take that phase's parity for its own. Consumer 0's
+            // tile number `mine` waits for the other's arrival number `mine` (none before its first),
+            // consumer 1's for arrival `mine + 1`: phase mine - 1 + c, parity (mine - 1 + c) & 1.
+            if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % WP_STAGES;
                 wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);
-                const uint32_t a_base = wp_smem(stages + s * WP_STAGE_BYTES) + c * 64 * 128;
-                const uint32_t b_base = wp_smem(stages + s * WP_STAGE_BYTES + WP_A_BYTES);
+                const uint32_t a_base = wp_smem(stages + s * STAGE_BYTES) + (PINGPONG ? 0 : c * 64 * 128);
+                const uint32_t b_base = wp_smem(stages + s * STAGE_BYTES + A_BYTES);
                 // Also orders the previous tile's epilogue reads of d before these wgmmas write it.
                 wp_wgmma_fence();
 #pragma unroll
@@ -428,6 +456,8 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
                 }
             }
+            // Ping-pong: this thread has waited on every stage of the tile: the other consumer may go.
+            if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);
             wp_wgmma_wait<0>();
             if (lane == 0) {  // the tile's last stage
                 wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
@@ -457,7 +487,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                         if constexpr (EPI != WP_EPI_NONE) {
                             // Column of C (even; c_cols is a multiple of 8, so col < c_cols covers col + 1)
                             // and row of C of this pair.
-                            const int col = n0 + 8 * j + 2 * (lane % 4), row = m0 + 64 * c + r;
+                            const int col = n0 + 8 * j + 2 * (lane % 4), row = row_base + r;
                             if constexpr (EPI == WP_EPI_SWIGLU) {
                                 v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);
                                 v1 = wp_swiglu(v1, d[4 * (j + 16) + 2 * h + 1]);
@@ -485,11 +515,12 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     // A box wholly outside C (right of its columns, or this warpgroup's rows all below
                     // M; with a cluster, a whole tile below the last row of tiles) is not stored; a box
                     // partly outside is clipped by the TMA.
-                    if (n0 + q * WP_C_CHUNK < c_cols && m0 + 64 * c < M)
-                        wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, m0 + 64 * c);
+                    if (n0 + q * WP_C_CHUNK < c_cols && row_base < M)
+                        wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, row_base);
                     wp_bulk_commit();
                 }
             }
+            if (PINGPONG) { it += k_tiles; ++mine; }  // the other consumer's tile: its positions, not ours
         }
         if (tid == 0) wp_bulk_wait_all();  // shared memory must outlive the stores reading it
     }

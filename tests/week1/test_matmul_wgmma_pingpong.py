@@ -1,0 +1,192 @@
+"""The ping-pong schedule of the persistent Hopper GEMM (kernels/matmul_wgmma_pingpong.cu), on the CPU:
+its source builds for sm_90a with the launchers' own nvcc command, every entry point and no spills;
+its tiles, shared memory and grid are what the kernel expects. Its GPU checks are the persistent and
+fused rungs' own tests, parametrized over the schedule (`-k pingpong` selects them), and its barrier
+protocol is modelled in test_matmul_wgmma_persistent_protocol.py.
+"""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from course import runtime
+
+wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
+wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
+
+nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+ENTRIES = {f"wgmma_pingpong_{d}" for d in ("f16", "bf16")} | {
+    wf.kernel_name(e, d, "pingpong") for e in wf.EPILOGUES for d in wf.DTYPES}
+
+
+def test_every_entry_point_is_in_the_source():
+    """The plain GEMM's two and one per fused epilogue and dtype, named as the launchers ask for them."""
+    source = wp.PINGPONG_SOURCE.read_text()
+    found = set(re.findall(r"^WPP_(?:FUSED_)?ENTRY\((\w+),", source, re.MULTILINE))
+    assert found == ENTRIES and len(ENTRIES) == 2 + 2 * len(wf.EPILOGUES)
+    assert wf.PINGPONG_SOURCE == wp.PINGPONG_SOURCE
+
+
+def test_tiles_and_shared_memory():
+    """64-row tiles; a stage is 64 x 64 of A + 64 x 256 of B (40 KB); 4 stages + the same epilogue
+    buffers + 1 KB of alignment, within the 227 KB a block may have (5 stages would not fit)."""
+    t = wp.PINGPONG_TILES
+    assert (t.bm, t.bn, t.bk, t.stages, t.consumers) == (64, 256, 64, 4, 2)
+    assert t.shared_bytes == 4 * 40 * 1024 + 2 * 2 * 8 * 1024 + 1024
+    assert t.shared_bytes + 64 <= 227 * 1024 < t.shared_bytes + 40 * 1024
+    assert "constexpr int TILE_M = PINGPONG ? 64 : WP_BM;" in wp.PERSISTENT_SOURCE.read_text()
+
+
+@pytest.mark.parametrize("shape, sms, blocks", [((8192, 768), 132, 132), ((64, 256), 132, 1), ((65, 257), 132, 4),
+                                                ((300, 328), 2, 2), ((128, 256), 132, 2)])
+def test_launch_geometry_counts_64_row_tiles(shape, sms, blocks):
+    """8192 x 768 is 128 x 3 = 384 tiles of 64 x 256: every SM gets 2 or 3 (cooperative: 192, 1 or 2)."""
+    grid, block = wp.launch_geometry(*shape, sms, wp.PINGPONG_TILES)
+    assert grid == (blocks, 1, 1) and block == (384, 1, 1)
+
+
+@nvcc
+@pytest.mark.nvcc
+def test_source_compiles_for_sm_90a_without_spills(tmp_path):
+    """Both launchers' nvcc commands (the same flags) build all 10 entry points, no spills; the SASS
+    has the m64n256k16 wgmma, TMA loads and stores, setmaxnreg; the PTX the turn barriers' waits."""
+    cubin = tmp_path / "pp.cubin"
+    command = wp.nvcc_command(cubin, runtime.nvcc_path(), source=wp.PINGPONG_SOURCE)
+    assert command[:-3] == wf.nvcc_command(cubin, runtime.nvcc_path(), wf.PINGPONG_SOURCE)[:-3]
+    built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    for name in ENTRIES:
+        assert f"Compiling entry function '{name}' for 'sm_90a'" in built.stderr, name
+    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == len(ENTRIES), built.stderr
+    tool = _cuobjdump()
+    assert tool, "no cuobjdump (CUDA toolkit or Triton's copy): the SASS cannot be checked"
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    functions = re.split(r"\n\s*Function : ", sass)[1:]
+    assert {text.split()[0] for text in functions} == ENTRIES
+    for text in functions:
+        for opcode in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG", "SYNCS"):
+            assert opcode in text, f"{opcode} is missing from the SASS of {text.split()[0]}"
+        assert "MULTICAST" not in text, "ping-pong has no clusters"
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from the CUDA toolkit, else the copy Triton ships (as test_matmul_wgmma_fused.py)."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    import triton
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else None
+
+
+@nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
+    """For any target but sm_90a the bodies are traps (the course compiles every kernel for sm_75, sm_90)."""
+    built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
+                            "-o", str(tmp_path / "x.cubin"), str(wp.PINGPONG_SOURCE)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+class _Driver:
+    """Stands in for the CUDA driver: records what cuLaunchKernel is given."""
+    def __init__(self):
+        self.launches = []
+
+    def cuLaunchKernel(self, kernel, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launches.append({"kernel": kernel, "grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared})
+        return 0
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The launchers' host side run to cuLaunchKernel on CPU tensors, with the driver, the tensor maps and
+    the cubin replaced by recorders: which kernel, boxes, shared memory and grid each schedule asks for."""
+    import torch
+
+    calls = {"maps": [], "kernels": []}
+    driver = _Driver()
+
+    class _Stream:
+        cuda_stream = 0
+
+    def fake_map(t, rows, cols):
+        calls["maps"].append((tuple(t.shape), rows, cols))
+        return bytes(128)
+
+    def fake_kernel(*args):
+        calls["kernels"].append(args)
+        return args[0]
+
+    for module in (wp, wf):
+        monkeypatch.setattr(module, "tensor_map", fake_map)
+        monkeypatch.setattr(module, "_kernel", fake_kernel)
+        monkeypatch.setattr(module, "cuda_driver", lambda: driver)
+    monkeypatch.setattr(runtime, "capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(runtime, "sm_count", lambda: 132)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+    calls["launches"] = driver.launches
+    return calls
+
+
+def test_plain_launch_asks_for_the_pingpong_kernel(recorded):
+    """8192 x 768: 64-row boxes of A, the ping-pong entry point from its own source, its shared memory,
+    a grid of 132 for 384 tiles; the default schedule still asks for the cooperative kernel."""
+    import torch
+
+    a, b = torch.zeros(8192, 768, dtype=torch.bfloat16), torch.zeros(768, 768, dtype=torch.bfloat16)
+    wp.launch_persistent(a, b, schedule="pingpong")
+    assert recorded["maps"][0] == ((8192, 768), 64, 64)
+    name, shared, defines, source = recorded["kernels"][0]
+    assert (name, shared, defines, source) == ("wgmma_pingpong_bf16", wp.PINGPONG_TILES.shared_bytes, (),
+                                               wp.PINGPONG_SOURCE)
+    assert recorded["launches"][0] == {"kernel": name, "grid": (132, 1, 1), "block": (384, 1, 1),
+                                       "shared": wp.PINGPONG_TILES.shared_bytes}
+    wp.launch_persistent(a, b)
+    assert recorded["maps"][3] == ((8192, 768), 128, 64)
+    assert recorded["kernels"][1][0] == "wgmma_persistent_bf16" and recorded["kernels"][1][3] is None
+    assert recorded["launches"][1]["shared"] == wp.PERSISTENT_TILES.shared_bytes
+
+
+@pytest.mark.parametrize("epilogue", list(wf.EPILOGUES))
+def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
+    """The fused launcher: 64-row boxes of x, the epilogue's ping-pong entry point, its shared memory;
+    300 rows and 528 columns of x @ w.T: 5 x 3 tiles of 64 x 256 on a grid capped at 2 blocks."""
+    import torch
+
+    m, n, k = 300, 528, 328
+    x, w = torch.zeros(m, k, dtype=torch.float16), torch.zeros(n, k, dtype=torch.float16)
+    extra = {"bias": torch.zeros(n, dtype=torch.float16), "residual": torch.zeros(m, n, dtype=torch.float16)}
+    wf.launch_fused(x, w, epilogue, extra.get(epilogue), blocks=2, schedule="pingpong")
+    assert recorded["maps"][0] == ((m, k), 64, 64)
+    assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
+    assert recorded["launches"][0]["grid"] == (2, 1, 1)
+    assert recorded["launches"][0]["shared"] == wp.PINGPONG_TILES.shared_bytes
+
+
+def _kernel_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution == wp.PERSISTENT_SOURCE]
+
+
+@nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("fixture", _kernel_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_bodies_build_the_pingpong_entries(fixture, tmp_path):
+    """The known-wrong kernels patch the body both schedules share (tests/week1/wrong/
+    matmul_wgmma_persistent.py; `pingpong_without_turns` only matters here): the ping-pong entry points
+    still build on each, so the GPU's must-fail run of `-k pingpong` tests the bug, not a compile error."""
+    from classroom.must_fail import wrong_source
+    (tmp_path / wp.PERSISTENT_SOURCE.name).write_text(wrong_source(fixture))
+    source = tmp_path / wp.PINGPONG_SOURCE.name
+    source.write_text(wp.PINGPONG_SOURCE.read_text())
+    built = subprocess.run(wp.nvcc_command(tmp_path / "wrong.cubin", runtime.nvcc_path(), source=source),
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+
+
+def test_the_turnless_fixture_is_there():
+    assert "pingpong_without_turns" in {f.wrong.name for f in _kernel_fixtures()}
