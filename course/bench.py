@@ -4,6 +4,9 @@ How a number is made here:
 * device work is asynchronous, so each call is bracketed by CUDA events, never a host clock;
 * the first calls compile and load, so they are thrown away (warm-up) before timing;
 * one timing is noise, so each figure is the median of many calls;
+* the events time the GPU only while it is ahead of the host: a call whose Python outlasts its
+  kernel leaves the GPU idle between them, so `time_gpu` says when that happened (`host_bound`,
+  course/bench_timing.py), the row records it and the tables mark its ms with `*`;
 * inputs that fit in L2 would measure the cache, so small cases rotate through several
   freshly drawn input sets;
 * GB/s and TFLOP/s come from byte and FLOP counts written beside each benchmark (each input
