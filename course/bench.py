@@ -192,6 +192,8 @@ def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float =
     median, host_ms = statistics.median(samples), (t1 - t0) * 1e3 / reps
     timing = Timing(median, min(samples), reps, samples, host_ms=host_ms, drain_ms=drain_ms,
                     host_bound=bench_timing.is_host_bound(host_ms, median, drain_ms))
+    if timing.host_bound:  # for write_record, whose caller may have kept only the ms
+        bench_timing.HOST_BOUND_SEEN.append(bench_timing.seen_entry(fn, timing))
     return with_graph_time(timing, fn, sets, rep_ms) if graph else timing
 
 
@@ -545,8 +547,10 @@ def write_record(result: dict, results_dir, markdown: str, *, json_default=None)
     """Write `<name>.json` (the record) and `<name>.md` (`markdown`: its table) into `results_dir`.
 
     Every results file goes through here, whatever draws its table; `json_default` is json.dumps's
-    `default` for records holding values JSON lacks.
+    `default` for records holding values JSON lacks. Where time_gpu found host-bound loops since the
+    last record and no row carries the flag, the record and its table say so (`unflagged_note`).
     """
+    result, markdown = bench_timing.unflagged_note(result, markdown)
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     base = results_dir / result["benchmark"]

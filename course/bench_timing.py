@@ -83,6 +83,36 @@ def footnote(rows: list) -> str:
     return f"\n{FOOTNOTE}\n" if any(flagged(r) for r in rows) else ""
 
 
+# Every host-bound loop time_gpu timed since the last record was written: a bench that keeps only
+# `.median_ms` and builds its own rows cannot drop the fact on the way to its results file.
+HOST_BOUND_SEEN: list = []
+UNFLAGGED_SHOWN = 12  # entries listed in a table's note; the record keeps them all
+
+
+def seen_entry(fn, timing) -> dict:
+    """What HOST_BOUND_SEEN keeps of one host-bound loop: which callable, its ms and the host's."""
+    name = f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    return {"fn": name, "ms": timing.median_ms, "host_ms": timing.host_ms}
+
+
+def unflagged_note(result: dict, markdown: str) -> tuple:
+    """(record, table) to write, said host-bound where needed, and HOST_BOUND_SEEN emptied.
+
+    Rows that carry `host_bound` (bench.run's, the rounds' that keep Timings) speak for themselves;
+    where none does but time_gpu found host-bound loops while the record was measured, the record
+    gains `host_bound_timings` (the loops) and the table a note under it."""
+    seen = list(HOST_BOUND_SEEN)
+    HOST_BOUND_SEEN.clear()
+    rows = result.get("rows") if isinstance(result.get("rows"), list) else []
+    if not seen or any(isinstance(r, dict) and "host_bound" in r for r in rows):
+        return result, markdown
+    listed = "; ".join(f"`{e['fn']}` {e['ms']:.4f} ms (host {e['host_ms']:.4f})" for e in seen[:UNFLAGGED_SHOWN])
+    more = f"; and {len(seen) - UNFLAGGED_SHOWN} more" if len(seen) > UNFLAGGED_SHOWN else ""
+    note = (f"\n**Host-bound timings in this run** ({len(seen)}): the GPU waited for Python between calls, "
+            f"so these times are the host's, not the kernels' (course/bench_timing.py): {listed}{more}.\n")
+    return dict(result, host_bound_timings=seen), markdown.rstrip("\n") + "\n" + note
+
+
 def row_fields(timing) -> dict:
     """What a results row records of a Timing beside its ms: only what was measured, so an absent
     `host_bound` keeps meaning "not known" (host clocks, simulation, older records)."""

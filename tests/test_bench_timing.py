@@ -212,3 +212,39 @@ def test_the_readme_headline_rows_mark_host_bound_rows():
                        {"size": "2^20", "variant": "triton", "ms": 0.094, "host_bound": True}]}
     torch_row, triton_row = report.headline_rows(record)
     assert "| 0.5000 |" in torch_row and "| 0.0940* |" in triton_row
+
+
+# ------------------------------------------- a bench that kept only the ms still says it on record
+def test_write_record_says_so_when_rows_dropped_the_flag(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(bench_timing, "HOST_BOUND_SEEN", [])
+    bench_timing.HOST_BOUND_SEEN.append(bench_timing.seen_entry(test_the_thresholds_at_their_edges, HOST_BOUND))
+    record = {"benchmark": "own_rows", "rows": [{"size": 1, "variant": "triton", "ms": 0.094}]}
+    json_path, md_path = bench.write_record(record, tmp_path, "| table |\n")
+    written = json.loads(json_path.read_text())
+    assert written["host_bound_timings"] == [{"fn": "tests.test_bench_timing.test_the_thresholds_at_their_edges",
+                                              "ms": 0.094, "host_ms": 0.1}]
+    assert "Host-bound timings in this run** (1)" in md_path.read_text()
+    assert "host_bound_timings" not in record  # the caller's dict is left as it was
+    assert bench_timing.HOST_BOUND_SEEN == []  # the next record starts afresh
+    json_path, md_path = bench.write_record(record, tmp_path, "| table |\n")
+    assert "host_bound_timings" not in json.loads(json_path.read_text()) and md_path.read_text() == "| table |\n"
+
+
+def test_write_record_leaves_rows_that_carry_the_flag_to_speak_for_themselves(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(bench_timing, "HOST_BOUND_SEEN", [{"fn": "f", "ms": 0.094, "host_ms": 0.1}])
+    record = {"benchmark": "flagged", "rows": [{"size": 1, "variant": "triton", "ms": 0.094, "host_bound": True}]}
+    json_path, md_path = bench.write_record(record, tmp_path, "| table |\n")
+    assert "host_bound_timings" not in json.loads(json_path.read_text())
+    assert md_path.read_text() == "| table |\n" and bench_timing.HOST_BOUND_SEEN == []
+
+
+def test_the_note_lists_a_dozen_loops_and_counts_the_rest(monkeypatch):
+    seen = [{"fn": f"f{i}", "ms": 0.01, "host_ms": 0.02} for i in range(15)]
+    monkeypatch.setattr(bench_timing, "HOST_BOUND_SEEN", list(seen))
+    record, table = bench_timing.unflagged_note({"benchmark": "b", "rows": []}, "t\n")
+    assert len(record["host_bound_timings"]) == 15
+    assert "`f11`" in table and "`f12`" not in table and "and 3 more." in table
