@@ -95,14 +95,22 @@ def seen_entry(fn, timing) -> dict:
     return {"fn": name, "ms": timing.median_ms, "host_ms": timing.host_ms}
 
 
+def take_seen() -> list:
+    """HOST_BOUND_SEEN's entries, and the list emptied: what a record written now was measured with.
+    (The sweeps' tables, course/tuning.py and course/dispatch.py, keep them as `host_bound_timings`:
+    a tile chosen among host-bound times was chosen by noise.)"""
+    seen = list(HOST_BOUND_SEEN)
+    HOST_BOUND_SEEN.clear()
+    return seen
+
+
 def unflagged_note(result: dict, markdown: str) -> tuple:
     """(record, table) to write, said host-bound where needed, and HOST_BOUND_SEEN emptied.
 
     Rows that carry `host_bound` (bench.run's, the rounds' that keep Timings) speak for themselves;
     where none does but time_gpu found host-bound loops while the record was measured, the record
     gains `host_bound_timings` (the loops) and the table a note under it."""
-    seen = list(HOST_BOUND_SEEN)
-    HOST_BOUND_SEEN.clear()
+    seen = take_seen()
     rows = result.get("rows") if isinstance(result.get("rows"), list) else []
     if not seen or any(isinstance(r, dict) and "host_bound" in r for r in rows):
         return result, markdown

@@ -248,3 +248,15 @@ def test_the_note_lists_a_dozen_loops_and_counts_the_rest(monkeypatch):
     record, table = bench_timing.unflagged_note({"benchmark": "b", "rows": []}, "t\n")
     assert len(record["host_bound_timings"]) == 15
     assert "`f11`" in table and "`f12`" not in table and "and 3 more." in table
+
+
+def test_the_sweeps_tables_keep_the_host_bound_loops_they_chose_among(tmp_path, monkeypatch):
+    import json
+
+    from course import dispatch, tuning
+
+    monkeypatch.setattr(bench_timing, "HOST_BOUND_SEEN", [{"fn": "tile_a", "ms": 0.09, "host_ms": 0.1}])
+    path = dispatch.save(tmp_path, "fake", [{"key": [1], "rung": "tiled", "tile": {}}], "test")
+    assert json.loads(path.read_text())["host_bound_timings"] == [{"fn": "tile_a", "ms": 0.09, "host_ms": 0.1}]
+    path = tuning.save(tmp_path, "fake", [{"key": [1], "config": {}}], "test")
+    assert "host_bound_timings" not in json.loads(path.read_text())  # emptied by the first: not counted twice
