@@ -164,20 +164,33 @@ def graph_replay_ms(fn: Callable, sets: list, *, budget_ms: float, guess_ms: flo
     calls = len(sets) * math.ceil(GRAPH_MIN_CALLS / len(sets))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # per-stream lazy state (cuBLAS workspaces) made before capture
-        for args in sets:
+    graph, failed = torch.cuda.CUDAGraph(), None
+    # Not `with torch.cuda.graph(...)`: when a capture fails, its __exit__ raises from capture_end
+    # before it restores the current stream. Here the stream context unwinds whatever happens, and
+    # the first error (the call capture forbade, not capture_end's "invalidated") is the one kept.
+    with torch.cuda.stream(side):
+        for args in sets:  # per-stream lazy state (cuBLAS workspaces) made before the capture
             fn(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
+        torch.cuda.synchronize()
+        graph.capture_begin()
+        try:
             for i in range(calls):
                 fn(*sets[i % len(sets)])
-    except RuntimeError as error:  # torch's CUDA errors (capture-unsupported calls) are RuntimeErrors
-        torch.cuda.synchronize()
-        first_line = (str(error).strip().splitlines() or [""])[0]
-        return None, f"capture failed: {type(error).__name__}: {first_line[:160]}"
+        # Any Exception, but only from these calls: the same calls have just run in the timed loop,
+        # so what fails now is the capture (torch's RuntimeError for a sync or a copy to the host,
+        # PyCUDA's LogicError for a launch on the legacy stream, ...), never a bug to hide.
+        except Exception as error:  # noqa: BLE001
+            failed = error
+        finally:  # the capture always ends: a stream left capturing breaks every later CUDA call
+            try:
+                graph.capture_end()
+            except RuntimeError as error:  # "capture invalidated", after the call that caused it
+                failed = failed or error
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if failed is not None:
+        first_line = (str(failed).strip().splitlines() or [""])[0]
+        return None, f"capture failed: {type(failed).__name__}: {first_line[:160]}"
     graph.replay()
     torch.cuda.synchronize()
     replays = max(1, min(50, int(budget_ms / max(guess_ms * calls, 1e-3))))
