@@ -260,3 +260,55 @@ def test_the_sweeps_tables_keep_the_host_bound_loops_they_chose_among(tmp_path, 
     assert json.loads(path.read_text())["host_bound_timings"] == [{"fn": "tile_a", "ms": 0.09, "host_ms": 0.1}]
     path = tuning.save(tmp_path, "fake", [{"key": [1], "config": {}}], "test")
     assert "host_bound_timings" not in json.loads(path.read_text())  # emptied by the first: not counted twice
+
+
+# --------------------------------------------------------------- on a GPU: the real loop, the real rule
+from course import runtime  # noqa: E402
+
+needs_gpu = pytest.mark.skipif(not runtime.on_gpu(), reason="needs a real NVIDIA GPU (CUDA events, graph capture)")
+
+
+def _spin(seconds):
+    """Python that holds the host, as argument checks and a custom op's dispatch do."""
+    import time
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@needs_gpu
+def test_on_a_gpu_a_tiny_kernel_behind_slow_python_is_flagged_and_its_graph_time_is_the_kernels():
+    import torch
+    x = torch.randn(1024, device="cuda")
+
+    def call(x):
+        _spin(200e-6)  # 0.2 ms of Python before a kernel of a few microseconds
+        return x * 2
+
+    timing = bench.time_gpu(call, [(x,)], warmup_ms=5, rep_ms=50, graph=True)
+    assert timing.host_bound is True, timing
+    assert timing.median_ms > 0.15 and timing.host_ms > 0.15  # the events measured the host
+    assert timing.graph_error is None and timing.graphed_ms < 0.05, timing  # the replay: the kernel alone
+
+
+@needs_gpu
+def test_on_a_gpu_a_large_matmul_is_gpu_bound():
+    import torch
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    timing = bench.time_gpu(torch.matmul, [(a, a)], warmup_ms=5, rep_ms=50, graph=True)
+    assert timing.host_bound is False and timing.graphed_ms is None, timing
+
+
+@needs_gpu
+def test_on_a_gpu_a_call_that_cannot_be_captured_falls_back_and_says_why():
+    import torch
+    x = torch.randn(1024, device="cuda")
+
+    def call(x):
+        return (x * 2).sum().item()  # a copy to the host: synchronises, and capture forbids it
+
+    timing = bench.time_gpu(call, [(x,)], warmup_ms=5, rep_ms=20, graph=True)
+    assert timing.host_bound is True and timing.graphed_ms is None, timing
+    assert timing.graph_error.startswith("capture failed"), timing
+    assert float((x * 0 + 1).sum()) == 1024.0  # the failed capture left the device usable
+    assert bench.time_gpu(lambda x: x * 2, [(x,)], warmup_ms=1, rep_ms=5).median_ms > 0
