@@ -312,3 +312,23 @@ def test_on_a_gpu_a_call_that_cannot_be_captured_falls_back_and_says_why():
     assert timing.graph_error.startswith("capture failed"), timing
     assert float((x * 0 + 1).sum()) == 1024.0  # the failed capture left the device usable
     assert bench.time_gpu(lambda x: x * 2, [(x,)], warmup_ms=1, rep_ms=5).median_ms > 0
+
+
+def test_the_readme_results_section_ends_a_week_with_the_footnote_only_when_a_row_is_marked(tmp_path):
+    import json
+
+    from classroom import report
+
+    folder = tmp_path / "week3_triton_kernels" / "results"
+    folder.mkdir(parents=True)
+    record = {"benchmark": "fake", "headline": ["triton"], "date": "2026-12-07 00:00 UTC", "simulated": False,
+              "machine": {"gpu": "NVIDIA H100"}, "ceilings": {},
+              "rows": [{"size": "2^20", "variant": "torch", "ms": 0.5},
+                       {"size": "2^20", "variant": "triton", "ms": 0.094}]}
+    (folder / "fake.json").write_text(json.dumps(record))
+    assert "host-bound" not in report.results_section(tmp_path)  # an old record: unknown, unmarked
+    record["rows"][1]["host_bound"] = True
+    (folder / "fake.json").write_text(json.dumps(record))
+    section = report.results_section(tmp_path)
+    assert "| 0.0940* |" in section and bench_timing.FOOTNOTE in section
+    assert f"|\n\n{bench_timing.FOOTNOTE}" in section  # a blank line: the footnote is not a table row
