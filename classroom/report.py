@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from course import weeks
+from course import bench_timing, weeks
 from classroom import figures
 
 ROOT = weeks.ROOT
@@ -41,7 +41,8 @@ def headline_rows(result: dict) -> list[str]:
         speed = f"{r['speedup_vs_torch']:.2f}x" if r.get("speedup_vs_torch") else "-"
         gbps = f"{r['gbps']:.0f}" if r.get("gbps") else "-"
         tflops = f"{r['tflops']:.2f}" if r.get("tflops") else "-"
-        rows.append(f"| {result['benchmark']} | {r['variant']} | {r['size']} | {r['ms']:.4f} | {gbps} | "
+        ms = bench_timing.mark(f"{r['ms']:.4f}", r)  # * host-bound; absent flag (older records): unknown
+        rows.append(f"| {result['benchmark']} | {r['variant']} | {r['size']} | {ms} | {gbps} | "
                     f"{tflops} | {pct} | {speed} | {gpu}, {result['date'][:10]} |")
     return rows
 
@@ -59,8 +60,10 @@ def results_section(root: Path = ROOT) -> str:
         parts.append(f"\n## {package}\n")
         parts.append("| benchmark | variant | size | ms | GB/s | TFLOP/s | % of copy | vs torch | measured on |")
         parts.append("|---|---|---|---|---|---|---|---|---|")
-        for result in results:
-            parts.extend(headline_rows(result))
+        rows = [line for result in results for line in headline_rows(result)]
+        parts.extend(rows)
+        if any(line.split("|")[4].strip().endswith(bench_timing.MARK) for line in rows):  # the ms cell
+            parts.append(bench_timing.footnote([{"host_bound": True}]).rstrip("\n"))
         # A compute-bound bench (the fused GEMMs) may not measure the copy ceiling: it names none.
         copy = {f"{r['ceilings']['copy_gbps']:.0f}" for r in results if r.get("ceilings", {}).get("copy_gbps")}
         ceiling = f"Copy ceiling measured in the same runs: {', '.join(sorted(copy))} GB/s. " if copy else ""
@@ -381,7 +384,7 @@ def _comparison_row(impl: Impl, metric: str, result: dict | None) -> tuple[list[
         pct = 100 * rate / peak if rate and peak else None
         rate_cell = "-" if rate is None else f"{rate:.1f}"
     speed = row.get("speedup_vs_torch")
-    return [impl.label, where, str(row["size"]), f"{row['ms']:.4f}", rate_cell,
+    return [impl.label, where, str(row["size"]), bench_timing.mark(f"{row['ms']:.4f}", row), rate_cell,
             "-" if pct is None else f"{pct:.1f}%", "-" if not speed else f"{speed:.2f}x",
             "-" if row.get("loc") is None else str(row["loc"])], None
 
@@ -394,7 +397,7 @@ def comparison_section(group: Comparison, root: Path = ROOT) -> str:
     lines = [f"## {group.title}", "",
              f"| implementation | week / file | size | ms | {unit} | {ceiling} | vs torch | LoC |",
              "|---|---|---|---|---|---|---|---|"]
-    results, missing = {}, []
+    results, missing, host_bound = {}, [], False
     for impl in group.impls:
         if impl.bench not in results:
             results[impl.bench] = load_result(weeks.resolve(impl.week).package, impl.bench, root)
@@ -402,7 +405,8 @@ def comparison_section(group: Comparison, root: Path = ROOT) -> str:
                 missing.append(impl)
         cells, _ = _comparison_row(impl, group.metric, results[impl.bench])
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+        host_bound = host_bound or cells[3].endswith(bench_timing.MARK)
+    lines.append(bench_timing.footnote([{"host_bound": host_bound}]))
     if group.note:
         lines += [group.note, ""]
     measured = [(name, r) for name, r in results.items() if r is not None]

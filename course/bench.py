@@ -4,6 +4,9 @@ How a number is made here:
 * device work is asynchronous, so each call is bracketed by CUDA events, never a host clock;
 * the first calls compile and load, so they are thrown away (warm-up) before timing;
 * one timing is noise, so each figure is the median of many calls;
+* the events time the GPU only while it is ahead of the host: a call whose Python outlasts its
+  kernel leaves the GPU idle between them, so `time_gpu` says when that happened (`host_bound`,
+  course/bench_timing.py), the row records it and the tables mark its ms with `*`;
 * inputs that fit in L2 would measure the cache, so small cases rotate through several
   freshly drawn input sets;
 * GB/s and TFLOP/s come from byte and FLOP counts written beside each benchmark (each input
@@ -26,6 +29,7 @@ then says SIMULATION, because those times measure Python, not a GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -38,7 +42,7 @@ from typing import Callable
 
 import torch
 
-from course import runtime
+from course import bench_timing, runtime
 # c_function is handed on: lessons name a benchmark's CUDA C sources through course.bench.
 from course.source_lines import c_function, count_source_lines  # noqa: F401
 
@@ -117,6 +121,15 @@ class Timing:
     min_ms: float
     reps: int
     samples: list = field(repr=False, default_factory=list)
+    # time_gpu only (None: not measured, as with host clocks): the host's wall time per call over
+    # the timed loop, whether the loop was paced by the host (course/bench_timing.py: the rule),
+    # how long the GPU still had queued when the host finished, and, when host-bound, the calls'
+    # time replayed from a CUDA graph (the GPU's alone) or why they could not be captured.
+    host_ms: float | None = None
+    host_bound: bool | None = None
+    drain_ms: float | None = None
+    graphed_ms: float | None = None
+    graph_error: str | None = None
 
 
 def _l2_bytes() -> int:
@@ -146,7 +159,10 @@ def warm_up(fn: Callable, sets: list) -> None:
         fn(*args)
 
 
-def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float = 200) -> Timing:
+def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float = 200, graph: bool = False) -> Timing:
+    """Median GPU time per call (CUDA events around each call, launches queued ahead), and whether
+    the host paced the loop instead (`Timing.host_bound`); if it did and `graph`, the calls are
+    also timed replayed from a CUDA graph (`Timing.graphed_ms`, the GPU's own time)."""
     warm_up(fn, sets)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -163,13 +179,30 @@ def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float =
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     # No synchronisation inside the loop: the host queues launches ahead of the GPU, so
     # Python's launch cost overlaps the previous kernel instead of landing in the timing.
+    # The host's clock around the loop, and around the drain after it, tell whether it did.
+    t0 = time.perf_counter()
     for i in range(reps):
         starts[i].record()
         fn(*sets[i % len(sets)])
         ends[i].record()
+    t1 = time.perf_counter()
     torch.cuda.synchronize()
+    drain_ms = (time.perf_counter() - t1) * 1e3
     samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return Timing(statistics.median(samples), min(samples), reps, samples)
+    median, host_ms = statistics.median(samples), (t1 - t0) * 1e3 / reps
+    timing = Timing(median, min(samples), reps, samples, host_ms=host_ms, drain_ms=drain_ms,
+                    host_bound=bench_timing.is_host_bound(host_ms, median, drain_ms))
+    if timing.host_bound:  # for write_record, whose caller may have kept only the ms
+        bench_timing.HOST_BOUND_SEEN.append(bench_timing.seen_entry(fn, timing))
+    return with_graph_time(timing, fn, sets, rep_ms) if graph else timing
+
+
+def with_graph_time(timing: Timing, fn: Callable, sets: list, rep_ms: float = 200) -> Timing:
+    """`timing`, with the calls' CUDA-graph replay time (or why there is none) when it was host-bound."""
+    if not timing.host_bound:
+        return timing
+    ms, why = bench_timing.graph_replay_ms(fn, sets, budget_ms=rep_ms / 5, guess_ms=timing.median_ms)
+    return dataclasses.replace(timing, graphed_ms=ms, graph_error=why)
 
 
 def time_host(fn: Callable, sets: list, *, budget_s: float = 0.5) -> Timing:
@@ -219,7 +252,8 @@ def compile_on_first_call(fn: Callable, **options) -> Callable:
 
 
 def time_call(fn: Callable, sets: list) -> Timing:
-    return time_gpu(fn, sets) if runtime.on_gpu() else time_host(fn, sets)
+    """time_gpu on a GPU (with the graph-replay time where host-bound), time_host in simulation."""
+    return time_gpu(fn, sets, graph=True) if runtime.on_gpu() else time_host(fn, sets)
 
 
 def graphed(fn: Callable) -> Callable:
@@ -270,15 +304,22 @@ def time_with_memory(fn: Callable, sets: list, clock: str = "events") -> tuple[T
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    timing = time_wall(fn, sets) if clock == "wall" else time_gpu(fn, sets)
+    timing = time_wall(fn, sets) if clock == "wall" else time_gpu(fn, sets, graph=False)
     torch.cuda.synchronize()
-    return timing, max(0, torch.cuda.max_memory_allocated() - before)
+    peak = max(0, torch.cuda.max_memory_allocated() - before)
+    return with_graph_time(timing, fn, sets), peak  # after the peak: the graph's pool is not the calls'
 
 
 @dataclass
 class Rounds:
-    """The times of interleaved rounds: `ms[label][r]` is variant `label`'s time (ms) in round r."""
+    """The times of interleaved rounds: `ms[label][r]` is variant `label`'s time (ms) in round r;
+    `timings[label][r]` its Timing, where the timer returned one (whether the round was host-bound)."""
     ms: dict
+    timings: dict = field(default_factory=dict)
+
+    def row_fields(self, label: str) -> dict:
+        """What the label's row records of its rounds' Timings (bench_timing.rounds_fields)."""
+        return bench_timing.rounds_fields(self.timings.get(label, []))
 
     def median(self, label: str) -> float:
         """The variant's ms: the median over rounds."""
@@ -300,7 +341,8 @@ class Rounds:
 
 
 def interleaved_rounds(variants: dict, rounds: int, time_ms: Callable) -> Rounds:
-    """Time every variant once per round, in turn, for `rounds` rounds; `time_ms(fn)` times one.
+    """Time every variant once per round, in turn, for `rounds` rounds; `time_ms(fn)` times one
+    (its ms, or the Timing itself, which keeps whether the round was host-bound: `Rounds.row_fields`).
 
     Why interleave: a vendor kernel's rate on one GPU moves by ~10% between runs minutes apart
     (cuBLAS on an H100: 599 to 668 TFLOP/s at one shape on two days; a torch.compile'd twin
@@ -312,11 +354,15 @@ def interleaved_rounds(variants: dict, rounds: int, time_ms: Callable) -> Rounds
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    ms = {label: [] for label in variants}
+    ms, timings = {label: [] for label in variants}, {label: [] for label in variants}
     for _ in range(rounds):
         for label, fn in variants.items():
-            ms[label].append(time_ms(fn))
-    return Rounds(ms)
+            timed = time_ms(fn)
+            if isinstance(timed, Timing):
+                timings[label].append(timed)
+                timed = timed.median_ms
+            ms[label].append(timed)
+    return Rounds(ms, {label: t for label, t in timings.items() if t})
 
 
 _ceilings: dict = {}
@@ -406,7 +452,7 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
                 "gbps": nbytes / seconds / 1e9 if nbytes else None,
                 "tflops": nflops / seconds / 1e12 if nflops else None,
                 "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps if nbytes else None,
-                "peak_mem_bytes": peak, "loc": loc.get(label),
+                "peak_mem_bytes": peak, "loc": loc.get(label), **bench_timing.row_fields(timing),
             })
         reference = by_variant.get(REFERENCE)
         for row in rows:
@@ -446,7 +492,8 @@ def _mib(value) -> str:
 COLUMNS = [
     ("size", lambda r: str(r["size"])),
     ("variant", lambda r: str(r["variant"])),
-    ("ms", lambda r: fmt(r.get("ms"), ".4f")),
+    ("ms", lambda r: bench_timing.mark(fmt(r.get("ms"), ".4f"), r)),  # * host-bound (footnote)
+    ("GPU ms (graph)", lambda r: fmt(r.get("graphed_ms"), ".4f")),
     ("GB/s", lambda r: fmt(r.get("gbps"), ".0f")),
     ("TFLOP/s", lambda r: fmt(r.get("tflops"), ".2f")),
     ("% of copy", lambda r: fmt(r.get("pct_of_copy"), ".1f")),
@@ -476,7 +523,8 @@ def markdown_table(result: dict, rows: list | None = None) -> str:
         else:
             cells = [cell(row) for _, cell in columns]
         lines.append("| " + " | ".join(cells) + " |")
-    return f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + "\n"
+    return (f"**{result['title']}**: {measured_on(result)}.\n\n" + "\n".join(lines) + "\n"
+            + bench_timing.footnote(rows))
 
 
 def measured_on(result: dict) -> str:
@@ -499,8 +547,10 @@ def write_record(result: dict, results_dir, markdown: str, *, json_default=None)
     """Write `<name>.json` (the record) and `<name>.md` (`markdown`: its table) into `results_dir`.
 
     Every results file goes through here, whatever draws its table; `json_default` is json.dumps's
-    `default` for records holding values JSON lacks.
+    `default` for records holding values JSON lacks. Where time_gpu found host-bound loops since the
+    last record and no row carries the flag, the record and its table say so (`unflagged_note`).
     """
+    result, markdown = bench_timing.unflagged_note(result, markdown)
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     base = results_dir / result["benchmark"]

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from course import runtime, tuning
+from course import bench_timing, runtime, tuning
 
 
 class Choice(NamedTuple):
@@ -105,6 +105,9 @@ def save(results: Path, op: str, rows: list[dict], how: str) -> Path:
     record = {"op": op, "how": how, "machine": runtime.describe(),
               "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "simulated": not runtime.on_gpu(), "rows": rows}
+    seen = bench_timing.take_seen()
+    if seen:  # the sweep timed loops the host paced: its choice among them may be noise
+        record["host_bound_timings"] = seen
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 

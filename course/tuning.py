@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from course import runtime
+from course import bench_timing, runtime
 
 
 def results_folder(module_file: str) -> Path:
@@ -47,6 +47,9 @@ def save(results: Path, name: str, entries: list[dict], how: str) -> Path:
     record = {"name": name, "how": how, "machine": runtime.describe(),
               "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "simulated": not runtime.on_gpu(), "entries": entries}
+    seen = bench_timing.take_seen()
+    if seen:  # the sweep timed loops the host paced: its choice among them may be noise
+        record["host_bound_timings"] = seen
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 

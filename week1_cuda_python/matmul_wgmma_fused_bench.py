@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week1_cuda_python.matmul_wgmma_fused import launch_fused, reference, unsupported
 
@@ -86,7 +86,7 @@ def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> li
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (epilogue, shape, dtype))
     timed = bench.interleaved_rounds(fns, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
     del sets
     torch.cuda.empty_cache()
     rows = []
@@ -100,18 +100,19 @@ def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> li
                      "speedup_vs_torch": vs_torch[0], "speedup_min": vs_torch[1],
                      "speedup_max": vs_torch[2], "speedup_vs_compile": vs_compiled[0],
                      "vs_compile_min": vs_compiled[1], "vs_compile_max": vs_compiled[2],
-                     "spread_pct": timed.spread_pct(name)})
+                     "spread_pct": timed.spread_pct(name), **timed.row_fields(name)})
     return rows
 
 
 def markdown(result: dict) -> str:
     head = ("| size | variant | ms (median) | TFLOP/s | vs torch eager (min - max) | vs torch.compile (min - max) "
             "| ms spread |\n|---|---|---|---|---|---|---|\n")
-    lines = [f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} "
+    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} "
              f"| {r['speedup_vs_torch']:.3f}x ({r['speedup_min']:.3f} - {r['speedup_max']:.3f}) "
              f"| {r['speedup_vs_compile']:.3f}x ({r['vs_compile_min']:.3f} - {r['vs_compile_max']:.3f}) "
              f"| {r['spread_pct']:.1f}% |" for r in result["rows"]]
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+    return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+            + bench_timing.footnote(result["rows"]))
 
 
 def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:

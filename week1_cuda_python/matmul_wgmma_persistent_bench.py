@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week1_cuda_python.matmul_tensor_cores import launch_wgmma, wgmma_unsupported
 from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsupported
@@ -74,7 +74,7 @@ def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[di
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
     timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
     del sets
     torch.cuda.empty_cache()
     rows = []
@@ -84,16 +84,17 @@ def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[di
         rows.append({"size": size_label(shape, dtype), "variant": label, "ms": median, "ms_min": min(ms),
                      "ms_rounds": ms, "reps": rounds, "flops": flops, "tflops": flops / (median * 1e-3) / 1e12,
                      "speedup_vs_torch": ratio, "speedup_min": low,
-                     "speedup_max": high, "spread_pct": timed.spread_pct(label)})
+                     "speedup_max": high, "spread_pct": timed.spread_pct(label), **timed.row_fields(label)})
     return rows
 
 
 def markdown(result: dict) -> str:
     head = ("| size | variant | ms (median) | TFLOP/s | vs cuBLAS (median of rounds) | min - max over rounds "
             "| ms spread |\n|---|---|---|---|---|---|---|\n")
-    lines = [f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} | {r['speedup_vs_torch']:.3f}x "
+    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {r['speedup_vs_torch']:.3f}x "
              f"| {r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x | {r['spread_pct']:.1f}% |" for r in result["rows"]]
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+    return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+            + bench_timing.footnote(result["rows"]))
 
 
 def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARIANTS, name: str = NAME) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week4_triton_dl.attention.backward import flash_attention_backward
 from week4_triton_dl.attention.op import flash_attention_forward
@@ -93,7 +93,7 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
     if any(s[4][0] is None for s in sets):
         variants.pop("torch")
     timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
     del sets
     torch.cuda.empty_cache()
     rows = []
@@ -101,7 +101,7 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
         median = timed.median(label)
         row = {"size": size_label(size), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
                "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
-               "spread_pct": timed.spread_pct(label)}
+               "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
         if "torch" in timed.ms:
             ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
             row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
@@ -121,8 +121,9 @@ def markdown(result: dict) -> str:
             continue
         vs = (f"{r['speedup_vs_torch']:.3f}x | {r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x"
               if "speedup_vs_torch" in r else "- | -")
-        lines.append(f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} | {vs} | {r['spread_pct']:.1f}% |")
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {vs} | {r['spread_pct']:.1f}% |")
+    return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+            + bench_timing.footnote(result["rows"]))
 
 
 def run(sizes, rounds: int, rep_ms: float) -> dict:

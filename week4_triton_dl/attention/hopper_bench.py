@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime  # runtime first: chooses the GPU or simulation
+from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week4_triton_dl.attention.op import flash_attention
 from week4_triton_dl.attention.hopper import attention_hopper, attention_hopper_forward, device_refusal
@@ -101,7 +101,7 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
     """The rows of one size: every variant timed once per round, in turn; ratios within rounds."""
     sets = bench.input_sets(make_inputs, (size, dtype))
     timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms).median_ms)
+                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
     diff = None
     if "hopper" in variants and "torch" in variants:
         q, k, v, causal = sets[0]
@@ -113,7 +113,7 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
         median = timed.median(label)
         row = {"size": size_label(size, dtype), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
                "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
-               "spread_pct": timed.spread_pct(label)}
+               "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
         if "torch" in timed.ms:
             ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
             row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
@@ -130,9 +130,10 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         ratio = f"{r['speedup_vs_torch']:.3f}x" if "speedup_vs_torch" in r else "-"
         spread = f"{r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x" if "speedup_min" in r else "-"
-        lines.append(f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | {r['tflops']:.0f} | {ratio} | {spread} "
+        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {ratio} | {spread} "
                      f"| {r['spread_pct']:.1f}% |")
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+    return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
+            + bench_timing.footnote(result["rows"]))
 
 
 def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: dict = VARIANTS) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course import bench, runtime
+from course import bench, bench_timing, runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.gpu import DEVICE
@@ -198,7 +198,7 @@ def rounds(n_rounds: int, only: tuple = ()) -> dict:
             sets = bench.input_sets(make, size)
             timed = bench.interleaved_rounds(
                 {label: fn for label, fn in variants.items() if runtime.on_gpu() or label != "torch_compile"},
-                n_rounds, lambda fn: bench.time_call(fn, sets).median_ms)
+                n_rounds, lambda fn: bench.time_call(fn, sets))  # the Timing: whether a round was host-bound
             flops = _flops(name)(size)
             for label, times in timed.ms.items():
                 ratio, low, high = timed.ratio_range(label, "torch")
@@ -206,7 +206,8 @@ def rounds(n_rounds: int, only: tuple = ()) -> dict:
                              "ms": timed.median(label), "ms_min": min(times), "ms_max": max(times),
                              "tflops": flops / timed.median(label) / 1e9,
                              "speedup_vs_torch": ratio,
-                             "speedup_min": low, "speedup_max": high, "rounds": n_rounds})
+                             "speedup_min": low, "speedup_max": high, "rounds": n_rounds,
+                             **timed.row_fields(label)})
             del sets
     return {"benchmark": "fused_linear_rounds", "title": "Fused linears against cuBLAS + torch, interleaved rounds",
             "notes": f"median over {n_rounds} rounds (each round: every variant's median of course.bench.time_call, "
@@ -220,9 +221,11 @@ def rounds_table(record: dict) -> str:
     lines = ["| fusion, M x K x N | variant | ms (median) | ms [min, max] | TFLOP/s | vs torch [min, max] |",
              "|---|---|---|---|---|---|"]
     for r in record["rows"]:
-        lines.append(f"| {r['size']} | {r['variant']} | {r['ms']:.4f} | [{r['ms_min']:.4f}, {r['ms_max']:.4f}] | "
+        ms = bench_timing.mark(f"{r['ms']:.4f}", r)  # * host-bound: the footnote says what it means
+        lines.append(f"| {r['size']} | {r['variant']} | {ms} | [{r['ms_min']:.4f}, {r['ms_max']:.4f}] | "
                      f"{r['tflops']:.0f} | {r['speedup_vs_torch']:.2f}x [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}] |")
-    return f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + "\n"
+    return (f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + "\n"
+            + bench_timing.footnote(record["rows"]))
 
 
 # ------------------------------------------------------------------------------------ the tile sweep
