@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("COURSE_BACKEND", "compile")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import triton  # noqa: E402
+from course.gpu import triton  # noqa: E402  (COURSE_BACKEND=compile above: kernels stay GPU kernels)
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from week4_triton_dl.fused_linear.kernel import fused_linear_kernel  # noqa: E402

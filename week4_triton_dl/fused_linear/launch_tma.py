@@ -9,10 +9,10 @@ DEFAULT_TILES), and the sweep times `candidates` (TMA_CONFIGS that fit).
 from __future__ import annotations
 
 import torch
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from course import runtime, versions
 from course.gpu import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 from week3_triton_kernels.matmul_launch import rows_16_byte_aligned, tile_config
 from week4_triton_dl.fused_linear.kernel_tma import fused_linear_tma_kernel
 
