@@ -76,9 +76,9 @@
 // * 1 (the default, FlashAttention-3's way): each warpgroup stores its fp32 partial tile [64 queries][D] into
 //   its own shared-memory buffer (D / 32 boxes of [64][32] fp32, 128-byte swizzled: conflict-free stores),
 //   and one thread (tid 0 of the warpgroup) issues one TMA reduce-add per box (cp.reduce.async.bulk.tensor,
-//   the tensor map of dQ_accum): the additions happen at L2 on whole 128-byte lines, the consumer threads
-//   issue D / 2 shared stores instead of D / 2 global atomics per step, and query rows past S are clipped by
-//   the tensor map. The buffer's reuse rule, per step (tests/week4/test_attention_hopper_backward_protocol.py
+//   the tensor map of dQ_accum): the additions happen at L2 on whole 128-byte lines, each consumer thread
+//   issues D / 4 float2 shared stores instead of D / 4 float2 global atomics per step, and query rows past
+//   S are clipped by the tensor map. The buffer's reuse rule, per step (tests/week4/test_attention_hopper_backward_protocol.py
 //   models it and shows each edge is needed):
 //     issuer: cp.async.bulk.wait_group.read 0   the previous step's reduce has READ the buffer ...
 //     all:    bar.sync (the dS barrier)        ... and every thread knows it before it writes (WAR)
@@ -92,7 +92,7 @@
 //   so in practice it does not stall.
 // * 0 (-DAHB_DQ_TMA=0, the A/B variant the benchmark times as hopper_atomics): each thread adds its
 //   accumulator values straight from registers, as float2 atomics (sm_90: one instruction for a pair of
-//   adjacent columns), D / 2 per thread per step, 8 different 32-byte sectors per warp instruction.
+//   adjacent columns), D / 4 per thread per step, 8 different 32-byte sectors per warp instruction.
 #include <cstring>  // memcpy of the tensor maps
 
 #include "attention_hopper_backward_ptx.cuh"
