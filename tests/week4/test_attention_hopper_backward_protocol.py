@@ -13,6 +13,13 @@ land and wgmma groups finish at random later steps. The mbarrier follows the PTX
 its pending arrivals and its transaction count are both zero; try_wait.parity p succeeds while the current
 phase's parity is not p.
 
+The second model (`simulate_dq`) is the dQ tile's reuse rule (AHB_DQ_TMA, the default build): each consumer
+warpgroup's 4 warps store their part of the fp32 tile into one shared-memory buffer per step, and one thread
+(tid 0, in warp 0) hands the whole buffer to the TMA's reduce-add, which reads it later through the async
+proxy. Per step: issuer waits bulk_group.read 0 -> bar.sync -> stores -> fence.proxy.async -> bar.sync ->
+issue + commit; at the end the issuer waits for the group before the CTA exits. The model drops each edge in
+turn and finds the race it guards against.
+
 `lse_in_ring=True` is the kernel racecheck flagged (lse2 and Delta copied into the stage by a 1-D bulk copy,
 read by every thread with ordinary loads before the warpgroup's bar.sync): the model finds no race there
 either, which is the protocol half of the verdict (the note's racecheck paragraph has the other half: which
@@ -205,3 +212,114 @@ def test_the_model_follows_the_source():
     assert source.count("mbar_arrive(&empty[s])") == 1
     assert "bulk_load" not in source and not re.search(r"__shared__[^;]*\bfloat\b", source), \
         "an ordinary load of TMA-written shared memory is back: racecheck cannot see its ordering (see the note)"
+
+
+# --- the dQ tile's reuse rule (AHB_DQ_TMA) ------------------------------------------------------------------
+
+def simulate_dq(iters, seed, wait=True, fence=True, issue_barrier=True, final_wait=True):
+    """One consumer warpgroup's dQ buffer over `iters` steps under a random interleaving; AssertionError on a
+    race. The TMA reads each warp's part of the buffer at a random later step (the copy engine walks the
+    tile; no thread orders its reads but the issuer's wait_group.read). A part holds (step, visible): the
+    step whose values the warp stored, and whether the warp's fence.proxy.async has made them visible to the
+    async proxy since. wait / fence / issue_barrier / final_wait=False drop: the issuer's wait_group.read 0
+    before the dS barrier, each warp's fence, the barrier between the stores and the issue, the issuer's
+    wait_group 0 before the CTA exits."""
+    rng = random.Random(seed)
+    part = [(None, False)] * WARPS  # warp w's 32 x 8 floats of the tile: (step stored, visible to the async proxy)
+    unread = [0] * WARPS            # reduce-add reads of each part issued and not yet done
+    events = []
+
+    def issue(it):  # D / 32 reduce-adds + commit_group: reads of every part, at random later steps
+        for w in range(WARPS):
+            unread[w] += 1
+
+            def read(w=w, it=it):
+                step, visible = part[w]
+                assert step == it, f"the reduce of step {it} read warp {w}'s part of step {step}"
+                assert visible, f"the reduce of step {it} read warp {w}'s stores before its proxy fence"
+                unread[w] -= 1
+            events.append(read)
+
+    def warp(w, sync):
+        issuer = w == 0
+        for it in range(iters):
+            # (S^T, dP^T, the softmax, dV / dK wgmmas; dS stores)
+            if issuer and wait:
+                while any(unread):  # cp.async.bulk.wait_group.read 0: every issued reduce has read the tile
+                    yield
+            yield from sync(("ds", it))  # the dS barrier (bar.sync 1 + c, 128)
+            assert unread[w] == 0, f"warp {w} overwrote its part while the reduce of an earlier step reads it"
+            part[w] = (it, False)        # st.shared of the dQ values (two column blocks: two steps apart)
+            yield
+            if fence:
+                part[w] = (it, True)     # fence.proxy.async.shared::cta
+            yield
+            if issue_barrier:
+                yield from sync(("issue", it))
+            if issuer:
+                issue(it)
+            yield
+        if issuer and final_wait:
+            while any(unread):  # cp.async.bulk.wait_group 0
+                yield
+
+    arrived = {}
+
+    def sync(key):
+        arrived[key] = arrived.get(key, 0) + 1
+        while arrived[key] < WARPS:
+            yield
+
+    agents = [warp(w, sync) for w in range(WARPS)]
+    while agents or events:
+        if not agents:
+            assert not events, "the CTA exited (its shared memory freed) while a reduce still reads it"
+        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
+        if kind == "event":
+            events.remove(pick)
+            pick()
+            continue
+        try:
+            next(pick)
+        except StopIteration:
+            agents.remove(pick)
+
+
+@pytest.mark.parametrize("iters", [1, 2, 3, 6])
+def test_dq_buffer_reuse_is_race_free(iters):
+    """The kernel's rule: every reduce reads exactly its own step's fenced values, no part is overwritten
+    while an issued reduce may still read it, and the CTA outlives its reduces."""
+    for seed in range(60):
+        simulate_dq(iters, seed)
+
+
+@pytest.mark.parametrize("dropped, message", [
+    ("wait", "overwrote its part while the reduce"),
+    ("fence", "before its proxy fence"),
+    # issued before a warp stored: the reduce reads the old part, or the warp stores under the reduce
+    ("issue_barrier", "read warp .'s part of step|before its proxy fence|overwrote its part while"),
+    ("final_wait", "exited .* while a reduce still reads it"),
+])
+def test_the_dq_model_sees_each_dropped_edge(dropped, message):
+    """Each edge of the rule is needed: without the issuer's wait_group.read a warp overwrites a part an
+    earlier reduce has not read; without a warp's fence the reduce reads stores the async proxy need not see;
+    without the barrier before the issue the reduce may read parts the other warps have not stored yet;
+    without the last wait the CTA may exit under its reduce."""
+    with pytest.raises(AssertionError, match=message):
+        for seed in range(300):
+            simulate_dq(4, seed, **{dropped: False})
+
+
+def test_the_dq_model_follows_the_source():
+    """The order the model uses is the kernel's (AHB_DQ_TMA branch): wait_group.read before the dS barrier,
+    the stores after it, then each thread's fence, the barrier, the issuer's reduce-adds and commit; the
+    final wait_group 0 after the loop. If these lines change, change the model."""
+    source = hb.SOURCE.read_text()
+    order = ["if (issuer) bulk_wait_read<0>();", "warpgroup_sync(1 + c);\n\n            wgmma_wait<0>();  // dV, dK done",
+             "st_shared_f2(", "fence_async_smem();\n            warpgroup_sync(1 + c);\n            if (issuer) {",
+             "tma_reduce_add_3d(&map_dq", "bulk_commit();", "if (issuer) bulk_wait<0>();"]
+    at = [source.find(text) for text in order]
+    assert -1 not in at, f"the kernel no longer has `{order[at.index(-1)]}`: update the model"
+    assert at == sorted(at), "the dQ buffer's reuse rule is no longer in the model's order"
+    for text in ("bulk_wait_read<0>", "tma_reduce_add_3d(&map_dq", "bulk_commit()", "bulk_wait<0>"):
+        assert source.count(text) == 1, f"{text} appears {source.count(text)} times: update the model"

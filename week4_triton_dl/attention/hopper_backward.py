@@ -10,7 +10,8 @@ This module is the host side:
   compute_90a,code=sm_90a: wgmma, setmaxnreg and the TMA exist there only) with a small C++ binding
   registered by TORCH_LIBRARY, once per source version, cached on disk (extension name
   attention_hopper_bwd_<hash>, distinct from the forward's);
-* the TMA tensor maps of q, k, v and dO, encoded by the driver (cuTensorMapEncodeTiled through ctypes, as
+* the TMA tensor maps of q, k, v, dO (and of the fp32 dQ accumulator, which the kernel adds its dQ tiles
+  into by TMA reduce-adds), encoded by the driver (cuTensorMapEncodeTiled through ctypes, as
   week 1's wgmma rung does) over the tensors viewed as [B*H, S, D]: a box that runs past S reads zeros,
   never the next head's rows;
 * input checks (TypeError / ValueError naming the argument) before anything is built or launched, then the
@@ -18,7 +19,11 @@ This module is the host side:
 
 Cost model, per (batch, head), S queries and keys, head dim D: 5 matmuls of 2 S^2 D FLOPs each
 (S^T, dP^T, dV, dK, dQ), halved when causal; HBM traffic: q, k, v, o, dO read, dq, dk, dv written (16-bit),
-lse read, plus the fp32 dQ accumulator, written by S / 128 key blocks' atomics and read once.
+lse read, plus the fp32 dQ accumulator, added into by 2 S / 128 warpgroups per query row (TMA reduce-adds of
+whole tiles; per-element atomics in the dq_tma=False build) and read once.
+
+`dq_tma=False` (everywhere it is accepted) selects the A/B build -DAHB_DQ_TMA=0, which adds dQ with float2
+atomics from registers instead: the benchmark times both in the same rounds, the tests run both.
 """
 from __future__ import annotations
 
@@ -44,11 +49,12 @@ CAPABILITY = (9, 0)
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 FALLBACK = "week4_triton_dl.attention.flash_attention_backward"  # the Triton backward: any GPU, the interpreter
 BLOCK_M, BLOCK_N, SLAB = 64, 128, 64  # the .cu's AHB_BM, AHB_BN, AHB_SLAB (tests check they match)
-_TMA_DTYPE = {torch.float16: 6, torch.bfloat16: 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16
+_TMA_DTYPE = {torch.float16: 6, torch.float32: 7, torch.bfloat16: 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _FLOAT32, _BFLOAT16
+DQ_BOX_COLS = 32  # the dQ accumulator's TMA box: [64 rows][32 fp32] = 128 bytes a row, the swizzle span
 _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_INTERLEAVE_NONE, _TMA_OOB_ZEROS = 3, 3, 0, 0
 
 # The C++ side: shape checks again (the Python ones come first), the call of the .cu's launcher on torch's
-# current stream. NAMESPACE becomes the extension's name. The tensor maps come as 64 int64s (512 bytes):
+# current stream. NAMESPACE becomes the extension's name. The tensor maps come as 80 int64s (640 bytes):
 # a list argument, so every tensor of the op is a CUDA tensor and it dispatches to the CUDA kernel.
 BINDING = r"""
 #include <ATen/core/Tensor.h>
@@ -66,7 +72,7 @@ namespace {
 void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout, const at::Tensor& lse,
               const at::Tensor& lse2, const at::Tensor& delta, const at::Tensor& dq_acc, const at::Tensor& dq,
               const at::Tensor& dk, const at::Tensor& dv, bool causal, double scale) {
-    TORCH_CHECK(maps.size() == 64, "maps must be 4 tensor maps of 128 bytes (64 int64s)");
+    TORCH_CHECK(maps.size() == 80, "maps must be 5 tensor maps of 128 bytes (80 int64s)");
     TORCH_CHECK(o.dim() == 4 && o.is_contiguous(), "o must be a contiguous (B, H, S, D) tensor");
     const int64_t BH = o.size(0) * o.size(1), S = o.size(2), D = o.size(3);
     TORCH_CHECK(o.scalar_type() == at::kHalf || o.scalar_type() == at::kBFloat16, "o must be float16 or bfloat16");
@@ -80,8 +86,8 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
     TORCH_CHECK(lse2.numel() == BH * S_pad && delta.numel() == BH * S_pad && lse2.scalar_type() == at::kFloat &&
                 delta.scalar_type() == at::kFloat, "lse2 and delta: B * H * S_pad float32");
     if (BH == 0 || S == 0) return;
-    unsigned char bytes[512];
-    for (int i = 0; i < 64; ++i) { int64_t v = maps[i]; std::memcpy(bytes + 8 * i, &v, 8); }
+    unsigned char bytes[640];
+    for (int i = 0; i < 80; ++i) { int64_t v = maps[i]; std::memcpy(bytes + 8 * i, &v, 8); }
     const c10::cuda::CUDAGuard guard(o.device());
     const int err = attention_hopper_bwd_cuda(
         o.scalar_type() == at::kHalf ? 0 : 1, (int)D, causal ? 1 : 0, bytes, o.data_ptr(), dout.data_ptr(),
@@ -120,10 +126,23 @@ def refuse_unless_hopper(device: torch.device) -> None:
         raise runtime.NotOnThisGpu(why)
 
 
-def nvcc_command(output: Path, nvcc: str = "nvcc") -> list[str]:
+def _check_dq_tma(dq_tma) -> None:
+    if not isinstance(dq_tma, bool):
+        raise TypeError(f"dq_tma must be a bool (True: TMA reduce-add of dQ tiles; False: atomics), "
+                        f"got {type(dq_tma).__name__}")
+
+
+def variant_flags(dq_tma: bool = True) -> list[str]:
+    """The -D flags of a build: none for the default, -DAHB_DQ_TMA=0 for the atomics A/B variant."""
+    _check_dq_tma(dq_tma)
+    return [] if dq_tma else ["-DAHB_DQ_TMA=0"]
+
+
+def nvcc_command(output: Path, nvcc: str = "nvcc", dq_tma: bool = True) -> list[str]:
     """The nvcc command that compiles the kernels for sm_90a alone (the CPU test and the GPU check run
-    it; load_inline passes the same -gencode, and torch's flags that forbid implicit half conversions)."""
-    return [nvcc, "-cubin", GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings",
+    it; load_inline passes the same -gencode and -D flags, and torch's flags that forbid implicit half
+    conversions). dq_tma=False: the atomics build."""
+    return [nvcc, "-cubin", GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *variant_flags(dq_tma),
             "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
             "-D__CUDA_NO_HALF2_OPERATORS__", "-o", str(output), str(SOURCE)]
 
@@ -135,16 +154,17 @@ def cache_root() -> Path:
     return base / "gpu-kernels-course" / "torch_extensions" / f"torch-{torch.__version__}"
 
 
-def extension_name() -> str:
-    """attention_hopper_bwd_<hash of the sources, the binding and torch's version>."""
-    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), BINDING, torch.__version__])
+def extension_name(dq_tma: bool = True) -> str:
+    """attention_hopper_bwd_<hash of the sources, the binding, the -D flags and torch's version>."""
+    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), BINDING, " ".join(variant_flags(dq_tma)),
+                      torch.__version__])
     return f"attention_hopper_bwd_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 @functools.cache
-def load_extension():
+def load_extension(dq_tma: bool = True):
     """torch.ops.<extension name> with the `backward` op, built on first use (tens of seconds), then
-    loaded from the disk cache."""
+    loaded from the disk cache. dq_tma=False: the atomics A/B build (its own extension name)."""
     from torch.utils import cpp_extension
 
     if runtime.nvcc_path() is None:
@@ -157,13 +177,13 @@ def load_extension():
     if (not os.environ.get("CUDA_HOME") and (standard / "include" / "cuda_runtime.h").exists()
             and not (found and (Path(found) / "include" / "cuda_runtime.h").exists())):
         cpp_extension.CUDA_HOME = str(standard)
-    name = extension_name()
+    name = extension_name(dq_tma)
     directory = cache_root() / name
     directory.mkdir(parents=True, exist_ok=True)
     # An -gencode flag in extra_cuda_cflags stops torch adding its own -gencode for the GPU (sm_90 without
     # the "a", which has no wgmma).
     cpp_extension.load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
-                              extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE],
+                              extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE, *variant_flags(dq_tma)],
                               extra_include_paths=[str(KERNELS)], build_directory=str(directory),
                               is_python_module=False, no_implicit_headers=True, with_cuda=True)
     return getattr(torch.ops, name)
@@ -172,29 +192,31 @@ def load_extension():
 # --- tensor maps ------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=256)
-def _encoded_map(address: int, dtype: torch.dtype, bh: int, seq: int, head_dim: int, box_rows: int) -> bytes:
-    """cuTensorMapEncodeTiled's 128 bytes for a contiguous [bh, seq, head_dim] tensor, boxes of box_rows x 64.
+def _encoded_map(address: int, dtype: torch.dtype, bh: int, seq: int, head_dim: int, box_rows: int,
+                 box_cols: int = SLAB) -> bytes:
+    """cuTensorMapEncodeTiled's 128 bytes for a contiguous [bh, seq, head_dim] tensor, boxes of box_rows x
+    box_cols (box_cols x the element size = 128 bytes: the 128-byte swizzle's span).
     Cached: a pure function of its arguments (matmul_tensor_cores.encoded_tensor_map says why that is safe)."""
     from week1_cuda_python.matmul_tensor_cores import cuda_driver, driver_check
 
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     storage = ctypes.create_string_buffer(256)
     aligned = (ctypes.addressof(storage) + 127) // 128 * 128
-    item = 2
+    item = torch.empty((), dtype=dtype).element_size()
     result = cuda_driver().cuTensorMapEncodeTiled(
         aligned, _TMA_DTYPE[dtype], 3, address,
         (u64 * 3)(head_dim, seq, bh),                          # sizes, innermost first
         (u64 * 2)(head_dim * item, seq * head_dim * item),     # byte strides of dims 1 and 2
-        (u32 * 3)(SLAB, box_rows, 1),                          # the box: 64 columns x box_rows rows x 1 head
+        (u32 * 3)(box_cols, box_rows, 1),                      # the box: box_cols columns x box_rows rows x 1 head
         (u32 * 3)(1, 1, 1),
         _TMA_INTERLEAVE_NONE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_OOB_ZEROS)
-    driver_check(result, f"cuTensorMapEncodeTiled ([{bh}, {seq}, {head_dim}] {dtype}, boxes of {box_rows} x {SLAB})")
+    driver_check(result, f"cuTensorMapEncodeTiled ([{bh}, {seq}, {head_dim}] {dtype}, boxes of {box_rows} x {box_cols})")
     return ctypes.string_at(aligned, 128)
 
 
-def tensor_map(t: torch.Tensor, box_rows: int) -> bytes:
+def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int = SLAB) -> bytes:
     B, H, S, D = t.shape
-    return _encoded_map(t.data_ptr(), t.dtype, B * H, S, D, box_rows)
+    return _encoded_map(t.data_ptr(), t.dtype, B * H, S, D, box_rows, box_cols)
 
 
 # --- the launcher -------------------------------------------------------------------------------------------
@@ -233,16 +255,19 @@ def _checked_out(t, like, name):
     return t
 
 
-def attention_hopper_backward(q, k, v, o, do, lse, causal: bool, scale: float, *, grads=None, dq_accum=None):
+def attention_hopper_backward(q, k, v, o, do, lse, causal: bool, scale: float, *, grads=None, dq_accum=None,
+                              dq_tma: bool = True):
     """(dq, dk, dv) of softmax(scale q k^T [causal mask]) v, from the forward's o and lse.
 
     q, k, v, o, do: contiguous [B, H, S, D], one dtype (float16 or bfloat16), D 64 or 128, any B, H, S;
     lse: float32 [B, H, S], natural-log log-sum-exp of the scaled scores per query row. `grads` = (dq, dk,
     dv) to write into; `dq_accum` = the float32 [B, H, S, D] workspace dQ is accumulated in (the kernels
-    zero it first): given by the tests, to poison it. Runs on an H100/H200 only: elsewhere (another GPU,
+    zero it first): given by the tests, to poison it. `dq_tma=False`: the A/B build that adds dQ with
+    per-element atomics instead of TMA reduce-adds of shared-memory tiles. Runs on an H100/H200 only: elsewhere (another GPU,
     the CPU) runtime.NotOnThisGpu names the fallback, week 4's Triton backward.
     """
     B, H, S, D = check_inputs(q, k, v, o, do, lse, causal, scale)
+    _check_dq_tma(dq_tma)
     if grads is not None:
         if not isinstance(grads, (tuple, list)) or len(grads) != 3:
             raise TypeError("grads must be a tuple (dq, dk, dv) of tensors")
@@ -259,10 +284,11 @@ def attention_hopper_backward(q, k, v, o, do, lse, causal: bool, scale: float, *
     lse2 = torch.empty((B * H, s_pad), dtype=torch.float32, device=q.device)
     delta = torch.empty((B * H, s_pad), dtype=torch.float32, device=q.device)
     acc = dq_accum if dq_accum is not None else torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    maps = b"".join((tensor_map(q, BLOCK_M), tensor_map(k, BLOCK_N), tensor_map(v, BLOCK_N), tensor_map(do, BLOCK_M)))
-    ops = load_extension()
+    maps = b"".join((tensor_map(q, BLOCK_M), tensor_map(k, BLOCK_N), tensor_map(v, BLOCK_N), tensor_map(do, BLOCK_M),
+                     tensor_map(acc, BLOCK_M, DQ_BOX_COLS)))
+    ops = load_extension(dq_tma)
     with torch.cuda.device(q.device):
-        ops.backward(list(struct.unpack("<64q", maps)), o, do, lse, lse2, delta, acc, dq, dk, dv, causal, float(scale))
+        ops.backward(list(struct.unpack("<80q", maps)), o, do, lse, lse2, delta, acc, dq, dk, dv, causal, float(scale))
     return dq, dk, dv
 
 
@@ -283,11 +309,11 @@ def reference_forward(q, k, v, causal: bool, scale: float):
 
 # --- compute-sanitizer case -----------------------------------------------------------------------------------
 
-def sanitizer_case(dtype=torch.bfloat16, causal=True, S=129, D=64) -> None:
+def sanitizer_case(dtype=torch.bfloat16, causal=True, S=129, D=64, dq_tma=True) -> None:
     """One small synchronized call: ragged S (two key blocks, the second nearly empty; three query blocks)."""
     from course.check import random_tensor
 
     q, k, v, do = (random_tensor((1, 2, S, D), dtype, "cuda") for _ in range(4))
     o, lse = reference_forward(q, k, v, causal, D**-0.5)
-    attention_hopper_backward(q, k, v, o, do, lse, causal, D**-0.5)
+    attention_hopper_backward(q, k, v, o, do, lse, causal, D**-0.5, dq_tma=dq_tma)
     torch.cuda.synchronize()

@@ -9,7 +9,11 @@ What is timed: the BACKWARD ALONE, each variant from the same q, k, v, dO:
   torch.autograd.grad(out, (q, k, v), dO, retain_graph=True), so only the backward kernels (and
   autograd's small host cost) are in it. Where cuDNN refuses a shape, its cells say so.
 * triton: week 4's flash_attention_backward (split strategy, autotuned) on the Triton forward's o and lse.
-* hopper: attention_hopper_backward (kernels/attention_hopper_backward.cu) on the same o and lse.
+* hopper: attention_hopper_backward (kernels/attention_hopper_backward.cu) on the same o and lse; dQ added
+  by TMA reduce-adds of shared-memory tiles.
+* hopper_atomics: the same kernel built with -DAHB_DQ_TMA=0 (dq_tma=False): dQ added by per-element float2
+  atomics from registers, the previous rung. Timed in the same rounds as hopper: their ratio is the price
+  (or the gain) of the reduce-add.
 
 Why rounds (matmul_wgmma_persistent_bench.py says it at length): every round times each variant once in
 turn, and a ratio is taken within a round, so clock drift lands on all alike; the row's ms is the median
@@ -84,6 +88,8 @@ VARIANTS = {
     "triton": lambda q, k, v, do, graph, o, lse, causal: flash_attention_backward(do, q, k, v, o, lse, causal),
     "hopper": lambda q, k, v, do, graph, o, lse, causal: attention_hopper_backward(q, k, v, o, do, lse, causal,
                                                                                    q.shape[-1] ** -0.5),
+    "hopper_atomics": lambda q, k, v, do, graph, o, lse, causal: attention_hopper_backward(
+        q, k, v, o, do, lse, causal, q.shape[-1] ** -0.5, dq_tma=False),
 }
 
 
@@ -105,6 +111,9 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
         if "torch" in timed.ms:
             ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
             row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
+        if label == "hopper" and "hopper_atomics" in timed.ms:  # > 1: the reduce-add build is the faster
+            ratio, low, high = timed.ratio_range("hopper", "hopper_atomics")
+            row.update(speedup_vs_atomics=ratio, speedup_vs_atomics_min=low, speedup_vs_atomics_max=high)
         rows.append(row)
     if "torch" not in timed.ms:
         rows.append({"size": size_label(size), "variant": "torch", "ms": None, "note": "cuDNN refused this shape"})
@@ -140,10 +149,12 @@ def run(sizes, rounds: int, rep_ms: float) -> dict:
         "title": "Attention backward: the Hopper CUDA C kernels vs cuDNN (SDPA) vs week 4's Triton (interleaved rounds)",
         "notes": (f"backward alone, bf16; torch = SDPA's cuDNN backend, timed as torch.autograd.grad(out, (q, k, v), dO, "
                   f"retain_graph=True) on a forward run once outside the timing; triton = flash_attention_backward; "
-                  f"hopper = attention_hopper_backward (fp32 dQ atomics + convert included); both on the Triton "
-                  f"forward's o and lse. {rounds} rounds, each timing every variant once in turn (CUDA events, median "
+                  f"hopper = attention_hopper_backward (dQ by TMA reduce-adds into fp32 + convert included); "
+                  f"hopper_atomics = the same built with -DAHB_DQ_TMA=0 (dQ by per-element fp32 atomics); all on the "
+                  f"Triton forward's o and lse. {rounds} rounds, each timing every variant once in turn (CUDA events, median "
                   f"of ~{rep_ms:.0f} ms of calls); ms = median over rounds; vs cuDNN = median over rounds of (cuDNN ms "
-                  f"/ variant ms) in the same round; FLOPs = 2.5 x 4 B H S^2 D, halved when causal"),
+                  f"/ variant ms) in the same round; FLOPs = 2.5 x 4 B H S^2 D, halved when causal; the hopper rows' speedup_vs_atomics (json) = median "
+                  f"over rounds of (hopper_atomics ms / hopper ms) in the same round"),
         "clock": "events",
         "headline": ["hopper"],
         "simulated": False,

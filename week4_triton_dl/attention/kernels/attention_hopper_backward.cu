@@ -19,7 +19,8 @@
 //      dV += P^T dO, dK += dS^T Q            wgmma with A = P^T, dS^T in REGISTERS (the fragment identity,
 //                                            ahb_pack_a in the .cuh), B = dO, Q MN-major from the ring
 //      dQ_part = dS K                        dS^T written to shared memory as dS (K-major), wgmma, then
-//                                            fp32 atomicAdd (float2) into dQ_accum: see "dQ" below
+//                                            added into the fp32 dQ_accum by a TMA reduce-add of the
+//                                            whole tile from shared memory: see "dQ" below
 //    then writes dV and scale * dK once.
 // 3. ahb_convert: dQ = scale * dQ_accum, rounded to the inputs' type.
 //
@@ -67,15 +68,38 @@
 // dO = 0 give dS = 0, and their dQ rows are not written.
 //
 // dQ. Every key block adds to every query row's dQ, and the key blocks are different CTAs. Options: fp32
-// atomics into a [B, H, S, D] accumulator (this kernel: 5 matmuls per tile pair, no recomputation), or a
+// additions into a [B, H, S, D] accumulator (this kernel: 5 matmuls per tile pair, no recomputation), or a
 // second pass with the query block resident that recomputes S and dP (7 matmuls, no atomics, bitwise
-// deterministic: week 4's Triton "split"). Atomics were chosen for one kernel to write and check, at the
+// deterministic: week 4's Triton "split"). Adding was chosen for one kernel to write and check, at the
 // price of dQ's last bits depending on the order the CTAs add in; the two consumer warpgroups each add
-// their own 64 keys' share (so no warpgroup waits for the other), as float2 atomics (sm_90: one
-// instruction for a pair of adjacent columns, which the accumulator layout gives each thread).
+// their own 64 keys' share (so no warpgroup waits for the other). HOW it is added (AHB_DQ_TMA):
+// * 1 (the default, FlashAttention-3's way): each warpgroup stores its fp32 partial tile [64 queries][D] into
+//   its own shared-memory buffer (D / 32 boxes of [64][32] fp32, 128-byte swizzled: conflict-free stores),
+//   and one thread (tid 0 of the warpgroup) issues one TMA reduce-add per box (cp.reduce.async.bulk.tensor,
+//   the tensor map of dQ_accum): the additions happen at L2 on whole 128-byte lines, each consumer thread
+//   issues D / 4 float2 shared stores instead of D / 4 float2 global atomics per step, and query rows past
+//   S are clipped by the tensor map. The buffer's reuse rule, per step (tests/week4/test_attention_hopper_backward_protocol.py
+//   models it and shows each edge is needed):
+//     issuer: cp.async.bulk.wait_group.read 0   the previous step's reduce has READ the buffer ...
+//     all:    bar.sync (the dS barrier)        ... and every thread knows it before it writes (WAR)
+//     all:    stores of the dQ tile, fence.proxy.async.shared::cta   generic-proxy writes made visible to the
+//                                              async proxy the TMA reads through (without it the reduce may
+//                                              read stale bytes even after the barrier)
+//     all:    bar.sync                          every thread's stores and fence happen before the issue (RAW)
+//     issuer: D / 32 reduce-adds, commit_group  one bulk group per step
+//   and at the end the issuer waits for the whole group (wait_group 0) before the CTA exits, since its
+//   shared memory must outlive the reads. The wait for the previous step comes a whole step after its issue,
+//   so in practice it does not stall.
+// * 0 (-DAHB_DQ_TMA=0, the A/B variant the benchmark times as hopper_atomics): each thread adds its
+//   accumulator values straight from registers, as float2 atomics (sm_90: one instruction for a pair of
+//   adjacent columns), D / 4 per thread per step, 8 different 32-byte sectors per warp instruction.
 #include <cstring>  // memcpy of the tensor maps
 
 #include "attention_hopper_backward_ptx.cuh"
+
+#ifndef AHB_DQ_TMA
+#define AHB_DQ_TMA 1  // 1: dQ by TMA reduce-add of a shared-memory tile; 0: per-element float2 atomics ("dQ" above)
+#endif
 
 #define AHB_BM 64          // queries per step (wgmma N of S^T, K of dV / dK)
 #define AHB_BN 128         // keys per CTA: 2 consumer warpgroups x 64
@@ -94,8 +118,12 @@ struct AhbLayout {
     static constexpr int k_off = 0, v_off = kv_bytes, ring_off = 2 * kv_bytes;
     static constexpr int stage_bytes = 2 * q_bytes;           // Q then dO
     static constexpr int ds_off = ring_off + AHB_STAGES * stage_bytes;
-    static constexpr int smem_bytes = ds_off + 2 * ds_bytes + 1024;  // + 1 KB to align the base to 1024
+    static constexpr int dq_box = AHB_BM * 32 * 4;             // 8 KB: one TMA box of dQ, [64 queries][32] fp32
+    static constexpr int dq_bytes = AHB_DQ_TMA ? (D / 32) * dq_box : 0;  // one consumer's dQ tile
+    static constexpr int dq_off = ds_off + 2 * ds_bytes;      // a multiple of 1024, as the swizzle needs
+    static constexpr int smem_bytes = dq_off + 2 * dq_bytes + 1024;  // + 1 KB to align the base to 1024
 };
+static_assert(AhbLayout<128>::dq_off % 1024 == 0 && AhbLayout<64>::dq_off % 1024 == 0, "dQ tiles 1024-aligned");
 static_assert(AhbLayout<128>::smem_bytes <= 227 * 1024, "H100: at most 227 KB of shared memory per block");
 
 // ---- 1. Delta, lse2, dQ_accum = 0 ------------------------------------------------------------------
@@ -147,6 +175,7 @@ template <typename T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(AHB_THREADS, 1)
 ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
          const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+         const __grid_constant__ CUtensorMap map_dq,  // dQ_accum, fp32, boxes [64][32]: AHB_DQ_TMA only
          const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_acc,
          T* __restrict__ dk_out, T* __restrict__ dv_out, int S, int S_pad, float scale)
 {
@@ -206,6 +235,10 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
         const uint32_t k_tile = ahb_smem(base + L::k_off), v_tile = ahb_smem(base + L::v_off);
         const uint32_t my_rows = c * 64 * 128; // this warpgroup's 64 rows inside each [128][64] K/V slab
         unsigned char* ds_tile = base + L::ds_off + c * L::ds_bytes;
+#if AHB_DQ_TMA
+        unsigned char* dq_tile = base + L::dq_off + c * L::dq_bytes;  // this warpgroup's dQ tile (fp32)
+        const bool issuer = tid == 0;  // issues (and waits for) this warpgroup's dQ reduce-adds
+#endif
         const float c2 = scale * AHB_LOG2E;
         float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -280,6 +313,12 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 if constexpr (D == 128) wgmma_rs_n128(dk, dsa[kk], d_q, T()); else wgmma_rs_n64(dk, dsa[kk], d_q, T());
             }
             wgmma_commit();
+#if AHB_DQ_TMA
+            // The previous step's reduce-adds must have READ dq_tile before anyone overwrites it (after the
+            // dS barrier below); the bulk group is the issuer's, so the issuer waits here and the barrier
+            // passes that on to all 128. (Here rather than just before the barrier: there, ptxas spills.)
+            if (issuer) bulk_wait_read<0>();
+#endif
 
             // dS^T -> dS in shared memory, [query][key] (keys contiguous: K-major A of dQ = dS K), 128-byte
             // swizzled: 16-byte chunk k / 8 of row q is stored at chunk (k / 8) ^ (q % 8). The values are
@@ -321,6 +360,23 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(dq);
+#if AHB_DQ_TMA
+                // Into the box 2 cc + j / 4 of dq_tile, [64 rows][32 fp32 = 128 bytes], 128-byte swizzled as the
+                // tensor map says: 16-byte chunk k of row r at chunk k ^ (r % 8). Column 8 (j % 4) + col is chunk
+                // 2 (j % 4) + col / 4 (= 2 (j % 4) ^ col / 4), byte 4 (col % 4) in it; r % 8 = row % 8 for both h.
+                // A warp's 8 rows x 4 lanes x 8 bytes then cover each of the 32 banks exactly twice: 2 wavefronts,
+                // the minimum for 256 bytes. `at` and `key` pass through an empty asm so the compiler computes
+                // the addresses here, not once before the loop: kept live across it they cost D = 128 a spill.
+                uint32_t at = ahb_smem(dq_tile) + 2 * cc * L::dq_box + row * 128 + (col % 4) * 4;
+                uint32_t key = (row & 7) ^ (col / 4);
+                asm volatile("" : "+r"(at), "+r"(key));
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        st_shared_f2(at + 8 * h * 128 + (j / 4) * L::dq_box + (((2 * (j % 4)) ^ key) << 4),
+                                     dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
+#else
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int query = m0 + row + 8 * h;
@@ -330,8 +386,28 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                     for (int j = 0; j < 8; ++j)
                         atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));
                 }
+#endif
             }
+#if AHB_DQ_TMA
+            // Each thread's stores to dq_tile are generic-proxy writes; the TMA reads through the async proxy:
+            // each writer fences its own stores for it, then the barrier orders every writer's fence before
+            // the issuer's reduce-adds (a fence after the barrier, by the issuer alone, would not cover the
+            // other threads' stores).
+            fence_async_smem();
+            warpgroup_sync(1 + c);
+            if (issuer) {
+#pragma unroll
+                for (int b = 0; b < D / 32; ++b)
+                    tma_reduce_add_3d(&map_dq, dq_tile + b * L::dq_box, 32 * b, m0, bh);
+                bulk_commit();
+            }
+#endif
         }
+#if AHB_DQ_TMA
+        // The last step's reduce-adds still read this CTA's shared memory (and write dQ_accum): the CTA must
+        // not exit (its shared memory freed) before they are done.
+        if (issuer) bulk_wait<0>();
+#endif
 
         // dV and scale * dK, straight from the accumulators (rows are keys; keys past S not stored).
 #pragma unroll
@@ -353,8 +429,9 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
 }
 
 // ---- the host launcher (no torch header: hopper_backward.py's binding calls it) ---------------------
-// maps: 4 CUtensorMaps of 128 bytes (q, k, v, dO), encoded by the Python side over [B*H, S, D]: boxes of
-// [64 rows][64 columns] for q and dO, [128][64] for k and v, 128-byte swizzle, zeros outside.
+// maps: 5 CUtensorMaps of 128 bytes (q, k, v, dO, dQ_accum), encoded by the Python side over [B*H, S, D]:
+// boxes of [64 rows][64 columns] for q and dO, [128][64] for k and v, [64][32] (fp32) for dQ_accum (used by
+// the AHB_DQ_TMA build only), 128-byte swizzle, zeros outside.
 template <typename T, int D, bool CAUSAL>
 static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, const void* dout, const float* lse,
                                     float* lse2, float* delta, float* dq_acc, void* dq, void* dk, void* dv,
@@ -366,14 +443,14 @@ static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, co
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
 
-    CUtensorMap m[4];
-    for (int i = 0; i < 4; ++i) memcpy(&m[i], maps + 128 * i, 128);
+    CUtensorMap m[5];
+    for (int i = 0; i < 5; ++i) memcpy(&m[i], maps + 128 * i, 128);
     auto kernel = ahb_main<T, D, CAUSAL>;
     const int smem = AhbLayout<D>::smem_bytes;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     kernel<<<dim3((S + AHB_BN - 1) / AHB_BN, BH), AHB_THREADS, smem, stream>>>(
-        m[0], m[1], m[2], m[3], lse2, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv), S, S_pad, scale);
+        m[0], m[1], m[2], m[3], m[4], lse2, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv), S, S_pad, scale);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
 

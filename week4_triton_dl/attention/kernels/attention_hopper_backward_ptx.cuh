@@ -3,7 +3,9 @@
 // descriptors, the 128-byte swizzle, tensor maps, mbarrier phases, setmaxnreg); this file adds only
 //   * a 3-D TMA load (the tensors are [B*H, S, D]: a box that runs past S reads zeros, never the next head),
 //   * wgmma with the A operand in registers (P^T and dS^T straight from the accumulators), and
-//   * the register-fragment identity that makes that possible (ahb_pack_a below).
+//   * the register-fragment identity that makes that possible (ahb_pack_a below), and
+//   * the TMA's bulk reduce-add of an fp32 tile from shared memory into global memory, with its bulk groups
+//     (dQ's accumulation: the .cu's "dQ" paragraph).
 // Compiled only where __CUDA_ARCH_FEAT_SM90_ALL is defined (sm_90a); elsewhere AHB_HOPPER is 0 and the
 // kernels trap.
 #pragma once
@@ -55,6 +57,25 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
                  :: "r"(ahb_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(ahb_smem(bar))
                  : "memory");
 }
+// The fp32 tile at `src` (shared memory, laid out as the box of `map`: [64 rows][32 columns], 128-byte
+// swizzled) ADDED into the box of `map` at (x = column, y = row, z = head) by the TMA: the reduce happens at
+// L2, whole 128-byte lines at a time; rows outside the tensor (past S) are not written. Asynchronous: its
+// completion is tracked by this thread's bulk groups (bulk_commit, bulk_wait_read, bulk_wait below), and it
+// reads `src` through the async proxy, so the generic-proxy stores that filled `src` must be fenced first.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int x, int y, int z)
+{
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(ahb_smem(src)), "r"(x), "r"(y), "r"(z) : "memory");
+}
+// Closes this thread's bulk operations issued since the last commit into one bulk group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still READ their shared-memory source (their global
+// writes may still be under way): from then on the source may be overwritten.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
+// Waits until at most N of this thread's bulk groups are incomplete (reads and writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
 // 128-byte swizzle descriptor (matmul_wgmma.cu: bits 0-13 address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4,
 // 62-63 swizzle mode 1 = 128 bytes).
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
@@ -70,8 +91,14 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-// Ordinary stores to shared memory (dS) must be made visible to the async proxy wgmma reads through.
+// Ordinary stores to shared memory (dS; the dQ tile) must be made visible to the async proxy that wgmma (and
+// the TMA reduce) read through.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Two fp32 values to shared memory at `addr` (8-byte aligned).
+__device__ __forceinline__ void st_shared_f2(uint32_t addr, float x, float y)
+{
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" :: "r"(addr), "f"(x), "f"(y) : "memory");
+}
 // A barrier for the 128 threads of one consumer warpgroup (ids 1, 2; 0 is __syncthreads').
 __device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory"); }
 // Keeps the compiler from moving reads of an accumulator above the wgmma.wait_group that completes it.
