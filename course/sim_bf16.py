@@ -87,10 +87,11 @@ def widen(kernel: str, args_hst: list, kwargs_hst: dict):
     bf16 = [t for t in seen if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16]
     if not bf16:
         return args_hst, kwargs_hst, None
-    storages = {t.untyped_storage().data_ptr() for t in bf16}
+    storages = {t.untyped_storage().data_ptr() for t in bf16 if t.numel()}
     for t in seen:
-        base = getattr(t, "base", t) if not isinstance(t, torch.Tensor) else t
-        if (isinstance(base, torch.Tensor) and base.dtype != torch.bfloat16
+        wrapper = not isinstance(t, torch.Tensor)  # triton.reinterpret's TensorWrapper: its base's memory
+        base = getattr(t, "base", t) if wrapper else t
+        if (isinstance(base, torch.Tensor) and base.numel() and (wrapper or base.dtype != torch.bfloat16)
                 and base.untyped_storage().data_ptr() in storages):
             raise TypeError(_refusal(
                 f"Triton kernel `{kernel}` was given a bfloat16 tensor and a {base.dtype} tensor that share "
@@ -122,7 +123,9 @@ def narrow(record, args_hst: list, kwargs_hst: dict):
     the host arguments with the bf16 tensors back in place of their float32 views."""
     copies, originals = record
     for flat, wide in copies.values():
-        flat.copy_(wide)
+        # only the elements the kernel changed: the others keep their bits (a NaN's payload too)
+        changed = wide.view(torch.int32) != flat.float().view(torch.int32)
+        flat[changed] = wide[changed].bfloat16()
 
     def back(t):
         return originals.get(id(t), t)
