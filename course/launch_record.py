@@ -18,8 +18,9 @@ take; `instead` names the rung that runs there), made
 by a function still on the call stack of the launch, i.e. by the launcher on its way to this launch.
 On a GPU class below `minimum` the matrix reports the launch as refused there, with that message.
 
-bfloat16: the bf16 test cases run on a GPU only (the interpreter computes bf16 on raw bits), so a
-simulation run launches no bf16 kernel. Two more questions are recorded to derive them
+bfloat16: most bf16 test cases run on a GPU only (course.check.dtype_params), so a simulation run
+launches few bf16 kernels (those it launches are recorded as such; the matrix keeps one spec per
+code path, twin or launched). Two more questions are recorded to derive the others
 (`bf16_twins`): `validate.tensor(x, dtypes=...)` given a float16 tensor where the dtypes also allow
 bfloat16 (the public op takes bf16 too: {"accepts": "bfloat16"}), and each
 `runtime.require_bf16_tensor_cores` (a refusal of bf16 below sm_80, which applies to the bf16

@@ -29,6 +29,9 @@
    memory, on the CPU), the last program of a 2^31-element launch runs in a second and shows
    whether the kernel's offsets are computed in int64 where they pass 2^31: an int32 offset
    wraps negative and the bounds check above names it.
+
+4. bfloat16: the interpreter computes bf16 on raw 16-bit integers; course/sim_bf16.py hands each
+   launch float32 copies of its bf16 tensors and rounds them back, and refuses bf16 made in-kernel.
 """
 from __future__ import annotations
 
@@ -303,6 +306,9 @@ def _patch(interpreter) -> None:
             lost[what] = "missing " + ", ".join(absent)
     bounds, fma_on, programs_on = (not any(key.startswith(k) for key in lost)
                                    for k in ("bounds", "one-rounding", "programs"))
+    from course import sim_bf16  # first: the bounds check then records the float32 copies it hands kernels
+
+    lost.update(sim_bf16.patch(interpreter))
     if bounds and os.environ.get(BOUNDS_ENV, "1") != "0":
         builder = interpreter.InterpreterBuilder
         unchecked = _wrap_memory_hooks(builder)
