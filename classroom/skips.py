@@ -29,7 +29,7 @@ GPU_PREFIX = "needs a real NVIDIA GPU ("  # tests/conftest.py's reason for every
 NEEDS_GPU = (
     ("PyCUDA launches of the CUDA C kernels",
      r"^needs a real NVIDIA GPU \((a PyCUDA launch|.*PyCUDA|CUDA C|page-locked)"),
-    ("bf16 (the Triton interpreter computes bf16 on raw bits; bf16 autocast)",
+    ("bf16 (rounding inside kernels, which simulation computes in float32; bf16 autocast)",
      r"^needs a real NVIDIA GPU \(.*\bbf16\b"),
     ("sizes too slow to simulate (long rows and sequences, torch.compile of whole models)",
      r"^needs a real NVIDIA GPU \(.*(minutes|costs \d+-\d+ s)"),

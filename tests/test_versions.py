@@ -160,7 +160,7 @@ LOG = """\
 =========================== short test summary info ============================
 SKIPPED [309] tests/week1/test_vector_add.py:59: needs a real NVIDIA GPU (a PyCUDA launch needs the CUDA driver); this run simulates on the CPU
 SKIPPED [2] tests/week1/test_matmul.py:91: needs a real NVIDIA GPU (a PyCUDA launch needs the CUDA driver); this run simulates on the CPU
-SKIPPED [430] tests/week3/test_softmax.py:40: needs a real NVIDIA GPU (the Triton interpreter computes bf16 on raw bits); this run simulates on the CPU
+SKIPPED [430] tests/week3/test_softmax.py:40: needs a real NVIDIA GPU (bf16 rounding inside kernels: the interpreter computes bf16 in float32); this run simulates on the CPU
 SKIPPED [4] tests/week4/test_rmsnorm.py:222: needs a real NVIDIA GPU (rows of 20k-32k columns take minutes in the interpreter); this run simulates on the CPU
 SKIPPED [1] tests/week4/test_autotuning.py:9: needs a real NVIDIA GPU (timing configs needs the device clock); this run simulates on the CPU
 SKIPPED [9] tests/week2/test_x.py:22: needs a real NVIDIA GPU (CUDA graphs capture CUDA kernels); this run simulates on the CPU
@@ -185,7 +185,7 @@ def test_reasons_fall_into_categories_and_the_rest_is_other():
     counts = dict(skips.by_category(skips.parse(LOG)))
     assert counts == {
         "PyCUDA launches of the CUDA C kernels": 311,
-        "bf16 (the Triton interpreter computes bf16 on raw bits; bf16 autocast)": 430,
+        "bf16 (rounding inside kernels, which simulation computes in float32; bf16 autocast)": 430,
         "sizes too slow to simulate (long rows and sequences, torch.compile of whole models)": 4,
         "timing, autotuning, profiling, GPU memory": 1,
         "CUDA graphs and streams, NCCL, cuBLAS/cuDNN, CUDA extensions, compute-sanitizer": 9,

@@ -8,7 +8,7 @@ tiles, every length ragged against them; on an H100 they run the real copy engin
 launch tile. What TMA cannot run is refused with the rung to use instead (tested), and the op
 takes it to flash_blocked; the op runs flash_tma when asked by name (rung="flash_tma") and where
 attention/dispatch.py's rule sends it.
-bf16 runs on the GPU only (the interpreter computes bf16 on raw bits: course.check.dtype_params).
+bf16 runs on the GPU only (its rounding inside the kernel: simulation computes bf16 in float32; course.check.dtype_params).
 """
 import math
 

@@ -24,7 +24,7 @@ TRAIN_SIM_SIZES = [(4, 64)]
 
 def _train_inputs(size):
     M, N = size
-    low = bench_dtype()  # bf16 on the GPU, fp32 in simulation (the interpreter's bf16 is raw bits)
+    low = bench_dtype()  # bf16 on the GPU, fp32 in simulation (simulation computes bf16 in float32: nothing to time)
     x = random_tensor((M, N), torch.float32, DEVICE).requires_grad_(True)
     delta = random_tensor((M, N), low, DEVICE).requires_grad_(True)
     w = random_tensor(N, torch.float32, DEVICE).requires_grad_(True)
