@@ -312,7 +312,9 @@ def swiglu_grad(g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     gate, up = h.float().chunk(2, dim=-1)
     s = torch.sigmoid(gate)
     g32 = g.float()
-    return torch.cat([g32 * up * s * (1 + gate * (1 - s)), g32 * gate * s], dim=-1).to(g.dtype)
+    # The bounded factors first (silu'(gate) lies in [-0.1, 1.1], silu(gate) = gate * s is finite): g * up
+    # would overflow fp32 for up near bf16's max, and g * gate first gives inf * 0 = NaN at gate = -max.
+    return torch.cat([g32 * (s * (1 + gate * (1 - s))) * up, g32 * (gate * s)], dim=-1).to(g.dtype)
     # END EXERCISE
 
 
