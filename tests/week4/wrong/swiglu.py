@@ -4,8 +4,8 @@ from classroom.must_fail import Wrong
 WRONG = [
     Wrong("derivative_of_sigmoid_forgotten",
           "da treats sigmoid(a) as a constant: dy * b * s, without the (1 + a (1 - s)) of silu's derivative",
-          old="    da = dy * b * (s * (1.0 + a * (1.0 - s)))\n",
-          new="    da = dy * b * s\n",
+          old="    da = (dy * (s * (1.0 + a * (1.0 - s)))) * b\n",
+          new="    da = (dy * s) * b\n",
           expect="elements differ", tests=("-k", "backward_matches_float64")),
     Wrong("silu_product_overflows",
           "db = (dy * a) * s: for a large negative gate, dy * a overflows to inf and inf * 0 is NaN",
