@@ -476,6 +476,9 @@ def launch_backward(do, q, k, v, out, lse, causal, scale, key_lengths, strategy,
     (dicts or triton.Configs) fix the block sizes of the dK/dV and the dQ pass; `grads` = (dq, dk,
     dv) to write into, or None.
     """
+    # The autograd path arrives here with the forward's checks long returned: the bf16 refusal below
+    # sm_80 is asked again, before any launch (a capability lookup), so this launcher refuses on its own.
+    runtime.require_bf16_tensor_cores(q.dtype, "Triton attention (tl.dot)")
     # BEGIN EXERCISE [stage 4]: allocate dq, dk, dv (unless given in grads); empty inputs: nothing to
     #   launch (no query or no key: every gradient is an empty sum, zeros); then delta, dK and dV, and dQ
     #   (strategy 'split': launch_dq; 'atomic': the dK/dV kernel's accumulated dQ, copied into dq)

@@ -111,6 +111,9 @@ def choose(q, k, v, causal, out=None, forwards=FORWARDS) -> Choice:
 def forward(q, k, v, causal, scale, key_lengths, rung=None, tile=None, out=None, forwards=FORWARDS):
     """(out, lse) of checked inputs from the rung `rung` (checked by `resolve`) with `tile`, or, with
     neither, from the rule's choice: the one call through which the op runs a forward."""
+    # Every forward passes here, whichever entry checked its inputs: the bf16 refusal below sm_80 is
+    # asked again before any launch (a capability lookup), so no path reaches a T4 with a bf16 tl.dot.
+    runtime.require_bf16_tensor_cores(q.dtype, "Triton attention (tl.dot)")
     if rung is None:
         rung, tile = choose(q, k, v, causal, out, forwards) if tile is None else (BLOCKED.rung, tile)
         if key_lengths is not None and not forwards[rung].key_lengths:  # padded keys: a rung that masks them
