@@ -17,8 +17,10 @@ consumer takes every other tile, skips the other's ring positions, releases stag
 per phase), and waits for its turn at the mainloop; the model shows that without the turns a
 consumer can pass a full-barrier wait one phase early (its parity aliases the pending phase's).
 """
+import importlib.util
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -30,26 +32,17 @@ STAGES = wp.PERSISTENT_TILES.stages
 CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
 
 
-class Barrier:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+def _mbarrier_model():
+    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path):
+    the one model of an mbarrier every protocol test uses."""
+    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
+    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def _maybe_complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
 
-    def arrive(self, tx=0):
-        assert self.pending > 0, "an arrival on a phase that has all its arrivals: a phase overrun"
-        self.pending -= 1
-        self.tx += tx
-        self._maybe_complete()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._maybe_complete()
-
-    def ready(self, parity):  # mbarrier.try_wait.parity
-        return (self.phase & 1) != parity
+Barrier = _mbarrier_model().Barrier
 
 
 def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True,

@@ -25,8 +25,10 @@ read by every thread with ordinary loads before the warpgroup's bar.sync): the m
 either, which is the protocol half of the verdict (the note's racecheck paragraph has the other half: which
 ordering racecheck cannot see). `test_the_model_follows_the_source` ties the model to today's source.
 """
+import importlib.util
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,26 +37,17 @@ from week4_triton_dl.attention import hopper_backward as hb
 STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AHB_STAGES; consumer warpgroups; warps per warpgroup
 
 
-class Barrier:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+def _mbarrier_model():
+    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path):
+    the one model of an mbarrier every protocol test uses."""
+    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
+    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def _maybe_complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
 
-    def arrive(self, tx=0):
-        assert self.pending > 0, "an arrival on a phase that has all its arrivals: a phase overrun"
-        self.pending -= 1
-        self.tx += tx
-        self._maybe_complete()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._maybe_complete()
-
-    def ready(self, parity):  # mbarrier.try_wait.parity
-        return (self.phase & 1) != parity
+Barrier = _mbarrier_model().Barrier
 
 
 def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_parity=-1, consumer_parity=0,
