@@ -134,15 +134,16 @@ def sizes_1d(*, block: int = 1024) -> list[int]:
     return small + runtime.pick(gpu=[65537, 1_000_003, (1 << 22) + 5], sim=[])
 
 
-def dtype_params(dtypes, *, bf16_in_sim: bool = False) -> list:
-    """pytest params for Triton dtypes; bf16 is marked GPU-only, with the reason.
+def dtype_params(dtypes, *, bf16_in_sim: bool = True) -> list:
+    """pytest params for Triton dtypes; bf16 runs in simulation too, unless the test says it can't.
 
     In simulation a bf16 launch computes in float32 on a float32 copy of its bf16 tensors, rounded
     to bf16 when the launch ends (course/sim_bf16.py: the interpreter itself computes bf16 on raw
-    16-bit integers). That is right within bf16's error, but not a GPU's bf16 rounding inside a
-    kernel (`.to(x.dtype)` stays float32), which some bf16 references model; so bf16 cases stay
-    on a GPU, except where a test file passes `bf16_in_sim=True`: a few representative ops whose
-    references round only the output, so that simulation checks the bf16 path end to end.
+    16-bit integers). That is right within bf16's error wherever a reference rounds only what the
+    kernel stores, which is most of them. It is not a GPU's rounding INSIDE a kernel (`.to(x.dtype)`
+    stays float32 there), so a test whose reference models an intermediate rounded to bf16 (week 5's
+    dequantizing int8 matmul rounds q * scale to x's type before the dot) passes `bf16_in_sim=False`,
+    and its bf16 cases are marked GPU-only with the reason.
     """
     import pytest
 

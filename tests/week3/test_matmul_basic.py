@@ -25,7 +25,7 @@ import triton.language as tl
 
 basic = runtime.lesson("week3_triton_kernels.matmul_basic")
 DEVICE = runtime.DEVICE
-DTYPES = dtype_params([torch.float16, torch.bfloat16], bf16_in_sim=True)  # bf16 too in simulation: course/sim_bf16.py
+DTYPES = dtype_params([torch.float16, torch.bfloat16])
 RUNGS = ["matmul_plain", "matmul_grouped"]
 SMALL = dict(block_m=16, block_n=32, block_k=16)  # many tiles even at simulation sizes
 # (M, N, K): one element, one ragged tile, several ragged tiles each way, K a few blocks plus a tail.

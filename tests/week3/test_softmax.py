@@ -11,7 +11,7 @@ from course.check import (INT32_LIMIT, assert_close, check_layouts, dtype_params
 
 sm = runtime.lesson("week3_triton_kernels.softmax")
 DEVICE = runtime.DEVICE
-DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16], bf16_in_sim=True)  # bf16 too in simulation: course/sim_bf16.py
+DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 
 # Row widths: 1, primes, a power of two, one past it; wide rows only on the GPU (the
 # interpreter runs each program in NumPy, so a 32k-wide row costs seconds there).

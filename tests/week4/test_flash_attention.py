@@ -27,7 +27,7 @@ blocked = runtime.lesson("week4_triton_dl.attention.flash")  # the flash_blocked
 fa = attention_op()  # the op a model calls, over that rung
 an = runtime.lesson("week4_triton_dl.attention.naive")
 DEVICE = runtime.DEVICE
-DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16], bf16_in_sim=True)  # bf16 too in simulation: course/sim_bf16.py
+DTYPES = dtype_params([torch.float32, torch.float16, torch.bfloat16])
 # (Sq, Sk), none a multiple of the simulator's 16/32 blocks except 64: one token, primes, more
 # queries than keys and fewer (top-left causal), an exact multiple; long ones on the GPU only
 # (there the autotuned kernels with 64/128 blocks run: 1000 and 4097 leave ragged last blocks).
