@@ -266,16 +266,17 @@ def sweep() -> Path:
                 tma = launch_tma.candidates(w.element_size(), out_size,
                                             launch.RESIDUAL_ACC_PER_THREAD if "residual" in kw else None)
                 tiles += [("tma", t) for t in runtime.pick(gpu=[as_tile(c) for c in tma], sim=[dict(launch_tma.SIM_TILE)])]
-            timed = [(bench.time_call(_graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)),
-                                      [()]).median_ms, r, t) for r, t in tiles]
-            ms, rung, best = min(timed, key=lambda row: row[0])
+            timed = [(bench.timing_fields(bench.time_call(
+                _graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)), [()])), r, t)
+                for r, t in tiles]
+            fields, rung, best = min(timed, key=lambda row: row[0]["ms"])
             M, K, N = size
             rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": rung,
-                         "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
-                                                    "tflops": _flops(name)(size) / ms / 1e9}})
+                         "tile": best, "measured": {**fields, "tiles_timed": len(timed),
+                                                    "tflops": _flops(name)(size) / fields["ms"] / 1e9}})
             for r in dict.fromkeys(r for _, r, _ in timed):  # each rung's best, for the log
-                r_ms, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0])
-                print(f"{name} {M}x{K}x{N} {r}: {r_ms:.4f} ms with {r_tile}", file=sys.stderr)
+                r_fields, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0]["ms"])
+                print(f"{name} {M}x{K}x{N} {r}: {bench.ms_cell(r_fields)} ms with {r_tile}", file=sys.stderr)
     return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
 
 
