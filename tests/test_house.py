@@ -236,7 +236,7 @@ def test_the_timing_row_check_catches_a_bench_that_keeps_only_the_ms():
 
 def test_every_timing_row_carries_the_host_bound_flag():
     faults = []
-    for folder in _lesson_dirs() + [ROOT / "course", ROOT / "tools"]:
+    for folder in _lesson_dirs() + [ROOT / "course", ROOT / "classroom", ROOT / "tools"]:
         for path in _python_files(folder):
             faults += timing_row_faults(path.read_text(), str(path.relative_to(ROOT)))
     assert not faults, ("rows built from time_gpu/time_call results must take their timing fields from "
