@@ -45,6 +45,8 @@ import torch
 from course import bench_timing, runtime
 # c_function is handed on: lessons name a benchmark's CUDA C sources through course.bench.
 from course.source_lines import c_function, count_source_lines  # noqa: F401
+# A row's timing fields (ms, host_bound, host_ms, graphed_ms), its printed ms and a printed table's footnote.
+from course.bench_timing import footnote, mark, ms_cell, timing_fields  # noqa: F401
 
 REFERENCE = "torch"
 
@@ -447,12 +449,12 @@ def run(bench: Benchmark, progress: Progress | None = None) -> dict:
             by_variant[label] = timing.median_ms
             rows.append({
                 "size": bench.size_label(size), "variant": label,
-                "ms": timing.median_ms, "ms_min": timing.min_ms, "reps": timing.reps,
+                **timing_fields(timing), "ms_min": timing.min_ms, "reps": timing.reps,
                 "bytes": nbytes, "flops": nflops,
                 "gbps": nbytes / seconds / 1e9 if nbytes else None,
                 "tflops": nflops / seconds / 1e12 if nflops else None,
                 "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps if nbytes else None,
-                "peak_mem_bytes": peak, "loc": loc.get(label), **bench_timing.row_fields(timing),
+                "peak_mem_bytes": peak, "loc": loc.get(label),
             })
         reference = by_variant.get(REFERENCE)
         for row in rows:

@@ -135,6 +135,21 @@ def row_fields(timing) -> dict:
     return fields
 
 
+def timing_fields(timing) -> dict:
+    """A results row's timing fields, made from one Timing: its `ms` (the median) and `row_fields`.
+
+    Every row built from a time_gpu / time_call result takes its time from here (as `**fields`), so
+    no bench can keep the ms and drop whether the host paced it; tests/test_house.py fails on a
+    function that times and builds an "ms" row, or reads `.median_ms`, without it."""
+    return {"ms": timing.median_ms, **row_fields(timing)}
+
+
+def ms_cell(row: dict, spec: str = ".4f") -> str:
+    """A printed ms of a row made by timing_fields, with MARK where it was host-bound (a sweep that
+    prints its table ends it with `footnote(rows)`)."""
+    return "-" if row.get("ms") is None else mark(format(row["ms"], spec), row)
+
+
 def rounds_fields(timings: list) -> dict:
     """`row_fields` over the Timings of a variant's interleaved rounds: host-bound if any round was
     (no row carries a host time unmarked), the median host and graph-replay times; {} if unknown."""

@@ -124,31 +124,34 @@ def run_rungs(ladder: Ladder, numbers: list[int], size_label: str | None = None)
     flops, nbytes = b.flops(size), b.bytes(size)
     reference = b.variants[ladder.reference]
     ref_out = reference(*sets[0])
-    ref_ms = bench.time_call(reference, sets).median_ms
+    ref = bench.timing_fields(bench.time_call(reference, sets))  # ms, and whether the host paced it
+    ref_ms = ref["ms"]
     rows = []
     print(f"{ladder.name} at {label} ({runtime.BACKEND}; {'GPU times' if runtime.on_gpu() else 'SIMULATION: host times, not GPU'})")
     rate = "TFLOP/s" if flops else "GB/s"
     print(f"{'rung':>4}  {'variant':<24} {'rel err':>9} {'ms':>9} {rate:>8} {'vs ' + ladder.reference:>9}  story")
 
-    def line(number, variant, err, ms, verdict, story):
+    def line(number, variant, err, timing, verdict, story):
+        ms = timing["ms"]
         value = (flops / ms / 1e9 if flops else nbytes / ms / 1e6) if ms else None
         speed = f"{ref_ms / ms:.2f}x" if ms else "-"
-        print(f"{number:>4}  {variant:<24} {err:>9} {ms and f'{ms:.4f}' or '-':>9} "
+        print(f"{number:>4}  {variant:<24} {err:>9} {bench.ms_cell(timing):>9} "
               f"{value and f'{value:.1f}' or '-':>8} {speed:>9}  {verdict}{story}")
 
-    line("-", ladder.reference, "-", ref_ms, "", "the reference")
+    line("-", ladder.reference, "-", ref, "", "the reference")
     for number in numbers:
         rung = ladder.rung(number)
         if rung.variant in b.gpu_only and not runtime.on_gpu():
-            line(number, rung.variant, "-", None, "needs a GPU: ", rung.story)
+            line(number, rung.variant, "-", {"ms": None}, "needs a GPU: ", rung.story)
             rows.append({"rung": number, "variant": rung.variant, "skipped": "needs a GPU"})
             continue
         err = relative_error(b.variants[rung.variant](*sets[0]), ref_out)
         ok = err <= ladder.rel_tol
-        ms = bench.time_call(b.variants[rung.variant], sets).median_ms if ok else None
-        line(number, rung.variant, f"{err:.1e}", ms, "" if ok else f"WRONG (> {ladder.rel_tol:g}): ", rung.story)
-        rows.append({"rung": number, "variant": rung.variant, "rel_err": err, "ok": ok, "ms": ms,
+        timing = bench.timing_fields(bench.time_call(b.variants[rung.variant], sets)) if ok else {"ms": None}
+        line(number, rung.variant, f"{err:.1e}", timing, "" if ok else f"WRONG (> {ladder.rel_tol:g}): ", rung.story)
+        rows.append({"rung": number, "variant": rung.variant, "rel_err": err, "ok": ok, **timing,
                      "reference_ms": ref_ms})
+    print(bench.footnote(rows + [ref]), end="")
     return rows
 
 

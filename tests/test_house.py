@@ -163,3 +163,81 @@ def test_every_python_m_command_names_a_module_with_a_command_line():
                 if module.split(".")[0] in tops and not _runs_as_main(module):
                     bad.append(f"{path.relative_to(ROOT)}:{number}: python -m {module}")
     assert not bad, "these commands name a module with no command line (no __main__ guard):\n" + "\n".join(bad)
+
+
+# --- every timing row says whether the host paced it ----------------------------------------------
+# time_gpu knows whether a loop was host-bound (course/bench_timing.py); a row that keeps only the
+# median drops that. A function that times (one of these, or a helper of its module that calls one)
+# builds its rows' timing fields with course.bench.timing_fields (interleaved rounds: Rounds.row_fields).
+TIMERS = {"time_gpu", "time_call", "time_with_memory", "time_host", "time_wall", "interleaved_rounds"}
+ROW_HELPERS = {"timing_fields", "row_fields"}
+# Functions that time but build no row: the ceilings (a 1 GiB copy, a 4096^3 matmul: never host-bound).
+NOT_ROWS = {"course/bench.py": {"copy_bandwidth_gbps", "matmul_tflops"}}
+
+
+def _call_name(node) -> str:
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def _calls(node) -> set:
+    return {_call_name(n) for n in ast.walk(node) if isinstance(n, ast.Call)}
+
+
+def _functions(tree) -> list:
+    """The module's functions and methods (a nested def or lambda belongs to the one around it)."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(node)
+        elif isinstance(node, ast.ClassDef):
+            found += [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return found
+
+
+def timing_row_faults(source: str, where: str = "") -> list[str]:
+    """Where a function that times builds an "ms" row without timing_fields, or reads `.median_ms`
+    and never calls timing_fields: the places a host-bound time would lose its flag."""
+    functions = _functions(ast.parse(source))
+    timers, grew = set(TIMERS), True
+    while grew:  # a local helper that times is a timer to its callers
+        grew = False
+        for f in functions:
+            if f.name not in timers and _calls(f) & timers:
+                timers.add(f.name)
+                grew = True
+    faults = []
+    for f in functions:
+        if f.name in TIMERS or f.name in NOT_ROWS.get(where, ()) or not _calls(f) & timers:
+            continue
+        for node in ast.walk(f):
+            if not isinstance(node, ast.Dict):
+                continue
+            ms = [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "ms"]
+            splats = [v for k, v in zip(node.keys, node.values) if k is None]
+            if ms and not (isinstance(ms[0], ast.Constant) and ms[0].value is None) \
+                    and not any(isinstance(v, ast.Call) and _call_name(v) in ROW_HELPERS for v in splats):
+                faults.append(f"{where}:{node.lineno} {f.name}: an 'ms' row without **timing_fields(timing)")
+        reads = [n.lineno for n in ast.walk(f) if isinstance(n, ast.Attribute) and n.attr == "median_ms"]
+        if reads and not _calls(f) & ROW_HELPERS:
+            faults.append(f"{where}:{reads[0]} {f.name}: reads .median_ms of a timing and never calls timing_fields")
+    return faults
+
+
+def test_the_timing_row_check_catches_a_bench_that_keeps_only_the_ms():
+    forgot = ("def sweep():\n    t = bench.time_gpu(f, [()])\n    return [{'n': 1, 'ms': t.median_ms}]\n")
+    helper = ("def _ms(fn):\n    return bench.time_gpu(fn, [()]).median_ms\n\n"
+              "def sweep():\n    print(_ms(f))\n")
+    kept = ("def sweep():\n    t = bench.time_gpu(f, [()])\n    row = {'n': 1, **bench.timing_fields(t)}\n"
+            "    print(t.median_ms, bench.ms_cell(row))\n")
+    assert len(timing_row_faults(forgot)) == 2  # the row, and the bare read
+    assert timing_row_faults(helper)  # the helper drops the flag where it returns the bare ms
+    assert timing_row_faults(kept) == []
+
+
+def test_every_timing_row_carries_the_host_bound_flag():
+    faults = []
+    for folder in _lesson_dirs() + [ROOT / "course", ROOT / "classroom", ROOT / "tools"]:
+        for path in _python_files(folder):
+            faults += timing_row_faults(path.read_text(), str(path.relative_to(ROOT)))
+    assert not faults, ("rows built from time_gpu/time_call results must take their timing fields from "
+                        "course.bench.timing_fields (host_bound, host_ms, graphed_ms beside ms):\n" + "\n".join(faults))

@@ -366,9 +366,9 @@ def sweep(unrolls=(1, 2, 4), threads_options=(256, 512, 1024), blocks_options=(2
         expected = torch_histogram(x, bins)
         nbytes = n * x.element_size() + 4 * bins
         label = f"{pow2_label(n)} {_SUFFIX[dtype]}"
-        timing = bench.time_gpu(lambda: torch.bincount(x, minlength=bins), [()])
-        gbps = nbytes / (timing.median_ms * 1e-3) / 1e9
-        print(f"{label:<10} {'torch.bincount':<33} {timing.median_ms:8.3f} {gbps:6.0f} "
+        torch_row = bench.timing_fields(bench.time_gpu(lambda: torch.bincount(x, minlength=bins), [()]))
+        gbps = nbytes / (torch_row["ms"] * 1e-3) / 1e9
+        print(f"{label:<10} {'torch.bincount':<33} {bench.ms_cell(torch_row, '8.3f')} {gbps:6.0f} "
               f"{100 * gbps / copy_gbps:6.1f}%")
         for rung in ("per_warp", "per_lane"):
             for unroll in unrolls:
@@ -387,10 +387,11 @@ def sweep(unrolls=(1, 2, 4), threads_options=(256, 512, 1024), blocks_options=(2
                             continue
                         gbps = nbytes / (timing.median_ms * 1e-3) / 1e9
                         rows.append({"input": label, "rung": rung, "unroll": unroll, "threads": threads,
-                                     "blocks_per_sm": blocks_per_sm, "ms": timing.median_ms, "gbps": gbps})
+                                     "blocks_per_sm": blocks_per_sm, **bench.timing_fields(timing), "gbps": gbps})
                         print(f"{label:<10} {rung:<9} {unroll:>6} {threads:>7} {blocks_per_sm:>6} "
-                              f"{timing.median_ms:8.3f} {gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {ok}")
+                              f"{bench.ms_cell(rows[-1], '8.3f')} {gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {ok}")
         del x, out, expected
+    print(bench.footnote(rows), end="")
     return rows
 
 

@@ -164,9 +164,9 @@ def sweep(size: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
     a, b, out = _inputs((n, torch.float16))
     flops = 2 * n**3
     reference = a.double() @ b.double()
-    cublas = bench.time_gpu(lambda: torch.matmul(a, b, out=out), [()])
-    cublas_tflops = flops / (cublas.median_ms * 1e-3) / 1e12
-    print(f"torch.matmul fp16 (cuBLAS) {n}^3: {cublas.median_ms:.3f} ms, {cublas_tflops:.1f} TFLOP/s")
+    cublas = bench.timing_fields(bench.time_gpu(lambda: torch.matmul(a, b, out=out), [()]))
+    cublas_tflops = flops / (cublas["ms"] * 1e-3) / 1e12
+    print(f"torch.matmul fp16 (cuBLAS) {n}^3: {bench.ms_cell(cublas, '.3f')} ms, {cublas_tflops:.1f} TFLOP/s")
     print(f"{'tiles':<48} {'rung':<9} {'ms':>8} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'max rel err':>11}")
     rows = []
     for config in configs:
@@ -182,9 +182,10 @@ def sweep(size: int = 4096, configs=SWEEP_CONFIGS) -> list[dict]:
                 continue
             err = float(((out.double() - reference).abs().max() / reference.abs().max()))
             tflops = flops / (timing.median_ms * 1e-3) / 1e12
-            rows.append({"tiles": config, "rung": rung, "ms": timing.median_ms, "tflops": tflops})
-            print(f"{config.label():<48} {rung:<9} {timing.median_ms:8.3f} {tflops:8.1f} "
+            rows.append({"tiles": config, "rung": rung, **bench.timing_fields(timing), "tflops": tflops})
+            print(f"{config.label():<48} {rung:<9} {bench.ms_cell(rows[-1], '8.3f')} {tflops:8.1f} "
                   f"{tflops / cublas_tflops:8.1%} {err:11.2e}")
+    print(bench.footnote(rows + [cublas]), end="")
     return rows
 
 

@@ -74,9 +74,9 @@ def sweep(sizes=(1 << 26, 1 << 28)) -> list[dict]:
         small_ints = torch.randint(-2, 3, (n,), device=DEVICE).float()
         expected = torch.cumsum(small_ints.double(), 0).float()
         out = torch.empty_like(x)
-        timing = bench.time_gpu(lambda: torch.cumsum(x, 0, out=out), [()])
-        gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
-        print(f"{pow2_label(n):>6} {'torch.cumsum':>15} {'':>6} {timing.median_ms:8.3f} {gbps:6.0f} "
+        torch_row = bench.timing_fields(bench.time_gpu(lambda: torch.cumsum(x, 0, out=out), [()]))
+        gbps = 8 * n / (torch_row["ms"] * 1e-3) / 1e9
+        print(f"{pow2_label(n):>6} {'torch.cumsum':>15} {'':>6} {bench.ms_cell(torch_row, '8.3f')} {gbps:6.0f} "
               f"{100 * gbps / copy_gbps:6.1f}%")
         for threads, vectors in SWEEP_SHAPES:
             defines = (f"-DLOOKBACK_THREADS={threads}", f"-DLOOKBACK_VECTORS={vectors}")
@@ -88,11 +88,12 @@ def sweep(sizes=(1 << 26, 1 << 28)) -> list[dict]:
                 print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} failed: {str(error).splitlines()[0][:70]}")
                 continue
             gbps = 8 * n / (timing.median_ms * 1e-3) / 1e9
-            rows.append({"n": n, "threads": threads, "vectors": vectors, "ms": timing.median_ms, "gbps": gbps})
-            print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} {threads * vectors * 4:>6} {timing.median_ms:8.3f} "
+            rows.append({"n": n, "threads": threads, "vectors": vectors, **bench.timing_fields(timing), "gbps": gbps})
+            print(f"{pow2_label(n):>6} {threads:>7} {vectors:>7} {threads * vectors * 4:>6} {bench.ms_cell(rows[-1], '8.3f')} "
                   f"{gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
         del x, small_ints, expected, out
         torch.cuda.empty_cache()
+    print(bench.footnote(rows), end="")
     return rows
 
 

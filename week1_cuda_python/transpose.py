@@ -314,9 +314,10 @@ def sweep(sizes=(8192, 16384), rows_options=(4, 8, 16, 32)) -> list[dict]:
                 print(f"{n:>6} {label:<28} failed: {str(error).splitlines()[0][:60]}")
                 continue
             gbps = 8 * n * n / (timing.median_ms * 1e-3) / 1e9
-            rows.append({"n": n, "variant": label, "ms": timing.median_ms, "gbps": gbps})
-            print(f"{n:>6} {label:<28} {timing.median_ms:8.3f} {gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
+            rows.append({"n": n, "variant": label, **bench.timing_fields(timing), "gbps": gbps})
+            print(f"{n:>6} {label:<28} {bench.ms_cell(rows[-1], '8.3f')} {gbps:6.0f} {100 * gbps / copy_gbps:6.1f}% {exact}")
         del x, out, expected
+    print(bench.footnote(rows), end="")
     return rows
 
 

@@ -366,7 +366,7 @@ def measure(kind: str, phase: str, config, *, cfg=None, batch=None, reference: d
     if runtime.on_gpu():
         torch.cuda.reset_peak_memory_stats()
     timing = bench.time_call(lambda: fn(), [()])
-    row.update({"ms": timing.median_ms, "ms_min": timing.min_ms, "reps": timing.reps,
+    row.update({**bench.timing_fields(timing), "ms_min": timing.min_ms, "reps": timing.reps,
                 "throughput": task.items / (timing.median_ms * 1e-3), "unit": task.unit})
     if kind == "gpt":
         row["tokens_per_s"] = row["throughput"]
@@ -464,13 +464,14 @@ def markdown_table(result: dict) -> str:
         thr = f"{r['throughput']:,.0f} {r['unit']}"
         speed = f"{r['speedup_vs_eager']:.2f}x" if r.get("speedup_vs_eager") else "-"
         err = fmt(r.get("check_rel_err"), ".1e") + ("" if r.get("within_tolerance", True) else " (OUT OF TOL.)")
-        lines.append("| " + " | ".join([r["size"], r["variant"], fmt(r["ms"], ".3f"), thr, fmt(r.get("tflops"), ".1f"),
+        lines.append("| " + " | ".join([r["size"], r["variant"], bench.ms_cell(r, ".3f"), thr, fmt(r.get("tflops"), ".1f"),
                                         fmt(r.get("peak_mib"), ".0f"), speed, err, fmt(r.get("setup_s"), ".1f")]) + " |")
     m = result["machine"]
     where = ("SIMULATION on the CPU: these times measure the CPU, not a GPU" if result["simulated"]
              else f"{m.get('gpu')}, CUDA {m.get('cuda_runtime')}")
     versions = ", ".join(f"{k} {m[k]}" for k in ("torch", "triton", "python") if m.get(k))
-    text = f"**{result['title']}**: {where}; {versions}; {result['date']}.\n\n" + "\n".join(lines) + "\n"
+    text = (f"**{result['title']}**: {where}; {versions}; {result['date']}.\n\n" + "\n".join(lines) + "\n"
+            + bench.footnote(result["rows"]))
     text += f"\n{result['notes']}.\n"
     top = best(result)
     if top and top.get("speedup_vs_eager"):

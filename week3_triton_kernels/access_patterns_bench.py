@@ -102,10 +102,11 @@ BENCHMARKS = [
 
 
 # -------------------------------------------------------------------------------------- sweep
-def _time_ms(fn, *args) -> float:
-    from course.bench import time_call
+def _timed(fn, *args) -> dict:
+    """fn's timing fields: its ms, and whether the host paced it (course.bench.timing_fields)."""
+    from course.bench import time_call, timing_fields
 
-    return time_call(lambda *a: fn(*a), [args]).median_ms
+    return timing_fields(time_call(lambda *a: fn(*a), [args]))
 
 
 def _gbps(nbytes: int, ms: float) -> float:
@@ -115,7 +116,7 @@ def _gbps(nbytes: int, ms: float) -> float:
 def _try(fn, *args):
     """Time fn, or return the first line of why it failed (a config the compiler refuses)."""
     try:
-        return _time_ms(fn, *args)
+        return _timed(fn, *args)
     except Exception as error:  # noqa: BLE001  (a sweep reports failures instead of stopping)
         return f"error: {type(error).__name__}: {str(error).splitlines()[0][:80] if str(error) else ''}"
 
@@ -123,7 +124,10 @@ def _try(fn, *args):
 def _cell(result, nbytes, copy_gbps) -> str:
     if isinstance(result, str):
         return result
-    return f"{result:9.4f} ms {_gbps(nbytes, result):7.0f} GB/s {100 * _gbps(nbytes, result) / copy_gbps:6.1f}%"
+    from course.bench import ms_cell
+
+    gbps = _gbps(nbytes, result["ms"])
+    return f"{ms_cell(result, '9.4f')} ms {gbps:7.0f} GB/s {100 * gbps / copy_gbps:6.1f}%"
 
 
 def sweep_strided(copy_gbps: float) -> None:
@@ -209,6 +213,7 @@ def main(argv=None) -> int:
     if args.sweep is None:
         parser.print_help()
         return 0
+    from course import bench_timing
     from course.bench import copy_bandwidth_gbps
 
     where = runtime.describe().get("gpu") or "SIMULATION on the CPU: these times measure Python, not a GPU"
@@ -216,6 +221,8 @@ def main(argv=None) -> int:
     print(f"{where}; triton {triton.__version__}; copy ceiling {copy_gbps:.0f} GB/s measured now")
     for part in args.sweep or list(SWEEPS):
         SWEEPS[part](copy_gbps)
+    if bench_timing.take_seen():  # time_gpu keeps every host-bound loop: some cell above is marked
+        print(f"\n{bench_timing.FOOTNOTE}")
     return 0
 
 

@@ -21,7 +21,8 @@ their configs and launchers are matmul_launch.py, the choice between them matmul
   per SM, and with `flatten=True` the compiler may start loading tile i+1 while tile i's epilogue
   runs.
 * Rung 5, `matmul_tma_kernel`: the persistent kernel with A and B read through tensor descriptors
-  (`TensorDescriptor`): the Hopper TMA engine copies whole tiles from HBM to shared memory, with
+  (`TensorDescriptor`; the tile's product is `tile_product_tma`, which week 4's fused linear
+  reuses): the Hopper TMA engine copies whole tiles from HBM to shared memory, with
   no address arithmetic or masks in the threads (out-of-bounds parts of a tile are filled with
   zeros). C goes back the same way when `out` allows it (row-major, rows on 16-byte boundaries):
   the tile is staged in shared memory and the TMA engine writes it in whole rows
@@ -213,6 +214,35 @@ def _finish_tile_tma(acc, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid
 
 
 @triton.jit
+def tile_product_tma(a_desc, b_desc, pid_m, pid_n, K, B_KMAJOR: tl.constexpr, FP8_PRECISE: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """_tile_product with the operand tiles read through tensor descriptors (rung 5; week 4's fused
+    linear runs it too, kernel_tma.py)."""
+    # BEGIN EXERCISE: the fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B, each operand tile one
+    #   descriptor load: a_desc.load([row, col]), b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
+    #   storage: use the loaded tile transposed, .T); accumulate with _dot
+    # HINT: _tile_product's K loop, but operand tiles arrive by TMA: a descriptor load takes only tile
+    #   coordinates, zero-fills out-of-bounds parts, and needs no pointer arithmetic or masks.
+    # HINT: fp32 acc of zeros, then a K loop loading a at [pid_m * BLOCK_M, k * BLOCK_K] and b at its
+    #   coordinates, _dot; return acc.
+    # HINT: B_KMAJOR means b_desc describes the (N, K) weight: `b = b_desc.load([pid_n * BLOCK_N, k *
+    #   BLOCK_K]).T`.
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        # One TMA copy per operand tile: the descriptor knows the shape and strides, so
+        # a tile hanging over M, N or K arrives zero-filled, and no thread computes an
+        # address. The copy lands in shared memory in the layout wgmma reads.
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        if B_KMAJOR:  # b is w.t() of an (N, K) row-major w: load w's tile, use it transposed
+            b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K]).T
+        else:
+            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = _dot(a, b, acc, FP8_PRECISE, BLOCK_K)
+    return acc
+    # END EXERCISE
+
+
+@triton.jit
 def _multiple_of(x, MULTIPLE: tl.constexpr):
     """x, with the compiler told that it is a multiple of MULTIPLE (the caller's promise).
 
@@ -295,30 +325,17 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, a_scale_ptr, b_sc
                       C_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
                       EPILOGUE_SUBTILE: tl.constexpr = False):
-    # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, loading tiles through tensor
-    #   descriptors: a_desc.load([row, col]) and b_desc.load(...) (B_KMAJOR: b_desc walks the (N, K)
-    #   storage: use the loaded tile transposed, .T); C_TMA: store with _finish_tile_tma, else _finish_tile
-    # HINT: Same persistent loop, but operand tiles arrive by TMA: a descriptor load takes only tile
-    #   coordinates, zero-fills out-of-bounds parts, and needs no pointer arithmetic or masks.
-    # HINT: Inside the tile loop: fp32 acc of zeros, a K loop loading a at [pid_m * BLOCK_M, k * BLOCK_K]
-    #   and b at its coordinates, _dot; then _finish_tile_tma if C_TMA else _finish_tile.
-    # HINT: B_KMAJOR means b_desc describes the (N, K) weight: `b = b_desc.load([pid_n * BLOCK_N, k *
-    #   BLOCK_K]).T`.
+    # BEGIN EXERCISE: the persistent loop of matmul_persistent_kernel, each tile's product from
+    #   tile_product_tma; C_TMA: store with _finish_tile_tma, else _finish_tile
+    # HINT: Same persistent loop as matmul_persistent_kernel; only the tile's product and (when C_TMA) its
+    #   store change: the operands arrive through descriptors.
+    # HINT: Inside the tile loop: grouped_tile, tile_product_tma; then _finish_tile_tma if C_TMA else
+    #   _finish_tile.
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16")
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
-            # One TMA copy per operand tile: the descriptor knows the shape and strides, so
-            # a tile hanging over M, N or K arrives zero-filled, and no thread computes an
-            # address. The copy lands in shared memory in the layout wgmma reads.
-            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            if B_KMAJOR:  # b is w.t() of an (N, K) row-major w: load w's tile, use it transposed
-                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K]).T
-            else:
-                b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
-            acc = _dot(a, b, acc, FP8_PRECISE, BLOCK_K)
+        acc = tile_product_tma(a_desc, b_desc, pid_m, pid_n, K, B_KMAJOR, FP8_PRECISE, BLOCK_M, BLOCK_N, BLOCK_K)
         if C_TMA:  # `out` is row-major with 16-byte aligned rows: C leaves through the TMA engine too
             _finish_tile_tma(acc, c_desc, bias_ptr, a_scale_ptr, b_scale_ptr, pid_m, pid_n, N, HAS_BIAS,
                              HAS_SCALE, ACTIVATION, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)

@@ -353,11 +353,12 @@ def _paths(kind, config, inputs, out, dtype_name) -> str:
     return ""
 
 
-def _time_ms(fn, warmup_ms, rep_ms) -> float:
+def _timed(fn, warmup_ms, rep_ms):
+    """fn's Timing (whether the host paced it too: the tuned entries keep it, bench.timing_fields)."""
     from course import bench
     if runtime.on_gpu():
-        return bench.time_gpu(fn, [()], warmup_ms=warmup_ms, rep_ms=rep_ms).median_ms
-    return bench.time_host(fn, [()], budget_s=0.02).median_ms  # the interpreter: plumbing only
+        return bench.time_gpu(fn, [()], warmup_ms=warmup_ms, rep_ms=rep_ms)
+    return bench.time_host(fn, [()], budget_s=0.02)  # the interpreter: plumbing only
 
 
 def _reference(inputs, dtype_name):
@@ -376,7 +377,7 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
     at each shape and dtype beside cuBLAS; print the table; write dispatch_matmul.json to out_dir
     (default results/); return its entries. Runs under the interpreter too (tiny shapes, host times:
     a check of the plumbing, which writes a file marked simulated that no launcher reads)."""
-    from course import dispatch
+    from course import bench, dispatch
 
     from week3_triton_kernels.matmul_dispatch import TABLE
 
@@ -407,9 +408,9 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
         inputs = _sweep_inputs(shape, name)
         out = torch.empty((M, N), dtype=_out_dtype(name), device=runtime.DEVICE)
         reference, want = _reference(inputs, name)
-        cublas_ms = _time_ms(reference, warmup_ms, 4 * rep_ms)
+        cublas_ms = _timed(reference, warmup_ms, 4 * rep_ms).median_ms
         log(f"\n{name} {M}x{N}x{K}: cuBLAS {cublas_ms:.4f} ms {tflops(cublas_ms):.1f} TFLOP/s")
-        best = {}  # kind -> (ms, config)
+        best = {}  # kind -> (ms, config, Timing)
         todo = candidates_for(name)
         for number, (kind, config) in enumerate(todo):
             if time.perf_counter() > deadline:
@@ -418,27 +419,29 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
             fn = _sweep_call(kind, config, shape, name, inputs, out)
             try:
                 out.fill_(float("nan"))  # a config that skips tiles shows as NaN, not as a stale result
-                ms = _time_ms(fn, warmup_ms, rep_ms)
+                timing = _timed(fn, warmup_ms, rep_ms)
+                ms = timing.median_ms
             except Exception as error:  # does not compile or does not fit: say so, go on
                 log(f"  {kind:<10} {config_label(config):<32} failed: {_first_line(error)[:70]}")
                 continue
             err = float((out.float() - want).abs().max() / want.abs().max().clamp_min(1e-30))
             ok = err <= SWEEP_WRONG  # NaN fails
-            log(f"  {kind:<10} {config_label(config):<32} {ms:8.4f} ms {tflops(ms):7.1f} TFLOP/s "
+            log(f"  {kind:<10} {config_label(config):<32} {bench.ms_cell(bench.timing_fields(timing), '8.4f')} ms "
+                f"{tflops(ms):7.1f} TFLOP/s "
                 f"{cublas_ms / ms:5.2f}x cuBLAS  {_paths(kind, config, inputs, out, name)}"
                 + ("" if ok else f"  WRONG (rel err {err:.2g})"))
             if ok and (kind not in best or ms < best[kind][0]):
-                best[kind] = (ms, config)
-        cublas_ms = min(cublas_ms, _time_ms(reference, warmup_ms, 4 * rep_ms))  # the faster of before/after
-        measured = lambda ms: {"ms": round(ms, 5), "tflops": round(tflops(ms), 1),  # noqa: E731
-                               "cublas_ms": round(cublas_ms, 5), "cublas_tflops": round(tflops(cublas_ms), 1),
-                               "vs_cublas": round(cublas_ms / ms, 3)}
+                best[kind] = (ms, config, timing)
+        cublas_ms = min(cublas_ms, _timed(reference, warmup_ms, 4 * rep_ms).median_ms)  # the faster of before/after
+        measured = lambda t: {**bench.timing_fields(t), "ms": round(t.median_ms, 5),  # noqa: E731
+                              "tflops": round(tflops(t.median_ms), 1), "cublas_ms": round(cublas_ms, 5),
+                              "cublas_tflops": round(tflops(cublas_ms), 1), "vs_cublas": round(cublas_ms / t.median_ms, 3)}
         key = [M, N, K, "float8_e4m3fn" if name == "fp8" else name]
-        for kind, (ms, config) in best.items():  # each rung's fastest tile, for a call that names the rung
-            entries.append({"key": key + [kind], "rung": kind, "tile": config, "measured": measured(ms)})
+        for kind, (ms, config, timing) in best.items():  # each rung's fastest tile, for a call that names the rung
+            entries.append({"key": key + [kind], "rung": kind, "tile": config, "measured": measured(timing)})
         if best:  # the choice: the fastest rung and its tile, for a call that names none
-            kind, (ms, config) = min(best.items(), key=lambda kv: kv[1][0])
-            entries.append({"key": key, "rung": kind, "tile": config, "measured": measured(ms)})
+            kind, (ms, config, timing) = min(best.items(), key=lambda kv: kv[1][0])
+            entries.append({"key": key, "rung": kind, "tile": config, "measured": measured(timing)})
         rows.append((shape, name, best, cublas_ms, tflops))
         del inputs, out, want
         if runtime.on_gpu():
@@ -457,15 +460,20 @@ def sweep(dtypes=("float16", "bfloat16"), shapes=SWEEP_SHAPES, *, kinds=SWEEP_KI
 
 
 def _print_sweep_table(rows) -> None:
+    from course import bench_timing
+
     print(f"\n{'shape':<16} {'dtype':<9} {'kernel':<10} {'best config':<32} {'TFLOP/s':>8} {'cuBLAS':>7} {'ratio':>6}")
+    marked = []
     for shape, name, best, cublas_ms, tflops in rows:
         label = "x".join(map(str, shape))
         if not best:
             print(f"{label:<16} {name:<9} no candidate ran correctly (see the log)")
-        for kind, (ms, config) in sorted(best.items(), key=lambda kv: kv[1][0]):
-            print(f"{label:<16} {name:<9} {kind:<10} {config_label(config):<32} {tflops(ms):8.1f} "
-                  f"{tflops(cublas_ms):7.1f} {cublas_ms / ms:5.2f}x")
+        for kind, (ms, config, timing) in sorted(best.items(), key=lambda kv: kv[1][0]):
+            marked.append(bench_timing.row_fields(timing))  # * where the host paced the winner's time
+            print(f"{label:<16} {name:<9} {kind:<10} {config_label(config):<32} "
+                  f"{bench_timing.mark(f'{tflops(ms):8.1f}', marked[-1])} {tflops(cublas_ms):7.1f} {cublas_ms / ms:5.2f}x")
             label, name = "", ""  # the fastest kernel first; the shape and dtype once
+    print(bench_timing.footnote(marked), end="")
 
 
 def _shape(text: str) -> tuple[int, int, int]:

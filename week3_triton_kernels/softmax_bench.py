@@ -112,7 +112,7 @@ def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16), save: bool = Tr
     started = time.perf_counter()
     copy = bench.copy_bandwidth_gbps()
     print(f"copy ceiling {copy:.0f} GB/s; {SWEEP_BYTES >> 20} MB per input; GB/s = 2 x bytes / time")
-    best: dict[tuple[int, int], tuple[float, SoftmaxConfig]] = {}
+    best: dict[tuple[int, int], tuple[float, SoftmaxConfig, dict]] = {}  # GB/s, config, its timing fields
     for dtype in dtypes:
         for width in widths:
             rows_total = SWEEP_BYTES // itemsize(dtype) // width
@@ -121,37 +121,38 @@ def sweep(widths=WIDTHS, dtypes=(torch.float32, torch.bfloat16), save: bool = Tr
             nbytes = 2 * x.numel() * x.element_size()
             want = torch.softmax(x.float(), dim=-1)
 
-            def rate(fn):
-                timing = bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30)
-                return nbytes / (timing.median_ms * 1e-3) / 1e9
+            def rate(fn):  # GB/s, and the timing's fields (whether the host paced it: bench.timing_fields)
+                fields = bench.timing_fields(bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30))
+                return nbytes / (fields["ms"] * 1e-3) / 1e9, fields
 
-            torch_gbps = rate(lambda: torch.softmax(x, dim=-1))
+            torch_gbps, _ = rate(lambda: torch.softmax(x, dim=-1))
             short = str(dtype).replace("torch.", "")
             print(f"\n{short} cols={width}: torch {torch_gbps:.0f} GB/s ({100 * torch_gbps / copy:.1f}% of copy)")
             for config in sweep_configs(width, dtype):
                 try:
-                    gbps = rate(lambda: softmax_with_config(x, out, config))
+                    gbps, fields = rate(lambda: softmax_with_config(x, out, config))
                 except Exception as error:  # a config that does not compile or fit: say so, go on
                     print(f"  {config.label()}  failed: {str(error).splitlines()[0][:70]}")
                     continue
                 err = float((out.float() - want).abs().max())
                 wrong = "  WRONG (max err %.2g)" % err if err > 1e-2 else ""
-                print(f"  {config.label()}  {gbps:6.0f} GB/s {100 * gbps / copy:5.1f}% of copy "
+                print(f"  {config.label()}  {bench.mark(f'{gbps:6.0f}', fields)} GB/s {100 * gbps / copy:5.1f}% of copy "
                       f"{gbps / torch_gbps:5.2f}x torch{wrong}")
                 key = (x.element_size(), triton.next_power_of_2(width))
                 if not wrong and gbps > best.get(key, (0.0, None))[0]:
-                    best[key] = (gbps, config)
+                    best[key] = (gbps, config, fields)
             del x, out, want
             torch.cuda.empty_cache()
     print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (itemsize, width):")
-    for key, (gbps, c) in sorted(best.items()):
-        print(f"    {key}: {c.label()}  {gbps:.0f} GB/s, {100 * gbps / copy:.1f}% of copy")
+    for key, (gbps, c, fields) in sorted(best.items()):
+        print(f"    {key}: {c.label()}  {bench.mark(f'{gbps:.0f}', fields)} GB/s, {100 * gbps / copy:.1f}% of copy")
+    print(bench.footnote([fields for _, _, fields in best.values()]), end="")
     if save:
         entries = [{"key": list(key), "config": dataclasses.asdict(c),
-                    "measured": {"gbps": round(gbps), "pct_of_copy": round(100 * gbps / copy, 1)}}
-                   for key, (gbps, c) in sorted(best.items())]
+                    "measured": {"gbps": round(gbps), "pct_of_copy": round(100 * gbps / copy, 1), **fields}}
+                   for key, (gbps, c, fields) in sorted(best.items())]
         print(f"wrote {TUNED.save(entries, 'python -m week3_triton_kernels.softmax_bench --sweep')}")
-    return {key: config for key, (_, config) in best.items()}
+    return {key: config for key, (_, config, _) in best.items()}
 
 
 def main(argv=None) -> int:

@@ -219,9 +219,10 @@ BENCHMARKS += [
 
 
 # ---------------------------------------------------------------------------------- the sweep
-def _time_ms(fn, *args):
-    from course.bench import time_call
-    return time_call(fn, [args]).median_ms
+def _timed(fn, *args) -> dict:
+    """fn's timing fields: its ms, and whether the host paced it (course.bench.timing_fields)."""
+    from course.bench import time_call, timing_fields
+    return timing_fields(time_call(fn, [args]))
 
 
 def _max_rel_err(got, want):
@@ -235,6 +236,8 @@ def sweep(n=None, v=None, ds=None, dtype=None, chunks=None) -> None:
     On the H100 (~1-2 min, most of it torch.compile's first call): N = 8192, V = 128256,
     d = 2048 and 4096, bf16. In simulation: tiny sizes, to show the table; memory is '-'.
     """
+    from course.bench import footnote, ms_cell
+
     gpu = runtime.on_gpu()
     n = n or runtime.pick(gpu=8192, sim=64)
     v = v or runtime.pick(gpu=VOCAB, sim=300)
@@ -245,6 +248,7 @@ def sweep(n=None, v=None, ds=None, dtype=None, chunks=None) -> None:
           f"{'GPU: ' + torch.cuda.get_device_name() if gpu else 'SIMULATION (times measure Python)'}")
     print("peak MiB = memory allocated above the inputs (h, W, targets) at the peak; err = max |diff| / max |ref|")
     head = f"{'d':>5} {'variant':<26} {'ms':>9} {'peak MiB':>9} {'loss err':>9} {'dh err':>9} {'dW err':>9}"
+    timed = []
     for d in ds:
         h, w, t = _linear_inputs((n, d, v, dtype))
         ref = loss_and_grads(linear_cross_entropy_torch)(h, w, t)
@@ -261,11 +265,13 @@ def sweep(n=None, v=None, ds=None, dtype=None, chunks=None) -> None:
             errs = [_max_rel_err(g, r) for g, r in zip(got, ref)]
             del got
             peak = f"{peak_memory_mib(fn, h, w, t):9.0f}" if gpu else f"{'-':>9}"
-            print(f"{d:>5} {label:<26} {_time_ms(fn, h, w, t):9.3f} {peak} "
+            timed.append(_timed(fn, h, w, t))
+            print(f"{d:>5} {label:<26} {ms_cell(timed[-1], '9.3f')} {peak} "
                   + " ".join(f"{e:9.2e}" for e in errs), flush=True)
         del h, w, t, ref
         if gpu:
             torch.cuda.empty_cache()
+    print(footnote(timed), end="")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from course import runtime
-from course.bench import Benchmark, compile_on_first_call, itemsize, time_call
+from course.bench import Benchmark, compile_on_first_call, footnote, itemsize, ms_cell, time_call, timing_fields
 from course.check import random_tensor
 from course.sweep import sweep_main
 
@@ -135,6 +135,7 @@ def _gate_up_torch(x, wgu, wd):
 def sweep() -> None:
     """Fused vs eager at the benchmark sizes, and the tile the autotuner chose (GPU, ~20 s)."""
     print(f"{'size':<30} {'variant':<34} {'ms':>9}  autotuned config")
+    timed = []
     for size in runtime.pick(gpu=MLP_SIZES, sim=MLP_SIM_SIZES):
         inputs = _mlp_inputs(size)
         rows = (("MLP, eager torch", swiglu_mlp_torch, False),
@@ -143,9 +144,10 @@ def sweep() -> None:
                 ("  same, dual GEMM (inference)", lambda x, w, wd: swiglu_gate_up(x, w), True),
                 ("  same, dual GEMM + store g, u", lambda x, w, wd: swiglu_gate_up(x, w, store_gu=True), True))
         for label, fn, tuned in rows:
-            ms = time_call(_no_grad(fn), [inputs]).median_ms
+            timed.append(timing_fields(time_call(_no_grad(fn), [inputs])))
             chosen = swiglu_gate_up_kernel_autotuned.best_config if runtime.on_gpu() and tuned else ""
-            print(f"{_label(size):<30} {label:<34} {ms:9.3f}  {chosen}", flush=True)
+            print(f"{_label(size):<30} {label:<34} {ms_cell(timed[-1], '9.3f')}  {chosen}", flush=True)
+    print(footnote(timed), end="")
 
 
 def main(argv=None) -> int:

@@ -127,6 +127,7 @@ def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
     """Time every autotune config of the fused kernel (forward, and dx in the backward's layout)."""
     started = time.perf_counter()
     dtype = torch.bfloat16
+    timed = []
     print(f"fused LoRA kernel, bf16, r={rank}; TFLOP/s of the base GEMM (2MNK) over the time")
     for m, k, n in shapes:
         x, w, a, b, dy = _inputs((m, k, n, rank, dtype))
@@ -136,12 +137,13 @@ def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
         for what, (p, q, u, v, n_out) in cases.items():
             flops = 2 * m * n * k
 
-            def rate(fn):
-                t = bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40)
-                return t.median_ms, flops / (t.median_ms * 1e-3) / 1e12
+            def rate(fn):  # the timing's fields (whether the host paced it: bench.timing_fields), TFLOP/s
+                fields = bench.timing_fields(bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40))
+                timed.append(fields)
+                return fields, flops / (fields["ms"] * 1e-3) / 1e12
 
-            ms, tf = rate(lambda: p @ q.t())
-            print(f"\nM={m} K={k} N={n} {what}: torch matmul (no adapter) {ms:.4f} ms {tf:6.1f} TFLOP/s")
+            fields, tf = rate(lambda: p @ q.t())
+            print(f"\nM={m} K={k} N={n} {what}: torch matmul (no adapter) {bench.ms_cell(fields)} ms {tf:6.1f} TFLOP/s")
             out = torch.empty((m, n_out), dtype=dtype, device=p.device)
             xa = torch.empty((m, rank), dtype=dtype, device=p.device)
             for config in AUTOTUNE_CONFIGS:
@@ -156,12 +158,13 @@ def sweep(shapes=LORA_SHAPES, rank: int = RANK) -> None:
                                             BLOCK_R=block_r(rank), num_warps=config.num_warps,
                                             num_stages=config.num_stages, **kw)
                 try:
-                    ms, tf = rate(launch)
+                    fields, tf = rate(launch)
                 except Exception as error:  # a config that does not compile or fit: say so, go on
                     print(f"  {kw} failed: {str(error).splitlines()[0][:70]}")
                     continue
                 print(f"  BM={kw['BLOCK_M']:<3} BN={kw['BLOCK_N']:<3} BK={kw['BLOCK_K']} stages={config.num_stages} "
-                      f"warps={config.num_warps}: {ms:.4f} ms {tf:6.1f} TFLOP/s")
+                      f"warps={config.num_warps}: {bench.ms_cell(fields)} ms {tf:6.1f} TFLOP/s")
+    print(bench.footnote(timed), end="")
     print(f"\nswept in {time.perf_counter() - started:.0f} s")
 
 

@@ -99,12 +99,16 @@ def sweep(n: int = 4096, k: int = 4096, rows=(1, 4, 16, 32, 64, 128, 256, 1024, 
     w = random_tensor((n, k), torch.float32, runtime.DEVICE, scale=k ** -0.5)
     q, w16 = nf4_quantize(w), w.to(torch.bfloat16)
     print(f"N={n} K={k} bf16; ms (median); FUSED_MAX_M = {FUSED_MAX_M}")
+    timed = []
     print(f"{'M':>6} {'bf16 cuBLAS':>12} {'dequant+mm':>12} {'fused':>10}  fused vs dequant+mm")
     for m in rows:
         x = random_tensor((m, k), torch.bfloat16, runtime.DEVICE)
-        times = [bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40).median_ms
+        cells = [bench.timing_fields(bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=40))
                  for fn in (lambda: F.linear(x, w16), lambda: dequantize_matmul(x, q), lambda: nf4_matmul(x, q))]
-        print(f"{m:>6} {times[0]:>12.4f} {times[1]:>12.4f} {times[2]:>10.4f}  {times[1] / times[2]:.2f}x")
+        timed += cells
+        print(f"{m:>6} {bench.ms_cell(cells[0], '>12.4f')} {bench.ms_cell(cells[1], '>12.4f')} "
+              f"{bench.ms_cell(cells[2], '>10.4f')}  {cells[1]['ms'] / cells[2]['ms']:.2f}x")
+    print(bench.footnote(timed), end="")
     print(f"swept in {time.perf_counter() - started:.0f} s")
 
 

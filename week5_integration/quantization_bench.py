@@ -100,36 +100,39 @@ def sweep(shapes=GPU_SHAPES, batches=(1, 16), save: bool = True) -> dict:
             nbytes = _bytes((M, K, N))
             want = dequant_matmul_torch(x.float(), q, scale)
 
-            def ms(fn):
-                return bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30).median_ms
+            def timed(fn):  # ms, and the timing's fields (whether the host paced it: bench.timing_fields)
+                fields = bench.timing_fields(bench.time_gpu(fn, [()], warmup_ms=5, rep_ms=30))
+                return fields["ms"], fields
 
-            t_torch = ms(lambda: x @ w.t())
+            t_torch, _ = timed(lambda: x @ w.t())
             print(f"\nM={M} K={K} N={N}: torch bf16 {t_torch * 1e3:.1f} us; "
                   f"heuristic {heuristic_config(M, N, K).label()}")
             for config in sweep_configs(M):
                 if shared_memory_bytes(config, 2) > 200 * 1024:
                     continue  # would not fit the H100's 227 KB per program
                 try:
-                    t = ms(lambda: int8_matmul(x, q, scale, config=config))
+                    t, fields = timed(lambda: int8_matmul(x, q, scale, config=config))
                 except Exception as error:  # a config that does not compile: say so, go on
                     print(f"  {config.label()}  failed: {str(error).splitlines()[0][:70]}")
                     continue
                 err = float((int8_matmul(x, q, scale, config=config).float() - want).abs().max())
                 wrong = f"  WRONG (max err {err:.2g})" if err > 5e-2 * float(want.abs().max()) else ""
                 gbps = nbytes / (t * 1e-3) / 1e9
-                print(f"  {config.label()}  {t * 1e3:7.1f} us {gbps:6.0f} GB/s {100 * gbps / copy_gbps:5.1f}% "
+                print(f"  {config.label()}  {bench.mark(f'{t * 1e3:7.1f}', fields)} us {gbps:6.0f} GB/s {100 * gbps / copy_gbps:5.1f}% "
                       f"of copy {t_torch / t:5.2f}x torch{wrong}")
                 key = (m_bucket(M), N, K)
-                if not wrong and t < best.get(key, (math.inf, None))[0]:
-                    best[key] = (t, config)
+                if not wrong and t < best.get(key, (math.inf,))[0]:
+                    best[key] = (t, config, fields)
     print(f"\nswept in {time.perf_counter() - started:.0f} s. Fastest per (m_bucket, N, K):")
-    for key, (t, c) in sorted(best.items()):
-        print(f"    {key}: {c.label()}  {t * 1e3:.1f} us")
+    for key, (t, c, fields) in sorted(best.items()):
+        print(f"    {key}: {c.label()}  {bench.mark(f'{t * 1e3:.1f}', fields)} us")
+    print(bench.footnote([fields for _, _, fields in best.values()]), end="")
     if save:
-        entries = [{"key": list(key), "config": dataclasses.asdict(c), "measured": {"us": round(t * 1e3, 1)}}
-                   for key, (t, c) in sorted(best.items())]
+        entries = [{"key": list(key), "config": dataclasses.asdict(c),
+                    "measured": {"us": round(t * 1e3, 1), **fields}}
+                   for key, (t, c, fields) in sorted(best.items())]
         print(f"wrote {TUNED.save(entries, 'python -m week5_integration.quantization_bench --sweep')}")
-    return {key: config for key, (_, config) in best.items()}
+    return {key: config for key, (_, config, _) in best.items()}
 
 
 def main(argv=None) -> int:

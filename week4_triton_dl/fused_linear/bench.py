@@ -17,7 +17,8 @@ Two ways to run it:
 * `python -m week4_triton_dl.fused_linear.bench --rounds 5` times every variant of every fusion in
   interleaved rounds (round r times each variant once, in turn, on the same inputs), so a clock or
   thermal drift lands on all of them alike, and reports per variant the median over rounds and the
-  spread (min and max) of its ratio to the unfused torch sequence: results/fused_linear_rounds.json|md.
+  spread (min and max) of its ratio to the unfused torch sequence: results/fused_linear_rounds.json|md
+  (`--table` rewrites the .md from the .json).
 
 Inputs are the capstone's under bf16 autocast: the residual stream (the norm's x, the residual) in
 fp32, weights and activations in bf16 (fp32 and tiny in simulation, where times measure Python).
@@ -25,6 +26,7 @@ fp32, weights and activations in bf16 (fp32 and tiny in simulation, where times 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -218,14 +220,20 @@ def rounds(n_rounds: int, only: tuple = ()) -> dict:
 
 
 def rounds_table(record: dict) -> str:
-    lines = ["| fusion, M x K x N | variant | ms (median) | ms [min, max] | TFLOP/s | vs torch [min, max] |",
-             "|---|---|---|---|---|---|"]
+    """The rounds' record as a table. "GPU ms (graph)": time_call's CUDA-graph replay of the same calls,
+    measured in the rounds that the host paced (the median over those); "-" where none was."""
+    lines = ["| fusion, M x K x N | variant | ms (median) | GPU ms (graph) | ms [min, max] | TFLOP/s | vs torch [min, max] |",
+             "|---|---|---|---|---|---|---|"]
     for r in record["rows"]:
         ms = bench_timing.mark(f"{r['ms']:.4f}", r)  # * host-bound: the footnote says what it means
-        lines.append(f"| {r['size']} | {r['variant']} | {ms} | [{r['ms_min']:.4f}, {r['ms_max']:.4f}] | "
-                     f"{r['tflops']:.0f} | {r['speedup_vs_torch']:.2f}x [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}] |")
+        lines.append(f"| {r['size']} | {r['variant']} | {ms} | {bench.fmt(r.get('graphed_ms'), '.4f')} | "
+                     f"[{r['ms_min']:.4f}, {r['ms_max']:.4f}] | {r['tflops']:.0f} | "
+                     f"{r['speedup_vs_torch']:.2f}x [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}] |")
+    unchecked = not any("host_bound" in r for r in record["rows"])  # a record made before time_gpu asked
     return (f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + "\n"
-            + bench_timing.footnote(record["rows"]))
+            + bench_timing.footnote(record["rows"])
+            + ("\nGPU ms (graph): not measured in this record (made before time_gpu checked whether the host "
+               "paced its loop; host-bound unknown).\n" if unchecked else ""))
 
 
 # ------------------------------------------------------------------------------------ the tile sweep
@@ -266,16 +274,17 @@ def sweep() -> Path:
                 tma = launch_tma.candidates(w.element_size(), out_size,
                                             launch.RESIDUAL_ACC_PER_THREAD if "residual" in kw else None)
                 tiles += [("tma", t) for t in runtime.pick(gpu=[as_tile(c) for c in tma], sim=[dict(launch_tma.SIM_TILE)])]
-            timed = [(bench.time_call(_graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)),
-                                      [()]).median_ms, r, t) for r, t in tiles]
-            ms, rung, best = min(timed, key=lambda row: row[0])
+            timed = [(bench.timing_fields(bench.time_call(
+                _graphed(lambda r=r, t=t: launch.fused_linear(x, w, tile=dict(t), rung=r, **kw)), [()])), r, t)
+                for r, t in tiles]
+            fields, rung, best = min(timed, key=lambda row: row[0]["ms"])
             M, K, N = size
             rows.append({"key": [M, N, K, str(w.dtype).replace("torch.", ""), SWEEP_KINDS[name]], "rung": rung,
-                         "tile": best, "measured": {"ms": ms, "tiles_timed": len(timed),
-                                                    "tflops": _flops(name)(size) / ms / 1e9}})
+                         "tile": best, "measured": {**fields, "tiles_timed": len(timed),
+                                                    "tflops": _flops(name)(size) / fields["ms"] / 1e9}})
             for r in dict.fromkeys(r for _, r, _ in timed):  # each rung's best, for the log
-                r_ms, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0])
-                print(f"{name} {M}x{K}x{N} {r}: {r_ms:.4f} ms with {r_tile}", file=sys.stderr)
+                r_fields, _, r_tile = min((row for row in timed if row[1] == r), key=lambda row: row[0]["ms"])
+                print(f"{name} {M}x{K}x{N} {r}: {bench.ms_cell(r_fields)} ms with {r_tile}", file=sys.stderr)
     return launch.TABLE.save(rows, "python -m week4_triton_dl.fused_linear.bench --sweep")
 
 
@@ -286,7 +295,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default: week 4's results/)")
     parser.add_argument("--sweep", action="store_true",
                         help="time the candidate tiles and write results/dispatch_fused_linear.json instead")
+    parser.add_argument("--table", action="store_true",
+                        help="rewrite fused_linear_rounds.md in --out from its .json (times nothing)")
     args = parser.parse_args(argv)
+    if args.table:
+        path = args.out / "fused_linear_rounds.json"
+        path.with_suffix(".md").write_text(rounds_table(json.loads(path.read_text())))
+        print(f"wrote {path.with_suffix('.md')}", file=sys.stderr)
+        return 0
     if args.sweep:
         print(f"wrote {sweep()}", file=sys.stderr)
         return 0

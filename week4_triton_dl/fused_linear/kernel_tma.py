@@ -5,16 +5,15 @@ cp.async pipeline (the note's diagnosis), but it is one program per tile: at the
 tile is only 12 K steps, and each program's pipeline fill and epilogue (the accumulator shuffled
 through shared memory, the residual tile loaded, the store) leave its SM's tensor cores idle; the big
 tiles take 144 KB of shared memory, so no second block on the SM covers for it. cuBLAS's Hopper
-kernels are persistent and TMA-fed. This rung is week 3's `matmul_tma_kernel` with this lesson's
-epilogues:
+kernels are persistent and TMA-fed. This rung is week 3's `matmul_tma_kernel` (rung 5 of
+week3_triton_kernels/matmul.py, which explains both ideas) with this lesson's epilogues, built from
+week 3's own pieces:
 
-* persistent: NUM_PROGRAMS programs (one or two an SM) loop over the tiles in grouped order;
-  `tl.range(..., flatten=FLATTEN)` merges the tile loop with the K loop, so the pipeline keeps loading
+* persistent: NUM_PROGRAMS programs (one or two an SM) loop over the tiles in week 3's grouped order
+  (`grouped_tile`), the tile loop flattened into the K loop (FLATTEN), so the pipeline keeps loading
   the next tile's first K steps while this tile's epilogue runs;
-* TMA: each operand tile is one descriptor load (`a_desc.load([row, k])`): the copy engine computes
-  the addresses, zero-fills what hangs over M, N or K (no masks, no wrapped offsets), and frees the
-  registers and instructions the pointer tiles took. W is read as stored, (N, K) K-major, its tile
-  used transposed (`.T`), the layout wgmma reads B in;
+* TMA: each tile's product is week 3's `tile_product_tma`, every operand tile one descriptor load.
+  W is read as stored, (N, K) K-major (B_KMAJOR), its tile used transposed, the layout wgmma reads B in;
 * the bias and residual epilogues are epilogues.py's, as in kernel.py, and C leaves by the same
   masked store.
 
@@ -27,6 +26,7 @@ or `rung=`; launch_tma.why_not says where this one cannot run).
 from __future__ import annotations
 
 from course.gpu import triton, tl
+from week3_triton_kernels.matmul import tile_product_tma
 from week3_triton_kernels.matmul_basic import grouped_tile
 from week4_triton_dl.fused_linear.epilogues import bias_epilogue, residual_epilogue
 
@@ -42,11 +42,8 @@ def fused_linear_tma_kernel(a_desc, w_desc, c_ptr, bias_ptr, res_ptr, M, N, K,
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            # W's (BLOCK_N, BLOCK_K) tile as stored, used as W^T's (BLOCK_K, BLOCK_N).
-            acc = tl.dot(a, w_desc.load([pid_n * BLOCK_N, k * BLOCK_K]).T, acc)
+        # B_KMAJOR: W's (BLOCK_N, BLOCK_K) tile as stored, used as W^T's (BLOCK_K, BLOCK_N); not fp8.
+        acc = tile_product_tma(a_desc, w_desc, pid_m, pid_n, K, True, False, BLOCK_M, BLOCK_N, BLOCK_K)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] < N)

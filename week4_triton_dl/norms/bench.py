@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from course import runtime
+from course import bench_timing, runtime
 from course.bench import Benchmark, bench_dtype, compile_on_first_call
 from course.check import random_tensor
 from course.sweep import sweep_main
@@ -111,13 +111,14 @@ def sweep_configs(N: int, itemsize: int, loaded_per_step: int):
                     yield nw, bm, stages
 
 
-def timed(fn) -> float:
-    """Median ms of fn(): CUDA events on a GPU (short budget), the host clock in simulation."""
+def timed(fn) -> dict:
+    """fn()'s timing fields (course.bench.timing_fields): its median ms, by CUDA events on a GPU
+    (short budget) or the host clock in simulation, and whether the host paced the GPU's loop."""
     from course import bench
 
     if runtime.on_gpu():
-        return bench.time_gpu(lambda: fn(), [()], warmup_ms=10, rep_ms=60).median_ms
-    return bench.time_host(lambda: fn(), [()], budget_s=0.05).median_ms
+        return bench.timing_fields(bench.time_gpu(lambda: fn(), [()], warmup_ms=10, rep_ms=60))
+    return bench.timing_fields(bench.time_host(lambda: fn(), [()], budget_s=0.05))
 
 
 def sweep(op: str, x: torch.Tensor, forward, backward, torch_rows: dict, *, forward_kernel: str,
@@ -165,11 +166,13 @@ def print_sweep(title: str, rows: list, copy_gbps: float) -> None:
     print("| pass | kernel | num_warps | rows/step | stages | programs (= partial rows) | ms | GB/s | % of copy | vs torch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     reference = {}
-    for pass_, kernel, nw, bm, stages, programs, ms, nbytes in rows:
+    for pass_, kernel, nw, bm, stages, programs, timing, nbytes in rows:
+        ms = timing["ms"]
         reference.setdefault(pass_, ms)  # the first row of each pass is torch's
         gbps = nbytes / (ms * 1e-3) / 1e9
-        print(f"| {pass_} | {kernel} | {nw} | {bm} | {stages} | {programs} | {ms:.4f} | {gbps:.0f} | "
+        print(f"| {pass_} | {kernel} | {nw} | {bm} | {stages} | {programs} | {bench_timing.ms_cell(timing)} | {gbps:.0f} | "
               f"{100 * gbps / copy_gbps:.1f} | {reference[pass_] / ms:.2f}x |")
+    print(bench_timing.footnote([row[6] for row in rows]), end="")
 
 
 def sweep_cli(module_name: str, run, doc: str | None = None) -> int:
