@@ -230,12 +230,16 @@ def test_ptx_has_the_fa3_pieces(ptx):
 @pytest.mark.parametrize("pingpong, overlap", [(True, False), (False, False), (True, True)],
                          ids=["pingpong", "no_pingpong", "overlap"])
 def test_sm90a_build_does_not_spill(pingpong, overlap, tmp_path):
-    """Warnings are errors: ptxas's 'wgmma serialized' warning (a register of a running wgmma touched) fails too."""
+    """No spills, and no wgmma serialised: ptxas reports it (C7514 and kin, 'wgmma.mma_async instructions are
+    serialized') as info, not as a warning, when an ordinary instruction touches a register of a wgmma
+    before its wait_group, e.g. the overlap's softmax reading S before S's group is waited; it then waits
+    after every wgmma, which is correct and slow (-Werror does not catch an info line: this does)."""
     command = hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong, overlap=overlap)
-    built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True)
+    built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", built.stderr)
     assert len(spills) == 4 and all(s == ("0", "0") for s in spills), built.stderr
+    assert "serialized" not in built.stderr, built.stderr
 
 
 def test_overlap_is_a_flag_of_its_own_build():
@@ -254,7 +258,7 @@ def test_overlap_ptx_waits_for_s_alone(tmp_path):
         path = tmp_path / f"{overlap}.ptx"
         command = hp.nvcc_command(path, runtime.nvcc_path(), overlap=overlap)
         command[command.index("-cubin")] = "-ptx"
-        built = subprocess.run(command, capture_output=True, text=True)
+        built = subprocess.run(command, capture_output=True, text=True, check=False)
         assert built.returncode == 0, built.stderr
         texts[overlap] = path.read_text()
     assert "wgmma.wait_group.sync.aligned 1" not in texts[False]
@@ -268,11 +272,12 @@ def test_overlap_sass_runs_the_softmax_between_the_waits(tmp_path):
     """In the SASS of the overlap build the exponentials of the middle phase sit between the wait for S
     (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for P V (0x0): ptxas kept the overlap."""
     cubin = tmp_path / "overlap.cubin"
-    built = subprocess.run(hp.nvcc_command(cubin, runtime.nvcc_path(), overlap=True), capture_output=True, text=True)
+    built = subprocess.run(hp.nvcc_command(cubin, runtime.nvcc_path(), overlap=True), capture_output=True, text=True,
+                           check=False)
     assert built.returncode == 0, built.stderr
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     for kernel in re.split(r"Function : ", sass)[1:]:
-        between = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1(.*?)WARPGROUP\.DEPBAR\.LE gsb0, 0x0", kernel, re.S)
+        between = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1(.*?)WARPGROUP\.DEPBAR\.LE gsb0, 0x0", kernel, re.DOTALL)
         assert between and between.group(1).count("MUFU.EX2") >= 64, "the softmax is not under the P V wgmma"
 
 

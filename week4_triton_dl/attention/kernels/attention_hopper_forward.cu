@@ -42,6 +42,25 @@
 // Warpgroup 2 starts by giving warpgroup 1 the first turn, and skips its hand-over after its last
 // phase, so every bar.sync meets exactly one bar.arrive and no barrier is left half-arrived at exit.
 //
+// ---- The intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1, hopper.py's overlap=True; off by default) -------
+// The ping-pong hides one warpgroup's softmax behind the other's GEMMs; FA3 (section 3.2) also hides it
+// behind the warpgroup's OWN P V. A phase commits S = Q K^T of tile j and O += P V of tile j-1 as two
+// groups, S first; wgmma.wait_group 1 then waits for S alone, and the softmax of tile j runs while the
+// tensor cores still do P V of j-1:
+//     default: [S_j, PV_j-1] ---- wait both ---- softmax_j ---------------- (next turn)
+//     overlap: [S_j, PV_j-1] -- wait S -- softmax_j (under PV_j-1) -- wait PV -- rescale O, pack P_j
+// so the softmax starts a P V earlier and the next turn comes sooner. The P V wgmma reads p and writes
+// o until it completes, so neither may be touched before wait_group 0 (the PTX ISA: undefined): the
+// softmax computes alpha into a stand-in of ones (ah_phase), O is rescaled by it and P packed after the
+// wait. Same operations in the same order: the same bits as the default (the tests compare them).
+// Register cost: p (32) and the two alphas stay live through the softmax, where the default lets
+// its temporaries reuse p. With nvcc 13.0 the highest register of the consumers' SASS goes from
+// R197 to R217 at D = 128 and from R178 to R187 at D = 64, of setmaxnreg's 232 (ptxas -v reports the
+// launch bound's 168, not this; the GPU check's first step prints both), no spills. ptxas keeps the
+// overlap: MUFU.EX2 sits between the two waits. Had it found a register of a pending wgmma touched, it
+// would wait after every wgmma instead, saying so in an info line, not a warning (the tests look for
+// it). Unmeasured on a GPU as yet: tools/gpu_attention_hopper_check.sh times it beside the default.
+//
 // ---- The online softmax, base 2 ----------------------------------------------------------------------
 // c = scale * log2(e) is folded into one multiply: p = 2^(s c - m) with m the running max of s c,
 // one FFMA and one MUFU.EX2 per score. lse = (m + log2 l) ln 2 (natural log: what the backward and
@@ -57,8 +76,8 @@
 // NaN of another head through P V.
 //
 // ---- What this rung leaves out (FA3 has them) -----------------------------------------------------------
-// intra-warpgroup overlap (the softmax of tile j overlapping this warpgroup's own P V of tile j-1:
-// needs a second P in registers), a persistent grid with a tile scheduler, the O epilogue through
+// the intra-warpgroup overlap in the default build (it is the A/B above until a GPU has run it), a
+// persistent grid with a tile scheduler, the O epilogue through
 // shared memory and a TMA store (O is stored here straight from registers, 4 bytes per thread),
 // fp8, and larger key tiles for D = 64. Correctness of every barrier first; those are next steps.
 //
