@@ -4,10 +4,11 @@ On an H100/H200: o and lse against `attention_reference` (float64) within the el
 `attention_error_bounds` (attention/naive.py's error model: fp32 scores, P rounded to the input
 dtype before P V, the final rounding; the kernel computes exactly that), written into poisoned
 (NaN) outputs so an element the kernel forgets fails. Lengths 1, 63, 129, 1000 are ragged against
-the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves).
+the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves). The main checks run on
+both builds: the default and -DAH_INTRA_OVERLAP=1 (overlap=True), which must also give the default's bits.
 
-Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a build
-(nvcc needs no GPU), the SASS where cuobjdump is installed, the fake implementation under
+Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a builds
+(nvcc needs no GPU; no wgmma serialised), the SASS where cuobjdump is installed, the fake implementation under
 torch.compile(fullgraph=True) and on meta tensors, the autograd plumbing to the backward module,
 the refusals (CPU, other GPUs) naming the fallback, and bad input refused before any launch.
 """
@@ -278,7 +279,8 @@ def test_overlap_sass_runs_the_softmax_between_the_waits(tmp_path):
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     for kernel in re.split(r"Function : ", sass)[1:]:
         between = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1(.*?)WARPGROUP\.DEPBAR\.LE gsb0, 0x0", kernel, re.DOTALL)
-        assert between and between.group(1).count("MUFU.EX2") >= 64, "the softmax is not under the P V wgmma"
+        assert between and between.group(1).count("MUFU.EX2") >= 64, \
+            "the softmax is not under the P V wgmma (or not implemented yet: the online softmax is a hole of the exercise)"
 
 
 @nvcc
