@@ -1,48 +1,60 @@
 #!/usr/bin/env bash
 # Issue 33's first GPU check of the CUDA C attention forward (week4_triton_dl/attention/hopper.py,
-# kernels/attention_hopper_forward.cu), on one H100/H200, in about 5 minutes, failing fast:
-#   1. the sm_90a cubin with hopper.py's own nvcc command: registers, spills, SASS opcode counts
-#      (HGMMA, UTMALDG, MUFU.EX2, BAR), then the extension built by load_inline (cached on disk);
+# kernels/attention_hopper_forward.cu), on one H100/H200, in about 6 minutes, failing fast. Two builds: the
+# default and -DAH_INTRA_OVERLAP=1 (overlap=True: each consumer's softmax of key tile j under its own P V
+# wgmma of tile j - 1, never run on a GPU before); AH_OVERLAP=0 leaves the overlap build out everywhere.
+#   1. both sm_90a cubins with hopper.py's own nvcc command: registers, spills, SASS opcode counts
+#      (HGMMA, UTMALDG, MUFU.EX2, BAR, the wgmma waits), then both extensions built by load_inline (cached);
 #   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase, an expect-tx byte
 #      count or a ping-pong barrier mistake hangs the GPU: this is where it shows, and nothing else
 #      runs after it): small shapes first, D = 64 and 128, fp16 and bf16, causal and not; if it
 #      fails, the same smoke without the ping-pong (-DAH_PINGPONG=0) says which half to look at;
-#   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack);
-#   4. the benchmark (quick mode unless FULL=1): hopper beside SDPA cuDNN and the Triton op;
-#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16);
+#      then (2o) the same smoke of the overlap build, in its own process: if it fails or hangs, the
+#      default's steps still run and the overlap's tests and bench row are left out;
+#   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack; both builds);
+#   4. the benchmark (quick mode unless FULL=1): hopper and hopper_overlap beside SDPA cuDNN and the Triton op;
+#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16), each build;
 #   6. with MUST_FAIL=1, the known-wrong kernels, each required to fail its tests.
 # Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper.{json,md}); copy
 # $OUT/results/* into week4_triton_dl/results/ and fill the note's figures from them.
-#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=290 by default; FULL=1: the whole bench;
+#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=400 by default; FULL=1: the whole bench;
 #   BUDGET_S=600 MUST_FAIL=1: step 6 too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
 OUT=${OUT:-/tmp/gpu-attention-hopper}
-BUDGET_S=${BUDGET_S:-290}
+BUDGET_S=${BUDGET_S:-400}
+OVERLAP=${AH_OVERLAP:-1}  # 0: the default build alone
 CHECK_DEVWHEELS=1 CHECK_HANG_HINT="a barrier phase / expect-tx / ping-pong mismatch"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
 # The extension's build cache in $OUT: its log shows a cold build, and steps 2-5 reuse it.
 export XDG_CACHE_HOME="$OUT/cache"
 
-step 01_build 150 1 "python - <<'PY'
+step 01_build 240 1 "python - <<'PY'
 import re, shutil, subprocess, sys
 from pathlib import Path
 from course import runtime
 from week4_triton_dl.attention import hopper as hp
-out = Path('$OUT') / 'attention_hopper.sm_90a.cubin'
-built = subprocess.run(hp.nvcc_command(out, runtime.nvcc_path()) + ['-Xptxas', '-v'], capture_output=True, text=True)
-print(built.stderr)
-if built.returncode:
-    sys.exit('nvcc failed')
-if shutil.which('cuobjdump'):
-    sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
-    (Path('$OUT') / 'attention_hopper.sm_90a.sass').write_text(sass)
-    for kernel in re.split(r'Function : ', sass)[1:]:
-        name = kernel.split()[0]
-        print(name, {op: len(re.findall(r'\b' + re.escape(op), kernel)) for op in ('HGMMA', 'UTMALDG', 'MUFU.EX2', 'BAR.SYNC', 'BAR.ARV', 'SYNCS')})
-ext = hp.load_extension(verbose=True)
-print('extension', ext.namespace, 'built in', round(ext.build_seconds, 1), 's', '(cached)' if ext.cached else '')
+for overlap in (False, True) if '$OVERLAP' != '0' else (False,):
+    tag = '.overlap' if overlap else ''
+    out = Path('$OUT') / f'attention_hopper{tag}.sm_90a.cubin'
+    built = subprocess.run(hp.nvcc_command(out, runtime.nvcc_path(), overlap=overlap) + ['-Xptxas', '-v'],
+                           capture_output=True, text=True)
+    print(f'=== overlap={overlap}')
+    print(built.stderr)
+    if built.returncode:
+        sys.exit('nvcc failed')
+    if shutil.which('cuobjdump'):
+        sass = subprocess.run(['cuobjdump', '-sass', str(out)], capture_output=True, text=True).stdout
+        (Path('$OUT') / f'attention_hopper{tag}.sm_90a.sass').write_text(sass)
+        for kernel in re.split(r'Function : ', sass)[1:]:
+            name = kernel.split()[0]
+            # The highest register the consumers use (ptxas -v reports the launch bound's 168, not setmaxnreg's 232).
+            top = max(int(r) for r in re.findall(r'\bR(\d+)\b', kernel))
+            print(name, 'registers R0..R' + str(top), {op: len(re.findall(r'\b' + re.escape(op), kernel)) for op in (
+                'HGMMA', 'UTMALDG', 'MUFU.EX2', 'BAR.SYNC', 'BAR.ARV', 'SYNCS', 'DEPBAR.LE gsb0, 0x1', 'DEPBAR.LE gsb0, 0x0')})
+    ext = hp.load_extension(verbose=not overlap, overlap=overlap)
+    print('extension', ext.namespace, 'built in', round(ext.build_seconds, 1), 's', '(cached)' if ext.cached else '')
 PY"
 
 SMOKE="python - <<'PY'
@@ -57,7 +69,8 @@ for B, H, S, D in cases:
         for causal in (False, True):
             q, k, v = (random_tensor((B, H, S, D), dtype, 'cuda') for _ in range(3))
             out, lse = poisoned((B, H, S, D), dtype, 'cuda'), poisoned((B, H, S), torch.float32, 'cuda')
-            hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse, pingpong=os.environ.get('AH_PINGPONG') != '0')
+            hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse, pingpong=os.environ.get('AH_PINGPONG') != '0',
+                                        overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1')
             torch.cuda.synchronize()
             ref, ref_lse = attention_reference(q, k, v, causal, return_lse=True)
             err = (out.double() - ref).abs().max().item()
@@ -73,29 +86,40 @@ if ! step 02_smoke 60 0 "$SMOKE"; then
     step 02b_smoke_no_pingpong 120 0 "AH_PINGPONG=0 $SMOKE" && echo "=== without the ping-pong it passes: look at bar.sync / bar.arrive"
     echo "=== stopping: 02_smoke failed"; exit 1
 fi
+# The overlap build's smoke, in its own process: not fatal (the default is verified); a failure or a hang
+# (look at the wgmma waits: S's group waited alone, P and O untouched until wait_group 0) leaves the
+# overlap out of the steps below.
+if [ "$OVERLAP" != 0 ] && ! step 02o_smoke_overlap 60 0 "AH_SMOKE_OVERLAP=1 $SMOKE"; then
+    echo "=== the overlap build failed its smoke: its tests and bench row are left out"; OVERLAP=0
+fi
+TESTS_K=""; BENCH_VARIANTS="--variants triton hopper hopper_overlap"
+[ "$OVERLAP" = 0 ] && { TESTS_K="-k 'not overlap'"; BENCH_VARIANTS="--variants triton hopper"; }
 
-step 03_tests 120 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
-    -o faulthandler_timeout=40 --durations=8"
+step 03_tests 150 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=40 --durations=8 $TESTS_K"
 
-BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25"
+BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25 $BENCH_VARIANTS"
 [ "${FULL:-0}" = 1 ] || BENCH_ARGS="$BENCH_ARGS --quick"
-step 04_bench 90 0 "python -m week4_triton_dl.attention.hopper_bench $BENCH_ARGS"
+step 04_bench 100 0 "python -m week4_triton_dl.attention.hopper_bench $BENCH_ARGS"
 
 cat > "$OUT/sanitize_case.py" <<'PY'
+import os
 import torch
 from course.check import poisoned, random_tensor
 from week4_triton_dl.attention import hopper as hp
 q, k, v = (random_tensor((1, 2, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
 out = poisoned((1, 2, 200, 64), torch.bfloat16, 'cuda')
-hp.attention_hopper_forward(q, k, v, True, out=out)
+hp.attention_hopper_forward(q, k, v, True, out=out, overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1')
 torch.cuda.synchronize()
 print('NaN left', int(out.isnan().sum()))
 PY
-step 05_sanitizer 75 0 "S=\$(python -c 'from classroom.sanitize import find_sanitizer; print(find_sanitizer() or \"\")'); \
+SANITIZE="S=\$(python -c 'from classroom.sanitize import find_sanitizer; print(find_sanitizer() or \"\")'); \
     [ -n \"\$S\" ] || { echo 'no compute-sanitizer'; exit 1; }; rc=0; \
     for tool in memcheck racecheck synccheck; do echo \"--- \$tool\"; \
       \$S --tool \$tool --error-exitcode 99 --kernel-name kns=attention_hopper_fwd python '$OUT/sanitize_case.py' 2>&1 | tail -n 12; \
       r=\${PIPESTATUS[0]}; echo \"--- \$tool exit \$r\"; [ \$r -ne 0 ] && rc=\$r; done; exit \$rc"
+step 05_sanitizer 75 0 "$SANITIZE"
+[ "$OVERLAP" != 0 ] && step 05o_sanitizer_overlap 75 0 "export AH_SMOKE_OVERLAP=1; $SANITIZE"
 # 6. MUST_FAIL=1: the known-wrong kernels (tests/week4/wrong/attention_hopper_forward.py) must fail their tests;
 #    each builds its own extension (about a minute), so raise the budget: BUDGET_S=600 MUST_FAIL=1. One of them
 #    (a ring slot released before the wgmma wait) is a race: its verdict says how reliably the tests see it.

@@ -4,10 +4,11 @@ On an H100/H200: o and lse against `attention_reference` (float64) within the el
 `attention_error_bounds` (attention/naive.py's error model: fp32 scores, P rounded to the input
 dtype before P V, the final rounding; the kernel computes exactly that), written into poisoned
 (NaN) outputs so an element the kernel forgets fails. Lengths 1, 63, 129, 1000 are ragged against
-the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves).
+the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves). The main checks run on
+both builds: the default and -DAH_INTRA_OVERLAP=1 (overlap=True), which must also give the default's bits.
 
-Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a build
-(nvcc needs no GPU), the SASS where cuobjdump is installed, the fake implementation under
+Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a builds
+(nvcc needs no GPU; no wgmma serialised), the SASS where cuobjdump is installed, the fake implementation under
 torch.compile(fullgraph=True) and on meta tensors, the autograd plumbing to the backward module,
 the refusals (CPU, other GPUs) naming the fallback, and bad input refused before any launch.
 """
@@ -38,13 +39,16 @@ hopper = pytest.mark.skipif(not HOPPER, reason="the attention_hopper rung needs 
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in hp.DTYPES]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
+# The two builds: the default, and -DAH_INTRA_OVERLAP=1 (overlap=True: the softmax of key tile j under the
+# warpgroup's own P V wgmma of tile j - 1), each its own extension.
+BUILDS = [pytest.param(False, id="default"), pytest.param(True, id="overlap")]
 
 
-def check(B, H, Sq, Sk, D, dtype, causal, scale=None):
+def check(B, H, Sq, Sk, D, dtype, causal, scale=None, overlap=False):
     q, k, v = qkv(B, H, Sq, Sk, D, dtype)
     out = poisoned((B, H, Sq, D), dtype, DEVICE)
     lse = poisoned((B, H, Sq), torch.float32, DEVICE)
-    got, got_lse = hp.attention_hopper_forward(q, k, v, causal, scale, out=out, lse=lse)
+    got, got_lse = hp.attention_hopper_forward(q, k, v, causal, scale, out=out, lse=lse, overlap=overlap)
     assert got is out and got_lse is lse, "the launcher must write into the `out` and `lse` it was given"
     want, want_lse = an.attention_reference(q, k, v, causal, scale, return_lse=True)
     bounds = an.attention_error_bounds(q, k, v, None, causal, scale)
@@ -60,17 +64,19 @@ def check(B, H, Sq, Sk, D, dtype, causal, scale=None):
 @pytest.mark.parametrize("causal", MASKS)
 @pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
 @pytest.mark.parametrize("seq", [1, 63, 128, 129, 1000])
-def test_matches_float64(seq, head_dim, causal, dtype):
-    check(1, 2, seq, seq, head_dim, dtype, causal)
+@pytest.mark.parametrize("overlap", BUILDS)
+def test_matches_float64(overlap, seq, head_dim, causal, dtype):
+    check(1, 2, seq, seq, head_dim, dtype, causal, overlap=overlap)
 
 
 @gpu
 @hopper
 @pytest.mark.parametrize("causal", MASKS)
 @pytest.mark.parametrize("seq_q, seq_k", [(20, 45), (300, 129), (129, 300), (1, 257)])
-def test_different_query_and_key_lengths(seq_q, seq_k, causal):
+@pytest.mark.parametrize("overlap", BUILDS)
+def test_different_query_and_key_lengths(overlap, seq_q, seq_k, causal):
     # Top-left causal: query i sees keys 0..i; with Sq > Sk the last rows see every key.
-    check(2, 1, seq_q, seq_k, 64, torch.bfloat16, causal)
+    check(2, 1, seq_q, seq_k, 64, torch.bfloat16, causal, overlap=overlap)
 
 
 @gpu
@@ -138,12 +144,14 @@ def test_heads_do_not_leak_into_each_other():
 
 @gpu
 @hopper
-def test_same_answer_twice():
-    # A ring slot refilled too early, or a ping-pong turn taken out of order, changes results run to run.
+@pytest.mark.parametrize("overlap", BUILDS)
+def test_same_answer_twice(overlap):
+    # A ring slot refilled too early, a ping-pong turn taken out of order, or (overlap) P or O touched
+    # under the running P V wgmma, changes results run to run.
     q, k, v = qkv(2, 8, 1536, 1536, 128, torch.bfloat16)
-    first = hp.attention_hopper(q, k, v, True)
+    first = hp.attention_hopper_forward(q, k, v, True, overlap=overlap)[0]
     for _ in range(3):
-        assert torch.equal(hp.attention_hopper(q, k, v, True), first)
+        assert torch.equal(hp.attention_hopper_forward(q, k, v, True, overlap=overlap)[0], first)
 
 
 @gpu
@@ -156,6 +164,19 @@ def test_without_pingpong_same_bits(head_dim):
     for causal in (False, True):
         want = hp.attention_hopper_forward(q, k, v, causal)
         got = hp.attention_hopper_forward(q, k, v, causal, pingpong=False)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
+def test_overlap_same_bits(head_dim):
+    # The overlap moves the wait for P V after the softmax of the next tile; every multiply and add is the
+    # same, in the same order (O is rescaled by the same alpha after the wait): the same bits.
+    q, k, v = qkv(2, 3, 700, 700, head_dim, torch.bfloat16)
+    for causal in (False, True):
+        want = hp.attention_hopper_forward(q, k, v, causal)
+        got = hp.attention_hopper_forward(q, k, v, causal, overlap=True)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
@@ -207,13 +228,59 @@ def test_ptx_has_the_fa3_pieces(ptx):
 
 
 @nvcc
-@pytest.mark.parametrize("pingpong", [True, False], ids=["pingpong", "no_pingpong"])
-def test_sm90a_build_does_not_spill(pingpong, tmp_path):
-    built = subprocess.run(hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong) + ["-Xptxas", "-v"],
-                           capture_output=True, text=True)
+@pytest.mark.parametrize("pingpong, overlap", [(True, False), (False, False), (True, True)],
+                         ids=["pingpong", "no_pingpong", "overlap"])
+def test_sm90a_build_does_not_spill(pingpong, overlap, tmp_path):
+    """No spills, and no wgmma serialised: ptxas reports it (C7514 and kin, 'wgmma.mma_async instructions are
+    serialized') as info, not as a warning, when an ordinary instruction touches a register of a wgmma
+    before its wait_group, e.g. the overlap's softmax reading S before S's group is waited; it then waits
+    after every wgmma, which is correct and slow (-Werror does not catch an info line: this does)."""
+    command = hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong, overlap=overlap)
+    built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", built.stderr)
     assert len(spills) == 4 and all(s == ("0", "0") for s in spills), built.stderr
+    assert "serialized" not in built.stderr, built.stderr
+
+
+def test_overlap_is_a_flag_of_its_own_build():
+    assert hp.nvcc_flags() == hp.NVCC_FLAGS and "-DAH_INTRA_OVERLAP=1" in hp.nvcc_flags(overlap=True)
+    assert hp.namespace(overlap=True) != hp.namespace()
+    with pytest.raises(TypeError, match="overlap must be a bool"):
+        hp.nvcc_flags(overlap="yes")
+
+
+@nvcc
+def test_overlap_ptx_waits_for_s_alone(tmp_path):
+    """The overlap build commits S = Q K^T and P V as two groups and waits for S alone (wait_group 1)
+    before the softmax; the default waits for both at once (wait_group 0 only)."""
+    texts = {}
+    for overlap in (False, True):
+        path = tmp_path / f"{overlap}.ptx"
+        command = hp.nvcc_command(path, runtime.nvcc_path(), overlap=overlap)
+        command[command.index("-cubin")] = "-ptx"
+        built = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert built.returncode == 0, built.stderr
+        texts[overlap] = path.read_text()
+    assert "wgmma.wait_group.sync.aligned 1" not in texts[False]
+    for body in re.split(r"\.entry ", texts[True])[1:]:
+        assert body.count("wgmma.wait_group.sync.aligned 1") == 1, "one wait for S alone: the middle phase's"
+
+
+@nvcc
+@pytest.mark.skipif(shutil.which("cuobjdump") is None, reason="cuobjdump (CUDA toolkit's binary utilities) is not installed")
+def test_overlap_sass_runs_the_softmax_between_the_waits(tmp_path):
+    """In the SASS of the overlap build the exponentials of the middle phase sit between the wait for S
+    (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for P V (0x0): ptxas kept the overlap."""
+    cubin = tmp_path / "overlap.cubin"
+    built = subprocess.run(hp.nvcc_command(cubin, runtime.nvcc_path(), overlap=True), capture_output=True, text=True,
+                           check=False)
+    assert built.returncode == 0, built.stderr
+    sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    for kernel in re.split(r"Function : ", sass)[1:]:
+        between = re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1(.*?)WARPGROUP\.DEPBAR\.LE gsb0, 0x0", kernel, re.DOTALL)
+        assert between and between.group(1).count("MUFU.EX2") >= 64, \
+            "the softmax is not under the P V wgmma (or not implemented yet: the online softmax is a hole of the exercise)"
 
 
 @nvcc
@@ -316,10 +383,12 @@ def bad_inputs():
     yield "scale str", TypeError, "scale must be a float", lambda: (ok(), ok(), ok(), {"scale": "0.1"})
 
 
-def test_rejects_a_pingpong_that_is_not_a_bool():
+@pytest.mark.parametrize("flag", ["pingpong", "overlap"])
+def test_rejects_a_build_flag_that_is_not_a_bool(flag, monkeypatch):
+    monkeypatch.setattr(hp, "launch", lambda *args: pytest.fail("launched despite a bad flag"))
     q, k, v = (torch.zeros(1, 2, 8, 64, dtype=torch.float16) for _ in range(3))
-    with pytest.raises(TypeError, match="pingpong must be a bool"):
-        hp.attention_hopper_forward(q, k, v, pingpong=0)
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        hp.attention_hopper_forward(q, k, v, **{flag: 0})
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])

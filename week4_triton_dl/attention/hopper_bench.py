@@ -10,6 +10,8 @@ Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
 * triton: week4_triton_dl.attention.flash_attention, the public Triton op (its dispatch picks the
           rung and tile for this GPU);
 * hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung (kernels/attention_hopper_forward.cu);
+* hopper_overlap: the same kernel built with the intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1: each
+          consumer's softmax of key tile j under its own P V wgmma of tile j - 1), a row beside hopper;
 * hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking.
 
 Sizes as FlashAttention-3's paper measures them (arXiv:2407.08608, section 4.1): head dim 128,
@@ -61,10 +63,12 @@ VARIANTS = {
     "torch": _sdpa_cudnn,
     "triton": lambda q, k, v, causal: flash_attention(q, k, v, causal),
     "hopper": lambda q, k, v, causal: attention_hopper(q, k, v, causal),
+    # The A/B of the intra-warpgroup overlap (a second build, -DAH_INTRA_OVERLAP=1): timed by default.
+    "hopper_overlap": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, overlap=True)[0],
     # The A/B of the ping-pong (a second build, -DAH_PINGPONG=0): only when asked with --variants.
     "hopper_no_pingpong": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, pingpong=False)[0],
 }
-DEFAULT_VARIANTS = ("torch", "triton", "hopper")
+DEFAULT_VARIANTS = ("torch", "triton", "hopper", "hopper_overlap")
 
 
 def size_label(size, dtype) -> str:
@@ -119,6 +123,9 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
             row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
         if label == "hopper" and diff is not None:
             row["max_abs_diff_vs_torch"] = diff
+        if label == "hopper_overlap" and "hopper" in timed.ms:  # > 1: the overlap build is the faster
+            ratio, low, high = timed.ratio_range("hopper_overlap", "hopper")
+            row.update(speedup_vs_hopper=ratio, speedup_vs_hopper_min=low, speedup_vs_hopper_max=high)
         rows.append(row)
     return rows
 
@@ -153,7 +160,9 @@ def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: d
              f"{', '.join(variants)} once in turn (torch = SDPA's cuDNN backend; CUDA events, median of "
              f"~{rep_ms:.0f} ms of launches); ms = median over rounds; vs cuDNN = median over rounds of "
              "(cuDNN ms / variant ms) in the same round; max_abs_diff_vs_torch in the json: one call of "
-             "hopper against cuDNN")
+             "hopper against cuDNN; hopper_overlap = the same kernel built with -DAH_INTRA_OVERLAP=1 (the softmax of "
+             "key tile j under the warpgroup's own P V of tile j - 1), its speedup_vs_hopper (json) = median over rounds "
+             "of (hopper ms / hopper_overlap ms) in the same round")
     if dropped:
         notes += "; left out: " + "; ".join(dropped)
     return {
@@ -178,7 +187,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS),
-                        help="what to time (torch, the baseline, always; hopper_no_pingpong: the A/B of the ping-pong)")
+                        help="what to time (torch, the baseline, always; hopper_overlap: the A/B of the intra-warpgroup "
+                             "overlap; hopper_no_pingpong: the A/B of the ping-pong)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}

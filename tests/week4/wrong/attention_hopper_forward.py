@@ -14,6 +14,10 @@ before the wgmma still reading it has finished depends on timing. The selected t
 (the lengths of 8 and 17 key tiles, and a same-bits-four-times check at 12 tiles x 16 (batch, head) pairs x
 12 query tiles): the ring slot of V is refilled while the second warpgroup's P V, queued behind its own
 S = Q K^T and the other warpgroup's GEMMs, has yet to read it. Only a GPU run says how reliably.
+
+The selections leave out the overlap build's tests (-DAH_INTRA_OVERLAP=1, `-k overlap`): its middle phase is
+given code, not a hole, so no fixture may be planted there (classroom/must_fail.py: a learner never writes it);
+tests/week4/test_attention_hopper_forward_protocol.py's model plants its wrong orders instead.
 """
 from classroom.must_fail import Wrong
 
@@ -48,18 +52,18 @@ WRONG = [
           "the slot (a race: only a GPU shows it, as wrong or run-to-run different results)",
           old=_WAIT + _RELEASE, new=_RELEASE + _WAIT,
           expect=r"elements differ|torch\.equal",
-          tests=("-k", "(test_matches_float64 and 1000) or test_explicit_scale_and_long_sequence "
-                       "or test_same_answer_twice"), gpu=True),
+          tests=("-k", "((test_matches_float64 and 1000) or test_explicit_scale_and_long_sequence "
+                       "or test_same_answer_twice) and not overlap"), gpu=True),
     Wrong("output_not_rescaled",
           "O += P V accumulated under the old running max: alpha = 2^(m_old - m_new) rescales the row sum l "
           "but not the O registers, so every row whose max grows in a later key tile is off",
           old=_RESCALE, new="",
           expect=r"out \(in units of its error bound\).*elements differ",
-          tests=("-k", "test_matches_float64 and 1000"), gpu=True),
+          tests=("-k", "test_matches_float64 and 1000 and not overlap"), gpu=True),
     Wrong("causal_mask_hides_the_diagonal",
           "key >= query masked: each query loses its own key (the diagonal of the causal mask off by one): "
           "query 0 sees no key at all (0 / 0), every other row's softmax is off",
           old="(causal && col > row0 + 8 * h)) s[", new="(causal && col >= row0 + 8 * h)) s[",
           expect=r"out \(in units of its error bound\).*elements differ",
-          tests=("-k", "test_matches_float64 and causal and 129"), gpu=True),
+          tests=("-k", "test_matches_float64 and causal and 129 and not overlap"), gpu=True),
 ]

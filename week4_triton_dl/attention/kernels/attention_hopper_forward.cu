@@ -42,6 +42,25 @@
 // Warpgroup 2 starts by giving warpgroup 1 the first turn, and skips its hand-over after its last
 // phase, so every bar.sync meets exactly one bar.arrive and no barrier is left half-arrived at exit.
 //
+// ---- The intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1, hopper.py's overlap=True; off by default) -------
+// The ping-pong hides one warpgroup's softmax behind the other's GEMMs; FA3 (section 3.2) also hides it
+// behind the warpgroup's OWN P V. A phase commits S = Q K^T of tile j and O += P V of tile j-1 as two
+// groups, S first; wgmma.wait_group 1 then waits for S alone, and the softmax of tile j runs while the
+// tensor cores still do P V of j-1:
+//     default: [S_j, PV_j-1] ---- wait both ---- softmax_j ---------------- (next turn)
+//     overlap: [S_j, PV_j-1] -- wait S -- softmax_j (under PV_j-1) -- wait PV -- rescale O, pack P_j
+// so the softmax starts a P V earlier and the next turn comes sooner. The P V wgmma reads p and writes
+// o until it completes, so neither may be touched before wait_group 0 (the PTX ISA: undefined): the
+// softmax computes alpha into a stand-in of ones (ah_phase), O is rescaled by it and P packed after the
+// wait. Same operations in the same order: the same bits as the default (the tests compare them).
+// Register cost: p (32) and the two alphas stay live through the softmax, where the default lets
+// its temporaries reuse p. With nvcc 13.0 the highest register of the consumers' SASS goes from
+// R197 to R217 at D = 128 and from R178 to R187 at D = 64, of setmaxnreg's 232 (ptxas -v reports the
+// launch bound's 168, not this; the GPU check's first step prints both), no spills. ptxas keeps the
+// overlap: MUFU.EX2 sits between the two waits. Had it found a register of a pending wgmma touched, it
+// would wait after every wgmma instead, saying so in an info line, not a warning (the tests look for
+// it). Unmeasured on a GPU as yet: tools/gpu_attention_hopper_check.sh times it beside the default.
+//
 // ---- The online softmax, base 2 ----------------------------------------------------------------------
 // c = scale * log2(e) is folded into one multiply: p = 2^(s c - m) with m the running max of s c,
 // one FFMA and one MUFU.EX2 per score. lse = (m + log2 l) ln 2 (natural log: what the backward and
@@ -57,8 +76,8 @@
 // NaN of another head through P V.
 //
 // ---- What this rung leaves out (FA3 has them) -----------------------------------------------------------
-// intra-warpgroup overlap (the softmax of tile j overlapping this warpgroup's own P V of tile j-1:
-// needs a second P in registers), a persistent grid with a tile scheduler, the O epilogue through
+// the intra-warpgroup overlap in the default build (it is the A/B above until a GPU has run it), a
+// persistent grid with a tile scheduler, the O epilogue through
 // shared memory and a TMA store (O is stored here straight from registers, 4 bytes per thread),
 // fp8, and larger key tiles for D = 64. Correctness of every barrier first; those are next steps.
 //
@@ -82,6 +101,9 @@
 #ifndef AH_PINGPONG
 #define AH_PINGPONG 1          // -DAH_PINGPONG=0: the consumers issue whenever ready (the A/B of the ping-pong)
 #endif
+#ifndef AH_INTRA_OVERLAP
+#define AH_INTRA_OVERLAP 0     // -DAH_INTRA_OVERLAP=1: the softmax of tile j under this warpgroup's own P V of j-1
+#endif
 
 template <int D>
 struct AhShape {
@@ -96,9 +118,10 @@ static_assert(AH_BM == 128 && AH_BN == 128, "the wgmma shapes below are m64n128 
 // One tile's online-softmax step for this thread's 2 rows (h = 0, 1): mask (MASK), running max m,
 // P = 2^(S c - m) packed into the A registers of P V, alpha rescales l and O.
 // s[4j + 2h + e]: row row0 + 8h, column n0 + 8j + 2(lane % 4) + e, j = 0 .. 15.
+// `o` is the accumulator alpha rescales: O itself, or (the overlap build) a stand-in (ah_phase says why).
 template <typename T, int D, bool MASK>
-__device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], uint32_t (&p)[32], float (&m)[2],
-                                           float (&l)[2], float c, int row0, int col0, int seq_k, bool causal)
+__device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], float (&m)[2], float (&l)[2], float c,
+                                           int row0, int col0, int seq_k, bool causal)
 {
     // BEGIN EXERCISE: the mask of a tile that needs one (MASK): every score s[4j + 2h + e] of a key past
     //   Sk, or (causal) of a key after this row's query, becomes -inf, by a select (not an add)
@@ -162,11 +185,36 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], ui
         }
         // END EXERCISE
     }
-    // Pack P for the RS wgmma: k step t (keys 16t .. 16t+15) takes s[8t .. 8t+7] as
-    // {row, cols 2q..}, {row+8, cols 2q..}, {row, cols 8+2q..}, {row+8, cols 8+2q..}: the
-    // m16k16 A fragment of each warp, rounded to the input type (as the Triton kernel rounds P).
+}
+
+// Pack P for the RS wgmma: k step t (keys 16t .. 16t+15) takes s[8t .. 8t+7] as
+// {row, cols 2q..}, {row+8, cols 2q..}, {row, cols 8+2q..}, {row+8, cols 8+2q..}: the
+// m16k16 A fragment of each warp, rounded to the input type (as the Triton kernel rounds P).
+template <typename T>
+__device__ __forceinline__ void ah_pack_p(const float (&s)[64], uint32_t (&p)[32])
+{
 #pragma unroll
     for (int i = 0; i < 32; ++i) p[i] = ah_pack(s[2 * i], s[2 * i + 1], T());
+}
+
+// The softmax of tile `it` (this warpgroup's rows) on the scores in s: a mask only where the tile
+// runs past Sk, or (causal) crosses this warpgroup's diagonal. PACK: P packed into p in each branch
+// (the default build; the overlap build packs later, after the wait for the P V that reads p).
+template <typename T, int D, bool PACK>
+__device__ __forceinline__ void ah_softmax_tile(int it, int wg, int lane, int row0, int m0, int seq_k, int causal,
+                                                float c, float (&s)[64], float (&o)[D / 2], uint32_t (&p)[32],
+                                                float (&m)[2], float (&l)[2])
+{
+    const int n0 = it * AH_BN;
+    const int col0 = n0 + 2 * (lane % 4);
+    const bool mask = n0 + AH_BN > seq_k || (causal && n0 + AH_BN - 1 > m0 + 64 * wg);
+    if (mask) {
+        ah_softmax<T, D, true>(s, o, m, l, c, row0, col0, seq_k, causal);
+        if (PACK) ah_pack_p<T>(s, p);
+    } else {
+        ah_softmax<T, D, false>(s, o, m, l, c, row0, col0, seq_k, causal);
+        if (PACK) ah_pack_p<T>(s, p);
+    }
 }
 
 // One GEMM phase of a consumer warpgroup and the softmax after it (the header's ping-pong):
@@ -180,6 +228,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
                                          uint64_t* empty_k, uint64_t* empty_v)
 {
     constexpr int TILE = AhShape<D>::TILE_BYTES;
+    constexpr bool OVERLAP = AH_INTRA_OVERLAP && HAS_S && HAS_PV;  // the first and last phases have one GEMM
     const uint32_t my_turn = 1 + wg, their_turn = 2 - wg;  // named barrier ids (0 is __syncthreads')
     const int s_slot = it % AH_STAGES, pv_slot = (it + AH_STAGES - 1) % AH_STAGES;
     if (HAS_S) ah_mbar_wait(&full_k[s_slot], (it / AH_STAGES) & 1);
@@ -199,6 +248,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
             ah_mma_ss_n128<T>(s, ah_desc(q_base + off, 16, 1024), ah_desc(k_base + off, 16, 1024), kk > 0);
         }
     }
+    if (OVERLAP) ah_wgmma_commit();  // S in a group of its own: wait<1> below waits for it alone
     if (HAS_PV) {
         const uint32_t v_base = ah_smem(v_slots + pv_slot * TILE);
 #pragma unroll
@@ -212,6 +262,28 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     ah_wgmma_commit();
     // Hand the turn over, except warpgroup 2 after its last phase (the header: no half-arrived barrier).
     if (AH_PINGPONG && (HAS_S || wg == 0)) ah_bar_arrive(their_turn, 256);
+    if (OVERLAP) {
+        // The header's intra-warpgroup overlap: S (the older group) is waited alone, its softmax runs
+        // while the P V group still reads p and writes o. Neither is touched before wait<0>: the
+        // exercise's softmax rescales a stand-in of ones instead of O (1 * alpha folds to alpha: two
+        // registers, not D / 2), and P is packed only after the wait (the model of
+        // tests/week4/test_attention_hopper_forward_protocol.py plants both mistakes).
+        ah_wgmma_wait<1>();
+        ah_fence_regs(s);
+        if (lane == 0) ah_mbar_arrive(&empty_k[s_slot]);  // S = Q K^T has read its K slot
+        float alpha[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) alpha[i] = 1.0f;
+        ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k, causal, c, s, alpha, p, m, l);
+        ah_wgmma_wait<0>();
+        ah_fence_regs(o);
+        ah_fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
+        if (lane == 0) ah_mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[i];
+        ah_pack_p<T>(s, p);
+        return;
+    }
     // BEGIN EXERCISE: wait for this phase's wgmmas (S and O are in registers only then: fence them), then
     //   give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the producer
     // HINT: wgmma is asynchronous: after the commit the tensor cores may still be reading the slots.
@@ -233,12 +305,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     }
     // END EXERCISE
     if (HAS_S) {
-        const int n0 = it * AH_BN;
-        const int col0 = n0 + 2 * (lane % 4);
-        // A mask where the tile runs past Sk, or (causal) crosses this warpgroup's diagonal.
-        const bool mask = n0 + AH_BN > seq_k || (causal && n0 + AH_BN - 1 > m0 + 64 * wg);
-        if (mask) ah_softmax<T, D, true>(s, o, p, m, l, c, row0, col0, seq_k, causal);
-        else ah_softmax<T, D, false>(s, o, p, m, l, c, row0, col0, seq_k, causal);
+        ah_softmax_tile<T, D, true>(it, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l);
     }
 }
 #endif
