@@ -7,23 +7,26 @@ for (64, causal), so `fast` does NOT run the Hopper CUDA C kernel; its backward 
 To show what the attention contributes to the whole step, three siblings of `fast` change the attention
 and nothing else:
 
-    ops name            attention (forward + backward)                              where
-    sdpa_attention      torch's SDPA, the twin's (torch picks its backend)           anywhere
-    triton_attention    week 4's op forced to flash_blocked (Triton fwd + Triton bwd) anywhere (Triton)
-    hopper_attention    week 4's CUDA C FA3-style kernels, hopper.py + hopper_backward.py   sm_90a only
+    ops name            attention (forward + backward)                                   where
+    sdpa_attention      torch's SDPA, the twin's (torch picks its backend)                anywhere
+    triton_attention    week 4's op forced to flash_blocked (Triton fwd + Triton bwd)     anywhere
+    hopper_attention    week 4's CUDA C FA3-style kernels (hopper.py, hopper_backward.py)  sm_90a only
 
 `describe` names the attention a model runs at a shape (the rule's pick for `fast`, read from the
 dispatch itself), so every row of capstone.measure says which attention it timed.
 
 The Hopper adapter (`hopper_attention`), beyond calling week 4's op:
-* layout. The kernels read q, k, v (and dO) as dense (B, H, S, D) blocks through TMA tensor maps; the
-  model's q, k, v are views of the one QKV projection (v a transposed view, strides (3C T, Dh, 3C, 1)).
-  So the adapter makes them contiguous: 3 copies of B T C 16-bit values forward (read + write, ~75 MB a
-  layer, ~25 us at ~3 TB/s) and dO's copy backward, ~0.4 ms a step over 12 layers that the Triton kernel
-  (any strides) never pays. It is part of what the row measures: the kernel as the model must call it.
-* dtype. Week 4's kernels take fp16/bf16 only. Under autocast the model's q, k, v are already the
-  autocast dtype (they come out of the QKV linear); without autocast an fp32 model is refused (TypeError
-  naming the fix) before any launch, as SDPA under autocast would have cast and a custom op cannot.
+* layout. The kernels read q, k, v (and dO) as dense (B, H, S, D) blocks through TMA tensor maps. In the
+  model q and k come dense out of the fused RoPE kernel, but v is a transposed view of the one QKV
+  projection (strides (3C T, Dh, 3C, 1)), and dO arrives as the transpose of the (B, T, C) gradient. So
+  the adapter copies v forward and the op copies dO backward: read + write of B T C 16-bit values each,
+  ~25 MB a layer at the capstone's shape, ~2 x 8 us at ~3 TB/s, ~0.2 ms a step over 12 layers that the
+  Triton kernel (any strides) never pays. It is part of what the row measures: the kernel as the model
+  must call it. (`.contiguous()` is free where a tensor is already dense.)
+* dtype. Week 4's kernels take fp16/bf16 only. Under autocast the model's q, k, v already are the
+  autocast dtype (they come out of the QKV linear), and wider ones are cast to it (what SDPA does under
+  autocast; a custom op gets no autocast rule); without autocast an fp32 model is refused (TypeError
+  naming the fix) before any launch.
 * torch.compile. Week 4's op `course_attention_hopper::forward` is traceable, but its autograd formula
   calls `attention_hopper_backward` directly, whose Python encodes the TMA tensor maps from data
   pointers: AOTAutograd traces the backward with fake tensors and fails ("Cannot access data pointer of

@@ -137,7 +137,7 @@ def test_hopper_attention_says_why_it_cannot_run(capability, on_gpu, missing, wa
 # ------------------------------------------------------------------------------------ the Hopper adapter
 def test_hopper_adapter_on_the_models_views_matches_float64(stand_ins):
     """Eager: week 4's op (forward and its autograd's backward) on the model's strided views, made dense."""
-    qkv, q, k, v = model_qkv()
+    _, q, k, v = model_qkv()
     out = ao.hopper_attention(q, k, v, True)
     do = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE, torch.bfloat16)
     grads = torch.autograd.grad(out, (q, k, v), do)
@@ -153,7 +153,7 @@ def test_hopper_adapter_compiles_with_its_backward(stand_ins):
     opaque node (week 4's own autograd formula cannot be traced: its Python reads data pointers). Same
     bits as eager: the same stand-ins run either way."""
     torch._dynamo.reset()
-    qkv, q, k, v = model_qkv(seed=2)
+    qkv, q, _, _ = model_qkv(seed=2)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3)).to(DEVICE, torch.bfloat16)
 
     def loss(qkv_):
