@@ -15,7 +15,10 @@ order of what the README needs most, each stopped when the time budget (`--budge
    then the fused GEMMs of issue 32 (week 4's fused_linear), one fusion a rung: +swiglu_gemm ->
    +residual_gemm -> +norm_gemm (compiled too: fused_gemms+compile[+cudagraphs]), and the same SwiGLU and
    residual fusions on week 1's CUDA C wgmma kernels, compiled (wgmma_gemms+compile[+cudagraphs]; sm_90a
-   only: elsewhere their rows are skipped with the reason),
+   only: elsewhere their rows are skipped with the reason), the attention isolated (issue 33): fast with its
+   attention forced to SDPA, to week 4's Triton kernel, or to week 4's CUDA C Hopper kernels, forward and
+   backward (sdpa_attention, triton_attention, hopper_attention[+compile[+cudagraphs]]; Hopper: sm_90a
+   only, skipped elsewhere with the reason; every row names the attention it ran),
    then the twin under torch.compile (the bar a practitioner would pick instead) and the fast
    model under torch.compile (compiling what the kernels leave: residual adds, the embedding,
    the optimizer is not compiled). Median of `steps` CUDA-event-timed steps after `warmup`.
@@ -23,8 +26,8 @@ order of what the README needs most, each stopped when the time budget (`--budge
 2. decode: greedy decode tokens/s at ~1k context (prompt 960, 64 new tokens), batch 1 and 8:
    the no-cache eager loop of the twin (the baseline), then the fast model with the KV cache
    (eager) and with the KV cache + CUDA graph (week 5's StaticDecoder), bf16 weights.
-3. loss: 200 steps of the eager twin, the fast model and the fused GEMMs' models (Triton; CUDA C on sm_90a),
-   same seed and batches, at batch
+3. loss: 200 steps of the eager twin, the fast model, the fused GEMMs' models (Triton; CUDA C on sm_90a) and
+   the Hopper attention's (sm_90a), same seed and batches, at batch
    4 x 1024 (half the throughput batch, to keep this phase near 10 s): the loss curves, their
    largest difference, and whether it is within the tolerance stated in `LOSS_TOLERANCE`.
 
@@ -50,6 +53,7 @@ from pathlib import Path
 import torch
 
 from course import bench, runtime
+from capstone import attention_ops
 from capstone import model as cm
 from capstone import wgmma_ops
 from capstone.step_profile import profile_steps
@@ -127,20 +131,44 @@ def train_variants() -> list[tuple[str, object, bool]]:
     # the reason: WGMMA_VARIANTS), compiled the same two ways.
     wgmma = cm.wgmma_gemm_ops()
     variants += [("wgmma_gemms+compile", wgmma, True), ("wgmma_gemms+compile+cudagraphs", wgmma, "reduce-overhead")]
+    # The attention isolated (issue 33): fast with its attention forced, nothing else changed, each read against
+    # fast (READ_AGAINST); the Hopper kernels compiled too (sm_90a; skipped elsewhere: HOPPER_ATTENTION_VARIANTS).
+    variants += [(f"{kind}_attention", cm.attention_ops(kind), False) for kind in attention_ops.KINDS]
+    hopper = cm.attention_ops("hopper")
+    variants += [("hopper_attention+compile", hopper, True),
+                 ("hopper_attention+compile+cudagraphs", hopper, "reduce-overhead")]
     return variants
 
 
 # The eager ladder's rows (capstone/model.py's LADDER, in order): the rung named "+fused_ce" is `fast`.
 LADDER_NAMES = ["torch", "+flash_attention", "+fused_norm_rope_swiglu", "fast", "+swiglu_gemm", "+residual_gemm",
                 "+norm_gemm"]
-# Each compiled variant, the one it is one step after ("vs previous rung").
-COMPILED_AFTER = {"fast+compile": "fast", "fast+compile+cudagraphs": "fast+compile",
-                  "fused_gemms+compile": "+norm_gemm", "fused_gemms+compile+cudagraphs": "fused_gemms+compile",
-                  # week 1's GEMMs have no eager rung: their compiled rows are read against fast's, mode for mode
-                  "wgmma_gemms+compile": "fast+compile", "wgmma_gemms+compile+cudagraphs": "fast+compile+cudagraphs"}
+# Each variant off the eager ladder, the row it is read against ("vs previous rung"): a compiled variant, the
+# one it is one step after; a sibling of fast (wgmma_gemms, the *_attention rows), fast in the same mode.
+READ_AGAINST = {"fast+compile": "fast", "fast+compile+cudagraphs": "fast+compile",
+                "fused_gemms+compile": "+norm_gemm", "fused_gemms+compile+cudagraphs": "fused_gemms+compile",
+                # week 1's GEMMs have no eager rung: their compiled rows are read against fast's, mode for mode
+                "wgmma_gemms+compile": "fast+compile", "wgmma_gemms+compile+cudagraphs": "fast+compile+cudagraphs",
+                # the attention alone changed: each attention against fast's (the dispatch rule's pick), mode for mode
+                "sdpa_attention": "fast", "triton_attention": "fast", "hopper_attention": "fast",
+                "hopper_attention+compile": "fast+compile",
+                "hopper_attention+compile+cudagraphs": "fast+compile+cudagraphs"}
 # Variants on week 1's sm_90a kernels: where wgmma_ops.unsupported() gives a reason, their row is skipped
 # with it (never run on another kernel in their name).
 WGMMA_VARIANTS = ("wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs")
+# Variants on week 4's sm_90a attention kernels: the same rule with attention_ops.unsupported().
+HOPPER_ATTENTION_VARIANTS = ("hopper_attention", "hopper_attention+compile", "hopper_attention+compile+cudagraphs")
+
+
+def refusal(name: str) -> str | None:
+    """Why this machine cannot run variant (or loss curve) `name`'s sm_90a kernels; None: it can, or it has none."""
+    if name in WGMMA_VARIANTS or name == "wgmma_gemms":
+        return wgmma_ops.unsupported()
+    if name in HOPPER_ATTENTION_VARIANTS:
+        return attention_ops.unsupported()
+    return None
+
+
 TRAINER_OPTIONS = {"fast, one-thread backward": {"autograd_threads": False}}
 
 
@@ -178,20 +206,28 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
     tokens = p["batch"] * p["seq_len"]
     flops = m.flops_per_token(cfg, context=p["seq_len"]) * tokens
     size = f"{cm.count_parameters(cfg) / 1e6:.3g}M, B={p['batch']} x T={p['seq_len']}"
+    # The attention each row runs, named in its row (issue 33): asked once per kind of attention, at the step's
+    # shape and dtype (bf16 under the GPU's autocast).
+    shape = (p["batch"], cfg.n_heads, p["seq_len"], cfg.head_dim)
+    dtype = torch.bfloat16 if runtime.on_gpu() else torch.float32
+    labels = {}
     rows = []
     for name, ops, compile in train_variants():
         if only and name not in only:
             continue
         print(f"[train] {name}", file=sys.stderr, flush=True)
-        why = wgmma_ops.unsupported() if name in WGMMA_VARIANTS else None
+        if ops.attention not in labels:
+            labels[ops.attention] = attention_ops.describe(ops.attention, shape, dtype)
+        row = {"size": size, "variant": name, "attention": labels[ops.attention]}
+        why = refusal(name)
         if why is not None:
-            rows.append({"size": size, "variant": name, "skipped": why})
+            rows.append({**row, "skipped": why})
             continue
         if compile and not p["compile"]:
-            rows.append({"size": size, "variant": name, "skipped": "torch.compile is measured on the GPU only"})
+            rows.append({**row, "skipped": "torch.compile is measured on the GPU only"})
             continue
         if time.perf_counter() > deadline:
-            rows.append({"size": size, "variant": name, "skipped": "time budget spent"})
+            rows.append({**row, "skipped": "time budget spent"})
             continue
         try:
             profile = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md",
@@ -199,11 +235,10 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
             got = time_training(p, ops, compile=compile, profile_to=out / profile if profile else None, name=name)
         except Exception as error:
             traceback.print_exc()
-            rows.append({"size": size, "variant": name, "skipped": _error(error)})
+            rows.append({**row, "skipped": _error(error)})
             continue
         seconds = got["ms"] * 1e-3
-        rows.append({"size": size, "variant": name, **got, "tokens_per_s": tokens / seconds,
-                     "flops": flops, "tflops": flops / seconds / 1e12})
+        rows.append({**row, **got, "tokens_per_s": tokens / seconds, "flops": flops, "tflops": flops / seconds / 1e12})
     timed = {r["variant"]: r for r in rows if "ms" in r}
     previous = None
     for r in rows:
@@ -217,7 +252,7 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
             r["gain_vs_previous_rung"] = previous["ms"] / r["ms"]
         if r["variant"] in LADDER_NAMES:
             previous = r
-    for variant, after in COMPILED_AFTER.items():
+    for variant, after in READ_AGAINST.items():
         if variant in timed and after in timed:
             timed[variant]["gain_vs_previous_rung"] = timed[after]["ms"] / timed[variant]["ms"]
     if "torch.compile+cudagraphs" in timed:
@@ -230,9 +265,12 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
                    f"ms = median of {p['steps']} steps (CUDA events; host clock on a CPU) after {p['warmup']} warm-up steps "
                    "(Triton autotuning, compilation); vs torch = the eager twin's ms / this ms; TFLOP/s from "
                    "model.flops_per_token (6 N per token + attention); peak = torch.cuda.max_memory_allocated "
-                   "over the run (weights, AdamW state, activations)",
+                   "over the run (weights, AdamW state, activations); vs previous rung: off the eager ladder, against "
+                   "the row it is read against (a sibling of fast: fast's row of the same mode); attention: the kernels "
+                   "the row's attention ran (fast's: week 4's dispatch rule's pick at this shape)",
                    ["fast", "torch.compile", "fast+compile", "fast+compile+cudagraphs", "fused_gemms+compile",
-                    "fused_gemms+compile+cudagraphs", "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs"], rows)
+                    "fused_gemms+compile+cudagraphs", "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs",
+                    "hopper_attention", "hopper_attention+compile+cudagraphs"], rows)
 
 
 # ------------------------------------------------------------------------------ decoding
@@ -301,7 +339,8 @@ def measure_decode(p: dict, deadline: float) -> dict:
 # distance is what rounding alone does to a trajectory; the fast model is held to that as well as
 # to LOSS_TOLERANCE, which was stated before the first measurement.
 LOSS_CURVES = (("reference", "reference", False), ("fast", "fast", False), ("reference_compiled", "reference", True),
-               ("fused_gemms", "fused_gemms", False), ("wgmma_gemms", "wgmma_gemms", False))
+               ("fused_gemms", "fused_gemms", False), ("wgmma_gemms", "wgmma_gemms", False),
+               ("hopper_attention", "hopper_attention", False))
 
 
 def _moving_average(xs: list, w: int) -> list:
@@ -321,8 +360,8 @@ def curve_distance(a: list, b: list, window: int, tail: int = 50) -> dict:
 def measure_loss(p: dict, deadline: float) -> dict:
     curves = {}
     for name, ops, compile in LOSS_CURVES:
-        why = wgmma_ops.unsupported() if ops == "wgmma_gemms" else None
-        if why is not None:  # week 1's sm_90a kernels: skipped with the reason, as in the training phase
+        why = refusal(ops)
+        if why is not None:  # sm_90a kernels (week 1's GEMMs, week 4's attention): skipped with the reason, as in training
             curves[name] = {"skipped": why}
             continue
         if compile and not p["compile"]:
@@ -352,6 +391,8 @@ def measure_loss(p: dict, deadline: float) -> dict:
         result["fused_gemms"] = _held_to_twin(curves, "fused_gemms")  # the fused GEMMs' model, held the same way
     if "losses" in curves.get("reference", {}) and "losses" in curves.get("wgmma_gemms", {}):
         result["wgmma_gemms"] = _held_to_twin(curves, "wgmma_gemms")  # week 1's GEMMs, and their bf16 residual stream
+    if "losses" in curves.get("reference", {}) and "losses" in curves.get("hopper_attention", {}):
+        result["hopper_attention"] = _held_to_twin(curves, "hopper_attention")  # week 4's CUDA C attention, fwd + bwd
     return result
 
 
@@ -383,7 +424,8 @@ def plot_loss(result: dict, path: Path) -> None:
             label = {"reference": "eager twin", "fast": "fast (course kernels)",
                      "reference_compiled": "torch.compile twin (control)",
                      "fused_gemms": "fused GEMMs (fast + fused_linear)",
-                     "wgmma_gemms": "wgmma GEMMs (fast + week 1's CUDA C)"}.get(name, name)
+                     "wgmma_gemms": "wgmma GEMMs (fast + week 1's CUDA C)",
+                     "hopper_attention": "Hopper attention (fast + week 4's CUDA C)"}.get(name, name)
             ax.plot(curve["losses"], lw=0.9, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats / byte)")
@@ -398,17 +440,20 @@ def plot_loss(result: dict, path: Path) -> None:
 
 
 def _table(record: dict) -> str:
-    """The record's table with this benchmark's own columns (tokens/s, per-rung gain)."""
-    head = ["size", "variant", "ms", "tokens/s", "TFLOP/s", "peak MiB", "vs torch", "vs previous rung", "vs compiled twin",
-            "vs compiled twin, CUDA graphs"]
+    """The record's table with this benchmark's own columns (tokens/s, per-rung gain; the attention each
+    row ran, where the rows say)."""
+    named = any("attention" in r for r in record["rows"])
+    head = ["size", "variant", *(["attention"] if named else []), "ms", "tokens/s", "TFLOP/s", "peak MiB", "vs torch",
+            "vs previous rung", "vs compiled twin", "vs compiled twin, CUDA graphs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     f = bench.fmt  # a cell: "-" where a value is missing
     x = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
     for r in record["rows"]:
+        first = [str(r["size"]), r["variant"], *([r.get("attention", "-")] if named else [])]
         if "ms" not in r:
-            lines.append(f"| {r['size']} | {r['variant']} | {r.get('skipped', '')} |" + " |" * (len(head) - 3))
+            lines.append("| " + " | ".join(first) + f" | {r.get('skipped', '')} |" + " |" * (len(head) - len(first) - 1))
             continue
-        lines.append("| " + " | ".join([str(r["size"]), r["variant"], f(r["ms"], ".3f"), f(r.get("tokens_per_s"), ",.0f"),
+        lines.append("| " + " | ".join([*first, f(r["ms"], ".3f"), f(r.get("tokens_per_s"), ",.0f"),
                                         f(r.get("tflops"), ".1f"), f(r.get("peak_mib"), ",.0f"),
                                         x(r.get("speedup_vs_torch")), x(r.get("gain_vs_previous_rung")),
                                         x(r.get("speedup_vs_compile")),

@@ -22,6 +22,9 @@ the QKV and up GEMMs' prologue, the last rung being `fused_gemm_ops()` ("fused_g
 Beside that ladder, `wgmma_gemm_ops()` ("wgmma_gemms") is `fast` with the same SwiGLU and residual
 fusions on week 1's CUDA C persistent wgmma kernels (sm_90a only; no norm prologue there; the
 residual stream in bf16): capstone/wgmma_ops.py says why and what it adapts.
+Beside it too, `attention_ops(kind)` ("sdpa_attention", "triton_attention", "hopper_attention") is `fast`
+with its attention forced to torch's SDPA, week 4's Triton kernel, or week 4's CUDA C Hopper kernels
+(sm_90a): the attention's share of the step, one choice at a time (capstone/attention_ops.py).
 
 Vocabulary. The corpus is generated text tokenized as bytes (week5_integration/data.py: 256
 ids, nothing to download or train). `tiny` uses exactly those 256. `gpt2_124m` uses GPT-2's
@@ -91,6 +94,13 @@ def wgmma_gemm_ops() -> m.Ops:
     return wgmma_ops.wgmma_gemm_ops(fast_ops())
 
 
+def attention_ops(kind: str) -> m.Ops:
+    """`fast` with its attention forced to `kind`: "sdpa" (torch's), "triton" (week 4's op, flash_blocked) or
+    "hopper" (week 4's CUDA C forward and backward, sm_90a only: `attention_ops.unsupported()`)."""
+    from capstone import attention_ops as ao
+    return ao.attention_ops(fast_ops(), kind)
+
+
 # The ladder's groups, in order: each rung adds one group of fields to the one before.
 LADDER = (("+flash_attention", ("attention",)),
           ("+fused_norm_rope_swiglu", ("norm", "add_norm", "rope", "swiglu")),
@@ -113,7 +123,8 @@ def ladder() -> list[m.Ops]:
     return rungs
 
 
-OPS_NAMES = ("reference", "fast", "fused_gemms", "wgmma_gemms")
+ATTENTION_OPS = ("sdpa_attention", "triton_attention", "hopper_attention")  # attention_ops(kind): "<kind>_attention"
+OPS_NAMES = ("reference", "fast", "fused_gemms", "wgmma_gemms", *ATTENTION_OPS)
 
 
 def resolve_ops(ops: str | m.Ops) -> m.Ops:
@@ -127,6 +138,8 @@ def resolve_ops(ops: str | m.Ops) -> m.Ops:
         return fused_gemm_ops()
     if ops == "wgmma_gemms":
         return wgmma_gemm_ops()
+    if ops in ATTENTION_OPS:
+        return attention_ops(ops.removesuffix("_attention"))
     raise ValueError(f"ops must be one of {OPS_NAMES} or an Ops record, got {ops!r}")
 
 

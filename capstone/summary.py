@@ -1,7 +1,9 @@
 """The capstone's targets, each beside its measured value: summary.md, the table the README quotes.
 
 It reads the records `capstone.measure` writes (training, decode, loss curves) and the one
-`capstone.fsdp` writes (2 GPUs); a target whose record is missing says "not measured".
+`capstone.fsdp` writes (2 GPUs); a target whose record is missing says "not measured". A training row
+quoted here names the attention it ran (its record's "attention": the kernels, and for fast's, that week
+4's dispatch rule picked them), since the attention is one of the choices the rows compare (issue 33).
 """
 from __future__ import annotations
 
@@ -18,6 +20,20 @@ TARGETS = {"train_vs_eager": 2.0, "train_vs_compile": 1.25, "decode_vs_no_cache"
 # takes the faster of the two measured in that mode and names it.
 TARGETS_32 = {"vs_compile": 1.25, "vs_compile_cudagraphs": 1.15, "vs_eager": 2.0, "mfu": 0.45}
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4}
+
+
+# Issue 33: the capstone uses week 4's attention where it wins. fast runs the dispatch rule's pick; the rule is
+# right at this shape when fast is within week 4's dispatch margin (3%: the sweep names another forward only
+# past it) of the fastest of the op's rungs forced (triton_attention, hopper_attention) in the same mode.
+ATTENTION_SIBLINGS = {"fast": ("triton_attention", "hopper_attention", "sdpa_attention"),
+                      "fast+compile": ("hopper_attention+compile",),
+                      "fast+compile+cudagraphs": ("hopper_attention+compile+cudagraphs",)}
+
+
+def _named(row: dict, name: str | None = None) -> str:
+    """The row's variant (or `name`), and the attention it ran when the record says."""
+    name = row["variant"] if name is None else name
+    return f"{name} ({row['attention']})" if row.get("attention") else name
 
 
 def _peak_tflops(machine: dict) -> float | None:
@@ -38,14 +54,14 @@ def fused_gemm_rows(train: dict | None, loss: dict | None, add) -> None:
                                 ("the eager twin", best, eager, TARGETS_32["vs_eager"])):
         what = f"fused GEMMs (issue 32): training tokens/s >= {target}x {label}"
         if a and b:
-            add(what, f"{a['variant']} {a['tokens_per_s']:,.0f} vs {b['variant']} {b['tokens_per_s']:,.0f} tokens/s: "
+            add(what, f"{_named(a)} {a['tokens_per_s']:,.0f} vs {_named(b)} {b['tokens_per_s']:,.0f} tokens/s: "
                       f"{b['ms'] / a['ms']:.2f}x", b["ms"] / a["ms"] >= target)
         else:
             add(what, "not measured", None)
     peak = _peak_tflops((train or {}).get("machine", {}))
     if best and peak and best.get("tflops"):
         add(f"fused GEMMs: MFU >= {TARGETS_32['mfu']:.0%} (model FLOPs / the dense bf16 peak, {peak} TFLOP/s)",
-            f"{best['variant']} {best['tflops']:.0f} TFLOP/s: {best['tflops'] / peak:.1%}", best["tflops"] / peak >= TARGETS_32["mfu"])
+            f"{_named(best)} {best['tflops']:.0f} TFLOP/s: {best['tflops'] / peak:.1%}", best["tflops"] / peak >= TARGETS_32["mfu"])
     else:
         add(f"fused GEMMs: MFU >= {TARGETS_32['mfu']:.0%}", "not measured", None)
     held = (loss or {}).get("fused_gemms")
@@ -68,6 +84,36 @@ def fused_gemm_rows(train: dict | None, loss: dict | None, add) -> None:
             held["within_tolerance"] and held.get("within_control", True))
     elif counted:  # a row above counts the CUDA C model: its loss must be shown too
         add("wgmma GEMMs (week 1's CUDA C, bf16 residual stream): loss tracks the eager twin", "not measured", None)
+
+
+def attention_rows(train: dict | None, loss: dict | None, add) -> None:
+    """Issue 33: fast against the same model with each attention forced, mode for mode (ATTENTION_SIBLINGS), and
+    the Hopper attention's loss against the twin's. Nothing measured: no row (the sm_90a rows' skips say why)."""
+    from week4_triton_dl.attention.dispatch import MARGIN
+
+    for mode, siblings in ATTENTION_SIBLINGS.items():
+        base = _row(train, mode)
+        rows = [r for r in (_row(train, v) for v in siblings) if r]
+        if not (base and rows):
+            continue
+        parts = [f"{_named(r)} {r['tokens_per_s']:,.0f}: {base['ms'] / r['ms']:.2f}x" for r in rows]
+        rungs = [base] + [r for r in rows if not r["variant"].startswith("sdpa")]  # the op's forwards, forced
+        fastest = min(rungs, key=lambda r: r["ms"])
+        add(f"attention (issue 33): {mode}'s attention, week 4's dispatch rule's pick, within {MARGIN}x of the "
+            "fastest of the op's kernels forced in the same model (tokens/s; x: the row's speed over fast's)",
+            f"{_named(base)} {base['tokens_per_s']:,.0f} tokens/s; " + "; ".join(parts),
+            base["ms"] <= MARGIN * fastest["ms"])
+    held = (loss or {}).get("hopper_attention")
+    if held:
+        control = held.get("control")
+        add("Hopper attention (week 4's CUDA C, forward and backward): loss tracks the eager twin (LOSS_TOLERANCE; "
+            "and within the control when measured)",
+            f"step 0: {held['step0_abs_diff']:.4f}; {loss['tolerance']['window']}-step means: "
+            f"{held['moving_avg_max_abs_diff']:.4f}" + (f" (control {control['moving_avg_max_abs_diff']:.4f})" if control else ""),
+            held["within_tolerance"] and held.get("within_control", True))
+    elif any(_row(train, v) for v in ("hopper_attention", "hopper_attention+compile",
+                                      "hopper_attention+compile+cudagraphs")):
+        add("Hopper attention (week 4's CUDA C): loss tracks the eager twin", "not measured", None)
 
 
 def _fastest(record: dict | None, variants: tuple[str, ...]) -> dict | None:
@@ -96,22 +142,23 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
                key=lambda r: r["ms"], default=None)
     if fast and eager:
         add(f"training tokens/s >= {TARGETS['train_vs_eager']}x the eager twin",
-            f"fast {fast['tokens_per_s']:,.0f} vs eager {eager['tokens_per_s']:,.0f} tokens/s: "
-            f"{eager['ms'] / fast['ms']:.2f}x" + (f" (best, {best['variant']}: {eager['ms'] / best['ms']:.2f}x)"
+            f"{_named(fast)} {fast['tokens_per_s']:,.0f} vs {_named(eager, 'eager')} {eager['tokens_per_s']:,.0f} tokens/s: "
+            f"{eager['ms'] / fast['ms']:.2f}x" + (f" (best, {_named(best)}: {eager['ms'] / best['ms']:.2f}x)"
                                                    if best is not fast else ""),
             eager["ms"] / best["ms"] >= TARGETS["train_vs_eager"])
     else:
         add(f"training tokens/s >= {TARGETS['train_vs_eager']}x the eager twin", "not measured", None)
     if best and comp:
         add(f"training tokens/s >= {TARGETS['train_vs_compile']}x the compiled twin",
-            f"{best['variant']} {best['tokens_per_s']:,.0f} vs torch.compile {comp['tokens_per_s']:,.0f}: "
+            f"{_named(best)} {best['tokens_per_s']:,.0f} vs {_named(comp)} {comp['tokens_per_s']:,.0f}: "
             f"{comp['ms'] / best['ms']:.2f}x", comp["ms"] / best["ms"] >= TARGETS["train_vs_compile"])
     else:
         add(f"training tokens/s >= {TARGETS['train_vs_compile']}x the compiled twin", "not measured", None)
     twin_graphs, fast_graphs = _row(train, "torch.compile+cudagraphs"), _row(train, "fast+compile+cudagraphs")
     if twin_graphs and fast_graphs:
         add("the same comparison with both compiled in reduce-overhead mode (CUDA graphs)",
-            f"{fast_graphs['tokens_per_s']:,.0f} vs {twin_graphs['tokens_per_s']:,.0f} tokens/s: "
+            f"{_named(fast_graphs)} {fast_graphs['tokens_per_s']:,.0f} vs {_named(twin_graphs)} "
+            f"{twin_graphs['tokens_per_s']:,.0f} tokens/s: "
             f"{twin_graphs['ms'] / fast_graphs['ms']:.2f}x", None)
     fastest_twin = min((r for r in (comp, twin_graphs) if r), key=lambda r: r["ms"], default=None)
     bound = _matmul_bound(twin_graphs, fast_graphs, fastest_twin)
@@ -140,6 +187,7 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
             f"last 50 steps {loss['final_mean_abs_diff']:.4f} (control {c['final_mean_abs_diff']:.4f})",
             loss["within_control"])
     fused_gemm_rows(train, loss, add)
+    attention_rows(train, loss, add)
     cached, base = _row(decode, "fast cache", "B=1"), _row(decode, "torch no_cache", "B=1")
     if cached and base:
         add(f"decode tokens/s with the KV cache, no graph, >= {TARGETS['decode_cache_no_graph_vs_no_cache']}x the "

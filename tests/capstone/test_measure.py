@@ -4,7 +4,7 @@ import re
 import pytest
 
 from course import runtime
-from capstone import measure, summary, wgmma_ops
+from capstone import attention_ops, measure, summary, wgmma_ops
 
 
 def record(rows):
@@ -46,56 +46,95 @@ def test_train_variants_follow_the_ladder():
                      "+norm_gemm", "fast, one-thread backward", "torch.compile", "fast+compile",
                      "torch.compile+cudagraphs", "fast+compile+cudagraphs",
                      "fused_gemms+compile", "fused_gemms+compile+cudagraphs",
-                     "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs"]
+                     "wgmma_gemms+compile", "wgmma_gemms+compile+cudagraphs",
+                     "sdpa_attention", "triton_attention", "hopper_attention",
+                     "hopper_attention+compile", "hopper_attention+compile+cudagraphs"]
     ops = {name: o for name, o, _ in measure.train_variants()}
     assert ops["fast+compile"].name == "+fused_ce" and ops["fused_gemms+compile"].name == "+norm_gemm"
     modes = {name: mode for name, _, mode in measure.train_variants()}
     for name in measure.WGMMA_VARIANTS:  # week 1's CUDA C GEMMs, compiled as the Triton ones are
         assert ops[name].name == "wgmma_gemms" and ops[name].linear_swiglu is wgmma_ops.linear_swiglu
     assert modes["wgmma_gemms+compile"] is True and modes["wgmma_gemms+compile+cudagraphs"] == "reduce-overhead"
-    assert set(measure.WGMMA_VARIANTS) <= set(measure.COMPILED_AFTER)
+    assert set(measure.WGMMA_VARIANTS) <= set(measure.READ_AGAINST)
+    # the attention isolated (issue 33): fast with its attention forced, each read against fast of its mode
+    for name in measure.HOPPER_ATTENTION_VARIANTS:
+        assert ops[name].name == "hopper_attention" and ops[name].attention is attention_ops.hopper_attention
+        assert measure.READ_AGAINST[name] == name.replace("hopper_attention", "fast")
+    assert modes["hopper_attention"] is False and modes["hopper_attention+compile+cudagraphs"] == "reduce-overhead"
+    assert ops["sdpa_attention"].attention is not ops["fast"].attention
+    assert measure.READ_AGAINST["sdpa_attention"] == measure.READ_AGAINST["triton_attention"] == "fast"
 
 
 def pretend_gpu(monkeypatch, capability):
-    """This machine as a GPU of `capability` (None: no GPU) for wgmma_ops.unsupported(); the record's machine
-    line made up (describing it would ask the driver)."""
+    """This machine as a GPU of `capability` (None: no GPU) for wgmma_ops.unsupported() and
+    attention_ops.unsupported(); the record's machine line and the rows' attention labels made up (describing
+    them would ask the driver)."""
     monkeypatch.setattr(runtime, "on_gpu", lambda: capability is not None)
+    monkeypatch.setattr(attention_ops, "describe", lambda attention, shape, dtype: f"label of {attention.__name__}")
     monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
     monkeypatch.setattr(runtime, "describe", lambda: {"gpu": "made up for the test"})
     monkeypatch.setattr(measure.bench, "copy_bandwidth_gbps", lambda: None)
 
 
 @pytest.mark.parametrize("capability", [None, (8, 0), (12, 0)])
-def test_wgmma_variants_are_skipped_with_the_reason_off_hopper(capability, monkeypatch, tmp_path):
-    """Off sm_90 (or without a GPU) the wgmma rows say why, in the skipped-row convention; nothing is
-    timed in their name (time_training would fail the test if it ran)."""
+def test_sm90a_variants_are_skipped_with_the_reason_off_hopper(capability, monkeypatch, tmp_path):
+    """Off sm_90 (or without a GPU) the wgmma and Hopper attention rows say why, in the skipped-row convention;
+    nothing is timed in their name (time_training would fail the test if it ran)."""
     pretend_gpu(monkeypatch, capability)
-    monkeypatch.setattr(measure, "time_training", lambda *a, **k: pytest.fail("a wgmma variant was run"))
+    monkeypatch.setattr(measure, "time_training", lambda *a, **k: pytest.fail("an sm_90a variant was run"))
     p = {**measure.plan(), "compile": True}
-    record = measure.measure_training(p, tmp_path, deadline=float("inf"), only=measure.WGMMA_VARIANTS)
+    only = measure.WGMMA_VARIANTS + measure.HOPPER_ATTENTION_VARIANTS
+    record = measure.measure_training(p, tmp_path, deadline=float("inf"), only=only)
     rows = {r["variant"]: r for r in record["rows"]}
-    assert set(rows) == set(measure.WGMMA_VARIANTS)
+    assert set(rows) == set(only)
+    for name in measure.HOPPER_ATTENTION_VARIANTS:
+        assert "week4_triton_dl.attention.flash_attention" in rows[name]["skipped"]  # the fallback, named
+        assert rows[name]["attention"] == "label of hopper_attention"
     want = "no GPU" if capability is None else rf"compute capability {capability[0]}\.{capability[1]}"
     for row in rows.values():
         assert "ms" not in row and re.search(want, row["skipped"]), row
         assert "sm_90a" in row["skipped"]
 
 
-def test_loss_phase_skips_the_wgmma_curve_with_the_reason(monkeypatch):
+def test_loss_phase_skips_the_sm90a_curves_with_the_reason(monkeypatch):
     pretend_gpu(monkeypatch, (8, 9))
-    monkeypatch.setattr(measure, "LOSS_CURVES", (("wgmma_gemms", "wgmma_gemms", False),))
+    assert ("hopper_attention", "hopper_attention", False) in measure.LOSS_CURVES  # held to the twin on sm_90a
+    monkeypatch.setattr(measure, "LOSS_CURVES", (("wgmma_gemms", "wgmma_gemms", False),
+                                                 ("hopper_attention", "hopper_attention", False)))
     result = measure.measure_loss(measure.plan(), deadline=float("inf"))
-    assert "compute capability 8.9" in result["curves"]["wgmma_gemms"]["skipped"]
+    for name in ("wgmma_gemms", "hopper_attention"):
+        assert "compute capability 8.9" in result["curves"][name]["skipped"]
 
 
-def test_summary_holds_the_fused_gemms_to_issue_32s_targets():
-    train = record([
-        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0},
-        {"size": "s", "variant": "torch.compile", "ms": 25.0, "tokens_per_s": 160.0},
-        {"size": "s", "variant": "torch.compile+cudagraphs", "ms": 24.0, "tokens_per_s": 166.0},
-        {"size": "s", "variant": "fused_gemms+compile", "ms": 19.0, "tokens_per_s": 210.0, "tflops": 400.0},
-        {"size": "s", "variant": "fused_gemms+compile+cudagraphs", "ms": 18.0, "tokens_per_s": 222.0, "tflops": 460.0},
-    ])
+def test_training_rows_name_their_attention_and_read_siblings_against_fast(monkeypatch, tmp_path):
+    """Each row carries the attention it ran (attention_ops.describe, at the step's shape); an attention sibling's
+    "vs previous rung" is fast's ms over its own. The timing is made up: what is tested is the bookkeeping."""
+    pretend_gpu(monkeypatch, None)
+    ms = {"torch": 40.0, "fast": 30.0, "sdpa_attention": 31.0, "triton_attention": 30.0}
+    monkeypatch.setattr(measure, "time_training", lambda p, ops, *, compile, profile_to=None, name="": {"ms": ms[name]})
+    record = measure.measure_training(measure.plan(), tmp_path, deadline=float("inf"), only=tuple(ms))
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert rows["fast"]["attention"] == "label of course_attention"
+    assert rows["torch"]["attention"] == rows["sdpa_attention"]["attention"] == "label of torch_attention"
+    assert rows["triton_attention"]["attention"] == "label of triton_attention"
+    assert rows["sdpa_attention"]["gain_vs_previous_rung"] == pytest.approx(30.0 / 31.0)
+    table = measure._table(record)
+    assert "| attention |" in table.splitlines()[2] and "label of triton_attention" in table
+
+
+@pytest.fixture
+def fused_rows():
+    """The twins and week 4's fused GEMMs' model, eager and compiled: the rows issue 32's targets read."""
+    return [{"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0},
+            {"size": "s", "variant": "torch.compile", "ms": 25.0, "tokens_per_s": 160.0},
+            {"size": "s", "variant": "torch.compile+cudagraphs", "ms": 24.0, "tokens_per_s": 166.0},
+            {"size": "s", "variant": "fused_gemms+compile", "ms": 19.0, "tokens_per_s": 210.0, "tflops": 400.0},
+            {"size": "s", "variant": "fused_gemms+compile+cudagraphs", "ms": 18.0, "tokens_per_s": 222.0,
+             "tflops": 460.0}]
+
+
+def test_summary_holds_the_fused_gemms_to_issue_32s_targets(fused_rows):
+    train = record(fused_rows)
     held = {"step0_abs_diff": 0.001, "moving_avg_max_abs_diff": 0.01, "within_tolerance": True,
             "control": {"moving_avg_max_abs_diff": 0.02}, "within_control": True}
     loss = {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "fused_gemms": held}
@@ -105,15 +144,10 @@ def test_summary_holds_the_fused_gemms_to_issue_32s_targets():
     assert "46.5% | yes" in lines[3] and lines[4].endswith("| yes |")
 
 
-def test_summary_takes_the_faster_fused_gemms_and_names_it():
+def test_summary_takes_the_faster_fused_gemms_and_names_it(fused_rows):
     """Issue 32's rows take the faster of week 4's Triton and week 1's CUDA C model in each mode; a counted
     CUDA C model brings its own loss row (its residual stream is bf16)."""
-    train = record([
-        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0},
-        {"size": "s", "variant": "torch.compile", "ms": 25.0, "tokens_per_s": 160.0},
-        {"size": "s", "variant": "torch.compile+cudagraphs", "ms": 24.0, "tokens_per_s": 166.0},
-        {"size": "s", "variant": "fused_gemms+compile", "ms": 19.0, "tokens_per_s": 210.0, "tflops": 400.0},
-        {"size": "s", "variant": "fused_gemms+compile+cudagraphs", "ms": 18.0, "tokens_per_s": 222.0, "tflops": 460.0},
+    train = record(fused_rows + [
         {"size": "s", "variant": "wgmma_gemms+compile", "ms": 20.0, "tokens_per_s": 200.0, "tflops": 380.0},
         {"size": "s", "variant": "wgmma_gemms+compile+cudagraphs", "ms": 16.0, "tokens_per_s": 250.0, "tflops": 500.0},
     ])
@@ -123,3 +157,29 @@ def test_summary_takes_the_faster_fused_gemms_and_names_it():
     assert "wgmma_gemms+compile+cudagraphs 250" in lines[1] and "1.50x | yes" in lines[1]
     assert "wgmma_gemms+compile+cudagraphs" in lines[2] and "2.50x" in lines[2]
     assert "wgmma GEMMs" in lines[-1] and "not measured" in lines[-1]
+
+
+def test_summary_names_each_rows_attention_and_judges_the_rule():
+    """Issue 33: the rows quoted name their attention; fast (the dispatch rule's pick) is held to the fastest of
+    the op's kernels forced in the same model, within week 4's dispatch margin (SDPA shown, not judged)."""
+    rule, forced = "Triton flash_blocked: dispatch rule", "CUDA C flash_hopper fwd + bwd: forced"
+    train = record([
+        {"size": "s", "variant": "torch", "ms": 40.0, "tokens_per_s": 100.0, "attention": "SDPA flash"},
+        {"size": "s", "variant": "fast", "ms": 20.0, "tokens_per_s": 200.0, "attention": rule},
+        {"size": "s", "variant": "triton_attention", "ms": 20.2, "tokens_per_s": 198.0,
+         "attention": "Triton flash_blocked: forced"},
+        {"size": "s", "variant": "hopper_attention", "ms": 21.0, "tokens_per_s": 190.0, "attention": forced},
+        {"size": "s", "variant": "sdpa_attention", "ms": 18.0, "tokens_per_s": 222.0, "attention": "SDPA flash"},
+        {"size": "s", "variant": "fast+compile+cudagraphs", "ms": 16.0, "tokens_per_s": 250.0, "attention": rule},
+        {"size": "s", "variant": "hopper_attention+compile+cudagraphs", "ms": 15.0, "tokens_per_s": 267.0,
+         "attention": forced},
+    ])
+    lines = summary.summary_markdown(train, None, None).splitlines()
+    eager = next(line for line in lines if line.startswith("| training tokens/s >= 2.0x the eager twin"))
+    assert f"fast ({rule}) 200" in eager
+    first, graphs = (line for line in lines if line.startswith("| attention (issue 33)"))
+    assert first.startswith("| attention (issue 33): fast's") and first.endswith("| yes |")  # SDPA faster: not judged
+    assert f"hopper_attention ({forced}) 190: 0.95x" in first and "sdpa_attention (SDPA flash) 222: 1.11x" in first
+    assert graphs.startswith("| attention (issue 33): fast+compile+cudagraphs's") and graphs.endswith("| NO |")
+    assert "1.07x" in graphs  # the Hopper kernels past the margin: the rule should have picked them here
+    assert "| Hopper attention (week 4's CUDA C): loss tracks the eager twin | not measured | - |" in lines
