@@ -22,6 +22,8 @@ import math
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -259,6 +261,20 @@ def test_padded_leaves_aligned_operands_alone():
     assert copy is not view and copy.data_ptr() % tc.ALIGNMENT == 0 and torch.equal(copy, view)
 
 
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+def test_a_build_with_a_hole_open_is_refused_before_it_is_loaded(monkeypatch):
+    """The exercise stub of kernels/matmul_wgmma.cu, holes open, builds; the launcher finds the entry
+    point an open hole adds and refuses the module, naming the file, before the driver is called: its
+    barriers would never complete and the GPU would hang. (The host side is the solution's, imported by
+    the stub: patch WGMMA_SOURCE where _wgmma_module reads it.)"""
+    host = sys.modules[tc._wgmma_module.__module__]
+    stub = Path(__file__).resolve().parents[2] / "week1_cuda_python" / "exercises" / "kernels" / "matmul_wgmma.cu"
+    monkeypatch.setattr(host, "WGMMA_SOURCE", stub)
+    monkeypatch.setattr(runtime, "pycuda_driver", lambda: pytest.fail("the driver was reached"))
+    with pytest.raises(NotImplementedError, match="not implemented yet: .*matmul_wgmma.cu has a hole open"):
+        host._wgmma_module.__wrapped__()
+
+
 def test_default_tiles_match_the_cuda_source():
     source = tc.CUDA_SOURCE.read_text()
     for name in ("bm", "bn", "bk", "wm", "wn", "stages"):
@@ -456,7 +472,19 @@ def test_wgmma_source_compiles_for_sm_90a(tmp_path):
                    check=True, capture_output=True)
     text = ptx.read_text()
     names = {f"wgmma_tma_{tc.TYPE_SUFFIX[d]}_{tc.TYPE_SUFFIX[o]}" for d in tc.DTYPES for o in (d, torch.float32)}
-    assert names <= set(re.findall(r"\.entry (\w+)\(", text))
+    entries = set(re.findall(r"\.entry (\w+)\(", text))
+    # The exercise stub's holes each hold `#define WG_HOLE_OPEN` until filled (the end of the .cu).
+    assert "wgmma_tma_not_implemented_yet" not in entries, \
+        f"not implemented yet: {tc.WGMMA_SOURCE.name} has a hole open (a `#define WG_HOLE_OPEN` line is left)"
+    assert entries == names, entries
+    # Each hole's instructions, per kernel: the producer's TMA loads, its expect_tx arrive and its wait on
+    # the empty barriers; the consumers' waits on the full barriers, wgmmas, wait_group 1 and arrives.
+    for body in re.split(r"\.entry ", text)[1:]:
+        name = body.split("(", 1)[0]
+        for instruction in ("cp.async.bulk.tensor.2d", "mbarrier.arrive.expect_tx", "mbarrier.try_wait.parity",
+                            "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group.sync.aligned 1",
+                            "wgmma.wait_group.sync.aligned 0", "mbarrier.arrive.shared"):
+            assert instruction in body, f"{name}: {instruction} is missing from the PTX"
     for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
                         "cp.async.bulk.tensor.2d", "mbarrier.try_wait.parity", "setmaxnreg.inc"):
