@@ -4,8 +4,8 @@ its tiles, shared memory and grid are what the kernel expects. Its GPU checks ar
 fused rungs' own tests, parametrized over the schedule (`-k pingpong` selects them), and its barrier
 protocol is modelled in test_matmul_wgmma_persistent_protocol.py.
 """
+import importlib.util
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +15,19 @@ from course import runtime
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
+
+
+def _wgmma_epilogues():
+    """tests/week1/wgmma_epilogues.py, loaded by path (pytest's importlib mode puts no test folder on
+    sys.path): the epilogues' operand and output shapes, shared with test_matmul_wgmma_fused.py."""
+    path = Path(__file__).resolve().parent / "wgmma_epilogues.py"
+    spec = importlib.util.spec_from_file_location(f"wgmma_epilogues_for_{Path(__file__).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+epi = _wgmma_epilogues()
 
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 ENTRIES = {f"wgmma_pingpong_{d}" for d in ("f16", "bf16")} | {
@@ -60,7 +73,7 @@ def test_source_compiles_for_sm_90a_without_spills(tmp_path):
     for name in ENTRIES:
         assert f"Compiling entry function '{name}' for 'sm_90a'" in built.stderr, name
     assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == len(ENTRIES), built.stderr
-    tool = _cuobjdump()
+    tool = epi.cuobjdump()
     assert tool, "no cuobjdump (CUDA toolkit or Triton's copy): the SASS cannot be checked"
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     functions = re.split(r"\n\s*Function : ", sass)[1:]
@@ -69,16 +82,6 @@ def test_source_compiles_for_sm_90a_without_spills(tmp_path):
         for opcode in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG", "SYNCS"):
             assert opcode in text, f"{opcode} is missing from the SASS of {text.split()[0]}"
         assert "MULTICAST" not in text, "ping-pong has no clusters"
-
-
-def _cuobjdump() -> str | None:
-    """cuobjdump from the CUDA toolkit, else the copy Triton ships (as test_matmul_wgmma_fused.py)."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    import triton
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.exists() else None
 
 
 @nvcc
@@ -159,8 +162,8 @@ def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
 
     m, n, k = 300, 528, 328
     x, w = torch.zeros(m, k, dtype=torch.float16), torch.zeros(n, k, dtype=torch.float16)
-    extra = {"bias": torch.zeros(n, dtype=torch.float16), "residual": torch.zeros(m, n, dtype=torch.float16)}
-    wf.launch_fused(x, w, epilogue, extra.get(epilogue), blocks=2, schedule="pingpong")
+    extra = epi.extra_operand(epilogue, m, n, lambda shape: torch.zeros(shape, dtype=torch.float16))
+    wf.launch_fused(x, w, epilogue, extra, blocks=2, schedule="pingpong")
     assert recorded["maps"][0] == ((m, k), 64, 64)
     assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
     assert recorded["launches"][0]["grid"] == (2, 1, 1)
