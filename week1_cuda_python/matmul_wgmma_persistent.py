@@ -43,7 +43,7 @@ from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 
 # BEGIN SOLUTION ONLY: where the kernel sources are: the body's is the learner's copy under --impl=exercises
-from os import environ  # noqa: E402
+from os import environ
 
 _EXERCISES = environ.get(runtime.IMPL_ENV) == "exercises"
 # The body has exercise holes: under `pytest --impl=exercises` (COURSE_IMPL=exercises) it is the learner's copy,
