@@ -411,6 +411,50 @@ def test_wgmma_block_order_matches_the_cuda_source():
         assert line in body, f"grouped_tile no longer has `{line}`: update wgmma_block_tile and this test"
 
 
+# The ring's formulas, as the holes of kernels/matmul_wgmma.cu must write them (whitespace aside): the
+# persistent rung's protocol model (test_matmul_wgmma_persistent_protocol.py) simulates these with one tile
+# per block (its ring position `it` is this kernel's k tile t); the rest is what the TMA and wgmma read.
+WGMMA_RING = {
+    "the producer waits for the stage's previous use: phase t / STAGES - 1 of empty[s]":
+        "if (t >= WG_STAGES) mbar_wait(&empty[s], (t / WG_STAGES - 1) & 1);",
+    "the full barrier expects every byte the copies deliver: A's box and each copied slab of B":
+        "mbar_arrive_expect_tx(&full[s], WG_A_BYTES + b_slabs * WG_B_SLAB_BYTES);",
+    "a box is addressed (column, row): B's slab j of k tile t starts at column n0 + 64 j, row 64 t":
+        "n0 + j * WG_B_SLAB, t * WG_BK);",
+    "a consumer waits for phase t / STAGES of full[s]": "mbar_wait(&full[s], (t / WG_STAGES) & 1);",
+    "16 k of A are 32 bytes along its 128-byte rows": "const uint64_t desc_a = smem_desc(a_base + kk * 32, 16, 1024);",
+    "a stage is released only once the wgmmas that read it are done (wait_group 1, then the previous stage)":
+        "wgmma_wait<1>(); if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);",
+}
+
+
+def wgmma_ring_problems(source: str) -> list[str]:
+    """What of WGMMA_RING a text of kernels/matmul_wgmma.cu lacks (whitespace-insensitive), in its code:
+    whole-line comments out, since the exercise's hints quote some of these lines."""
+    flat = " ".join(" ".join(line for line in source.splitlines() if not line.lstrip().startswith("//")).split())
+    return [why for why, line in WGMMA_RING.items() if " ".join(line.split()) not in flat]
+
+
+def test_wgmma_ring_follows_the_protocol_model():
+    source = tc.WGMMA_SOURCE.read_text()
+    assert not re.search(r"^\s*#define WG_HOLE_OPEN", source, re.MULTILINE), \
+        f"not implemented yet: {tc.WGMMA_SOURCE.name} has a hole open (a `#define WG_HOLE_OPEN` line is left)"
+    assert wgmma_ring_problems(source) == []
+
+
+def _wgmma_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution.name == "matmul_wgmma.cu"]
+
+
+@pytest.mark.parametrize("fixture", _wgmma_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_wgmma_kernels_are_seen_on_the_cpu_too(fixture):
+    """Each known-wrong kernel (tests/week1/wrong/matmul_wgmma.py; the GPU tests must reject it) breaks
+    one of the ring's formulas, so a CPU run already points at it."""
+    from classroom.must_fail import wrong_source
+    assert wgmma_ring_problems(wrong_source(fixture)), f"{fixture.wrong.name}: the CPU check does not see it"
+
+
 def test_wgmma_row_major_variant_only_changes_the_block_order():
     assert tc.WGMMA_TILES.defines() == ()
     row_major = tc.WgmmaTiles(group_m=1)
