@@ -348,10 +348,10 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         //   is what to wait for. The full barrier completes when the producer has arrived AND the bytes it
         //   announced have landed: announce exactly what the copies deliver (a box partly outside the tensor
         //   still delivers all its bytes, as zeros; a slab wholly right of N is not copied at all).
-        // HINT: b_slabs = min(WG_BN / WG_B_SLAB, slabs needed to cover N - n0); in the loop mbar_wait(&empty[s],
-        //   parity) when t >= WG_STAGES, mbar_arrive_expect_tx(&full[s], bytes), tma_load_2d for A at
-        //   (x = t * WG_BK, y = m0) into the stage, then B slab j at (x = n0 + j * WG_B_SLAB, y = t * WG_BK) into
-        //   stage + WG_A_BYTES + j * WG_B_SLAB_BYTES (tensor-map coordinates are (column, row)).
+        // HINT: first the number of B slabs this block copies (at most WG_BN / WG_B_SLAB, none wholly right of
+        //   N); then per t: the wait on empty[s] (not in the first round), mbar_arrive_expect_tx on full[s] with
+        //   A's bytes + those slabs', one tma_load_2d for A's box and one per slab into the stage (A first, then
+        //   the slabs back to back). A tensor map's coordinates are (column, row): x along the contiguous axis.
         // HINT: `if (t >= WG_STAGES) mbar_wait(&empty[s], (t / WG_STAGES - 1) & 1);`
         // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
         const int b_slabs = min(WG_BN / WG_B_SLAB, (N - n0 + WG_B_SLAB - 1) / WG_B_SLAB);
@@ -391,11 +391,11 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         //   wgmma is asynchronous: a stage may be handed back only once the wgmmas that read it have finished,
         //   and waiting for ALL of them every k step would idle the tensor cores; keeping one group in flight
         //   (wait_group 1) overlaps tile t's math with the wait for tile t - 1's.
-        // HINT: mbar_wait(&full[s], parity); a_base = this stage's A + c * 64 rows of 128 bytes, b_base = its B;
-        //   wgmma_fence(); for kk < WG_BK / 16: desc_a = smem_desc(a_base + kk * 32, 16, 1024) (16 k = 32 bytes
-        //   along A's rows), desc_b = smem_desc(b_base + kk * 16 * 128, WG_B_SLAB_BYTES, 1024) (16 k = 16 rows
-        //   of B), wgmma_m64n256k16<In>(d, desc_a, desc_b); wgmma_commit(); wgmma_wait<1>(); one arrive per
-        //   warp (lane 0) on empty[(t - 1) % WG_STAGES] from t = 1 on; wgmma_wait<0>() after the loop.
+        // HINT: wait on full[s]; this warpgroup's A starts c * 64 rows (of 128 bytes) into the stage, B after A;
+        //   wgmma_fence(), then per 16-wide k step kk one wgmma_m64n256k16<In> on two smem_desc descriptors (the
+        //   header's "Shared-memory descriptor" gives each operand's step along k, its LBO and SBO);
+        //   wgmma_commit(), wgmma_wait<1>(), one arrive per warp (its lane 0) on the previous tile's empty
+        //   barrier; after the loop, wgmma_wait<0>() before the epilogue reads d.
         // HINT: `wgmma_wait<1>(); if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);`
         // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
         for (int t = 0; t < tiles; ++t) {
