@@ -18,6 +18,7 @@ ARCHS = [gpu.arch for gpu in runtime.GPU_CLASSES]
 # The wgmma rung (week 1, matmul_tensor_cores): wgmma and setmaxnreg exist on sm_90a alone, so its
 # launcher builds it for sm_90a with its own nvcc command and refuses every other GPU.
 SM_90A_ONLY = {"week1_cuda_python/kernels/matmul_wgmma.cu",
+               "week1_cuda_python/exercises/kernels/matmul_wgmma.cu",  # its exercise stub
                "week4_triton_dl/attention/kernels/attention_hopper_backward.cu",
                "week4_triton_dl/attention/kernels/attention_hopper_forward.cu",
                "week4_triton_dl/exercises/attention/kernels/attention_hopper_forward.cu"}  # its exercise stub
@@ -28,7 +29,10 @@ def sm_90a_command(source, output):
     from week1_cuda_python import matmul_tensor_cores as tc
     from week4_triton_dl.attention import hopper, hopper_backward
 
-    commands = {tc.WGMMA_SOURCE: tc.wgmma_nvcc_command, hopper_backward.SOURCE: hopper_backward.nvcc_command}
+    commands = {hopper_backward.SOURCE: hopper_backward.nvcc_command}
+    for kernels in ("kernels", "exercises/kernels"):  # the wgmma rung and its stub (whatever --impl says)
+        path = Path(tc.__file__).parent / kernels / "matmul_wgmma.cu"
+        commands[path] = lambda out, nvcc, path=path: tc.wgmma_nvcc_command(out, nvcc, source=path)
     for kernels in (hopper.KERNELS, hopper.EXERCISE_KERNELS):  # the forward and its stub (whatever --impl says)
         path = kernels / hopper.SOURCE.name
         commands[path] = lambda out, nvcc, path=path: hopper.nvcc_command(out, nvcc, source=path)

@@ -20,12 +20,17 @@
 # results/matmul_wgmma_schedules_week1.{json,md}:
 # cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
 # with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject.
+# EXERCISES=1 runs, after step 1, the wgmma rungs' exercises instead of steps 2-6: 2e. the untouched stubs'
+# tests on the GPU (--impl=exercises; every failure must say 'not implemented yet' and nothing may hang: a
+# kernel with a hole open is refused before it is loaded); 3e. the known-wrong kernels of
+# tests/week1/wrong/matmul_wgmma.py and matmul_wgmma_persistent.py (--must-fail), which the tests must reject.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
 # sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
 # `python -m course report` to fill the note's figures.
 #   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
 #                                                      FUSED=1: the fused epilogues' steps instead of 2-6;
 #                                                      PINGPONG=1 BUDGET_S=480: the ping-pong schedule's steps;
+#                                                      EXERCISES=1 BUDGET_S=580: the exercises' steps;
 #                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
@@ -70,6 +75,19 @@ if '${PINGPONG:-0}' == '1':
     if built.returncode:
         sys.exit('nvcc failed on the ping-pong entry points')
 PY"
+
+if [ "${EXERCISES:-0}" = 1 ]; then
+    step 02e_stubs 200 0 "COURSE_LESSON_SMOKE=first COLUMNS=1000 python -m pytest -q -rfE -p no:cacheprovider \
+        -p classroom.pytest_lesson -o faulthandler_timeout=60 --impl=exercises tests/week1/test_matmul_tensor_cores.py \
+        tests/week1/test_matmul_wgmma_persistent.py tests/week1/test_matmul_wgmma_fused.py \
+        tests/week1/test_matmul_wgmma_pingpong.py > '$OUT/logs/stubs_pytest.log' 2>&1; tail -n 3 '$OUT/logs/stubs_pytest.log'; \
+        if grep '^FAILED \|^ERROR ' '$OUT/logs/stubs_pytest.log' | grep -v 'not implemented yet'; then \
+            echo 'a stub failed for another reason than not implemented yet'; exit 1; fi"
+    step 03e_must_fail 360 0 "python -m course exercises --must-fail --only week1/matmul_wgmma \
+        week1/matmul_wgmma_persistent --jobs 1"
+    echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs"
+    exit 0
+fi
 
 if [ "${PINGPONG:-0}" = 1 ]; then
     step 02p_smoke_pingpong 60 1 "python - <<'PY'

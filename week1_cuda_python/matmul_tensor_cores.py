@@ -320,35 +320,35 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
     return (a.double() @ b.double()).to(out_dtype or a.dtype)
 
 
-# BEGIN SOLUTION ONLY: the Hopper rung (wgmma + TMA, kernels/matmul_wgmma.cu) is not an exercise yet: the stub imports it
+# BEGIN SOLUTION ONLY: the Hopper rung's host side is given (imported); its exercise is kernels/matmul_wgmma.cu
 # --- the Hopper rung: wgmma + TMA (kernels/matmul_wgmma.cu) ------------------------------------
 # The kernel's comment block is the lesson; this is its host side. What is new on the host:
 # 1. the module is built for sm_90a, not for "this GPU's" sm_XY: wgmma and setmaxnreg are
-#    architecture-specific features of compute capability 9.0, so the rung runs on an H100/H200
-#    only (a Blackwell GPU, sm_100, has no wgmma either) and is refused elsewhere;
+#    architecture-specific features of compute capability 9.0, so the rung runs on an H100/H200 only (a
+#    Blackwell GPU, sm_100, has no wgmma either) and is refused elsewhere;
 # 2. the operands reach the kernel as two TMA tensor maps, built here with the driver's
 #    cuTensorMapEncodeTiled and passed by value (128 bytes each);
-# 3. the module is loaded and launched through the CUDA driver API directly (ctypes on
-#    libcuda.so.1), not through PyCUDA.
+# 3. the module is loaded and launched through the CUDA driver API directly (ctypes on libcuda.so.1), not
+#    through PyCUDA.
 #
-# Why the driver API through ctypes. cuTensorMapEncodeTiled only fills in 128 bytes on the host.
-# PyCUDA (2026.1) does not wrap it, and an extern "C" host helper compiled into the module cannot
-# help: PyCUDA loads a cubin, device code only. ctypes on libcuda.so.1 (the driver library that
-# torch and PyCUDA have already loaded; the function has had one signature since CUDA 12.0) is
-# the least machinery. The launch goes the same way for a reason seen on the H100: PyCUDA's
-# prepared calls pack the arguments back to back into one buffer, but a CUtensorMap parameter is
-# 128-byte aligned, and the kernel's parameters start at byte 0x210 of constant bank 0 on sm_90
-# (not a multiple of 128), so the compiler put the first tensor map at parameter offset 112
-# (SASS: `c[0x0][0x198] + 0x70`). The packed buffer had it at offset 0: the copy engine read a
-# garbage tensor map and the kernel died with "illegal instruction". cuLaunchKernel's
-# kernelParams (one pointer per argument) lets the driver place each argument where the
-# compiled kernel expects it.
+# Why the driver API through ctypes. cuTensorMapEncodeTiled only fills in 128 bytes on the host. PyCUDA
+# (2026.1) does not wrap it, and an extern "C" host helper compiled into the module cannot help: PyCUDA
+# loads a cubin, device code only. ctypes on libcuda.so.1 (the driver library that torch and PyCUDA have
+# already loaded; the function has had one signature since CUDA 12.0) is the least machinery. The launch
+# goes the same way for a reason seen on the H100: PyCUDA's prepared calls pack the arguments back to back
+# into one buffer, but a CUtensorMap parameter is 128-byte aligned, and the kernel's parameters start at
+# byte 0x210 of constant bank 0 on sm_90 (not a multiple of 128), so the compiler put the first tensor map
+# at parameter offset 112 (SASS: `c[0x0][0x198] + 0x70`). The packed buffer had it at offset 0: the copy
+# engine read a garbage tensor map and the kernel died with "illegal instruction". cuLaunchKernel's
+# kernelParams (one pointer per argument) lets the driver put each argument where the kernel expects it.
 
-WGMMA_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma.cu"
+from os import environ  # under `pytest --impl=exercises`, the learner's copy (as attention/hopper.py does)
+WGMMA_SOURCE = Path(__file__).parent / ("exercises/kernels" if environ.get(runtime.IMPL_ENV) == "exercises"
+                                        else "kernels") / "matmul_wgmma.cu"
 WGMMA_CAPABILITY = (9, 0)
 WGMMA_FALLBACK = "wmma_cp_async"  # the rung below, for every GPU that is not compute capability 9.0
-# Not the -arch=sm_90a shorthand: with nvcc 13.0 it also ran a plain sm_90 pass, which rejects
-# wgmma; the -gencode form builds the sm_90a machine code alone.
+# Not the -arch=sm_90a shorthand: with nvcc 13.0 it also ran a plain sm_90 pass, which rejects wgmma; the
+# -gencode form builds the sm_90a machine code alone.
 WGMMA_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 WGMMA_ROW_ALIGN = 8  # elements: TMA row strides must be multiples of 16 bytes (8 halves)
 
@@ -378,8 +378,8 @@ class WgmmaTiles:
         return self.stages * self.stage_bytes + 1024
 
     def defines(self) -> tuple[str, ...]:
-        """nvcc -D flags for what may differ from the source's defaults: only the block order
-        (group_m = 1 is plain row-major order, the A/B variant `wgmma_tma_row_major`)."""
+        """nvcc -D flags for what may differ from the source's defaults: only the block order (group_m = 1 is
+        plain row-major order, the A/B variant `wgmma_tma_row_major`)."""
         return () if self.group_m == WgmmaTiles.group_m else (f"-DWG_GROUP_M={self.group_m}",)
 
 
@@ -387,8 +387,8 @@ WGMMA_TILES = WgmmaTiles()
 
 
 def wgmma_padded_shape(m: int, n: int, k: int) -> tuple[int, int, int]:
-    """(M, Np, Kp): the TMA reads past the edges as zeros, so only the tensor maps' row strides
-    need padding: N (B's rows) and K (A's rows) to multiples of 8 elements (16 bytes)."""
+    """(M, Np, Kp): the TMA reads past the edges as zeros, so only the tensor maps' row strides need padding:
+    N (B's rows) and K (A's rows) to multiples of 8 elements (16 bytes)."""
     return m, _round_up(n, WGMMA_ROW_ALIGN), _round_up(k, WGMMA_ROW_ALIGN)
 
 
@@ -398,11 +398,10 @@ def wgmma_launch_geometry(m: int, n: int, tiles: WgmmaTiles = WGMMA_TILES):
 
 
 def wgmma_block_tile(block: int, tiles_m: int, tiles_n: int, group_m: int = WGMMA_TILES.group_m) -> tuple[int, int]:
-    """(row tile, column tile) of C that block number `block` (launch order, x fastest) computes:
-    the kernel's grouped order (grouped_tile in kernels/matmul_wgmma.cu, same arithmetic). Groups of
-    `group_m` rows of tiles, each walked column by column, so the blocks resident at once cover a
-    near-square patch of C and share their panels of A and B in the L2 (the kernel's header says
-    why and what it should save)."""
+    """(row tile, column tile) of C that block number `block` (launch order, x fastest) computes: the kernel's
+    grouped order (grouped_tile in kernels/matmul_wgmma.cu, same arithmetic). Groups of `group_m` rows of
+    tiles, each walked column by column, so the blocks resident at once cover a near-square patch of C and
+    share their panels of A and B in the L2 (the kernel's header says why and what it should save)."""
     per_group = group_m * tiles_n
     first_m = block // per_group * group_m
     rows = min(tiles_m - first_m, group_m)
@@ -421,10 +420,10 @@ def wgmma_unsupported(capability: tuple[int, int] | None) -> str | None:
             f"every GPU from sm_75 on")
 
 
-def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = ()) -> list[str]:
-    """The nvcc command that builds kernels/matmul_wgmma.cu (the CPU test runs the same one)."""
+def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = (), source=None) -> list[str]:
+    """The nvcc command that builds kernels/matmul_wgmma.cu, or `source` (the CPU tests run the same one)."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
-            "-o", str(output), str(WGMMA_SOURCE)]
+            "-o", str(output), str(source or WGMMA_SOURCE)]
 
 
 # cuda.h's enums, for the calls below.
@@ -464,9 +463,8 @@ def driver_check(result: int, what: str) -> None:
 
 @functools.cache
 def _wgmma_module(defines: tuple[str, ...] = ()):
-    """kernels/matmul_wgmma.cu compiled for sm_90a (with `defines`, WgmmaTiles.defines) and loaded
-    into torch's (primary) context."""
-    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
+    """kernels/matmul_wgmma.cu compiled for sm_90a (with `defines`, WgmmaTiles.defines) and loaded into
+    torch's (primary) context."""
     nvcc = runtime.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH: the wgmma rung is compiled for sm_90a at first use")
@@ -476,6 +474,9 @@ def _wgmma_module(defines: tuple[str, ...] = ()):
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {WGMMA_SOURCE.name}:\n{built.stderr}")
         image = cubin.read_bytes()
+    if b"wgmma_tma_not_implemented_yet" in image:  # a hole open (the .cu's end): the GPU would hang
+        raise NotImplementedError(f"not implemented yet: {WGMMA_SOURCE} has a hole open (`#define WG_HOLE_OPEN`)")
+    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
     return module
@@ -493,12 +494,12 @@ def _wgmma_kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
 
 
 def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int) -> bytes:
-    """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 tensor, copied in boxes of
-    box_rows x box_cols elements, 128-byte swizzled, zeros read outside the tensor.
+    """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 tensor, copied in boxes of box_rows x box_cols
+    elements, 128-byte swizzled, zeros read outside the tensor.
 
-    Encoded once per distinct (address, dtype, rows, cols, row stride, box) and then served from a
-    cache (`encoded_tensor_map`): the benchmark calls the launcher thousands of times on the same
-    tensors, and at 2048^3 the kernel is short enough that the host's per-call work shows."""
+    Encoded once per distinct (address, dtype, rows, cols, row stride, box) and then served from a cache
+    (`encoded_tensor_map`): the benchmark calls the launcher thousands of times on the same tensors, and at
+    2048^3 the kernel is short enough that the host's per-call work shows."""
     rows, cols = t.shape
     row_bytes = t.stride(0) * t.element_size()
     if t.data_ptr() % 16 or row_bytes % 16 or t.stride(1) != 1:
@@ -512,11 +513,11 @@ def encoded_tensor_map(address: int, dtype: torch.dtype, rows: int, cols: int, r
                        box_rows: int, box_cols: int) -> bytes:
     """cuTensorMapEncodeTiled's 128 bytes for exactly these arguments, cached.
 
-    Why a cache keyed on an address is safe here: the map is a pure function of its arguments
-    (it holds the address, sizes, stride and box, nothing read from the memory itself), and every
-    one of them is in the key. A new tensor that reuses a freed tensor's address with another
-    shape, stride or dtype is a different key; one with the same address, shape, stride and dtype
-    gets a map that is byte for byte what encoding it again would give."""
+    Why a cache keyed on an address is safe here: the map is a pure function of its arguments (it holds the
+    address, sizes, stride and box, nothing read from the memory itself), and every one of them is in the key.
+    A new tensor that reuses a freed tensor's address with another shape, stride or dtype is a different key;
+    one with the same address, shape, stride and dtype gets a map that is byte for byte what encoding it again
+    would give."""
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     storage = ctypes.create_string_buffer(128 + 128)  # the driver wants the map 64-byte aligned
     aligned = (ctypes.addressof(storage) + 127) // 128 * 128
@@ -532,8 +533,8 @@ def encoded_tensor_map(address: int, dtype: torch.dtype, rows: int, cols: int, r
 
 
 def launch_wgmma(a, b, out, out_dtype, tiles: WgmmaTiles = WGMMA_TILES):
-    """C = A @ B with the wgmma + TMA kernel built with `tiles` (its block order): what
-    matmul_wgmma_tma calls, and the benchmark's A/B row `wgmma_tma_row_major`."""
+    """C = A @ B with the wgmma + TMA kernel built with `tiles` (its block order): what matmul_wgmma_tma
+    calls, and the benchmark's A/B row `wgmma_tma_row_major`."""
     out, m, n, k = _checked(a, b, out, out_dtype)
     why = wgmma_unsupported(runtime.capability())
     if why is not None:
@@ -568,10 +569,9 @@ def matmul_wgmma_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None 
                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """C = A @ B on Hopper's asynchronous tensor cores (`wgmma_tma_*`, kernels/matmul_wgmma.cu).
 
-    Same contract as the WMMA launchers. 128x256x64 block tiles in a 4-stage ring that a producer
-    warpgroup fills with TMA copies and two consumer warpgroups drain with wgmma. Needs compute
-    capability 9.0 (H100, H200): on any other GPU it raises RuntimeError naming the fallback,
-    `matmul_wmma_cp_async`.
+    Same contract as the WMMA launchers. 128x256x64 block tiles in a 4-stage ring that a producer warpgroup
+    fills with TMA copies and two consumer warpgroups drain with wgmma. Needs compute capability 9.0 (H100,
+    H200): on any other GPU it raises RuntimeError naming the fallback, `matmul_wmma_cp_async`.
     """
     return launch_wgmma(a, b, out, out_dtype)
 

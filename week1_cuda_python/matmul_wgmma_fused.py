@@ -39,8 +39,8 @@ from course import validate
 from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
-    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES, TMA_ALIGN_BYTES,
-    launch_geometry)
+    BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES,
+    TMA_ALIGN_BYTES, launch_geometry, open_hole)
 
 # BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
 FUSED_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_fused.cu"
@@ -72,13 +72,12 @@ def unsupported(capability: tuple[int, int] | None) -> str | None:
 def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None) -> list[str]:
     """The nvcc command that builds every fused variant for sm_90a (the CPU test runs the same one);
     `source`: PINGPONG_SOURCE for the ping-pong schedule's entry points."""
-    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings",
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *BODY_DEFINES,
             "-o", str(output), str(source or FUSED_SOURCE)]
 
 
 @functools.cache
 def _module(source: Path | None = None):
-    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     nvcc = runtime.nvcc_path()
     source = source or FUSED_SOURCE
     if nvcc is None:
@@ -89,6 +88,10 @@ def _module(source: Path | None = None):
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
+    why = open_hole(image, source)  # the body's exercise stub with a hole open: it could hang the GPU
+    if why is not None:
+        raise NotImplementedError(why)
+    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
     return module

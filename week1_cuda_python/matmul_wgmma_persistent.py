@@ -42,9 +42,26 @@ from course.check import poisoned, random_tensor
 from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 
-# BEGIN SOLUTION ONLY: the kernel source is the solution's (the stub has no copy of the .cu file)
-PERSISTENT_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_persistent.cu"
+# BEGIN SOLUTION ONLY: where the kernel sources are: the body's is the learner's copy under --impl=exercises
+from os import environ
+
+_EXERCISES = environ.get(runtime.IMPL_ENV) == "exercises"
+# The body has exercise holes: under `pytest --impl=exercises` (COURSE_IMPL=exercises) it is the learner's copy,
+# generated at the same path under exercises/ (as attention/hopper.py does). The ping-pong and fused entry
+# points have no holes: their files stay the solution's, and include the body BODY_DEFINES names.
+PERSISTENT_SOURCE = Path(__file__).parent / ("exercises/kernels" if _EXERCISES else "kernels") \
+    / "matmul_wgmma_persistent.cu"
 PINGPONG_SOURCE = Path(__file__).parent / "kernels" / "matmul_wgmma_pingpong.cu"  # the same body, PINGPONG
+BODY_DEFINES = (f'-DWP_BODY="{PERSISTENT_SOURCE}"',) if _EXERCISES else ()  # (kernels/matmul_wgmma_pingpong.cu)
+
+
+def open_hole(image: bytes, source: Path) -> str | None:
+    """Why a build of the body must not be loaded (the end of kernels/matmul_wgmma_persistent.cu: an
+    exercise hole is open, and its barriers could hang the GPU), or None."""
+    if b"wgmma_persistent_not_implemented_yet" not in image:
+        return None
+    return (f"not implemented yet: {source.name} is built on {PERSISTENT_SOURCE}, which has a hole open (a "
+            "`#define WP_HOLE_OPEN` line is left); it is not launched, since it could hang the GPU")
 # END SOLUTION ONLY
 DTYPES = (torch.float16, torch.bfloat16)
 FALLBACK = "matmul_wgmma_tma"        # pads odd strides with zero copies; same GPUs
@@ -142,14 +159,13 @@ def stride_problem(name: str, t: torch.Tensor, fix: str) -> str | None:
 def nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = (), source: Path | None = None) -> list[str]:
     """The nvcc command that builds the kernel for sm_90a (the CPU test runs the same one); `source`:
     PINGPONG_SOURCE for the ping-pong entry points (plain and fused), else PERSISTENT_SOURCE."""
-    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines, *BODY_DEFINES,
             "-o", str(output), str(source or PERSISTENT_SOURCE)]
 
 
 @functools.cache
 def _module(defines: tuple[str, ...] = (), source: Path | None = None):
     """The kernel compiled for sm_90a and loaded into torch's (primary) context."""
-    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     nvcc = runtime.nvcc_path()
     source = source or PERSISTENT_SOURCE
     if nvcc is None:
@@ -160,6 +176,10 @@ def _module(defines: tuple[str, ...] = (), source: Path | None = None):
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
+    why = open_hole(image, source)
+    if why is not None:
+        raise NotImplementedError(why)
+    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
     return module

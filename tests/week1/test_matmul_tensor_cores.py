@@ -22,6 +22,8 @@ import math
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -259,6 +261,20 @@ def test_padded_leaves_aligned_operands_alone():
     assert copy is not view and copy.data_ptr() % tc.ALIGNMENT == 0 and torch.equal(copy, view)
 
 
+@pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
+def test_a_build_with_a_hole_open_is_refused_before_it_is_loaded(monkeypatch):
+    """The exercise stub of kernels/matmul_wgmma.cu, holes open, builds; the launcher finds the entry
+    point an open hole adds and refuses the module, naming the file, before the driver is called: its
+    barriers would never complete and the GPU would hang. (The host side is the solution's, imported by
+    the stub: patch WGMMA_SOURCE where _wgmma_module reads it.)"""
+    host = sys.modules[tc._wgmma_module.__module__]
+    stub = Path(__file__).resolve().parents[2] / "week1_cuda_python" / "exercises" / "kernels" / "matmul_wgmma.cu"
+    monkeypatch.setattr(host, "WGMMA_SOURCE", stub)
+    monkeypatch.setattr(runtime, "pycuda_driver", lambda: pytest.fail("the driver was reached"))
+    with pytest.raises(NotImplementedError, match="not implemented yet: .*matmul_wgmma.cu has a hole open"):
+        host._wgmma_module.__wrapped__()
+
+
 def test_default_tiles_match_the_cuda_source():
     source = tc.CUDA_SOURCE.read_text()
     for name in ("bm", "bn", "bk", "wm", "wn", "stages"):
@@ -395,6 +411,50 @@ def test_wgmma_block_order_matches_the_cuda_source():
         assert line in body, f"grouped_tile no longer has `{line}`: update wgmma_block_tile and this test"
 
 
+# The ring's formulas, as the holes of kernels/matmul_wgmma.cu must write them (whitespace aside): the
+# persistent rung's protocol model (test_matmul_wgmma_persistent_protocol.py) simulates these with one tile
+# per block (its ring position `it` is this kernel's k tile t); the rest is what the TMA and wgmma read.
+WGMMA_RING = {
+    "the producer waits for the stage's previous use: phase t / STAGES - 1 of empty[s]":
+        "if (t >= WG_STAGES) mbar_wait(&empty[s], (t / WG_STAGES - 1) & 1);",
+    "the full barrier expects every byte the copies deliver: A's box and each copied slab of B":
+        "mbar_arrive_expect_tx(&full[s], WG_A_BYTES + b_slabs * WG_B_SLAB_BYTES);",
+    "a box is addressed (column, row): B's slab j of k tile t starts at column n0 + 64 j, row 64 t":
+        "n0 + j * WG_B_SLAB, t * WG_BK);",
+    "a consumer waits for phase t / STAGES of full[s]": "mbar_wait(&full[s], (t / WG_STAGES) & 1);",
+    "16 k of A are 32 bytes along its 128-byte rows": "const uint64_t desc_a = smem_desc(a_base + kk * 32, 16, 1024);",
+    "a stage is released only once the wgmmas that read it are done (wait_group 1, then the previous stage)":
+        "wgmma_wait<1>(); if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);",
+}
+
+
+def wgmma_ring_problems(source: str) -> list[str]:
+    """What of WGMMA_RING a text of kernels/matmul_wgmma.cu lacks (whitespace-insensitive), in its code:
+    whole-line comments out, since the exercise's hints quote some of these lines."""
+    flat = " ".join(" ".join(line for line in source.splitlines() if not line.lstrip().startswith("//")).split())
+    return [why for why, line in WGMMA_RING.items() if " ".join(line.split()) not in flat]
+
+
+def test_wgmma_ring_follows_the_protocol_model():
+    source = tc.WGMMA_SOURCE.read_text()
+    assert not re.search(r"^\s*#define WG_HOLE_OPEN", source, re.MULTILINE), \
+        f"not implemented yet: {tc.WGMMA_SOURCE.name} has a hole open (a `#define WG_HOLE_OPEN` line is left)"
+    assert wgmma_ring_problems(source) == []
+
+
+def _wgmma_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution.name == "matmul_wgmma.cu"]
+
+
+@pytest.mark.parametrize("fixture", _wgmma_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_wgmma_kernels_are_seen_on_the_cpu_too(fixture):
+    """Each known-wrong kernel (tests/week1/wrong/matmul_wgmma.py; the GPU tests must reject it) breaks
+    one of the ring's formulas, so a CPU run already points at it."""
+    from classroom.must_fail import wrong_source
+    assert wgmma_ring_problems(wrong_source(fixture)), f"{fixture.wrong.name}: the CPU check does not see it"
+
+
 def test_wgmma_row_major_variant_only_changes_the_block_order():
     assert tc.WGMMA_TILES.defines() == ()
     row_major = tc.WgmmaTiles(group_m=1)
@@ -456,7 +516,19 @@ def test_wgmma_source_compiles_for_sm_90a(tmp_path):
                    check=True, capture_output=True)
     text = ptx.read_text()
     names = {f"wgmma_tma_{tc.TYPE_SUFFIX[d]}_{tc.TYPE_SUFFIX[o]}" for d in tc.DTYPES for o in (d, torch.float32)}
-    assert names <= set(re.findall(r"\.entry (\w+)\(", text))
+    entries = set(re.findall(r"\.entry (\w+)\(", text))
+    # The exercise stub's holes each hold `#define WG_HOLE_OPEN` until filled (the end of the .cu).
+    assert "wgmma_tma_not_implemented_yet" not in entries, \
+        f"not implemented yet: {tc.WGMMA_SOURCE.name} has a hole open (a `#define WG_HOLE_OPEN` line is left)"
+    assert entries == names, entries
+    # Each hole's instructions, per kernel: the producer's TMA loads, its expect_tx arrive and its wait on
+    # the empty barriers; the consumers' waits on the full barriers, wgmmas, wait_group 1 and arrives.
+    for body in re.split(r"\.entry ", text)[1:]:
+        name = body.split("(", 1)[0]
+        for instruction in ("cp.async.bulk.tensor.2d", "mbarrier.arrive.expect_tx", "mbarrier.try_wait.parity",
+                            "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group.sync.aligned 1",
+                            "wgmma.wait_group.sync.aligned 0", "mbarrier.arrive.shared"):
+            assert instruction in body, f"{name}: {instruction} is missing from the PTX"
     for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
                         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
                         "cp.async.bulk.tensor.2d", "mbarrier.try_wait.parity", "setmaxnreg.inc"):

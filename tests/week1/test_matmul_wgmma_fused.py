@@ -13,9 +13,9 @@ Then C is rounded once to fp16 (rtol 2^-11, plus half the smallest subnormal) or
 reference is float64 from the same fp16/bf16 inputs. An unwritten element stays NaN (every output
 is poisoned first); a dropped k step or a wrong tile is far past the bound.
 """
+import importlib.util
 import math
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,6 +28,26 @@ from course.check import assert_close, poisoned, random_tensor
 
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
 
+
+def _no_hole_open():
+    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
+    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
+    source = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent").PERSISTENT_SOURCE
+    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
+        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
+
+
+def _wgmma_epilogues():
+    """tests/week1/wgmma_epilogues.py, loaded by path (pytest's importlib mode puts no test folder on
+    sys.path): the epilogues' operand and output shapes, shared with test_matmul_wgmma_pingpong.py."""
+    path = Path(__file__).resolve().parent / "wgmma_epilogues.py"
+    spec = importlib.util.spec_from_file_location(f"wgmma_epilogues_for_{Path(__file__).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+epi = _wgmma_epilogues()
 DEVICE = runtime.DEVICE
 U32 = 2.0**-24
 ROUNDING = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
@@ -46,8 +66,7 @@ def inputs(m, n, k, dtype, epilogue):
     """x (M x K), w (N x K) scaled by 1/sqrt(K) (outputs ~ N(0, 1) at any K), the epilogue's operand."""
     x = random_tensor((m, k), dtype, DEVICE)
     w = random_tensor((n, k), dtype, DEVICE, scale=k**-0.5)
-    extra = {"bias": (n,), "residual": (m, n)}.get(epilogue)
-    return x, w, (random_tensor(extra, dtype, DEVICE) if extra else None)
+    return x, w, epi.extra_operand(epilogue, m, n, lambda shape: random_tensor(shape, dtype, DEVICE))
 
 
 def check(c, x, w, epilogue, extra):
@@ -77,7 +96,7 @@ def check(c, x, w, epilogue, extra):
 def run(shape, dtype, epilogue, **kwargs):
     m, n, k = shape
     x, w, extra = inputs(m, n, k, dtype, epilogue)
-    out = poisoned((m, n // 2 if epilogue == "swiglu" else n), dtype, DEVICE)
+    out = epi.poisoned_out(epilogue, m, n, dtype, DEVICE)
     assert wf.launch_fused(x, w, epilogue, extra, out, **kwargs) is out
     check(out, x, w, epilogue, extra)
 
@@ -136,7 +155,7 @@ def test_stores_stay_inside_c(schedule, epilogue):
     """C is a view 16 bytes into a poisoned buffer: the TMA store clips at M and C's columns."""
     m, n, k = 200, 336, 72
     x, w, extra = inputs(m, n, k, torch.float16, epilogue)
-    cols = n // 2 if epilogue == "swiglu" else n
+    cols = epi.out_columns(epilogue, n)
     buffer = poisoned(8 + m * cols + 64 * cols, torch.float16, DEVICE)
     out = buffer[8:8 + m * cols].view(m, cols)
     wf.launch_fused(x, w, epilogue, extra, out, schedule=schedule)
@@ -278,10 +297,9 @@ def test_rejects_bad_input_before_launch(case, error, message, make, monkeypatch
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 def test_refused_off_hopper_naming_the_triton_fallback(capability, epilogue, monkeypatch):
     monkeypatch.setattr(runtime, "capability", lambda device=None: capability)
-    x, w, extra = (torch.ones(16, 16, device=DEVICE, dtype=torch.float16), torch.ones(32, 16, device=DEVICE,
-                   dtype=torch.float16), None)
-    extra = {"bias": torch.ones(32, device=DEVICE, dtype=torch.float16),
-             "residual": torch.ones(16, 32, device=DEVICE, dtype=torch.float16)}.get(epilogue)
+    x = torch.ones(16, 16, device=DEVICE, dtype=torch.float16)
+    w = torch.ones(32, 16, device=DEVICE, dtype=torch.float16)
+    extra = epi.extra_operand(epilogue, 16, 32, lambda shape: torch.ones(shape, device=DEVICE, dtype=torch.float16))
     with pytest.raises(RuntimeError, match=rf"compute capability {capability[0]}\.{capability[1]}.*"
                                            r"week3_triton_kernels\.matmul\.matmul \(Triton"):
         wf.launch_fused(x, w, epilogue, extra)
@@ -312,21 +330,12 @@ def test_every_epilogue_has_an_entry_point():
     assert entries == {wf.kernel_name(e, d) for e in wf.EPILOGUES for d in wf.DTYPES}
 
 
-def _cuobjdump() -> str | None:
-    """cuobjdump from the CUDA toolkit, else the copy Triton ships (CPU CI has Triton, not always the toolkit's)."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    import triton
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(bundled) if bundled.exists() else None
-
-
 @nvcc
 @pytest.mark.nvcc
 def test_every_variant_compiles_for_sm_90a_with_the_launchers_command(tmp_path):
     """The launcher's own nvcc command (warnings as errors) builds all 8 entry points without spills;
     the SASS holds the warpgroup MMA (HGMMA), TMA loads (UTMALDG) and the epilogue's TMA stores (UTMASTG)."""
+    _no_hole_open()
     cubin = tmp_path / "wf.cubin"
     built = subprocess.run(wf.nvcc_command(cubin, runtime.nvcc_path()) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
@@ -335,7 +344,7 @@ def test_every_variant_compiles_for_sm_90a_with_the_launchers_command(tmp_path):
     for e in wf.EPILOGUES:
         for d in wf.DTYPES:
             assert f"Compiling entry function '{wf.kernel_name(e, d)}' for 'sm_90a'" in built.stderr
-    tool = _cuobjdump()
+    tool = epi.cuobjdump()
     assert tool, "no cuobjdump (CUDA toolkit or Triton's copy): the SASS cannot be checked"
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     functions = re.split(r"\n\s*Function : ", sass)[1:]
@@ -346,6 +355,20 @@ def test_every_variant_compiles_for_sm_90a_with_the_launchers_command(tmp_path):
             assert opcode in text, f"{opcode} is missing from the SASS of {name}"
         if "swiglu" in name:
             assert "MUFU.EX2" in text, f"{name}: silu's exponential is missing"
+
+
+@nvcc
+@pytest.mark.nvcc
+def test_built_on_a_body_with_a_hole_open_is_refused_before_it_is_loaded(monkeypatch):
+    """The fused entry points built on the body's exercise stub (-DWP_BODY, holes open): the launcher
+    finds the entry point an open hole adds and refuses the module before the driver is reached."""
+    import sys
+    host = sys.modules[wf._module.__module__]  # the stub imports BODY_DEFINES: patch it where nvcc_command reads
+    stub = Path(__file__).resolve().parents[2] / "week1_cuda_python/exercises/kernels/matmul_wgmma_persistent.cu"
+    monkeypatch.setattr(host, "BODY_DEFINES", (f'-DWP_BODY="{stub}"',))
+    monkeypatch.setattr(runtime, "pycuda_driver", lambda: pytest.fail("the driver was reached"))
+    with pytest.raises(NotImplementedError, match="not implemented yet: matmul_wgmma_fused.cu is built on .*hole open"):
+        host._module.__wrapped__()
 
 
 @nvcc
@@ -394,7 +417,7 @@ def test_the_ops_refuse_off_hopper_too(epilogue, monkeypatch):
     monkeypatch.setattr(runtime, "capability", lambda device=None: (8, 0))
     x = torch.ones(2, 8, 16, device=DEVICE, dtype=torch.bfloat16)
     w = torch.ones(32, 16, device=DEVICE, dtype=torch.bfloat16)
-    extra = {"bias": torch.ones(32, device=DEVICE, dtype=torch.bfloat16),
-             "residual": torch.ones(2, 8, 32, device=DEVICE, dtype=torch.bfloat16)}.get(epilogue)
+    extra = epi.extra_operand(epilogue, 2 * 8, 32, lambda s: torch.ones(s, device=DEVICE, dtype=torch.bfloat16))
+    extra = extra.view(2, 8, 32) if epilogue == "residual" else extra  # the residual is shaped like the output
     with pytest.raises(RuntimeError, match=r"compute capability 8\.0.*week3_triton_kernels\.matmul\.matmul"):
         _op_call(epilogue, x, w, extra)

@@ -28,6 +28,22 @@ from course import runtime
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 
+
+def kernel_code(text: str | None = None) -> str:
+    """kernels/matmul_wgmma_persistent.cu (or `text`) without its whole-line comments: the lines below must be
+    the kernel's code, not a hint's quotation of it (the exercise's hints quote some of them)."""
+    text = wp.PERSISTENT_SOURCE.read_text() if text is None else text
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+
+
+def _no_hole_open():
+    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
+    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
+    source = wp.PERSISTENT_SOURCE
+    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
+        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
+
+
 STAGES = wp.PERSISTENT_TILES.stages
 CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
 
@@ -162,6 +178,20 @@ def test_no_hang_and_no_stage_reused_too_early(k_tiles, units, cluster):
         simulate(k_tiles, units, cluster, seed)
 
 
+# The kernel's lines the model copies (the ring's parities, counts and releases; the full barrier counts
+# every byte the copies deliver, as the model's stages land whole).
+RING_LINES = ("if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
+              "wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);",
+              "wp_mbar_expect_tx(&full[s], bytes);",
+              "wp_mbar_init(&full[s], 1);",
+              "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
+              "wp_wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
+              "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+              "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
+              "wp_wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
+              "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);")
+
+
 @pytest.mark.parametrize("cluster", [1, 2])
 def test_the_model_sees_a_stage_released_before_its_wgmmas_finish(cluster):
     """The known-wrong kernel `stage_released_before_its_wgmmas_finish` (tests/week1/wrong/), in the
@@ -173,16 +203,9 @@ def test_the_model_sees_a_stage_released_before_its_wgmmas_finish(cluster):
 
 def test_the_model_follows_the_source():
     """The formulas the model uses are the kernel's (if these lines change, change the model)."""
-    source = wp.PERSISTENT_SOURCE.read_text()
-    for line in ("if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
-                 "wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);",
-                 "wp_mbar_init(&full[s], 1);",
-                 "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
-                 "wp_wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
-                 "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
-                 "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
-                 "wp_wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
-                 "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);"):
+    _no_hole_open()
+    source = kernel_code()
+    for line in RING_LINES:
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
     # One ring position per k step, counted across the block's tiles, in both roles.
     assert len(re.findall(r"for \(int kt = 0; kt < k_tiles; \+\+kt, \+\+it\)", source)) == 2
@@ -231,16 +254,20 @@ def test_pingpong_model_sees_an_early_release_and_a_wrong_count():
 
 def test_the_pingpong_model_follows_the_source():
     """The ping-pong lines the model copies (if these change, change the model)."""
-    source = wp.PERSISTENT_SOURCE.read_text()
-    for line in ("wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
-                 "if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }",
-                 "uint32_t it = PINGPONG ? c * k_tiles : 0;",
-                 "for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;\n"
-                 "             unit += (PINGPONG ? 2 : 1) * unit_stride) {",
-                 "if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);",
-                 "if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n            wp_wgmma_wait<0>();",
-                 "if (PINGPONG) { it += k_tiles; ++mine; }"):
+    _no_hole_open()
+    source = kernel_code()
+    for line in PINGPONG_LINES:
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
+
+
+PINGPONG_LINES = ("wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
+                  "if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }",
+                  "uint32_t it = PINGPONG ? c * k_tiles : 0;",
+                  "for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;\n"
+                  "             unit += (PINGPONG ? 2 : 1) * unit_stride) {",
+                  "if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);",
+                  "if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n            wp_wgmma_wait<0>();",
+                  "if (PINGPONG) { it += k_tiles; ++mine; }")
 
 
 # --- the epilogue's layout: registers -> swizzled shared memory -> what the TMA store reads ---------
@@ -251,13 +278,15 @@ def tma_swizzle_128b(row: int, byte: int) -> int:
     return row * 128 + (((byte // 16) ^ (row % 8)) * 16) + byte % 16
 
 
+SWIZZLE_LINE = "const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);"
+
+
 def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it():
     """The kernel's shared-memory offset for the pair of columns a thread holds (the wgmma accumulator
     layout: warp w, lane l hold rows 16 w + l / 4 + 8 h and columns 8 j + 2 (l % 4) + {0, 1}) is the
     TMA's swizzled place of that pair, and the 128 threads x 8 x 2 pairs cover the 8 KB chunk once."""
-    source = wp.PERSISTENT_SOURCE.read_text()
-    formula = "const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);"
-    assert formula in source, "the epilogue's offset changed: update this test's copy of it"
+    _no_hole_open()
+    assert SWIZZLE_LINE in kernel_code(), "the epilogue's offset changed: update this test's copy of it"
     seen = set()
     for warp in range(4):
         for lane in range(32):
@@ -271,12 +300,15 @@ def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it()
     assert seen == set(range(0, 64 * 128, 4)), "some 4-byte pair of the chunk is written twice or never"
 
 
+SWIGLU_LINE = "v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);"
+
+
 def test_swiglu_partner_registers_hold_the_matching_up_column():
     """With gate rows in slabs 0-1 and up rows in slabs 2-3 of the B stage, accumulator column t < 128
     is gate column f0 + t and column t + 128 its up partner: registers 4 j + 2 h + e and 4 (j + 16) + 2 h + e
     of the same thread (the layout repeats every 8 columns, so j + 16 is 128 columns further)."""
-    source = wp.PERSISTENT_SOURCE.read_text()
-    assert "v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);" in source
+    _no_hole_open()
+    assert SWIGLU_LINE in kernel_code()
     column = lambda reg, lane: 8 * (reg // 4) + 2 * (lane % 4) + reg % 2  # noqa: E731
     row = lambda reg, lane, warp: warp * 16 + lane // 4 + 8 * ((reg // 2) % 2)  # noqa: E731
     for lane in range(32):
@@ -285,3 +317,23 @@ def test_swiglu_partner_registers_hold_the_matching_up_column():
                 for e in range(2):
                     gate, up = 4 * j + 2 * h + e, 4 * (j + 16) + 2 * h + e
                     assert column(up, lane) == column(gate, lane) + 128 and row(up, lane, 0) == row(gate, lane, 0)
+
+
+# The tile order's lines (test_matmul_wgmma_persistent.py checks them against persistent_tile).
+TILE_ORDER_LINES = ("const int rows = min(tiles_m - first_m, group_m);", "tile_m = first_m + in_group % rows;",
+                    "tile_n = in_group / rows;")
+
+
+def _kernel_fixtures():
+    from classroom.must_fail import load_fixtures
+    return [f for f in load_fixtures() if f.solution.name == "matmul_wgmma_persistent.cu"]
+
+
+@pytest.mark.parametrize("fixture", _kernel_fixtures(), ids=lambda f: f.wrong.name)
+def test_known_wrong_kernels_break_a_line_the_cpu_tests_check(fixture):
+    """Each known-wrong kernel (tests/week1/wrong/matmul_wgmma_persistent.py; the GPU tests must reject it)
+    loses one of the lines the model and the layout tests above copy, so a CPU run already points at it."""
+    from classroom.must_fail import wrong_source
+    code = kernel_code(wrong_source(fixture))
+    lines = (*RING_LINES, *PINGPONG_LINES, SWIZZLE_LINE, SWIGLU_LINE, *TILE_ORDER_LINES)
+    assert any(line not in code for line in lines), f"{fixture.wrong.name}: no CPU check sees it"

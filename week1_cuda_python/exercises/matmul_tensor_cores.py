@@ -257,8 +257,8 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
     return (a.double() @ b.double()).to(out_dtype or a.dtype)
 
 
-# Given, from the solution: the Hopper rung (wgmma + TMA, kernels/matmul_wgmma.cu) is not an exercise yet: the
-#   stub imports it
+# Given, from the solution: the Hopper rung's host side is given (imported); its exercise is
+#   kernels/matmul_wgmma.cu
 from week1_cuda_python.matmul_tensor_cores import (  # noqa: E402, F401
     WGMMA_SOURCE, WGMMA_CAPABILITY, WGMMA_FALLBACK, WGMMA_GENCODE, WGMMA_ROW_ALIGN, WgmmaTiles,
     WGMMA_TILES, wgmma_padded_shape, wgmma_launch_geometry, wgmma_block_tile, wgmma_unsupported,

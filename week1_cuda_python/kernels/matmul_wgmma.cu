@@ -321,7 +321,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
     unsigned char* stages = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
     const int warpgroup = threadIdx.x / 128;
-    const int tiles = (K + WG_BK - 1) / WG_BK;
+    [[maybe_unused]] const int tiles = (K + WG_BK - 1) / WG_BK;  // (unused in the stub while both holes are open)
     int tile_m, tile_n;
     grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.y, gridDim.x, tile_m, tile_n);
     const int m0 = tile_m * WG_BM, n0 = tile_n * WG_BN;
@@ -340,6 +340,20 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
     if (warpgroup == 0) {
         // ---- producer: one thread streams tiles into the ring of stages ----
         setmaxnreg_dec<40>();
+        // BEGIN EXERCISE: the producer: thread 0 alone, for each k tile t: stage s = t % WG_STAGES; from
+        //   t = WG_STAGES on, wait until the consumers released the stage (empty[s]); arm full[s] with the
+        //   bytes that will land (A's box + the B slabs left of N); one TMA copy of A, one per B slab
+        // HINT: the ring: tile t goes to stage t % WG_STAGES, whose previous tile (t - WG_STAGES) must be
+        //   released first; its release completed phase t / WG_STAGES - 1 of empty[s], so that phase's parity
+        //   is what to wait for. The full barrier completes when the producer has arrived AND the bytes it
+        //   announced have landed: announce exactly what the copies deliver (a box partly outside the tensor
+        //   still delivers all its bytes, as zeros; a slab wholly right of N is not copied at all).
+        // HINT: first the number of B slabs this block copies (at most WG_BN / WG_B_SLAB, none wholly right of
+        //   N); then per t: the wait on empty[s] (not in the first round), mbar_arrive_expect_tx on full[s] with
+        //   A's bytes + those slabs', one tma_load_2d for A's box and one per slab into the stage (A first, then
+        //   the slabs back to back). A tensor map's coordinates are (column, row): x along the contiguous axis.
+        // HINT: `if (t >= WG_STAGES) mbar_wait(&empty[s], (t / WG_STAGES - 1) & 1);`
+        // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
         const int b_slabs = min(WG_BN / WG_B_SLAB, (N - n0 + WG_B_SLAB - 1) / WG_B_SLAB);
         if (threadIdx.x == 0) {
             for (int t = 0; t < tiles; ++t) {
@@ -360,6 +374,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
                                     n0 + j * WG_B_SLAB, t * WG_BK);
             }
         }
+        // END EXERCISE
     } else {
         // ---- consumers: warpgroup c computes rows 64c .. 64c+63 of the block tile ----
         setmaxnreg_inc<232>();
@@ -369,6 +384,20 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
 #pragma unroll
         for (int i = 0; i < 128; ++i) d[i] = 0.0f;
 
+        // BEGIN EXERCISE: the consumers' k loop: for each k tile t, wait until it has landed (full[s]), issue
+        //   the four m64n256k16 wgmmas of its 64-wide slice (warpgroup c reads rows 64c .. of A), commit them,
+        //   wait for the previous tile's group and release that tile's stage (empty); after the loop, wait for all
+        // HINT: stage s = t % WG_STAGES was filled for the (t / WG_STAGES)-th time, in that phase of full[s].
+        //   wgmma is asynchronous: a stage may be handed back only once the wgmmas that read it have finished,
+        //   and waiting for ALL of them every k step would idle the tensor cores; keeping one group in flight
+        //   (wait_group 1) overlaps tile t's math with the wait for tile t - 1's.
+        // HINT: wait on full[s]; this warpgroup's A starts c * 64 rows (of 128 bytes) into the stage, B after A;
+        //   wgmma_fence(), then per 16-wide k step kk one wgmma_m64n256k16<In> on two smem_desc descriptors (the
+        //   header's "Shared-memory descriptor" gives each operand's step along k, its LBO and SBO);
+        //   wgmma_commit(), wgmma_wait<1>(), one arrive per warp (its lane 0) on the previous tile's empty
+        //   barrier; after the loop, wgmma_wait<0>() before the epilogue reads d.
+        // HINT: `wgmma_wait<1>(); if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);`
+        // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
         for (int t = 0; t < tiles; ++t) {
             const int s = t % WG_STAGES;
             mbar_wait(&full[s], (t / WG_STAGES) & 1);  // tile t has landed in stage s
@@ -390,6 +419,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
             if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);
         }
         wgmma_wait<0>();
+        // END EXERCISE
 
         // Epilogue: straight from the accumulator registers to C (layout in the header).
         const int row = m0 + c * 64 + warp * 16 + lane / 4;
@@ -430,3 +460,14 @@ WG_ENTRY(wgmma_tma_f16_f16, __half, __half)
 WG_ENTRY(wgmma_tma_f16_f32, __half, float)
 WG_ENTRY(wgmma_tma_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
 WG_ENTRY(wgmma_tma_bf16_f32, __nv_bfloat16, float)
+
+// ---- the exercise stub's open holes -----------------------------------------------------------------
+// In the exercise stub (week1_cuda_python/exercises/kernels/matmul_wgmma.cu) each hole holds a
+// `#define WG_HOLE_OPEN 1` line until it is filled. A kernel with a hole open would not fail, it would
+// hang the GPU: consumers waiting on full barriers no producer arms, or a producer waiting on stages no
+// consumer releases. So such a build carries this empty entry point as well, and the launcher refuses
+// to load a module that has it, saying 'not implemented yet' (matmul_tensor_cores.py, _wgmma_module);
+// the CPU test of the build (tests/week1/test_matmul_tensor_cores.py) looks for it in the PTX.
+#ifdef WG_HOLE_OPEN
+extern "C" __global__ void wgmma_tma_not_implemented_yet() {}
+#endif

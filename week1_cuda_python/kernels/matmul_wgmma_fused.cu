@@ -30,7 +30,11 @@
 // Build: sm_90a only, like the file it includes; elsewhere the bodies trap and the launcher
 // refuses non-sm_90 GPUs, naming the Triton fallback.
 #define WP_BODY_ONLY
+#ifdef WP_BODY  // -DWP_BODY='"path"': the body's exercise stub, which the launchers name under --impl=exercises
+#include WP_BODY
+#else
 #include "matmul_wgmma_persistent.cu"
+#endif
 
 #define WF_ENTRY(name, T, EPI)                                                                         \
     extern "C" __global__ void __launch_bounds__(WP_THREADS, 1)                                        \

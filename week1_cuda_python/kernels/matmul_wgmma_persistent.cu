@@ -1,54 +1,52 @@
-// The rungs above wgmma_tma: a persistent, warp-specialised wgmma + TMA GEMM whose epilogue goes
-// through shared memory and a TMA store, and the same with 2-block clusters. Launched from
-// week1_cuda_python/matmul_wgmma_persistent.py (rungs `wgmma_persistent`, `wgmma_cluster`); kernels/matmul_wgmma.cu is the rung below and explains the pieces this
-// one reuses (warpgroups, shared-memory descriptors, the 128-byte swizzle, tensor maps, mbarrier
-// phases, setmaxnreg). Read that header first; this one says only what changes and why.
+// The rungs above wgmma_tma: a persistent, warp-specialised wgmma + TMA GEMM whose epilogue goes through shared
+// memory and a TMA store, and the same with 2-block clusters. Launched from
+// week1_cuda_python/matmul_wgmma_persistent.py (rungs `wgmma_persistent`, `wgmma_cluster`); kernels/matmul_wgmma.cu
+// is the rung below and explains the pieces this one reuses (warpgroups, shared-memory descriptors, the 128-byte
+// swizzle, tensor maps, mbarrier phases, setmaxnreg). Read that header first; this one says only what changes and
+// why.
 //
-// C (M x N) = A (M x K) @ B (K x N), all row-major; fp16 or bf16 in, fp32 accumulate, C in the
-// inputs' type.
+// C (M x N) = A (M x K) @ B (K x N), all row-major; fp16 or bf16 in, fp32 accumulate, C in the inputs' type.
 //
 // What wgmma_tma leaves on the table (its header's last paragraph), and what this rung does:
-// 1. One block per tile of C. Each block pays a prologue (barrier init, the first STAGES copies
-//    in flight before any math) and an epilogue (the accumulators to global memory) during which
-//    the tensor cores of its SM idle: at 4096^3, 512 tiles of 128 x 256 on 132 SMs, about 4 of
-//    each per SM. Here the grid is one block per SM ("persistent") and each block walks the tiles
-//    tile = blockIdx.x, blockIdx.x + gridDim.x, ...: the producer runs ahead into the next tile's
-//    k tiles while the consumers are still storing the last one, so the ring stays full across
-//    tile boundaries and the epilogue overlaps the next tile's copies.
-// 2. The epilogue. wgmma_tma stored its accumulators straight from registers: each thread writes
-//    4-byte pairs scattered over 16 rows, 32 bytes per row per warp instruction, with a bounds check
-//    per pair. Here each consumer warpgroup writes a 64 x 64 chunk of its accumulators into a
-//    128-byte-swizzled shared buffer (conflict-free: below) and one thread hands the whole chunk to
-//    the TMA (cp.async.bulk.tensor ... global.shared::cta), which writes full 128-byte lines and
-//    clips at M and N by itself: no bounds checks in the kernel at all. Two buffers per warpgroup,
-//    so the registers of chunk q+1 are being written while the TMA still reads chunk q.
-// 3. The block order (matmul_wgmma.cu, "Block order") is the same grouped order, now over the
-//    persistent tile index: the ~132 tiles in flight at once still form a patch of C about
-//    GROUP_M x (132 / GROUP_M) tiles, so their panels of A and B are shared in the L2.
-// 4. The next rung, wgmma_cluster (same body, CLUSTER = 2, entry points wgmma_cluster_*): blocks in
-//    pairs (a cluster of 2) on vertically adjacent tiles, which read the same tile of B; each loads
-//    half of it and the TMA multicasts it into both blocks' shared memory (below, "clusters").
+// 1. One block per tile of C. Each block pays a prologue (barrier init, the first STAGES copies in flight before
+//    any math) and an epilogue (the accumulators to global memory) during which the tensor cores of its SM idle: at
+//    4096^3, 512 tiles of 128 x 256 on 132 SMs, about 4 of each per SM. Here the grid is one block per SM
+//    ("persistent") and each block walks the tiles tile = blockIdx.x, blockIdx.x + gridDim.x, ...: the producer
+//    runs ahead into the next tile's k tiles while the consumers are still storing the last one, so the ring stays
+//    full across tile boundaries and the epilogue overlaps the next tile's copies.
+// 2. The epilogue. wgmma_tma stored its accumulators straight from registers: each thread writes 4-byte pairs
+//    scattered over 16 rows, 32 bytes per row per warp instruction, with a bounds check per pair. Here each
+//    consumer warpgroup writes a 64 x 64 chunk of its accumulators into a 128-byte-swizzled shared buffer
+//    (conflict-free: below) and one thread hands the whole chunk to the TMA (cp.async.bulk.tensor ...
+//    global.shared::cta), which writes full 128-byte lines and clips at M and N by itself: no bounds checks in the
+//    kernel at all. Two buffers per warpgroup, so the registers of chunk q+1 are being written while the TMA still
+//    reads chunk q.
+// 3. The block order (matmul_wgmma.cu, "Block order") is the same grouped order, now over the persistent tile
+//    index: the ~132 tiles in flight at once still form a patch of C about GROUP_M x (132 / GROUP_M) tiles, so
+//    their panels of A and B are shared in the L2.
+// 4. The next rung, wgmma_cluster (same body, CLUSTER = 2, entry points wgmma_cluster_*): blocks in pairs (a
+//    cluster of 2) on vertically adjacent tiles, which read the same tile of B; each loads half of it and the TMA
+//    multicasts it into both blocks' shared memory (below, "clusters").
 //
-// Tile: 128 x 256 x 64, two consumer warpgroups of 64 x 256 (wgmma m64n256k16), not 128 x 128.
-// Why: per 16-wide k step a warpgroup's m64n256k16 is 262,144 multiply-adds and reads 2 KB of A
-// and 8 KB of B from shared memory; an SM's tensor cores do ~2,048 dense fp16 multiply-adds per
-// clock (989 TFLOP/s / 132 SMs / 2 FLOP each / 1.83 GHz), so one such instruction keeps them busy
-// ~128 clocks for 10 KB read: 80 bytes per clock, under the 128 bytes per clock shared memory
-// delivers. An m64n128k16 (the 128 x 128 tile) reads 6 KB in 64 clocks, 96 bytes per clock,
-// closer to that ceiling; and a 128 x 256 tile moves 48 KB from L2 per 4.2 MFLOP against 32 KB per
-// 2.1 MFLOP (85 against 64 FLOP per byte). The cost: 128 fp32 accumulators per consumer thread,
-// which setmaxnreg pays for (232 registers), and fewer tiles (a ragged last wave at small sizes).
+// Tile: 128 x 256 x 64, two consumer warpgroups of 64 x 256 (wgmma m64n256k16), not 128 x 128. Why: per 16-wide k
+// step a warpgroup's m64n256k16 is 262,144 multiply-adds and reads 2 KB of A and 8 KB of B from shared memory; an
+// SM's tensor cores do ~2,048 dense fp16 multiply-adds per clock (989 TFLOP/s / 132 SMs / 2 FLOP each / 1.83 GHz),
+// so one such instruction keeps them busy ~128 clocks for 10 KB read: 80 bytes per clock, under the 128 bytes per
+// clock shared memory delivers. An m64n128k16 (the 128 x 128 tile) reads 6 KB in 64 clocks, 96 bytes per clock,
+// closer to that ceiling; and a 128 x 256 tile moves 48 KB from L2 per 4.2 MFLOP against 32 KB per 2.1 MFLOP (85
+// against 64 FLOP per byte). The cost: 128 fp32 accumulators per consumer thread, which setmaxnreg pays for (232
+// registers), and fewer tiles (a ragged last wave at small sizes).
 //
-// Shared memory (227 KB per block at most on the H100): 4 stages x 48 KB = 192 KB for the ring,
-// + 2 consumers x 2 buffers x 8 KB = 32 KB for the epilogue (a 128 x 256 tile of C staged whole
-// would need 64 KB, which with 4 stages does not fit; 3 stages would), + 1 KB to align to 1024.
+// Shared memory (227 KB per block at most on the H100): 4 stages x 48 KB = 192 KB for the ring, + 2 consumers x 2
+// buffers x 8 KB = 32 KB for the epilogue (a 128 x 256 tile of C staged whole would need 64 KB, which with 4 stages
+// does not fit; 3 stages would), + 1 KB to align to 1024.
 //
-// Shapes: M, N, K any (K >= 1); the TMA reads zeros outside A and B and clips the stores of C.
-// The tensor maps need a 16-byte aligned base and row strides that are multiples of 16 bytes:
-// K and N multiples of 8 (the launcher refuses the rest, naming matmul_wgmma_tma, which pads).
+// Shapes: M, N, K any (K >= 1); the TMA reads zeros outside A and B and clips the stores of C. The tensor maps need
+// a 16-byte aligned base and row strides that are multiples of 16 bytes: K and N multiples of 8 (the launcher
+// refuses the rest, naming matmul_wgmma_tma, which pads).
 //
-// Build: sm_90a only (-gencode=arch=compute_90a,code=sm_90a); elsewhere the body is a trap and
-// the launcher refuses non-sm_90 GPUs before anything is compiled.
+// Build: sm_90a only (-gencode=arch=compute_90a,code=sm_90a); elsewhere the body is a trap and the launcher refuses
+// non-sm_90 GPUs before anything is compiled.
 
 #include <cuda.h>  // CUtensorMap
 #include <cuda_fp16.h>
@@ -139,9 +137,9 @@ template <int N>
 __device__ __forceinline__ void wp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
 // ... and until they are complete, writes included (before the block exits).
 __device__ __forceinline__ void wp_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Ordinary stores to shared memory are made by the "generic proxy"; the TMA reads through the
-// "async proxy". Each writing thread fences its own writes before the barrier that lets the
-// storing thread go, or the TMA may read stale bytes.
+// Ordinary stores to shared memory are made by the "generic proxy"; the TMA reads through the "async proxy". Each
+// writing thread fences its own writes before the barrier that lets the storing thread go, or the TMA may read stale
+// bytes.
 __device__ __forceinline__ void wp_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // A barrier for one warpgroup only (128 threads), so the two consumers never wait for each other.
 // Id 0 is __syncthreads'; consumer c uses 1 + c.
@@ -161,11 +159,10 @@ __device__ __forceinline__ void wp_wgmma_commit() { asm volatile("wgmma.commit_g
 template <int N>
 __device__ __forceinline__ void wp_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
 
-// d (64 x 256 fp32) = (accumulate ? d : 0) + A (64 x 16) @ B (16 x 256). The scale-d predicate
-// starts each tile from zero without 128 register moves: the first k step of a tile passes 0.
-// TRANS_B (the last immediate): 1 for B stored K x N row-major ("MN-major", this rung's B); 0 for
-// B stored N x K row-major ("K-major": nn.Linear's weight, the fused epilogues' B in
-// matmul_wgmma_fused.cu), which wgmma reads exactly as it reads A.
+// d (64 x 256 fp32) = (accumulate ? d : 0) + A (64 x 16) @ B (16 x 256). The scale-d predicate starts each tile from
+// zero without 128 register moves: the first k step of a tile passes 0. TRANS_B (the last immediate): 1 for B stored
+// K x N row-major ("MN-major", this rung's B); 0 for B stored N x K row-major ("K-major": nn.Linear's weight, the
+// fused epilogues' B in matmul_wgmma_fused.cu), which wgmma reads exactly as it reads A.
 #define WP_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define WP_D16(i) WP_D4(i), WP_D4((i) + 4), WP_D4((i) + 8), WP_D4((i) + 12)
 #define WP_MMA_ASM(TYPE, TRANS_B)                                                                     \
@@ -212,39 +209,47 @@ __device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __nv_bfloat16)
 #endif  // WP_HOPPER
 
 // ---- the tile order ------------------------------------------------------------------------------
-// Tile number `id` (0 .. tiles_m * tiles_n - 1, the persistent loop's counter) -> (tile_m, tile_n):
-// groups of `group_m` rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile;
-// matmul_wgmma_persistent.py's `persistent_tile` is the same arithmetic, tested to be a permutation).
+// Tile number `id` (0 .. tiles_m * tiles_n - 1, the persistent loop's counter) -> (tile_m, tile_n): groups of
+// `group_m` rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile; matmul_wgmma_persistent.py's
+// `persistent_tile` is the same arithmetic, tested to be a permutation).
 __device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int group_m, int& tile_m, int& tile_n)
 {
+    // BEGIN EXERCISE: the grouped tile order: which group of `group_m` rows of tiles `id` falls in, that group's first
+    //   row tile and its number of rows (the last group may be short), then down the group's column first: tile_m,
+    //   tile_n (matmul_wgmma.cu's grouped_tile; your persistent_tile, in CUDA C)
+    // HINT: a full group holds group_m * tiles_n tiles, so id / that is the group and id % that the place inside it;
+    //   walking a column of the group first means the row changes fastest: place % rows.
+    // HINT: rows = min(tiles_m - first_m, group_m): dividing by group_m in the last, shorter group would send some
+    //   tiles past the last row of C and leave others never computed.
+    // HINT: `tile_m = first_m + in_group % rows; tile_n = in_group / rows;`
+    // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
     const int per_group = group_m * tiles_n;
     const int first_m = (id / per_group) * group_m;
     const int rows = min(tiles_m - first_m, group_m);
     const int in_group = id % per_group;
     tile_m = first_m + in_group % rows;
     tile_n = in_group / rows;
+    // END EXERCISE
 }
 
 #if WP_HOPPER
 // ---- clusters (the wgmma_cluster rung): two blocks, one column of B ------------------------------
-// A cluster's blocks run at once on one GPC and may read and write each other's shared memory
-// ("distributed shared memory"). The cluster rung pairs the blocks of vertically adjacent tiles,
-// (2i, n) and (2i + 1, n): they need the same 64 x 256 slice of B at every k step. Each block loads
-// half of it (slabs j with j % 2 == its rank) with ONE TMA copy *multicast* to both blocks' shared
-// memory at the same offset, signalling each block's full barrier: B is read from L2 once per pair,
-// not twice (a quarter less L2 -> SM traffic per stage: 16 + 16 of 48 KB per block instead of 16 + 32).
-// The price is that a stage is now written by both blocks' copies, so it may only be refilled when
-// both blocks' consumers are done with it: every consumer warp arrives on its own block's empty
-// barrier and on the peer's (16 arrivals per phase instead of 8).
+// A cluster's blocks run at once on one GPC and may read and write each other's shared memory ("distributed shared
+// memory"). The cluster rung pairs the blocks of vertically adjacent tiles, (2i, n) and (2i + 1, n): they need the
+// same 64 x 256 slice of B at every k step. Each block loads half of it (slabs j with j % 2 == its rank) with ONE TMA
+// copy *multicast* to both blocks' shared memory at the same offset, signalling each block's full barrier: B is read
+// from L2 once per pair, not twice (a quarter less L2 -> SM traffic per stage: 16 + 16 of 48 KB per block instead of
+// 16 + 32). The price is that a stage is now written by both blocks' copies, so it may only be refilled when both
+// blocks' consumers are done with it: every consumer warp arrives on its own block's empty barrier and on the peer's
+// (16 arrivals per phase instead of 8).
 __device__ __forceinline__ uint32_t wp_cluster_rank()
 {
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
     return rank;
 }
-// All threads of both blocks: what one block initialised (or is still doing to the other's shared
-// memory) is done and visible before anyone goes past. Not .aligned: the threads arrive from
-// different places of the code.
+// All threads of both blocks: what one block initialised (or is still doing to the other's shared memory) is done and
+// visible before anyone goes past. Not .aligned: the threads arrive from different places of the code.
 __device__ __forceinline__ void wp_cluster_sync()
 {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
@@ -271,10 +276,10 @@ __device__ __forceinline__ void wp_tma_load_multicast(void* dst, const CUtensorM
 #endif  // WP_HOPPER
 
 // ---- epilogues (the fused variants of matmul_wgmma_fused.cu; this rung uses WP_EPI_NONE) --------
-// Applied in registers to the fp32 accumulators, before the one rounding to C's type and the TMA
-// store: a bias (one per column), a residual (C = A B^T + R, R read where C is written), or SwiGLU
-// (the tile holds gate columns in its left half and the matching up columns in its right half, and
-// writes silu(gate) * up: half as many columns as it computed).
+// Applied in registers to the fp32 accumulators, before the one rounding to C's type and the TMA store: a bias (one
+// per column), a residual (C = A B^T + R, R read where C is written), or SwiGLU (the tile holds gate columns in its
+// left half and the matching up columns in its right half, and writes silu(gate) * up: half as many columns as it
+// computed).
 #define WP_EPI_NONE 0
 #define WP_EPI_BIAS 1
 #define WP_EPI_RESIDUAL 2
@@ -297,18 +302,16 @@ __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f 
 #endif
 
 // ---- the kernel body -----------------------------------------------------------------------------
-// CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent
-// loop then walks "units" of CLUSTER vertically adjacent tiles, one per block of the cluster.
-// B_NK = false: B is K x N row-major (this rung); true: B is N x K row-major (nn.Linear's weight),
-// loaded as 64-row boxes of 64 k (128 bytes) each, the same K-major swizzled layout as A: the four
-// boxes of a stage sit back to back, 256 rows of 128 bytes, and one descriptor with SBO = 1024 (8
-// rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's columns:
-// N, or N / 2 for SwiGLU) are the fused variants'.
-// PINGPONG = false: both consumer warpgroups work on one 128 x 256 tile ("cooperative"), so while
-// they run the epilogue nobody issues wgmmas. true (kernels/matmul_wgmma_pingpong.cu, which says
-// why): each consumer owns whole 64 x 256 tiles, the block's tiles 0, 2, 4, ... for consumer 0 and
-// 1, 3, 5, ... for consumer 1, and one's epilogue runs while the other's wgmmas do; the two take
-// turns at the mainloop (the `turn` barriers below), which also keeps the ring's parities right.
+// CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent loop then walks
+// "units" of CLUSTER vertically adjacent tiles, one per block of the cluster. B_NK = false: B is K x N row-major
+// (this rung); true: B is N x K row-major (nn.Linear's weight), loaded as 64-row boxes of 64 k (128 bytes) each, the
+// same K-major swizzled layout as A: the four boxes of a stage sit back to back, 256 rows of 128 bytes, and one
+// descriptor with SBO = 1024 (8 rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's
+// columns: N, or N / 2 for SwiGLU) are the fused variants'. PINGPONG = false: both consumer warpgroups work on one
+// 128 x 256 tile ("cooperative"), so while they run the epilogue nobody issues wgmmas. true
+// (kernels/matmul_wgmma_pingpong.cu, which says why): each consumer owns whole 64 x 256 tiles, the block's tiles 0,
+// 2, 4, ... for consumer 0 and 1, 3, 5, ... for consumer 1, and one's epilogue runs while the other's wgmmas do; the
+// two take turns at the mainloop (the `turn` barriers below), which also keeps the ring's parities right.
 template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false, bool PINGPONG = false>
 __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                       const CUtensorMap& map_c, int M, int N, int K,
@@ -329,12 +332,12 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     __shared__ __align__(8) uint64_t empty[WP_STAGES];
     __shared__ __align__(8) uint64_t turn[2];  // ping-pong only: consumer c may start a mainloop
     unsigned char* base = wp_smem_raw + ((1024 - (wp_smem(wp_smem_raw) & 1023)) & 1023);
-    unsigned char* stages = base;                                  // the ring
+    [[maybe_unused]] unsigned char* stages = base;                 // the ring (maybe_unused: the stub's holes)
     unsigned char* c_bufs = base + WP_STAGES * STAGE_BYTES;        // the epilogue's chunks
 
-    // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them,
-    // and writes 128 columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage
-    // come from gate rows f0 .. f0 + 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
+    // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them, and writes 128
+    // columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage come from gate rows f0 .. f0 +
+    // 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
     constexpr bool SWIGLU = EPI == WP_EPI_SWIGLU;
     constexpr int TILE_OUT = SWIGLU ? WP_BN / 2 : WP_BN;           // columns of C per tile
     const int c_cols = SWIGLU ? n_out : N;                         // columns of C
@@ -362,18 +365,17 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         // ---- producer: one thread keeps the ring full, tile after tile ----
         wp_setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
-            uint32_t it = 0;  // k tiles issued so far, over all of this block's tiles: the ring position
+            [[maybe_unused]] uint32_t it = 0;  // k tiles issued by this block so far: the ring position
             for (int unit = first_unit; unit < units; unit += unit_stride) {
                 int unit_m, tile_n;
                 wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
-                // A block whose tile is below the last row of tiles (tiles_m odd) still takes part:
-                // it loads a valid A box (the last tile's) so that its copies and barriers run as the
-                // peer's do, and stores nothing.
+                // A block whose tile is below the last row of tiles (tiles_m odd) still takes part: it loads a valid
+                // A box (the last tile's) so that its copies and barriers run as the peer's do, and stores nothing.
                 const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * TILE_M, n0 = tile_n * TILE_OUT;
-                // The first row (column of B for B_NK = false) of each 64-wide slab of B, and which
-                // slabs are copied: a slab wholly past C's columns is not copied, and its bytes not
-                // expected (matmul_wgmma.cu: a box partly outside still delivers all its bytes, as
-                // zeros); its stale columns of the accumulators are never stored.
+                // The first row (column of B for B_NK = false) of each 64-wide slab of B, and which slabs are copied:
+                // a slab wholly past C's columns is not copied, and its bytes not expected (matmul_wgmma.cu: a box
+                // partly outside still delivers all its bytes, as zeros); its stale columns of the accumulators are
+                // never stored.
                 int slab_row[WP_BN / WP_B_SLAB];
                 uint32_t copied = 0, bytes = A_BYTES;
 #pragma unroll
@@ -383,6 +385,16 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     slab_row[j] = SWIGLU && j >= half ? n_out + col : col;
                     if (col < c_cols) { copied |= 1u << j; bytes += WP_B_SLAB_BYTES; }
                 }
+                // BEGIN EXERCISE: the producer's k loop over this tile (kt), counting ring positions `it` across the
+                //   block's tiles: wait for the stage's previous use to be released (empty), arm full[s] with `bytes`,
+                //   one TMA copy of A's box, one per copied slab of B (multicast with a cluster)
+                // HINT: matmul_wgmma.cu's producer, the ring position `it` running on from tile to tile (and so the
+                //   parities). With a cluster a block copies the slabs j % CLUSTER == rank, multicast to both blocks.
+                // HINT: s = it % WP_STAGES; wait empty[s] from it = WP_STAGES on; wp_mbar_expect_tx(&full[s], bytes);
+                //   A at (kt * WP_BK, m0); each copied slab j at B_NK ? (kt * WP_BK, slab_row[j]) : (slab_row[j], kt *
+                //   WP_BK).
+                // HINT: `if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);`
+                // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % WP_STAGES;
                     // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
@@ -403,6 +415,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                             wp_tma_load(b_dst, &map_b, &full[s], x, y);
                     }
                 }
+                // END EXERCISE
             }
         }
     } else {
@@ -411,7 +424,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         const int c = warpgroup - 1;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
-        float d[128];
+        [[maybe_unused]] float d[128];
         // Ping-pong: this consumer's first tile is the block's tile c, whose k steps start at ring
         // position c * k_tiles; after each tile it skips the other consumer's k_tiles positions.
         uint32_t it = PINGPONG ? c * k_tiles : 0;  // the same ring position as the producer's
@@ -424,13 +437,20 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             const int m0 = tile_m * TILE_M, n0 = tile_n * TILE_OUT;
             const int row_base = m0 + (PINGPONG ? 0 : 64 * c);  // this warpgroup's first row of C
 
-            // Ping-pong: wait until the other consumer has passed every full-barrier wait of the
-            // block's previous tile (its arrive after its k loop). Then every earlier phase of every
-            // full barrier has completed, so a parity names the phase of *this* ring position; without
-            // it, a consumer back from its epilogue could find the stage one phase behind (the other
-            // consumer's tile not loaded yet) and take that phase's parity for its own. Consumer 0's
-            // tile number `mine` waits for the other's arrival number `mine` (none before its first),
-            // consumer 1's for arrival `mine + 1`: phase mine - 1 + c, parity (mine - 1 + c) & 1.
+            // BEGIN EXERCISE: the consumer's mainloop, ring position `it`: (ping-pong: wait for this consumer's turn)
+            //   per k step wait full[s], 4 wgmmas, commit, wait_group 1, release the previous stage (cluster: in both
+            //   blocks); then (ping-pong: pass the turn) wait_group 0 and release the tile's last stage
+            // HINT: matmul_wgmma.cu's k loop, but `it` runs on across tiles, the tile's first wgmma overwrites d
+            //   (accumulate = kt > 0 || kk > 0) and the last stage is released after wait_group 0. Ping-pong: a
+            //   consumer starts only once the other has waited on every stage of the block's previous tile, else a
+            //   parity can name a phase one behind (kernels/matmul_wgmma_pingpong.cu, "The turn barriers").
+            // HINT: consumer c's tile `mine` waits for the other's arrival mine - 1 + c on turn[c]: `if (PINGPONG &&
+            //   mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);`; after the loop thread 0 arrives on turn[c
+            //   ^ 1].
+            // HINT: `wp_mma<T, B_NK>(d, wp_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);`
+            // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+            // Ping-pong: the other consumer has waited on every stage of the block's previous tile (pingpong.cu says
+            // why). Consumer 0's tile `mine` waits for the other's arrival `mine`, consumer 1's for `mine + 1`.
             if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % WP_STAGES;
@@ -463,13 +483,14 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);
                 if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);
             }
+            // END EXERCISE
 
             // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
-            // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8}
-            // and columns 8j + 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in
-            // d[4j + 2h + {0, 1}] (h: the +8 row). Chunk q of C is j = 8q .. 8q+7; with SwiGLU the
-            // matching up columns are j + 16, in the same thread's registers.
-            const int row0 = warp * 16 + lane / 4;
+            // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8} and columns 8j +
+            // 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in d[4j + 2h + {0, 1}] (h: the +8 row).
+            // Chunk q of C is j = 8q .. 8q+7; with SwiGLU the matching up columns are j + 16, in the same thread's
+            // registers.
+            [[maybe_unused]] const int row0 = warp * 16 + lane / 4;
 #pragma unroll
             for (int q = 0; q < TILE_OUT / WP_C_CHUNK; ++q) {
                 unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
@@ -479,6 +500,17 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 wp_warpgroup_sync(1 + c);
 #pragma unroll
                 for (int jj = 0; jj < 8; ++jj) {
+                    // BEGIN EXERCISE: this thread's pairs of chunk column group jj (j = 8q + jj; rows row0 and row0 +
+                    //   8): the fused epilogue on the fp32 pair (EPI: SwiGLU with the up partner's registers, + bias,
+                    //   + residual), then the pair packed to C's type at its 128-byte-swizzled place in `buf`
+                    // HINT: the pair is d[4j + 2h], d[4j + 2h + 1]; SwiGLU's up partner, 128 columns on, is the same
+                    //   thread's 4(j + 16) + 2h (+1). The TMA store reads the buffer 128-byte swizzled: 16-byte chunk
+                    //   jj of row r sits at chunk jj ^ (r % 8), which also spreads a warp's 8 rows over all 32 banks.
+                    // HINT: if constexpr on EPI: wp_swiglu(v, up); += wp_load_pair(extra + col) (bias, col < c_cols)
+                    //   or at row * c_cols + col (residual, row < M); then the pack: wp_pack(v0, v1, T()) at buf +
+                    //   offset.
+                    // HINT: `const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);`
+                    // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (end of file: why)
                     const int j = 8 * q + jj;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -502,19 +534,20 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                                 }
                             }
                         }
-                        // 128-byte swizzle, as the TMA reads it: 16-byte chunk jj of row r lives at
-                        // chunk jj ^ (r % 8). The 8 rows a warp writes at once (lane / 4) then hit 8
-                        // different chunks: all 32 banks, no conflict (unswizzled: 8-way).
+                        // 128-byte swizzle, as the TMA reads it: 16-byte chunk jj of row r lives at chunk jj ^ (r %
+                        // 8). The 8 rows a warp writes at once (lane / 4) then hit 8 different chunks: all 32 banks,
+                        // no conflict (unswizzled: 8-way).
                         const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);
                         *reinterpret_cast<uint32_t*>(buf + offset) = wp_pack(v0, v1, T());
                     }
+                    // END EXERCISE
                 }
                 wp_fence_async_smem();
                 wp_warpgroup_sync(1 + c);
                 if (tid == 0) {
-                    // A box wholly outside C (right of its columns, or this warpgroup's rows all below
-                    // M; with a cluster, a whole tile below the last row of tiles) is not stored; a box
-                    // partly outside is clipped by the TMA.
+                    // A box wholly outside C (right of its columns, or this warpgroup's rows all below M; with a
+                    // cluster, a whole tile below the last row of tiles) is not stored; a box partly outside is
+                    // clipped by the TMA.
                     if (n0 + q * WP_C_CHUNK < c_cols && row_base < M)
                         wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, row_base);
                     wp_bulk_commit();
@@ -533,11 +566,11 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 }
 
 // ---- entry points: wgmma_persistent_<in>, wgmma_cluster_<in> (C in the inputs' type) ------------
-// The tensor maps go by value as __grid_constant__ parameters; the launcher passes one pointer
-// per argument to cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer). The cluster
-// kernels declare their cluster shape at compile time (__cluster_dims__), so a plain launch with a
-// grid of an even number of blocks makes the pairs; only sm_90 and newer know the attribute.
-// matmul_wgmma_fused.cu includes this file with WP_BODY_ONLY defined: the body without these entries.
+// The tensor maps go by value as __grid_constant__ parameters; the launcher passes one pointer per argument to
+// cuLaunchKernel (matmul_wgmma.cu says why not a packed buffer). The cluster kernels declare their cluster shape at
+// compile time (__cluster_dims__), so a plain launch with a grid of an even number of blocks makes the pairs; only
+// sm_90 and newer know the attribute. matmul_wgmma_fused.cu includes this file with WP_BODY_ONLY defined: the body
+// without these entries.
 #ifndef WP_BODY_ONLY
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define WP_PAIR __cluster_dims__(2, 1, 1)
@@ -557,3 +590,11 @@ WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
 WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
 WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
 #endif  // WP_BODY_ONLY
+
+// ---- the exercise stub's open holes -----------------------------------------------------------------
+// Each hole of the exercise stub holds `#define WP_HOLE_OPEN 1` until filled; a body with one open could hang the
+// GPU, so its builds (the ping-pong and fused ones too) carry this entry point, which the launchers refuse ('not
+// implemented yet': matmul_wgmma_persistent.py, open_hole) and the CPU tests look for.
+#ifdef WP_HOLE_OPEN
+extern "C" __global__ void wgmma_persistent_not_implemented_yet() {}
+#endif

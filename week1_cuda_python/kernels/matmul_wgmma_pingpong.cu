@@ -38,7 +38,11 @@
 // Build: sm_90a only, like the file it includes (-gencode=arch=compute_90a,code=sm_90a);
 // elsewhere the bodies trap and the launchers refuse non-sm_90 GPUs before anything is compiled.
 #define WP_BODY_ONLY
+#ifdef WP_BODY  // -DWP_BODY='"path"': the body's exercise stub, which the launchers name under --impl=exercises
+#include WP_BODY
+#else
 #include "matmul_wgmma_persistent.cu"
+#endif
 
 // C = A @ B, B K x N row-major: matmul_wgmma_persistent.launch_persistent(..., schedule="pingpong").
 #define WPP_ENTRY(name, T)                                                                             \

@@ -22,6 +22,16 @@ WRONG = [
 # tests/week1/test_matmul_wgmma_persistent.py compiles each wrong kernel with the launcher's command,
 # so a fixture that no longer applies or no longer builds is seen without a GPU.
 _CU = "kernels/matmul_wgmma_persistent.cu"
+WRONG += [
+    Wrong("cuda_last_group_not_shortened",
+          "wp_tile (the kernel's tile order, an exercise hole) takes every group as group_m rows tall: with "
+          "fewer row tiles than WP_GROUP_M (every shape below 2048 rows), tiles are sent below the last row "
+          "of C (their stores clipped away) and whole columns of tiles are never computed: C keeps its NaN",
+          old="    const int rows = min(tiles_m - first_m, group_m);\n",
+          new="    const int rows = group_m;\n",
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert|nan",
+          tests=("-k", "test_matches_float32_reference and (129x264x72 or 1000x1000x64)")),
+]
 # Shapes where every stage is filled at most once per block: a barrier whose byte count is wrong then
 # shows as wrong data, not a hang (over many phases the surplus bytes of one phase would pile up in
 # the next ones until a phase never completes).
