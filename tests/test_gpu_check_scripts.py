@@ -101,7 +101,7 @@ def test_skip_leaves_named_steps_out(tmp_path):
     assert not (tmp_path / "out" / "logs" / "03_tests.log").exists()
 
 
-def test_devwheels_setup_is_sourced_only_when_asked(tmp_path):
+def test_devwheels_setup_is_sourced_unless_refused(tmp_path):
     wheels = tmp_path / ".devwheels"
     wheels.mkdir()
     (wheels / "setup.sh").write_text('echo installing\nWHEELS=plain\nexport WHEELS_EXPORTED=yes\n')
@@ -112,10 +112,12 @@ def test_devwheels_setup_is_sourced_only_when_asked(tmp_path):
     assert (tmp_path / "out" / "logs" / "00_setup.log").read_text() == "installing\n"
     assert (tmp_path / "out" / "logs" / "01_env.log").read_text() == "backend=gpu\n"
     assert run.stdout.startswith("FakeGPU --query-gpu=name,compute_cap --format=csv,noheader\n")
-    run = _run(tmp_path, body)
+    run = _run(tmp_path, body)  # the default: sourced too (any step may import week 1's PyCUDA launchers)
+    assert "wheels=plain exported=yes" in run.stdout
+    run = _run(tmp_path, body, settings="CHECK_DEVWHEELS=0")
     assert "wheels=none exported=none" in run.stdout
     (wheels / "setup.sh").write_text("echo no such wheel; false\n")
-    run = _run(tmp_path, body, settings="CHECK_DEVWHEELS=1")
+    run = _run(tmp_path, body)
     assert run.returncode == 1 and run.stdout.startswith("setup failed\nno such wheel\n")
     assert _marked(run.stdout) == []
 

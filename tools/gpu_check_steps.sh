@@ -9,7 +9,10 @@
 # A check script sets, then sources this file (from the repository root, as the scripts run):
 #   OUT=${OUT:-/tmp/gpu-NAME}; BUDGET_S=${BUDGET_S:-285}     where logs and results go; the run's seconds
 #   CHECK_SMI_FIELDS=name,driver_version,...                nvidia-smi's --query-gpu fields (optional)
-#   CHECK_DEVWHEELS=1                                       source .devwheels/setup.sh when carried (optional)
+#   CHECK_DEVWHEELS=0                                       don't source .devwheels/setup.sh even when carried
+#                                                           (default: source it, because any step may import
+#                                                           week 1's PyCUDA launchers: the fused-linear check's
+#                                                           capstone tests did, and failed on a missing pycuda)
 #   CHECK_HANG_HINT="a barrier phase / expect-tx mismatch"  what a fatal step's timeout usually means (optional)
 #   source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"
 # and then runs `step NAME LIMIT_S FATAL COMMAND` lines. Sourcing does the setup (below) at once;
@@ -23,7 +26,7 @@ deadline=$(( start_all + BUDGET_S ))
 # PyCUDA and its numpy pin come as wheels in .devwheels when the lead carries them; the setup is
 # sourced at the top level of the script (not in a function: its variables stay global), its output
 # kept out of the way, and a failed setup ends the run before any step (nothing would import).
-if [ "${CHECK_DEVWHEELS:-0}" = 1 ] && [ -f .devwheels/setup.sh ]; then
+if [ "${CHECK_DEVWHEELS:-1}" = 1 ] && [ -f .devwheels/setup.sh ]; then
     source .devwheels/setup.sh > "$OUT/logs/00_setup.log" 2>&1 || { echo "setup failed"; cat "$OUT/logs/00_setup.log"; exit 1; }
 fi
 # The real GPU, never the simulator; Python's output unbuffered so a hung step's log shows how far it
