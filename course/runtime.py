@@ -356,9 +356,15 @@ def shared_memory_per_block() -> int:
     return int(getattr(props, "shared_memory_per_block_optin", 0) or 232448)
 
 
+@functools.cache
+def _sm_count_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def sm_count() -> int:
-    """Multiprocessors to fill; a small stand-in in simulation, where there are none."""
-    return torch.cuda.get_device_properties(DEVICE).multi_processor_count if on_gpu() else 2
+    """Multiprocessors to fill (of the current GPU); a small stand-in in simulation, where there are
+    none. Asked of torch once per device, so a persistent kernel's launcher may ask on every call."""
+    return _sm_count_of(torch.cuda.current_device()) if on_gpu() else 2
 
 
 if BACKEND == "sim" and os.environ.get("COURSE_RECORD_LAUNCHES"):

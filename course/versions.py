@@ -21,6 +21,7 @@ suffix after `+` names only the build, whose kernels Triton does not use in simu
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import datetime
@@ -112,6 +113,7 @@ def support_line(root: Path = ROOT) -> str:
 
 
 # ------------------------------------------------ library differences inside the range (one place)
+@functools.cache
 def interpreter_descriptor_limitation() -> str | None:
     """Why tensor-descriptor (TMA) kernels cannot take every aligned view in this simulation, or None.
 
@@ -119,11 +121,19 @@ def interpreter_descriptor_limitation() -> str | None:
     must be a multiple of 16 ELEMENTS ("stride must be 16-byte aligned" for rows of 20 float32,
     80 bytes, which a GPU takes). Triton 3.6 checks bytes, as the GPU and Triton's own host-side
     TensorDescriptor do. None on a GPU and from Triton 3.6.
+
+    Answered once a process and kept (the backend and the installed Triton cannot change while it
+    runs): TMA launchers ask before EVERY launch (`refuse_unsimulated_descriptors`), and reading
+    Triton's version from its package metadata opens and parses its METADATA file, which took
+    longer than the GPU time of the fused linear it guarded (week 4's note on the fused linear, "A
+    file read on every launch"). On a GPU nothing is read at all.
     """
     from course import runtime
 
+    if runtime.on_gpu():
+        return None
     version = installed_version("triton")
-    if runtime.on_gpu() or release(version) is None or release(version) >= (3, 6, 0):
+    if release(version) is None or release(version) >= (3, 6, 0):
         return None
     return (f"Triton {version}'s interpreter checks tensor-descriptor strides in elements, not bytes "
             "(fixed in Triton 3.6): a row stride that is not a multiple of 16 elements is refused in "
