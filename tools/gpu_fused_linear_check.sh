@@ -4,7 +4,8 @@
 #   1. a smoke launch of every fusion in its own process under a 90 s timeout (compile + one launch each,
 #      small odd shapes and the capstone's, results checked against cuBLAS), on both rungs where the TMA
 #      rung (kernel_tma.py, sm_90) can run the call;
-#   2. the lesson's tests (CPU-sized ones and the capstone's bf16 shapes), then the capstone's model tests;
+#   2. the lesson's tests (CPU-sized ones and the capstone's bf16 shapes; the host path with stubbed kernels,
+#      test_fused_linear_host.py: on the GPU it reads the real dispatch table), then the capstone's model tests;
 #   3. the tile sweep over both rungs, timed by CUDA-graph replay (results/dispatch_fused_linear.json, then
 #      read by the launcher) and the interleaved-rounds benchmark (each fusion vs cuBLAS + torch eager,
 #      torch.compile, cuBLAS alone; *_graphed: the same calls replayed from CUDA graphs, the GPU's time alone);
@@ -61,7 +62,7 @@ PY
 
 step 01_smoke 90 1 "python '$OUT/smoke.py'"
 step 02_smoke_big 240 1 "python '$OUT/smoke.py' big"
-step 03_tests 300 0 "python -m pytest tests/week4/test_fused_linear.py -q -x -p no:cacheprovider -o faulthandler_timeout=240"
+step 03_tests 300 0 "python -m pytest tests/week4/test_fused_linear.py tests/week4/test_fused_linear_host.py -q -x -p no:cacheprovider -o faulthandler_timeout=240"
 step 04_capstone_tests 240 0 "python -m pytest tests/capstone/test_model.py tests/capstone/test_measure.py -q -x -p no:cacheprovider"
 step 05_sweep 240 0 "python -m week4_triton_dl.fused_linear.bench --sweep && cp week4_triton_dl/results/dispatch_fused_linear.json '$OUT/results/'"
 step 06_bench 240 0 "python -m week4_triton_dl.fused_linear.bench --rounds 5 --out '$OUT/results'"
