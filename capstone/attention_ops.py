@@ -27,14 +27,11 @@ The Hopper adapter (`hopper_attention`), beyond calling week 4's op:
   autocast dtype (they come out of the QKV linear), and wider ones are cast to it (what SDPA does under
   autocast; a custom op gets no autocast rule); without autocast an fp32 model is refused (TypeError
   naming the fix) before any launch.
-* torch.compile. Week 4's op `course_attention_hopper::forward` is traceable, but its autograd formula
-  calls `attention_hopper_backward` directly, whose Python encodes the TMA tensor maps from data
-  pointers: AOTAutograd traces the backward with fake tensors and fails ("Cannot access data pointer of
-  Tensor"). So under torch.compile the adapter calls this module's pair of ops instead,
-  `capstone::hopper_attention` (week 4's forward op inside) and `capstone::hopper_attention_backward`
-  (week 4's `attention_hopper_backward` inside), joined by an autograd formula: both opaque to the
-  compiler, as week 4's Triton op is (attention/op.py). Eager calls week 4's op itself. Both paths run
-  the same two kernels. (The fix belongs in hopper.py, whose backward should be an op of its own.)
+* torch.compile. Week 4's ops `course_attention_hopper::forward` and `course_attention_hopper::backward`
+  (hopper.py), joined by the forward's autograd formula, are opaque to the compiler with fake functions,
+  as week 4's Triton op is (attention/op.py): the adapter calls week 4's `attention_hopper` eager or
+  compiled, and AOTAutograd traces the backward as one node (the backward's Python, which encodes the
+  TMA tensor maps from data pointers, runs only at run time).
 * the KV cache. Decoding calls attention with Tq != Tk (queries aligned with the END of the keys); the
   kernel's causal mask is top-left aligned, so such a call goes to `fast`'s attention, which hands it
   to SDPA and counts it (week5_integration/kernels.py's FALLBACKS). Training never makes such a call.
@@ -49,9 +46,8 @@ import dataclasses
 
 import torch
 
-from course import ops as course_ops
 from course import runtime
-from week4_triton_dl.attention import dispatch, flash_attention, hopper, hopper_backward
+from week4_triton_dl.attention import dispatch, flash_attention, hopper
 from week5_integration import kernels
 from week5_integration import model as m
 
@@ -79,51 +75,6 @@ def unsupported() -> str | None:
     return None
 
 
-# ----------------------------------------------------------------- the compile path's pair of opaque ops
-@torch.library.custom_op("capstone::hopper_attention", mutates_args=())
-def hopper_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                        scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) of checked, contiguous q, k, v by week 4's Hopper forward op: fresh tensors."""
-    o, lse = hopper.forward_op(q, k, v, causal, scale)
-    return o, lse
-
-
-@hopper_attention_op.register_fake
-def _forward_fake(q, k, v, causal, scale):
-    B, H, Sq, D = q.shape
-    return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
-
-
-@torch.library.custom_op("capstone::hopper_attention_backward", mutates_args=())
-def hopper_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 o: torch.Tensor, lse: torch.Tensor, causal: bool,
-                                 scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) by week 4's Hopper backward (looked up at call time: the tests stand in for it); dO of
-    any strides is made dense here, as the kernels' TMA maps need."""
-    return hopper_backward.attention_hopper_backward(q, k, v, o, do.contiguous(), lse, causal, scale)
-
-
-@hopper_attention_backward_op.register_fake
-def _backward_fake(do, q, k, v, o, lse, causal, scale):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
-    ctx.save_for_backward(q, k, v, output[0], output[1])
-    ctx.causal, ctx.scale = causal, scale
-    ctx.mark_non_differentiable(output[1])  # lse: the backward's statistic, not a result
-
-
-def _backward_formula(ctx, do, _dlse):
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = hopper_attention_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
-
-
-hopper_attention_op.register_autograd(_backward_formula, setup_context=_setup_context)
-
-
 # ------------------------------------------------------------------------------ the model's attentions
 def _kernel_dtype(q: torch.Tensor) -> torch.dtype:
     """The 16-bit dtype the Hopper kernels run in: q's, or autocast's when q is wider and autocast is on."""
@@ -146,9 +97,6 @@ def hopper_attention(q, k, v, causal: bool):
         return kernels.course_attention(q, k, v, causal)
     dtype = _kernel_dtype(q)
     q, k, v = (t.to(dtype).contiguous() for t in (q, k, v))  # .contiguous(): the module docstring's copies
-    if course_ops.compiling():
-        scale = hopper.check_inputs(q, k, v, causal, None)  # shapes and dtypes only: fake tensors pass through
-        return hopper_attention_op(q, k, v, causal, scale)[0]
     return hopper.attention_hopper(q, k, v, causal)
 
 

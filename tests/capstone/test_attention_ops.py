@@ -2,9 +2,9 @@
 
 Without an H100 the Hopper kernels are replaced by stand-ins that keep their contracts (dense 16-bit
 (B, H, S, D) tensors, week 4's own checks) and compute in float64 from the same bf16 inputs, then round
-once, as the kernels' fp32 accumulators nearly do. That tests what the capstone adds: the adapter's
-layout and dtype handling, the fallbacks, the op pair that lets torch.compile trace the backward, and
-the whole model's loss and gradients against fast's. The GPU-marked tests run the kernels themselves.
+once, as the kernels' fp32 accumulators nearly do (tests/week4/hopper_stand_ins.py). That tests what the
+capstone adds: the adapter's layout and dtype handling, the fallbacks, the compiled step through week 4's
+op pair (forward and backward ops), and the whole model's loss and gradients against fast's. The GPU-marked tests run the kernels themselves.
 
 Error model. Rounding a float64 value to bf16 moves it by at most 2^-9 of itself, so the adapter's
 output and gradients are within 2^-8 of the float64 reference element-wise (a wrong layout, a swapped
@@ -23,13 +23,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course import runtime
 from capstone import attention_ops as ao
 from capstone import model as cm
 from capstone.train import Trainer
+from course import runtime
+from tests.week4 import hopper_stand_ins
 from week4_triton_dl.attention import dispatch, flash_attention
 from week4_triton_dl.attention import hopper as hp
-from week4_triton_dl.attention import hopper_backward as hb
 from week5_integration import kernels
 from week5_integration import model as m
 from week5_integration.train import TrainConfig
@@ -40,46 +40,11 @@ CONFIG = cm.preset("tiny", n_heads=1)  # head dim 64: one the Hopper kernels tak
 REL_ELEMENT, REL_NORM, REL_LOSS = 2.0**-8, 2.0**-4, 2.0**-8
 
 
-def forward_stand_in(q, k, v, causal, scale, out, lse, pingpong=True):
-    """week 4's hopper.launch without the GPU: the kernel's layout (dense q, k, v, out), then o and lse in
-    float64 from the same inputs, rounded once."""
-    assert all(t.is_contiguous() for t in (q, k, v, out)), "the TMA reads dense (B, H, S, D) blocks"
-    o, lse_ = hb.reference_forward(q, k, v, causal, scale)
-    return out.copy_(o), lse.copy_(lse_)
-
-
-class BackwardStandIn:
-    """week 4's attention_hopper_backward without the GPU: its own checks, the kernels' layout, then dq, dk, dv
-    in float64 from the same inputs, rounded once. Counts its calls."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, q, k, v, o, do, lse, causal, scale, **options):
-        hb.check_inputs(q, k, v, o, do, lse, causal, scale)
-        assert all(t.is_contiguous() for t in (q, k, v, o, do)), "the TMA reads dense (B, H, S, D) blocks"
-        self.calls += 1
-        # The gradients written out (a custom op's body runs below autograd: no torch.autograd.grad here).
-        qd, kd, vd, dod = (t.double() for t in (q, k, v, do))
-        s = (qd @ kd.transpose(-1, -2)) * scale
-        if causal:
-            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-        p = torch.softmax(s, dim=-1)
-        dp = dod @ vd.transpose(-1, -2)
-        ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-        grads = (ds @ kd) * scale, (ds.transpose(-1, -2) @ qd) * scale, p.transpose(-1, -2) @ dod
-        return tuple(g.to(q.dtype) for g in grads)
-
-
 @pytest.fixture
 def stand_ins(monkeypatch):
     """The Hopper kernels replaced (forward launch, backward), this machine taken for an H100 by week 4's
-    device check; returns the backward's stand-in (its call count)."""
-    backward = BackwardStandIn()
-    monkeypatch.setattr(hp, "launch", forward_stand_in)
-    monkeypatch.setattr(hp, "device_refusal", lambda device: None)
-    monkeypatch.setattr(hb, "attention_hopper_backward", backward)
-    return backward
+    device check (tests/week4/hopper_stand_ins.py); returns the backward's stand-in (its call count)."""
+    return hopper_stand_ins.install(monkeypatch)
 
 
 def model_qkv(B=2, H=2, T=40, D=64, dtype=torch.bfloat16, seed=0):
@@ -149,9 +114,9 @@ def test_hopper_adapter_on_the_models_views_matches_float64(stand_ins):
 
 
 def test_hopper_adapter_compiles_with_its_backward(stand_ins):
-    """Under torch.compile the adapter calls the capstone's op pair: AOTAutograd traces the backward as one
-    opaque node (week 4's own autograd formula cannot be traced: its Python reads data pointers). Same
-    bits as eager: the same stand-ins run either way."""
+    """Under torch.compile the adapter runs week 4's op pair: AOTAutograd traces the backward as one opaque
+    node, course_attention_hopper::backward (whose Python reads data pointers only at run time). Same bits
+    as eager: the same stand-ins run either way."""
     torch._dynamo.reset()
     qkv, q, _, _ = model_qkv(seed=2)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3)).to(DEVICE, torch.bfloat16)

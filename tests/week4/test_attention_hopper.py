@@ -322,8 +322,9 @@ def test_fake_on_meta_tensors():
 
 
 def test_backward_calls_the_backward_module(monkeypatch):
-    """The autograd formula hands (q, k, v, o, do, lse, causal, scale) to hopper_backward (imported
-    only then) and returns its (dq, dk, dv). The kernel is replaced by the float64 reference here."""
+    """The autograd formula hands (q, k, v, o, do, lse, causal, scale) through the backward op to
+    hopper_backward (imported only then) and returns its (dq, dk, dv). The kernel is replaced by the
+    float64 reference here."""
     calls = []
 
     def fake_launch(q, k, v, causal, scale, out, lse):

@@ -13,8 +13,10 @@ notes/attention_hopper.md builds it up step by step. This module is its host sid
 * the checks, all before any launch: TypeError / ValueError naming the argument; then the refusal
   of anything that is not an sm_90 GPU (runtime.NotOnThisGpu, naming the fallback, Triton's
   `week4_triton_dl.attention.flash_attention`, which runs everywhere);
-* the op `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale) -> (o, lse)` with a fake
-  implementation (torch.compile traces it without a GPU) and an autograd formula whose backward is
+* the ops `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale) -> (o, lse)` and
+  `torch.ops.course_attention_hopper.backward(do, q, k, v, o, lse, causal, scale) -> (dq, dk, dv)`, each
+  with a fake implementation (torch.compile traces them without a GPU), joined by the forward's autograd
+  formula (it saves o and lse); the backward op runs
   `week4_triton_dl.attention.hopper_backward.attention_hopper_backward` (imported when first needed);
 * `attention_hopper(q, k, v, causal=False, scale=None) -> o`, the public entry, and
   `hopper_unsupported(q, k, v) -> str | None`, the reason it cannot run on these inputs here (for
@@ -59,6 +61,7 @@ CAPABILITY = (9, 0)                   # wgmma, setmaxnreg, the TMA: sm_90a (H100
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 FALLBACK = "week4_triton_dl.attention.flash_attention"
 OP = "course_attention_hopper::forward"
+BACKWARD_OP = "course_attention_hopper::backward"
 BLOCK_M = 128                         # query rows per block (AH_BM in the kernel)
 TMA_ALIGN = 16                        # bytes: the base address of every TMA tensor
 INT32_MAX = 2**31 - 1
@@ -169,7 +172,7 @@ def _find_cuda_headers() -> None:
     (a link or a wrapper script of /usr/local/cuda-13.0/bin/nvcc) gives /usr/local, which has no
     cuda_runtime.h. Where CUDA_HOME is unset and the guess is wrong, nvcc's real root or /usr/local/cuda
     is used instead."""
-    import torch.utils.cpp_extension as cpp_extension
+    from torch.utils import cpp_extension
 
     home = cpp_extension.CUDA_HOME
     if home and (Path(home) / "include" / "cuda_runtime.h").exists():
@@ -257,7 +260,7 @@ def check_inputs(q, k, v, causal, scale) -> float:
 
 def check_outputs(q, out, lse):
     """`out` (q's shape and dtype) and `lse` (float32 (B, H, Sq)), contiguous, or freshly allocated."""
-    B, H, Sq, D = q.shape
+    B, H, Sq, _ = q.shape
     if out is None:
         out = torch.empty_like(q)
     elif not (isinstance(out, torch.Tensor) and out.dtype == q.dtype and out.shape == q.shape
@@ -313,7 +316,7 @@ def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True,
     if why is not None:
         raise runtime.NotOnThisGpu(why)
     _check_pointers(q, k, v, out)
-    B, H, Sq, D = q.shape
+    B, H, Sq, _ = q.shape
     if B * H * Sq == 0:
         return out, lse
     if k.shape[2] == 0:  # no keys: an empty sum; zeros and log(0), as SDPA and flash_attention
@@ -354,11 +357,17 @@ def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, o
     return launch(q, k, v, bool(causal), float(scale), out, lse)
 
 
-# =============================================================================== the op
+# =============================================================================== the ops
+# Two opaque ops joined by an autograd formula, as week 4's Triton attention (attention/op.py): torch.compile
+# records each as one node and traces only their fake functions. The backward must be an op of its own:
+# its Python encodes the TMA tensor maps from data pointers, which AOTAutograd's fake tensors do not have
+# ("Cannot access data pointer of Tensor") were the formula to call it directly.
 @torch.library.custom_op(OP, mutates_args=())
 def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) of checked, contiguous q, k, v: fresh tensors."""
+    """(o, lse) of contiguous q, k, v: fresh tensors. Checked here too (before the launch's device
+    refusal): a caller of the raw op gets the course's TypeError / ValueError, not a C++ check."""
+    check_inputs(q, k, v, causal, scale)
     out, lse = check_outputs(q, None, None)
     return launch(q, k, v, causal, scale, out, lse)
 
@@ -369,19 +378,33 @@ def _forward_fake(q, k, v, causal, scale):
     return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
 
 
+@torch.library.custom_op(BACKWARD_OP, mutates_args=())
+def backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                lse: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), fresh contiguous tensors, by hopper_backward.attention_hopper_backward (its checks, then
+    its refusal of anything but an sm_90 GPU naming the Triton backward). dO of any strides is made dense
+    here: the kernels read it through a TMA map. Imported at call time: the forward's module must not need
+    the backward's (and the tests stand in for it)."""
+    from week4_triton_dl.attention.hopper_backward import attention_hopper_backward
+
+    return attention_hopper_backward(q, k, v, o, do.contiguous(), lse, causal, scale)
+
+
+@backward_op.register_fake
+def _backward_fake(do, q, k, v, o, lse, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, scale = inputs
-    ctx.save_for_backward(q, k, v, output[0], output[1])
+    ctx.save_for_backward(q, k, v, output[0], output[1])  # o and lse: the backward's statistics
     ctx.causal, ctx.scale = causal, scale
     ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
 
 
 def _backward(ctx, do, _dlse):
-    # Imported here: the backward is its own module (and lesson), and the forward must not need it.
-    from week4_triton_dl.attention.hopper_backward import attention_hopper_backward
-
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = attention_hopper_backward(q, k, v, o, do.contiguous(), lse, ctx.causal, ctx.scale)
+    dq, dk, dv = backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None
 
 

@@ -1,7 +1,8 @@
 """The backward of the Hopper attention rung: dQ, dK, dV by CUDA C kernels on wgmma + TMA (sm_90a).
 
 The forward (attention/hopper.py) saves O and the log-sum-exp of each query row, as week 4's Triton
-forward does; its autograd calls `attention_hopper_backward` here. The kernels are in
+forward does; its autograd calls the op `course_attention_hopper::backward` (hopper.py, with a fake, so
+torch.compile never runs this module's Python on fake tensors), which calls `attention_hopper_backward` here. The kernels are in
 kernels/attention_hopper_backward.cu (its header is the lesson: the pipeline, the operand layouts, the
 masks and why dQ is accumulated with atomics), their PTX wrappers in kernels/attention_hopper_backward_ptx.cuh.
 This module is the host side:
