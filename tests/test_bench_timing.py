@@ -188,6 +188,29 @@ def test_rounds_flag_a_variant_if_any_round_was_host_bound():
     assert timed.row_fields("plain") == {}  # a timer that returned bare ms: unknown
 
 
+def test_gpu_ms_is_the_graph_replay_where_the_host_paced_the_loop_and_the_events_where_the_gpu_did():
+    assert bench_timing.gpu_ms(HOST_BOUND) == 0.031  # not the events' 0.094: that was the host
+    assert bench_timing.gpu_ms(GPU_BOUND) == 0.5
+    assert bench_timing.gpu_ms(UNKNOWN) == 0.5  # not asked (older timers): the events, as before
+    failed = bench.Timing(0.1, 0.1, 10, [], host_ms=0.2, host_bound=True, drain_ms=0.0, graph_error="capture failed: x")
+    assert bench_timing.gpu_ms(failed) is None  # host-bound and not replayed: the GPU's time is not known
+    assert bench_timing.gpu_median_ms([HOST_BOUND, GPU_BOUND, failed]) == pytest.approx((0.031 + 0.5) / 2)
+    assert bench_timing.gpu_median_ms([failed]) is None
+
+
+def test_round_ratios_compare_the_gpus_times_not_two_hosts():
+    """A variant host-paced in a round is compared by its graph replay; a round where either side's GPU
+    time is unknown gives no ratio, and a label with none gives None (the table's "-")."""
+    slow_host = bench.Timing(0.2, 0.2, 10, [], host_ms=0.25, host_bound=True, drain_ms=0.0, graphed_ms=0.05)
+    failed = bench.Timing(0.1, 0.1, 10, [], host_ms=0.2, host_bound=True, drain_ms=0.0, graph_error="capture failed: x")
+    kernel = [bench.Timing(ms, ms, 10, [], host_ms=ms / 4, host_bound=False, drain_ms=5.0) for ms in (0.04, 0.05, 0.05)]
+    timings = {"torch": [slow_host, slow_host, failed], "kernel": kernel, "lost": [failed] * 3}
+    assert bench_timing.gpu_ratio_range(timings, "kernel", "torch") == pytest.approx((1.125, 1.0, 1.25))
+    assert bench_timing.gpu_ratio_range(timings, "torch", "torch") == pytest.approx((1.0, 1.0, 1.0))
+    assert bench_timing.gpu_ratio_range(timings, "lost", "torch") is None
+    assert bench_timing.gpu_ratio_range(timings, "kernel", "absent") is None
+
+
 def test_the_fused_linear_rounds_table_marks_host_bound_rows():
     from week4_triton_dl.fused_linear import bench as fl_bench
 

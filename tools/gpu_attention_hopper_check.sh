@@ -12,12 +12,15 @@
 #      then (2o) the same smoke of the overlap build, in its own process: if it fails or hangs, the
 #      default's steps still run and the overlap's tests and bench row are left out;
 #   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack; both builds);
-#   4. the benchmark (quick mode unless FULL=1): hopper and hopper_overlap beside SDPA cuDNN and the Triton op;
+#   4. the benchmark (quick mode unless FULL=1): hopper and hopper_overlap beside SDPA cuDNN and the Triton op
+#      (host-paced rounds replayed from a CUDA graph: their ratios are the GPU's times);
 #   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16), each build;
 #   6. with MUST_FAIL=1, the known-wrong kernels, each required to fail its tests.
-# Logs and results go to $OUT (logs/NN_name.log, results/attention_hopper.{json,md}); copy
+# Logs and results go to $OUT (logs/NN_name.log; results/attention_hopper.{json,md} with FULL=1, the quick
+# run's results/attention_hopper_quick.{json,md}); copy
 # $OUT/results/* into week4_triton_dl/results/ and fill the note's figures from them.
-#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=400 by default; FULL=1: the whole bench;
+#   OUT=/tmp/ah bash tools/gpu_attention_hopper_check.sh      (BUDGET_S=400 by default; FULL=1: the whole bench,
+#   e.g. FULL=1 BUDGET_S=580 SKIP="05_sanitizer 05o_sanitizer_overlap" when the sanitizers ran clean already;
 #   BUDGET_S=600 MUST_FAIL=1: step 6 too)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
@@ -99,8 +102,10 @@ step 03_tests 150 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x
     -o faulthandler_timeout=40 --durations=8 $TESTS_K"
 
 BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25 $BENCH_VARIANTS"
-[ "${FULL:-0}" = 1 ] || BENCH_ARGS="$BENCH_ARGS --quick"
-step 04_bench 100 0 "python -m week4_triton_dl.attention.hopper_bench $BENCH_ARGS"
+# The full sweep: 11 sizes, the Triton op autotuning at each, 7 rounds at the capstone's shape: give it 300 s.
+BENCH_LIMIT=300
+[ "${FULL:-0}" = 1 ] || { BENCH_ARGS="$BENCH_ARGS --quick"; BENCH_LIMIT=100; }
+step 04_bench $BENCH_LIMIT 0 "python -m week4_triton_dl.attention.hopper_bench $BENCH_ARGS"
 
 cat > "$OUT/sanitize_case.py" <<'PY'
 import os

@@ -19,6 +19,11 @@ Why rounds (matmul_wgmma_persistent_bench.py says it at length): every round tim
 turn, and a ratio is taken within a round, so clock drift lands on all alike; the row's ms is the median
 over rounds, its ratio the median of the rounds' ratios with their min and max beside it.
 
+Host-paced rounds (hopper_bench.py says why): where the host paced a round's loop, time_gpu replays its
+calls from a CUDA graph, and that round's ratios and the row's TFLOP/s use the replay's time (the GPU's)
+instead of the events' (the host's); the table shows both. The capstone's shape, the shortest, gets at
+least hopper_bench's SHORT_ROUNDS rounds of SHORT_REP_MS per variant, in quick mode too.
+
 Sizes: D = 128, S = 1k .. 16k with B * S = 16k tokens and H = 16 (FlashAttention-3's benchmark shapes),
 causal and not; and GPT-2's B = 8, H = 12, S = 1024, D = 64, causal. bf16. FLOPs counted as the
 FlashAttention papers count a backward: 2.5 x the forward's 4 B H S^2 D, halved when causal.
@@ -40,6 +45,7 @@ from course.check import random_tensor
 from week4_triton_dl.attention.backward import flash_attention_backward
 from week4_triton_dl.attention.op import flash_attention_forward
 from week4_triton_dl.attention.hopper_backward import attention_hopper_backward, unsupported
+from week4_triton_dl.attention.hopper_bench import SHORT_FLOPS, SHORT_REP_MS, SHORT_ROUNDS
 
 PROG = "python -m week4_triton_dl.attention.hopper_backward_bench"
 NAME = "attention_hopper_backward_week4"
@@ -59,6 +65,13 @@ def size_label(size) -> str:
 def flops(size) -> float:
     B, H, S, D, causal = size
     return 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+
+
+def plan(size, rounds: int, rep_ms: float) -> tuple[int, float]:
+    """(rounds, rep_ms) of one size: a short size's (under SHORT_FLOPS) at least SHORT_ROUNDS and SHORT_REP_MS."""
+    if flops(size) < SHORT_FLOPS:
+        return max(rounds, SHORT_ROUNDS), max(rep_ms, SHORT_REP_MS)
+    return rounds, rep_ms
 
 
 def make_inputs(size):
@@ -94,26 +107,30 @@ VARIANTS = {
 
 
 def measure(size, rounds: int, rep_ms: float) -> list[dict]:
+    """The rows of one size: every variant timed once per round, in turn (graph-replayed where the host
+    paced the loop); ratios within rounds, of the GPU's times."""
+    rounds, rep_ms = plan(size, rounds, rep_ms)
     sets = bench.input_sets(make_inputs, size)
     variants = dict(VARIANTS)
     if any(s[4][0] is None for s in sets):
         variants.pop("torch")
-    timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
+    timed = bench.interleaved_rounds(
+        variants, rounds, lambda fn, sets=sets: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms, graph=True))
     del sets
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        median = timed.median(label)
-        row = {"size": size_label(size), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
-               "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
+        gpu = bench_timing.gpu_median_ms(timed.timings[label])  # None: host-bound and no graph replay
+        row = {"size": size_label(size), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
+               "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
+               "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
                "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        if "torch" in timed.ms:
-            ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
-            row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
-        if label == "hopper" and "hopper_atomics" in timed.ms:  # > 1: the reduce-add build is the faster
-            ratio, low, high = timed.ratio_range("hopper", "hopper_atomics")
-            row.update(speedup_vs_atomics=ratio, speedup_vs_atomics_min=low, speedup_vs_atomics_max=high)
+        ratio = bench_timing.gpu_ratio_range(timed.timings, label, "torch")  # > 1: faster than cuDNN that round
+        if ratio:
+            row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
+        ratio = bench_timing.gpu_ratio_range(timed.timings, "hopper", "hopper_atomics")
+        if label == "hopper" and ratio:  # > 1: the reduce-add build is the faster
+            row.update(zip(("speedup_vs_atomics", "speedup_vs_atomics_min", "speedup_vs_atomics_max"), ratio))
         rows.append(row)
     if "torch" not in timed.ms:
         rows.append({"size": size_label(size), "variant": "torch", "ms": None, "note": "cuDNN refused this shape"})
@@ -121,16 +138,18 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
 
 
 def markdown(result: dict) -> str:
-    head = ("| size | variant | ms (median) | TFLOP/s | vs cuDNN (median of rounds) | min - max over rounds "
-            "| ms spread |\n|---|---|---|---|---|---|---|\n")
+    head = ("| size | variant | ms (median) | GPU ms (graph) | TFLOP/s | vs cuDNN (median of rounds) "
+            "| min - max over rounds | ms spread |\n|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in result["rows"]:
         if r["ms"] is None:
-            lines.append(f"| {r['size']} | {r['variant']} | {r['note']} | | | | |")
+            lines.append(f"| {r['size']} | {r['variant']} | {r['note']} | | | | | |")
             continue
         vs = (f"{r['speedup_vs_torch']:.3f}x | {r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x"
               if "speedup_vs_torch" in r else "- | -")
-        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {vs} | {r['spread_pct']:.1f}% |")
+        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} "
+                     f"| {bench.fmt(r.get('graphed_ms'), '.4f')} | {bench.fmt(r.get('tflops'), '.0f')} | {vs} "
+                     f"| {r['spread_pct']:.1f}% |")
     return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
             + bench_timing.footnote(result["rows"]))
 
@@ -141,6 +160,7 @@ def run(sizes, rounds: int, rep_ms: float) -> dict:
         raise RuntimeError(f"this benchmark times sm_90a kernels on an H100/H200: {why}")
     copy_gbps = bench.copy_bandwidth_gbps()
     rows = []
+    short, short_rep = plan(SIZES[-1], rounds, rep_ms)
     for size in sizes:
         print(f"[bench] {size_label(size)}", file=sys.stderr, flush=True)
         rows += measure(size, rounds, rep_ms)
@@ -151,10 +171,14 @@ def run(sizes, rounds: int, rep_ms: float) -> dict:
                   f"retain_graph=True) on a forward run once outside the timing; triton = flash_attention_backward; "
                   f"hopper = attention_hopper_backward (dQ by TMA reduce-adds into fp32 + convert included); "
                   f"hopper_atomics = the same built with -DAHB_DQ_TMA=0 (dQ by per-element fp32 atomics); all on the "
-                  f"Triton forward's o and lse. {rounds} rounds, each timing every variant once in turn (CUDA events, median "
-                  f"of ~{rep_ms:.0f} ms of calls); ms = median over rounds; vs cuDNN = median over rounds of (cuDNN ms "
-                  f"/ variant ms) in the same round; FLOPs = 2.5 x 4 B H S^2 D, halved when causal; the hopper rows' speedup_vs_atomics (json) = median "
-                  f"over rounds of (hopper_atomics ms / hopper ms) in the same round"),
+                  f"Triton forward's o and lse. {rounds} rounds ({short} of ~{short_rep:.0f} ms at sizes under "
+                  f"{SHORT_FLOPS / 1e9:.0f} GFLOP), each timing every variant once in turn (CUDA events, median "
+                  f"of ~{rep_ms:.0f} ms of calls); ms = the events' median over rounds (* where the host paced a round: the "
+                  f"host's time); GPU ms (graph) = the host-paced rounds' calls replayed from a CUDA graph, the GPU's time "
+                  f"alone; TFLOP/s and every ratio use each round's GPU time (the graph replay's where the host paced the "
+                  f"round, the events' where the GPU did); vs cuDNN = median over rounds of (cuDNN GPU ms "
+                  f"/ variant GPU ms) in the same round; FLOPs = 2.5 x 4 B H S^2 D, halved when causal; the hopper rows' "
+                  f"speedup_vs_atomics (json) = median over rounds of (hopper_atomics GPU ms / hopper GPU ms) in the same round"),
         "clock": "events",
         "headline": ["hopper"],
         "simulated": False,

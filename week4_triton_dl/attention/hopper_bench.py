@@ -1,7 +1,7 @@
 """The Hopper attention forward beside SDPA's cuDNN backend and the Triton op, in interleaved rounds.
 
     python -m week4_triton_dl.attention.hopper_bench            (H100/H200; writes results/attention_hopper.*)
-    python -m week4_triton_dl.attention.hopper_bench --quick    (fewer sizes and rounds: a smoke run)
+    python -m week4_triton_dl.attention.hopper_bench --quick    (3 sizes, 3 rounds: results/attention_hopper_quick.*)
 
 Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
 * torch:  F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.CUDNN_ATTENTION), cuDNN's fused
@@ -21,6 +21,14 @@ plus the capstone-like B = 8, H = 12, S = 1024, D = 64, causal. bf16 (--dtypes a
 Why rounds: the rate of a vendor kernel on one H100 moves by ~10% between runs (week 1's GEMM
 bench, issue 32), so every round times each variant once, in turn, and the ratio to cuDNN is
 taken within the round; a row gives the median over rounds and the min - max of the ratios.
+
+Why graphs: at the capstone's shape a call is ~50 us of GPU work behind as much Python (SDPA's
+dispatch, the ops' checks), so the host can pace the timed loop and the CUDA events then time the
+host (course/bench_timing.py: the quick run of 2026-12-07 read 0.08-0.14 ms, and a ratio of 1.32x,
+from two Pythons). time_gpu says when a round was host-paced and replays those calls from a CUDA
+graph, the GPU's time alone; each round's ratios and TFLOP/s use that time where the host paced the
+round and the events' where the GPU did (bench_timing.gpu_ms). A short size also gets more rounds
+and a longer loop (SHORT_*): its times are the noisiest, and the extra cost is seconds.
 FLOPs = 4 B H S^2 D (two GEMMs of 2 S^2 D per head), halved for causal: the count FA3 reports.
 Each size also records the largest |hopper - cuDNN| of one call (a correctness smoke, not a test).
 """
@@ -47,6 +55,9 @@ TOKENS = 16 * 1024
 SIZES = ([(TOKENS // s, 16, s, 128, c) for c in (False, True) for s in (1024, 2048, 4096, 8192, 16384)]
          + [(8, 12, 1024, 64, True)])
 QUICK_SIZES = [(16, 16, 1024, 128, False), (4, 16, 4096, 128, True), (8, 12, 1024, 64, True)]
+# A size under SHORT_FLOPS (calls under ~0.1 ms on an H100: the capstone's shape, 12.9 GFLOP) is timed in
+# at least SHORT_ROUNDS rounds of SHORT_REP_MS per variant, in quick mode too.
+SHORT_FLOPS, SHORT_ROUNDS, SHORT_REP_MS = 5e10, 7, 100.0
 
 
 def _cudnn():
@@ -81,6 +92,13 @@ def flops(size) -> float:
     return 4 * B * H * S * S * D / (2 if causal else 1)
 
 
+def plan(size, rounds: int, rep_ms: float) -> tuple[int, float]:
+    """(rounds, rep_ms) of one size: a short size's at least SHORT_ROUNDS and SHORT_REP_MS."""
+    if flops(size) < SHORT_FLOPS:
+        return max(rounds, SHORT_ROUNDS), max(rep_ms, SHORT_REP_MS)
+    return rounds, rep_ms
+
+
 def make_inputs(arg):
     (B, H, S, D, causal), dtype = arg
     return tuple(random_tensor((B, H, S, D), dtype, runtime.DEVICE) for _ in range(3)) + (causal,)
@@ -102,10 +120,12 @@ def usable(variants: dict, dtype) -> tuple[dict, list[str]]:
 
 
 def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
-    """The rows of one size: every variant timed once per round, in turn; ratios within rounds."""
+    """The rows of one size: every variant timed once per round, in turn (graph-replayed where the host
+    paced the loop); ratios within rounds, of the GPU's times."""
+    rounds, rep_ms = plan(size, rounds, rep_ms)
     sets = bench.input_sets(make_inputs, (size, dtype))
-    timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
+    timed = bench.interleaved_rounds(
+        variants, rounds, lambda fn, sets=sets: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms, graph=True))
     diff = None
     if "hopper" in variants and "torch" in variants:
         q, k, v, causal = sets[0]
@@ -114,36 +134,39 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        median = timed.median(label)
-        row = {"size": size_label(size, dtype), "variant": label, "ms": median, "ms_min": min(ms), "ms_rounds": ms,
-               "reps": rounds, "flops": flops(size), "tflops": flops(size) / (median * 1e-3) / 1e12,
+        gpu = bench_timing.gpu_median_ms(timed.timings[label])  # None: host-bound and no graph replay
+        row = {"size": size_label(size, dtype), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
+               "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
+               "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
                "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        if "torch" in timed.ms:
-            ratio, low, high = timed.ratio_range(label)  # > 1: faster than cuDNN in that round
-            row.update(speedup_vs_torch=ratio, speedup_min=low, speedup_max=high)
+        ratio = bench_timing.gpu_ratio_range(timed.timings, label, "torch")  # > 1: faster than cuDNN that round
+        if ratio:
+            row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
         if label == "hopper" and diff is not None:
             row["max_abs_diff_vs_torch"] = diff
-        if label == "hopper_overlap" and "hopper" in timed.ms:  # > 1: the overlap build is the faster
-            ratio, low, high = timed.ratio_range("hopper_overlap", "hopper")
-            row.update(speedup_vs_hopper=ratio, speedup_vs_hopper_min=low, speedup_vs_hopper_max=high)
+        ratio = bench_timing.gpu_ratio_range(timed.timings, "hopper_overlap", "hopper")
+        if label == "hopper_overlap" and ratio:  # > 1: the overlap build is the faster
+            row.update(zip(("speedup_vs_hopper", "speedup_vs_hopper_min", "speedup_vs_hopper_max"), ratio))
         rows.append(row)
     return rows
 
 
 def markdown(result: dict) -> str:
-    head = ("| size | variant | ms (median) | TFLOP/s | vs cuDNN (median of rounds) | min - max over rounds "
-            "| ms spread |\n|---|---|---|---|---|---|---|\n")
+    head = ("| size | variant | ms (median) | GPU ms (graph) | TFLOP/s | vs cuDNN (median of rounds) "
+            "| min - max over rounds | ms spread |\n|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in result["rows"]:
         ratio = f"{r['speedup_vs_torch']:.3f}x" if "speedup_vs_torch" in r else "-"
         spread = f"{r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x" if "speedup_min" in r else "-"
-        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {ratio} | {spread} "
+        lines.append(f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} "
+                     f"| {bench.fmt(r.get('graphed_ms'), '.4f')} | {bench.fmt(r.get('tflops'), '.0f')} | {ratio} | {spread} "
                      f"| {r['spread_pct']:.1f}% |")
     return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
             + bench_timing.footnote(result["rows"]))
 
 
-def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: dict = VARIANTS) -> dict:
+def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: dict = VARIANTS,
+        name: str = NAME) -> dict:
     why = "this benchmark times an sm_90a kernel: it needs an H100/H200" if not runtime.on_gpu() else \
         device_refusal(torch.device("cuda"))
     if why:
@@ -156,17 +179,22 @@ def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: d
         for size in sizes:
             print(f"[bench] {size_label(size, dtype)}", file=sys.stderr, flush=True)
             rows += measure(size, dtype, rounds, rep_ms, kept)
-    notes = (f"forward only; FLOPs = 4 B H S^2 D, halved for causal; {rounds} rounds, each timing "
+    short, short_rep = plan(SIZES[-1], rounds, rep_ms)
+    notes = (f"forward only; FLOPs = 4 B H S^2 D, halved for causal; {rounds} rounds ({short} of ~{short_rep:.0f} ms "
+             f"at sizes under {SHORT_FLOPS / 1e9:.0f} GFLOP), each timing "
              f"{', '.join(variants)} once in turn (torch = SDPA's cuDNN backend; CUDA events, median of "
-             f"~{rep_ms:.0f} ms of launches); ms = median over rounds; vs cuDNN = median over rounds of "
-             "(cuDNN ms / variant ms) in the same round; max_abs_diff_vs_torch in the json: one call of "
+             f"~{rep_ms:.0f} ms of launches); ms = the events' median over rounds (* where the host paced a round: "
+             "the host's time); GPU ms (graph) = the host-paced rounds' calls replayed from a CUDA graph, the GPU's time "
+             "alone; TFLOP/s and every ratio use each round's GPU time (the graph replay's where the host paced the "
+             "round, the events' where the GPU did); vs cuDNN = median over rounds of "
+             "(cuDNN GPU ms / variant GPU ms) in the same round; max_abs_diff_vs_torch in the json: one call of "
              "hopper against cuDNN; hopper_overlap = the same kernel built with -DAH_INTRA_OVERLAP=1 (the softmax of "
              "key tile j under the warpgroup's own P V of tile j - 1), its speedup_vs_hopper (json) = median over rounds "
-             "of (hopper ms / hopper_overlap ms) in the same round")
+             "of (hopper GPU ms / hopper_overlap GPU ms) in the same round")
     if dropped:
         notes += "; left out: " + "; ".join(dropped)
     return {
-        "benchmark": NAME,
+        "benchmark": name,
         "title": "Attention forward on Hopper: the CUDA C FA3-style rung vs SDPA cuDNN vs the Triton op (interleaved rounds)",
         "notes": notes,
         "clock": "events",
@@ -181,7 +209,8 @@ def run(sizes, rounds: int, rep_ms: float, dtypes=(torch.bfloat16,), variants: d
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 sizes, 3 rounds (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"3 sizes, 3 rounds (a smoke run; writes results/{NAME}_quick.*, the full sweep's stays)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16"])
@@ -193,7 +222,7 @@ def main(argv=None) -> int:
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
     result = run(QUICK_SIZES if args.quick else SIZES, rounds, args.rep_ms,
-                 tuple(getattr(torch, d) for d in args.dtypes), variants)
+                 tuple(getattr(torch, d) for d in args.dtypes), variants, f"{NAME}_quick" if args.quick else NAME)
     text = markdown(result)
     print(text)
     for path in bench.write_record(result, args.out, text):
