@@ -264,7 +264,8 @@ def test_overlap_ptx_waits_for_s_alone(tmp_path):
         texts[overlap] = path.read_text()
     assert "wgmma.wait_group.sync.aligned 1" not in texts[False]
     for body in re.split(r"\.entry ", texts[True])[1:]:
-        assert body.count("wgmma.wait_group.sync.aligned 1") == 1, "one wait for S alone: the middle phase's"
+        assert body.count("wgmma.wait_group.sync.aligned 1") == 1, \
+            "one wait for S alone: the middle phase's (or not implemented yet: the overlap is a hole of the exercise)"
 
 
 @nvcc

@@ -262,51 +262,63 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     ah_wgmma_commit();
     // Hand the turn over, except warpgroup 2 after its last phase (the header: no half-arrived barrier).
     if (AH_PINGPONG && (HAS_S || wg == 0)) ah_bar_arrive(their_turn, 256);
-    if (OVERLAP) {
-        // The header's intra-warpgroup overlap: S (the older group) is waited alone, its softmax runs
-        // while the P V group still reads p and writes o. Neither is touched before wait<0>: the
-        // exercise's softmax rescales a stand-in of ones instead of O (1 * alpha folds to alpha: two
-        // registers, not D / 2), and P is packed only after the wait (the model of
-        // tests/week4/test_attention_hopper_forward_protocol.py plants both mistakes).
-        ah_wgmma_wait<1>();
-        ah_fence_regs(s);
-        if (lane == 0) ah_mbar_arrive(&empty_k[s_slot]);  // S = Q K^T has read its K slot
-        float alpha[D / 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) alpha[i] = 1.0f;
-        ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k, causal, c, s, alpha, p, m, l);
+    if (!OVERLAP) {  // the default build, and the overlap build's first and last phases (one GEMM each)
+        // BEGIN EXERCISE: wait for this phase's wgmmas (S and O are in registers only then: fence them), then
+        //   give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the producer
+        // HINT: wgmma is asynchronous: after the commit the tensor cores may still be reading the slots.
+        //   A slot is free only once every wgmma that reads it has COMPLETED; released earlier, the producer's
+        //   next TMA copy can overwrite K or V under a running wgmma (a race: wrong, different results run
+        //   to run). The empty barriers count 8 arrivals: one per consumer warp of both warpgroups.
+        // HINT: ah_wgmma_wait<0>() (every committed group done), ah_fence_regs on s and o (the compiler must
+        //   not touch them before), then lane 0 of each warp arrives on empty_k[s_slot] (if HAS_S) and on
+        //   empty_v[pv_slot] (if HAS_PV).
+        // HINT: the order is the point: `ah_wgmma_wait<0>();` first, `ah_mbar_arrive(&empty_k[s_slot]);` after
+        // STUB: __trap();  // not implemented yet: the consumer never frees a ring slot (the producer would wait forever)
         ah_wgmma_wait<0>();
+        ah_fence_regs(s);
         ah_fence_regs(o);
-        ah_fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
-        if (lane == 0) ah_mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[i];
-        ah_pack_p<T>(s, p);
+        // Both GEMMs have read their slots: give them back to the producer (one arrive per warp).
+        if (lane == 0) {
+            if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);
+            if (HAS_PV) ah_mbar_arrive(&empty_v[pv_slot]);
+        }
+        // END EXERCISE
+        if (HAS_S) ah_softmax_tile<T, D, true>(it, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l);
         return;
     }
-    // BEGIN EXERCISE: wait for this phase's wgmmas (S and O are in registers only then: fence them), then
-    //   give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the producer
-    // HINT: wgmma is asynchronous: after the commit the tensor cores may still be reading the slots.
-    //   A slot is free only once every wgmma that reads it has COMPLETED; released earlier, the producer's
-    //   next TMA copy can overwrite K or V under a running wgmma (a race: wrong, different results run
-    //   to run). The empty barriers count 8 arrivals: one per consumer warp of both warpgroups.
-    // HINT: ah_wgmma_wait<0>() (every committed group done), ah_fence_regs on s and o (the compiler must
-    //   not touch them before), then lane 0 of each warp arrives on empty_k[s_slot] (if HAS_S) and on
-    //   empty_v[pv_slot] (if HAS_PV).
-    // HINT: the order is the point: `ah_wgmma_wait<0>();` first, `ah_mbar_arrive(&empty_k[s_slot]);` after
-    // STUB: __trap();  // not implemented yet: the consumer never frees a ring slot (the producer would wait forever)
-    ah_wgmma_wait<0>();
+    // BEGIN EXERCISE: (the last stage, the overlap build only: overlap=True; the default build never
+    //   comes here) end a middle phase with the intra-warpgroup overlap: wait for S alone, release its
+    //   K slot, run this tile's softmax while P V still runs, then wait for P V, release its V slot,
+    //   rescale O and pack P
+    // HINT: S and P V were committed as two groups, S first: wgmma's wait_group N waits until at most
+    //   N groups are pending, so waiting with 1 leaves P V running. Until P V's group is done it still
+    //   reads p and writes o: the softmax must touch neither, so it rescales a stand-in of ones (the
+    //   factors alpha) instead of O, and P is packed only after the second wait.
+    // HINT: wait<1>, fence s, lane 0 arrives on empty_k[s_slot]; an alpha[D / 2] of 1.0f, then
+    //   ah_softmax_tile<T, D, false> with alpha where the default passes o; wait<0>, fence o and s,
+    //   lane 0 arrives on empty_v[pv_slot]; o[i] *= alpha[i] for every i, then ah_pack_p<T>(s, p).
+    // HINT: `ah_wgmma_wait<1>();` then `ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k,
+    //   causal, c, s, alpha, p, m, l);` then `ah_wgmma_wait<0>();`: the tests of
+    //   tests/week4/test_attention_hopper_forward_protocol.py plant the orders that race
+    // STUB: __trap();  // not implemented yet: the overlap build's phase end (the default build is unaffected)
+    // S (the older group) is waited alone, its softmax runs while the P V group still reads p and
+    // writes o. Neither is touched before wait<0>: the softmax rescales a stand-in of ones instead
+    // of O (1 * alpha folds to alpha: two registers, not D / 2), and P is packed only after the wait.
+    ah_wgmma_wait<1>();
     ah_fence_regs(s);
+    if (lane == 0) ah_mbar_arrive(&empty_k[s_slot]);  // S = Q K^T has read its K slot
+    float alpha[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) alpha[i] = 1.0f;
+    ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k, causal, c, s, alpha, p, m, l);
+    ah_wgmma_wait<0>();
     ah_fence_regs(o);
-    // Both GEMMs have read their slots: give them back to the producer (one arrive per warp).
-    if (lane == 0) {
-        if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);
-        if (HAS_PV) ah_mbar_arrive(&empty_v[pv_slot]);
-    }
+    ah_fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
+    if (lane == 0) ah_mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[i];
+    ah_pack_p<T>(s, p);
     // END EXERCISE
-    if (HAS_S) {
-        ah_softmax_tile<T, D, true>(it, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l);
-    }
 }
 #endif
 
