@@ -129,6 +129,8 @@ PY"
     step 06p_bench_fused_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 \
         --rep-ms 20 --out $OUT/results"
     # MUST_FAIL=1: the known-wrong kernel without the turn barriers must be rejected by the -k pingpong tests
+    # (10 of them, its fixture's selection). It may hang instead of reading stale stages: the fixture's
+    # hang_s (150 s) kills its test run and prints the verdict 'hung' inside this step's 240 s.
     if [ "${MUST_FAIL:-0}" = 1 ]; then
         step 07p_must_fail_pingpong 240 0 "python -m course exercises --must-fail \
             --only week1/matmul_wgmma_persistent__pingpong_without_turns --jobs 1"
