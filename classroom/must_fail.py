@@ -42,6 +42,9 @@ class Wrong:
     lesson: str = ""  # the file patched, in the week package (kernels/x.cu, attention/kernels/x.cu);
     #                   default: <fixture file name>.py
     gpu: bool = False  # only a GPU shows it (a PyCUDA launch, a race)
+    hang_s: float | None = None  # a barrier bug that may hang the GPU instead of failing: its run is cut after
+    #                              hang_s seconds (killed: the driver frees the GPU) and, with no test failed
+    #                              by then, counts as rejected ('hung'): the tests never pass on it
 
 
 @dataclasses.dataclass
@@ -154,16 +157,20 @@ def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> di
                    "classroom.pytest_lesson", "--impl=solutions", rel_path(fixture.test, root), *fixture.wrong.tests,
                    *(["--stage", str(stage)] if stage is not None else [])]
         try:
-            proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-            output = proc.stdout + proc.stderr
+            proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
+                                  timeout=fixture.wrong.hang_s or timeout)
+            output, hung = proc.stdout + proc.stderr, False
         except subprocess.TimeoutExpired:
-            output = "timed out"
+            output, hung = "timed out", True
         records = pytest_lesson.read_results(results)
     failed = [r for r in records if r["outcome"] in ("failed", "error")]
     passed = [r for r in records if r["outcome"] == "passed"]
     result = {"label": fixture.label, "s": round(time.time() - started, 1), "passed": len(passed),
               "test": failed[0]["nodeid"] if failed else "", "message": failed[0]["message"] if failed else ""}
-    if not records:
+    if hung and fixture.wrong.hang_s and not failed:
+        result.update(ok=True, verdict="hung", message=f"no test ended within {fixture.wrong.hang_s:.0f} s: the "
+                      "kernel hung (killed), so the tests never pass on it")
+    elif not records:
         result.update(ok=False, verdict="no test ran", message=" ".join(output.strip().splitlines()[-1:]))
     elif not failed:
         result.update(ok=False, verdict="SURVIVED", message=f"{len(passed)} tests passed: the tests do not see this bug")

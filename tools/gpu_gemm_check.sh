@@ -19,19 +19,22 @@
 # 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small, its own record
 # results/matmul_wgmma_schedules_week1.{json,md}:
 # cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
-# with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject.
+# with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject;
+# with WITH_NCU=1, 8p. ncu on cuBLAS and both schedules at 5000 x 3000 x 4000 and 4096^3 (SKIP= the others).
 # EXERCISES=1 runs, after step 1, the wgmma rungs' exercises instead of steps 2-6: 2e. the untouched stubs'
 # tests on the GPU (--impl=exercises; every failure must say 'not implemented yet' and nothing may hang: a
 # kernel with a hole open is refused before it is loaded); 3e. the known-wrong kernels of
 # tests/week1/wrong/matmul_wgmma.py and matmul_wgmma_persistent.py (--must-fail), which the tests must reject.
 # Logs and results go to $OUT (logs/NN_name.log, results/matmul_wgmma_persistent_week1.{json,md},
-# sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/ and run
-# `python -m course report` to fill the note's figures.
+# sanitizer/sanitizer.{md,json}); copy $OUT/results/* into week1_cuda_python/results/, run
+# `python -m week1_cuda_python.matmul_wgmma_schedule` (after a PINGPONG=1 run: the schedule rule's table,
+# derived from the two records) and `python -m course report` to fill the notes' figures.
 #   OUT=/tmp/gemm bash tools/gpu_gemm_check.sh        (BUDGET_S=285 by default; QUICK=1: --quick bench;
 #                                                      FUSED=1: the fused epilogues' steps instead of 2-6;
 #                                                      PINGPONG=1 BUDGET_S=480: the ping-pong schedule's steps;
 #                                                      EXERCISES=1 BUDGET_S=580: the exercises' steps;
-#                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too)
+#                                                      WITH_NCU=1 BUDGET_S=480: then ncu's wp_4096 group too;
+#                                                      with PINGPONG=1: ncu on both schedules, step 08p)
 # On the lent machine, with .devwheels carried (PyCUDA: the primary context), the setup is sourced here.
 set -u
 OUT=${OUT:-/tmp/gpu-gemm}
@@ -129,9 +132,43 @@ PY"
     step 06p_bench_fused_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 \
         --rep-ms 20 --out $OUT/results"
     # MUST_FAIL=1: the known-wrong kernel without the turn barriers must be rejected by the -k pingpong tests
+    # (10 of them, its fixture's selection). It may hang instead of reading stale stages: the fixture's
+    # hang_s (150 s) kills its test run and prints the verdict 'hung' inside this step's 240 s.
     if [ "${MUST_FAIL:-0}" = 1 ]; then
         step 07p_must_fail_pingpong 240 0 "python -m course exercises --must-fail \
             --only week1/matmul_wgmma_persistent__pingpong_without_turns --jobs 1"
+    fi
+    # WITH_NCU=1: ncu --set full on cuBLAS and both schedules at 5000 x 3000 x 4000 (ping-pong's open gap,
+    # notes/matmul_wgmma_persistent.md) and 4096^3 (its ordinary loss), bf16: tensor-pipe busy, the
+    # consumers' stall reasons (turn barrier vs full barriers), L2 sectors per request. One call each,
+    # between cudaProfilerStart/Stop after a warm-up call; raw CSV and details text under $OUT/ncu_odd.
+    if [ "${WITH_NCU:-0}" = 1 ]; then
+        step 08p_ncu_schedules 200 0 "mkdir -p '$OUT/ncu_odd' && cat > '$OUT/ncu_odd/driver.py' <<'PY'
+import torch
+from course.check import random_tensor
+from week1_cuda_python.matmul_wgmma_persistent import launch_persistent
+for m, n, k in ((5000, 3000, 4000), (4096, 4096, 4096)):
+    a = random_tensor((m, k), torch.bfloat16, 'cuda')
+    b = random_tensor((k, n), torch.bfloat16, 'cuda', scale=k ** -0.5)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device='cuda')
+    calls = [lambda: torch.matmul(a, b, out=out), lambda: launch_persistent(a, b, out, schedule='cooperative'),
+             lambda: launch_persistent(a, b, out, schedule='pingpong')]
+    for call in calls:  # builds, cuBLAS's heuristics: outside the profiled range
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    print(f'{m}x{n}x{k}: cuBLAS, cooperative, ping-pong profiled')
+PY
+NCU=\${NCU:-\$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+rep='$OUT/ncu_odd/schedules'
+\$NCU --profile-from-start off --clock-control none --set full -f -o \$rep python '$OUT/ncu_odd/driver.py' &&
+\$NCU -i \$rep.ncu-rep --page raw --csv --print-units base > \$rep.csv &&
+\$NCU -i \$rep.ncu-rep --page details > \${rep}_details.txt &&
+grep -E '^  [a-zA-Z_]|Duration|Compute .SM. Throughput|L2 Cache Throughput|L2 Hit Rate' \${rep}_details.txt | head -80"
     fi
     echo "=== done in $(( $(date +%s) - start_all )) s; logs in $OUT/logs, results in $OUT/results"
     exit 0

@@ -102,7 +102,7 @@ BENCHMARKS = [
                for rung in RUNGS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None) for label in _WGMMA_ROWS},
             **{label: lambda a, b, out: launch_wgmma(a, b, out, None, _ROW_MAJOR) for label in _WGMMA_AB_ROWS},
-            **{label: (lambda c: lambda a, b, out: launch_persistent(a, b, out, cluster=c))(label.endswith("cluster") + 1)
+            **{label: (lambda c: lambda a, b, out: launch_persistent(a, b, out, cluster=c, schedule="cooperative"))(label.endswith("cluster") + 1)
                for label in _PERSISTENT_ROWS},
         },
         gpu_only=(*(f"wmma_{rung}" for rung in RUNGS), *_WGMMA_ROWS, *_WGMMA_AB_ROWS, *_PERSISTENT_ROWS),

@@ -59,8 +59,8 @@ def variants(epilogue: str) -> dict:
         "torch": lambda x, w, extra, out: reference(x, w, epilogue, extra),
         "torch.compile": lambda x, w, extra, out: compiled(x, w, epilogue, extra),
         "gemm_only": lambda x, w, extra, out: torch.matmul(x, w.t()),
-        "wgmma_gemm": lambda x, w, extra, out: launch_fused(x, w, "none"),
-        "wgmma_fused": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out),
+        "wgmma_gemm": lambda x, w, extra, out: launch_fused(x, w, "none", schedule="cooperative"),
+        "wgmma_fused": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out, schedule="cooperative"),
         # the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu): the GEMM alone, and fused
         "wgmma_gemm_pp": lambda x, w, extra, out: launch_fused(x, w, "none", schedule="pingpong"),
         "wgmma_fused_pp": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out, schedule="pingpong"),

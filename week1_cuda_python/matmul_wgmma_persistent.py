@@ -249,26 +249,38 @@ def _checked(a, b, out):
     return out, m, n, k
 
 
+def choose_schedule(a, b, epilogue: str | None = None) -> str:
+    """The schedule the measured rule picks for A (M x K) @ B (K x N) (`epilogue`: see the rule), read
+    from the shapes alone: nothing is launched (the CPU tests ask it)."""
+    # imported here, not at the top: the rule module reads this module's tiles
+    from week1_cuda_python import matmul_wgmma_schedule
+    (m, k), n = a.shape, b.shape[1]
+    return matmul_wgmma_schedule.choose(m, n, k, a.dtype, epilogue)
+
+
 def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None,
-                      cluster: int = 1, schedule: str = "cooperative") -> torch.Tensor:
+                      cluster: int = 1, schedule: str | None = None) -> torch.Tensor:
     """C = A @ B with the kernel built with `tiles` (its tile order): what the public launchers call.
     `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it.
     `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads).
     `schedule`: "cooperative" (both consumers on one 128 x 256 tile), or "pingpong" (each consumer on
-    its own 64 x 256 tiles, alternately: kernels/matmul_wgmma_pingpong.cu; cluster 1 only)."""
+    its own 64 x 256 tiles, alternately: kernels/matmul_wgmma_pingpong.cu; cluster 1 only), or None: the
+    measured rule's choice for this shape (matmul_wgmma_schedule.py; cooperative for the cluster rung)."""
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES} or None (the measured rule), got {schedule!r}")
     if schedule == "pingpong" and cluster != 1:
         raise ValueError(f"schedule='pingpong' runs without clusters: cluster must be 1, got {cluster!r}")
-    pingpong = schedule == "pingpong"
-    if pingpong:  # 64-row tiles, the same tile order
-        tiles = PersistentTiles(bm=PINGPONG_TILES.bm, group_m=tiles.group_m)
     if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
                          f"{cluster}, got {blocks!r}")
     out, m, n, k = _checked(a, b, out)
+    if schedule is None:
+        schedule = choose_schedule(a, b) if cluster == 1 else "cooperative"
+    pingpong = schedule == "pingpong"
+    if pingpong:  # 64-row tiles, the same tile order
+        tiles = PersistentTiles(bm=PINGPONG_TILES.bm, group_m=tiles.group_m)
     why = unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)
@@ -303,7 +315,7 @@ def matmul_wgmma_persistent(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor 
     dtype, written into `out` if given. K and N must be multiples of 8 and the tensors 16-byte
     aligned (the TMA's rule); otherwise ValueError naming matmul_wgmma_tma, which pads.
     """
-    return launch_persistent(a, b, out)
+    return launch_persistent(a, b, out, schedule="cooperative")
 
 
 def matmul_wgmma_cluster(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

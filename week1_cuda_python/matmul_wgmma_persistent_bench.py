@@ -48,7 +48,7 @@ DTYPES = (torch.bfloat16, torch.float16)
 VARIANTS = {
     "torch": lambda a, b, out: torch.matmul(a, b, out=out),
     "wgmma_tma": lambda a, b, out: launch_wgmma(a, b, out, None),
-    "wgmma_persistent": lambda a, b, out: launch_persistent(a, b, out),
+    "wgmma_persistent": lambda a, b, out: launch_persistent(a, b, out, schedule="cooperative"),
     "wgmma_cluster": lambda a, b, out: launch_persistent(a, b, out, cluster=2),
     # each consumer warpgroup on its own 64 x 256 tiles, alternately (kernels/matmul_wgmma_pingpong.cu)
     "wgmma_pingpong": lambda a, b, out: launch_persistent(a, b, out, schedule="pingpong"),

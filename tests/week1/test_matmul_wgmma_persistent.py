@@ -48,7 +48,7 @@ nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolki
 TOKENS = 8 * 1024  # the capstone's batch 8 x 1024 tokens (capstone.measure)
 # launch_persistent's keyword arguments for each rung: the cooperative schedule without and with
 # clusters, and the ping-pong schedule (kernels/matmul_wgmma_pingpong.cu).
-RUNGS = [pytest.param({"cluster": c}, id=name) for c, name in wp.CLUSTERS.items()] + [
+RUNGS = [pytest.param({"cluster": c, "schedule": "cooperative"}, id=name) for c, name in wp.CLUSTERS.items()] + [
     pytest.param({"schedule": "pingpong"}, id="wgmma_pingpong")]
 
 

@@ -203,3 +203,67 @@ def test_known_wrong_bodies_build_the_pingpong_entries(fixture, tmp_path):
 
 def test_the_turnless_fixture_is_there():
     assert "pingpong_without_turns" in {f.wrong.name for f in _kernel_fixtures()}
+
+
+@pytest.fixture
+def rule_says(monkeypatch):
+    """The schedule rule answering from a fake table (no GPU measured it here), and the questions asked."""
+    from course import dispatch
+    from week1_cuda_python import matmul_wgmma_schedule as rule
+
+    asked = []
+    rows = {key: dispatch.Row(key, "pingpong", None, {}) for key in
+            [(8192, 768, 3072, "bfloat16", "gemm"), (8192, 4096, 768, "bfloat16", "swiglu")]}
+    choose = rule.choose
+    monkeypatch.setattr(rule, "choose", lambda *args: asked.append(args) or choose(*args, rows=rows))
+    return asked
+
+
+def test_launchers_ask_the_rule_when_no_schedule_is_named(recorded, rule_says):
+    """schedule=None: the rule's choice per shape (and epilogue); a named schedule or the cluster rung: never asked."""
+    import torch
+
+    def zeros(*shape):
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    wp.launch_persistent(zeros(8192, 3072), zeros(3072, 768))
+    wp.launch_persistent(zeros(4096, 4096), zeros(4096, 4096))
+    assert [k[0] for k in recorded["kernels"]] == ["wgmma_pingpong_bf16", "wgmma_persistent_bf16"]
+    assert [a[:3] for a in rule_says] == [(8192, 768, 3072), (4096, 4096, 4096)]
+    wp.launch_persistent(zeros(8192, 3072), zeros(3072, 768), schedule="cooperative")
+    wp.matmul_wgmma_persistent(zeros(8192, 3072), zeros(3072, 768))
+    assert [k[0] for k in recorded["kernels"][2:]] == ["wgmma_persistent_bf16"] * 2 and len(rule_says) == 2
+    wf.launch_fused(zeros(8192, 768), zeros(4096, 768), "swiglu")
+    wf.launch_fused(zeros(8192, 768), zeros(4096, 768), "bias", zeros(4096))
+    assert [k[0] for k in recorded["kernels"][4:]] == ["wgmma_linear_pingpong_swiglu_bf16", "wgmma_linear_bias_bf16"]
+    assert rule_says[2:] == [(8192, 4096, 768, torch.bfloat16, "swiglu"), (8192, 4096, 768, torch.bfloat16, "bias")]
+
+
+def test_the_torch_ops_ask_the_rule(recorded, rule_says):
+    """wf.linear_swiglu (what the capstone's wgmma_gemms model calls) leaves the schedule to the rule."""
+    import torch
+
+    wf.linear_swiglu(torch.zeros(8, 1024, 768, dtype=torch.bfloat16), torch.zeros(4096, 768, dtype=torch.bfloat16))
+    assert rule_says == [(8192, 4096, 768, torch.bfloat16, "swiglu")]
+    assert recorded["kernels"][0][0] == "wgmma_linear_pingpong_swiglu_bf16"
+
+
+def test_a_hang_of_the_turnless_kernel_is_cut_and_counts_as_rejected(monkeypatch):
+    """The fixture's test run is killed after its hang_s (inside gpu_gemm_check.sh's 240 s step) and, with
+    no test failed or passed, reported 'hung', a rejection: the tests never pass on a kernel that hangs."""
+    import subprocess as sp
+
+    from classroom import must_fail
+
+    fixture = next(f for f in _kernel_fixtures() if f.wrong.name == "pingpong_without_turns")
+    assert fixture.wrong.hang_s is not None and fixture.wrong.hang_s < 200
+    waited = []
+
+    def hangs(command, timeout=None, **kwargs):
+        waited.append(timeout)
+        raise sp.TimeoutExpired(command, timeout)
+
+    monkeypatch.setattr(must_fail.subprocess, "run", hangs)
+    result = must_fail.run_fixture(fixture)
+    assert waited == [fixture.wrong.hang_s]
+    assert result["ok"] and result["verdict"] == "hung", result

@@ -158,17 +158,28 @@ def _checked(x, w, epilogue, extra, out):
     return out, m, n, k, n_out
 
 
+def choose_schedule(x, w, epilogue: str = "none") -> str:
+    """The schedule the measured rule picks for epilogue(x @ w.T), x (M x K), w (N x K), from the shapes
+    alone: nothing is launched (the CPU tests ask it)."""
+    from week1_cuda_python import matmul_wgmma_schedule
+    (m, k), n = x.shape, w.shape[0]
+    return matmul_wgmma_schedule.choose(m, n, k, x.dtype, epilogue)
+
+
 def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int | None = None,
-                 schedule: str = "cooperative") -> torch.Tensor:
+                 schedule: str | None = None) -> torch.Tensor:
     """C = epilogue(x @ w.T) with the fused kernel: 2-D x (M x K), w (N x K). `extra` is the bias or
     the residual; `blocks` caps the persistent grid (the tests make one block walk many tiles);
     `schedule` "pingpong": each consumer warpgroup on its own 64 x 256 tiles, alternately, one's
-    epilogue beside the other's wgmmas (kernels/matmul_wgmma_pingpong.cu)."""
+    epilogue beside the other's wgmmas (kernels/matmul_wgmma_pingpong.cu); None (what the torch ops, and so
+    the capstone's wgmma_gemms model, pass): the measured rule's choice for this shape and epilogue
+    (matmul_wgmma_schedule.py)."""
     if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), got {blocks!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES} or None (the measured rule), got {schedule!r}")
     out, m, n, k, n_out = _checked(x, w, epilogue, extra, out)
+    schedule = schedule or choose_schedule(x, w, epilogue)
     why = unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)

@@ -86,7 +86,10 @@ WRONG += [
           "test_matmul_wgmma_persistent_protocol.py finds it); many tiles of 12 k steps make it likely",
           old="            if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);\n",
           new="",
-          lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer",
+          # Besides stale reads, a consumer's early release can complete an empty barrier's phase meant for the
+          # other, and a later wait then never ends: the step's first GPU run (240 s) printed no verdict, the
+          # sign of a hang. hang_s cuts it (the build and 10 tests of a kernel that does not hang: ~1 minute).
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer", hang_s=150,
           tests=("-k", "pingpong and (test_matches_float32_reference and (8192x768x768 or 8192x2304x768 "
                        "or 8192x50304x768) or test_same_answer_twice or test_one_block_walks)")),
 ]
