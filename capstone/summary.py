@@ -66,24 +66,33 @@ def fused_gemm_rows(train: dict | None, loss: dict | None, add) -> None:
         add(f"fused GEMMs: MFU >= {TARGETS_32['mfu']:.0%}", "not measured", None)
     held = (loss or {}).get("fused_gemms")
     if held:
-        control = held.get("control")
-        add("fused GEMMs: loss tracks the eager twin (LOSS_TOLERANCE; and within the control when measured)",
-            f"step 0: {held['step0_abs_diff']:.4f}; {loss['tolerance']['window']}-step means: "
-            f"{held['moving_avg_max_abs_diff']:.4f}" + (f" (control {control['moving_avg_max_abs_diff']:.4f})" if control else ""),
-            held["within_tolerance"] and held.get("within_control", True))
+        held_rows("fused GEMMs", held, loss, add)
     else:
         add("fused GEMMs: loss tracks the eager twin", "not measured", None)
     held = (loss or {}).get("wgmma_gemms")
     counted = any(r and r["variant"].startswith("wgmma_gemms") for r in (fused, fused_graphs, best))
     if held:  # week 1's kernels keep the residual stream in bf16 (capstone/wgmma_ops.py): its own loss row
-        control = held.get("control")
-        add("wgmma GEMMs (week 1's CUDA C, bf16 residual stream): loss tracks the eager twin (LOSS_TOLERANCE; and "
-            "within the control when measured)",
-            f"step 0: {held['step0_abs_diff']:.4f}; {loss['tolerance']['window']}-step means: "
-            f"{held['moving_avg_max_abs_diff']:.4f}" + (f" (control {control['moving_avg_max_abs_diff']:.4f})" if control else ""),
-            held["within_tolerance"] and held.get("within_control", True))
+        held_rows("wgmma GEMMs (week 1's CUDA C, bf16 residual stream)", held, loss, add)
     elif counted:  # a row above counts the CUDA C model: its loss must be shown too
         add("wgmma GEMMs (week 1's CUDA C, bf16 residual stream): loss tracks the eager twin", "not measured", None)
+
+
+def held_rows(what: str, held: dict, loss: dict, add) -> None:
+    """A model's loss against the eager twin in two rows, as the fast model's: the pre-stated bound
+    (LOSS_TOLERANCE, reported as missed when it is), then the control (twice the distance between the
+    compiled and the eager twin, and settled at the same loss) when the control was measured. One verdict
+    for both would hide which one a curve misses, and the control itself can miss the pre-stated bound:
+    the 20-step means, while the loss falls ~0.05 a step, part by a step or two of the trajectories' timing."""
+    t = loss["tolerance"]
+    add(f"{what}: loss tracks the eager twin (step 0 within {t['step0_abs']}, {t['window']}-step means within "
+        f"{t['moving_avg_abs']})",
+        f"step 0: {held['step0_abs_diff']:.4f}; {t['window']}-step means: {held['moving_avg_max_abs_diff']:.4f}",
+        held["within_tolerance"])
+    control = held.get("control")
+    if control:
+        add(f"{what}: the same, held to the control (as the fast model)",
+            f"{held['moving_avg_max_abs_diff']:.4f} (control {control['moving_avg_max_abs_diff']:.4f}); last 50 steps "
+            f"{held['final_mean_abs_diff']:.4f} (control {control['final_mean_abs_diff']:.4f})", held["within_control"])
 
 
 def attention_rows(train: dict | None, loss: dict | None, add) -> None:

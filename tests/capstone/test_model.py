@@ -129,6 +129,46 @@ def test_fused_gemm_rungs_match_the_twin(rung):
         close(model(x), ref(x), "logits")
 
 
+# Error model of the fused GEMMs against `fast` under bf16 autocast (the GPU's step; the test above is
+# float32's, where the autocast casts never run). Same weights, same kernels but the GEMMs: the fused model
+# rounds differently at two kinds of site, each one bf16 rounding (2^-9 relative) of a tensor the next
+# layers carry with gain ~1: SwiGLU from the fp32 accumulator (fast rounds [g | u] to bf16 first), once a
+# layer, and the residual add of the unrounded product (fast adds the bf16 GEMM output), twice a layer;
+# the backward rounds at as many sites again. So at most 2 x 3 L x 2^-9 = 0.023 (L = 2) of a tensor's norm
+# even if every rounding adds up (seen on the CPU: <= 0.0053, fast vs the eager twin 0.0057): bound 2^-5
+# per tensor. The loss: 2^-8 of it (both round it to bf16). What this test is for: the autocast path
+# (the casts the float32 test never runs; a lost residual or a gradient cast to the wrong tensor is O(1)).
+# Small math errors are the float32 test's: at this init silu(g) u ~ g u / 2 is nearly symmetric, so even
+# swapping gate and up moves the bf16 gradients by only ~0.03 (caught, barely), a residual scaled by
+# 1 + 2^-6 by ~0.03 (caught). The residual stream must stay fp32 through the fused adds (week 4's
+# epilogue writes the residual's dtype): rounded to bf16 at each add it moves the gradients by ~0.008,
+# under any honest norm bound, so the test reads the stream's dtype at every block's output.
+REL_NORM_FUSED, REL_LOSS_FUSED = 2.0**-5, 2.0**-8
+
+
+@pytest.mark.parametrize("rung", ["+swiglu_gemm", "+residual_gemm", "+norm_gemm"])
+def test_fused_gemm_rungs_match_fast_under_bf16(rung):
+    """Each rung past `fast` against fast under bf16 autocast: loss, logits, every gradient, and the
+    residual stream's dtype at every block's output (fp32, as fast's and the twin's)."""
+    ops = next(r for r in cm.ladder() if r.name == rung)
+    model, base = cm.build("tiny", ops, seed=3), cm.build("tiny", "fast", seed=3)
+    x, y = batch(model.cfg, b=2, t=24, seed=1)
+    stream = []
+    hooks = [b.register_forward_hook(lambda _m, _i, out: stream.append(out[0].dtype)) for b in model.blocks]
+    try:
+        got = bf16_loss_and_grads(model, x, y)
+    finally:
+        for h in hooks:
+            h.remove()
+    want = bf16_loss_and_grads(base, x, y)
+    assert stream and set(stream) == {torch.float32}, f"residual stream dtypes {stream}"
+    assert abs(float(got[0]) - float(want[0])) <= REL_LOSS_FUSED * abs(float(want[0])), (got[0], want[0])
+    for name, a, b in [("logits", got[1], want[1])] + [(f"grad of {n}", got[2][n], want[2][n]) for n in want[2]]:
+        assert bool(torch.isfinite(a).all()), name
+        err = float((a - b).norm() / b.norm())
+        assert err <= REL_NORM_FUSED, f"{name}: relative error {err:.4f} > {REL_NORM_FUSED}"
+
+
 # --- wgmma_gemms: week 1's CUDA C fused GEMMs (capstone/wgmma_ops.py) -------------------------------
 WGMMA_WHY = wgmma_ops.unsupported()
 
