@@ -2,6 +2,9 @@
 
 The capstone's bench, no kernels: three measuring phases and their records, behind one command
 line; the profile's kinds of kernels are `step_profile.py`'s, the summary of every target `summary.py`'s.
+Over 500 lines: the three phases share one ladder of variants, its refusals off sm_90a and its guards, and
+every issue's rows (32's fused GEMMs, 33's attention) joined that ladder here; the variants' models are
+built by model.py's ladder(), only their order and measuring live here.
 
     python -m capstone.measure --out capstone/results          # on the GPU
     python -m capstone.measure --out /tmp/capm                 # on a CPU: a smoke test (tiny model)

@@ -108,3 +108,10 @@ def test_the_committed_table_is_what_the_records_give():
         assert not rule.TABLE.path.exists()
     else:
         assert rule.TABLE.path.read_text() == rule.text(record), "stale: run python -m week1_cuda_python.matmul_wgmma_schedule"
+
+
+def test_the_rule_uses_the_launchers_tiles():
+    from week1_cuda_python import matmul_wgmma_persistent as wp
+
+    for schedule, tiles in (("cooperative", wp.PERSISTENT_TILES), ("pingpong", wp.PINGPONG_TILES)):
+        assert rule.TILE_SHAPES[schedule] == (tiles.bm, tiles.bn, tiles.bk), schedule
