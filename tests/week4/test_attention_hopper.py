@@ -424,3 +424,16 @@ def test_extension_builds_and_registers_its_op(tmp_path, monkeypatch):
         assert "Tensor(a!) out" in str(ext.ops.forward.default._schema) and not ext.cached
     finally:
         hp.load_extension.cache_clear()
+
+
+def test_an_open_hole_is_refused_before_any_build(monkeypatch):
+    """The exercise's stub (every hole holds `#define AH_HOLE_OPEN 1`) is refused with 'not implemented
+    yet' before the toolchain is even asked: on an H100 a half-written ring hangs or traps, it does not fail."""
+    stub = hp.EXERCISE_KERNELS / hp.KERNELS.joinpath("attention_hopper_forward.cu").name
+    assert hp.open_hole(hp.KERNELS / stub.name) is None, "the solution has no hole"
+    assert "not implemented yet" in (hp.open_hole(stub) or "")
+    text = stub.read_text()
+    assert text.count("#define AH_HOLE_OPEN 1") == text.count("// TODO ("), "one marker per hole"
+    monkeypatch.setattr(hp, "SOURCE", stub)
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        hp.load_extension.__wrapped__()
