@@ -1,0 +1,319 @@
+"""The persistent Hopper attention forward's protocol (-DAH_PERSISTENT=1), checked without a GPU: a block that
+runs several work tiles in a row, modelled under many random interleavings.
+
+Why: the persistent build (kernels/attention_hopper_forward.cu, its header's "The persistent build") keeps one
+Q slot for every work tile of a block and lets the producer load the next tile's Q, K and V while the consumers
+still run the last P V and the epilogue of the previous one. Three things must hold across work tiles, and a GPU
+shows a mistake in any of them as a hang or as wrong numbers now and then:
+* Q: the producer's copy of the next Q must not land while an S = Q K^T of the previous tile still reads the
+  slot. The consumers arrive on the `empty_q` mbarrier (4 arrivals per warpgroup) once their last S of a tile
+  has completed; the producer waits for that phase before the next Q.
+* the K/V ring: its slots and phases run on across tiles (`ring`: the key tiles so far), never reset, in the
+  producer and in both consumers alike, also when the tiles have different numbers of key tiles (causal).
+* the ping-pong: warpgroup 2 gives warpgroup 1 the first turn once per block, and hands the turn over after its
+  last phase of every tile but the block's last, so every bar.sync meets one bar.arrive, none is left half-arrived.
+
+The model (tests/week4/test_attention_hopper_forward_protocol.py models one tile's registers and wgmma groups
+in detail; this one models the slots): per work tile of n key tiles, the phases it = 0 .. n of each consumer
+warpgroup: wait full_k / full_v at ring position ring + it, take the turn, issue S (reads Q and a K slot) and
+P V (reads a V slot) as wgmma groups that complete at a random later step, hand the turn over, wait
+(wait_group 0; the overlap build: wait_group 1 for S, release K, then wait_group 0, release V), release the
+slots; after the tile's last phase with S, the Q release; then its last P V and the epilogue. A slot refilled
+under its reader, a tile read before it landed (or the wrong tile read), a barrier arrived on too often or left
+half-arrived is an AssertionError; no progress is a RuntimeError (a hang on the GPU). Each planted mistake
+(WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the source.
+"""
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+from week4_triton_dl.attention import hopper as hp
+
+STAGES, WARPGROUPS, WARPS, BM = 2, 2, 4, 128  # AH_STAGES; consumer warpgroups; warps each; AH_BM (= AH_BN)
+WRONG = {
+    # the producer reloads Q without waiting for empty_q: the copy lands under the previous tile's S
+    "no_q_empty_wait": "Q slot . refilled while a wgmma reads it|S of tile . read Q of tile",
+    # the consumers release Q right after issuing their last S, before waiting for it
+    "q_released_before_s_wait": "Q slot . refilled while a wgmma reads it|S of tile . read Q of tile",
+    # the consumers restart the ring at slot 0 and phase 0 on each tile (the producer runs on)
+    "ring_reset_per_tile": "read before tile|reads tile|no progress",
+    # warpgroup 2 skips its last hand-over on every tile (the one-tile rule) and gives no first turn again
+    "no_handover_between_tiles": "no progress",
+    # warpgroup 2 gives the first turn on every tile as well as handing over between tiles: two arrivals of
+    # its own complete a generation of barrier 1 that warpgroup 1 never syncs on
+    "first_turn_every_tile": "overrun|half-arrived|no progress",
+}
+
+
+def _mbarrier_model():
+    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path)."""
+    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
+    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+Barrier = _mbarrier_model().Barrier
+
+
+class NamedBarrier:
+    """bar.sync / bar.arrive with a count of 256 threads: one arrival here per warpgroup of 128."""
+
+    def __init__(self):
+        self.arrived, self.generation = 0, 0
+
+    def arrive(self):
+        assert self.arrived < WARPGROUPS, "a named barrier arrived on more often than its count: an overrun"
+        self.arrived += 1
+        if self.arrived == WARPGROUPS:
+            self.arrived, self.generation = 0, self.generation + 1
+
+    def sync(self):
+        generation = self.generation
+        self.arrive()
+        while self.generation == generation:
+            yield
+
+
+def simulate(work, seed, order="default", overlap=False):
+    """One block running the work tiles `work` (their numbers of key tiles, in the block's order) to the end.
+    order: "default" or a key of WRONG. AssertionError on a race, RuntimeError on a hang."""
+    rng = random.Random(seed)
+    full_q, empty_q = Barrier(1), Barrier(WARPGROUPS * WARPS)
+    full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
+    empty = {kind: [Barrier(WARPGROUPS * WARPS) for _ in range(STAGES)] for kind in "KV"}
+    content = {"Q": [None], "K": [None] * STAGES, "V": [None] * STAGES}  # (work tile, key tile) each slot holds
+    reading = {"Q": [0], "K": [0] * STAGES, "V": [0] * STAGES}           # pending wgmma groups reading each slot
+    turns = [NamedBarrier(), NamedBarrier()]
+    events = []
+
+    def load(kind, s, what, barrier):
+        barrier.arrive(tx=1)  # expect_tx, then the copy, which lands later
+
+        def land():
+            assert reading[kind][s] == 0, f"{kind} slot {s} refilled while a wgmma reads it"
+            content[kind][s] = what
+            barrier.complete_tx(1)
+        events.append(land)
+
+    def producer():
+        ring = 0
+        for round_, n in enumerate(work):
+            if round_ > 0 and order != "no_q_empty_wait":
+                while not empty_q.ready((round_ - 1) & 1):
+                    yield
+            load("Q", 0, (round_, None), full_q)
+            yield
+            for it in range(n):
+                r = ring + it
+                s = r % STAGES
+                for kind in "KV":
+                    if r >= STAGES:
+                        while not empty[kind][s].ready(((r // STAGES) - 1) & 1):
+                            yield
+                    load(kind, s, (round_, it), full[kind][s])
+                    yield
+            ring += n
+
+    def consumer(wg):
+        pending, group = [], []
+
+        def read(kind, s, what):
+            got = content[kind][s]
+            if kind == "Q":
+                assert got == what, f"S of tile {what[0]} read Q of tile {got and got[0]}"
+            else:
+                assert got == what, f"{kind} slot {s} read before tile {what} landed (it holds {got}): reads tile {got}"
+            reading[kind][s] += 1
+            group.append((kind, s, what))
+
+        def commit():
+            nonlocal group
+            pending.append(group)
+            group = []
+            events.append(finish_oldest)
+
+        def finish_oldest():  # groups of one warpgroup complete in order
+            for kind, s, what in pending.pop(0):
+                assert content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
+                reading[kind][s] -= 1
+
+        def wait_group(n):
+            while len(pending) > n:
+                yield
+
+        def release(barrier):
+            for _ in range(WARPS):  # lane 0 of each warp
+                barrier.arrive()
+
+        ring = 0
+        for round_, n in enumerate(work):
+            more = round_ + 1 < len(work)
+            base = 0 if order == "ring_reset_per_tile" else ring
+            while not full_q.ready(round_ & 1):
+                yield
+            if wg == 1 and (round_ == 0 or order == "first_turn_every_tile"):
+                turns[0].arrive()  # warpgroup 1 takes the first turn
+            for it in range(n + 1):
+                has_s, has_pv = it < n, it >= 1
+                r = base + it
+                if it == n and order != "q_released_before_s_wait":
+                    release(empty_q)  # after the tile's last phase with S: every S has completed, Q is free
+                for kind, pos, wanted in (("K", r, has_s), ("V", r - 1, has_pv)):
+                    while wanted and not full[kind][pos % STAGES].ready((pos // STAGES) & 1):
+                        yield
+                yield from turns[wg].sync()
+                if has_s:
+                    read("Q", 0, (round_, None))
+                    read("K", r % STAGES, (round_, it))
+                if has_s and has_pv and overlap:
+                    commit()  # S in a group of its own
+                if has_pv:
+                    read("V", (r - 1) % STAGES, (round_, it - 1))
+                commit()
+                if has_s and it == n - 1 and order == "q_released_before_s_wait":
+                    release(empty_q)
+                if has_s or wg == 0 or (more and order != "no_handover_between_tiles"):
+                    turns[1 - wg].arrive()
+                yield
+                if has_s and has_pv and overlap:
+                    yield from wait_group(1)
+                    release(empty["K"][r % STAGES])
+                    yield
+                yield from wait_group(0)
+                if has_s and not (has_pv and overlap):
+                    release(empty["K"][r % STAGES])
+                if has_pv:
+                    release(empty["V"][(r - 1) % STAGES])
+                yield  # the softmax
+            yield  # the epilogue: O and lse from the registers, no shared memory
+            ring += n
+
+    agents = [producer()] + [consumer(wg) for wg in range(WARPGROUPS)]
+    stalled = 0
+    while agents or events:
+        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
+        if kind == "event":
+            events.remove(pick)
+            pick()
+            stalled = 0
+            continue
+        try:
+            next(pick)
+            stalled = stalled + 1 if not events else 0
+        except StopIteration:
+            agents.remove(pick)
+            stalled = 0
+        if stalled > 200 * (len(agents) + 1):
+            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    assert all(t.arrived == 0 for t in turns), "a named barrier is left half-arrived at exit"
+
+
+# Work tiles per block: one tile (the non-persistent case), equal tiles, and causal-like tiles of different
+# lengths (longest first, or a short one before a long one: a block's walk alternates direction).
+WORKS = [[1], [3], [1, 1], [2, 2, 2], [4, 1], [1, 4], [3, 1, 2, 5], [2, 1, 1, 3, 1]]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["default", "overlap"])
+@pytest.mark.parametrize("work", WORKS, ids=lambda w: "-".join(map(str, w)))
+def test_no_hang_no_race_across_work_tiles(work, overlap):
+    """Every Q, K and V lands before it is read and is not refilled under its reader, each wgmma reads its
+    own work tile's data, and the block finishes with no named barrier half-arrived."""
+    for seed in range(40):
+        simulate(work, seed, overlap=overlap)
+
+
+@pytest.mark.parametrize("order, message", list(WRONG.items()), ids=list(WRONG))
+def test_the_model_catches_each_planted_mistake(order, message):
+    with pytest.raises((AssertionError, RuntimeError), match=message):
+        for seed in range(300):
+            for work in ([2, 3], [3, 1, 2], [1, 1, 1]):
+                simulate(work, seed, order)
+
+
+def test_without_the_q_empty_wait_one_tile_is_still_fine():
+    """The planted bug needs a second work tile to show: the non-persistent kernel has no Q to protect."""
+    for seed in range(50):
+        simulate([3], seed, "no_q_empty_wait")
+
+
+# --- the static scheduler: ah_round_tile and ah_work, mirrored ------------------------------------------------
+
+def round_tile(round_, block, grid, causal):
+    """ah_round_tile: positions k G .. k G + G - 1 of round k, reversed in odd rounds when causal."""
+    return round_ * grid + (grid - 1 - block if causal and round_ & 1 else block)
+
+
+def walk(block, grid, tiles, causal):
+    round_ = 0
+    while (tile := round_tile(round_, block, grid, causal)) < tiles:
+        yield tile
+        round_ += 1
+
+
+def key_tiles(tile, m_tiles, seq, causal):
+    """ah_work's key-tile count of work tile `tile` (Sq = Sk = seq)."""
+    order = tile % m_tiles
+    m0 = (m_tiles - 1 - order if causal else order) * BM
+    last_key = min(seq - 1, m0 + BM - 1) if causal else seq - 1
+    return last_key // BM + 1
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("tiles, grid", [(1, 1), (7, 7), (5, 132), (132, 132), (133, 132), (2048, 132),
+                                         (4096, 114), (1000, 78)])
+def test_every_work_tile_runs_exactly_once(tiles, grid, causal):
+    grid = min(grid, tiles)  # the launcher's grid: min(SMs, work tiles)
+    seen = sorted(t for b in range(grid) for t in walk(b, grid, tiles, causal))
+    assert seen == list(range(tiles))
+    assert all(next(walk(b, grid, tiles, causal), None) is not None for b in range(grid)), "a block with no tile"
+
+
+@pytest.mark.parametrize("bh, seq", [(256, 1024), (256, 4096), (128, 2048), (128, 512)])
+def test_alternating_rounds_even_out_causal_work(bh, seq):
+    """Plain striding (tile b + k G) gives block b the query tiles b, b + G, ... mod m_tiles: at S = 1k causal
+    on 132 SMs half the blocks get the long tiles every time. Alternating the direction of the rounds pairs a
+    long tile with a short one: the busiest block's key tiles (what sets the kernel's time) come down."""
+    m_tiles, grid = seq // BM, 132
+    tiles = bh * m_tiles
+
+    def busiest(causal_order):
+        return max(sum(key_tiles(t, m_tiles, seq, True) for t in walk(b, grid, tiles, causal_order))
+                   for b in range(grid))
+    striding, alternating = busiest(False), busiest(True)
+    mean = sum(key_tiles(t, m_tiles, seq, True) for t in range(tiles)) / grid
+    assert alternating < striding and alternating <= 1.1 * mean, (striding, alternating, mean)
+
+
+def _between(text, start, end):
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def test_the_model_follows_the_source():
+    """The steps the model gives the persistent build are the kernel's (if these lines change, change the model)."""
+    source = hp.KERNELS.joinpath(hp.SOURCE.name).read_text()
+    assert "#define AH_STAGES 2" in source and "ah_mbar_init(&empty_q, 8);" in source
+    kernel = _between(source, "attention_hopper_fwd(const __grid_constant__", "\n}\n")
+    producer = _between(kernel, "#if AH_PERSISTENT\n            for (int round = 0, ring = 0, tile;", "#else")
+    steps = ["ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);",
+             "if (round > 0) ah_mbar_wait(&empty_q, (round - 1) & 1);", "ah_produce<D>(", "ring += n_tiles;"]
+    at = [producer.find(text) for text in steps]
+    assert -1 not in at and at == sorted(at), "the persistent producer's order is not the model's"
+    assert "(tile = ah_round_tile(round, causal)) < tiles" in kernel
+    assert "return round * (int)gridDim.x + ((causal && (round & 1)) ? (int)(gridDim.x - 1 - blockIdx.x)" in source
+    consumer = _between(source, "__device__ __forceinline__ void ah_consume(", "\n}\n")
+    steps = ["ah_mbar_wait(full_q, round & 1);", "if (AH_PINGPONG && wg == 1 && round == 0) ah_bar_arrive(1, 256);",
+             "ah_phase<T, D, true, false>(0,", "ah_phase<T, D, true, true>(it,",
+             "if (empty_q != nullptr && lane == 0) ah_mbar_arrive(empty_q);", "ah_phase<T, D, false, true>(n_tiles,"]
+    at = [consumer.find(text) for text in steps]
+    assert -1 not in at and at == sorted(at), "the persistent consumer's order is not the model's"
+    phase = _between(source, "__device__ __forceinline__ void ah_phase(", "\n}\n")
+    assert "const int r = ring + it;" in phase and "(r / AH_STAGES) & 1" in phase and "((r - 1) / AH_STAGES) & 1" in phase
+    assert "if (AH_PINGPONG && (HAS_S || wg == 0 || more)) ah_bar_arrive(their_turn, 256);" in phase
+    produce = _between(source, "__device__ __forceinline__ void ah_produce(", "\n}\n")
+    assert "const int r = ring + it;" in produce and "((r / AH_STAGES) - 1) & 1" in produce
+    more = "const bool more = ah_round_tile(round + 1, causal) < tiles;"
+    assert more in kernel, "the consumers' `more` is not the scheduler's next round"
