@@ -5,7 +5,10 @@ On an H100/H200: o and lse against `attention_reference` (float64) within the el
 dtype before P V, the final rounding; the kernel computes exactly that), written into poisoned
 (NaN) outputs so an element the kernel forgets fails. Lengths 1, 63, 129, 1000 are ragged against
 the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves). The main checks run on
-both builds: the default and -DAH_INTRA_OVERLAP=1 (overlap=True), which must also give the default's bits.
+four builds: the default, -DAH_INTRA_OVERLAP=1 (overlap=True), -DAH_PERSISTENT=1 (persistent=True: one block
+per SM walking the work tiles) and both, which must also give the default's bits; the persistent ones also
+on the shapes a tile scheduler gets wrong (more work tiles than SMs, fewer, causal tiles of different lengths
+per block, ragged S, B * H = 1).
 
 Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a builds
 (nvcc needs no GPU; no wgmma serialised), the SASS where cuobjdump is installed, the fake implementation under
@@ -39,16 +42,19 @@ hopper = pytest.mark.skipif(not HOPPER, reason="the attention_hopper rung needs 
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in hp.DTYPES]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
-# The two builds: the default, and -DAH_INTRA_OVERLAP=1 (overlap=True: the softmax of key tile j under the
-# warpgroup's own P V wgmma of tile j - 1), each its own extension.
-BUILDS = [pytest.param(False, id="default"), pytest.param(True, id="overlap")]
+# The builds, each its own extension: the default, -DAH_INTRA_OVERLAP=1 (overlap: the softmax of key tile j under
+# the warpgroup's own P V wgmma of tile j - 1), -DAH_PERSISTENT=1 (persistent: grid = min(SMs, work tiles), each
+# block walking work tiles, the next tile's loads under this one's epilogue) and the two together.
+PERSISTENT_BUILDS = [pytest.param({"persistent": True}, id="persistent"),
+                     pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap")]
+BUILDS = [pytest.param({}, id="default"), pytest.param({"overlap": True}, id="overlap"), *PERSISTENT_BUILDS]
 
 
-def check(B, H, Sq, Sk, D, dtype, causal, scale=None, overlap=False):
+def check(B, H, Sq, Sk, D, dtype, causal, scale=None, build=None):
     q, k, v = qkv(B, H, Sq, Sk, D, dtype)
     out = poisoned((B, H, Sq, D), dtype, DEVICE)
     lse = poisoned((B, H, Sq), torch.float32, DEVICE)
-    got, got_lse = hp.attention_hopper_forward(q, k, v, causal, scale, out=out, lse=lse, overlap=overlap)
+    got, got_lse = hp.attention_hopper_forward(q, k, v, causal, scale, out=out, lse=lse, **(build or {}))
     assert got is out and got_lse is lse, "the launcher must write into the `out` and `lse` it was given"
     want, want_lse = an.attention_reference(q, k, v, causal, scale, return_lse=True)
     bounds = an.attention_error_bounds(q, k, v, None, causal, scale)
@@ -64,27 +70,46 @@ def check(B, H, Sq, Sk, D, dtype, causal, scale=None, overlap=False):
 @pytest.mark.parametrize("causal", MASKS)
 @pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
 @pytest.mark.parametrize("seq", [1, 63, 128, 129, 1000])
-@pytest.mark.parametrize("overlap", BUILDS)
-def test_matches_float64(overlap, seq, head_dim, causal, dtype):
-    check(1, 2, seq, seq, head_dim, dtype, causal, overlap=overlap)
+@pytest.mark.parametrize("build", BUILDS)
+def test_matches_float64(build, seq, head_dim, causal, dtype):
+    check(1, 2, seq, seq, head_dim, dtype, causal, build=build)
 
 
 @gpu
 @hopper
 @pytest.mark.parametrize("causal", MASKS)
 @pytest.mark.parametrize("seq_q, seq_k", [(20, 45), (300, 129), (129, 300), (1, 257)])
-@pytest.mark.parametrize("overlap", BUILDS)
-def test_different_query_and_key_lengths(overlap, seq_q, seq_k, causal):
+@pytest.mark.parametrize("build", BUILDS)
+def test_different_query_and_key_lengths(build, seq_q, seq_k, causal):
     # Top-left causal: query i sees keys 0..i; with Sq > Sk the last rows see every key.
-    check(2, 1, seq_q, seq_k, 64, torch.bfloat16, causal, overlap=overlap)
+    check(2, 1, seq_q, seq_k, 64, torch.bfloat16, causal, build=build)
 
 
 @gpu
 @hopper
 @pytest.mark.parametrize("causal", MASKS)
-def test_more_heads_than_sms(causal):
-    # 3 x 64 = 192 (batch, head) pairs x 2 query tiles: several waves of blocks on 132 SMs.
-    check(3, 64, 200, 200, 64, torch.float16, causal)
+@pytest.mark.parametrize("build", [pytest.param({}, id="default"), *PERSISTENT_BUILDS])
+def test_more_heads_than_sms(build, causal):
+    # 3 x 64 = 192 (batch, head) pairs x 2 query tiles: several waves of blocks on 132 SMs (persistent: each
+    # block walks about 3 work tiles).
+    check(3, 64, 200, 200, 64, torch.float16, causal, build=build)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("causal", MASKS)
+@pytest.mark.parametrize("B, H, Sq, Sk, D", [
+    pytest.param(4, 32, 1024, 1024, 64, id="more_tiles_than_sms"),     # 1,024 work tiles: ~8 per block
+    pytest.param(1, 3, 700, 700, 128, id="fewer_tiles_than_sms"),      # 18 work tiles: grid 18
+    pytest.param(2, 40, 1000, 1000, 128, id="S1000"),                  # 640: causal lengths differ per block
+    pytest.param(1, 1, 2048 + 77, 2048 + 77, 128, id="one_head"),      # B * H = 1, S not a multiple of 128
+    pytest.param(3, 50, 129, 300, 64, id="Sq_ne_Sk"),                  # 300 work tiles of 3 key tiles
+])
+@pytest.mark.parametrize("build", PERSISTENT_BUILDS)
+def test_persistent_scheduler_shapes(build, B, H, Sq, Sk, D, causal):
+    # The persistent build's work tiles: one Q slot reused per block, the ring and the ping-pong running on
+    # across tiles of different lengths, the last round partial.
+    check(B, H, Sq, Sk, D, torch.bfloat16, causal, build=build)
 
 
 @gpu
@@ -144,14 +169,28 @@ def test_heads_do_not_leak_into_each_other():
 
 @gpu
 @hopper
-@pytest.mark.parametrize("overlap", BUILDS)
-def test_same_answer_twice(overlap):
-    # A ring slot refilled too early, a ping-pong turn taken out of order, or (overlap) P or O touched
-    # under the running P V wgmma, changes results run to run.
+@pytest.mark.parametrize("build", BUILDS)
+def test_same_answer_twice(build):
+    # A ring slot refilled too early, a ping-pong turn taken out of order, (overlap) P or O touched under the
+    # running P V wgmma, or (persistent) Q reloaded under a running S, changes results run to run.
     q, k, v = qkv(2, 8, 1536, 1536, 128, torch.bfloat16)
-    first = hp.attention_hopper_forward(q, k, v, True, overlap=overlap)[0]
+    first = hp.attention_hopper_forward(q, k, v, True, **build)[0]
     for _ in range(3):
-        assert torch.equal(hp.attention_hopper_forward(q, k, v, True, overlap=overlap)[0], first)
+        assert torch.equal(hp.attention_hopper_forward(q, k, v, True, **build)[0], first)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
+@pytest.mark.parametrize("build", PERSISTENT_BUILDS)
+def test_persistent_same_bits(build, head_dim):
+    # The persistent walk changes which block runs a work tile and when, not what a tile computes: the same
+    # bits as the one-tile-per-block build (B4 H32 S2048: 2,048 work tiles, ~16 per block).
+    q, k, v = qkv(4, 32, 2048, 2048, head_dim, torch.bfloat16)
+    for causal in (False, True):
+        want = hp.attention_hopper_forward(q, k, v, causal, overlap=build.get("overlap", False))
+        got = hp.attention_hopper_forward(q, k, v, causal, **build)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @gpu
@@ -228,14 +267,17 @@ def test_ptx_has_the_fa3_pieces(ptx):
 
 
 @nvcc
-@pytest.mark.parametrize("pingpong, overlap", [(True, False), (False, False), (True, True)],
-                         ids=["pingpong", "no_pingpong", "overlap"])
-def test_sm90a_build_does_not_spill(pingpong, overlap, tmp_path):
+@pytest.mark.parametrize("pingpong, overlap, persistent", [
+    (True, False, False), (False, False, False), (True, True, False), (True, False, True), (True, True, True),
+    (False, False, True)], ids=["pingpong", "no_pingpong", "overlap", "persistent", "persistent_overlap",
+                                "persistent_no_pingpong"])
+def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, tmp_path):
     """No spills, and no wgmma serialised: ptxas reports it (C7514 and kin, 'wgmma.mma_async instructions are
     serialized') as info, not as a warning, when an ordinary instruction touches a register of a wgmma
     before its wait_group, e.g. the overlap's softmax reading S before S's group is waited; it then waits
     after every wgmma, which is correct and slow (-Werror does not catch an info line: this does)."""
-    command = hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong, overlap=overlap)
+    command = hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong, overlap=overlap,
+                              persistent=persistent)
     built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", built.stderr)
@@ -243,11 +285,15 @@ def test_sm90a_build_does_not_spill(pingpong, overlap, tmp_path):
     assert "serialized" not in built.stderr, built.stderr
 
 
-def test_overlap_is_a_flag_of_its_own_build():
+def test_overlap_and_persistent_are_flags_of_their_own_builds():
     assert hp.nvcc_flags() == hp.NVCC_FLAGS and "-DAH_INTRA_OVERLAP=1" in hp.nvcc_flags(overlap=True)
-    assert hp.namespace(overlap=True) != hp.namespace()
-    with pytest.raises(TypeError, match="overlap must be a bool"):
-        hp.nvcc_flags(overlap="yes")
+    assert "-DAH_PERSISTENT=1" in hp.nvcc_flags(persistent=True) and "-DAH_PERSISTENT=1" not in hp.nvcc_flags()
+    names = {hp.namespace(), hp.namespace(overlap=True), hp.namespace(persistent=True),
+             hp.namespace(overlap=True, persistent=True)}
+    assert len(names) == 4
+    for flag in ("overlap", "persistent"):
+        with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+            hp.nvcc_flags(**{flag: "yes"})
 
 
 @nvcc
@@ -385,7 +431,7 @@ def bad_inputs():
     yield "scale str", TypeError, "scale must be a float", lambda: (ok(), ok(), ok(), {"scale": "0.1"})
 
 
-@pytest.mark.parametrize("flag", ["pingpong", "overlap"])
+@pytest.mark.parametrize("flag", ["pingpong", "overlap", "persistent"])
 def test_rejects_a_build_flag_that_is_not_a_bool(flag, monkeypatch):
     monkeypatch.setattr(hp, "launch", lambda *args: pytest.fail("launched despite a bad flag"))
     q, k, v = (torch.zeros(1, 2, 8, 64, dtype=torch.float16) for _ in range(3))
