@@ -3,6 +3,10 @@
 # kernels/attention_hopper_forward.cu), on one H100/H200, in about 6 minutes, failing fast. Two builds: the
 # default and -DAH_INTRA_OVERLAP=1 (overlap=True: each consumer's softmax of key tile j under its own P V
 # wgmma of tile j - 1, never run on a GPU before); AH_OVERLAP=0 leaves the overlap build out everywhere.
+# AH_PERSISTENT=1 adds the persistent builds (-DAH_PERSISTENT=1: one block per SM walking the work tiles; with
+# the overlap too unless AH_OVERLAP=0) to every step: cubins, their own smokes (2p, 2po; not fatal), tests, bench
+# rows hopper_persistent(_overlap), sanitizers (5p, 5po, on a case where blocks run two work tiles). Its four
+# extensions build in parallel in step 1 (~2-3 min cold): e.g. AH_PERSISTENT=1 BUDGET_S=590.
 #   1. both sm_90a cubins with hopper.py's own nvcc command: registers, spills, SASS opcode counts
 #      (HGMMA, UTMALDG, MUFU.EX2, BAR, the wgmma waits), then both extensions built by load_inline (cached);
 #   2. a smoke launch in its own process under a 60 s timeout (an mbarrier phase, an expect-tx byte
@@ -27,23 +31,28 @@ set -u
 OUT=${OUT:-/tmp/gpu-attention-hopper}
 BUDGET_S=${BUDGET_S:-400}
 OVERLAP=${AH_OVERLAP:-1}  # 0: the default build alone
+PERSISTENT=${AH_PERSISTENT:-0}  # 1: the persistent builds too
 CHECK_DEVWHEELS=1 CHECK_HANG_HINT="a barrier phase / expect-tx / ping-pong mismatch"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
 # The extension's build cache in $OUT: its log shows a cold build, and steps 2-5 reuse it.
 export XDG_CACHE_HOME="$OUT/cache"
 
-step 01_build 240 1 "python - <<'PY'
+BUILD_LIMIT=240; [ "$PERSISTENT" = 1 ] && BUILD_LIMIT=360
+step 01_build $BUILD_LIMIT 1 "python - <<'PY'
 import re, shutil, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from course import runtime
 from week4_triton_dl.attention import hopper as hp
-for overlap in (False, True) if '$OVERLAP' != '0' else (False,):
-    tag = '.overlap' if overlap else ''
+builds = [dict(overlap=o, persistent=p) for p in ((False, True) if '$PERSISTENT' == '1' else (False,))
+          for o in ((False, True) if '$OVERLAP' != '0' else (False,))]
+for build in builds:
+    tag = ''.join(f'.{name}' for name, on in build.items() if on)
     out = Path('$OUT') / f'attention_hopper{tag}.sm_90a.cubin'
-    built = subprocess.run(hp.nvcc_command(out, runtime.nvcc_path(), overlap=overlap) + ['-Xptxas', '-v'],
+    built = subprocess.run(hp.nvcc_command(out, runtime.nvcc_path(), **build) + ['-Xptxas', '-v'],
                            capture_output=True, text=True)
-    print(f'=== overlap={overlap}')
+    print(f'=== {build}')
     print(built.stderr)
     if built.returncode:
         sys.exit('nvcc failed')
@@ -56,8 +65,16 @@ for overlap in (False, True) if '$OVERLAP' != '0' else (False,):
             top = max(int(r) for r in re.findall(r'\bR(\d+)\b', kernel))
             print(name, 'registers R0..R' + str(top), {op: len(re.findall(r'\b' + re.escape(op), kernel)) for op in (
                 'HGMMA', 'UTMALDG', 'MUFU.EX2', 'BAR.SYNC', 'BAR.ARV', 'SYNCS', 'DEPBAR.LE gsb0, 0x1', 'DEPBAR.LE gsb0, 0x0')})
-    ext = hp.load_extension(verbose=not overlap, overlap=overlap)
-    print('extension', ext.namespace, 'built in', round(ext.build_seconds, 1), 's', '(cached)' if ext.cached else '')
+# The extensions (load_inline: nvcc and the torch binding, ~1 min each), each in its own process, side by side.
+def extension(build):
+    code = f'from week4_triton_dl.attention import hopper as hp; e = hp.load_extension(verbose={not any(build.values())}, **{build!r}); print(e.namespace, round(e.build_seconds, 1), e.cached)'
+    return build, subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+with ThreadPoolExecutor(len(builds)) as pool:
+    for build, done in pool.map(extension, builds):
+        print('extension', build, 'namespace, seconds, cached:', done.stdout.strip()[-200:])
+        if done.returncode:
+            print(done.stdout[-3000:], done.stderr[-3000:])
+            sys.exit(f'the extension {build} failed to build')
 PY"
 
 SMOKE="python - <<'PY'
@@ -67,13 +84,16 @@ from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention.naive import attention_reference
 print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
 cases = [(1, 1, 128, 64), (1, 2, 100, 64), (1, 1, 128, 128), (2, 3, 300, 128), (1, 2, 1000, 64)]
+if os.environ.get('AH_SMOKE_PERSISTENT') == '1':  # more work tiles than SMs: blocks that run 2 or 3 of them
+    cases += [(2, 64, 300, 64), (1, 40, 1000, 128)]
 for B, H, S, D in cases:
     for dtype in (torch.bfloat16, torch.float16):
         for causal in (False, True):
             q, k, v = (random_tensor((B, H, S, D), dtype, 'cuda') for _ in range(3))
             out, lse = poisoned((B, H, S, D), dtype, 'cuda'), poisoned((B, H, S), torch.float32, 'cuda')
             hp.attention_hopper_forward(q, k, v, causal, out=out, lse=lse, pingpong=os.environ.get('AH_PINGPONG') != '0',
-                                        overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1')
+                                        overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1',
+                                        persistent=os.environ.get('AH_SMOKE_PERSISTENT') == '1')
             torch.cuda.synchronize()
             ref, ref_lse = attention_reference(q, k, v, causal, return_lse=True)
             err = (out.double() - ref).abs().max().item()
@@ -95,10 +115,25 @@ fi
 if [ "$OVERLAP" != 0 ] && ! step 02o_smoke_overlap 60 0 "AH_SMOKE_OVERLAP=1 $SMOKE"; then
     echo "=== the overlap build failed its smoke: its tests and bench row are left out"; OVERLAP=0
 fi
-TESTS_K=""; BENCH_VARIANTS="--variants triton hopper hopper_overlap"
-[ "$OVERLAP" = 0 ] && { TESTS_K="-k 'not overlap'"; BENCH_VARIANTS="--variants triton hopper"; }
+# The persistent builds' smokes, each in its own process, not fatal either (a hang: look at empty_q, the ring's
+# running position, the ping-pong's hand-over between work tiles): a failure leaves that build out below.
+PERSISTENT_OVERLAP=$([ "$PERSISTENT" = 1 ] && [ "$OVERLAP" != 0 ] && echo 1 || echo 0)
+if [ "$PERSISTENT" = 1 ] && ! step 02p_smoke_persistent 90 0 "AH_SMOKE_PERSISTENT=1 $SMOKE"; then
+    echo "=== the persistent build failed its smoke: its tests and bench rows are left out"; PERSISTENT=0; PERSISTENT_OVERLAP=0
+fi
+if [ "$PERSISTENT_OVERLAP" = 1 ] && ! step 02po_smoke_persistent_overlap 90 0 \
+        "AH_SMOKE_PERSISTENT=1 AH_SMOKE_OVERLAP=1 $SMOKE"; then
+    echo "=== the persistent overlap build failed its smoke: its tests and bench row are left out"; PERSISTENT_OVERLAP=0
+fi
+BENCH_VARIANTS="--variants triton hopper"; NOT=()
+if [ "$OVERLAP" = 0 ]; then NOT+=("not overlap"); else BENCH_VARIANTS="$BENCH_VARIANTS hopper_overlap"; fi
+if [ "$PERSISTENT" = 0 ]; then NOT+=("not persistent"); else BENCH_VARIANTS="$BENCH_VARIANTS hopper_persistent"; fi
+if [ "$PERSISTENT" = 1 ] && [ "$PERSISTENT_OVERLAP" = 0 ]; then NOT+=("not persistent_overlap"); fi
+[ "$PERSISTENT_OVERLAP" = 1 ] && BENCH_VARIANTS="$BENCH_VARIANTS hopper_persistent_overlap"
+TESTS_K=""; [ ${#NOT[@]} -gt 0 ] && TESTS_K="-k '$(IFS='&'; echo "${NOT[*]}" | sed 's/&/ and /g')'"
+TESTS_LIMIT=150; [ "$PERSISTENT" = 1 ] && TESTS_LIMIT=240
 
-step 03_tests 150 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
+step 03_tests $TESTS_LIMIT 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=8 $TESTS_K"
 
 BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25 $BENCH_VARIANTS"
@@ -112,9 +147,12 @@ import os
 import torch
 from course.check import poisoned, random_tensor
 from week4_triton_dl.attention import hopper as hp
-q, k, v = (random_tensor((1, 2, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
-out = poisoned((1, 2, 200, 64), torch.bfloat16, 'cuda')
-hp.attention_hopper_forward(q, k, v, True, out=out, overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1')
+persistent = os.environ.get('AH_SMOKE_PERSISTENT') == '1'
+H = 70 if persistent else 2  # persistent: 140 work tiles, so that some blocks run two (132 SMs)
+q, k, v = (random_tensor((1, H, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
+out = poisoned((1, H, 200, 64), torch.bfloat16, 'cuda')
+hp.attention_hopper_forward(q, k, v, True, out=out, overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1',
+                            persistent=persistent)
 torch.cuda.synchronize()
 print('NaN left', int(out.isnan().sum()))
 PY
@@ -125,6 +163,9 @@ SANITIZE="S=\$(python -c 'from classroom.sanitize import find_sanitizer; print(f
       r=\${PIPESTATUS[0]}; echo \"--- \$tool exit \$r\"; [ \$r -ne 0 ] && rc=\$r; done; exit \$rc"
 step 05_sanitizer 75 0 "$SANITIZE"
 [ "$OVERLAP" != 0 ] && step 05o_sanitizer_overlap 75 0 "export AH_SMOKE_OVERLAP=1; $SANITIZE"
+[ "$PERSISTENT" = 1 ] && step 05p_sanitizer_persistent 90 0 "export AH_SMOKE_PERSISTENT=1; $SANITIZE"
+[ "$PERSISTENT_OVERLAP" = 1 ] && step 05po_sanitizer_persistent_overlap 90 0 \
+    "export AH_SMOKE_PERSISTENT=1 AH_SMOKE_OVERLAP=1; $SANITIZE"
 # 6. MUST_FAIL=1: the known-wrong kernels (tests/week4/wrong/attention_hopper_forward.py) must fail their tests;
 #    each builds its own extension (about a minute), so raise the budget: BUDGET_S=600 MUST_FAIL=1. One of them
 #    (a ring slot released before the wgmma wait) is a race: its verdict says how reliably the tests see it.

@@ -12,7 +12,9 @@ Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
 * hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung (kernels/attention_hopper_forward.cu);
 * hopper_overlap: the same kernel built with the intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1: each
           consumer's softmax of key tile j under its own P V wgmma of tile j - 1), a row beside hopper;
-* hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking.
+* hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking;
+* hopper_persistent, hopper_persistent_overlap (with --variants): the same kernel built persistent
+          (-DAH_PERSISTENT=1: one block per SM walking the work tiles), alone and with the overlap.
 
 Sizes as FlashAttention-3's paper measures them (arXiv:2407.08608, section 4.1): head dim 128,
 hidden 2048 (16 heads), batch chosen so that B * S = 16k tokens, S = 1k .. 16k, causal and not;
@@ -78,6 +80,10 @@ VARIANTS = {
     "hopper_overlap": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, overlap=True)[0],
     # The A/B of the ping-pong (a second build, -DAH_PINGPONG=0): only when asked with --variants.
     "hopper_no_pingpong": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, pingpong=False)[0],
+    # The A/B of the persistent grid (-DAH_PERSISTENT=1), alone and with the overlap: only when asked with --variants.
+    "hopper_persistent": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, persistent=True)[0],
+    "hopper_persistent_overlap": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, overlap=True,
+                                                                                  persistent=True)[0],
 }
 DEFAULT_VARIANTS = ("torch", "triton", "hopper", "hopper_overlap")
 
