@@ -148,6 +148,7 @@ def short_kernel_name(name: str) -> str:
 # ratios and percentages with one decimal; megabytes, GB/s and counts (instructions, registers,
 # conflicts) with none.
 DECIMALS = {"us": 1, "KB": 1, "ratio": 1, "MB": 0, "GB/s": 0}
+STALLS_KEY = "stalls"  # a record's {reason: value} of every stall reason (not a table column)
 _IN_UNIT = {"us": 1e-6, "KB": 1e3, "MB": 1e6, "GB/s": 1e9}  # the column's unit, in ncu's base units
 
 
@@ -177,7 +178,9 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
     {kernel label: {column slug: value}}, kernels in launch order, each value in its column's unit
     rounded to the decimals the table shows (the stalls column: its text). Kernels are labelled by
     `labels` when their count matches, else by their short names; a metric ncu did not export has
-    no entry. Both the tables and the results JSON are made from this record."""
+    no entry. With a stalls column, `stalls` holds every stall reason of its family as a number
+    ({reason: warps per issue}, three significant digits; what a note cites: path=...stalls.barrier).
+    Both the tables and the results JSON are made from this record."""
     header, units, kernels = _kernel_rows(csv_text)
     column = {name: i for i, name in enumerate(header)}
 
@@ -186,15 +189,18 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
             return None
         return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
 
-    def stalls(row, families) -> str | None:
+    def stall_values(row, families) -> list[tuple[str, float]]:
+        """(reason, value) of the first family the CSV has, largest first."""
         for family in families:
             found = [(m.group(1), value(row, name)) for name in header if (m := re.fullmatch(family, name))]
             found = [(reason, v) for reason, v in found
                      if v is not None and reason not in NOT_STALLS and not reason.endswith("_not_issued")]
             if found:
-                top = sorted(found, key=lambda item: -item[1])[:3]
-                return ", ".join(f"{reason} {v:.2g}" for reason, v in top)
-        return None
+                return sorted(found, key=lambda item: -item[1])
+        return []
+
+    def stalls(found) -> str | None:
+        return ", ".join(f"{reason} {v:.2g}" for reason, v in found[:3]) or None
 
     def number(row, metric, convert) -> float | None:
         if convert == "ratio":
@@ -222,7 +228,10 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
         values = {}
         for header_text, metric, convert in columns:
             if convert == "stalls":
-                cell = stalls(row, metric)
+                found = stall_values(row, metric)
+                cell = stalls(found)
+                if found:  # every reason as a number too, for the notes' figures: stalls.barrier, ...
+                    values[STALLS_KEY] = {reason: float(f"{v:.3g}") for reason, v in found if v}
             else:
                 cell = number(row, metric, convert)
                 if cell is not None:
@@ -291,15 +300,26 @@ def group_record(csv_text: str, labels: list[str] | None, title: str) -> dict:
 def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> dict:
     """Merge one group's figures into the results JSON at `path` (other groups kept); returns the group."""
     record = json.loads(path.read_text()) if path.is_file() else {}
+    if record.get("date") != meta.get("date"):  # an earlier run's groups: stamped with that run's meta first
+        for kept in record.get("groups", {}).values():
+            if not kept.get("date"):
+                kept.update({k: record[k] for k in GROUP_META if record.get(k)})
     record.update({k: v for k, v in meta.items() if v})
     entry = record.setdefault("groups", {})[group] = group_record(csv_text, labels, title)
+    # The file's meta is its latest run's; a group kept from an earlier run (a seeded record) keeps its own.
+    entry.update({k: meta[k] for k in GROUP_META if meta.get(k)})
     path.write_text(json.dumps(record, indent=1) + "\n")
     return entry
 
 
+GROUP_META = ("gpu", "date")  # kept in each group too: a record merges groups of several runs
+
+
 def render_group(name: str, group: dict) -> str:
     """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table."""
-    text = f"## {name}: {group.get('title', '')}\n\n" + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True)
+    when = ", ".join(group[k] for k in GROUP_META if group.get(k))
+    text = (f"## {name}: {group.get('title', '')}\n\n" + (f"_{when}_\n\n" if when else "")
+            + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True))
     if group.get("profile"):
         text += ("\nLaunch, memory and store/load efficiency (week 1's profiling table):\n\n"
                  + render_table(group["profile"], NCU_COLUMNS))
