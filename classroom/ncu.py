@@ -17,6 +17,7 @@ report. (week 1's `python -m course sanitize week1 --launch ...` is the same dri
     python -m course ncu --table report.csv --labels a b --hopper         the Hopper table
     python -m course ncu --table report.csv --labels a b --record R.json --group G --title T
     python -m course ncu --render results/ncu_hopper.json                 writes results/ncu_hopper.md
+    python -m course ncu --render results/ncu_hopper.json --sections G    and results/ncu_G.md (one group)
 
 take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
 The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
@@ -315,10 +316,12 @@ def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: lis
 GROUP_META = ("gpu", "date")  # kept in each group too: a record merges groups of several runs
 
 
-def render_group(name: str, group: dict) -> str:
-    """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table."""
+def render_group(name: str, group: dict, heading: str = "## ") -> str:
+    """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table. `heading`
+    opens its title line ("## ": a section; "" in the group's own file, which a note includes)."""
     when = ", ".join(group[k] for k in GROUP_META if group.get(k))
-    text = (f"## {name}: {group.get('title', '')}\n\n" + (f"_{when}_\n\n" if when else "")
+    title = f"{heading}{name}: {group.get('title', '')}" if heading else f"**{name}: {group.get('title', '')}**"
+    text = (f"{title}\n\n" + (f"_{when}_\n\n" if when else "")
             + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True))
     if group.get("profile"):
         text += ("\nLaunch, memory and store/load efficiency (week 1's profiling table):\n\n"
@@ -347,6 +350,21 @@ def render_file(json_path: Path) -> Path:
     md_path = json_path.with_suffix(".md")
     md_path.write_text(render_record(json.loads(json_path.read_text())))
     return md_path
+
+
+def group_file(json_path: Path, group: str) -> Path:
+    """Where a group's own markdown goes: ncu_GROUP.md beside the record (a note's results block includes it)."""
+    return json_path.parent / f"ncu_{group}.md"
+
+
+def render_group_file(json_path: Path, group: str) -> Path:
+    """Write ncu_GROUP.md beside `json_path`: that group's tables alone, from the JSON alone."""
+    groups = json.loads(json_path.read_text()).get("groups", {})
+    if group not in groups:
+        raise KeyError(f"{json_path} has no group {group!r}; it has: {', '.join(groups)}")
+    path = group_file(json_path, group)
+    path.write_text(render_group(group, groups[group], heading=""))
+    return path
 
 
 # --- the launch driver ------------------------------------------------------------------------------
@@ -420,11 +438,15 @@ def main(argv=None) -> int:
                         help="with --record: gpu=..., ncu=..., date=..., how=... kept at the top")
     parser.add_argument("--render", metavar="JSON", type=Path,
                         help="write the ncu_hopper.md matching this results JSON beside it, from the JSON alone")
+    parser.add_argument("--sections", nargs="+", metavar="GROUP", default=[],
+                        help="with --render: also write ncu_GROUP.md of each group (its tables alone, for a note)")
     args = parser.parse_args(argv)
     if args.render:
         if not args.render.is_file():
             parser.error(f"--render: no such file {args.render}")
         print(f"wrote {render_file(args.render)}")
+        for group in args.sections:
+            print(f"wrote {render_group_file(args.render, group)}")
         return 0
     if args.table:
         text = args.table.read_text()

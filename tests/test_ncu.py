@@ -152,3 +152,25 @@ def test_a_later_run_adds_its_groups_and_the_earlier_ones_keep_their_date(tmp_pa
     ncu.add_to_record(results, "fa_4096", "again", HOPPER_CSV, ["a", "b"], {"gpu": "H100 #2", "date": "day 2"})
     again = json.loads(results.read_text())
     assert list(again["groups"]) == ["fa_4096", "fah_4096"] and again["groups"]["fa_4096"]["date"] == "day 2"
+
+
+def test_a_groups_own_file_holds_its_tables_for_a_note(tmp_path, capsys):
+    results = tmp_path / "ncu_hopper.json"
+    ncu.add_to_record(results, "fah_4096", "attention at S=4096", HOPPER_CSV, ["hopper", "sdpa_cudnn"],
+                      {"gpu": "H100", "date": "today"})
+    assert ncu.main(["--render", str(results), "--sections", "fah_4096"]) == 0
+    text = (tmp_path / "ncu_fah_4096.md").read_text()
+    assert text.startswith("**fah_4096: attention at S=4096**\n\n_H100, today_\n\n")  # no heading: it sits in a note
+    assert ncu.hopper_table(HOPPER_CSV, ["hopper", "sdpa_cudnn"]) in text
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "ncu_hopper.md").is_file()
+    with pytest.raises(KeyError, match="no group 'nope'"):
+        ncu.main(["--render", str(results), "--sections", "nope"])
+
+
+def test_committed_group_files_are_rendered_from_their_json():
+    # results/ncu_GROUP.md (what a note's results block includes) is `--render ... --sections GROUP`.
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("week*/results/ncu_hopper.json")):
+        for group, entry in json.loads(path.read_text())["groups"].items():
+            md = ncu.group_file(path, group)
+            if md.is_file():
+                assert ncu.render_group(group, entry, heading="") == md.read_text(), md

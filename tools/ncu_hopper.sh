@@ -22,8 +22,9 @@
 #
 # Writes under $OUT/ncu_hopper (OUT defaults to /tmp/ncu-hopper):
 #   summary.md            one section per group: the Hopper table, then the week-1 table
-#   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv   what a week's results/ keeps (the .md rendered from
-#                         the .json: python -m course ncu --render PACKAGE/ncu_hopper.json). The .json
+#   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv, ncu_GROUP.md   what a week's results/ keeps (the .md files
+#                         rendered from the .json: python -m course ncu --render PACKAGE/ncu_hopper.json
+#                         --sections GROUP...; ncu_GROUP.md is one group's tables, for a note). The .json
 #                         starts as the week's committed results/ncu_hopper.json (SEED=0: empty), so it
 #                         holds the groups run before and the ones of this run: copy it over the week's.
 #   prebuild_N.log        the CUDA extensions some groups build first (PREBUILD_<group>, below)
@@ -207,8 +208,16 @@ for g in $groups; do
     echo "--- $name: exit $status after $((SECONDS - start)) s"
     cat "$DIR/$name.md"
 done
-# Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one).
+# Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one),
+# and ncu_GROUP.md of each group this run profiled (its tables alone: what a note's results block includes).
 for json in "$DIR"/*/ncu_hopper.json; do
-    [ -f "$json" ] && COURSE_BACKEND=auto "$PY" -m course ncu --render "$json"
+    [ -f "$json" ] || continue
+    package=$(basename "$(dirname "$json")")
+    sections=()
+    for g in $groups; do
+        IFS=';' read -r name gpackage _ <<< "$(group_line "$g")"
+        [ "$gpackage" = "$package" ] && [ -f "$DIR/$package/ncu_$name.csv" ] && sections+=("$name")
+    done
+    COURSE_BACKEND=auto "$PY" -m course ncu --render "$json" ${sections[@]:+--sections "${sections[@]}"}
 done
 echo "=== done in $((SECONDS - start_all)) s; tables in $DIR/summary.md and $DIR/<package>/ncu_hopper.md"
