@@ -60,7 +60,7 @@ tc_2048;week1_cuda_python;matmul_tc_week1;2048^3 f16;wgmma_tma torch
 wp_4096;week1_cuda_python;matmul_tc_week1;4096^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
 wp_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
 fah_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash sdpa_cudnn
-fah_4096c;week4_triton_dl;attention_fwd_causal_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash sdpa_cudnn
+fah_4096c;week4_triton_dl;attention_fwd_causal_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash_blocked sdpa_cudnn
 fah_gpt2;week4_triton_dl;attention_train_week4;8x12x1024x64;hopper triton torch
 fahb_4096;week4_triton_dl;attention_fwdbwd_bfloat16_d128;S=4096;hopper triton_flash sdpa_cudnn
 '
@@ -71,7 +71,8 @@ DEFAULT_GROUPS="tc_4096 triton_4096 triton_5000 fa_4096 tc_8192 tc_2048"
 # wp_4096, wp_8192 (issue 32's persistent and cluster wgmma rungs beside wgmma_tma and cuBLAS): by name only
 # fah_* and fahb_4096 (issue 33's CUDA C attention rung, attention/hopper.py, beside cuDNN and the Triton op;
 # by name only, on an H100/H200: elsewhere the week's benchmarks have no hopper variant). The forward at
-# B4 H16 S4096 D128 (hopper_bench.py's size), non-causal and causal: one kernel per variant. fah_gpt2: the
+# B4 H16 S4096 D128 (hopper_bench.py's size), non-causal and causal: one kernel per variant (causal: the
+# Triton row is triton_flash_blocked, since the op's dispatch sends D=128 causal to this rung). fah_gpt2: the
 # capstone's shape, B8 H12 S1024 D64 causal, forward + backward through autograd (attention_train_week4;
 # torch = SDPA's default, cuDNN on an H100). fahb_4096: forward + backward at the fah_4096 size, so the
 # backward kernels (hopper's ahb_*, cuDNN's, Triton's delta/dK dV/dQ) beside each other. The fwd+bwd groups

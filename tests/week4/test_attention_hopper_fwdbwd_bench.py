@@ -195,3 +195,16 @@ def test_every_attention_ncu_group_names_a_registered_benchmark_size_and_variant
     text = (ROOT / "tools" / "ncu_hopper.sh").read_text()
     for name in ("fah_4096", "fah_4096c", "fah_gpt2", "fahb_4096"):  # the extensions are built before ncu
         assert f"PREBUILD_{name}=$HOPPER_BUILDS" in text
+
+
+@pytest.mark.parametrize("rung,asked", [("flash_hopper", "flash_tma"), ("flash_tma", None), ("flash_blocked", None)])
+def test_the_triton_row_never_runs_the_cuda_kernel(rung, asked, monkeypatch):
+    # The op's dispatch sends some keys to this rung (results/dispatch_attention.json): the Triton row must
+    # then name a Triton forward, or it would time the CUDA C kernel against itself.
+    from course.dispatch import Choice
+
+    calls = []
+    monkeypatch.setattr(fb.dispatch, "choose", lambda q, k, v, causal: Choice(rung))
+    monkeypatch.setattr(fb, "flash_attention", lambda q, k, v, causal, rung=None: calls.append(rung) or q)
+    fb.triton_attention(None, None, None, True)
+    assert calls == [asked]

@@ -13,8 +13,9 @@ hopper_backward_bench.py time only the halves. Here every variant is one call,
 on the same q, k, v (requiring grad, contiguous (B, H, S, D)) and dO:
 * torch:  F.scaled_dot_product_attention under sdpa_kernel(SDPBackend.CUDNN_ATTENTION): cuDNN's fused
           forward and backward (where cuDNN refuses a shape, the rows say so);
-* triton: week4_triton_dl.attention.flash_attention, the public Triton op, its dispatch's forward and
-          the split backward;
+* triton: week4_triton_dl.attention.flash_attention, the public op, with a Triton forward: its dispatch's
+          choice, except where that is this rung (D = 128 causal on an H100, results/dispatch_attention.json),
+          where it is flash_tma with its default tile; then the split backward;
 * hopper: week4_triton_dl.attention.hopper.attention_hopper, the CUDA C rung: its forward op saves o and
           lse, its autograd calls the backward op (attention/hopper_backward.py's kernels).
 
@@ -41,6 +42,7 @@ from course.check import random_tensor
 from week4_triton_dl.attention.hopper import attention_hopper, device_refusal
 from week4_triton_dl.attention.hopper_backward_bench import markdown
 from week4_triton_dl.attention.hopper_bench import SHORT_FLOPS, SHORT_REP_MS, SHORT_ROUNDS
+from week4_triton_dl.attention import dispatch
 from week4_triton_dl.attention.op import flash_attention
 
 PROG = "python -m week4_triton_dl.attention.hopper_fwdbwd_bench"
@@ -94,9 +96,17 @@ def training_step(attention):
     return step
 
 
+def triton_attention(q, k, v, causal):
+    """The week's op with a Triton forward: where its dispatch sends the call to this rung (the sweep's
+    table names flash_hopper for some keys), flash_tma instead, so that `triton` never times the CUDA C kernel."""
+    if dispatch.choose(q, k, v, causal).rung == "flash_hopper":
+        return flash_attention(q, k, v, causal, rung="flash_tma")
+    return flash_attention(q, k, v, causal)
+
+
 VARIANTS = {
     "torch": training_step(_sdpa_cudnn),
-    "triton": training_step(lambda q, k, v, causal: flash_attention(q, k, v, causal)),
+    "triton": training_step(triton_attention),
     "hopper": training_step(lambda q, k, v, causal: attention_hopper(q, k, v, causal)),
 }
 
@@ -150,7 +160,8 @@ def measure(size, rounds: int, rep_ms: float, variants: dict | None = None) -> l
 def notes(rounds: int, rep_ms: float) -> str:
     short, short_rep = plan(SIZES[-1], rounds, rep_ms)
     return (f"forward + backward as one call, bf16: out = attention(q, k, v), then torch.autograd.grad(out, (q, k, v), "
-            f"dO); torch = SDPA's cuDNN backend, triton = flash_attention (the week's op), hopper = attention_hopper "
+            f"dO); torch = SDPA's cuDNN backend, triton = flash_attention (the week's op) with a Triton forward (flash_tma "
+            f"where its dispatch would run this rung), hopper = attention_hopper "
             f"(the CUDA C forward and backward). {rounds} rounds ({short} of ~{short_rep:.0f} ms at sizes under "
             f"{SHORT_FLOPS / 1e9:.0f} GFLOP), each timing every variant once in turn (CUDA events, median "
             f"of ~{rep_ms:.0f} ms of calls); ms = the events' median over rounds (* where the host paced a round: the "
