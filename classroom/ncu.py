@@ -17,6 +17,7 @@ report. (week 1's `python -m course sanitize week1 --launch ...` is the same dri
     python -m course ncu --table report.csv --labels a b --hopper         the Hopper table
     python -m course ncu --table report.csv --labels a b --record R.json --group G --title T
     python -m course ncu --render results/ncu_hopper.json                 writes results/ncu_hopper.md
+    python -m course ncu --render results/ncu_hopper.json --sections G    and results/ncu_G.md (one group)
 
 take `ncu --import R --page raw --csv --print-units base` and print one row per profiled kernel.
 The first table (NCU_COLUMNS) is the one profiling_with_nsight.md reads: time, launch shape,
@@ -148,6 +149,7 @@ def short_kernel_name(name: str) -> str:
 # ratios and percentages with one decimal; megabytes, GB/s and counts (instructions, registers,
 # conflicts) with none.
 DECIMALS = {"us": 1, "KB": 1, "ratio": 1, "MB": 0, "GB/s": 0}
+STALLS_KEY = "stalls"  # a record's {reason: value} of every stall reason (not a table column)
 _IN_UNIT = {"us": 1e-6, "KB": 1e3, "MB": 1e6, "GB/s": 1e9}  # the column's unit, in ncu's base units
 
 
@@ -177,7 +179,9 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
     {kernel label: {column slug: value}}, kernels in launch order, each value in its column's unit
     rounded to the decimals the table shows (the stalls column: its text). Kernels are labelled by
     `labels` when their count matches, else by their short names; a metric ncu did not export has
-    no entry. Both the tables and the results JSON are made from this record."""
+    no entry. With a stalls column, `stalls` holds every stall reason of its family as a number
+    ({reason: warps per issue}, three significant digits; what a note cites: path=...stalls.barrier).
+    Both the tables and the results JSON are made from this record."""
     header, units, kernels = _kernel_rows(csv_text)
     column = {name: i for i, name in enumerate(header)}
 
@@ -186,15 +190,18 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
             return None
         return _number(row[column[metric]], units[column[metric]] if column[metric] < len(units) else "")
 
-    def stalls(row, families) -> str | None:
+    def stall_values(row, families) -> list[tuple[str, float]]:
+        """(reason, value) of the first family the CSV has, largest first."""
         for family in families:
             found = [(m.group(1), value(row, name)) for name in header if (m := re.fullmatch(family, name))]
             found = [(reason, v) for reason, v in found
                      if v is not None and reason not in NOT_STALLS and not reason.endswith("_not_issued")]
             if found:
-                top = sorted(found, key=lambda item: -item[1])[:3]
-                return ", ".join(f"{reason} {v:.2g}" for reason, v in top)
-        return None
+                return sorted(found, key=lambda item: -item[1])
+        return []
+
+    def stalls(found) -> str | None:
+        return ", ".join(f"{reason} {v:.2g}" for reason, v in found[:3]) or None
 
     def number(row, metric, convert) -> float | None:
         if convert == "ratio":
@@ -222,7 +229,10 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
         values = {}
         for header_text, metric, convert in columns:
             if convert == "stalls":
-                cell = stalls(row, metric)
+                found = stall_values(row, metric)
+                cell = stalls(found)
+                if found:  # every reason as a number too, for the notes' figures: stalls.barrier, ...
+                    values[STALLS_KEY] = {reason: float(f"{v:.3g}") for reason, v in found if v}
             else:
                 cell = number(row, metric, convert)
                 if cell is not None:
@@ -291,15 +301,28 @@ def group_record(csv_text: str, labels: list[str] | None, title: str) -> dict:
 def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> dict:
     """Merge one group's figures into the results JSON at `path` (other groups kept); returns the group."""
     record = json.loads(path.read_text()) if path.is_file() else {}
+    if record.get("date") != meta.get("date"):  # an earlier run's groups: stamped with that run's meta first
+        for kept in record.get("groups", {}).values():
+            if not kept.get("date"):
+                kept.update({k: record[k] for k in GROUP_META if record.get(k)})
     record.update({k: v for k, v in meta.items() if v})
     entry = record.setdefault("groups", {})[group] = group_record(csv_text, labels, title)
+    # The file's meta is its latest run's; a group kept from an earlier run (a seeded record) keeps its own.
+    entry.update({k: meta[k] for k in GROUP_META if meta.get(k)})
     path.write_text(json.dumps(record, indent=1) + "\n")
     return entry
 
 
-def render_group(name: str, group: dict) -> str:
-    """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table."""
-    text = f"## {name}: {group.get('title', '')}\n\n" + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True)
+GROUP_META = ("gpu", "date")  # kept in each group too: a record merges groups of several runs
+
+
+def render_group(name: str, group: dict, heading: str = "## ") -> str:
+    """One group's section of ncu_hopper.md: the Hopper table, then week 1's profiling table. `heading`
+    opens its title line ("## ": a section; "" in the group's own file, which a note includes)."""
+    when = ", ".join(group[k] for k in GROUP_META if group.get(k))
+    title = f"{heading}{name}: {group.get('title', '')}" if heading else f"**{name}: {group.get('title', '')}**"
+    text = (f"{title}\n\n" + (f"_{when}_\n\n" if when else "")
+            + render_table(group["kernels"], HOPPER_COLUMNS, keep_empty=True))
     if group.get("profile"):
         text += ("\nLaunch, memory and store/load efficiency (week 1's profiling table):\n\n"
                  + render_table(group["profile"], NCU_COLUMNS))
@@ -327,6 +350,21 @@ def render_file(json_path: Path) -> Path:
     md_path = json_path.with_suffix(".md")
     md_path.write_text(render_record(json.loads(json_path.read_text())))
     return md_path
+
+
+def group_file(json_path: Path, group: str) -> Path:
+    """Where a group's own markdown goes: ncu_GROUP.md beside the record (a note's results block includes it)."""
+    return json_path.parent / f"ncu_{group}.md"
+
+
+def render_group_file(json_path: Path, group: str) -> Path:
+    """Write ncu_GROUP.md beside `json_path`: that group's tables alone, from the JSON alone."""
+    groups = json.loads(json_path.read_text()).get("groups", {})
+    if group not in groups:
+        raise KeyError(f"{json_path} has no group {group!r}; it has: {', '.join(groups)}")
+    path = group_file(json_path, group)
+    path.write_text(render_group(group, groups[group], heading=""))
+    return path
 
 
 # --- the launch driver ------------------------------------------------------------------------------
@@ -400,11 +438,15 @@ def main(argv=None) -> int:
                         help="with --record: gpu=..., ncu=..., date=..., how=... kept at the top")
     parser.add_argument("--render", metavar="JSON", type=Path,
                         help="write the ncu_hopper.md matching this results JSON beside it, from the JSON alone")
+    parser.add_argument("--sections", nargs="+", metavar="GROUP", default=[],
+                        help="with --render: also write ncu_GROUP.md of each group (its tables alone, for a note)")
     args = parser.parse_args(argv)
     if args.render:
         if not args.render.is_file():
             parser.error(f"--render: no such file {args.render}")
         print(f"wrote {render_file(args.render)}")
+        for group in args.sections:
+            print(f"wrote {render_group_file(args.render, group)}")
         return 0
     if args.table:
         text = args.table.read_text()

@@ -126,3 +126,51 @@ def test_committed_markdown_is_rendered_from_its_json():
     assert found
     for path in found:
         assert ncu.render_record(json.loads(path.read_text())) == path.with_suffix(".md").read_text(), path
+
+
+def test_record_keeps_every_stall_reason_as_a_number():
+    # A note cites a stall as a figure (path=groups.G.kernels.K.stalls.barrier): the text column can't be read.
+    record = ncu.hopper_record(HOPPER_CSV, ["wgmma_tma", "torch"])
+    assert record["wgmma_tma"]["stalls"] == {"gmma": 7.25, "wait": 2.5, "long_scoreboard": 0.5, "barrier": 0.01}
+    assert record["torch"]["stalls"]["barrier"] == 3.5 and "selected" not in record["torch"]["stalls"]
+    assert "stalls" not in ncu.ncu_record(HOPPER_CSV, ["wgmma_tma", "torch"])["torch"]  # no stalls column there
+    assert ncu.render_table(record, ncu.HOPPER_COLUMNS, keep_empty=True) == ncu.hopper_table(HOPPER_CSV,
+                                                                                             ["wgmma_tma", "torch"])
+
+
+def test_a_later_run_adds_its_groups_and_the_earlier_ones_keep_their_date(tmp_path):
+    # tools/ncu_hopper.sh starts from the committed record: its groups stay, stamped with their own run.
+    results = tmp_path / "ncu_hopper.json"
+    ncu.add_to_record(results, "fa_4096", "old", HOPPER_CSV, ["a", "b"], {"gpu": "H100 #1", "date": "day 1"})
+    ncu.add_to_record(results, "fah_4096", "new", HOPPER_CSV, ["a", "b"], {"gpu": "H100 #2", "date": "day 2"})
+    record = json.loads(results.read_text())
+    assert list(record["groups"]) == ["fa_4096", "fah_4096"] and record["date"] == "day 2"
+    assert record["groups"]["fa_4096"]["date"] == "day 1" and record["groups"]["fa_4096"]["gpu"] == "H100 #1"
+    assert record["groups"]["fah_4096"]["date"] == "day 2"
+    md = ncu.render_record(record)
+    assert "## fa_4096: old\n\n_H100 #1, day 1_\n" in md and "## fah_4096: new\n\n_H100 #2, day 2_\n" in md
+    ncu.add_to_record(results, "fa_4096", "again", HOPPER_CSV, ["a", "b"], {"gpu": "H100 #2", "date": "day 2"})
+    again = json.loads(results.read_text())
+    assert list(again["groups"]) == ["fa_4096", "fah_4096"] and again["groups"]["fa_4096"]["date"] == "day 2"
+
+
+def test_a_groups_own_file_holds_its_tables_for_a_note(tmp_path, capsys):
+    results = tmp_path / "ncu_hopper.json"
+    ncu.add_to_record(results, "fah_4096", "attention at S=4096", HOPPER_CSV, ["hopper", "sdpa_cudnn"],
+                      {"gpu": "H100", "date": "today"})
+    assert ncu.main(["--render", str(results), "--sections", "fah_4096"]) == 0
+    text = (tmp_path / "ncu_fah_4096.md").read_text()
+    assert text.startswith("**fah_4096: attention at S=4096**\n\n_H100, today_\n\n")  # no heading: it sits in a note
+    assert ncu.hopper_table(HOPPER_CSV, ["hopper", "sdpa_cudnn"]) in text
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "ncu_hopper.md").is_file()
+    with pytest.raises(KeyError, match="no group 'nope'"):
+        ncu.main(["--render", str(results), "--sections", "nope"])
+
+
+def test_committed_group_files_are_rendered_from_their_json():
+    # results/ncu_GROUP.md (what a note's results block includes) is `--render ... --sections GROUP`.
+    for path in sorted(Path(__file__).resolve().parent.parent.glob("week*/results/ncu_hopper.json")):
+        for group, entry in json.loads(path.read_text())["groups"].items():
+            md = ncu.group_file(path, group)
+            if md.is_file():
+                assert ncu.render_group(group, entry, heading="") == md.read_text(), md

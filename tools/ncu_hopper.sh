@@ -7,6 +7,8 @@
 #
 #   OUT=/tmp/x bash tools/ncu_hopper.sh                  every group, in the order below (~4 min)
 #   OUT=/tmp/x bash tools/ncu_hopper.sh tc_4096 fa_4096  some groups
+#   OUT=/tmp/x BUDGET=540 bash tools/ncu_hopper.sh fah_4096 fah_4096c fah_gpt2 fahb_4096
+#                                                        week 4's CUDA C attention rung beside cuDNN (~8 min)
 #   bash tools/ncu_hopper.sh --list
 #
 # Each group is ONE Python process, the course's ncu driver
@@ -20,8 +22,12 @@
 #
 # Writes under $OUT/ncu_hopper (OUT defaults to /tmp/ncu-hopper):
 #   summary.md            one section per group: the Hopper table, then the week-1 table
-#   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv   what a week's results/ keeps (the .md rendered from
-#                         the .json: python -m course ncu --render PACKAGE/ncu_hopper.json)
+#   PACKAGE/ncu_hopper.json, .md, ncu_GROUP.csv, ncu_GROUP.md   what a week's results/ keeps (the .md files
+#                         rendered from the .json: python -m course ncu --render PACKAGE/ncu_hopper.json
+#                         --sections GROUP...; ncu_GROUP.md is one group's tables, for a note). The .json
+#                         starts as the week's committed results/ncu_hopper.json (SEED=0: empty), so it
+#                         holds the groups run before and the ones of this run: copy it over the week's.
+#   prebuild_N.log        the CUDA extensions some groups build first (PREBUILD_<group>, below)
 #   GROUP.csv             every collected metric, one row per kernel (--page raw --csv --print-units base)
 #   GROUP_details.txt     ncu's sections as text, with its rule engine's advice
 #   GROUP.ncu-rep         the full report, kept only if under 20 MB (open it in the Nsight Compute GUI)
@@ -53,12 +59,34 @@ tc_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_tma_row_maj
 tc_2048;week1_cuda_python;matmul_tc_week1;2048^3 f16;wgmma_tma torch
 wp_4096;week1_cuda_python;matmul_tc_week1;4096^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
 wp_8192;week1_cuda_python;matmul_tc_week1;8192^3 f16;wgmma_tma wgmma_persistent wgmma_cluster torch
+fah_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash sdpa_cudnn
+fah_4096c;week4_triton_dl;attention_fwd_causal_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash_blocked sdpa_cudnn
+fah_gpt2;week4_triton_dl;attention_train_week4;8x12x1024x64;hopper triton torch
+fahb_4096;week4_triton_dl;attention_fwdbwd_bfloat16_d128;S=4096;hopper triton_flash sdpa_cudnn
 '
 # the 5000x3000x4000 matmul: one kernel per variant since the row-aligned B is read in place (until
 # 2026-11-27 `triton` copied B into a padded buffer first: two more kernels)
 LABELS_triton_5000="triton triton_tma torch"
 DEFAULT_GROUPS="tc_4096 triton_4096 triton_5000 fa_4096 tc_8192 tc_2048"
 # wp_4096, wp_8192 (issue 32's persistent and cluster wgmma rungs beside wgmma_tma and cuBLAS): by name only
+# fah_* and fahb_4096 (issue 33's CUDA C attention rung, attention/hopper.py, beside cuDNN and the Triton op;
+# by name only, on an H100/H200: elsewhere the week's benchmarks have no hopper variant). The forward at
+# B4 H16 S4096 D128 (hopper_bench.py's size), non-causal and causal: one kernel per variant (causal: the
+# Triton row is triton_flash_blocked, since the op's dispatch sends D=128 causal to this rung). fah_gpt2: the
+# capstone's shape, B8 H12 S1024 D64 causal, forward + backward through autograd (attention_train_week4;
+# torch = SDPA's default, cuDNN on an H100). fahb_4096: forward + backward at the fah_4096 size, so the
+# backward kernels (hopper's ahb_*, cuDNN's, Triton's delta/dK dV/dQ) beside each other. The fwd+bwd groups
+# launch several kernels per variant: their rows are named by kernel (no labels).
+# Extensions built before ncu starts (nvcc, about a minute each, in parallel, outside every group's limit):
+# PREBUILD_<group>, one Python statement per line; the same statement of several groups runs once.
+HOPPER_BUILDS='from week4_triton_dl.attention import hopper; hopper.load_extension()
+from week4_triton_dl.attention import hopper; hopper.load_extension(overlap=True)
+from week4_triton_dl.attention import hopper_backward; hopper_backward.load_extension()'
+PREBUILD_fah_4096=$HOPPER_BUILDS
+PREBUILD_fah_4096c=$HOPPER_BUILDS
+PREBUILD_fah_gpt2=$HOPPER_BUILDS
+PREBUILD_fahb_4096=$HOPPER_BUILDS
+PREBUILD_TIMEOUT=${PREBUILD_TIMEOUT:-240}
 
 group_line() { printf '%s\n' "$GROUPS_TABLE" | grep "^$1;"; }
 
@@ -91,6 +119,35 @@ for m in $(COURSE_BACKEND=auto "$PY" -c "from classroom.ncu import HOPPER_METRIC
     fi
 done
 metric_list=$(IFS=,; echo "${METRICS[*]}")
+
+# A week's committed results/ncu_hopper.json is the starting record: a run adds or replaces its groups
+# and keeps the others (SEED=0: start empty).
+if [ "${SEED:-1}" = 1 ]; then
+    for g in $groups; do
+        IFS=';' read -r _ package _ <<< "$(group_line "$g")"
+        if [ -f "$package/results/ncu_hopper.json" ] && ! [ -f "$DIR/$package/ncu_hopper.json" ]; then
+            mkdir -p "$DIR/$package"
+            cp "$package/results/ncu_hopper.json" "$DIR/$package/ncu_hopper.json"
+            echo "starting from $package/results/ncu_hopper.json (its groups are kept)"
+        fi
+    done
+fi
+prebuilds=$(for g in $groups; do var="PREBUILD_$g"; [ -n "${!var:-}" ] && printf '%s\n' "${!var}"; done | awk 'NF && !seen[$0]++')
+if [ -n "$prebuilds" ]; then
+    echo "=== prebuild (limit ${PREBUILD_TIMEOUT} s each, in parallel)"
+    pids=()
+    i=0
+    while IFS= read -r statement; do
+        i=$((i + 1))
+        timeout "$PREBUILD_TIMEOUT" "$PY" -c "$statement" > "$DIR/prebuild_$i.log" 2>&1 &
+        pids+=("$!")
+        echo "  [$i] $statement"
+    done <<< "$prebuilds"
+    for j in "${!pids[@]}"; do
+        wait "${pids[$j]}" || { echo "prebuild $((j + 1)) failed (exit $?):"; tail -n 15 "$DIR/prebuild_$((j + 1)).log"; }
+    done
+    echo "--- prebuild done after $((SECONDS - start_all)) s"
+fi
 
 "$NCU" --version | tail -n 1 | tee "$DIR/ncu_version.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null \
@@ -152,8 +209,16 @@ for g in $groups; do
     echo "--- $name: exit $status after $((SECONDS - start)) s"
     cat "$DIR/$name.md"
 done
-# Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one).
+# Each week's ncu_hopper.md, from its ncu_hopper.json alone (the same command renders the committed one),
+# and ncu_GROUP.md of each group this run profiled (its tables alone: what a note's results block includes).
 for json in "$DIR"/*/ncu_hopper.json; do
-    [ -f "$json" ] && COURSE_BACKEND=auto "$PY" -m course ncu --render "$json"
+    [ -f "$json" ] || continue
+    package=$(basename "$(dirname "$json")")
+    sections=()
+    for g in $groups; do
+        IFS=';' read -r name gpackage _ <<< "$(group_line "$g")"
+        [ "$gpackage" = "$package" ] && [ -f "$DIR/$package/ncu_$name.csv" ] && sections+=("$name")
+    done
+    COURSE_BACKEND=auto "$PY" -m course ncu --render "$json" ${sections[@]:+--sections "${sections[@]}"}
 done
 echo "=== done in $((SECONDS - start_all)) s; tables in $DIR/summary.md and $DIR/<package>/ncu_hopper.md"

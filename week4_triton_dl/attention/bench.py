@@ -2,7 +2,8 @@
 
 `BENCHMARKS` (found by `python -m course bench week4`): the fused forward and forward + backward
 against SDPA's backends over S at B*H*S = 2^18, unfused against fused, and the op as a model calls
-it (`attention_train_week4`, `attention_host_week4`). `python -m week4_triton_dl.attention.bench
+it (`attention_train_week4`, `attention_host_week4`); on an H100/H200 the CUDA C rung (attention/hopper.py)
+is a row of each of those but the last (`hopper`, `hopper_overlap`). `python -m week4_triton_dl.attention.bench
 --sweep` (GPU) times every tile config of every kernel beside SDPA's flash and cuDNN backends, and
 the split and atomic backward strategies; `python -m week4_triton_dl.attention.sweep_forward` picks the
 forward (flash_hopper, flash_tma or flash_blocked) and flash_tma's tile per head dim and mask, and
@@ -26,6 +27,7 @@ from course.rungs import Ladder, Rung
 from course.check import random_tensor
 from course.gpu import triton, DEVICE
 
+from week4_triton_dl.attention import hopper
 from week4_triton_dl.attention.naive import attention_naive
 from week4_triton_dl.attention.flash import FWD_CONFIGS
 from week4_triton_dl.attention.op import flash_attention, flash_attention_forward
@@ -106,6 +108,30 @@ def _size_numbers(size):
     return batch, heads, seq, head_dim, itemsize(dtype)
 
 
+def hopper_here() -> bool:
+    """Whether the CUDA C rung (attention/hopper.py) runs here: an sm_90 GPU that can build it. Elsewhere
+    its rows are left out of the benchmarks below (it would refuse the GPU, or the CPU), as flash_tma's are
+    before Hopper."""
+    return runtime.on_gpu() and runtime.capability() == hopper.CAPABILITY and hopper.toolchain_missing() is None
+
+
+def hopper_variants(wrap, causal, backward) -> dict:
+    """The CUDA C rung's rows: `hopper` (attention_hopper, differentiable: its backward is
+    attention/hopper_backward.py's kernels) and, forward only, `hopper_overlap` (its A/B build with the
+    intra-warpgroup overlap). Registered here, in the week's benchmarks, so that `python -m course ncu
+    --launch` (tools/ncu_hopper.sh) and `python -m course bench week4` see them beside cuDNN and Triton."""
+    variants = {"hopper": wrap(lambda q, k, v, c: hopper.attention_hopper(q, k, v, c), causal)}
+    if not backward:
+        variants["hopper_overlap"] = wrap(
+            lambda q, k, v, c: hopper.attention_hopper_forward(q, k, v, c, overlap=True)[0], causal)
+    return variants
+
+
+HOPPER_NOTE = ("; hopper: attention_hopper, the CUDA C rung for sm_90a (attention/hopper.py; its backward "
+               "attention/hopper_backward.py), hopper_overlap: its -DAH_INTRA_OVERLAP=1 build (H100/H200 only: "
+               "elsewhere these rows are left out)")
+
+
 def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
     short = str(dtype).replace("torch.", "")
     kind = "fwdbwd" if backward else "fwd"
@@ -118,6 +144,8 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
         variants[label] = wrap(sdpa(sdpa_backends()[label]), causal)
     variants["triton_flash"] = wrap(ours, causal)  # the op as a model gets it: flash_tma's forward on an H100
     variants["triton_flash_blocked"] = wrap(blocked_only, causal)
+    if hopper_here():
+        variants.update(hopper_variants(wrap, causal, backward))
 
     def flops(size):
         b, h, s, d, _ = _size_numbers(size)
@@ -136,7 +164,7 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
         size_label=lambda size: f"S={size[0]}",
         make_inputs=lambda size: _inputs(size, backward),
         variants=variants,
-        gpu_only=("sdpa_cudnn", "sdpa_efficient"),
+        gpu_only=("sdpa_cudnn", "sdpa_efficient", "hopper", "hopper_overlap"),
         headline=("triton_flash", "sdpa_flash", "sdpa_cudnn"),
         bytes=nbytes,
         flops=flops,
@@ -146,7 +174,8 @@ def _attention_benchmark(head_dim, causal, backward, dtype=torch.bfloat16):
                "written once (forward), plus q, k, v, o, dO read and dq, dk, dv written once (backward). "
                "'torch' is SDPA's default choice of backend. triton_flash: flash_attention, the op a model "
                "calls (its forward runs flash_tma, attention/tma.py, where attention/dispatch.py's rule sends it on sm_90 "
-               "GPUs); triton_flash_blocked: the same op with rung=\"flash_blocked\", the pointer kernel's forward."),
+               "GPUs); triton_flash_blocked: the same op with rung=\"flash_blocked\", the pointer kernel's forward"
+               + HOPPER_NOTE + "."),
     )
 
 
@@ -256,8 +285,11 @@ BENCHMARKS += [
         make_inputs=lambda size: _model_inputs(size, True),
         variants={"torch": _forward_backward(sdpa(), True),
                   "sdpa_flash": _forward_backward(sdpa(sdpa_backends()["sdpa_flash"]), True),
-                  "triton": _forward_backward(_public_entry, True)},
-        graphed=("torch", "triton"),  # rows *_graph: the GPU time alone, as a captured step sees it
+                  "triton": _forward_backward(_public_entry, True),
+                  **(hopper_variants(_forward_backward, True, True) if hopper_here() else {})},
+        gpu_only=("hopper",),
+        # rows *_graph: the GPU time alone, as a captured step sees it
+        graphed=("torch", "triton") + (("hopper",) if hopper_here() else ()),
         headline=("triton", "sdpa_flash"),
         bytes=lambda s: 12 * math.prod(s) * bench_dtype().itemsize,
         flops=lambda s: attention_flops(s[0], s[1], s[2], s[2], s[3], True, True),
@@ -268,7 +300,7 @@ BENCHMARKS += [
               "flops and bytes as in attention_fwdbwd_*. Events time the call as the GPU sees it, host gaps "
               "included: at this shape the GPU work is ~0.2 ms for triton and cuDNN alike (torch.profiler, "
               "H100, 2026-11-26), so a call that costs the host more than that (4 launches, and autograd "
-              "handing a Python backward to its CUDA thread) is timed at the host's pace",
+              "handing a Python backward to its CUDA thread) is timed at the host's pace" + HOPPER_NOTE,
     ),
     Benchmark(
         name="attention_host_week4",
