@@ -17,14 +17,13 @@ consumer takes every other tile, skips the other's ring positions, releases stag
 per phase), and waits for its turn at the mainloop; the model shows that without the turns a
 consumer can pass a full-barrier wait one phase early (its parity aliases the pending phase's).
 """
-import importlib.util
 import random
 import re
-from pathlib import Path
 
 import pytest
 
 from course import runtime
+from tests.mbarrier_model import Barrier, run_agents
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 
@@ -40,18 +39,6 @@ def kernel_code(text: str | None = None) -> str:
 STAGES = wp.PERSISTENT_TILES.stages
 CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
 
-
-def _mbarrier_model():
-    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path):
-    the one model of an mbarrier every protocol test uses."""
-    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
-    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-Barrier = _mbarrier_model().Barrier
 
 
 def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True,
@@ -148,22 +135,7 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
                 mine += 1
 
     agents = [producer(b) for b in blocks] + [consumer(b, c) for b in blocks for c in range(CONSUMERS)]
-    stalled = 0  # agent steps in a row that found every agent waiting and no copy or wgmma in flight
-    while agents or events:
-        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
-        if kind == "event":
-            events.remove(pick)
-            pick()
-            stalled = 0
-            continue
-        before = state()
-        try:
-            next(pick)
-        except StopIteration:
-            agents.remove(pick)
-        stalled = stalled + 1 if not events and state() == before and pick in agents else 0
-        if stalled > 50 * len(agents):  # nothing in flight can complete a phase: it never will
-            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    run_agents(agents, events, rng, state)  # a step that moves no barrier, nothing in flight: toward a hang
 
 
 CASES = [(k, units, cluster) for k in (1, 2, 3, 5, 6) for units in (1, 3, 7) for cluster in (1, 2)]
