@@ -323,23 +323,33 @@ class Rounds:
         """What the label's row records of its rounds' Timings (bench_timing.rounds_fields)."""
         return bench_timing.rounds_fields(self.timings.get(label, []))
 
-    def median(self, label: str) -> float:
-        """The variant's ms: the median over rounds."""
-        return statistics.median(self.ms[label])
+    def per_round(self, label: str, gpu: bool = False) -> list:
+        """The variant's ms in each round: the events' median; gpu=True: the GPU's own time (bench_timing.gpu_ms:
+        the CUDA-graph replay where the host paced that round, None where it is not known). A ratio of two
+        host-paced times compares two Pythons, so a bench whose small sizes are host-bound asks for gpu=True."""
+        return [bench_timing.gpu_ms(t) for t in self.timings.get(label, [])] if gpu else self.ms[label]
+
+    def median(self, label: str, gpu: bool = False) -> float | None:
+        """The variant's ms: the median over rounds (of `per_round(label, gpu)`, where known; None if none is)."""
+        known = [ms for ms in self.per_round(label, gpu) if ms is not None]
+        return statistics.median(known) if known else None
 
     def spread_pct(self, label: str) -> float:
         """How far the variant's own times moved over the rounds: (max - min) / median, in %."""
         ms = self.ms[label]
         return 100 * (max(ms) - min(ms)) / statistics.median(ms)
 
-    def ratios(self, label: str, baseline: str = REFERENCE) -> list:
-        """baseline ms / variant ms, round by round (> 1: faster than the baseline in that round)."""
-        return [base / own for base, own in zip(self.ms[baseline], self.ms[label])]
+    def ratios(self, label: str, baseline: str = REFERENCE, gpu: bool = False) -> list:
+        """baseline ms / variant ms, round by round (> 1: faster than the baseline in that round), of
+        `per_round(..., gpu)`: the rounds where both are known."""
+        pairs = zip(self.per_round(baseline, gpu), self.per_round(label, gpu))
+        return [base / own for base, own in pairs if base is not None and own]
 
-    def ratio_range(self, label: str, baseline: str = REFERENCE) -> tuple:
-        """(median, min, max) over rounds of `ratios(label, baseline)`: a ratio and its spread."""
-        ratios = self.ratios(label, baseline)
-        return statistics.median(ratios), min(ratios), max(ratios)
+    def ratio_range(self, label: str, baseline: str = REFERENCE, gpu: bool = False) -> tuple | None:
+        """(median, min, max) over rounds of `ratios(label, baseline, gpu)`: a ratio and its spread; None
+        where no round has one (gpu=True: a variant never timed, or whose GPU time no round knows)."""
+        ratios = self.ratios(label, baseline, gpu)
+        return (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
 
 
 def interleaved_rounds(variants: dict, rounds: int, time_ms: Callable) -> Rounds:

@@ -174,22 +174,6 @@ def gpu_ms(timing) -> float | None:
     return timing.graphed_ms if getattr(timing, "host_bound", None) else timing.median_ms
 
 
-def gpu_median_ms(timings: list) -> float | None:
-    """The median over a variant's rounds of `gpu_ms` (the rounds where it is known); None if none."""
-    known = [ms for ms in map(gpu_ms, timings) if ms is not None]
-    return statistics.median(known) if known else None
-
-
-def gpu_ratio_range(timings: dict, label: str, baseline: str) -> tuple | None:
-    """(median, min, max) over interleaved rounds of baseline's `gpu_ms` / label's in the same round
-    (> 1: label the faster), over the rounds where both are known; None where no round is. A ratio of
-    two host-paced times compares two Pythons, so a bench whose small sizes are host-bound takes its
-    ratios from here rather than from the events' medians (Rounds.ratio_range)."""
-    ratios = [base / own for base, own in zip(map(gpu_ms, timings.get(baseline, [])), map(gpu_ms, timings.get(label, [])))
-              if base is not None and own]
-    return (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
-
-
 def graph_replay_ms(fn: Callable, sets: list, *, budget_ms: float, guess_ms: float) -> tuple:
     """(ms per call, None) of `fn`'s calls replayed from one CUDA graph, or (None, why) when `fn`
     cannot be captured (it synchronises, copies to the host, or calls what capture forbids).

@@ -1,5 +1,6 @@
 """An mbarrier as the CPU protocol models of the Hopper kernels see it (tests/week1/
-test_matmul_wgmma_persistent_protocol.py, tests/week4/test_attention_hopper_backward_protocol.py).
+test_matmul_wgmma_persistent_protocol.py, tests/week4/test_attention_hopper_forward_protocol.py and
+test_attention_hopper_backward_protocol.py), and the loop that runs the Hopper attention models' agents.
 
 A phase completes when its expected arrivals have all arrived and its transaction bytes (expect_tx,
 added by an arrival) have all been completed by the copies; the phase counter then advances and a
@@ -28,3 +29,28 @@ class Barrier:
 
     def ready(self, parity):  # mbarrier.try_wait.parity
         return (self.phase & 1) != parity
+
+
+def run_agents(agents, events, rng, state=None):
+    """Interleave `agents` (generators: each yield is a wait whose condition was false, or a step) and `events`
+    (pending completions the agents append to: a TMA copy landing, a wgmma group finishing) in random order,
+    drawn from `rng`, until all are done. RuntimeError once the agents have stepped 200 times per agent in a
+    row with nothing in flight (and, given `state`, a snapshot of the barriers, without changing it): they
+    wait for phases that never complete, which on the GPU is a hang."""
+    stalled = 0
+    while agents or events:
+        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
+        if kind == "event":
+            events.remove(pick)
+            pick()
+            stalled = 0
+            continue
+        before = state() if state else None
+        try:
+            next(pick)
+            stalled = stalled + 1 if not events and (state is None or state() == before) else 0
+        except StopIteration:
+            agents.remove(pick)
+            stalled = 0
+        if stalled > 200 * (len(agents) + 1):
+            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")

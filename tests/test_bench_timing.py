@@ -194,8 +194,10 @@ def test_gpu_ms_is_the_graph_replay_where_the_host_paced_the_loop_and_the_events
     assert bench_timing.gpu_ms(UNKNOWN) == 0.5  # not asked (older timers): the events, as before
     failed = bench.Timing(0.1, 0.1, 10, [], host_ms=0.2, host_bound=True, drain_ms=0.0, graph_error="capture failed: x")
     assert bench_timing.gpu_ms(failed) is None  # host-bound and not replayed: the GPU's time is not known
-    assert bench_timing.gpu_median_ms([HOST_BOUND, GPU_BOUND, failed]) == pytest.approx((0.031 + 0.5) / 2)
-    assert bench_timing.gpu_median_ms([failed]) is None
+    timed = bench.Rounds({"k": [0.094, 0.5, 0.1], "lost": [0.1]}, {"k": [HOST_BOUND, GPU_BOUND, failed], "lost": [failed]})
+    assert timed.median("k", gpu=True) == pytest.approx((0.031 + 0.5) / 2)  # the rounds whose GPU time is known
+    assert timed.median("k") == 0.1  # the events' median: the host's, in the host-bound rounds
+    assert timed.median("lost", gpu=True) is None
 
 
 def test_round_ratios_compare_the_gpus_times_not_two_hosts():
@@ -205,10 +207,12 @@ def test_round_ratios_compare_the_gpus_times_not_two_hosts():
     failed = bench.Timing(0.1, 0.1, 10, [], host_ms=0.2, host_bound=True, drain_ms=0.0, graph_error="capture failed: x")
     kernel = [bench.Timing(ms, ms, 10, [], host_ms=ms / 4, host_bound=False, drain_ms=5.0) for ms in (0.04, 0.05, 0.05)]
     timings = {"torch": [slow_host, slow_host, failed], "kernel": kernel, "lost": [failed] * 3}
-    assert bench_timing.gpu_ratio_range(timings, "kernel", "torch") == pytest.approx((1.125, 1.0, 1.25))
-    assert bench_timing.gpu_ratio_range(timings, "torch", "torch") == pytest.approx((1.0, 1.0, 1.0))
-    assert bench_timing.gpu_ratio_range(timings, "lost", "torch") is None
-    assert bench_timing.gpu_ratio_range(timings, "kernel", "absent") is None
+    timed = bench.Rounds({label: [t.median_ms for t in ts] for label, ts in timings.items()}, timings)
+    assert timed.ratio_range("kernel", "torch", gpu=True) == pytest.approx((1.125, 1.0, 1.25))
+    assert timed.ratio_range("kernel", "torch") == pytest.approx((4.0, 2.0, 5.0))  # the events': host against GPU
+    assert timed.ratio_range("torch", "torch", gpu=True) == pytest.approx((1.0, 1.0, 1.0))
+    assert timed.ratio_range("lost", "torch", gpu=True) is None
+    assert timed.ratio_range("kernel", "absent", gpu=True) is None
 
 
 def test_the_fused_linear_rounds_table_marks_host_bound_rows():

@@ -343,6 +343,7 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
 # kernelParams (one pointer per argument) lets the driver put each argument where the kernel expects it.
 
 from os import environ  # under `pytest --impl=exercises`, the learner's copy (as attention/hopper.py does)
+from course import holes
 WGMMA_SOURCE = Path(__file__).parent / ("exercises/kernels" if environ.get(runtime.IMPL_ENV) == "exercises"
                                         else "kernels") / "matmul_wgmma.cu"
 WGMMA_CAPABILITY = (9, 0)
@@ -465,6 +466,7 @@ def driver_check(result: int, what: str) -> None:
 def _wgmma_module(defines: tuple[str, ...] = ()):
     """kernels/matmul_wgmma.cu compiled for sm_90a (with `defines`, WgmmaTiles.defines) and loaded into
     torch's (primary) context."""
+    holes.refuse_open_hole(WGMMA_SOURCE)  # the stub with a hole open would hang the GPU: refused before nvcc
     nvcc = runtime.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH: the wgmma rung is compiled for sm_90a at first use")
@@ -474,8 +476,6 @@ def _wgmma_module(defines: tuple[str, ...] = ()):
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {WGMMA_SOURCE.name}:\n{built.stderr}")
         image = cubin.read_bytes()
-    if b"wgmma_tma_not_implemented_yet" in image:  # a hole open (the .cu's end): the GPU would hang
-        raise NotImplementedError(f"not implemented yet: {WGMMA_SOURCE} has a hole open (`#define WG_HOLE_OPEN`)")
     runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
     module = ctypes.c_void_p()
     driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")

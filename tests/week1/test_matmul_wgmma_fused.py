@@ -13,7 +13,6 @@ Then C is rounded once to fp16 (rtol 2^-11, plus half the smallest subnormal) or
 reference is float64 from the same fp16/bf16 inputs. An unwritten element stays NaN (every output
 is poisoned first); a dropped k step or a wrong tile is far past the bound.
 """
-import importlib.util
 import math
 import re
 import subprocess
@@ -25,29 +24,10 @@ import torch.nn.functional as F
 
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
+from tests.week1 import wgmma_epilogues as epi
 
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
 
-
-def _no_hole_open():
-    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
-    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
-    source = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent").PERSISTENT_SOURCE
-    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
-        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
-
-
-def _wgmma_epilogues():
-    """tests/week1/wgmma_epilogues.py, loaded by path (pytest's importlib mode puts no test folder on
-    sys.path): the epilogues' operand and output shapes, shared with test_matmul_wgmma_pingpong.py."""
-    path = Path(__file__).resolve().parent / "wgmma_epilogues.py"
-    spec = importlib.util.spec_from_file_location(f"wgmma_epilogues_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-epi = _wgmma_epilogues()
 DEVICE = runtime.DEVICE
 U32 = 2.0**-24
 ROUNDING = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
@@ -335,7 +315,7 @@ def test_every_epilogue_has_an_entry_point():
 def test_every_variant_compiles_for_sm_90a_with_the_launchers_command(tmp_path):
     """The launcher's own nvcc command (warnings as errors) builds all 8 entry points without spills;
     the SASS holds the warpgroup MMA (HGMMA), TMA loads (UTMALDG) and the epilogue's TMA stores (UTMASTG)."""
-    _no_hole_open()
+    wf.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     cubin = tmp_path / "wf.cubin"
     built = subprocess.run(wf.nvcc_command(cubin, runtime.nvcc_path()) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
@@ -357,18 +337,16 @@ def test_every_variant_compiles_for_sm_90a_with_the_launchers_command(tmp_path):
             assert "MUFU.EX2" in text, f"{name}: silu's exponential is missing"
 
 
-@nvcc
-@pytest.mark.nvcc
-def test_built_on_a_body_with_a_hole_open_is_refused_before_it_is_loaded(monkeypatch):
-    """The fused entry points built on the body's exercise stub (-DWP_BODY, holes open): the launcher
-    finds the entry point an open hole adds and refuses the module before the driver is reached."""
+def test_built_on_a_body_with_a_hole_open_is_refused_before_nvcc(monkeypatch):
+    """The fused entry points include the body (-DWP_BODY under --impl=exercises): with the body's exercise
+    stub, holes open, the launcher refuses the build before nvcc is asked (course/holes.py)."""
     import sys
-    host = sys.modules[wf._module.__module__]  # the stub imports BODY_DEFINES: patch it where nvcc_command reads
+    body = sys.modules[wf.refuse_open_hole.__module__]  # the persistent rung's, which knows the body's path
     stub = Path(__file__).resolve().parents[2] / "week1_cuda_python/exercises/kernels/matmul_wgmma_persistent.cu"
-    monkeypatch.setattr(host, "BODY_DEFINES", (f'-DWP_BODY="{stub}"',))
-    monkeypatch.setattr(runtime, "pycuda_driver", lambda: pytest.fail("the driver was reached"))
-    with pytest.raises(NotImplementedError, match="not implemented yet: matmul_wgmma_fused.cu is built on .*hole open"):
-        host._module.__wrapped__()
+    monkeypatch.setattr(body, "PERSISTENT_SOURCE", stub)
+    monkeypatch.setattr(runtime, "nvcc_path", lambda: pytest.fail("nvcc was asked"))
+    with pytest.raises(NotImplementedError, match=r"not implemented yet: .*matmul_wgmma_persistent.cu line \d+ has a hole open"):
+        wf._module.__wrapped__()
 
 
 @nvcc

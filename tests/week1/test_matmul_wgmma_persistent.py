@@ -28,13 +28,6 @@ from course.check import assert_close, poisoned, random_tensor
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 
 
-def _no_hole_open():
-    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
-    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
-    source = wp.PERSISTENT_SOURCE
-    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
-        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
-
 
 DEVICE = runtime.DEVICE
 U32 = 2.0**-24
@@ -260,7 +253,7 @@ def test_tile_order_is_a_permutation(tiles_m, tiles_n, group_m):
 
 
 def test_tile_order_matches_the_cuda_source():
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     # whole-line comments out: the exercise's hints quote some of these lines
     lines = wp.PERSISTENT_SOURCE.read_text().splitlines()
     source = "\n".join(line for line in lines if not line.lstrip().startswith("//"))
@@ -299,7 +292,7 @@ def test_launch_geometry_is_persistent(shape, sms, cluster, blocks):
 def test_source_compiles_for_sm_90a(tmp_path):
     """The launcher's own nvcc command (warnings as errors) builds both kernels without spills, and
     the PTX holds what the rung is about: wgmma, TMA loads and stores, the proxy fence, setmaxnreg."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     cubin = tmp_path / "wp.cubin"
     built = subprocess.run(wp.nvcc_command(cubin, runtime.nvcc_path()) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
@@ -335,19 +328,16 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     assert built.returncode == 0, built.stderr
 
 
-@nvcc
-@pytest.mark.nvcc
 @pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
-def test_a_body_with_a_hole_open_is_refused_before_it_is_loaded(schedule, monkeypatch):
-    """The body's exercise stub, holes open, builds (alone, and under the ping-pong entry points, which
-    include it by -DWP_BODY); the launcher finds the entry point an open hole adds and refuses the module,
-    naming the body, before the driver is reached: its barriers could hang the GPU."""
+def test_a_body_with_a_hole_open_is_refused_before_nvcc(schedule, monkeypatch):
+    """The body's exercise stub, holes open (a `#define HOLE_OPEN` line each): its builds (alone, and under
+    the ping-pong entry points, which include it by -DWP_BODY) are refused, naming the body and the hole,
+    before nvcc is asked (course/holes.py): its barriers could hang the GPU."""
     host = sys.modules[wp._module.__module__]  # the stub imports the sources: patch them where _module reads
     stub = Path(__file__).resolve().parents[2] / "week1_cuda_python/exercises/kernels/matmul_wgmma_persistent.cu"
     monkeypatch.setattr(host, "PERSISTENT_SOURCE", stub)
-    monkeypatch.setattr(host, "BODY_DEFINES", (f'-DWP_BODY="{stub}"',))
-    monkeypatch.setattr(runtime, "pycuda_driver", lambda: pytest.fail("the driver was reached"))
-    with pytest.raises(NotImplementedError, match="not implemented yet: .*has a hole open"):
+    monkeypatch.setattr(runtime, "nvcc_path", lambda: pytest.fail("nvcc was asked"))
+    with pytest.raises(NotImplementedError, match=r"not implemented yet: .*matmul_wgmma_persistent.cu line \d+ has a hole open"):
         host._module.__wrapped__((), host.PINGPONG_SOURCE if schedule == "pingpong" else None)
 
 

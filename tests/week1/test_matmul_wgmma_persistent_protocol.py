@@ -17,14 +17,13 @@ consumer takes every other tile, skips the other's ring positions, releases stag
 per phase), and waits for its turn at the mainloop; the model shows that without the turns a
 consumer can pass a full-barrier wait one phase early (its parity aliases the pending phase's).
 """
-import importlib.util
 import random
 import re
-from pathlib import Path
 
 import pytest
 
 from course import runtime
+from tests.mbarrier_model import Barrier, run_agents
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 
@@ -36,29 +35,10 @@ def kernel_code(text: str | None = None) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
 
 
-def _no_hole_open():
-    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
-    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
-    source = wp.PERSISTENT_SOURCE
-    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
-        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
-
 
 STAGES = wp.PERSISTENT_TILES.stages
 CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
 
-
-def _mbarrier_model():
-    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path):
-    the one model of an mbarrier every protocol test uses."""
-    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
-    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-Barrier = _mbarrier_model().Barrier
 
 
 def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True,
@@ -155,22 +135,7 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
                 mine += 1
 
     agents = [producer(b) for b in blocks] + [consumer(b, c) for b in blocks for c in range(CONSUMERS)]
-    stalled = 0  # agent steps in a row that found every agent waiting and no copy or wgmma in flight
-    while agents or events:
-        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
-        if kind == "event":
-            events.remove(pick)
-            pick()
-            stalled = 0
-            continue
-        before = state()
-        try:
-            next(pick)
-        except StopIteration:
-            agents.remove(pick)
-        stalled = stalled + 1 if not events and state() == before and pick in agents else 0
-        if stalled > 50 * len(agents):  # nothing in flight can complete a phase: it never will
-            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    run_agents(agents, events, rng, state)  # a step that moves no barrier, nothing in flight: toward a hang
 
 
 CASES = [(k, units, cluster) for k in (1, 2, 3, 5, 6) for units in (1, 3, 7) for cluster in (1, 2)]
@@ -210,7 +175,7 @@ def test_the_model_sees_a_stage_released_before_its_wgmmas_finish(cluster):
 
 def test_the_model_follows_the_source():
     """The formulas the model uses are the kernel's (if these lines change, change the model)."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     source = kernel_code()
     for line in RING_LINES:
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
@@ -277,7 +242,7 @@ def test_pingpong_model_sees_an_early_release_and_a_wrong_count():
 
 def test_the_pingpong_model_follows_the_source():
     """The ping-pong lines the model copies (if these change, change the model)."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     source = kernel_code()
     for line in PINGPONG_LINES:
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
@@ -308,7 +273,7 @@ def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it()
     """The kernel's shared-memory offset for the pair of columns a thread holds (the wgmma accumulator
     layout: warp w, lane l hold rows 16 w + l / 4 + 8 h and columns 8 j + 2 (l % 4) + {0, 1}) is the
     TMA's swizzled place of that pair, and the 128 threads x 8 x 2 pairs cover the 8 KB chunk once."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     assert SWIZZLE_LINE in kernel_code(), "the epilogue's offset changed: update this test's copy of it"
     seen = set()
     for warp in range(4):
@@ -330,7 +295,7 @@ def test_swiglu_partner_registers_hold_the_matching_up_column():
     """With gate rows in slabs 0-1 and up rows in slabs 2-3 of the B stage, accumulator column t < 128
     is gate column f0 + t and column t + 128 its up partner: registers 4 j + 2 h + e and 4 (j + 16) + 2 h + e
     of the same thread (the layout repeats every 8 columns, so j + 16 is 128 columns further)."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     assert SWIGLU_LINE in kernel_code()
     column = lambda reg, lane: 8 * (reg // 4) + 2 * (lane % 4) + reg % 2  # noqa: E731
     row = lambda reg, lane, warp: warp * 16 + lane // 4 + 8 * ((reg // 2) % 2)  # noqa: E731

@@ -4,38 +4,16 @@ its tiles, shared memory and grid are what the kernel expects. Its GPU checks ar
 fused rungs' own tests, parametrized over the schedule (`-k pingpong` selects them), and its barrier
 protocol is modelled in test_matmul_wgmma_persistent_protocol.py.
 """
-import importlib.util
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from course import runtime
+from tests.week1 import wgmma_epilogues as epi
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
-
-
-def _no_hole_open():
-    """The body's exercise stub (--impl=exercises) fails here with 'not implemented yet' while one of its
-    holes still holds the `#define WP_HOLE_OPEN` line (the end of kernels/matmul_wgmma_persistent.cu)."""
-    source = wp.PERSISTENT_SOURCE
-    assert not re.search(r"^\s*#define WP_HOLE_OPEN", source.read_text(), re.MULTILINE), \
-        f"not implemented yet: {source} has a hole open (a `#define WP_HOLE_OPEN` line is left)"
-
-
-def _wgmma_epilogues():
-    """tests/week1/wgmma_epilogues.py, loaded by path (pytest's importlib mode puts no test folder on
-    sys.path): the epilogues' operand and output shapes, shared with test_matmul_wgmma_fused.py."""
-    path = Path(__file__).resolve().parent / "wgmma_epilogues.py"
-    spec = importlib.util.spec_from_file_location(f"wgmma_epilogues_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-epi = _wgmma_epilogues()
 
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 ENTRIES = {f"wgmma_pingpong_{d}" for d in ("f16", "bf16")} | {
@@ -73,7 +51,7 @@ def test_launch_geometry_counts_64_row_tiles(shape, sms, blocks):
 def test_source_compiles_for_sm_90a_without_spills(tmp_path):
     """Both launchers' nvcc commands (the same flags) build all 10 entry points, no spills; the SASS
     has the m64n256k16 wgmma, TMA loads and stores, setmaxnreg; the PTX the turn barriers' waits."""
-    _no_hole_open()
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     cubin = tmp_path / "pp.cubin"
     command = wp.nvcc_command(cubin, runtime.nvcc_path(), source=wp.PINGPONG_SOURCE)
     assert command[:-3] == wf.nvcc_command(cubin, runtime.nvcc_path(), wf.PINGPONG_SOURCE)[:-3]

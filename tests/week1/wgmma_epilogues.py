@@ -1,7 +1,7 @@
 """What the fused wgmma GEMM's tests (test_matmul_wgmma_fused.py) and the ping-pong schedule's
 (test_matmul_wgmma_pingpong.py) both set up: the shape of each epilogue's extra operand and of C, a
-poisoned C, the SASS tool. Loaded by path by each (pytest's importlib mode puts no test folder on
-sys.path), as tests/mbarrier_model.py is.
+poisoned C, the SASS tool. Each imports it (`from tests.week1 import wgmma_epilogues as epi`, as
+week 4's tests import their helpers).
 
 The shapes are the launcher's contract (week1_cuda_python/matmul_wgmma_fused.py): for x (M x K) and
 w (N x K), the bias is one value per column of x @ w.T (N), the residual is M x N like it, and SwiGLU

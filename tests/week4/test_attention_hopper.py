@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course import runtime
+from course import holes, runtime
 from course.check import poisoned
 from tests.week4.attention_helpers import assert_within, qkv
 
@@ -473,13 +473,13 @@ def test_extension_builds_and_registers_its_op(tmp_path, monkeypatch):
 
 
 def test_an_open_hole_is_refused_before_any_build(monkeypatch):
-    """The exercise's stub (every hole holds `#define AH_HOLE_OPEN 1`) is refused with 'not implemented
-    yet' before the toolchain is even asked: on an H100 a half-written ring hangs or traps, it does not fail."""
+    """The exercise's stub (every hole holds `#define HOLE_OPEN 1`) is refused with 'not implemented yet'
+    and the hole before the toolchain is even asked (course/holes.py): on an H100 a half-written ring hangs
+    or traps, it does not fail."""
     stub = hp.EXERCISE_KERNELS / hp.KERNELS.joinpath("attention_hopper_forward.cu").name
-    assert hp.open_hole(hp.KERNELS / stub.name) is None, "the solution has no hole"
-    assert "not implemented yet" in (hp.open_hole(stub) or "")
-    text = stub.read_text()
-    assert text.count("#define AH_HOLE_OPEN 1") == text.count("// TODO ("), "one marker per hole"
+    holes.refuse_open_hole(hp.KERNELS / stub.name)  # the solution has no hole
     monkeypatch.setattr(hp, "SOURCE", stub)
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
+    monkeypatch.setattr(hp, "toolchain_missing", lambda: pytest.fail("the toolchain was asked"))
+    with pytest.raises(NotImplementedError, match=r"not implemented yet: .*attention_hopper_forward.cu line \d+ "
+                                                  r"has a hole open .*TODO \(about \d+ lines\)"):
         hp.load_extension.__wrapped__()

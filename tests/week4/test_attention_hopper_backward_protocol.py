@@ -25,29 +25,16 @@ read by every thread with ordinary loads before the warpgroup's bar.sync): the m
 either, which is the protocol half of the verdict (the note's racecheck paragraph has the other half: which
 ordering racecheck cannot see). `test_the_model_follows_the_source` ties the model to today's source.
 """
-import importlib.util
 import random
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.mbarrier_model import Barrier, run_agents
 from week4_triton_dl.attention import hopper_backward as hb
 
 STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AHB_STAGES; consumer warpgroups; warps per warpgroup
 
-
-def _mbarrier_model():
-    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path):
-    the one model of an mbarrier every protocol test uses."""
-    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
-    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-Barrier = _mbarrier_model().Barrier
 
 
 def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_parity=-1, consumer_parity=0,
@@ -130,22 +117,7 @@ def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_pari
     for _group in range(WARPGROUPS):
         sync = bar_sync({})
         agents += [warp(sync) for _ in range(WARPS)]
-    stalled = 0
-    while agents or events:
-        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
-        if kind == "event":
-            events.remove(pick)
-            pick()
-            stalled = 0
-            continue
-        try:
-            next(pick)
-            stalled = stalled + 1 if not events else 0
-        except StopIteration:
-            agents.remove(pick)
-            stalled = 0
-        if stalled > 200 * (len(agents) + 1):
-            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    run_agents(agents, events, rng)
 
 
 @pytest.mark.parametrize("lse_in_ring", [False, True], ids=["today", "lse_in_ring"])

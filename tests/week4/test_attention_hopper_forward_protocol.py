@@ -21,13 +21,12 @@ AssertionError, as is a slot refilled under its reader, a tile read before it la
 arrived on too often or left half-arrived; no progress is a RuntimeError (a hang on the GPU).
 `test_the_model_follows_the_source` ties the model's order to today's source.
 """
-import importlib.util
 import random
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.mbarrier_model import Barrier, run_agents
 from week4_triton_dl.attention import hopper as hp
 
 STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AH_STAGES; consumer warpgroups; warps per warpgroup
@@ -47,17 +46,6 @@ WRONG = {
 # wait_group 0 of both warpgroups (groups complete in order). A harmless order, but an accident of the
 # producer's order, not a rule to lean on.
 
-
-def _mbarrier_model():
-    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path)."""
-    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
-    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-Barrier = _mbarrier_model().Barrier
 
 
 class NamedBarrier:
@@ -238,22 +226,7 @@ def simulate(n_tiles, seed, order="overlap", pingpong=True, last_handover=False)
         assert regs["o"] == (n_tiles - 1, n_tiles - 1), f"O holds {regs['o']} at the end"
 
     agents = [producer()] + [consumer(wg) for wg in range(WARPGROUPS)]
-    stalled = 0
-    while agents or events:
-        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
-        if kind == "event":
-            events.remove(pick)
-            pick()
-            stalled = 0
-            continue
-        try:
-            next(pick)
-            stalled = stalled + 1 if not events else 0
-        except StopIteration:
-            agents.remove(pick)
-            stalled = 0
-        if stalled > 200 * (len(agents) + 1):
-            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    run_agents(agents, events, rng)
     assert all(t.arrived == 0 for t in turns), "a named barrier is left half-arrived at exit"
 
 

@@ -353,7 +353,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         //   A's bytes + those slabs', one tma_load_2d for A's box and one per slab into the stage (A first, then
         //   the slabs back to back). A tensor map's coordinates are (column, row): x along the contiguous axis.
         // HINT: `if (t >= WG_STAGES) mbar_wait(&empty[s], (t / WG_STAGES - 1) & 1);`
-        // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+        // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
         const int b_slabs = min(WG_BN / WG_B_SLAB, (N - n0 + WG_B_SLAB - 1) / WG_B_SLAB);
         if (threadIdx.x == 0) {
             for (int t = 0; t < tiles; ++t) {
@@ -397,7 +397,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         //   wgmma_commit(), wgmma_wait<1>(), one arrive per warp (its lane 0) on the previous tile's empty
         //   barrier; after the loop, wgmma_wait<0>() before the epilogue reads d.
         // HINT: `wgmma_wait<1>(); if (t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % WG_STAGES]);`
-        // STUB: #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+        // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
         for (int t = 0; t < tiles; ++t) {
             const int s = t % WG_STAGES;
             mbar_wait(&full[s], (t / WG_STAGES) & 1);  // tile t has landed in stage s
@@ -460,14 +460,3 @@ WG_ENTRY(wgmma_tma_f16_f16, __half, __half)
 WG_ENTRY(wgmma_tma_f16_f32, __half, float)
 WG_ENTRY(wgmma_tma_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
 WG_ENTRY(wgmma_tma_bf16_f32, __nv_bfloat16, float)
-
-// ---- the exercise stub's open holes -----------------------------------------------------------------
-// In the exercise stub (week1_cuda_python/exercises/kernels/matmul_wgmma.cu) each hole holds a
-// `#define WG_HOLE_OPEN 1` line until it is filled. A kernel with a hole open would not fail, it would
-// hang the GPU: consumers waiting on full barriers no producer arms, or a producer waiting on stages no
-// consumer releases. So such a build carries this empty entry point as well, and the launcher refuses
-// to load a module that has it, saying 'not implemented yet' (matmul_tensor_cores.py, _wgmma_module);
-// the CPU test of the build (tests/week1/test_matmul_tensor_cores.py) looks for it in the PTX.
-#ifdef WG_HOLE_OPEN
-extern "C" __global__ void wgmma_tma_not_implemented_yet() {}
-#endif

@@ -222,7 +222,7 @@ __device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int gr
     // HINT: rows = min(tiles_m - first_m, group_m): dividing by group_m in the last, shorter group would send some
     //   tiles past the last row of C and leave others never computed.
     // HINT: `tile_m = first_m + in_group % rows; tile_n = in_group / rows;`
-    // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+    // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     const int per_group = group_m * tiles_n;
     const int first_m = (id / per_group) * group_m;
     const int rows = min(tiles_m - first_m, group_m);
@@ -394,7 +394,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 //   A at (kt * WP_BK, m0); each copied slab j at B_NK ? (kt * WP_BK, slab_row[j]) : (slab_row[j], kt *
                 //   WP_BK).
                 // HINT: `if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);`
-                // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+                // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % WP_STAGES;
                     // The stage's previous use was ring position it - STAGES: phase it / STAGES - 1 of empty[s].
@@ -448,7 +448,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             //   mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);`; after the loop thread 0 arrives on turn[c
             //   ^ 1].
             // HINT: `wp_mma<T, B_NK>(d, wp_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);`
-            // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+            // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
             // Ping-pong: the other consumer has waited on every stage of the block's previous tile (pingpong.cu says
             // why). Consumer 0's tile `mine` waits for the other's arrival `mine`, consumer 1's for `mine + 1`.
             if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);
@@ -510,7 +510,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     //   or at row * c_cols + col (residual, row < M); then the pack: wp_pack(v0, v1, T()) at buf +
                     //   offset.
                     // HINT: `const uint32_t offset = r * 128 + ((jj ^ (r & 7)) << 4) + 4 * (lane % 4);`
-                    // STUB: #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (end of file: why)
+                    // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                     const int j = 8 * q + jj;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -590,11 +590,3 @@ WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
 WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
 WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
 #endif  // WP_BODY_ONLY
-
-// ---- the exercise stub's open holes -----------------------------------------------------------------
-// Each hole of the exercise stub holds `#define WP_HOLE_OPEN 1` until filled; a body with one open could hang the
-// GPU, so its builds (the ping-pong and fused ones too) carry this entry point, which the launchers refuse ('not
-// implemented yet': matmul_wgmma_persistent.py, open_hole) and the CPU tests look for.
-#ifdef WP_HOLE_OPEN
-extern "C" __global__ void wgmma_persistent_not_implemented_yet() {}
-#endif

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from course import runtime
+from course import holes, runtime
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"
@@ -186,18 +186,6 @@ def _find_cuda_headers() -> None:
             return
 
 
-def open_hole(source: Path | None = None) -> str | None:
-    """Why the exercise's kernel must not be built yet (None once every hole is filled): each hole of the
-    stub holds a `#define AH_HOLE_OPEN 1` line that the learner deletes with the hole. A half-written ring
-    does not fail, it hangs the GPU (a slot never released) or traps and takes the process's CUDA context
-    with it, so the stub is refused here, before any build or launch, with the harness's own words."""
-    path = source or SOURCE
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip().startswith("#define AH_HOLE_OPEN"):
-            return f"not implemented yet: {path} line {number} has a hole open (its `#define AH_HOLE_OPEN` is left)"
-    return None
-
-
 @functools.cache
 def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool = False,
                    persistent: bool = False) -> Extension:
@@ -207,9 +195,9 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     persistent build (`hopper_persistent`)."""
     from torch.utils.cpp_extension import load_inline
 
-    hole = open_hole()
-    if hole:
-        raise NotImplementedError(hole)
+    # The exercise's stub with a hole open hangs the GPU (a slot never released) or traps and takes the
+    # process's CUDA context with it: refused before the toolchain is asked (course/holes.py).
+    holes.refuse_open_hole(SOURCE)
     missing = toolchain_missing()
     if missing:
         raise RuntimeError(f"cannot build the attention_hopper extension: {missing}")

@@ -120,15 +120,15 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        gpu = bench_timing.gpu_median_ms(timed.timings[label])  # None: host-bound and no graph replay
+        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
         row = {"size": size_label(size), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
                "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
                "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
                "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = bench_timing.gpu_ratio_range(timed.timings, label, "torch")  # > 1: faster than cuDNN that round
+        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
         if ratio:
             row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
-        ratio = bench_timing.gpu_ratio_range(timed.timings, "hopper", "hopper_atomics")
+        ratio = timed.ratio_range("hopper", "hopper_atomics", gpu=True)
         if label == "hopper" and ratio:  # > 1: the reduce-add build is the faster
             row.update(zip(("speedup_vs_atomics", "speedup_vs_atomics_min", "speedup_vs_atomics_max"), ratio))
         rows.append(row)

@@ -140,17 +140,17 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        gpu = bench_timing.gpu_median_ms(timed.timings[label])  # None: host-bound and no graph replay
+        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
         row = {"size": size_label(size, dtype), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
                "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
                "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
                "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = bench_timing.gpu_ratio_range(timed.timings, label, "torch")  # > 1: faster than cuDNN that round
+        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
         if ratio:
             row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
         if label == "hopper" and diff is not None:
             row["max_abs_diff_vs_torch"] = diff
-        ratio = bench_timing.gpu_ratio_range(timed.timings, "hopper_overlap", "hopper")
+        ratio = timed.ratio_range("hopper_overlap", "hopper", gpu=True)
         if label == "hopper_overlap" and ratio:  # > 1: the overlap build is the faster
             row.update(zip(("speedup_vs_hopper", "speedup_vs_hopper_min", "speedup_vs_hopper_max"), ratio))
         rows.append(row)

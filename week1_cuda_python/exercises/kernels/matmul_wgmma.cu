@@ -321,7 +321,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         // TODO (about 15 lines): the producer: thread 0 alone, for each k tile t: stage s = t % WG_STAGES;
         //   from t = WG_STAGES on, wait until the consumers released the stage (empty[s]); arm full[s] with
         //   the bytes that will land (A's box + the B slabs left of N); one TMA copy of A, one per B slab
-        #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+        #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     } else {
         // ---- consumers: warpgroup c computes rows 64c .. 64c+63 of the block tile ----
         setmaxnreg_inc<232>();
@@ -335,7 +335,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         //   (full[s]), issue the four m64n256k16 wgmmas of its 64-wide slice (warpgroup c reads rows 64c ..
         //   of A), commit them, wait for the previous tile's group and release that tile's stage (empty);
         //   after the loop, wait for all
-        #define WG_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+        #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 
         // Epilogue: straight from the accumulator registers to C (layout in the header).
         const int row = m0 + c * 64 + warp * 16 + lane / 4;
@@ -376,14 +376,3 @@ WG_ENTRY(wgmma_tma_f16_f16, __half, __half)
 WG_ENTRY(wgmma_tma_f16_f32, __half, float)
 WG_ENTRY(wgmma_tma_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
 WG_ENTRY(wgmma_tma_bf16_f32, __nv_bfloat16, float)
-
-// ---- the exercise stub's open holes -----------------------------------------------------------------
-// In the exercise stub (week1_cuda_python/exercises/kernels/matmul_wgmma.cu) each hole holds a
-// `#define WG_HOLE_OPEN 1` line until it is filled. A kernel with a hole open would not fail, it would
-// hang the GPU: consumers waiting on full barriers no producer arms, or a producer waiting on stages no
-// consumer releases. So such a build carries this empty entry point as well, and the launcher refuses
-// to load a module that has it, saying 'not implemented yet' (matmul_tensor_cores.py, _wgmma_module);
-// the CPU test of the build (tests/week1/test_matmul_tensor_cores.py) looks for it in the PTX.
-#ifdef WG_HOLE_OPEN
-extern "C" __global__ void wgmma_tma_not_implemented_yet() {}
-#endif

@@ -201,7 +201,7 @@ __device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int gr
     //   that group's first row tile and its number of rows (the last group may be short), then down the
     //   group's column first: tile_m, tile_n (matmul_wgmma.cu's grouped_tile; your persistent_tile, in CUDA
     //   C)
-    #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+    #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 }
 
 #if WP_HOPPER
@@ -361,7 +361,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 //   `it` across the block's tiles: wait for the stage's previous use to be released (empty),
                 //   arm full[s] with `bytes`, one TMA copy of A's box, one per copied slab of B (multicast
                 //   with a cluster)
-                #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+                #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
             }
         }
     } else {
@@ -387,7 +387,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             //   consumer's turn) per k step wait full[s], 4 wgmmas, commit, wait_group 1, release the
             //   previous stage (cluster: in both blocks); then (ping-pong: pass the turn) wait_group 0 and
             //   release the tile's last stage
-            #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (see the end of the file)
+            #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 
             // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8} and columns 8j +
@@ -408,7 +408,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     //   row0 and row0 + 8): the fused epilogue on the fp32 pair (EPI: SwiGLU with the up
                     //   partner's registers, + bias, + residual), then the pair packed to C's type at its
                     //   128-byte-swizzled place in `buf`
-                    #define WP_HOLE_OPEN 1  // delete this line once the hole is filled (end of file: why)
+                    #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 }
                 wp_fence_async_smem();
                 wp_warpgroup_sync(1 + c);
@@ -458,11 +458,3 @@ WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
 WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
 WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
 #endif  // WP_BODY_ONLY
-
-// ---- the exercise stub's open holes -----------------------------------------------------------------
-// Each hole of the exercise stub holds `#define WP_HOLE_OPEN 1` until filled; a body with one open could hang the
-// GPU, so its builds (the ping-pong and fused ones too) carry this entry point, which the launchers refuse ('not
-// implemented yet': matmul_wgmma_persistent.py, open_hole) and the CPU tests look for.
-#ifdef WP_HOLE_OPEN
-extern "C" __global__ void wgmma_persistent_not_implemented_yet() {}
-#endif

@@ -142,7 +142,7 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], fl
     // HINT: three unrolled loops (j over the 16 column groups, h over the 2 rows, e over the pair), the
     //   column `col0 + 8 * j + e`, one `if` with two conditions: past Sk, or causal and after the row.
     // HINT: `if (col >= seq_k || (causal && col > row0 + 8 * h))` (`>=` there would hide the diagonal)
-    // STUB: #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+    // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     if (MASK) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -168,7 +168,7 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], fl
         //   m_new = max(m[h], mx c) (c > 0); ah_exp2 for alpha and for every p (fmaf(s, c, -shift)); l and m;
         //   then o[4j + 2h] and o[4j + 2h + 1], j < D / 8, times alpha.
         // HINT: `const float alpha = ah_exp2(m[h] - shift);` then `o[4 * j + 2 * h] *= alpha;` (both columns)
-        // STUB: #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+        // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
         float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
@@ -290,7 +290,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
         //   not touch them before), then lane 0 of each warp arrives on empty_k[s_slot] (if HAS_S) and on
         //   empty_v[pv_slot] (if HAS_PV).
         // HINT: the order is the point: `ah_wgmma_wait<0>();` first, `ah_mbar_arrive(&empty_k[s_slot]);` after
-        // STUB: #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+        // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
         // STUB: __trap();  // not implemented yet: the consumer never frees a ring slot (the producer would wait forever)
         ah_wgmma_wait<0>();
         ah_fence_regs(s);
@@ -318,7 +318,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     // HINT: `ah_wgmma_wait<1>();` then `ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k,
     //   causal, c, s, alpha, p, m, l);` then `ah_wgmma_wait<0>();`: the tests of
     //   tests/week4/test_attention_hopper_forward_protocol.py plant the orders that race
-    // STUB: #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+    // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     // STUB: __trap();  // not implemented yet: the overlap build's phase end (the default build is unaffected)
     // S (the older group) is waited alone, its softmax runs while the P V group still reads p and
     // writes o. Neither is touched before wait<0>: the softmax rescales a stand-in of ones instead

@@ -71,14 +71,14 @@ __device__ __forceinline__ void ah_softmax(float (&s)[64], float (&o)[D / 2], fl
 {
     // TODO (about 11 lines): the mask of a tile that needs one (MASK): every score s[4j + 2h + e] of a key
     //   past Sk, or (causal) of a key after this row's query, becomes -inf, by a select (not an add)
-    #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+    #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         // TODO (about 24 lines): the online-softmax step of row h (base 2): the row max of this tile (the
         //   quad's 4 threads share a row), the new running max m_new of s c, p = 2^(s c - m_new) in place of
         //   s, the factor alpha = 2^(m_old - m_new) that rescales the running sum l[h] and this row's O
         //   registers
-        #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+        #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     }
 }
 
@@ -165,7 +165,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
         // TODO (about 7 lines): wait for this phase's wgmmas (S and O are in registers only then: fence
         //   them), then give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the
         //   producer
-        #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+        #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
         __trap();  // not implemented yet: the consumer never frees a ring slot (the producer would wait forever)
         if (HAS_S) ah_softmax_tile<T, D, true>(it, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l);
         return;
@@ -174,7 +174,7 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     //   comes here) end a middle phase with the intra-warpgroup overlap: wait for S alone, release its K
     //   slot, run this tile's softmax while P V still runs, then wait for P V, release its V slot, rescale O
     //   and pack P
-    #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+    #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
     __trap();  // not implemented yet: the overlap build's phase end (the default build is unaffected)
 }
 // Work tile `tile` -> (batch * head, first query row, key tiles to visit). Head-major: consecutive tiles
