@@ -37,12 +37,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
+from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
+from week4_triton_dl.attention import dispatch
 from week4_triton_dl.attention.hopper import attention_hopper, device_refusal
 from week4_triton_dl.attention.hopper_backward_bench import markdown
-from week4_triton_dl.attention.hopper_bench import SHORT_FLOPS, SHORT_REP_MS, SHORT_ROUNDS
-from week4_triton_dl.attention import dispatch
+from week4_triton_dl.attention.hopper_bench import (
+    SHORT_FLOPS,
+    SHORT_REP_MS,
+    SHORT_ROUNDS,
+)
 from week4_triton_dl.attention.op import flash_attention
 
 PROG = "python -m week4_triton_dl.attention.hopper_fwdbwd_bench"
@@ -138,15 +142,15 @@ def measure(size, rounds: int, rep_ms: float, variants: dict | None = None) -> l
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        gpu = bench_timing.gpu_median_ms(timed.timings[label])  # None: host-bound and no graph replay
+        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
         row = {"size": size_label(size), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
                "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
                "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
                "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = bench_timing.gpu_ratio_range(timed.timings, label, "torch")  # > 1: faster than cuDNN that round
+        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
         if ratio:
             row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
-        ratio = bench_timing.gpu_ratio_range(timed.timings, "hopper", "triton")
+        ratio = timed.ratio_range("hopper", "triton", gpu=True)
         if label == "hopper" and ratio:  # > 1: the CUDA C rung is the faster
             row.update(zip(("speedup_vs_triton", "speedup_vs_triton_min", "speedup_vs_triton_max"), ratio))
         if label in diffs:

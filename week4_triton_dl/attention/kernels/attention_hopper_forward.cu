@@ -509,7 +509,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
                 //   The consumers say so on empty_q (8 arrivals, lane 0 of each warp) once per work tile.
                 // HINT: round r > 0 waits for the completion of empty_q's phase r - 1: ah_mbar_wait with the
                 //   parity of that phase (the first tile has no previous Q to wait for).
-                // STUB: #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+                // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 // STUB: __trap();  // not implemented yet: the persistent build's producer (the default build is unaffected)
                 if (round > 0) ah_mbar_wait(&empty_q, (round - 1) & 1);
                 // END EXERCISE

@@ -342,7 +342,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
                 ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
                 // TODO (about 1 line): (the persistent build only: persistent=True) before this work tile's Q
                 //   goes into the one Q slot, wait until both consumers have done with the previous tile's Q
-                #define AH_HOLE_OPEN 1  // delete once this hole is filled: hopper.py builds nothing while one is left
+                #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 __trap();  // not implemented yet: the persistent build's producer (the default build is unaffected)
                 ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, q_tile, k_slots, v_slots, &full_q,
                               full_k, full_v, empty_k, empty_v);
