@@ -190,3 +190,34 @@ def test_summary_names_each_rows_attention_and_judges_the_rule():
     assert graphs.startswith("| attention (issue 33): fast+compile+cudagraphs's") and graphs.endswith("| NO |")
     assert "1.07x" in graphs  # the Hopper kernels past the margin: the rule should have picked them here
     assert "| Hopper attention (week 4's CUDA C): loss tracks the eager twin | not measured | - |" in lines
+
+
+# ------------------------------------------------------------------ whether the host paced the timed steps
+def test_a_training_row_says_whether_the_host_paced_its_timed_steps(monkeypatch, gpu_clock, tmp_path):
+    """time_training times the steps after the warm-up as one group of the kit's clock (course/bench_clock.py):
+    the row's ms is that Timing's median, host_bound and host_ms beside it; the table marks a host-paced ms.
+    The GPU path runs on the CPU with stand-in events (conftest's gpu_clock), which follow the host."""
+    from capstone import train as ct
+
+    monkeypatch.setattr(ct, "LoopClock", gpu_clock())
+    p = measure.plan()
+    got = measure.time_training(p, measure.cm.ladder()[0], compile=False)
+    assert got["host_bound"] is True and got["host_ms"] > 0 and got["ms"] > 0 and got["first_step_ms"] > 0
+    record = measure._header(measure.TRAIN_BENCH, "t", "n", [], [{"size": "s", "variant": "torch", **got}])
+    table = measure._table(record)
+    assert f"| {got['ms']:.3f}* |" in table and "host-bound" in table
+    del record["rows"][0]["host_bound"]  # a record made before the flag renders as it did
+    assert "* |" not in measure._table(record) and "host-bound" not in measure._table(record)
+
+
+def test_a_decode_row_is_host_bound_when_any_round_was(monkeypatch, gpu_clock):
+    """The decode phase's rows take the flag over their rounds' Timings (bench_timing.rounds_fields)."""
+    from week5_integration import inference
+
+    monkeypatch.setattr(inference, "LoopClock", gpu_clock())
+    p = {**measure.plan(), "decode_new": 3, "decode_prompt": 4}
+    record = measure.measure_decode(p, deadline=float("inf"))
+    rows = [r for r in record["rows"] if "ms" in r]
+    assert rows and all(r["host_bound"] is True and r["host_ms"] > 0 for r in rows)
+    assert measure._table(record).count("* |") == len(rows)
+
