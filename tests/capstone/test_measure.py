@@ -221,3 +221,30 @@ def test_a_decode_row_is_host_bound_when_any_round_was(monkeypatch, gpu_clock):
     assert rows and all(r["host_bound"] is True and r["host_ms"] > 0 for r in rows)
     assert measure._table(record).count("* |") == len(rows)
 
+
+def hopper_loss(within_tolerance, within_control=None):
+    held = {"step0_abs_diff": 0.002, "moving_avg_max_abs_diff": 0.07, "final_mean_abs_diff": 0.004,
+            "within_tolerance": within_tolerance}
+    if within_control is not None:
+        held.update(control={"moving_avg_max_abs_diff": 0.05, "final_mean_abs_diff": 0.003},
+                    within_control=within_control)
+    return {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "hopper_attention": held}
+
+
+@pytest.mark.parametrize("within_tolerance, within_control, verdicts, verdict", [
+    (True, True, ["yes", "yes"], "within the bound"),
+    (False, True, ["NO", "yes"], "beyond the bound, within the control's drift"),
+    (False, False, ["NO", "NO"], "beyond both"),
+    (False, None, ["NO"], "beyond the bound (no control measured)"),
+])
+def test_the_hopper_attention_loss_holds_the_bound_and_the_control_apart(within_tolerance, within_control,
+                                                                          verdicts, verdict):
+    """As every other model's loss (held_rows): the pre-stated bound's row, then the control's, each with its
+    own verdict, and the last row saying which of the three the curve is; never one joined verdict."""
+    lines = [line for line in summary.summary_markdown(None, None, hopper_loss(within_tolerance, within_control))
+             .splitlines() if line.startswith("| Hopper attention")]
+    assert [line.rsplit("|", 2)[-2].strip() for line in lines] == verdicts
+    assert f": {verdict} |" in lines[-1]
+    assert "within 0.05" in lines[0] and "means: 0.0700" in lines[0]
+    if within_control is not None:
+        assert "0.0700 (control 0.0500)" in lines[1]
