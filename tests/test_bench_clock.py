@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from course import bench, bench_timing
+from course import bench, bench_timing, runtime
 from course.bench_clock import LoopClock, Timing
 
 
@@ -105,3 +105,42 @@ def test_time_gpu_times_its_loop_on_the_same_clock(monkeypatch):
 def test_bench_re_exports_the_clocks_timing():
     assert bench.Timing is Timing and bench.LoopClock is LoopClock
     assert Timing(1.0, 0.5, 3).host_bound is None  # positional fields as before; the flag unknown by default
+
+
+# ------------------------------------------------------------------------------ on a real GPU
+needs_gpu = pytest.mark.skipif(not runtime.on_gpu(),
+                               reason="needs a real NVIDIA GPU (CUDA events)")
+
+
+def _spin(seconds):
+    """Python that holds the host, as a training step's dispatch, autograd and optimizer loop do."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@needs_gpu
+def test_on_a_gpu_a_loop_of_tiny_kernels_behind_slow_python_is_flagged():
+    x = torch.randn(1024, device="cuda")
+    clock = LoopClock(50)
+    for _ in range(50):
+        clock.start()
+        _spin(200e-6)  # 0.2 ms of Python before a kernel of a few microseconds
+        x.mul_(1.0)
+        clock.stop()
+    timing = clock.timing()
+    assert timing.host_bound is True and timing.median_ms > 0.15 and timing.host_ms > 0.15, timing
+
+
+@needs_gpu
+def test_on_a_gpu_a_loop_of_large_matmuls_is_not_flagged():
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.matmul(a, a)
+    torch.cuda.synchronize()
+    clock = LoopClock(20)
+    for _ in range(20):
+        clock.start()
+        torch.matmul(a, a)
+        clock.stop()
+    timing = clock.timing()
+    assert timing.host_bound is False and timing.host_ms < timing.median_ms, timing
