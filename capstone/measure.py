@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime
+from course import bench, bench_timing, runtime
 from capstone import attention_ops
 from capstone import model as cm
 from capstone import wgmma_ops
@@ -185,10 +185,13 @@ def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None
         torch.cuda.reset_peak_memory_stats(device)
     trainer = Trainer(p["config"], tc, ops=ops, compile=compile, **TRAINER_OPTIONS.get(name, {}))
     started = time.perf_counter()
-    records = trainer.run(log_every=tc.steps)
+    # The warm-up steps, then the timed steps as one group: one clock over them (course/bench_clock.py),
+    # so the row says whether the host paced them (host_bound; then ms is the host's time).
+    records = trainer.run(p["warmup"], log_every=max(p["warmup"], 1))
+    records += trainer.run(log_every=p["steps"])
     wall = time.perf_counter() - started
-    timed = [r["ms"] for r in records[p["warmup"]:]]
-    result = {"ms": statistics.median(timed), "first_step_ms": records[0]["ms"], "wall_s": wall,
+    timing = trainer.timings[-1]
+    result = {**bench.timing_fields(timing), "first_step_ms": records[0]["ms"], "wall_s": wall,
               "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
               "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
     if profile_to is not None:
@@ -265,7 +268,8 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
     return _header(TRAIN_BENCH,
                    f"Training step of the capstone GPT ({size}), AdamW, "
                    f"{'bf16 autocast' if runtime.on_gpu() else 'fp32'}: the optimization ladder",
-                   f"ms = median of {p['steps']} steps (CUDA events; host clock on a CPU) after {p['warmup']} warm-up steps "
+                   f"ms = median of {p['steps']} steps (CUDA events; host clock on a CPU; * where the host paced the steps: "
+                   f"course/bench_clock.py) after {p['warmup']} warm-up steps "
                    "(Triton autotuning, compilation); vs torch = the eager twin's ms / this ms; TFLOP/s from "
                    "model.flops_per_token (6 N per token + attention); peak = torch.cuda.max_memory_allocated "
                    "over the run (weights, AdamW state, activations); vs previous rung: off the eager ladder, against "
@@ -319,6 +323,8 @@ def measure_decode(p: dict, deadline: float) -> dict:
             rows.append({"size": size, "variant": name, "batch": batch, "ms": ms, "tokens_per_s": batch / (ms * 1e-3),
                          "prefill_ms": statistics.median(g["prefill_ms"] for g in got),
                          "ms_rounds": [g["ms"] for g in got],
+                         # host-bound if the host paced any round's decode steps (course/bench_clock.py)
+                         **bench_timing.rounds_fields([t for g in got for t in g["timings"]]),
                          "same_tokens_as_baseline": bool(torch.equal(tokens.cpu(), base_tokens.cpu()))})
         base = next((r for r in rows if r["size"] == size and r["variant"] == "torch no_cache" and "ms" in r), None)
         for r in rows:
@@ -330,7 +336,8 @@ def measure_decode(p: dict, deadline: float) -> dict:
                    f"Greedy decoding of the capstone GPT ({cfg.n_layers} x {cfg.d_model}, V={cfg.vocab_size}, "
                    f"{str(dtype).replace('torch.', '')} weights) at ~{prompt + new} context: ms per new token",
                    f"ms = one decode step (one new token per sequence), median of {p['decode_repeats']} rounds, each "
-                   f"running every variant in turn ({new} tokens after a warm-up run), prefill excluded; tokens/s = batch / ms; vs torch = the "
+                   f"running every variant in turn ({new} tokens after a warm-up run), prefill excluded (* where the host "
+                   "paced a round's decode steps); tokens/s = batch / ms; vs torch = the "
                    "no-cache eager loop's ms / this ms; same_tokens_as_baseline in the json (bf16: a near-tie "
                    "may flip; the CPU tests check equality in fp32)",
                    [name for name, _, _ in variants], rows)
@@ -456,12 +463,13 @@ def _table(record: dict) -> str:
         if "ms" not in r:
             lines.append("| " + " | ".join(first) + f" | {r.get('skipped', '')} |" + " |" * (len(head) - len(first) - 1))
             continue
-        lines.append("| " + " | ".join([*first, f(r["ms"], ".3f"), f(r.get("tokens_per_s"), ",.0f"),
+        lines.append("| " + " | ".join([*first, bench_timing.mark(f(r["ms"], ".3f"), r), f(r.get("tokens_per_s"), ",.0f"),
                                         f(r.get("tflops"), ".1f"), f(r.get("peak_mib"), ",.0f"),
                                         x(r.get("speedup_vs_torch")), x(r.get("gain_vs_previous_rung")),
                                         x(r.get("speedup_vs_compile")),
                                         x(r.get("speedup_vs_compile_cudagraphs"))]) + " |")
-    return f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
+    return (f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
+            + bench_timing.footnote(record["rows"]))
 
 
 def save_record(record: dict, out: Path) -> None:

@@ -53,7 +53,8 @@ from pathlib import Path
 import torch
 
 from capstone import model as cm
-from course import bench, runtime
+from course import bench, bench_timing, runtime
+from course.bench_clock import LoopClock
 from week5_integration import aot_package as ap
 from week5_integration import aot_quant as aq
 from week5_integration import inference
@@ -88,7 +89,8 @@ def load_runner():
 
 
 def _decode_loop(step, prefill, idx, new: int) -> dict:
-    """Time prefill() then new - 1 calls of step(token) -> logits: {"prefill_ms", "ms", "tokens"}."""
+    """Time prefill() then new - 1 calls of step(token) -> logits: {"prefill_ms", "ms", "tokens", "timings"};
+    the steps also on the kit's clock (course/bench_clock.py), whose Timing says whether the host paced them."""
     _sync()
     t0 = time.perf_counter()
     logits = prefill(idx)
@@ -96,17 +98,23 @@ def _decode_loop(step, prefill, idx, new: int) -> dict:
     _sync()
     t1 = time.perf_counter()
     tokens = [idx, token]
+    clock = LoopClock(new - 1)
     for _ in range(new - 1):
+        clock.start()
         token = step(token).argmax(-1, keepdim=True)
+        clock.stop()
         tokens.append(token)
+    timing = clock.timing() if len(clock) else None  # its synchronize first: the drain is the rule's sign
     _sync()
     t2 = time.perf_counter()
-    return {"prefill_ms": (t1 - t0) * 1e3, "ms": (t2 - t1) * 1e3 / (new - 1), "tokens": torch.cat(tokens, 1)}
+    return {"prefill_ms": (t1 - t0) * 1e3, "ms": (t2 - t1) * 1e3 / (new - 1), "tokens": torch.cat(tokens, 1),
+            **bench_timing.row_fields(timing), "timings": [timing] if timing else []}
 
 
 def _median(runs: list[dict]) -> dict:
+    timings = [t for r in runs for t in r["timings"]]
     return {"prefill_ms": statistics.median(r["prefill_ms"] for r in runs), "ms": statistics.median(r["ms"] for r in runs),
-            "tokens": runs[-1]["tokens"]}
+            "tokens": runs[-1]["tokens"], "timings": timings}
 
 
 class _Loop:
@@ -141,7 +149,8 @@ def measure(variant: str, model, p: dict, batch: int, idx, package_path, compile
     if variant in ("eager cache", "eager cache+graph"):
         got = inference.measure_generate(model, batch=batch, prompt=idx.shape[1], new_tokens=new, repeats=p["repeats"],
                                          variant="cache" if variant == "eager cache" else "cache_graph")
-        return {"prefill_ms": got["prefill_ms"], "ms": got["ms"], "tokens": got["tokens"]}
+        return {"prefill_ms": got["prefill_ms"], "ms": got["ms"], "tokens": got["tokens"],
+                **bench_timing.rounds_fields(got["timings"]), "timings": got["timings"]}
     if variant == "torch.compile":
         if batch not in compiled:
             old = model.ops
@@ -322,7 +331,9 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
                 continue
             row = {"size": size, "variant": variant, "batch": batch, "prompt": p["prompt"], "ms": got["ms"],
                    "prefill_ms": got["prefill_ms"], "prefill_tokens_per_s": batch * p["prompt"] / (got["prefill_ms"] * 1e-3),
-                   "floor_ms": floor_ms, "floor_bytes": floor_bytes}
+                   "floor_ms": floor_ms, "floor_bytes": floor_bytes,
+                   # host-bound if the host paced any run's decode steps (course/bench_clock.py; none on the CPU)
+                   **bench_timing.rounds_fields(got.get("timings", []))}
             if got.get("where"):
                 row["where"] = got["where"]
             if got["ms"]:
@@ -335,7 +346,8 @@ def run(p: dict, variants=VARIANTS, deadline_s: float = 170.0, package_path=None
     return {"benchmark": BENCHMARK_NAME,
             "title": f"Deployment paths of the capstone GPT ({cfg.n_layers} x {cfg.d_model}, V={cfg.vocab_size}, "
                      f"{str(p['dtype']).removeprefix('torch.')}): greedy decode and prefill",
-            "notes": ("ms = one decode step (one new token per sequence), median of the runs after a warm-up; floor = "
+            "notes": ("ms = one decode step (one new token per sequence), median of the runs after a warm-up (* where "
+                      "the host paced a run's steps); floor = "
                       "weights + KV cache at the mean context read once at the copy bandwidth measured in this run; "
                       "prefill tokens/s = batch x prompt / prefill time (logits of every position); onnxruntime: no "
                       "cache, prefill only, where it ran; same tokens: against the first variant of the batch "
@@ -355,10 +367,11 @@ def table(record: dict) -> str:
             lines.append(f"| {r['size']} | {r['variant']} | {r['skipped']} |" + " |" * (len(head) - 3))
             continue
         lines.append("| " + " | ".join([r["size"], r["variant"] + (f" ({r['where']})" if r.get("where") else ""),
-                                        f(r.get("ms"), ".3f"), f(r.get("tokens_per_s"), ",.0f"), f(r.get("pct_of_floor"), ".1f"),
+                                        bench_timing.mark(f(r.get("ms"), ".3f"), r), f(r.get("tokens_per_s"), ",.0f"), f(r.get("pct_of_floor"), ".1f"),
                                         f(r["prefill_ms"], ".2f"), f(r["prefill_tokens_per_s"], ",.0f"),
                                         str(r.get("same_tokens_as_first", "-"))]) + " |")
-    text = f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
+    text = (f"**{record['title']}**: {bench.measured_on(record)}.\n\n" + "\n".join(lines) + f"\n\n{record['notes']}.\n"
+            + bench_timing.footnote(record["rows"]))
     for key, label in (("package", "Package"), ("package_int8", "int8 package"), ("package_fp8", "fp8 package")):
         package = record.get(key)
         if not package:

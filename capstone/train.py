@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from course import runtime
+from course.bench_clock import LoopClock
 from capstone import model as cm
 from capstone import text as texts
 from week5_integration import data
@@ -177,6 +178,7 @@ class Trainer:
             self.module, **compile_options(self.compile_mode, self.device))
         self.autograd_threads = bool(autograd_threads)
         self.step = 0
+        self.timings = []  # each flushed group's Timing (run): whether the host paced its steps
 
     # ------------------------------------------------------------------ one step
     def next_batch(self):
@@ -213,43 +215,42 @@ class Trainer:
 
     def run(self, until: int | None = None, *, log_every: int = 10, on_flush=None) -> list[dict]:
         """Step until step `until` (default: tc.steps); return one record per step
-        {"step", "loss", "lr", "grad_norm", "ms"}. `on_flush(records)` gets each flushed group."""
+        {"step", "loss", "lr", "grad_norm", "ms"}. `on_flush(records)` gets each flushed group.
+
+        Each group of `log_every` steps (synchronised once, at its flush) is timed by the kit's clock
+        (course/bench_clock.py): "ms" is a step's CUDA-event time (host clock off the GPU), and
+        `self.timings` gains the group's Timing, which says whether the host paced its steps."""
         until = self.tc.steps if until is None else until
         if not self.step <= until <= self.tc.steps:
             raise ValueError(f"until must be in [{self.step}, {self.tc.steps}], got {until}")
         self.module.train()
-        use_events = self.device.type == "cuda"
+        group_size = max(1, log_every)
+        clock = LoopClock(min(group_size, until - self.step), events=self.device.type == "cuda")
         pending, records = [], []
 
         def flush():
+            nonlocal clock
             if not pending:
                 return
+            timing = clock.timing()  # waits for the GPU: the drain the host-bound rule reads
             _sync(self.device)
-            group = []
-            for step, lr, loss, norm, timer in pending:
-                ms = timer[0].elapsed_time(timer[1]) if use_events else timer
-                group.append({"step": step, "loss": float(loss), "lr": lr, "grad_norm": float(norm), "ms": ms})
+            self.timings.append(timing)
+            group = [{"step": step, "loss": float(loss), "lr": lr, "grad_norm": float(norm), "ms": ms}
+                     for (step, lr, loss, norm), ms in zip(pending, timing.samples)]
             pending.clear()
             records.extend(group)
+            clock = LoopClock(min(group_size, until - self.step), events=self.device.type == "cuda")
             if on_flush is not None:
                 on_flush(group)
 
         while self.step < until:
             x, y = self.next_batch()
             step, lr = self.step, lr_at(self.step, self.tc)
-            if use_events:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-            else:
-                t0 = time.perf_counter()
+            clock.start()
             loss, norm = self.train_step(x, y)
-            if use_events:
-                end.record()
-                timer = (start, end)
-            else:
-                timer = (time.perf_counter() - t0) * 1e3
-            pending.append((step, lr, loss, norm, timer))
-            if len(pending) >= max(1, log_every) or self.step == until:
+            clock.stop()
+            pending.append((step, lr, loss, norm))
+            if len(pending) >= group_size or self.step == until:
                 flush()
         flush()
         return records

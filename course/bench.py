@@ -43,6 +43,8 @@ from typing import Callable
 import torch
 
 from course import bench_timing, runtime
+# The one clock every timed loop runs on (time_gpu's here; a training or decode loop's in its lesson).
+from course.bench_clock import LoopClock, Timing  # noqa: F401
 # c_function is handed on: lessons name a benchmark's CUDA C sources through course.bench.
 from course.source_lines import c_function, count_source_lines  # noqa: F401
 # A row's timing fields (ms, host_bound, host_ms, graphed_ms), its printed ms and a printed table's footnote.
@@ -117,23 +119,6 @@ def bench_dtype() -> torch.dtype:
     return torch.bfloat16 if runtime.has_capability((8, 0)) else torch.float16
 
 
-@dataclass
-class Timing:
-    median_ms: float
-    min_ms: float
-    reps: int
-    samples: list = field(repr=False, default_factory=list)
-    # time_gpu only (None: not measured, as with host clocks): the host's wall time per call over
-    # the timed loop, whether the loop was paced by the host (course/bench_timing.py: the rule),
-    # how long the GPU still had queued when the host finished, and, when host-bound, the calls'
-    # time replayed from a CUDA graph (the GPU's alone) or why they could not be captured.
-    host_ms: float | None = None
-    host_bound: bool | None = None
-    drain_ms: float | None = None
-    graphed_ms: float | None = None
-    graph_error: str | None = None
-
-
 def _l2_bytes() -> int:
     if not runtime.on_gpu():
         return 0
@@ -177,23 +162,15 @@ def time_gpu(fn: Callable, sets: list, *, warmup_ms: float = 25, rep_ms: float =
     for i in range(min(max(1, int(warmup_ms / estimate)), 500)):
         fn(*sets[i % len(sets)])
     reps = min(max(int(rep_ms / estimate), 10), 1000)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     # No synchronisation inside the loop: the host queues launches ahead of the GPU, so
     # Python's launch cost overlaps the previous kernel instead of landing in the timing.
-    # The host's clock around the loop, and around the drain after it, tell whether it did.
-    t0 = time.perf_counter()
+    # The clock's host time around the loop, and around the drain after it, tell whether it did.
+    clock = LoopClock(reps, events=True)
     for i in range(reps):
-        starts[i].record()
+        clock.start()
         fn(*sets[i % len(sets)])
-        ends[i].record()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    drain_ms = (time.perf_counter() - t1) * 1e3
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    median, host_ms = statistics.median(samples), (t1 - t0) * 1e3 / reps
-    timing = Timing(median, min(samples), reps, samples, host_ms=host_ms, drain_ms=drain_ms,
-                    host_bound=bench_timing.is_host_bound(host_ms, median, drain_ms))
+        clock.stop()
+    timing = clock.timing()
     if timing.host_bound:  # for write_record, whose caller may have kept only the ms
         bench_timing.HOST_BOUND_SEEN.append(bench_timing.seen_entry(fn, timing))
     return with_graph_time(timing, fn, sets, rep_ms) if graph else timing

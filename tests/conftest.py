@@ -125,3 +125,34 @@ def pytest_pyfunc_call(pyfuncitem):
     error = outcome.excinfo[1] if outcome.excinfo else None
     if isinstance(error, runtime.NotOnThisGpu):
         outcome.force_exception(pytest.skip.Exception(f"not on this GPU: {error}", _use_item_location=True))
+
+
+class _FakeEvent:
+    """A CUDA event for the CPU tests of course.bench_clock.LoopClock's GPU path: `record` reads the
+    host's clock; `elapsed_time` is the interval between two records, or a fixed `gpu_ms` when given."""
+
+    def __init__(self, gpu_ms=None):
+        self.gpu_ms, self.at = gpu_ms, None
+
+    def record(self):
+        import time
+
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return self.gpu_ms if self.gpu_ms is not None else (end.at - self.at) * 1e3
+
+
+@pytest.fixture
+def gpu_clock():
+    """gpu_clock(gpu_ms=None): a LoopClock factory (its signature) whose loops take the GPU path on the CPU.
+    Without `gpu_ms` each call's events read the host's time (a GPU with no work of its own: the host
+    paces every loop); with it, every call's events read gpu_ms (a GPU far behind a fast host). Patched
+    over a lesson's `LoopClock`, it makes a bench's rows carry the host-bound flag on the CPU."""
+    from course.bench_clock import LoopClock
+
+    def factory(gpu_ms=None):
+        def make(reps=0, **_):
+            return LoopClock(reps, events=True, event=lambda: _FakeEvent(gpu_ms), synchronize=lambda: None)
+        return make
+    return factory

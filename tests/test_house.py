@@ -169,10 +169,12 @@ def test_every_python_m_command_names_a_module_with_a_command_line():
 # time_gpu knows whether a loop was host-bound (course/bench_timing.py); a row that keeps only the
 # median drops that. A function that times (one of these, or a helper of its module that calls one)
 # builds its rows' timing fields with course.bench.timing_fields (interleaved rounds: Rounds.row_fields).
-TIMERS = {"time_gpu", "time_call", "time_with_memory", "time_host", "time_wall", "interleaved_rounds"}
-ROW_HELPERS = {"timing_fields", "row_fields"}
-# Functions that time but build no row: the ceilings (a 1 GiB copy, a 4096^3 matmul: never host-bound).
-NOT_ROWS = {"course/bench.py": {"copy_bandwidth_gbps", "matmul_tflops"}}
+# LoopClock (course/bench_clock.py) is the same clock for a loop its caller drives (training, decoding).
+TIMERS = {"time_gpu", "time_call", "time_with_memory", "time_host", "time_wall", "interleaved_rounds", "LoopClock"}
+ROW_HELPERS = {"timing_fields", "row_fields", "rounds_fields"}
+# Functions that time but build no row: the ceilings (a 1 GiB copy, a 4096^3 matmul: never host-bound);
+# the capstone Trainer's per-step log records (each group's Timing, with its flag, is kept in Trainer.timings).
+NOT_ROWS = {"course/bench.py": {"copy_bandwidth_gbps", "matmul_tflops"}, "capstone/train.py": {"run"}}
 
 
 def _call_name(node) -> str:

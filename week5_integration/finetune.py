@@ -337,48 +337,24 @@ def exact_match(model, plan: Plan) -> float:
 
 
 # ------------------------------------------------------------------------------------ training
-class StepTimer:
-    """Per-step times: CUDA events on the GPU (no synchronisation inside the loop), else a host clock."""
-
-    def __init__(self):
-        self.pairs, self.host = [], []
-
-    def start(self):
-        if runtime.on_gpu():
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def stop(self, started):
-        if runtime.on_gpu():
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self.pairs.append((started, end))
-        else:
-            self.host.append((time.perf_counter() - started) * 1e3)
-
-    def times_ms(self) -> list[float]:
-        if runtime.on_gpu():
-            torch.cuda.synchronize()
-            return [s.elapsed_time(e) for s, e in self.pairs]
-        return list(self.host)
-
-
 def train(model, task: Task, plan: Plan, steps: int, lr: float, *, seed: int, warmup_steps: int = 0,
           on_warm=None) -> dict:
-    """`steps` AdamW steps on random windows of task.train; losses, step times (after the warm-up)."""
+    """`steps` AdamW steps on random windows of task.train; losses, and the steps after the warm-up timed
+    by the kit's clock (course/bench_clock.py: CUDA events, and whether the host paced the steps; a host
+    clock off the GPU), as "timing" (None when no step was timed) and its per-step "step_ms"."""
     opt, sched = make_optimizer(model, lr, plan.warmup)
     # fp16 (a T4) needs loss scaling against gradient underflow; bf16 has fp32's exponent range.
     scaler = torch.amp.GradScaler("cuda", enabled=runtime.on_gpu() and amp_dtype() == torch.float16)
     batches = data.Batches(task.train, plan.batch, plan.seq_len, seed=seed, device=runtime.DEVICE)
-    losses, timer = [], StepTimer()
+    losses, clock = [], bench.LoopClock(max(steps - warmup_steps, 0))
     model.train()
     for step in range(steps):
         if step == warmup_steps and on_warm is not None:
             on_warm()  # compilation, autotuning and optimizer-state allocation are behind us
         x, y = batches.next()
-        started = timer.start() if step >= warmup_steps else None
+        timed = step >= warmup_steps
+        if timed:
+            clock.start()
         with autocast():
             loss = model.loss(x, y)
         scaler.scale(loss).backward()
@@ -386,11 +362,12 @@ def train(model, task: Task, plan: Plan, steps: int, lr: float, *, seed: int, wa
         scaler.update()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        if started is not None:
-            timer.stop(started)
+        if timed:
+            clock.stop()
         losses.append(loss.detach())
+    timing = clock.timing() if len(clock) else None  # before the losses' copy to the host: the drain
     return {"losses": [float(v) for v in torch.stack(losses).cpu()] if losses else [],
-            "step_ms": timer.times_ms(), "optimizer": opt}
+            "timing": timing, "step_ms": timing.samples if timing else [], "optimizer": opt}
 
 
 def state_bytes(model, opt) -> dict:
@@ -469,9 +446,9 @@ def finetune_variant(variant: str, cfg, state, task: Task, plan: Plan, steps: in
         "weights_mib": held["weights"] / 2**20, "optimizer_mib": held["optimizer"] / 2**20,
         "lr": lr, "steps": steps,
     }
-    if result["step_ms"]:
-        row.update({"ms": statistics.median(result["step_ms"]), "ms_min": min(result["step_ms"]),
-                    "reps": len(result["step_ms"])})
+    timing = result["timing"]
+    if timing is not None:  # its ms, and whether the host paced the steps (then the time is the host's)
+        row.update({**bench.timing_fields(timing), "ms_min": timing.min_ms, "reps": timing.reps})
         row["tokens_per_s"] = tokens / (row["ms"] * 1e-3)
     log(f"{variant:>10}: {time.perf_counter() - started:6.1f} s, step {row.get('ms', float('nan')):.2f} ms, "
         f"peak {bench.fmt(row['peak_mib'], '.0f')} MiB (predicted {row['predicted_peak_mib']:.0f}), "

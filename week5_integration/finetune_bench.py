@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime
+from course import bench, bench_timing, runtime
 from course.bench import Benchmark, fmt
 from course.check import random_tensor
 from week5_integration import lora as lora_mod
@@ -38,7 +38,8 @@ def record(runs: list[dict]) -> dict:
     return {
         "benchmark": BENCHMARK_NAME,
         "title": "Fine-tuning a pre-trained GPT on sums: full vs LoRA (torch, Triton) vs QLoRA (NF4)",
-        "notes": ("ms = median step (CUDA events, after warm-up steps); peak = torch.cuda.max_memory_allocated "
+        "notes": ("ms = median step (CUDA events, after warm-up steps; * where the host paced the steps: "
+                  "course/bench_clock.py); peak = torch.cuda.max_memory_allocated "
                   "over the timed steps (weights + grads + optimizer + activations); vs torch = lora_torch's "
                   "step time / this step time; exact match = greedy answers to held-out sums"),
         "headline": ["lora", "qlora"],
@@ -131,7 +132,8 @@ def markdown_table(result: dict) -> str:
         n = r.get("trainable_params")
         trainable = "-" if not n else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
         lines.append("| " + " | ".join([
-            r["size"], r["variant"], trainable, fmt(r.get("ms"), ".2f"), fmt(r.get("tokens_per_s"), ",.0f"), speed,
+            r["size"], r["variant"], trainable, bench_timing.mark(fmt(r.get("ms"), ".2f"), r),  # * host-paced steps
+            fmt(r.get("tokens_per_s"), ",.0f"), speed,
             fmt(r.get("peak_mib"), ".0f"),
             fmt(r.get("predicted_peak_mib"), ".0f"), fmt(r.get("final_loss"), ".3f"), fmt(r.get("val_loss"), ".3f"),
             fmt(None if r.get("exact_match") is None else 100 * r["exact_match"], ".0f") + "%"]) + " |")
@@ -140,7 +142,7 @@ def markdown_table(result: dict) -> str:
     if ratios:
         text += "\nPeak memory relative to full fine-tuning: " + ", ".join(
             f"{size}: " + ", ".join(f"{v} {x:.2f}x" for v, x in r.items()) for size, r in ratios.items()) + ".\n"
-    return text + f"\n{result['notes']}.\n"
+    return text + f"\n{result['notes']}.\n" + bench_timing.footnote(result["rows"])
 
 
 def peak_ratios(result: dict) -> dict:

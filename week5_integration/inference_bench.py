@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime
+from course import bench, bench_timing, runtime
 from course.bench import fmt
 from week5_integration import model as m
 from week5_integration.inference import (
@@ -60,7 +60,9 @@ def _row(cfg, variant, batch, prompt, new, measured, copy_gbps, tflops, itemsize
             "gbps": nbytes / seconds / 1e9, "tflops": flops / seconds / 1e12,
             "pct_of_copy": 100 * nbytes / seconds / 1e9 / copy_gbps,
             "predicted_tokens_per_s": roof["tokens_per_s"],
-            "predicted_launch_bound_tokens_per_s": batch / max(per_op * 1e-6, roof["ms"] * 1e-3)}
+            "predicted_launch_bound_tokens_per_s": batch / max(per_op * 1e-6, roof["ms"] * 1e-3),
+            # whether the host paced the decode steps (then ms is the host's time), where it was measured
+            **{k: measured[k] for k in ("host_bound", "host_ms") if k in measured}}
 
 
 def kv_cache_benchmark(plan: dict | None = None, *, variants=VARIANTS, progress: bool = True) -> dict:
@@ -111,7 +113,8 @@ def kv_cache_benchmark(plan: dict | None = None, *, variants=VARIANTS, progress:
         "benchmark": BENCHMARK_NAME,
         "title": (f"KV-cache decoding: GPT d{cfg.d_model} L{cfg.n_layers} V{cfg.vocab_size} "
                   f"{str(dtype).replace('torch.', '')}, {plan['new_tokens']} new tokens, ms per decode step"),
-        "notes": ("ms = one decode step (one new token per sequence), median of runs, prefill excluded; "
+        "notes": ("ms = one decode step (one new token per sequence), median of runs, prefill excluded "
+                  "(* where the host paced the steps: course/bench_clock.py); "
                   "tokens/s = batch / ms; bytes: cached = weights + KV cache read (cache_graph reads the whole "
                   "fixed buffer), no_cache = weights only; predicted = bytes / copy bandwidth (roofline); "
                   f"launch-bound = ops x {EAGER_US_PER_OP:g} us (eager) or kernels x {GRAPH_US_PER_KERNEL:g} us (graph)"),
@@ -135,10 +138,11 @@ def markdown_table(result: dict) -> str:
             continue
         speed = f"{r['speedup_vs_no_cache']:.2f}x" if r.get("speedup_vs_no_cache") else "-"
         lines.append("| " + " | ".join([
-            r["size"], r["variant"], fmt(r["ms"], ".3f"), fmt(r["tokens_per_s"], ",.0f"),
+            r["size"], r["variant"], bench_timing.mark(fmt(r["ms"], ".3f"), r), fmt(r["tokens_per_s"], ",.0f"),
             fmt(r.get("predicted_tokens_per_s"), ",.0f"), fmt(r.get("predicted_launch_bound_tokens_per_s"), ",.0f"),
             fmt(r.get("gbps"), ".0f"), fmt(r.get("pct_of_copy"), ".1f"), speed, fmt(r.get("prefill_ms"), ".2f")]) + " |")
-    return f"**{result['title']}**: {bench.measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
+    return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n" + "\n".join(lines) + f"\n\n{result['notes']}.\n"
+            + bench_timing.footnote(result["rows"]))
 
 
 def save(result: dict, results_dir) -> list[Path]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from course import bench, runtime
+from course import bench, bench_timing, runtime
 from course.bench import fmt
 from week5_integration import kernels
 from week5_integration import model as m
@@ -158,7 +158,8 @@ def swaps_run(*, cfg=None, tc=None, out: Path | None = None, variants=None, on_r
                          "skipped": f"failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"})
             torch._dynamo.reset()
             continue
-        row = {"size": label, "variant": ops.name, "ms": result.median_step_ms, "ms_min": min(result.step_ms),
+        # ms (the timed steps' median) and whether the host paced them, from the kit's clock (bench.timing_fields)
+        row = {"size": label, "variant": ops.name, **bench.timing_fields(result.timing), "ms_min": min(result.step_ms),
                "reps": len(result.step_ms) - result.skip, "tokens_per_s": result.tokens_per_s,
                "flops": result.flops_per_step, "tflops": result.tflops, "losses": result.losses,
                "first_step_s": result.step_ms[0] * 1e-3,  # includes autotuning / compilation
@@ -218,10 +219,10 @@ def swaps_markdown(record: dict) -> str:
         if "skipped" in r:
             lines.append(f"| {r['variant']} | skipped: {r['skipped']} | | | | | | |")
             continue
-        lines.append(f"| {r['variant']} | {r['ms']:.3f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | "
+        lines.append(f"| {r['variant']} | {bench_timing.mark(format(r['ms'], '.3f'), r)} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | "
                      f"{r['speedup_vs_torch']:.2f}x | {r['loss_max_rel_diff']:.1e} | {r['first_step_s']:.1f} | "
                      f"{sum(r['fallbacks'].values()) or '-'} |")
-    return "\n".join(lines) + f"\n\n{record['notes']}.\n"
+    return "\n".join(lines) + f"\n\n{record['notes']}.\n" + bench_timing.footnote(record["rows"])
 
 
 def save(record: dict, out: Path, markdown: str) -> list[Path]:

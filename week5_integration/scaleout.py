@@ -47,7 +47,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -56,8 +55,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from course import runtime  # before anything imports triton (torch.profiler, FSDP may)
+from course import bench_timing, runtime  # before anything imports triton (torch.profiler, FSDP may)
 from course.bench import fmt
+from course.bench_clock import LoopClock
 from week5_integration import data
 from week5_integration import distributed as dd
 from week5_integration import model as m
@@ -236,21 +236,17 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
     if world > 1:
         dist.barrier()
     use_events = device.type == "cuda"
-    marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(plan.steps)] if use_events else []
-    host_ms = []
+    # The kit's clock (course/bench_clock.py): each step's CUDA events, the host's time per step over the
+    # loop and the drain after it, which say whether the GPU waited for this rank's Python (host_bound).
+    clock = LoopClock(plan.steps, events=use_events)
     started = time.perf_counter()
-    for i in range(plan.steps):
-        t0 = time.perf_counter()
-        if use_events:
-            marks[i][0].record()
+    for _ in range(plan.steps):
+        clock.start()
         step()
-        if use_events:
-            marks[i][1].record()
-        host_ms.append((time.perf_counter() - t0) * 1e3)
+        clock.stop()
+    timing = clock.timing()  # waits for the GPU (the drain): before sync, which would leave it nothing to wait for
     sync(device)
     wall_ms = (time.perf_counter() - started) * 1e3 / plan.steps
-    step_ms = [s.elapsed_time(e) for s, e in marks] if use_events else host_ms
     peak = torch.cuda.max_memory_allocated(device) if use_events else 0
     reserved = torch.cuda.max_memory_reserved(device) if use_events else 0
     state = model_state_bytes(module, opt)
@@ -260,10 +256,14 @@ def measure_strategy(strategy: str, plan: Plan, rank: int, world: int, device: t
         dist.all_reduce(global_losses)  # sum of the shard means; / world = the global batch's mean
         global_losses /= world
     wall_max, median_max, peak_max, reserved_max = max_over_ranks(
-        [wall_ms, statistics.median(step_ms), peak, reserved], device)
+        [wall_ms, timing.median_ms, peak, reserved], device)
+    if timing.host_bound is not None:  # host-bound on any rank; the slowest rank's host ms per step
+        flag, host_max = max_over_ranks([float(timing.host_bound), timing.host_ms], device)
+        timing = dataclasses.replace(timing, host_bound=flag > 0, host_ms=host_max)
     result = {
         "strategy": strategy, "world": world, "zero_stage": ZERO_STAGE.get(strategy),
-        "ms": wall_max, "ms_median_step": median_max, "ms_rank": wall_ms, "host_ms_median": statistics.median(host_ms),
+        "ms": wall_max, "ms_median_step": median_max, "ms_rank": wall_ms,
+        **bench_timing.row_fields(timing),  # whether the host paced the steps (every rank has events, or none)
         "tokens_per_step": plan.batch * world * plan.seq_len,
         "tokens_per_s": plan.batch * world * plan.seq_len / (wall_max * 1e-3),
         "peak_mib": peak_max / 2**20 if use_events else None,
@@ -359,7 +359,9 @@ def report(stage: Path) -> dict:
                    "tokens_per_s_per_gpu": r["tokens_per_s"] / n, "peak_mib": r["peak_mib"],
                    "reserved_mib": r["reserved_mib"], "state_bytes_per_param": r["state_bytes_per_param"],
                    "predicted_state_bytes_per_param": r["predicted_state_bytes_per_param"],
-                   "state_mib": r["state_bytes"]["total"] / 2**20}
+                   "state_mib": r["state_bytes"]["total"] / 2**20,
+                   # whether the host paced the steps on any rank (stage files made before the flag have none)
+                   **{k: r[k] for k in ("host_bound", "host_ms") if k in r}}
             if base:
                 row["scaling_efficiency"] = r["tokens_per_s"] / (n * base["tokens_per_s"])
                 row["speedup_vs_one_gpu"] = r["tokens_per_s"] / base["tokens_per_s"]
@@ -393,7 +395,8 @@ def report(stage: Path) -> dict:
     return {
         "benchmark": BENCHMARK_NAME, "title": title,
         "notes": (f"ms = mean step over {plan['steps']} steps after {plan['warmup']} warm-up steps (host clock, "
-                  "slowest rank); tokens/s = global tokens per step / ms; scaling efficiency = tokens/s / "
+                  "slowest rank; * where the host paced the steps on a rank: course/bench_clock.py); "
+                  "tokens/s = global tokens per step / ms; scaling efficiency = tokens/s / "
                   "(N x the single process's tokens/s at the same per-GPU batch); peak = the largest "
                   "torch.cuda.max_memory_allocated over ranks (model built to last timed step); state = parameters + "
                   "gradients + AdamW moments held by one rank (its shards), bytes per parameter of the model; "
@@ -426,7 +429,8 @@ def markdown(record: dict) -> str:
             continue
         eff = r.get("scaling_efficiency")
         lines.append("| " + " | ".join([
-            str(r["world"]), r["variant"], "-" if r["zero_stage"] is None else str(r["zero_stage"]), f"{r['ms']:.2f}",
+            str(r["world"]), r["variant"], "-" if r["zero_stage"] is None else str(r["zero_stage"]),
+            bench_timing.mark(f"{r['ms']:.2f}", r),
             f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}", "-" if eff is None else f"{100 * eff:.1f}%",
             fmt(r.get("peak_mib"), ",.0f"), f"{r['state_mib']:,.0f}",
             f"{r['state_bytes_per_param']:.2f} ({r['predicted_state_bytes_per_param']:.2f})"]) + " |")
@@ -464,7 +468,7 @@ def markdown(record: dict) -> str:
                  "bytes each GPU sends (`wire_bytes_per_step`) / the bus bandwidth above; other GPU work = the union "
                  "of every non-NCCL kernel and copy; idle = the profiled step's span minus all device work.", ""]
     text.append(f"{record['notes']}.")
-    return "\n".join(text) + "\n"
+    return "\n".join(text) + "\n" + bench_timing.footnote(record["rows"])
 
 
 def save(record: dict, out: Path) -> list[Path]:

@@ -31,12 +31,12 @@ import argparse
 import math
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from course import runtime
+from course.bench_clock import LoopClock, Timing
 from week5_integration import data
 from week5_integration import model as m
 
@@ -205,6 +205,9 @@ class TrainResult:
     skip: int                    # leading steps left out of the timing
     timer: str                   # "cuda_events" or "host_clock"
     extra: dict = field(default_factory=dict)
+    # the timed steps' (after `skip`) Timing from the kit's clock (course/bench_clock.py): on a GPU, whether
+    # the host paced them (host_bound, host_ms); None where no step was timed
+    timing: Timing | None = None
 
     @property
     def median_step_ms(self) -> float:
@@ -236,35 +239,34 @@ def train(model: m.GPT, batches: data.Batches, tc: TrainConfig, *, opt=None, los
     step = make_step(model, opt, tc, loss_fn=loss_fn)
     model.train()
     use_events = device.type == "cuda"
-    losses, norms, lrs, marks, host_ms = [], [], [], [], []
+    skip = min(tc.skip, max(tc.steps - 1, 0))
+    # The kit's clock (course/bench_clock.py): one for the steps left out (autotuning, compilation), one for
+    # the timed steps, so that the timed loop's host time per step (half of the host-bound rule) is not the
+    # compiler's. The warm-up clock is read (a synchronize) before the first timed step.
+    warm, timed = LoopClock(skip, events=use_events), LoopClock(tc.steps - skip, events=use_events)
+    losses, norms, lrs = [], [], []
     for i in range(tc.steps):
+        if i == skip and len(warm):
+            warm.timing()
+        clock = warm if i < skip else timed
         x, y = batches.next()
         lr = lr_at(i, tc)
-        if use_events:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        else:
-            t0 = time.perf_counter()
+        clock.start()
         loss, norm = step(x, y, lr)
-        if use_events:
-            end.record()
-            marks.append((start, end))
-        else:
-            host_ms.append((time.perf_counter() - t0) * 1e3)
+        clock.stop()
         losses.append(loss)
         norms.append(norm)
         lrs.append(lr)
         if on_step is not None:
             on_step(i, loss)
-    if use_events:
-        torch.cuda.synchronize()
-        host_ms = [s.elapsed_time(e) for s, e in marks]
+    timing = timed.timing() if len(timed) else None
+    step_ms = (warm.timing().samples if len(warm) else []) + (timing.samples if timing else [])
     tokens = batches.batch * batches.seq_len
     return TrainResult(losses=torch.stack(losses).float().tolist(), lrs=lrs,
-                       grad_norms=torch.stack(norms).float().tolist(), step_ms=host_ms,
+                       grad_norms=torch.stack(norms).float().tolist(), step_ms=step_ms,
                        tokens_per_step=tokens,
                        flops_per_step=m.flops_per_token(model.cfg, context=batches.seq_len) * tokens,
-                       skip=min(tc.skip, max(tc.steps - 1, 0)), timer="cuda_events" if use_events else "host_clock")
+                       skip=skip, timer="cuda_events" if use_events else "host_clock", timing=timing)
 
 
 @torch.no_grad()

@@ -190,3 +190,61 @@ def test_summary_names_each_rows_attention_and_judges_the_rule():
     assert graphs.startswith("| attention (issue 33): fast+compile+cudagraphs's") and graphs.endswith("| NO |")
     assert "1.07x" in graphs  # the Hopper kernels past the margin: the rule should have picked them here
     assert "| Hopper attention (week 4's CUDA C): loss tracks the eager twin | not measured | - |" in lines
+
+
+# ------------------------------------------------------------------ whether the host paced the timed steps
+def test_a_training_row_says_whether_the_host_paced_its_timed_steps(monkeypatch, gpu_clock, tmp_path):
+    """time_training times the steps after the warm-up as one group of the kit's clock (course/bench_clock.py):
+    the row's ms is that Timing's median, host_bound and host_ms beside it; the table marks a host-paced ms.
+    The GPU path runs on the CPU with stand-in events (conftest's gpu_clock), which follow the host."""
+    from capstone import train as ct
+
+    monkeypatch.setattr(ct, "LoopClock", gpu_clock())
+    p = measure.plan()
+    got = measure.time_training(p, measure.cm.ladder()[0], compile=False)
+    assert got["host_bound"] is True and got["host_ms"] > 0 and got["ms"] > 0 and got["first_step_ms"] > 0
+    record = measure._header(measure.TRAIN_BENCH, "t", "n", [], [{"size": "s", "variant": "torch", **got}])
+    table = measure._table(record)
+    assert f"| {got['ms']:.3f}* |" in table and "host-bound" in table
+    del record["rows"][0]["host_bound"]  # a record made before the flag renders as it did
+    assert "* |" not in measure._table(record) and "host-bound" not in measure._table(record)
+
+
+def test_a_decode_row_is_host_bound_when_any_round_was(monkeypatch, gpu_clock):
+    """The decode phase's rows take the flag over their rounds' Timings (bench_timing.rounds_fields)."""
+    from week5_integration import inference
+
+    monkeypatch.setattr(inference, "LoopClock", gpu_clock())
+    p = {**measure.plan(), "decode_new": 3, "decode_prompt": 4}
+    record = measure.measure_decode(p, deadline=float("inf"))
+    rows = [r for r in record["rows"] if "ms" in r]
+    assert rows and all(r["host_bound"] is True and r["host_ms"] > 0 for r in rows)
+    assert measure._table(record).count("* |") == len(rows)
+
+
+def hopper_loss(within_tolerance, within_control=None):
+    held = {"step0_abs_diff": 0.002, "moving_avg_max_abs_diff": 0.07, "final_mean_abs_diff": 0.004,
+            "within_tolerance": within_tolerance}
+    if within_control is not None:
+        held.update(control={"moving_avg_max_abs_diff": 0.05, "final_mean_abs_diff": 0.003},
+                    within_control=within_control)
+    return {"steps": 200, "tolerance": measure.LOSS_TOLERANCE, "hopper_attention": held}
+
+
+@pytest.mark.parametrize("within_tolerance, within_control, verdicts, verdict", [
+    (True, True, ["yes", "yes"], "within the bound"),
+    (False, True, ["NO", "yes"], "beyond the bound, within the control's drift"),
+    (False, False, ["NO", "NO"], "beyond both"),
+    (False, None, ["NO"], "beyond the bound (no control measured)"),
+])
+def test_the_hopper_attention_loss_holds_the_bound_and_the_control_apart(within_tolerance, within_control,
+                                                                          verdicts, verdict):
+    """As every other model's loss (held_rows): the pre-stated bound's row, then the control's, each with its
+    own verdict, and the last row saying which of the three the curve is; never one joined verdict."""
+    lines = [line for line in summary.summary_markdown(None, None, hopper_loss(within_tolerance, within_control))
+             .splitlines() if line.startswith("| Hopper attention")]
+    assert [line.rsplit("|", 2)[-2].strip() for line in lines] == verdicts
+    assert f": {verdict} |" in lines[-1]
+    assert "within 0.05" in lines[0] and "means: 0.0700" in lines[0]
+    if within_control is not None:
+        assert "0.0700 (control 0.0500)" in lines[1]

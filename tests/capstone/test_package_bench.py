@@ -60,3 +60,23 @@ def test_bench_reports_the_int8_package_beside_the_float_one(tmp_path_factory):
         assert all("refused" in r["skipped"] and "int8" in r["skipped"] for r in fp8), fp8
         assert "not built" in pb.table(record)
     assert "int8 package:" in pb.table(record)
+
+
+def test_decode_loops_say_whether_the_host_paced_their_steps(monkeypatch, gpu_clock):
+    """The deployment rows' decode steps go through the kit's clock (course/bench_clock.py); a row is host-bound
+    when any run was. The GPU path on the CPU with stand-in events (conftest's gpu_clock), which follow the host."""
+    monkeypatch.setattr(pb, "LoopClock", gpu_clock())
+    steps = iter(range(10))
+
+    def step(token):
+        return torch.nn.functional.one_hot(torch.tensor([next(steps)]), 12).float()  # logits (B, V)
+
+    def prefill(idx):
+        return torch.zeros(1, idx.shape[1], 12)
+
+    runs = [pb._decode_loop(step, prefill, torch.zeros(1, 3, dtype=torch.int64), 4) for _ in range(2)]
+    assert runs[0]["tokens"].tolist() == [[0, 0, 0, 0, 0, 1, 2]] and runs[0]["host_bound"] is True
+    got = pb._median(runs)
+    assert [t.reps for t in got["timings"]] == [3, 3]
+    monkeypatch.setattr(pb, "LoopClock", gpu_clock(gpu_ms=1e4))
+    assert pb._decode_loop(step, prefill, torch.zeros(1, 3, dtype=torch.int64), 2)["host_bound"] is False

@@ -158,3 +158,19 @@ def test_fast_model_is_one_graph_of_the_course_ops():
     # add_rms_norm: norm2 of each block, and the deferred residual adds of norm1 (blocks 1..) and norm_f
     for op in ("rms_norm", "add_rms_norm", "rope_qk", "flash_attention", "swiglu_packed", "fused_linear_cross_entropy"):
         assert f"course.{op}.default" in targets, (op, sorted(t for t in targets if "course" in t))
+
+
+def test_each_flushed_group_is_timed_by_the_kits_clock(monkeypatch, gpu_clock):
+    """run's steps go through course/bench_clock.py's LoopClock, one clock per flushed group: each record's ms is
+    its step's, each group's Timing (in Trainer.timings) says whether the host paced it. Off the GPU the flag is
+    unknown; with stand-in events that follow the host (conftest's gpu_clock), every group is host-paced."""
+    trainer = ct.Trainer("tiny", config(), ops="reference")
+    records = trainer.run(log_every=2)
+    assert [t.reps for t in trainer.timings] == [2, 2, 1]
+    assert [r["ms"] for r in records] == [ms for t in trainer.timings for ms in t.samples]
+    assert all((t.host_bound is None) == (trainer.device.type != "cuda") for t in trainer.timings)  # known on a GPU
+    monkeypatch.setattr(ct, "LoopClock", gpu_clock())
+    trainer = ct.Trainer("tiny", config(), ops="reference")
+    trainer.run(2, log_every=2)
+    trainer.run(log_every=N)
+    assert [t.reps for t in trainer.timings] == [2, N - 2] and all(t.host_bound for t in trainer.timings)

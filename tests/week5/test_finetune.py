@@ -177,3 +177,20 @@ def test_bad_arguments_are_refused():
         ft.run("tiny", steps=-1)
     with pytest.raises(ValueError, match="exceed max_seq_len"):
         ft.run("tiny", plan_changes={"seq_len": 64})
+
+
+def test_a_variants_row_says_whether_the_host_paced_its_steps(gpu_clock, monkeypatch):
+    """The timed steps go through the kit's clock (course/bench_clock.py): its Timing gives the row its ms and,
+    on a GPU, host_bound and host_ms; the table marks a host-paced ms. The GPU path runs here with stand-in
+    events (conftest's gpu_clock), which follow the host: every loop is host-paced."""
+    monkeypatch.setattr(bench, "LoopClock", gpu_clock())
+    run = ft.run("tiny", pretrain_steps=2, steps=5, variants=("full",), log=lambda *a, **k: None)
+    row = next(r for r in run["rows"] if r["variant"] == "full")
+    assert row["host_bound"] is True and row["host_ms"] > 0 and row["ms"] > 0
+    assert row["reps"] == 4 and row["ms_min"] <= row["ms"]  # 5 steps, the first a warm-up (min(5, max(5 // 4, 1)))
+    result = finetune_bench.record([run])
+    table = finetune_bench.markdown_table(result)
+    assert f"| {row['ms']:.2f}* |" in table and "host-bound" in table
+    del row["host_bound"], row["host_ms"]  # a record made before the flag: unmarked, no footnote
+    table = finetune_bench.markdown_table(result)
+    assert f"| {row['ms']:.2f} |" in table and "host-bound" not in table

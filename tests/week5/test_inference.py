@@ -273,3 +273,43 @@ def test_benchmark_record_is_course_bench_compatible(tmp_path):
     assert "B=2 prompt=16" in bench.markdown_table(record)
     with pytest.raises(ValueError, match="unknown variants"):
         inference_bench.kv_cache_benchmark(plan, variants=["cache", "paged"], progress=False)
+
+
+# ------------------------------------------------------------------ whether the host paced the decode steps
+def test_measure_generate_says_whether_the_host_paced_the_decode_steps(gpu_clock, monkeypatch):
+    """Each run's decode steps go through the kit's clock (course/bench_clock.py): on a GPU the result says
+    whether the host paced them; on the CPU the flag stays unknown. The GPU path runs here with stand-in
+    events (conftest's gpu_clock): events that follow the host make a host-paced loop, a slow GPU does not."""
+    model = tiny_model()
+    got = inf.measure_generate(model, batch=2, prompt=6, new_tokens=5, variant="cache", repeats=2)
+    assert [t.reps for t in got["timings"]] == [4, 4]  # new_tokens - 1 decode steps per run
+    assert ("host_bound" in got) == runtime.on_gpu()
+    monkeypatch.setattr(inf, "LoopClock", gpu_clock())
+    for variant in inf.VARIANTS:
+        got = inf.measure_generate(model, batch=2, prompt=6, new_tokens=5, variant=variant, repeats=2)
+        assert got["host_bound"] is True and got["host_ms"] > 0, variant
+        assert torch.equal(got["tokens"], m.generate(model, prompt_tokens_like(got["tokens"], 6), 5))
+    monkeypatch.setattr(inf, "LoopClock", gpu_clock(gpu_ms=1e4))
+    assert inf.measure_generate(model, batch=1, prompt=4, new_tokens=3, variant="cache")["host_bound"] is False
+
+
+def prompt_tokens_like(tokens, prompt):
+    return tokens[:, :prompt]
+
+
+def test_kv_cache_rows_carry_the_flag_and_the_table_marks_them(gpu_clock, monkeypatch, tmp_path):
+    from week5_integration import inference as solution
+    from week5_integration import inference_bench
+
+    monkeypatch.setattr(solution, "LoopClock", gpu_clock())
+    plan = {"cfg": m.config(TINY, max_seq_len=24), "batches": [1], "prompts": [4], "new_tokens": 3,
+            "dtype": torch.float32, "repeats": 1}
+    result = inference_bench.kv_cache_benchmark(plan, progress=False)
+    assert all(r["host_bound"] is True and r["host_ms"] > 0 for r in result["rows"])
+    record = json.loads(inference_bench.save(result, tmp_path)[0].read_text())
+    table = inference_bench.markdown_table(record)
+    assert table.count("* |") == len(record["rows"]) and "host-bound" in table
+    for r in record["rows"]:  # a record made before the flag: the same table, unmarked, no footnote
+        del r["host_bound"], r["host_ms"]
+    table = inference_bench.markdown_table(record)
+    assert "* |" not in table and "host-bound" not in table

@@ -209,3 +209,23 @@ def test_command_line_refuses_bad_arguments():
         so.main(["run", "--stage", "/tmp/x", "--steps", "0"])
     with pytest.raises(ValueError, match="single"):
         so.measure_strategy("single", so.TINY_PLAN, 0, 2, torch.device("cpu"))
+
+
+def test_a_strategy_says_whether_the_host_paced_its_steps(tmp_path, monkeypatch, gpu_clock):
+    """The timed steps go through the kit's clock (course/bench_clock.py); its flag (any rank host-paced) and
+    the slowest rank's host ms per step reach the stage file, the record and the table's mark. The GPU path
+    runs here in one gloo process with stand-in events (conftest's gpu_clock), which follow the host."""
+    monkeypatch.setattr(so, "LoopClock", gpu_clock())
+    plan = dataclasses.replace(so.TINY_PLAN, steps=2, warmup=1)
+    record = so.run(plan, ["ddp"], tmp_path, device_kind="cpu")
+    for name, r in record["strategies"].items():
+        assert r["host_bound"] is True and r["host_ms"] > 0, name
+    report = so.report(tmp_path)
+    rows = [r for r in report["rows"] if "ms" in r]
+    assert len(rows) == 2 and all(r["host_bound"] is True for r in rows)
+    text = so.markdown(report)
+    assert text.count("* |") == 2 and "host-bound" in text
+    # a stage file made before the flag (test_report_merges_the_worlds_into_one_record's): no mark, no footnote
+    (tmp_path / "world1.json").write_text(json.dumps(_fake_world(1)))
+    text = so.markdown(so.report(tmp_path))
+    assert "* |" not in text and "host-bound" not in text

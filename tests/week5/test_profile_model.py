@@ -173,3 +173,18 @@ def test_gpu_profile_of_gpt_small_is_classified(tmp_path):
         # the patterns must name nearly everything a real step launches
         assert rows["other"]["share"] < 0.1, record["profiles"][ops]["kernels"][:10]
         assert not record["profiles"][ops]["fallbacks"]
+
+
+def test_swap_rows_say_whether_the_host_paced_their_steps(tmp_path, monkeypatch, gpu_clock):
+    """Each swap row takes its ms and flag from train's Timing (bench.timing_fields); the table marks it. The GPU
+    path on the CPU with stand-in events (conftest's gpu_clock), which follow the host."""
+    from week5_integration import train as solution
+
+    monkeypatch.setattr(solution, "LoopClock", gpu_clock())
+    record = pm_bench.swaps_run(cfg=TINY, tc=small_setup(), variants=[(m.TORCH_OPS, None)])
+    row = record["rows"][0]
+    assert row["host_bound"] is True and row["host_ms"] > 0
+    table = pm_bench.swaps_markdown(record)
+    assert f"| {row['ms']:.3f}* |" in table and "host-bound" in table
+    del row["host_bound"]  # a record made before the flag renders as it did
+    assert "* |" not in pm_bench.swaps_markdown(record)

@@ -151,3 +151,20 @@ def test_each_step_starts_from_fresh_gradients():
     assert moved > 100 * 1e-6  # the steps moved the weights far more than the tolerance below
     for (name, p), q in zip(reference.named_parameters(), model.parameters()):
         assert_close(q.detach(), p.detach(), rtol=0, atol=1e-6, name=f"{name} after {tc.steps} steps")
+
+
+def test_the_timed_steps_say_whether_the_host_paced_them(monkeypatch, gpu_clock):
+    """train times the steps after `skip` on the kit's clock (course/bench_clock.py), apart from the steps left out
+    (their compilation would count as the host's time per step): result.timing is the timed steps', with their
+    flag on a GPU. The GPU path runs on the CPU with stand-in events (conftest's gpu_clock)."""
+    tc = tr.TrainConfig(steps=5, batch=2, seq_len=8, lr=1e-3, warmup=1, corpus_bytes=4000, skip=2, amp=False)
+    model = tr.build_model(TINY, "torch")
+    batches, _ = tr.make_batches(model.cfg, tc, device=DEVICE)
+    result = tr.train(model, batches, tc)
+    assert result.timing.reps == 3 and result.step_ms[2:] == result.timing.samples
+    assert result.median_step_ms == result.timing.median_ms
+    assert (result.timing.host_bound is None) == (not runtime.on_gpu())
+    monkeypatch.setattr(tr, "LoopClock", gpu_clock())
+    batches, _ = tr.make_batches(model.cfg, tc, device=DEVICE)
+    result = tr.train(model, batches, tc)
+    assert result.timing.host_bound is True and len(result.step_ms) == 5

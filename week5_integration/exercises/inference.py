@@ -37,6 +37,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from course import bench_timing
+from course.bench_clock import LoopClock
 from week5_integration import model as m
 
 VARIANTS = ("no_cache", "cache", "cache_graph")
@@ -284,18 +286,22 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, variant: str = "cache"):
+def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, variant: str = "cache",
+                   clock: LoopClock | None = None):
     """`generate`'s greedy loop with the prefill (first call) and the decode steps timed apart.
 
     Returns (tokens, prefill_s, decode_s). Variants: "no_cache" (every call re-runs the whole
     sequence), "cache" (`KVCache`, eager) and "cache_graph" (`StaticDecoder`, a CUDA graph on
     the GPU; eager fixed shapes elsewhere). The clock is the host's around synchronised work:
-    the steps themselves synchronise anyway (the next token decides the next input).
+    one synchronize after the prefill, one after the last step. Each decode step is also
+    bracketed by `clock` (the kit's, course/bench_clock.py; a new one when None): its events and
+    the drain after the loop say whether the GPU waited for the host's Python between steps.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     _check_positive(max_new_tokens=max_new_tokens)
     device = idx.device
+    clock = LoopClock(max_new_tokens - 1, events=device.type == "cuda") if clock is None else clock
     if variant == "cache_graph":
         max_len = static_cache_len(idx.shape[1], max_new_tokens, model.cfg.max_seq_len)
         decoder = StaticDecoder(model, idx.shape[0], max_len=max_len, cuda_graph=device.type == "cuda")
@@ -308,9 +314,10 @@ def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, vari
         _sync(device)
         t1 = time.perf_counter()
         for i in range(1, max_new_tokens):
+            clock.start()
             out[:, idx.shape[1] + i] = decoder.step()[:, 0]
-        _sync(device)
-        return out, t1 - t0, time.perf_counter() - t1
+            clock.stop()
+        return out, t1 - t0, _drained(clock, device) - t1
     use_cache = variant == "cache"
     if idx.shape[1] + max_new_tokens > model.cfg.max_seq_len:
         raise ValueError(f"prompt ({idx.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds "
@@ -320,6 +327,8 @@ def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, vari
     _sync(device)
     t0 = t1 = time.perf_counter()
     for i in range(max_new_tokens):
+        if i > 0:
+            clock.start()
         if use_cache:
             logits = model(step_input, start=start, cache=cache)
             start = cache.length = start + step_input.shape[1]
@@ -330,8 +339,18 @@ def timed_generate(model: m.GPT, idx: torch.Tensor, max_new_tokens: int, *, vari
         if i == 0:
             _sync(device)
             t1 = time.perf_counter()
+        else:
+            clock.stop()
+    return out, t1 - t0, _drained(clock, device) - t1
+
+
+def _drained(clock: LoopClock, device: torch.device) -> float:
+    """The host's clock once the GPU has finished the decode steps; the clock's synchronize is that wait
+    (its drain is one of the host-bound rule's signs, so nothing may synchronise before it)."""
+    if len(clock):
+        clock.timing()
     _sync(device)
-    return out, t1 - t0, time.perf_counter() - t1
+    return time.perf_counter()
 
 
 def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, variant: str,
@@ -339,7 +358,9 @@ def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, 
     """Median prefill and per-step decode times of `repeats` runs (after one warm-up run).
 
     Returns {"prefill_ms", "ms" (one decode step: one new token per sequence), "tokens_per_s"
-    (batch / step time), "tokens"} for a random prompt (batch, prompt).
+    (batch / step time), "tokens"} for a random prompt (batch, prompt); on a GPU also whether the host
+    paced the decode steps of any run ("host_bound", then "ms" is the host's time) and the host's ms per
+    step ("host_ms", median of the runs), from the runs' Timings ("timings": course/bench_clock.py).
     """
     _check_positive(batch=batch, prompt=prompt, new_tokens=new_tokens, repeats=repeats)
     if new_tokens < 2:
@@ -348,11 +369,13 @@ def measure_generate(model: m.GPT, *, batch: int, prompt: int, new_tokens: int, 
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, model.cfg.vocab_size, (batch, prompt), generator=gen).to(device)
     timed_generate(model, idx, new_tokens, variant=variant)  # warm-up: allocator, cuBLAS, graphs
-    prefill, decode, tokens = [], [], None
+    prefill, decode, timings, tokens = [], [], [], None
     for _ in range(repeats):
-        tokens, p, d = timed_generate(model, idx, new_tokens, variant=variant)
+        clock = LoopClock(new_tokens - 1, events=device.type == "cuda")
+        tokens, p, d = timed_generate(model, idx, new_tokens, variant=variant, clock=clock)
         prefill.append(p)
         decode.append(d / (new_tokens - 1))
+        timings.append(clock.timing())
     step = statistics.median(decode)
     return {"prefill_ms": statistics.median(prefill) * 1e3, "ms": step * 1e3,
-            "tokens_per_s": batch / step, "tokens": tokens}
+            "tokens_per_s": batch / step, "tokens": tokens, **bench_timing.rounds_fields(timings), "timings": timings}
