@@ -52,11 +52,12 @@ def cuda_kernel(path: Path, name: str, signature: str, defines: tuple[str, ...] 
     return kernel
 
 
-def nvcc_compile(path: Path, arch: str, out_dir: Path) -> subprocess.CompletedProcess:
-    """`nvcc -cubin` for one architecture: checks a .cu file compiles, no GPU needed."""
+def nvcc_compile(path: Path, arch: str, out_dir: Path, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`nvcc -cubin` for one architecture: checks a .cu file compiles, no GPU needed. `flags`: more nvcc
+    options, e.g. the -I of a header folder that a lesson's launcher names in its own nvcc command."""
     nvcc = runtime.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc is not on PATH")
     cubin = Path(out_dir) / f"{Path(path).stem}.{arch}.cubin"
-    command = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Werror", "all-warnings", "-o", str(cubin), str(path)]
+    command = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Werror", "all-warnings", *flags, "-o", str(cubin), str(path)]
     return subprocess.run(command, capture_output=True, text=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from course import interop, runtime
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the Hopper kernels' shared header
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in ROOT.glob("*/**/kernels/*.cu") if ".venv" not in p.parts)
@@ -66,7 +67,7 @@ def test_compiles(source, arch, tmp_path):
     if arch == "sm_90a":
         result = subprocess.run(sm_90a_command(source, tmp_path / "sm_90a.cubin"), capture_output=True, text=True)
     else:
-        result = interop.nvcc_compile(source, arch, tmp_path)
+        result = interop.nvcc_compile(source, arch, tmp_path, HOPPER_PTX_INCLUDE)
     assert result.returncode == 0, f"nvcc for {arch}: {source.name} failed:\n{result.stderr}"
 
 
@@ -90,7 +91,7 @@ def test_known_wrong_sources_compile(label, fixture, arch, tmp_path):
         assert str(wrong) in command
         result = subprocess.run(command, capture_output=True, text=True)
     else:
-        result = interop.nvcc_compile(wrong, arch, tmp_path)
+        result = interop.nvcc_compile(wrong, arch, tmp_path, HOPPER_PTX_INCLUDE)
     assert result.returncode == 0, f"{label}: nvcc for {arch} failed:\n{result.stderr}"
 
 

@@ -328,8 +328,7 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
 #    Blackwell GPU, sm_100, has no wgmma either) and is refused elsewhere;
 # 2. the operands reach the kernel as two TMA tensor maps, built here with the driver's
 #    cuTensorMapEncodeTiled and passed by value (128 bytes each);
-# 3. the module is loaded and launched through the CUDA driver API directly (ctypes on libcuda.so.1), not
-#    through PyCUDA.
+# 3. the module is loaded and launched through the CUDA driver API directly (ctypes on libcuda.so.1), not PyCUDA.
 #
 # Why the driver API through ctypes. cuTensorMapEncodeTiled only fills in 128 bytes on the host. PyCUDA
 # (2026.1) does not wrap it, and an extern "C" host helper compiled into the module cannot help: PyCUDA
@@ -348,9 +347,10 @@ WGMMA_SOURCE = Path(__file__).parent / ("exercises/kernels" if environ.get(runti
                                         else "kernels") / "matmul_wgmma.cu"
 WGMMA_CAPABILITY = (9, 0)
 WGMMA_FALLBACK = "wmma_cp_async"  # the rung below, for every GPU that is not compute capability 9.0
-# Not the -arch=sm_90a shorthand: with nvcc 13.0 it also ran a plain sm_90 pass, which rejects wgmma; the
-# -gencode form builds the sm_90a machine code alone.
+# Not -arch=sm_90a: with nvcc 13.0 that also ran a plain sm_90 pass, which rejects wgmma; -gencode builds sm_90a alone.
 WGMMA_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+HOPPER_PTX = Path(__file__).resolve().parent / "kernels" / "hopper_ptx.cuh"  # the PTX wrappers of every sm_90a kernel
+HOPPER_PTX_INCLUDE = ("-I", str(HOPPER_PTX.parent))  # in all their nvcc commands: a kernel and its stub find it alike
 WGMMA_ROW_ALIGN = 8  # elements: TMA row strides must be multiples of 16 bytes (8 halves)
 
 
@@ -424,7 +424,7 @@ def wgmma_unsupported(capability: tuple[int, int] | None) -> str | None:
 def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = (), source=None) -> list[str]:
     """The nvcc command that builds kernels/matmul_wgmma.cu, or `source` (the CPU tests run the same one)."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines,
-            "-o", str(output), str(source or WGMMA_SOURCE)]
+            *HOPPER_PTX_INCLUDE, "-o", str(output), str(source or WGMMA_SOURCE)]
 
 
 # cuda.h's enums, for the calls below.

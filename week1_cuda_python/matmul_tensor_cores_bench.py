@@ -31,7 +31,7 @@ from course.check import random_tensor
 from course.sweep import sweep_main
 
 from week1_cuda_python.matmul_tensor_cores import (
-    CUDA_SOURCE, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
+    CUDA_SOURCE, HOPPER_PTX, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
     encoded_tensor_map, launch_wgmma, launch_wmma, tensor_map, wgmma_nvcc_command, wgmma_unsupported)
 from week1_cuda_python.matmul_wgmma_persistent import PERSISTENT_SOURCE, launch_persistent
 
@@ -57,6 +57,11 @@ def _c(*names):
     return [c_function(CUDA_SOURCE, name) for name in names]
 
 
+def _ptx(*names):
+    """The PTX wrappers a variant calls, from the course's one copy (kernels/hopper_ptx.cuh)."""
+    return [c_function(HOPPER_PTX, name) for name in names]
+
+
 # What each variant runs, for the LoC column: the kernel body, its device helpers, the launcher.
 _SHARED_HELPERS = ("mma_warp_tile", "load_shared", "store_warp_tile", "store_fragment")
 _SOURCES = {
@@ -64,19 +69,19 @@ _SOURCES = {
     "wmma_shared": _c("wmma_shared_body", "copy_tile_sync", *_SHARED_HELPERS) + [launch_wmma],
     "wmma_cp_async": _c("wmma_cp_async_body", "copy_tile_async", "copy16_async", "copy_commit", "copy_wait",
                         *_SHARED_HELPERS) + [launch_wmma],
-    "wgmma_tma": [c_function(WGMMA_SOURCE, name) for name in (
-        "wgmma_tma_body", "grouped_tile", "mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait",
-        "tma_load_2d", "smem_desc", "wgmma_fence", "wgmma_commit", "wgmma_wait", "store_pair")]
+    "wgmma_tma": [c_function(WGMMA_SOURCE, name) for name in ("wgmma_tma_body", "grouped_tile", "store_pair")]
+        + _ptx("mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait", "tma_load_2d", "smem_desc",
+               "wgmma_fence", "wgmma_commit", "wgmma_wait")
         + [launch_wgmma, tensor_map, encoded_tensor_map],
-    "wgmma_persistent": [c_function(PERSISTENT_SOURCE, name) for name in (
-        "wgmma_persistent_body", "wp_tile", "wp_mbar_init", "wp_mbar_expect_tx", "wp_mbar_arrive", "wp_mbar_wait",
-        "wp_tma_load", "wp_tma_store", "wp_bulk_commit", "wp_bulk_wait_read", "wp_bulk_wait_all",
-        "wp_fence_async_smem", "wp_warpgroup_sync", "wp_desc", "wp_wgmma_fence", "wp_wgmma_commit", "wp_wgmma_wait",
-        "wp_pack")] + [launch_persistent, tensor_map, encoded_tensor_map],
+    "wgmma_persistent": [c_function(PERSISTENT_SOURCE, name) for name in ("wgmma_persistent_body", "wp_tile")]
+        + _ptx("mbar_init", "mbar_arrive_expect_tx", "mbar_arrive", "mbar_wait", "tma_load_2d", "tma_store_2d",
+               "bulk_commit", "bulk_wait_read", "bulk_wait", "fence_async_smem", "warpgroup_sync", "smem_desc",
+               "wgmma_fence", "wgmma_commit", "wgmma_wait", "pack2")
+        + [launch_persistent, tensor_map, encoded_tensor_map],
 }
 # The cluster rung is the same body and launcher, plus the cluster helpers.
-_SOURCES["wgmma_cluster"] = _SOURCES["wgmma_persistent"] + [c_function(PERSISTENT_SOURCE, name) for name in (
-    "wp_cluster_rank", "wp_cluster_sync", "wp_mbar_arrive_remote", "wp_tma_load_multicast")]
+_SOURCES["wgmma_cluster"] = _SOURCES["wgmma_persistent"] + _ptx(
+    "cluster_rank", "cluster_sync", "mbar_arrive_remote", "tma_load_2d_multicast")
 # The wgmma row runs where it can: on an H100/H200, and (skipped as "needs a GPU") in simulation.
 _WGMMA_ROWS = ("wgmma_tma",) if wgmma_unsupported(runtime.capability()) is None else ()
 # The same kernel in plain row-major block order (group_m = 1), not a rung: the A/B measurement of

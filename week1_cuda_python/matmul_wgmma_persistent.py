@@ -40,7 +40,7 @@ from course import runtime  # first: chooses the GPU or simulation
 from course import holes, validate
 from course.check import poisoned, random_tensor
 from week1_cuda_python.matmul_tensor_cores import (
-    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+    HOPPER_PTX_INCLUDE, TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 
 # BEGIN SOLUTION ONLY: where the kernel sources are: the body's is the learner's copy under --impl=exercises
 from os import environ
@@ -151,7 +151,7 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...] = ()
     """The nvcc command that builds the kernel for sm_90a (the CPU test runs the same one); `source`:
     PINGPONG_SOURCE for the ping-pong entry points (plain and fused), else PERSISTENT_SOURCE."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines, *BODY_DEFINES,
-            "-o", str(output), str(source or PERSISTENT_SOURCE)]
+            *HOPPER_PTX_INCLUDE, "-o", str(output), str(source or PERSISTENT_SOURCE)]
 
 
 def refuse_open_hole() -> None:

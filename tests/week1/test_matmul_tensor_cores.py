@@ -30,6 +30,7 @@ import torch
 
 from course import holes, runtime
 from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 tc = runtime.lesson("week1_cuda_python.matmul_tensor_cores")
 # The SASS parser is tooling, not an exercise: the bench module always (it measures the solution).
@@ -510,7 +511,8 @@ def test_wgmma_source_compiles_for_sm_90a(tmp_path):
     built = subprocess.run(tc.wgmma_nvcc_command(cubin, runtime.nvcc_path()), capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     ptx = tmp_path / "wgmma.ptx"
-    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", "-o", str(ptx), str(tc.WGMMA_SOURCE)],
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *HOPPER_PTX_INCLUDE, "-o", str(ptx),
+                    str(tc.WGMMA_SOURCE)],
                    check=True, capture_output=True)
     text = ptx.read_text()
     names = {f"wgmma_tma_{tc.TYPE_SUFFIX[d]}_{tc.TYPE_SUFFIX[o]}" for d in tc.DTYPES for o in (d, torch.float32)}

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
 from tests.week1 import wgmma_epilogues as epi
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
 
@@ -354,7 +355,8 @@ def test_built_on_a_body_with_a_hole_open_is_refused_before_nvcc(monkeypatch):
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
 def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
-                            "-o", str(tmp_path / "x.cubin"), str(wf.FUSED_SOURCE)], capture_output=True, text=True)
+                            *HOPPER_PTX_INCLUDE, "-o", str(tmp_path / "x.cubin"), str(wf.FUSED_SOURCE)],
+                           capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
 
 

@@ -24,6 +24,7 @@ import torch
 
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 
@@ -299,7 +300,8 @@ def test_source_compiles_for_sm_90a(tmp_path):
     assert built.returncode == 0, built.stderr
     assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 4, built.stderr
     ptx = tmp_path / "wp.ptx"
-    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", "-o", str(ptx), str(wp.PERSISTENT_SOURCE)],
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *HOPPER_PTX_INCLUDE, "-o", str(ptx),
+                    str(wp.PERSISTENT_SOURCE)],
                    check=True, capture_output=True)
     text = ptx.read_text()
     names = {f"{rung}_{d}" for rung in wp.CLUSTERS.values() for d in ("f16", "bf16")}
@@ -324,7 +326,8 @@ def test_source_compiles_for_sm_90a(tmp_path):
 def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     """For any target but sm_90a the body is a trap (the course compiles every kernel for sm_75, sm_90)."""
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
-                            "-o", str(tmp_path / "x.cubin"), str(wp.PERSISTENT_SOURCE)], capture_output=True, text=True)
+                            *HOPPER_PTX_INCLUDE, "-o", str(tmp_path / "x.cubin"), str(wp.PERSISTENT_SOURCE)],
+                           capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
 
 

@@ -152,16 +152,16 @@ def test_no_hang_and_no_stage_reused_too_early(k_tiles, units, cluster):
 
 # The kernel's lines the model copies (the ring's parities, counts and releases; the full barrier counts
 # every byte the copies deliver, as the model's stages land whole).
-RING_LINES = ("if (it >= WP_STAGES) wp_mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
-              "wp_mbar_wait(&full[s], (it / WP_STAGES) & 1);",
-              "wp_mbar_expect_tx(&full[s], bytes);",
-              "wp_mbar_init(&full[s], 1);",
-              "wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
-              "wp_wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
-              "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
-              "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
-              "wp_wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
-              "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);")
+RING_LINES = ("if (it >= WP_STAGES) mbar_wait(&empty[s], ((it / WP_STAGES) - 1) & 1);",
+              "mbar_wait(&full[s], (it / WP_STAGES) & 1);",
+              "mbar_arrive_expect_tx(&full[s], bytes);",
+              "mbar_init(&full[s], 1);",
+              "mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
+              "wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
+              "                    mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+              "                    if (CLUSTER > 1) mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
+              "wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
+              "                mbar_arrive(&empty[(it - 1) % WP_STAGES]);")
 
 
 @pytest.mark.parametrize("cluster", [1, 2])
@@ -248,13 +248,13 @@ def test_the_pingpong_model_follows_the_source():
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
 
 
-PINGPONG_LINES = ("wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
-                  "if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }",
+PINGPONG_LINES = ("mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
+                  "if (PINGPONG) { mbar_init(&turn[0], 1); mbar_init(&turn[1], 1); }",
                   "uint32_t it = PINGPONG ? c * k_tiles : 0;",
                   "for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;\n"
                   "             unit += (PINGPONG ? 2 : 1) * unit_stride) {",
-                  "if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);",
-                  "if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n            wp_wgmma_wait<0>();",
+                  "if (PINGPONG && mine + c > 0) mbar_wait(&turn[c], (mine - 1 + c) & 1);",
+                  "if (PINGPONG && tid == 0) mbar_arrive(&turn[c ^ 1]);\n            wgmma_wait<0>();",
                   "if (PINGPONG) { it += k_tiles; ++mine; }")
 
 

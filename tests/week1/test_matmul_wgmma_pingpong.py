@@ -11,6 +11,7 @@ import pytest
 
 from course import runtime
 from tests.week1 import wgmma_epilogues as epi
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
@@ -77,7 +78,8 @@ def test_source_compiles_for_sm_90a_without_spills(tmp_path):
 def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     """For any target but sm_90a the bodies are traps (the course compiles every kernel for sm_75, sm_90)."""
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
-                            "-o", str(tmp_path / "x.cubin"), str(wp.PINGPONG_SOURCE)], capture_output=True, text=True)
+                            *HOPPER_PTX_INCLUDE, "-o", str(tmp_path / "x.cubin"), str(wp.PINGPONG_SOURCE)],
+                           capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
 
 

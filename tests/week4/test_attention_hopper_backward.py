@@ -24,6 +24,7 @@ import torch
 
 from course import runtime
 from course.check import poisoned, random_tensor
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 from tests.week4.attention_helpers import assert_within
 
 from week4_triton_dl.attention import hopper_backward as hb
@@ -227,8 +228,8 @@ def test_source_compiles_for_sm_90a(dq_tma, tmp_path):
     assert built.returncode == 0, built.stderr
     assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 14, built.stderr
     ptx = tmp_path / "ahb.ptx"
-    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *hb.variant_flags(dq_tma), "-o", str(ptx),
-                    str(hb.SOURCE)], check=True, capture_output=True)
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *hb.variant_flags(dq_tma), *HOPPER_PTX_INCLUDE,
+                    "-o", str(ptx), str(hb.SOURCE)], check=True, capture_output=True)
     text = ptx.read_text()
     for instruction in ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16",
                         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
@@ -266,7 +267,8 @@ def test_dq_tiles_fit_shared_memory():
 def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     """For any target but sm_90a the main kernel's body is a trap (the launcher never gets there)."""
     built = subprocess.run([runtime.nvcc_path(), "-cubin", f"-arch={arch}", "-Werror", "all-warnings",
-                            "-o", str(tmp_path / "x.cubin"), str(hb.SOURCE)], capture_output=True, text=True)
+                            *HOPPER_PTX_INCLUDE, "-o", str(tmp_path / "x.cubin"), str(hb.SOURCE)],
+                           capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
 
 

@@ -59,7 +59,7 @@ def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_pari
                 while not empty[s].ready(((it // STAGES) + producer_parity) & 1):
                     yield
             covered = parts if expect_all else ("q", "do")
-            full[s].arrive(tx=len(covered))  # mbar_expect_tx: one unit of bytes per copied part
+            full[s].arrive(tx=len(covered))  # mbar_arrive_expect_tx: one unit of bytes per copied part
             for part in parts:               # then the copies, which may write from now on
                 def land(s=s, it=it, part=part):
                     assert reading[s] == 0, f"stage {s} refilled while a wgmma reads it"
@@ -160,17 +160,17 @@ def test_the_model_follows_the_source():
     for line in ("if (it >= AHB_STAGES) mbar_wait(&empty[s], (it / AHB_STAGES - 1) & 1);",
                  "mbar_wait(&full[s], (it / AHB_STAGES) & 1);",
                  "mbar_init(&full[s], 1);", "mbar_init(&empty[s], 8);",
-                 "mbar_expect_tx(&full[s], 2 * L::q_bytes);",
+                 "mbar_arrive_expect_tx(&full[s], 2 * L::q_bytes);",
                  "#define AHB_STAGES 2"):
         assert line in source, f"the kernel no longer has `{line}`: update the model"
     # expect_tx = 2 * q_bytes covers exactly the copies into full[s]: one Q and one dO box per 64-column slab.
-    producer = source[source.index("mbar_expect_tx(&full[s]"):source.index("} else {")]
+    producer = source[source.index("mbar_arrive_expect_tx(&full[s]"):source.index("} else {")]
     assert re.findall(r"tma_load_3d\(([^;]*)\);", producer) == [
         "stage + j * L::q_slab, &map_q, &full[s], j * AHB_SLAB, m0, bh",
         "stage + L::q_bytes + j * L::q_slab, &map_do, &full[s], j * AHB_SLAB, m0, bh"]
     assert "for (int j = 0; j < D / AHB_SLAB; ++j)" in producer
     # The consumer's order: full wait, the dV / dK wgmmas, bar.sync, wait_group 0, then lane 0's arrive.
-    order = ["mbar_wait(&full[s], (it / AHB_STAGES) & 1);", "wgmma_rs_n128(dk, dsa[kk], d_q, T())",
+    order = ["mbar_wait(&full[s], (it / AHB_STAGES) & 1);", "wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(dk, dsa[kk], d_q)",
              "warpgroup_sync(1 + c);", "wgmma_wait<0>();  // dV, dK done", "if (lane == 0) mbar_arrive(&empty[s]);"]
     at = [source.index(text) for text in order]
     assert at == sorted(at), "the consumer's release no longer follows its last read of the stage"

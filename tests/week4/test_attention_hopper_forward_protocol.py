@@ -263,19 +263,20 @@ def _between(text, start, end):
 def test_the_model_follows_the_source():
     """The order the model gives each build is the kernel's (if these lines change, change the model)."""
     source = hp.KERNELS.joinpath(hp.SOURCE.name).read_text()
-    assert "#define AH_STAGES 2" in source and "ah_mbar_init(&empty_k[s], 8);" in source
+    assert "#define AH_STAGES 2" in source and "mbar_init(&empty_k[s], 8);" in source
     assert "constexpr bool OVERLAP = AH_INTRA_OVERLAP && HAS_S && HAS_PV;" in source
     phase = _between(source, "__device__ __forceinline__ void ah_phase(", "\n}\n")
     # The issue: S, then (overlap) a commit of S alone, then P V, then the commit; then the hand-over.
-    issue = ["ah_mma_ss_n128<T>(s,", "if (OVERLAP) ah_wgmma_commit();", "ah_mma_rs<T, D>(o, a,",
-             "ah_wgmma_commit();\n", "ah_bar_arrive(their_turn, 256);"]
+    issue = ["wgmma_ss<128, T, WGMMA_B_K_MAJOR>(s,", "if (OVERLAP) wgmma_commit();",
+             "wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(o, a,",
+             "wgmma_commit();\n", "bar_arrive(their_turn, 256);"]
     at = [phase.find(text) for text in issue]
     assert -1 not in at and at == sorted(at), "the issue order is not the model's"
     # The default (and the overlap build's one-GEMM phases) first: wait 0 (the exercise), the releases,
     # then the softmax on O and the pack in one call, and the return.
     default = _between(phase, "if (!OVERLAP) {", "return;")
     default = "\n".join(line for line in default.splitlines() if not line.lstrip().startswith("//"))  # not the hints
-    steps = ["ah_wgmma_wait<0>();", "ah_mbar_arrive(&empty_k[s_slot]);", "ah_mbar_arrive(&empty_v[pv_slot]);",
+    steps = ["wgmma_wait<0>();", "mbar_arrive(&empty_k[s_slot]);", "mbar_arrive(&empty_v[pv_slot]);",
              "ah_softmax_tile<T, D, true>(it, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l);"]
     at = [default.find(text) for text in steps]
     assert -1 not in at and at == sorted(at), "the default build's order is not the model's"
@@ -283,9 +284,9 @@ def test_the_model_follows_the_source():
     # fence o, V released, O rescaled, P packed.
     block = phase[phase.index("return;", phase.index("if (!OVERLAP) {")):]
     block = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("//"))  # not the hints
-    steps = ["ah_wgmma_wait<1>();", "ah_fence_regs(s);", "ah_mbar_arrive(&empty_k[s_slot]);",
+    steps = ["wgmma_wait<1>();", "fence_regs(s);", "mbar_arrive(&empty_k[s_slot]);",
              "ah_softmax_tile<T, D, false>(it, wg, lane, row0, m0, seq_k, causal, c, s, alpha, p, m, l);",
-             "ah_wgmma_wait<0>();", "ah_fence_regs(o);", "ah_mbar_arrive(&empty_v[pv_slot]);",
+             "wgmma_wait<0>();", "fence_regs(o);", "mbar_arrive(&empty_v[pv_slot]);",
              "o[i] *= alpha[i];", "ah_pack_p<T>(s, p);"]
     at = [block.find(text) for text in steps]
     assert -1 not in at, f"the overlap block no longer has `{steps[at.index(-1)]}`: update the model"

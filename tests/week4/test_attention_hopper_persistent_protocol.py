@@ -295,24 +295,24 @@ def _between(text, start, end):
 def test_the_model_follows_the_source():
     """The steps the model gives the persistent build are the kernel's (if these lines change, change the model)."""
     source = hp.KERNELS.joinpath(hp.SOURCE.name).read_text()
-    assert "#define AH_STAGES 2" in source and "ah_mbar_init(&empty_q, 8);" in source
+    assert "#define AH_STAGES 2" in source and "mbar_init(&empty_q, 8);" in source
     kernel = _between(source, "attention_hopper_fwd(const __grid_constant__", "\n}\n")
     producer = _between(kernel, "#if AH_PERSISTENT\n            for (int round = 0, ring = 0, tile;", "#else")
     steps = ["ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);",
-             "if (round > 0) ah_mbar_wait(&empty_q, (round - 1) & 1);", "ah_produce<D>(", "ring += n_tiles;"]
+             "if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);", "ah_produce<D>(", "ring += n_tiles;"]
     at = [producer.find(text) for text in steps]
     assert -1 not in at and at == sorted(at), "the persistent producer's order is not the model's"
     assert "(tile = ah_round_tile(round, causal)) < tiles" in kernel
     assert "return round * (int)gridDim.x + ((causal && (round & 1)) ? (int)(gridDim.x - 1 - blockIdx.x)" in source
     consumer = _between(source, "__device__ __forceinline__ void ah_consume(", "\n}\n")
-    steps = ["ah_mbar_wait(full_q, round & 1);", "if (AH_PINGPONG && wg == 1 && round == 0) ah_bar_arrive(1, 256);",
+    steps = ["mbar_wait(full_q, round & 1);", "if (AH_PINGPONG && wg == 1 && round == 0) bar_arrive(1, 256);",
              "ah_phase<T, D, true, false>(0,", "ah_phase<T, D, true, true>(it,",
-             "if (empty_q != nullptr && lane == 0) ah_mbar_arrive(empty_q);", "ah_phase<T, D, false, true>(n_tiles,"]
+             "if (empty_q != nullptr && lane == 0) mbar_arrive(empty_q);", "ah_phase<T, D, false, true>(n_tiles,"]
     at = [consumer.find(text) for text in steps]
     assert -1 not in at and at == sorted(at), "the persistent consumer's order is not the model's"
     phase = _between(source, "__device__ __forceinline__ void ah_phase(", "\n}\n")
     assert "const int r = ring + it;" in phase and "(r / AH_STAGES) & 1" in phase and "((r - 1) / AH_STAGES) & 1" in phase
-    assert "if (AH_PINGPONG && (HAS_S || wg == 0 || more)) ah_bar_arrive(their_turn, 256);" in phase
+    assert "if (AH_PINGPONG && (HAS_S || wg == 0 || more)) bar_arrive(their_turn, 256);" in phase
     produce = _between(source, "__device__ __forceinline__ void ah_produce(", "\n}\n")
     assert "const int r = ring + it;" in produce and "((r / AH_STAGES) - 1) & 1" in produce
     more = "const bool more = ah_round_tile(round + 1, causal) < tiles;"

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from course import ops, runtime  # runtime first: chooses the GPU or simulation
 from course import validate
 from week1_cuda_python.matmul_tensor_cores import (
-    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+    HOPPER_PTX_INCLUDE, TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
     BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES,
     TMA_ALIGN_BYTES, launch_geometry, refuse_open_hole)
@@ -66,7 +66,7 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None) -
     """The nvcc command that builds every fused variant for sm_90a (the CPU test runs the same one);
     `source`: PINGPONG_SOURCE for the ping-pong schedule's entry points."""
     return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *BODY_DEFINES,
-            "-o", str(output), str(source or FUSED_SOURCE)]
+            *HOPPER_PTX_INCLUDE, "-o", str(output), str(source or FUSED_SOURCE)]
 
 
 @functools.cache

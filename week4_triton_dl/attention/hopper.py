@@ -45,16 +45,17 @@ from pathlib import Path
 import torch
 
 from course import holes, runtime
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"
 # The kernel has exercise holes: under `pytest --impl=exercises` (COURSE_IMPL=exercises) this module builds the
 # learner's copy, generated at the same path under the week's exercises/ (`python -m course exercises --write`).
-# Its #include of the PTX header resolves in KERNELS (the -I of every build): the header is given, not a hole.
+# Its #include of the PTX header (week 1's hopper_ptx.cuh) resolves through the -I of every build: given, not a hole.
 EXERCISE_KERNELS = HERE.parent / "exercises" / HERE.name / "kernels"
 SOURCE = (EXERCISE_KERNELS if os.environ.get(runtime.IMPL_ENV) == "exercises" else KERNELS) \
     / "attention_hopper_forward.cu"
-PTX_HEADER = KERNELS / "attention_hopper_ptx.cuh"
+PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 HOST_HEADER = KERNELS / "attention_hopper_host.cuh"  # the tensor maps, the grid, the launch
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
@@ -129,7 +130,8 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", pingpong: bool = True, source
                  overlap: bool = False, persistent: bool = False) -> list[str]:
     """The nvcc command that builds the kernel (`source`: SOURCE, or its exercise stub) alone as an sm_90a
     cubin, with the flags load_inline passes (the CPU tests and tools/gpu_attention_hopper_check.sh run it)."""
-    return [nvcc, "-cubin", *nvcc_flags(pingpong, overlap, persistent), "-Werror", "all-warnings", "-I", str(KERNELS), "-o",
+    return [nvcc, "-cubin", *nvcc_flags(pingpong, overlap, persistent), "-Werror", "all-warnings",
+            "-I", str(KERNELS), *HOPPER_PTX_INCLUDE, "-o",
             str(output), str(source or SOURCE)]
 
 
@@ -210,7 +212,8 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     # The kernel's own #include of the PTX header resolves through extra_include_paths; the arch
     # flag in extra_cuda_cflags makes torch add none of its own (it would build for sm_90, not 90a).
     load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
-                extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent)), extra_include_paths=[str(KERNELS)],
+                extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent)),
+                extra_include_paths=[str(KERNELS), str(PTX_HEADER.parent)],
                 build_directory=str(directory), with_cuda=True, is_python_module=False,
                 no_implicit_headers=True, verbose=verbose)
     return Extension(getattr(torch.ops, name), name, time.perf_counter() - start, cached)

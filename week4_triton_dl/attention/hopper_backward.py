@@ -4,7 +4,7 @@ The forward (attention/hopper.py) saves O and the log-sum-exp of each query row,
 forward does; its autograd calls the op `course_attention_hopper::backward` (hopper.py, with a fake, so
 torch.compile never runs this module's Python on fake tensors), which calls `attention_hopper_backward` here. The kernels are in
 kernels/attention_hopper_backward.cu (its header is the lesson: the pipeline, the operand layouts, the
-masks and why dQ is accumulated with atomics), their PTX wrappers in kernels/attention_hopper_backward_ptx.cuh.
+masks and why dQ is accumulated with atomics), their PTX wrappers in week 1's kernels/hopper_ptx.cuh.
 This module is the host side:
 
 * the build: `torch.utils.cpp_extension.load_inline` compiles the .cu for sm_90a (-gencode=arch=
@@ -40,10 +40,11 @@ import torch
 
 from course import runtime  # first: chooses the GPU or simulation
 from course import validate
+from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCE = KERNELS / "attention_hopper_backward.cu"
-PTX_HEADER = KERNELS / "attention_hopper_backward_ptx.cuh"
+PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 CAPABILITY = (9, 0)
@@ -145,7 +146,7 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", dq_tma: bool = True) -> list[
     conversions). dq_tma=False: the atomics build."""
     return [nvcc, "-cubin", GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *variant_flags(dq_tma),
             "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
-            "-D__CUDA_NO_HALF2_OPERATORS__", "-o", str(output), str(SOURCE)]
+            "-D__CUDA_NO_HALF2_OPERATORS__", *HOPPER_PTX_INCLUDE, "-o", str(output), str(SOURCE)]
 
 
 # --- the build ------------------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def load_extension(dq_tma: bool = True):
     # the "a", which has no wgmma).
     cpp_extension.load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
                               extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE, *variant_flags(dq_tma)],
-                              extra_include_paths=[str(KERNELS)], build_directory=str(directory),
+                              extra_include_paths=[str(PTX_HEADER.parent)], build_directory=str(directory),
                               is_python_module=False, no_implicit_headers=True, with_cuda=True)
     return getattr(torch.ops, name)
 

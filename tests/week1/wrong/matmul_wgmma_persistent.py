@@ -41,34 +41,34 @@ WRONG += [
           "the full barrier expects one B slab (8 KB) less than the copies deliver: each phase completes "
           "before the stage's last slab has landed, the consumers read a stale slab of B, and the late bytes "
           "count towards the next phase",
-          old="                    wp_mbar_expect_tx(&full[s], bytes);\n",
-          new="                    wp_mbar_expect_tx(&full[s], bytes - WP_B_SLAB_BYTES);\n",
+          old="                    mbar_arrive_expect_tx(&full[s], bytes);\n",
+          new="                    mbar_arrive_expect_tx(&full[s], bytes - WP_B_SLAB_BYTES);\n",
           lesson=_CU, gpu=True, expect="out of bounds|differ|assert", tests=_FAST),
     Wrong("stage_released_before_its_wgmmas_finish",
           "a consumer releases the stage it just issued wgmmas on, without waiting for them (no "
           "wgmma.wait_group before the arrive): the producer may refill the stage while the tensor cores "
           "still read it. A race: whether a run shows it depends on timing; the larger shapes make the "
           "queue of unwaited wgmmas deep enough that it does",
-          old=("                wp_wgmma_wait<1>();\n"
+          old=("                wgmma_wait<1>();\n"
                "                if (kt > 0 && lane == 0) {\n"
-               "                    wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
-               "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
+               "                    mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+               "                    if (CLUSTER > 1) mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
                "                }\n"
                "            }\n"
                "            // Ping-pong: this thread has waited on every stage of the tile: the other consumer may go.\n"
-               "            if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n"
-               "            wp_wgmma_wait<0>();\n"
+               "            if (PINGPONG && tid == 0) mbar_arrive(&turn[c ^ 1]);\n"
+               "            wgmma_wait<0>();\n"
                "            if (lane == 0) {  // the tile's last stage\n"
-               "                wp_mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
-               "                if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
+               "                mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
+               "                if (CLUSTER > 1) mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
                "            }\n"),
           new=("                if (lane == 0) {\n"
-               "                    wp_mbar_arrive(&empty[it % WP_STAGES]);\n"
-               "                    if (CLUSTER > 1) wp_mbar_arrive_remote(&empty[it % WP_STAGES], rank ^ 1);\n"
+               "                    mbar_arrive(&empty[it % WP_STAGES]);\n"
+               "                    if (CLUSTER > 1) mbar_arrive_remote(&empty[it % WP_STAGES], rank ^ 1);\n"
                "                }\n"
                "            }\n"
-               "            if (PINGPONG && tid == 0) wp_mbar_arrive(&turn[c ^ 1]);\n"
-               "            wp_wgmma_wait<0>();\n"),
+               "            if (PINGPONG && tid == 0) mbar_arrive(&turn[c ^ 1]);\n"
+               "            wgmma_wait<0>();\n"),
           lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer",
           tests=("-k", "test_matches_float32_reference and (4096x4096x4096 or 8192x50304) or test_same_answer_twice")),
     Wrong("epilogue_chunk_not_swizzled",
@@ -84,7 +84,7 @@ WRONG += [
           "ring, not loaded yet); that pending phase has the opposite parity, so the wait passes at once "
           "and the wgmmas read the stage's previous contents. A race (the CPU model in "
           "test_matmul_wgmma_persistent_protocol.py finds it); many tiles of 12 k steps make it likely",
-          old="            if (PINGPONG && mine + c > 0) wp_mbar_wait(&turn[c], (mine - 1 + c) & 1);\n",
+          old="            if (PINGPONG && mine + c > 0) mbar_wait(&turn[c], (mine - 1 + c) & 1);\n",
           new="",
           # Besides stale reads, a consumer's early release can complete an empty barrier's phase meant for the
           # other, and a later wait then never ends: the step's first GPU run (240 s) printed no verdict, the

@@ -25,30 +25,30 @@ LESSON = "attention/kernels/attention_hopper_forward.cu"  # the lesson folder's 
 
 # The end of a consumer's GEMM phase: wait for its wgmmas, then free the slots they read.
 _WAIT = """\
-        ah_wgmma_wait<0>();
-        ah_fence_regs(s);
-        ah_fence_regs(o);
+        wgmma_wait<0>();
+        fence_regs(s);
+        fence_regs(o);
 """
 _RELEASE = """\
         // Both GEMMs have read their slots: give them back to the producer (one arrive per warp).
         if (lane == 0) {
-            if (HAS_S) ah_mbar_arrive(&empty_k[s_slot]);
-            if (HAS_PV) ah_mbar_arrive(&empty_v[pv_slot]);
+            if (HAS_S) mbar_arrive(&empty_k[s_slot]);
+            if (HAS_PV) mbar_arrive(&empty_v[pv_slot]);
         }
 """
 
 # The overlap build's end of a middle phase (its own hole): the wait for P V, then its V slot released.
 _PV_WAIT = """\
-    ah_wgmma_wait<0>();
-    ah_fence_regs(o);
-    ah_fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
-    if (lane == 0) ah_mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
+    if (lane == 0) mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
 """
 _PV_RELEASED_EARLY = """\
-    if (lane == 0) ah_mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
-    ah_wgmma_wait<0>();
-    ah_fence_regs(o);
-    ah_fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
+    if (lane == 0) mbar_arrive(&empty_v[pv_slot]);  // P V has read its V slot
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(s);  // the pack below reads s: fenced here, it cannot move above the wait
 """
 
 _RESCALE = """\
@@ -61,12 +61,12 @@ _RESCALE = """\
 
 # The persistent build's producer (its own hole): before the next work tile's Q, wait until both consumers are done
 # with the one Q slot.
-_Q_EMPTY_WAIT = "                if (round > 0) ah_mbar_wait(&empty_q, (round - 1) & 1);\n"
+_Q_EMPTY_WAIT = "                if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);\n"
 
 WRONG = [
     Wrong("slot_released_before_wgmma_wait",
           "the K/V ring slots given back to the producer (empty barriers arrived on) right after the commit, "
-          "before ah_wgmma_wait<0>(): the wgmmas may still be reading K and V when the next TMA copy overwrites "
+          "before wgmma_wait<0>(): the wgmmas may still be reading K and V when the next TMA copy overwrites "
           "the slot (a race: only a GPU shows it, as wrong or run-to-run different results)",
           old=_WAIT + _RELEASE, new=_RELEASE + _WAIT,
           expect=r"elements differ|torch\.equal",

@@ -101,16 +101,12 @@
 // target (the course compiles every kernel for sm_75 and sm_90 too) the kernels below are stubs
 // that trap, and the launcher refuses to run them on a GPU other than compute capability 9.0.
 
-#include <cuda.h>  // CUtensorMap (the 128-byte, 128-byte-aligned tensor map type)
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
+// The instructions, one C++ function each (mbarriers, the TMA, setmaxnreg, descriptors, wgmma): the course's
+// one copy, week1_cuda_python/kernels/hopper_ptx.cuh, which every Hopper kernel of the course includes. Read it
+// beside this file.
+#include "hopper_ptx.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WG_HOPPER 1  // compiling device code for sm_90a: wgmma, setmaxnreg and the TMA exist
-#else
-#define WG_HOPPER 0
-#endif
+#define WG_HOPPER HOPPER_SM90A  // 1 when compiling device code for sm_90a: wgmma, setmaxnreg and the TMA exist
 
 // Tiles (matmul_tensor_cores.py's WGMMA_TILES must match). One block computes BM x BN of C.
 #define WG_BM 128         // rows of C per block: 2 consumer warpgroups x 64 rows (wgmma's M)
@@ -134,119 +130,6 @@
 static_assert(WG_BK * 2 == 128, "one k slice of a tile row must be exactly the 128-byte swizzle span");
 static_assert(WG_BN % WG_B_SLAB == 0 && WG_BM == 64 * WG_CONSUMERS, "tile shape");
 static_assert(WG_A_BYTES % 1024 == 0 && WG_B_SLAB_BYTES % 1024 == 0, "every tile must start 1024-aligned");
-
-// ---- small wrappers around the PTX (each one instruction) ------------------------------------
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-#if WG_HOPPER
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-// Arrive, and add `bytes` to the transaction count this phase waits for (the producer's arrival).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-
-// Spin until the phase with this parity has completed. try_wait itself waits a while in
-// hardware before it says no, so this loop is not a hot spin.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity)
-{
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n"
-                     "}\n"
-                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    }
-}
-
-// One TMA copy of a 2-D box whose first element is at (x = column, y = row) of the tensor,
-// into shared memory at `dst`; its bytes count towards `bar`'s transaction count.
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y),
-                    "r"(smem_addr(bar))
-                 : "memory");
-}
-
-// The shared-memory descriptor (header comment): 128-byte swizzle, strides in bytes.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
-{
-    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4)
-         | static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16
-         | static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32
-         | 1ull << 62;  // swizzle mode 1: 128-byte
-}
-
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
-
-// wgmma.fence: accumulator registers written by ordinary instructions (the zeros) are visible
-// to the wgmmas issued after it. commit_group closes a group of issued wgmmas; wait_group<N>
-// waits until at most N groups of this warp are still running.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-
-// d (64 x 256, fp32, 128 registers per thread) += A (64 x 16, descriptor) @ B (16 x 256,
-// descriptor). Operands: %0-%127 the accumulators, %128/%129 the descriptors, %130 scale-d
-// (1: add to d; 0 would overwrite it). The immediates after it: scale A by 1, scale B by 1, A not
-// transposed (K-major), B transposed (MN-major: our row-major B).
-#define WG_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
-#define WG_D16(i) WG_D4(i), WG_D4((i) + 4), WG_D4((i) + 8), WG_D4((i) + 12)
-#define WG_MMA_ASM(TYPE)                                                                              \
-    asm volatile("{\n"                                                                                \
-                 ".reg .pred p;\n"                                                                    \
-                 "setp.ne.b32 p, %130, 0;\n"                                                          \
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"                    \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"           \
-                 " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n" \
-                 " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n" \
-                 " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n" \
-                 " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n" \
-                 " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n" \
-                 " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,\n" \
-                 " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122,\n"   \
-                 " %123, %124, %125, %126, %127},\n"                                                  \
-                 " %128, %129, p, 1, 1, 0, 1;\n"                                                      \
-                 "}\n"                                                                                \
-                 : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48),                                     \
-                   WG_D16(64), WG_D16(80), WG_D16(96), WG_D16(112)                                    \
-                 : "l"(desc_a), "l"(desc_b), "r"(1))
-
-template <typename In>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b);
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16<__half>(float (&d)[128], uint64_t desc_a, uint64_t desc_b)
-{
-    WG_MMA_ASM("f16");
-}
-template <>
-__device__ __forceinline__ void wgmma_m64n256k16<__nv_bfloat16>(float (&d)[128], uint64_t desc_a, uint64_t desc_b)
-{
-    WG_MMA_ASM("bf16");
-}
-#endif  // WG_HOPPER
 
 // Two adjacent outputs (row, col) and (row, col + 1), converted to C's type; a pair store when
 // both are in range and the address is aligned for it (C may be a view at any element offset).
@@ -311,7 +194,7 @@ __device__ __forceinline__ void wgmma_tma_body(const CUtensorMap& map_a, const C
         }
         // Make the initialised barriers visible to the copy engine (the "async proxy"), not
         // only to this block's threads, before the first TMA names them.
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_mbarrier_init();
     }
     __syncthreads();
 

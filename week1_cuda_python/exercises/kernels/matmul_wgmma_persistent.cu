@@ -31,16 +31,13 @@
 // regions are the holes); the lesson's notes are week1_cuda_python/notes/matmul_wgmma_persistent.md
 // and the leading comment of week1_cuda_python/kernels/matmul_wgmma_persistent.cu.
 
-#include <cuda.h>  // CUtensorMap
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <stdint.h>
+// The instructions, one C++ function each, are the course's one copy in week1_cuda_python/kernels/hopper_ptx.cuh;
+// those new in this rung: the TMA store (tma_store_2d) and the bulk groups that say when its source may be reused,
+// fence_async_smem (ordinary stores made visible to the TMA), warpgroup_sync (a barrier for one warpgroup), and the
+// cluster ones.
+#include "hopper_ptx.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WP_HOPPER 1
-#else
-#define WP_HOPPER 0
-#endif
+#define WP_HOPPER HOPPER_SM90A
 
 // Tiles (matmul_wgmma_persistent.py's PERSISTENT_TILES must match).
 #define WP_BM 128         // rows of C per tile: 2 consumer warpgroups x wgmma's M = 64
@@ -66,131 +63,6 @@ static_assert(WP_BM == 64 * WP_CONSUMERS && WP_BN % WP_C_CHUNK == 0, "tile shape
 static_assert(WP_STAGE_BYTES % 1024 == 0 && WP_C_BYTES % 1024 == 0, "every buffer starts 1024-aligned");
 static_assert(WP_SMEM_BYTES <= 227 * 1024, "the H100 gives a block at most 227 KB of shared memory");
 
-__device__ __forceinline__ uint32_t wp_smem(const void* p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-#if WP_HOPPER
-// ---- one PTX instruction each (matmul_wgmma.cu explains the first group) ----------------------
-__device__ __forceinline__ void wp_mbar_init(uint64_t* bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(wp_smem(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void wp_mbar_expect_tx(uint64_t* bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(wp_smem(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void wp_mbar_arrive(uint64_t* bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(wp_smem(bar)) : "memory");
-}
-__device__ __forceinline__ void wp_mbar_wait(uint64_t* bar, uint32_t parity)
-{
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(wp_smem(bar)), "r"(parity) : "memory");
-    }
-}
-__device__ __forceinline__ void wp_tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(wp_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(bar))
-                 : "memory");
-}
-
-// ---- new in this rung: the TMA store and what orders it -------------------------------------
-// The box of `map` whose first element is (x = column, y = row) of C, from shared memory at
-// `src`; elements outside C are not written. It joins this thread's open "bulk group".
-__device__ __forceinline__ void wp_tma_store(const CUtensorMap* map, const void* src, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(src)) : "memory");
-}
-// Close the open bulk group (possibly empty: a chunk wholly outside C stores nothing, but still
-// commits, so that "the group before last" always means the same buffer).
-__device__ __forceinline__ void wp_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Wait until at most N of this thread's bulk groups are still *reading* shared memory (their
-// writes to global memory may still be in flight): then their source buffers may be reused.
-template <int N>
-__device__ __forceinline__ void wp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
-// ... and until they are complete, writes included (before the block exits).
-__device__ __forceinline__ void wp_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Ordinary stores to shared memory are made by the "generic proxy"; the TMA reads through the "async proxy". Each
-// writing thread fences its own writes before the barrier that lets the storing thread go, or the TMA may read stale
-// bytes.
-__device__ __forceinline__ void wp_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// A barrier for one warpgroup only (128 threads), so the two consumers never wait for each other.
-// Id 0 is __syncthreads'; consumer c uses 1 + c.
-__device__ __forceinline__ void wp_warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory"); }
-
-__device__ __forceinline__ uint64_t wp_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
-{
-    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16
-         | static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32 | 1ull << 62;  // 128-byte swizzle
-}
-template <int REGS>
-__device__ __forceinline__ void wp_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
-template <int REGS>
-__device__ __forceinline__ void wp_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
-__device__ __forceinline__ void wp_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wp_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wp_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
-
-// d (64 x 256 fp32) = (accumulate ? d : 0) + A (64 x 16) @ B (16 x 256). The scale-d predicate starts each tile from
-// zero without 128 register moves: the first k step of a tile passes 0. TRANS_B (the last immediate): 1 for B stored
-// K x N row-major ("MN-major", this rung's B); 0 for B stored N x K row-major ("K-major": nn.Linear's weight, the
-// fused epilogues' B in matmul_wgmma_fused.cu), which wgmma reads exactly as it reads A.
-#define WP_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
-#define WP_D16(i) WP_D4(i), WP_D4((i) + 4), WP_D4((i) + 8), WP_D4((i) + 12)
-#define WP_MMA_ASM(TYPE, TRANS_B)                                                                     \
-    asm volatile("{\n.reg .pred p;\n"                                                                 \
-                 "setp.ne.b32 p, %130, 0;\n"                                                          \
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"                    \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"           \
-                 " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n" \
-                 " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n" \
-                 " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n" \
-                 " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n" \
-                 " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n" \
-                 " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,\n" \
-                 " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122,\n"   \
-                 " %123, %124, %125, %126, %127},\n"                                                  \
-                 " %128, %129, p, 1, 1, 0, " #TRANS_B ";\n}\n"                                        \
-                 : WP_D16(0), WP_D16(16), WP_D16(32), WP_D16(48),                                     \
-                   WP_D16(64), WP_D16(80), WP_D16(96), WP_D16(112)                                    \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-
-template <typename T> struct wp_is_half { static constexpr bool value = false; };
-template <> struct wp_is_half<__half> { static constexpr bool value = true; };
-template <typename T, bool B_NK>
-__device__ __forceinline__ void wp_mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate)
-{
-    if constexpr (B_NK) {
-        if constexpr (wp_is_half<T>::value) WP_MMA_ASM("f16", 0); else WP_MMA_ASM("bf16", 0);
-    } else {
-        if constexpr (wp_is_half<T>::value) WP_MMA_ASM("f16", 1); else WP_MMA_ASM("bf16", 1);
-    }
-}
-
-// Two fp32 accumulators as one 4-byte pair of C's type.
-__device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __half)
-{
-    __half2 h = __floats2half2_rn(v0, v1);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
-__device__ __forceinline__ uint32_t wp_pack(float v0, float v1, __nv_bfloat16)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
-#endif  // WP_HOPPER
-
 // ---- the tile order ------------------------------------------------------------------------------
 // Tile number `id` (0 .. tiles_m * tiles_n - 1, the persistent loop's counter) -> (tile_m, tile_n): groups of
 // `group_m` rows of tiles, each walked column by column (matmul_wgmma.cu's grouped_tile; matmul_wgmma_persistent.py's
@@ -204,7 +76,6 @@ __device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int gr
     #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 }
 
-#if WP_HOPPER
 // ---- clusters (the wgmma_cluster rung): two blocks, one column of B ------------------------------
 // A cluster's blocks run at once on one GPC and may read and write each other's shared memory ("distributed shared
 // memory"). The cluster rung pairs the blocks of vertically adjacent tiles, (2i, n) and (2i + 1, n): they need the
@@ -213,39 +84,8 @@ __device__ __forceinline__ void wp_tile(int id, int tiles_m, int tiles_n, int gr
 // from L2 once per pair, not twice (a quarter less L2 -> SM traffic per stage: 16 + 16 of 48 KB per block instead of
 // 16 + 32). The price is that a stage is now written by both blocks' copies, so it may only be refilled when both
 // blocks' consumers are done with it: every consumer warp arrives on its own block's empty barrier and on the peer's
-// (16 arrivals per phase instead of 8).
-__device__ __forceinline__ uint32_t wp_cluster_rank()
-{
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    return rank;
-}
-// All threads of both blocks: what one block initialised (or is still doing to the other's shared memory) is done and
-// visible before anyone goes past. Not .aligned: the threads arrive from different places of the code.
-__device__ __forceinline__ void wp_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Arrive on the mbarrier at the same offset in block `rank`'s shared memory (mapa: that address
-// in the cluster's shared window).
-__device__ __forceinline__ void wp_mbar_arrive_remote(uint64_t* bar, uint32_t rank)
-{
-    asm volatile("{\n.reg .b32 remote;\n"
-                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
-                 :: "r"(wp_smem(bar)), "r"(rank) : "memory");
-}
-// A TMA load written into every block of `mask` at `dst`'s offset, each block's `bar` counting the bytes.
-__device__ __forceinline__ void wp_tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y,
-                                                      uint16_t mask)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 :: "r"(wp_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(wp_smem(bar)),
-                    "h"(mask)
-                 : "memory");
-}
-#endif  // WP_HOPPER
+// (16 arrivals per phase instead of 8). The instructions: cluster_rank, cluster_sync, mbar_arrive_remote and
+// tma_load_2d_multicast (hopper_ptx.cuh).
 
 // ---- epilogues (the fused variants of matmul_wgmma_fused.cu; this rung uses WP_EPI_NONE) --------
 // Applied in registers to the fp32 accumulators, before the one rounding to C's type and the TMA store: a bias (one
@@ -298,12 +138,15 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     constexpr int A_BYTES = TILE_M * WP_BK * 2;
     constexpr int STAGE_BYTES = A_BYTES + WP_BN / WP_B_SLAB * WP_B_SLAB_BYTES;
     static_assert(STAGE_BYTES % 1024 == 0, "every stage starts 1024-aligned");
+    // wgmma's B layout: B stored K x N row-major (this rung's B) is MN-major; stored N x K (nn.Linear's weight, the
+    // fused epilogues' B) it is K-major, read exactly as A is.
+    [[maybe_unused]] constexpr int B_TRANS = B_NK ? WGMMA_B_K_MAJOR : WGMMA_B_MN_MAJOR;  // (unused in the stub)
     static_assert(WP_STAGES * STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024 <= 227 * 1024, "smem");
     extern __shared__ unsigned char wp_smem_raw[];
     __shared__ __align__(8) uint64_t full[WP_STAGES];
     __shared__ __align__(8) uint64_t empty[WP_STAGES];
     __shared__ __align__(8) uint64_t turn[2];  // ping-pong only: consumer c may start a mainloop
-    unsigned char* base = wp_smem_raw + ((1024 - (wp_smem(wp_smem_raw) & 1023)) & 1023);
+    unsigned char* base = wp_smem_raw + ((1024 - (smem_addr(wp_smem_raw) & 1023)) & 1023);
     [[maybe_unused]] unsigned char* stages = base;                 // the ring (maybe_unused: the stub's holes)
     unsigned char* c_bufs = base + WP_STAGES * STAGE_BYTES;        // the epilogue's chunks
 
@@ -318,24 +161,24 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
     const int units = units_m * tiles_n;
     const int k_tiles = (K + WP_BK - 1) / WP_BK;
-    const uint32_t rank = CLUSTER > 1 ? wp_cluster_rank() : 0;
+    const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
     const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WP_STAGES; ++s) {
-            wp_mbar_init(&full[s], 1);                             // the producer's arrive (+ the bytes)
-            wp_mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));  // one arrive per consumer warp that reads it
+            mbar_init(&full[s], 1);                             // the producer's arrive (+ the bytes)
+            mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));  // one arrive per consumer warp that reads it
         }
-        if (PINGPONG) { wp_mbar_init(&turn[0], 1); wp_mbar_init(&turn[1], 1); }  // the other consumer's arrive
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        if (PINGPONG) { mbar_init(&turn[0], 1); mbar_init(&turn[1], 1); }  // the other consumer's arrive
+        fence_mbarrier_init();
     }
     // The last block-wide barrier: after it the roles never meet again. With a cluster, the peer's
     // barriers must be initialised too before the first multicast or remote arrive lands in them.
-    if (CLUSTER > 1) wp_cluster_sync(); else __syncthreads();
+    if (CLUSTER > 1) cluster_sync(); else __syncthreads();
 
     if (warpgroup == 0) {
         // ---- producer: one thread keeps the ring full, tile after tile ----
-        wp_setmaxnreg_dec<40>();
+        setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             [[maybe_unused]] uint32_t it = 0;  // k tiles issued by this block so far: the ring position
             for (int unit = first_unit; unit < units; unit += unit_stride) {
@@ -366,7 +209,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         }
     } else {
         // ---- consumers: warpgroup c owns rows 64c .. 64c+63 of every tile (ping-pong: every other tile) ----
-        wp_setmaxnreg_inc<232>();
+        setmaxnreg_inc<232>();
         const int c = warpgroup - 1;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
@@ -400,8 +243,8 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                 unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
                 // The store that last read this buffer was committed two groups ago (every chunk
                 // commits one group, stored or not): once at most one is still reading, it is free.
-                if (tid == 0) wp_bulk_wait_read<WP_C_BUFFERS - 1>();
-                wp_warpgroup_sync(1 + c);
+                if (tid == 0) bulk_wait_read<WP_C_BUFFERS - 1>();
+                warpgroup_sync(1 + c);
 #pragma unroll
                 for (int jj = 0; jj < 8; ++jj) {
                     // TODO (about 22 lines): this thread's pairs of chunk column group jj (j = 8q + jj; rows
@@ -410,24 +253,24 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     //   128-byte-swizzled place in `buf`
                     #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 }
-                wp_fence_async_smem();
-                wp_warpgroup_sync(1 + c);
+                fence_async_smem();
+                warpgroup_sync(1 + c);
                 if (tid == 0) {
                     // A box wholly outside C (right of its columns, or this warpgroup's rows all below M; with a
                     // cluster, a whole tile below the last row of tiles) is not stored; a box partly outside is
                     // clipped by the TMA.
                     if (n0 + q * WP_C_CHUNK < c_cols && row_base < M)
-                        wp_tma_store(&map_c, buf, n0 + q * WP_C_CHUNK, row_base);
-                    wp_bulk_commit();
+                        tma_store_2d(&map_c, buf, n0 + q * WP_C_CHUNK, row_base);
+                    bulk_commit();
                 }
             }
             if (PINGPONG) { it += k_tiles; ++mine; }  // the other consumer's tile: its positions, not ours
         }
-        if (tid == 0) wp_bulk_wait_all();  // shared memory must outlive the stores reading it
+        if (tid == 0) bulk_wait<0>();  // shared memory must outlive the stores reading it
     }
     // Neither block of a cluster may exit while the other can still write into its shared memory
     // (a multicast) or arrive on its barriers.
-    if (CLUSTER > 1) wp_cluster_sync();
+    if (CLUSTER > 1) cluster_sync();
 #else
     __trap();  // not compiled for sm_90a: the launcher never gets here
 #endif

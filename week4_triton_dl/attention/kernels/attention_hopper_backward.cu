@@ -1,6 +1,6 @@
 // The backward of the Hopper attention rung (FlashAttention-3 style): dQ, dK, dV on wgmma + TMA, sm_90a
 // only. Built by week4_triton_dl/attention/hopper_backward.py (load_inline, -gencode=arch=compute_90a,
-// code=sm_90a); the PTX wrappers are in attention_hopper_backward_ptx.cuh.
+// code=sm_90a); the PTX wrappers are week 1's hopper_ptx.cuh (the course's one copy).
 //
 // The math is week 4's Triton backward (attention/backward.py, FlashAttention-2's algorithm): with
 // P = exp(scale Q K^T - lse) recomputed from the forward's log-sum-exp, dP = dO V^T and Delta = rowsum(dO * O),
@@ -17,7 +17,7 @@
 //      S^T = K Q^T, dP^T = V dO^T            wgmma, both operands from shared memory (K-major: below)
 //      P^T = 2^(S^T c - lse2), dS^T = P^T (dP^T - Delta)   in registers (masks: below)
 //      dV += P^T dO, dK += dS^T Q            wgmma with A = P^T, dS^T in REGISTERS (the fragment identity,
-//                                            ahb_pack_a in the .cuh), B = dO, Q MN-major from the ring
+//                                            pack_a_fragment in hopper_ptx.cuh), B = dO, Q MN-major
 //      dQ_part = dS K                        dS^T written to shared memory as dS (K-major), wgmma, then
 //                                            added into the fp32 dQ_accum by a TMA reduce-add of the
 //                                            whole tile from shared memory: see "dQ" below
@@ -95,7 +95,23 @@
 //   adjacent columns), D / 4 per thread per step, 8 different 32-byte sectors per warp instruction.
 #include <cstring>  // memcpy of the tensor maps
 
-#include "attention_hopper_backward_ptx.cuh"
+// The Hopper instructions, one C++ function each: week1_cuda_python/kernels/hopper_ptx.cuh, found through the
+// -I of every build. Beyond the GEMMs' set, this file uses its 3-D TMA load (the tensors are [B*H, S, D]: a box
+// that runs past S reads zeros, never the next head), wgmma with A in registers and the fragment identity that
+// feeds it (pack_a_fragment), and the TMA's bulk reduce-add of an fp32 tile with its bulk groups (dQ, above).
+#include "hopper_ptx.cuh"
+
+#define AHB_HOPPER HOPPER_SM90A  // 1 only where the instructions exist: elsewhere the kernels trap
+
+// Two 16-bit values (one 32-bit word, the first in the low half) as floats: pack2's inverse.
+__device__ __forceinline__ float2 ahb_unpack(uint32_t bits, __half)
+{
+    return __half22float2(*reinterpret_cast<__half2*>(&bits));
+}
+__device__ __forceinline__ float2 ahb_unpack(uint32_t bits, __nv_bfloat16)
+{
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&bits));
+}
 
 #ifndef AHB_DQ_TMA
 #define AHB_DQ_TMA 1  // 1: dQ by TMA reduce-add of a shared-memory tile; 0: per-element float2 atomics ("dQ" above)
@@ -166,7 +182,7 @@ __global__ void __launch_bounds__(256) ahb_convert(const float* __restrict__ dq_
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pairs; i += (size_t)gridDim.x * blockDim.x) {
         const float2 v = reinterpret_cast<const float2*>(dq_acc)[i];
-        reinterpret_cast<uint32_t*>(dq)[i] = ahb_pack(v.x * scale, v.y * scale, T());
+        reinterpret_cast<uint32_t*>(dq)[i] = pack2(v.x * scale, v.y * scale, T());
     }
 }
 
@@ -183,7 +199,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
     using L = AhbLayout<D>;
     extern __shared__ unsigned char ahb_raw[];
     __shared__ __align__(8) uint64_t kv_full, full[AHB_STAGES], empty[AHB_STAGES];
-    unsigned char* base = ahb_raw + ((1024 - (ahb_smem(ahb_raw) & 1023)) & 1023);
+    unsigned char* base = ahb_raw + ((1024 - (smem_addr(ahb_raw) & 1023)) & 1023);
 
     const int warpgroup = threadIdx.x / 128;
     const int bh = blockIdx.y;
@@ -199,7 +215,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             mbar_init(&full[s], 1);  // the producer's arrive (+ the bytes)
             mbar_init(&empty[s], 8); // lane 0 of each of the 8 consumer warps
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_mbarrier_init();
     }
     __syncthreads();
 
@@ -207,7 +223,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
         // ---- producer: K and V once, then Q and dO of each query block into the ring ----
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
-            mbar_expect_tx(&kv_full, 2 * L::kv_bytes);
+            mbar_arrive_expect_tx(&kv_full, 2 * L::kv_bytes);
 #pragma unroll
             for (int j = 0; j < D / AHB_SLAB; ++j) {
                 tma_load_3d(base + L::k_off + j * L::kv_slab, &map_k, &kv_full, j * AHB_SLAB, n0, bh);
@@ -217,7 +233,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
                 if (it >= AHB_STAGES) mbar_wait(&empty[s], (it / AHB_STAGES - 1) & 1);
                 unsigned char* stage = base + L::ring_off + s * L::stage_bytes;
-                mbar_expect_tx(&full[s], 2 * L::q_bytes);
+                mbar_arrive_expect_tx(&full[s], 2 * L::q_bytes);
 #pragma unroll
                 for (int j = 0; j < D / AHB_SLAB; ++j) {
                     tma_load_3d(stage + j * L::q_slab, &map_q, &full[s], j * AHB_SLAB, m0, bh);
@@ -232,7 +248,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         const int row = 16 * warp + lane / 4;  // this thread's accumulator rows: row, row + 8 (of 64)
         const int col = 2 * (lane % 4);        // and columns 8j + col + {0, 1}
-        const uint32_t k_tile = ahb_smem(base + L::k_off), v_tile = ahb_smem(base + L::v_off);
+        const uint32_t k_tile = smem_addr(base + L::k_off), v_tile = smem_addr(base + L::v_off);
         const uint32_t my_rows = c * 64 * 128; // this warpgroup's 64 rows inside each [128][64] K/V slab
         unsigned char* ds_tile = base + L::ds_off + c * L::ds_bytes;
 #if AHB_DQ_TMA
@@ -247,7 +263,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
         mbar_wait(&kv_full, 0);
         for (int it = 0; it < iters; ++it) {
             const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
-            const uint32_t q_tile = ahb_smem(base + L::ring_off + s * L::stage_bytes);
+            const uint32_t q_tile = smem_addr(base + L::ring_off + s * L::stage_bytes);
             const uint32_t do_tile = q_tile + L::q_bytes;
             mbar_wait(&full[s], (it / AHB_STAGES) & 1);
 
@@ -258,13 +274,15 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             for (int kk = 0; kk < D / 16; ++kk) {
                 const uint32_t k_step = (kk / 4) * L::kv_slab + my_rows + (kk % 4) * 32;
                 const uint32_t q_step = (kk / 4) * L::q_slab + (kk % 4) * 32;
-                wgmma_ss_n64<0>(st, smem_desc(k_tile + k_step, 16, 1024), smem_desc(q_tile + q_step, 16, 1024), kk > 0, T());
+                wgmma_ss<64, T, WGMMA_B_K_MAJOR>(st, smem_desc(k_tile + k_step, 16, 1024),
+                                                 smem_desc(q_tile + q_step, 16, 1024), kk > 0);
             }
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 const uint32_t k_step = (kk / 4) * L::kv_slab + my_rows + (kk % 4) * 32;
                 const uint32_t q_step = (kk / 4) * L::q_slab + (kk % 4) * 32;
-                wgmma_ss_n64<0>(dpt, smem_desc(v_tile + k_step, 16, 1024), smem_desc(do_tile + q_step, 16, 1024), kk > 0, T());
+                wgmma_ss<64, T, WGMMA_B_K_MAJOR>(dpt, smem_desc(v_tile + k_step, 16, 1024),
+                                                 smem_desc(do_tile + q_step, 16, 1024), kk > 0);
             }
             wgmma_commit();
             wgmma_wait<0>();
@@ -300,17 +318,17 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             // dV += P^T dO and dK += dS^T Q: A from registers (4 k slices of 16 queries), B MN-major.
             uint32_t pa[4][4], dsa[4][4];
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) { ahb_pack_a<T>(st, kk, pa[kk]); ahb_pack_a<T>(dpt, kk, dsa[kk]); }
+            for (int kk = 0; kk < 4; ++kk) { pack_a_fragment<T>(st, kk, pa[kk]); pack_a_fragment<T>(dpt, kk, dsa[kk]); }
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const uint64_t d_do = smem_desc(do_tile + kk * 16 * 128, L::q_slab, 1024);
-                if constexpr (D == 128) wgmma_rs_n128(dv, pa[kk], d_do, T()); else wgmma_rs_n64(dv, pa[kk], d_do, T());
+                wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(dv, pa[kk], d_do);
             }
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const uint64_t d_q = smem_desc(q_tile + kk * 16 * 128, L::q_slab, 1024);
-                if constexpr (D == 128) wgmma_rs_n128(dk, dsa[kk], d_q, T()); else wgmma_rs_n64(dk, dsa[kk], d_q, T());
+                wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(dk, dsa[kk], d_q);
             }
             wgmma_commit();
 #if AHB_DQ_TMA
@@ -354,9 +372,10 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk)
-                    wgmma_ss_n64<1>(dq, smem_desc(ahb_smem(ds_tile) + kk * 32, 16, 1024),
-                                    smem_desc(k_tile + cc * L::kv_slab + my_rows + kk * 16 * 128, L::kv_slab, 1024),
-                                    kk > 0, T());
+                    wgmma_ss<64, T, WGMMA_B_MN_MAJOR>(dq, smem_desc(smem_addr(ds_tile) + kk * 32, 16, 1024),
+                                                      smem_desc(k_tile + cc * L::kv_slab + my_rows + kk * 16 * 128,
+                                                                L::kv_slab, 1024),
+                                                      kk > 0);
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(dq);
@@ -367,7 +386,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                 // A warp's 8 rows x 4 lanes x 8 bytes then cover each of the 32 banks exactly twice: 2 wavefronts,
                 // the minimum for 256 bytes. `at` and `key` pass through an empty asm so the compiler computes
                 // the addresses here, not once before the loop: kept live across it they cost D = 128 a spill.
-                uint32_t at = ahb_smem(dq_tile) + 2 * cc * L::dq_box + row * 128 + (col % 4) * 4;
+                uint32_t at = smem_addr(dq_tile) + 2 * cc * L::dq_box + row * 128 + (col % 4) * 4;
                 uint32_t key = (row & 7) ^ (col / 4);
                 asm volatile("" : "+r"(at), "+r"(key));
 #pragma unroll
@@ -417,9 +436,9 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
             const size_t at = ((size_t)bh * S + key) * D + col;
 #pragma unroll
             for (int j = 0; j < D / 8; ++j) {
-                *reinterpret_cast<uint32_t*>(dv_out + at + 8 * j) = ahb_pack(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1], T());
+                *reinterpret_cast<uint32_t*>(dv_out + at + 8 * j) = pack2(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1], T());
                 *reinterpret_cast<uint32_t*>(dk_out + at + 8 * j) =
-                    ahb_pack(scale * dk[4 * j + 2 * h], scale * dk[4 * j + 2 * h + 1], T());
+                    pack2(scale * dk[4 * j + 2 * h], scale * dk[4 * j + 2 * h + 1], T());
             }
         }
     }

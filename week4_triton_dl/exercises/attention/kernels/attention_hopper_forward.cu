@@ -1,6 +1,6 @@
 // Exercise: the attention forward in the FlashAttention-3 style, in CUDA C for the H100/H200 (sm_90a
 // only). Launched from week4_triton_dl/attention/hopper.py (`attention_hopper`), built there with
-// torch.utils.cpp_extension.load_inline; the instructions are wrapped in attention_hopper_ptx.cuh.
+// torch.utils.cpp_extension.load_inline; the instructions are wrapped in week 1's hopper_ptx.cuh.
 //
 // Check your work with `pytest tests/week4/test_attention_hopper.py --impl=exercises`; `python -m
 // course progress` shows where every exercise stands.
@@ -29,9 +29,16 @@
 // marked regions are the holes); the lesson's notes are week4_triton_dl/notes/attention_hopper.md and
 // the leading comment of week4_triton_dl/attention/kernels/attention_hopper_forward.cu.
 
-#include "attention_hopper_ptx.cuh"
+// The Hopper instructions, one C++ function each: week1_cuda_python/kernels/hopper_ptx.cuh, the course's one
+// copy (found through the -I of every build). Beyond the GEMMs' set, attention uses its 3-D TMA load (the
+// TMA clips each head at S), named barriers with a count (the ping-pong), wgmma with A from registers (P never
+// goes to shared memory) and ex2 / lg2 (the exponential in base 2, log2(e) folded into the score scale).
+#include "hopper_ptx.cuh"
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
+
+
+#define AH_HOPPER HOPPER_SM90A  // 1 only where the instructions exist: elsewhere the kernel traps
 
 #define AH_BM 128              // query rows per block: 2 consumer warpgroups x 64
 #define AH_BN 128              // keys per tile
@@ -89,7 +96,7 @@ template <typename T>
 __device__ __forceinline__ void ah_pack_p(const float (&s)[64], uint32_t (&p)[32])
 {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) p[i] = ah_pack(s[2 * i], s[2 * i + 1], T());
+    for (int i = 0; i < 32; ++i) p[i] = pack2(s[2 * i], s[2 * i + 1], T());
 }
 
 // The softmax of tile `it` (this warpgroup's rows) on the scores in s: a mask only where the tile
@@ -129,38 +136,39 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
     const uint32_t my_turn = 1 + wg, their_turn = 2 - wg;  // named barrier ids (0 is __syncthreads')
     const int r = ring + it;  // tile it's place in the ring (S reads slot r, P V slot r - 1)
     const int s_slot = r % AH_STAGES, pv_slot = (r + AH_STAGES - 1) % AH_STAGES;
-    if (HAS_S) ah_mbar_wait(&full_k[s_slot], (r / AH_STAGES) & 1);
-    if (HAS_PV) ah_mbar_wait(&full_v[pv_slot], ((r - 1) / AH_STAGES) & 1);
+    if (HAS_S) mbar_wait(&full_k[s_slot], (r / AH_STAGES) & 1);
+    if (HAS_PV) mbar_wait(&full_v[pv_slot], ((r - 1) / AH_STAGES) & 1);
 
-    if (AH_PINGPONG) ah_bar_sync(my_turn, 256);  // the tensor cores are ours until we arrive on the other's
+    if (AH_PINGPONG) bar_sync(my_turn, 256);  // the tensor cores are ours until we arrive on the other's
     // The registers the wgmmas read or write (o rescaled, p packed) were last written by ordinary
     // instructions: the fence orders those writes before the asynchronous reads.
-    ah_wgmma_fence();
+    wgmma_fence();
     if (HAS_S) {
-        const uint32_t k_base = ah_smem(k_slots + s_slot * TILE);
+        const uint32_t k_base = smem_addr(k_slots + s_slot * TILE);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             // k step kk: slab kk / 4, 32 bytes (16 elements) per step inside the 128-byte rows;
             // K-major with the 128-byte swizzle: SBO = 8 rows x 128 bytes, LBO unused.
             const uint32_t off = (kk / 4) * AH_SLAB_BYTES + (kk % 4) * 32;
-            ah_mma_ss_n128<T>(s, ah_desc(q_base + off, 16, 1024), ah_desc(k_base + off, 16, 1024), kk > 0);
+            wgmma_ss<128, T, WGMMA_B_K_MAJOR>(s, smem_desc(q_base + off, 16, 1024), smem_desc(k_base + off, 16, 1024),
+                                              kk > 0);
         }
     }
-    if (OVERLAP) ah_wgmma_commit();  // S in a group of its own: wait<1> below waits for it alone
+    if (OVERLAP) wgmma_commit();  // S in a group of its own: wait<1> below waits for it alone
     if (HAS_PV) {
-        const uint32_t v_base = ah_smem(v_slots + pv_slot * TILE);
+        const uint32_t v_base = smem_addr(v_slots + pv_slot * TILE);
 #pragma unroll
         for (int t = 0; t < AH_BN / 16; ++t) {
             // V is MN-major for this GEMM (head dim contiguous): 16 keys = 16 rows of 128 bytes
             // further; SBO = 8 key rows (1024 bytes), LBO = the next 64-column slab (D = 128).
             const uint32_t a[4] = {p[4 * t], p[4 * t + 1], p[4 * t + 2], p[4 * t + 3]};
-            ah_mma_rs<T, D>(o, a, ah_desc(v_base + t * 16 * 128, AH_SLAB_BYTES, 1024));
+            wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(o, a, smem_desc(v_base + t * 16 * 128, AH_SLAB_BYTES, 1024));
         }
     }
-    ah_wgmma_commit();
+    wgmma_commit();
     // Hand the turn over, except warpgroup 2 after its last phase of its last work tile (the header: no
     // barrier left half-arrived); with a work tile to follow, warpgroup 1's next first phase is the turn's.
-    if (AH_PINGPONG && (HAS_S || wg == 0 || more)) ah_bar_arrive(their_turn, 256);
+    if (AH_PINGPONG && (HAS_S || wg == 0 || more)) bar_arrive(their_turn, 256);
     if (!OVERLAP) {  // the default build, and the overlap build's first and last phases (one GEMM each)
         // TODO (about 7 lines): wait for this phase's wgmmas (S and O are in registers only then: fence
         //   them), then give the K slot of tile it (HAS_S) and the V slot of tile it - 1 (HAS_PV) back to the
@@ -202,29 +210,29 @@ __device__ __forceinline__ void ah_produce(const CUtensorMap* map_q, const CUten
                                            uint64_t* empty_v)
 {
     using Shape = AhShape<D>;
-    ah_mbar_expect_tx(full_q, Shape::TILE_BYTES);
+    mbar_arrive_expect_tx(full_q, Shape::TILE_BYTES);
 #pragma unroll
     for (int sl = 0; sl < Shape::SLABS; ++sl)
-        ah_tma_load_3d(q_tile + sl * AH_SLAB_BYTES, map_q, full_q, sl * AH_SLAB_COLS, m0, bh);
+        tma_load_3d(q_tile + sl * AH_SLAB_BYTES, map_q, full_q, sl * AH_SLAB_COLS, m0, bh);
     for (int it = 0; it < n_tiles; ++it) {
         const int r = ring + it;
         const int s = r % AH_STAGES;
         const uint32_t reuse_parity = ((r / AH_STAGES) - 1) & 1;  // the slot's previous use
         // K and V have their own barriers: S = Q K^T may start before V has landed, and
         // a K slot is free as soon as S is computed, a whole softmax before its V is.
-        if (r >= AH_STAGES) ah_mbar_wait(&empty_k[s], reuse_parity);
+        if (r >= AH_STAGES) mbar_wait(&empty_k[s], reuse_parity);
         // Every box delivers all its bytes (zeros past Sk): the count is always a full tile.
-        ah_mbar_expect_tx(&full_k[s], Shape::TILE_BYTES);
+        mbar_arrive_expect_tx(&full_k[s], Shape::TILE_BYTES);
 #pragma unroll
         for (int sl = 0; sl < Shape::SLABS; ++sl)
-            ah_tma_load_3d(k_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_k, &full_k[s],
-                           sl * AH_SLAB_COLS, it * AH_BN, bh);
-        if (r >= AH_STAGES) ah_mbar_wait(&empty_v[s], reuse_parity);
-        ah_mbar_expect_tx(&full_v[s], Shape::TILE_BYTES);
+            tma_load_3d(k_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_k, &full_k[s],
+                        sl * AH_SLAB_COLS, it * AH_BN, bh);
+        if (r >= AH_STAGES) mbar_wait(&empty_v[s], reuse_parity);
+        mbar_arrive_expect_tx(&full_v[s], Shape::TILE_BYTES);
 #pragma unroll
         for (int sl = 0; sl < Shape::SLABS; ++sl)
-            ah_tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, &full_v[s],
-                           sl * AH_SLAB_COLS, it * AH_BN, bh);
+            tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, &full_v[s],
+                        sl * AH_SLAB_COLS, it * AH_BN, bh);
     }
 }
 
@@ -247,8 +255,8 @@ __device__ __forceinline__ void ah_consume(int wg, int tid, int bh, int m0, int 
     uint32_t p[32];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    ah_mbar_wait(full_q, round & 1);
-    if (AH_PINGPONG && wg == 1 && round == 0) ah_bar_arrive(1, 256);  // warpgroup 1 (wg 0) takes the first turn
+    mbar_wait(full_q, round & 1);
+    if (AH_PINGPONG && wg == 1 && round == 0) bar_arrive(1, 256);  // warpgroup 1 (wg 0) takes the first turn
 
     // Phase it issues S of tile it (it < n_tiles) and P V of tile it - 1 (it >= 1), then runs the
     // softmax of tile it. Phase 0 and phase n_tiles are peeled off the loop: wgmmas under a runtime
@@ -260,7 +268,7 @@ __device__ __forceinline__ void ah_consume(int wg, int tid, int bh, int m0, int 
                                    k_slots, v_slots, full_k, full_v, empty_k, empty_v, ring, more);
     // Every S = Q K^T of this tile has completed (each phase waited for it): Q's slot is free for the next
     // work tile's, loaded while this warpgroup runs its last P V and its epilogue (one arrive per warp).
-    if (empty_q != nullptr && lane == 0) ah_mbar_arrive(empty_q);
+    if (empty_q != nullptr && lane == 0) mbar_arrive(empty_q);
     ah_phase<T, D, false, true>(n_tiles, n_tiles, wg, lane, row0, m0, seq_k, causal, c, s, o, p, m, l, q_base,
                                 k_slots, v_slots, full_k, full_v, empty_k, empty_v, ring, more);
 
@@ -277,8 +285,8 @@ __device__ __forceinline__ void ah_consume(int wg, int tid, int bh, int m0, int 
         T* dst = out + ((size_t)bh * seq_q + row) * D + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < D / 8; ++j)
-            *reinterpret_cast<uint32_t*>(dst + 8 * j) = ah_pack(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv, T());
-        if (lane % 4 == 0) lse[(size_t)bh * seq_q + row] = (m[h] + ah_log2(sum)) * 0.6931471805599453f;
+            *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv, T());
+        if (lane % 4 == 0) lse[(size_t)bh * seq_q + row] = (m[h] + lg2(sum)) * 0.6931471805599453f;
     }
 }
 
@@ -304,7 +312,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     __shared__ __align__(8) uint64_t full_q;
     __shared__ __align__(8) uint64_t full_k[AH_STAGES], full_v[AH_STAGES];
     __shared__ __align__(8) uint64_t empty_k[AH_STAGES], empty_v[AH_STAGES];
-    unsigned char* base = ah_raw + ((1024 - (ah_smem(ah_raw) & 1023)) & 1023);
+    unsigned char* base = ah_raw + ((1024 - (smem_addr(ah_raw) & 1023)) & 1023);
     unsigned char* q_tile = base;
     unsigned char* k_slots = base + Shape::TILE_BYTES;
     unsigned char* v_slots = k_slots + AH_STAGES * Shape::TILE_BYTES;
@@ -318,24 +326,24 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
 #endif
 
     if (threadIdx.x == 0) {
-        ah_mbar_init(&full_q, 1);
+        mbar_init(&full_q, 1);
         for (int s = 0; s < AH_STAGES; ++s) {
-            ah_mbar_init(&full_k[s], 1);   // the producer's arrive.expect_tx (+ the bytes)
-            ah_mbar_init(&full_v[s], 1);
-            ah_mbar_init(&empty_k[s], 8);  // one arrive per consumer warp (2 warpgroups x 4)
-            ah_mbar_init(&empty_v[s], 8);
+            mbar_init(&full_k[s], 1);   // the producer's arrive.expect_tx (+ the bytes)
+            mbar_init(&full_v[s], 1);
+            mbar_init(&empty_k[s], 8);  // one arrive per consumer warp (2 warpgroups x 4)
+            mbar_init(&empty_v[s], 8);
         }
 #if AH_PERSISTENT
-        ah_mbar_init(&empty_q, 8);
+        mbar_init(&empty_q, 8);
 #endif
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA
+        fence_mbarrier_init();  // visible to the TMA
     }
     __syncthreads();  // the last block-wide barrier: from here the roles never meet again
 
     const int warpgroup = threadIdx.x / 128;
     if (warpgroup == 0) {
         // ---- producer ----
-        ah_setmaxnreg_dec<AH_PRODUCER_REGS>();
+        setmaxnreg_dec<AH_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
 #if AH_PERSISTENT
             for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
@@ -355,9 +363,9 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         }
     } else {
         // ---- consumers: warpgroup wg (0 or 1) owns query rows m0 + 64 wg .. + 63 ----
-        ah_setmaxnreg_inc<AH_CONSUMER_REGS>();
+        setmaxnreg_inc<AH_CONSUMER_REGS>();
         const int wg = warpgroup - 1;
-        const uint32_t q_base = ah_smem(q_tile) + wg * 64 * 128;  // 64 rows x 128 bytes into each slab
+        const uint32_t q_base = smem_addr(q_tile) + wg * 64 * 128;  // 64 rows x 128 bytes into each slab
 #if AH_PERSISTENT
         for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
             ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
