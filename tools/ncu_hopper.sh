@@ -9,6 +9,8 @@
 #   OUT=/tmp/x bash tools/ncu_hopper.sh tc_4096 fa_4096  some groups
 #   OUT=/tmp/x BUDGET=540 bash tools/ncu_hopper.sh fah_4096 fah_4096c fah_gpt2 fahb_4096
 #                                                        week 4's CUDA C attention rung beside cuDNN (~8 min)
+#   OUT=/tmp/x BUDGET=540 bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx
+#                                                        week 1's GEMM schedules beside cuBLAS, bf16 (~5 min)
 #   bash tools/ncu_hopper.sh --list
 #
 # Each group is ONE Python process, the course's ncu driver
@@ -63,6 +65,12 @@ fah_4096;week4_triton_dl;attention_fwd_bfloat16_d128;S=4096;hopper hopper_overla
 fah_4096c;week4_triton_dl;attention_fwd_causal_bfloat16_d128;S=4096;hopper hopper_overlap triton_flash_blocked sdpa_cudnn
 fah_gpt2;week4_triton_dl;attention_train_week4;8x12x1024x64;hopper triton torch
 fahb_4096;week4_triton_dl;attention_fwdbwd_bfloat16_d128;S=4096;hopper triton_flash sdpa_cudnn
+ws_5000;week1_cuda_python;matmul_wgmma_shapes_week1;5000x3000x4000 bfloat16;wgmma_persistent wgmma_pingpong wgmma_cluster torch
+ws_4096;week1_cuda_python;matmul_wgmma_shapes_week1;4096x4096x4096 bfloat16;wgmma_persistent wgmma_pingpong torch
+ws_fc2;week1_cuda_python;matmul_wgmma_shapes_week1;8192x768x3072 bfloat16;wgmma_persistent wgmma_pingpong torch
+ws_fc;week1_cuda_python;matmul_wgmma_shapes_week1;8192x3072x768 bfloat16;wgmma_persistent wgmma_pingpong torch
+ws_head;week1_cuda_python;matmul_wgmma_shapes_week1;8192x50304x768 bfloat16;wgmma_persistent wgmma_pingpong torch
+ws_head_dx;week1_cuda_python;matmul_wgmma_shapes_week1;8192x768x50304 bfloat16;wgmma_persistent wgmma_pingpong torch
 '
 # the 5000x3000x4000 matmul: one kernel per variant since the row-aligned B is read in place (until
 # 2026-11-27 `triton` copied B into a padded buffer first: two more kernels)
@@ -77,6 +85,12 @@ DEFAULT_GROUPS="tc_4096 triton_4096 triton_5000 fa_4096 tc_8192 tc_2048"
 # torch = SDPA's default, cuDNN on an H100). fahb_4096: forward + backward at the fah_4096 size, so the
 # backward kernels (hopper's ahb_*, cuDNN's, Triton's delta/dK dV/dQ) beside each other. The fwd+bwd groups
 # launch several kernels per variant: their rows are named by kernel (no labels).
+# ws_* (issue 32's schedules, matmul_wgmma_persistent_bench.py's BENCHMARKS; by name only, on an H100/H200):
+# cooperative (wgmma_persistent) and ping-pong beside cuBLAS, bf16, one kernel each, at 5000 x 3000 x 4000
+# (the open gap; the cluster rung too, the best there), 4096^3 (ping-pong's loss), the capstone's fc2
+# 8192x768x3072 (ping-pong's win), fc 8192x3072x768 (even waves), the LM head 8192x50304x768 and its
+# backward dX 8192x768x50304 (K = 50304, 192 tiles). No PREBUILD: their cubins are built by nvcc inside the
+# group's process at the warm-up call (a few seconds each, not cached on disk: a prebuild would not carry).
 # Extensions built before ncu starts (nvcc, about a minute each, in parallel, outside every group's limit):
 # PREBUILD_<group>, one Python statement per line; the same statement of several groups runs once.
 HOPPER_BUILDS='from week4_triton_dl.attention import hopper; hopper.load_extension()

@@ -8,6 +8,17 @@ COURSE = {
     "order": 1,
     # numbered rungs, each runnable by number: `python -m course rung matmul_cuda 5`
     "ladders": {"matmul_cuda": "matmul", "matmul_tensor_cores": "matmul_tensor_cores_bench"},
+    # results written by a command of their own (`course report` names it where a record is missing):
+    # tools/ncu_hopper.sh's ws_* groups write ncu_hopper.json and each group's ncu_GROUP.md, which
+    # notes/matmul_wgmma_persistent.md includes: copy $OUT/ncu_hopper/week1_cuda_python/* into results/
+    "runners": {
+        "ncu_ws_5000": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+        "ncu_ws_4096": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+        "ncu_ws_fc2": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+        "ncu_ws_fc": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+        "ncu_ws_head": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+        "ncu_ws_head_dx": "bash tools/ncu_hopper.sh ws_5000 ws_4096 ws_fc2 ws_fc ws_head ws_head_dx",
+    },
     "comparisons": {
         "vector_add": [
             {"file": "vector_add.py", "bench": "vector_add_week1", "size": "2^28", "rows": [

@@ -18,6 +18,11 @@ Each in bf16 and fp16. C in the inputs' type for every variant.
 
 Writes results/matmul_wgmma_persistent_week1.json and .md (a benchmark record as course.bench
 writes them, rows with size, variant, ms, tflops, speedup_vs_torch, plus the rounds' spread).
+
+`BENCHMARKS` registers the same variants at the shapes tools/ncu_hopper.sh profiles (`ws_*` groups:
+`python -m course ncu --launch matmul_wgmma_shapes_week1 ...` calls each once), so ncu and the
+sanitizer reach the schedules through the week's one registry. `python -m course bench week1` times
+it too, plainly (one variant after another); the ratios the notes cite come from the rounds above.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from pathlib import Path
 import torch
 
 from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
+from course.bench import Benchmark
 from course.check import random_tensor
 from week1_cuda_python.matmul_tensor_cores import launch_wgmma, wgmma_unsupported
 from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsupported
@@ -60,12 +66,47 @@ def size_label(shape, dtype) -> str:
     return f"{m}x{n}x{k} {str(dtype).replace('torch.', '')}"
 
 
+def _label(size) -> str:
+    return size_label(*size)
+
+
 def make_inputs(size):
     (m, n, k), dtype = size
     device = runtime.DEVICE
     # B scaled by 1/sqrt(K): C ~ N(0, 1), no fp16 overflow at any K.
     return (random_tensor((m, k), dtype, device), random_tensor((k, n), dtype, device, scale=k**-0.5),
             torch.empty((m, n), dtype=dtype, device=device))
+
+
+# The shapes tools/ncu_hopper.sh profiles, bf16: 5000 x 3000 x 4000 (the open gap), 4096^3 (ping-pong's
+# ordinary loss), fc2 (ping-pong's win), fc (even waves), the LM head and its backward dX (K = 50304).
+NCU_SHAPES = [(5000, 3000, 4000), (4096, 4096, 4096), (TOKENS, 768, 3072), (TOKENS, 3072, 768),
+              (TOKENS, 50304, 768), (TOKENS, 768, 50304)]
+# The sm_90a rows only where they run (an H100/H200; in simulation listed, skipped as "needs a GPU"):
+# a launch elsewhere raises, and course bench would stop at it. wgmma_tma is matmul_tc_week1's row.
+_HOPPER_ROWS = (("wgmma_persistent", "wgmma_cluster", "wgmma_pingpong")
+                if unsupported(runtime.capability()) is None and wgmma_unsupported(runtime.capability()) is None
+                else ())
+
+BENCHMARKS = [
+    Benchmark(
+        name="matmul_wgmma_shapes_week1",
+        title="Persistent, cluster and ping-pong wgmma GEMMs vs cuBLAS at issue 32's odd and capstone shapes, bf16",
+        sizes=[(shape, torch.bfloat16) for shape in NCU_SHAPES],
+        sim_sizes=[((256, 256, 64), torch.bfloat16)],
+        size_label=_label,
+        make_inputs=make_inputs,
+        variants={label: VARIANTS[label] for label in ("torch", *_HOPPER_ROWS)},
+        gpu_only=_HOPPER_ROWS,
+        bytes=lambda size: 2 * (size[0][0] * size[0][2] + size[0][2] * size[0][1] + size[0][0] * size[0][1]),
+        flops=lambda size: 2 * size[0][0] * size[0][1] * size[0][2],
+        notes="FLOPs = 2 M N K; bytes = 2 (M K + K N + M N); torch = torch.matmul (cuBLAS); "
+              "wgmma_persistent = schedule='cooperative' (128 x 256 tiles), wgmma_pingpong = schedule='pingpong' "
+              "(64 x 256), wgmma_cluster = 2-block clusters multicasting B; sm_90a rows on H100/H200 only. "
+              "What tools/ncu_hopper.sh's ws_* groups launch; the interleaved ratios: "
+              "matmul_wgmma_persistent_bench.py",
+    ),
+]
 
 
 def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
