@@ -175,3 +175,19 @@ def test_the_fused_roads_graphed_steps_are_profiled(monkeypatch, tmp_path):
     assert seen["torch.compile+cudagraphs"] == tmp_path / "profile_twin_compiled.md"
     assert seen["torch"] is None and seen["wgmma_gemms+compile"] is None
     assert len(set(measure.PROFILES.values())) == len(measure.PROFILES)
+
+
+def test_the_runner_measures_what_the_rows_read():
+    """The command the README's pending block names (capstone's COURSE runners) trains only known variants, among
+    them every graphed step the rows read, and copies fused_roads.md to where the block reads it."""
+    from course import weeks
+
+    command = weeks.runner_command("fused_roads")
+    measure_part, copy_part = command.split(" && ")
+    args = measure_part.split()
+    variants = args[args.index("--variants") + 1:]
+    assert set(variants) <= {name for name, _, _ in measure.train_variants()}
+    assert {summary.TWIN_GRAPHS, summary.FAST_GRAPHS, *summary.FUSED_ROADS} <= set(variants)
+    assert set(summary.FUSED_ROADS) | {summary.TWIN_GRAPHS, summary.FAST_GRAPHS} <= set(measure.PROFILES)
+    out = args[args.index("--out") + 1]
+    assert copy_part.split() == ["cp", f"{out}/fused_roads.md", "capstone/results/"]
