@@ -10,6 +10,12 @@ COURSE = {
         "capstone_train": "python -m capstone.measure --out capstone/results",
         "capstone_decode": "python -m capstone.measure --out capstone/results",
         "capstone_fsdp": "python -m capstone.fsdp all --gpus 2 --out capstone/results",
+        # the fused roads' graphed steps profiled beside the twin's (summary.py's "what limits the fused roads"):
+        # their own run folder, its fused_roads.md copied up to where the README's block reads it
+        "fused_roads": ("python -m capstone.measure --out capstone/results/fused_roads --phases train --budget-s 480 "
+                        "--variants torch torch.compile torch.compile+cudagraphs fast+compile+cudagraphs "
+                        "fused_gemms+compile+cudagraphs wgmma_gemms+compile+cudagraphs "
+                        "&& cp capstone/results/fused_roads/fused_roads.md capstone/results/"),
         "capstone_text": ("python -m capstone.train --config gpt2_124m --text capstone/data/tinyshakespeare.txt "
                           "--steps 1000 --batch 8 --warmup 100 --eval-every 50 --sample-bytes 400 "
                           "--out /tmp/capstone_text --record capstone/results"),

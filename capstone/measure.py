@@ -25,7 +25,8 @@ order of what the README needs most, each stopped when the time budget (`--budge
    then the twin under torch.compile (the bar a practitioner would pick instead) and the fast
    model under torch.compile (compiling what the kernels leave: residual adds, the embedding,
    the optimizer is not compiled). Median of `steps` CUDA-event-timed steps after `warmup`.
-   A torch.profiler table of the fast model's top-10 kernels (3 steps) goes to profile.md.
+   A torch.profiler table of the fast model's kernels (3 steps) goes to profile.md, and of the CUDA-graphed
+   steps of fast, the twin and the fused GEMMs' models to profile_*.md (PROFILES).
 2. decode: greedy decode tokens/s at ~1k context (prompt 960, 64 new tokens), batch 1 and 8:
    the no-cache eager loop of the twin (the baseline), then the fast model with the KV cache
    (eager) and with the KV cache + CUDA graph (week 5's StaticDecoder), bf16 weights.
@@ -37,7 +38,8 @@ order of what the README needs most, each stopped when the time budget (`--budge
 Writes capstone_train.json|md and capstone_decode.json|md (records shaped like
 `course.bench.run`'s, so `python -m course report` fills `<!-- results:capstone_train -->`
 blocks), capstone_loss.json (curves; not a table record) + loss_fast_vs_eager.png,
-profile.md, and summary.md (every target of issue 8 with its measured value), and prints
+profile*.md, summary.md (every target of issue 8 with its measured value), fused_roads.md (the fused
+GEMMs' graphed steps by kind of kernel against the twin's, when they were profiled), and prints
 summary.md. On the CPU every size shrinks (tiny model, a few steps) and the compile phases are
 skipped: the numbers then measure Python and the Triton interpreter, and say so.
 """
@@ -60,7 +62,7 @@ from capstone import attention_ops
 from capstone import model as cm
 from capstone import wgmma_ops
 from capstone.step_profile import profile_steps
-from capstone.summary import summary_markdown
+from capstone.summary import fused_roads_markdown, summary_markdown
 from capstone.train import Trainer
 from week5_integration import inference
 from week5_integration import model as m
@@ -173,6 +175,13 @@ def refusal(name: str) -> str | None:
 
 
 TRAINER_OPTIONS = {"fast, one-thread backward": {"autograd_threads": False}}
+# The variants whose steps are profiled after their timing (3 more steps each, under torch.profiler), and where
+# to: the eager fast model, then the CUDA-graphed steps the summary reads side by side by kind of kernel (fast's
+# and each fused road's against the twin's: summary.py's "what limits" rows).
+PROFILES = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md",
+            "torch.compile+cudagraphs": "profile_twin_compiled.md",
+            "fused_gemms+compile+cudagraphs": "profile_fused_gemms.md",
+            "wgmma_gemms+compile+cudagraphs": "profile_wgmma_gemms.md"}
 
 
 def time_training(p: dict, ops, *, compile: bool, profile_to: Path | None = None, name: str = "") -> dict:
@@ -236,8 +245,7 @@ def measure_training(p: dict, out: Path, deadline: float, only: tuple[str, ...] 
             rows.append({**row, "skipped": "time budget spent"})
             continue
         try:
-            profile = {"fast": "profile.md", "fast+compile+cudagraphs": "profile_compiled.md",
-                       "torch.compile+cudagraphs": "profile_twin_compiled.md"}.get(name)
+            profile = PROFILES.get(name)
             got = time_training(p, ops, compile=compile, profile_to=out / profile if profile else None, name=name)
         except Exception as error:
             traceback.print_exc()
@@ -483,6 +491,14 @@ def _previous(path: Path, ran: bool, any_machine: bool = False) -> dict | None:
     return record if any_machine or record.get("simulated") == (not runtime.on_gpu()) else None
 
 
+def write_summary(out: Path, text: str, train: dict | None) -> None:
+    """summary.md, and fused_roads.md where the train record holds the fused roads' profiles (summary.py)."""
+    (out / "summary.md").write_text(text)
+    roads = fused_roads_markdown(train)
+    if roads:
+        (out / "fused_roads.md").write_text(roads)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="results folder (capstone/results on the GPU)")
@@ -498,7 +514,7 @@ def main(argv=None) -> int:
         records = [_previous(Path(args.out) / f"{name}.json", False, any_machine=True)
                    for name in (TRAIN_BENCH, DECODE_BENCH, LOSS_FILE, FSDP_BENCH)]
         text = summary_markdown(*records)
-        (Path(args.out) / "summary.md").write_text(text)
+        write_summary(Path(args.out), text, records[0])
         print(text)
         return 0
     out = Path(args.out)
@@ -540,7 +556,7 @@ def main(argv=None) -> int:
     decode = decode or _previous(out / f"{DECODE_BENCH}.json", "decode" in args.phases)
     loss = loss or _previous(out / f"{LOSS_FILE}.json", "loss" in args.phases)
     text = summary_markdown(train, decode, loss, _previous(out / f"{FSDP_BENCH}.json", False))
-    (out / "summary.md").write_text(text)
+    write_summary(out, text, train)
     for record in (train, decode):
         if record:
             print(_table(record))

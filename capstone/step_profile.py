@@ -1,13 +1,16 @@
 """Where a training step's GPU time goes: the step profiled, its kernels sorted into kinds, and the
 bounds those kinds set on how fast the step could be.
 
-`capstone.measure` profiles the fast model and the twins with `profile_steps` (profile.md:
-every kernel with its kind); `capstone.summary` reads two CUDA-graphed profiles' kinds side by
-side (`kinds_of`, `step_bounds`) to say what limits the fast model against the compiled twin.
+`capstone.measure` profiles the fast model, the twins and the fused GEMMs' graphed steps with
+`profile_steps` (profile.md: every kernel with its kind); `capstone.summary` reads two CUDA-graphed
+profiles' kinds side by side (`kinds_of`, `step_bounds`) to say what limits the fast model against the
+compiled twin, and each fused road's against the twin's (`fused_road_limits`): what its GEMMs added,
+what its fusions removed.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,13 +23,37 @@ if TYPE_CHECKING:
     from capstone.train import Trainer
 
 
+ROOT = Path(__file__).resolve().parent.parent
+COURSE_GEMM = "matmul (course fused GEMM)"
+# Where the course's GEMM kernels are named: week 1's CUDA C entry points (`WF_ENTRY(wgmma_linear_swiglu_bf16, ...)`:
+# the fused GEMMs wgmma_gemms runs, and the plain, persistent, cluster and ping-pong rungs they are built on) and
+# week 4's fused linears (the @triton.jit kernels of kernel.py and kernel_tma.py, the tiled and the TMA rung, which
+# fused_gemms runs; the norm prologue's row_rstd_kernel is a norm's reduction and stays one).
+CUDA_GEMM_SOURCES = ("week1_cuda_python/kernels", "matmul_wgmma*.cu")
+TRITON_GEMM_SOURCES = ("week4_triton_dl/fused_linear", "kernel*.py")
+CUDA_ENTRY = re.compile(r"^\s*[A-Z_]+_ENTRY\((\w+)\s*,", re.M)            # an entry point's macro use (not its #define)
+TRITON_KERNEL = re.compile(r"^@triton\.jit\s*\ndef (\w+)\(", re.M)
+
+
+def course_gemm_kernels(root: Path = ROOT) -> tuple[str, ...]:
+    """The names the course's GEMM kernels launch under (a profile's kernel names), read from their sources,
+    so a kernel renamed or added there is classified without a second list here."""
+    names = []
+    for (folder, pattern), found in ((CUDA_GEMM_SOURCES, CUDA_ENTRY), (TRITON_GEMM_SOURCES, TRITON_KERNEL)):
+        for path in sorted((root / folder).glob(pattern)):
+            names += found.findall(path.read_text())
+    return tuple(sorted({name.lower() for name in names}))
+
+
 # Kernel names by kind, first match wins: the GPU time of a step split by what the kernels do.
-# cuBLAS on Hopper names its GEMMs nvjet_* (sm90_xmma/cutlass/gemm elsewhere); Inductor's
-# generated kernels start triton_ (poi: pointwise, red/per: reductions); the course's kernels
-# carry their op's name.
+# The course's GEMMs come first: their names carry their epilogue (wgmma_linear_swiglu_bf16), which
+# the SwiGLU kind would otherwise take. cuBLAS on Hopper names its GEMMs nvjet_* (sm90_xmma/cutlass/
+# gemm elsewhere); Inductor's generated kernels start triton_ (poi: pointwise, red/per: reductions);
+# the course's other kernels carry their op's name.
 # The optimizer comes before the norms: gradient clipping's global norm runs torch's multi-tensor
 # and reduction kernels whose names contain "Norm" (LpNormFunctor, NormTwoOps, lpnorm_cleanup).
 KERNEL_KINDS = (
+    (COURSE_GEMM, course_gemm_kernels()),
     ("matmul (cuBLAS)", ("nvjet", "gemm", "xmma", "cutlass", "cublas", "splitk")),
     # cuDNN's attention backward runs two helpers beside its main kernel: the row term
     # D = rowsum(dO * O) (compute_dot_do_o) and dQ's fp32 -> 16-bit conversion (convert_dq).
@@ -128,3 +155,24 @@ def step_bounds(fast_kinds: dict, twin_kinds: dict) -> dict:
     attention_saving = max(0.0, fast_kinds.get(ATTENTION, 0.0) - twin_kinds.get(ATTENTION, 0.0))
     return {"total": total, "floor": floor,
             "best_today": total - attention_saving - fast_kinds.get(GLUE, 0.0)}
+
+
+def gemm_ms(kinds: dict) -> float:
+    """A step's GEMM time: the course's GEMMs and cuBLAS's together (a fused road runs both: its fused forward
+    GEMMs are the course's, its backward GEMMs and the rest cuBLAS's)."""
+    return kinds.get(COURSE_GEMM, 0.0) + kinds.get(MATMUL, 0.0)
+
+
+def fused_road_limits(road: dict, other: dict, noise_ms: float = 0.02) -> dict:
+    """Where a fused road's graphed step gains and loses GPU time against `other`'s (the twin's, or fast's: the
+    same model unfused), by kind (ms per step): `gemm_added` (its GEMMs, course + cuBLAS, minus the other's),
+    `removed` (every other kind that shrank, by how much), `grew` (every other kind that grew), each largest first;
+    `net` = the road's GPU busy minus the other's. Differences under `noise_ms` are left out of the two lists (not
+    of `net`): two 3-step profiles of the same optimizer code differ by 0.01 ms."""
+    kinds = (set(road) | set(other)) - {COURSE_GEMM, MATMUL}
+    delta = {kind: road.get(kind, 0.0) - other.get(kind, 0.0) for kind in kinds}
+    removed = {kind: -d for kind, d in sorted(delta.items(), key=lambda kv: kv[1]) if d < -noise_ms}
+    grew = {kind: d for kind, d in sorted(delta.items(), key=lambda kv: -kv[1]) if d > noise_ms}
+    return {"gemm": gemm_ms(road), "course_gemm": road.get(COURSE_GEMM, 0.0), "cublas": road.get(MATMUL, 0.0),
+            "other_gemm": gemm_ms(other), "gemm_added": gemm_ms(road) - gemm_ms(other), "removed": removed,
+            "grew": grew, "net": sum(road.values()) - sum(other.values())}

@@ -1,13 +1,15 @@
 """The capstone's targets, each beside its measured value: summary.md, the table the README quotes.
 
 It reads the records `capstone.measure` writes (training, decode, loss curves) and the one
-`capstone.fsdp` writes (2 GPUs); a target whose record is missing says "not measured". A training row
+`capstone.fsdp` writes (2 GPUs); a target whose record is missing says "not measured". Where the
+fused GEMMs' graphed steps were profiled, rows say what limits them against the twin, and
+fused_roads.md (`fused_roads_markdown`) sets their kinds of kernels in columns. A training row
 quoted here names the attention it ran (its record's "attention": the kernels, and for fast's, that week
 4's dispatch rule picked them), since the attention is one of the choices the rows compare (issue 33).
 """
 from __future__ import annotations
 
-from capstone.step_profile import kinds_of, step_bounds
+from capstone.step_profile import COURSE_GEMM, MATMUL, fused_road_limits, kinds_of, step_bounds
 
 # Issue 16's targets (issue 8's were 1.5x eager, 1.0x compiled, decode 5x).
 TARGETS = {"train_vs_eager": 2.0, "train_vs_compile": 1.25, "decode_vs_no_cache": 10.0,
@@ -75,6 +77,94 @@ def fused_gemm_rows(train: dict | None, loss: dict | None, add) -> None:
         held_rows("wgmma GEMMs (week 1's CUDA C, bf16 residual stream)", held, loss, add)
     elif counted:  # a row above counts the CUDA C model: its loss must be shown too
         add("wgmma GEMMs (week 1's CUDA C, bf16 residual stream): loss tracks the eager twin", "not measured", None)
+
+
+# The fused roads whose CUDA-graphed steps measure.py profiles, each read against the twin compiled with the same
+# graphs (the target they miss most narrowly), and fast's graphed step beside them: the same model on cuBLAS's GEMMs.
+FUSED_ROADS = ("fused_gemms+compile+cudagraphs", "wgmma_gemms+compile+cudagraphs")
+TWIN_GRAPHS, FAST_GRAPHS = "torch.compile+cudagraphs", "fast+compile+cudagraphs"
+TWINS = ("torch", "torch.compile", TWIN_GRAPHS)
+
+
+def _profiled(record: dict | None, variant: str) -> dict | None:
+    row = _row(record, variant)
+    return row if row and (row.get("gpu_kernels") or row.get("gpu_ms_by_kind")) else None
+
+
+def _roads(train: dict | None) -> tuple[dict, list[dict], dict | None] | None:
+    """The profiled graphed twin, the profiled fused roads and fast's graphed row if profiled; None without a
+    profiled twin and at least one profiled road."""
+    twin = _profiled(train, TWIN_GRAPHS)
+    roads = [r for r in (_profiled(train, v) for v in FUSED_ROADS) if r]
+    return (twin, roads, _profiled(train, FAST_GRAPHS)) if twin and roads else None
+
+
+def fused_road_rows(train: dict | None, add) -> None:
+    """Why a fused road does not beat the twin, from measured profiles: for each profiled road, its graphed step
+    by kind of kernel beside the twin's, its GEMMs' ms against the twin's and what its fusions removed; then the
+    best figure any variant reached for each of issue 32's targets. Without a profiled road and a profiled graphed
+    twin: no row (a record from before the roads were profiled reads as it did)."""
+    found = _roads(train)
+    if not found:
+        return
+    twin, roads, fast = found
+    for road in roads:
+        add(f"what limits the fused roads: {road['variant']} against {twin['variant']}, GPU ms per step by kind of "
+            "kernel (profiles of the two CUDA-graphed steps)", road_limits(road, twin, fast), None)
+    add("issue 32's targets: the best figure reached by any variant of this run", best_figures(train), None)
+
+
+def road_limits(road: dict, twin: dict, fast: dict | None) -> str:
+    """One road in words: its kinds beside the twin's, then two readings of `fused_road_limits`. Against the twin
+    (the ratio's other side): its GEMMs' ms against the twin's cuBLAS ms and the other kinds that shrank (fast's
+    own kernels and the fusions together) or grew. Against fast's graphed step when profiled (the same model with
+    cuBLAS's GEMMs, nothing fused into them): what the GEMMs added and what the fusions removed, alone."""
+    a, b = kinds_of(road), kinds_of(twin)
+    side = "; ".join(f"{k} {a.get(k, 0.0):.2f} vs {b.get(k, 0.0):.2f}"
+                     for k in sorted(set(a) | set(b), key=lambda k: -max(a.get(k, 0.0), b.get(k, 0.0))))
+    text = (f"{side}; GPU busy {sum(a.values()):.2f} vs {sum(b.values()):.2f} ms (timed steps {road['ms']:.2f} vs "
+            f"{twin['ms']:.2f} ms: {twin['ms'] / road['ms']:.2f}x). Against the twin: GEMMs {gemms(a)} vs {gemms(b)}, "
+            + _moves(fused_road_limits(a, b), "the other kinds shrank", "grew"))
+    if fast:
+        f = kinds_of(fast)
+        text += (f". Against {fast['variant']} (the same model on cuBLAS's GEMMs, nothing fused into them): GEMMs "
+                 f"{gemms(f)}, " + _moves(fused_road_limits(a, f), "the fusions removed", "other kinds grew"))
+    return text
+
+
+def _moves(lim: dict, shrank: str, grew: str) -> str:
+    listed = lambda kinds: ", ".join(f"{k} {ms:.2f}" for k, ms in kinds.items()) or "none"  # noqa: E731
+    return (f"the GEMMs added {lim['gemm_added']:+.2f} ms; {shrank} {sum(lim['removed'].values()):.2f} ms "
+            f"({listed(lim['removed'])}); {grew} {sum(lim['grew'].values()):.2f} ms ({listed(lim['grew'])}); "
+            f"net {lim['net']:+.2f} ms of GPU time a step")
+
+
+def gemms(kinds: dict) -> str:
+    """A step's GEMM ms: the course's and cuBLAS's, and their sum when both ran."""
+    course, cublas = kinds.get(COURSE_GEMM, 0.0), kinds.get(MATMUL, 0.0)
+    if not course:
+        return f"cuBLAS {cublas:.2f} ms"
+    return f"course {course:.2f} + cuBLAS {cublas:.2f} = {course + cublas:.2f} ms"
+
+
+def best_figures(train: dict) -> str:
+    """For each of issue 32's targets, the best figure reached by any timed variant but the twins, named: against
+    the graphed twin only the graphed variants count (the target is "with the same CUDA graphs")."""
+    rows = [r for r in train["rows"] if "ms" in r and r["variant"] not in TWINS]
+    eager, comp, twin_graphs = _row(train, "torch"), _row(train, "torch.compile"), _row(train, TWIN_GRAPHS)
+    parts = []
+    for label, twin, target, mode in (("the compiled twin (default mode)", comp, TARGETS_32["vs_compile"], ""),
+                                      ("the twin with the same CUDA graphs", twin_graphs,
+                                       TARGETS_32["vs_compile_cudagraphs"], "+cudagraphs"),
+                                      ("the eager twin", eager, TARGETS_32["vs_eager"], "")):
+        best = min((r for r in rows if r["variant"].endswith(mode)), key=lambda r: r["ms"], default=None)
+        if twin and best:
+            parts.append(f"{target}x {label}: {_named(best)} {twin['ms'] / best['ms']:.2f}x")
+    peak = _peak_tflops(train.get("machine", {}))
+    best = max((r for r in rows if r.get("tflops")), key=lambda r: r["tflops"], default=None)
+    if peak and best:
+        parts.append(f"MFU {TARGETS_32['mfu']:.0%}: {_named(best)} {best['tflops'] / peak:.1%}")
+    return "; ".join(parts) or "not measured"
 
 
 def held_rows(what: str, held: dict, loss: dict, add) -> None:
@@ -205,6 +295,7 @@ def summary_markdown(train: dict | None, decode: dict | None, loss: dict | None,
             f"last 50 steps {loss['final_mean_abs_diff']:.4f} (control {c['final_mean_abs_diff']:.4f}): "
             f"{loss_verdict(loss)}", loss["within_control"])
     fused_gemm_rows(train, loss, add)
+    fused_road_rows(train, add)
     attention_rows(train, loss, add)
     cached, base = _row(decode, "fast cache", "B=1"), _row(decode, "torch no_cache", "B=1")
     if cached and base:
@@ -255,3 +346,28 @@ def _matmul_bound(twin: dict | None, fast: dict | None, comp: dict | None) -> st
                  f"{comp['ms'] / bounds['best_today']:.2f}x; matmuls + optimizer alone {bounds['floor']:.2f} ms = "
                  f"{comp['ms'] / bounds['floor']:.2f}x")
     return text
+
+
+def fused_roads_markdown(train: dict | None) -> str | None:
+    """fused_roads.md (measure.py writes it beside summary.md): the profiled fused roads' graphed steps by kind of
+    kernel in columns beside the twin's and fast's, then the summary's rows on them. None where
+    `fused_road_rows` adds no row."""
+    found = _roads(train)
+    if not found:
+        return None
+    twin, roads, fast = found
+    columns = [twin, *([fast] if fast else []), *roads]
+    kinds = [kinds_of(r) for r in columns]
+    order = sorted({k for ks in kinds for k in ks}, key=lambda k: -max(ks.get(k, 0.0) for ks in kinds))
+    lines = ["| GPU ms per step | " + " | ".join(r["variant"] for r in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    lines += [f"| {k} | " + " | ".join(f"{ks.get(k, 0.0):.2f}" for ks in kinds) + " |" for k in order]
+    lines += ["| GPU busy (the kinds' sum) | " + " | ".join(f"{sum(ks.values()):.2f}" for ks in kinds) + " |",
+              "| timed step (ms, not profiled) | " + " | ".join(f"{r['ms']:.2f}" for r in columns) + " |"]
+    where = train.get("machine", {})
+    words = [f"* **{road['variant']}** against {twin['variant']}: {road_limits(road, twin, fast)}." for road in roads]
+    words.append(f"* Issue 32's targets, the best figure reached by any variant of this run: {best_figures(train)}.")
+    return (f"**What limits the fused roads**: {where.get('gpu') or 'the CPU (SIMULATION)'}, {train.get('date')}; "
+            "GPU ms per step by kind of kernel (`capstone.step_profile.KERNEL_KINDS`; the course's GEMMs: the names "
+            "week 1's and week 4's sources give them), from the profiles of the CUDA-graphed steps (3 steps each, "
+            "`profile_*.md` of the run).\n\n" + "\n".join(lines) + "\n\n" + "\n".join(words) + "\n")
