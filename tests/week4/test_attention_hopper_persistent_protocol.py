@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from week4_triton_dl.attention import hopper as hp
+from week4_triton_dl.attention.persistent_balance import balance, key_tiles, walk
 
 STAGES, WARPGROUPS, WARPS, BM = 2, 2, 4, 128  # AH_STAGES; consumer warpgroups; warps each; AH_BM (= AH_BN)
 WRONG = {
@@ -242,26 +243,6 @@ def test_without_the_q_empty_wait_one_tile_is_still_fine():
 
 # --- the static scheduler: ah_round_tile and ah_work, mirrored ------------------------------------------------
 
-def round_tile(round_, block, grid, causal):
-    """ah_round_tile: positions k G .. k G + G - 1 of round k, reversed in odd rounds when causal."""
-    return round_ * grid + (grid - 1 - block if causal and round_ & 1 else block)
-
-
-def walk(block, grid, tiles, causal):
-    round_ = 0
-    while (tile := round_tile(round_, block, grid, causal)) < tiles:
-        yield tile
-        round_ += 1
-
-
-def key_tiles(tile, m_tiles, seq, causal):
-    """ah_work's key-tile count of work tile `tile` (Sq = Sk = seq)."""
-    order = tile % m_tiles
-    m0 = (m_tiles - 1 - order if causal else order) * BM
-    last_key = min(seq - 1, m0 + BM - 1) if causal else seq - 1
-    return last_key // BM + 1
-
-
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("tiles, grid", [(1, 1), (7, 7), (5, 132), (132, 132), (133, 132), (2048, 132),
                                          (4096, 114), (1000, 78)])
@@ -317,3 +298,17 @@ def test_the_model_follows_the_source():
     assert "const int r = ring + it;" in produce and "((r / AH_STAGES) - 1) & 1" in produce
     more = "const bool more = ah_round_tile(round + 1, causal) < tiles;"
     assert more in kernel, "the consumers' `more` is not the scheduler's next round"
+
+
+def test_the_balance_record_is_what_the_scheduler_gives():
+    # results/attention_hopper_persistent_balance.json (the note cites it) is regenerated, never typed
+    from week4_triton_dl.attention import persistent_balance as pb
+    assert pb.main(["--check"]) == 0
+
+
+def test_the_static_walk_loses_its_pairing_when_the_grid_and_a_heads_tiles_do_not_line_up():
+    # S = 16k: 128 query tiles a head, 132 blocks: the reversal's partner drifts 4 tiles a round
+    assert balance(16, 16384)["busiest_over_mean"] > 1.5
+    assert balance(256, 1024)["busiest_over_mean"] < 1.05
+    with pytest.raises(ValueError, match="seq must be a positive int"):
+        balance(16, 0)

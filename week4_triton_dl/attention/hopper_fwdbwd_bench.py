@@ -39,15 +39,14 @@ import torch.nn.functional as F
 
 from course import bench, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
-from week4_triton_dl.attention import dispatch
 from week4_triton_dl.attention.hopper import attention_hopper, device_refusal
 from week4_triton_dl.attention.hopper_backward_bench import markdown
 from week4_triton_dl.attention.hopper_bench import (
     SHORT_FLOPS,
     SHORT_REP_MS,
     SHORT_ROUNDS,
+    triton_attention,
 )
-from week4_triton_dl.attention.op import flash_attention
 
 PROG = "python -m week4_triton_dl.attention.hopper_fwdbwd_bench"
 NAME = "attention_hopper_fwdbwd_week4"
@@ -98,14 +97,6 @@ def training_step(attention):
         out = attention(q, k, v, causal)
         return torch.autograd.grad(out, (q, k, v), do)
     return step
-
-
-def triton_attention(q, k, v, causal):
-    """The week's op with a Triton forward: where its dispatch sends the call to this rung (the sweep's
-    table names flash_hopper for some keys), flash_tma instead, so that `triton` never times the CUDA C kernel."""
-    if dispatch.choose(q, k, v, causal).rung == "flash_hopper":
-        return flash_attention(q, k, v, causal, rung="flash_tma")
-    return flash_attention(q, k, v, causal)
 
 
 VARIANTS = {
