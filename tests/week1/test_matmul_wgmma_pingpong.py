@@ -95,7 +95,7 @@ class _Driver:
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """The launchers' host side run to cuLaunchKernel on CPU tensors, with the driver, the tensor maps and
+    """The launchers' host side run to cuLaunchKernel (tensors on the run's device, CPU or GPU), with the driver, the tensor maps and
     the cubin replaced by recorders: which kernel, boxes, shared memory and grid each schedule asks for."""
     import torch
 
@@ -129,7 +129,7 @@ def test_plain_launch_asks_for_the_pingpong_kernel(recorded):
     a grid of 132 for 384 tiles; the default schedule still asks for the cooperative kernel."""
     import torch
 
-    a, b = torch.zeros(8192, 768, dtype=torch.bfloat16), torch.zeros(768, 768, dtype=torch.bfloat16)
+    a, b = torch.zeros(8192, 768, dtype=torch.bfloat16, device=runtime.DEVICE), torch.zeros(768, 768, dtype=torch.bfloat16, device=runtime.DEVICE)
     wp.launch_persistent(a, b, schedule="pingpong")
     assert recorded["maps"][0] == ((8192, 768), 64, 64)
     name, shared, defines, source = recorded["kernels"][0]
@@ -150,8 +150,8 @@ def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
     import torch
 
     m, n, k = 300, 528, 328
-    x, w = torch.zeros(m, k, dtype=torch.float16), torch.zeros(n, k, dtype=torch.float16)
-    extra = epi.extra_operand(epilogue, m, n, lambda shape: torch.zeros(shape, dtype=torch.float16))
+    x, w = torch.zeros(m, k, dtype=torch.float16, device=runtime.DEVICE), torch.zeros(n, k, dtype=torch.float16, device=runtime.DEVICE)
+    extra = epi.extra_operand(epilogue, m, n, lambda shape: torch.zeros(shape, dtype=torch.float16, device=runtime.DEVICE))
     wf.launch_fused(x, w, epilogue, extra, blocks=2, schedule="pingpong")
     assert recorded["maps"][0] == ((m, k), 64, 64)
     assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
@@ -204,7 +204,7 @@ def test_launchers_ask_the_rule_when_no_schedule_is_named(recorded, rule_says):
     import torch
 
     def zeros(*shape):
-        return torch.zeros(*shape, dtype=torch.bfloat16)
+        return torch.zeros(*shape, dtype=torch.bfloat16, device=runtime.DEVICE)
 
     wp.launch_persistent(zeros(8192, 3072), zeros(3072, 768))
     wp.launch_persistent(zeros(4096, 4096), zeros(4096, 4096))
@@ -223,7 +223,7 @@ def test_the_torch_ops_ask_the_rule(recorded, rule_says):
     """wf.linear_swiglu (what the capstone's wgmma_gemms model calls) leaves the schedule to the rule."""
     import torch
 
-    wf.linear_swiglu(torch.zeros(8, 1024, 768, dtype=torch.bfloat16), torch.zeros(4096, 768, dtype=torch.bfloat16))
+    wf.linear_swiglu(torch.zeros(8, 1024, 768, dtype=torch.bfloat16, device=runtime.DEVICE), torch.zeros(4096, 768, dtype=torch.bfloat16, device=runtime.DEVICE))
     assert rule_says == [(8192, 4096, 768, torch.bfloat16, "swiglu")]
     assert recorded["kernels"][0][0] == "wgmma_linear_pingpong_swiglu_bf16"
 
