@@ -31,6 +31,26 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
+class NamedBarrier:
+    """bar.sync / bar.arrive with a count of `parties` x 128 threads: one arrival here per warpgroup (the
+    attention kernels' ping-pong: two warpgroups, 256 threads)."""
+
+    def __init__(self, parties: int = 2):
+        self.parties, self.arrived, self.generation = parties, 0, 0
+
+    def arrive(self):
+        assert self.arrived < self.parties, "a named barrier arrived on more often than its count: an overrun"
+        self.arrived += 1
+        if self.arrived == self.parties:
+            self.arrived, self.generation = 0, self.generation + 1
+
+    def sync(self):
+        generation = self.generation
+        self.arrive()
+        while self.generation == generation:
+            yield
+
+
 def run_agents(agents, events, rng, state=None):
     """Interleave `agents` (generators: each yield is a wait whose condition was false, or a step) and `events`
     (pending completions the agents append to: a TMA copy landing, a wgmma group finishing) in random order,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from course import interop, runtime
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the Hopper kernels' shared header
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the Hopper kernels' shared header
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in ROOT.glob("*/**/kernels/*.cu") if ".venv" not in p.parts)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from course import runtime
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX, HOPPER_PTX_INCLUDE
+from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "week1_cuda_python" / "kernels" / "hopper_ptx.cuh"

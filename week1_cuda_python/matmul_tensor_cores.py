@@ -77,6 +77,7 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import interop, validate
 from course.check import poisoned, random_tensor
+from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # the PTX wrappers' header: one place
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul_tc.cu"
 DTYPES = (torch.float16, torch.bfloat16)
@@ -349,8 +350,6 @@ WGMMA_CAPABILITY = (9, 0)
 WGMMA_FALLBACK = "wmma_cp_async"  # the rung below, for every GPU that is not compute capability 9.0
 # Not -arch=sm_90a: with nvcc 13.0 that also ran a plain sm_90 pass, which rejects wgmma; -gencode builds sm_90a alone.
 WGMMA_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
-HOPPER_PTX = Path(__file__).resolve().parent / "kernels" / "hopper_ptx.cuh"  # the PTX wrappers of every sm_90a kernel
-HOPPER_PTX_INCLUDE = ("-I", str(HOPPER_PTX.parent))  # in all their nvcc commands: a kernel and its stub find it alike
 WGMMA_ROW_ALIGN = 8  # elements: TMA row strides must be multiples of 16 bytes (8 halves)
 
 

@@ -30,7 +30,7 @@ import torch
 
 from course import holes, runtime
 from course.check import assert_close, check_layouts, layouts, poisoned, random_tensor, sweep
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 tc = runtime.lesson("week1_cuda_python.matmul_tensor_cores")
 # The SASS parser is tooling, not an exercise: the bench module always (it measures the solution).

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
 from tests.week1 import wgmma_epilogues as epi
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")
 

@@ -24,7 +24,7 @@ import torch
 
 from course import runtime
 from course.check import assert_close, poisoned, random_tensor
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 

@@ -11,7 +11,7 @@ import pytest
 
 from course import runtime
 from tests.week1 import wgmma_epilogues as epi
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
 wf = runtime.lesson("week1_cuda_python.matmul_wgmma_fused")

@@ -25,7 +25,8 @@ EXPECTED_MODULES = {"conv2d", "elementwise", "hello_gpu", "histogram", "matmul",
                     "reduction", "rotate", "scan", "streams", "transpose", "vector_add"}
 NO_KERNELS = {"transfers",  # host <-> device copies and torch.add only
               "matmul_wgmma_schedule",  # the persistent GEMM's schedule rule: a table lookup, no kernel
-              "matmul_wgmma_waves"}  # the schedules' wave arithmetic: shapes and tiles, no kernel
+              "matmul_wgmma_waves",  # the schedules' wave arithmetic: shapes and tiles, no kernel
+              "hopper_ptx"}  # where the PTX wrappers' header is: two path constants, no kernel
 # sm_90a-only kernels: cases on an H100/H200 (and in simulation, where nothing launches), none elsewhere.
 HOPPER_ONLY = {"matmul_wgmma_persistent", "matmul_wgmma_fused"}
 if runtime.capability() in (None, (9, 0)):

@@ -24,7 +24,7 @@ import torch
 
 from course import runtime
 from course.check import poisoned, random_tensor
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 from tests.week4.attention_helpers import assert_within
 
 from week4_triton_dl.attention import hopper_backward as hb

@@ -26,7 +26,7 @@ import re
 
 import pytest
 
-from tests.mbarrier_model import Barrier, run_agents
+from tests.mbarrier_model import Barrier, NamedBarrier, run_agents
 from week4_triton_dl.attention import hopper as hp
 
 STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AH_STAGES; consumer warpgroups; warps per warpgroup
@@ -48,23 +48,6 @@ WRONG = {
 
 
 
-class NamedBarrier:
-    """bar.sync / bar.arrive with a count of 256 threads: one arrival here per warpgroup of 128."""
-
-    def __init__(self):
-        self.arrived, self.generation = 0, 0
-
-    def arrive(self):
-        assert self.arrived < WARPGROUPS, "a named barrier arrived on more often than its count: an overrun"
-        self.arrived += 1
-        if self.arrived == WARPGROUPS:
-            self.arrived, self.generation = 0, self.generation + 1
-
-    def sync(self):
-        generation = self.generation
-        self.arrive()
-        while self.generation == generation:
-            yield
 
 
 def simulate(n_tiles, seed, order="overlap", pingpong=True, last_handover=False):

@@ -23,12 +23,11 @@ under its reader, a tile read before it landed (or the wrong tile read), a barri
 half-arrived is an AssertionError; no progress is a RuntimeError (a hang on the GPU). Each planted mistake
 (WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the source.
 """
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
+from tests.mbarrier_model import Barrier, NamedBarrier, run_agents
 from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention.persistent_balance import balance, key_tiles, walk
 
@@ -48,35 +47,8 @@ WRONG = {
 }
 
 
-def _mbarrier_model():
-    """tests/mbarrier_model.py, loaded by path (pytest's importlib mode puts no test folder on sys.path)."""
-    path = Path(__file__).resolve().parents[1] / "mbarrier_model.py"
-    spec = importlib.util.spec_from_file_location(f"mbarrier_model_for_{Path(__file__).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-Barrier = _mbarrier_model().Barrier
-
-
-class NamedBarrier:
-    """bar.sync / bar.arrive with a count of 256 threads: one arrival here per warpgroup of 128."""
-
-    def __init__(self):
-        self.arrived, self.generation = 0, 0
-
-    def arrive(self):
-        assert self.arrived < WARPGROUPS, "a named barrier arrived on more often than its count: an overrun"
-        self.arrived += 1
-        if self.arrived == WARPGROUPS:
-            self.arrived, self.generation = 0, self.generation + 1
-
-    def sync(self):
-        generation = self.generation
-        self.arrive()
-        while self.generation == generation:
-            yield
 
 
 def simulate(work, seed, order="default", overlap=False):
@@ -194,22 +166,7 @@ def simulate(work, seed, order="default", overlap=False):
             ring += n
 
     agents = [producer()] + [consumer(wg) for wg in range(WARPGROUPS)]
-    stalled = 0
-    while agents or events:
-        kind, pick = rng.choice([("agent", a) for a in agents] + [("event", e) for e in events])
-        if kind == "event":
-            events.remove(pick)
-            pick()
-            stalled = 0
-            continue
-        try:
-            next(pick)
-            stalled = stalled + 1 if not events else 0
-        except StopIteration:
-            agents.remove(pick)
-            stalled = 0
-        if stalled > 200 * (len(agents) + 1):
-            raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+    run_agents(agents, events, rng)
     assert all(t.arrived == 0 for t in turns), "a named barrier is left half-arrived at exit"
 
 

@@ -19,9 +19,9 @@ the padding and launch geometry (they run on the CPU too) and the WMMA kernels i
 kernels/matmul_tc.cu (their tests need an NVIDIA GPU).
 
 Imported from week1_cuda_python/matmul_tensor_cores.py, not repeated here: `WGMMA_SOURCE`,
-`WGMMA_CAPABILITY`, `WGMMA_FALLBACK`, `WGMMA_GENCODE`, `HOPPER_PTX`, `HOPPER_PTX_INCLUDE`,
-`WGMMA_ROW_ALIGN`, `WgmmaTiles`, `WGMMA_TILES`, `wgmma_padded_shape`, `wgmma_launch_geometry`,
-`wgmma_block_tile`, `wgmma_unsupported`, `wgmma_nvcc_command`, `_TMA_DTYPE`, `_TMA_SWIZZLE_128B`,
+`WGMMA_CAPABILITY`, `WGMMA_FALLBACK`, `WGMMA_GENCODE`, `WGMMA_ROW_ALIGN`, `WgmmaTiles`,
+`WGMMA_TILES`, `wgmma_padded_shape`, `wgmma_launch_geometry`, `wgmma_block_tile`,
+`wgmma_unsupported`, `wgmma_nvcc_command`, `_TMA_DTYPE`, `_TMA_SWIZZLE_128B`,
 `_TMA_L2_PROMOTION_256B`, `_TMA_INTERLEAVE_NONE`, `_TMA_OOB_FILL_ZEROS`,
 `_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, `cuda_driver`, `driver_check`, `_wgmma_module`,
 `_wgmma_kernel`, `tensor_map`, `encoded_tensor_map`, `launch_wgmma`, `matmul_wgmma_tma`,
@@ -48,6 +48,7 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import interop, validate
 from course.check import poisoned, random_tensor
+from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # the PTX wrappers' header: one place
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul_tc.cu"
 DTYPES = (torch.float16, torch.bfloat16)
@@ -260,12 +261,12 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | 
 # Given, from the solution: the Hopper rung's host side is given (imported); its exercise is
 #   kernels/matmul_wgmma.cu
 from week1_cuda_python.matmul_tensor_cores import (  # noqa: E402, F401
-    WGMMA_SOURCE, WGMMA_CAPABILITY, WGMMA_FALLBACK, WGMMA_GENCODE, HOPPER_PTX, HOPPER_PTX_INCLUDE,
-    WGMMA_ROW_ALIGN, WgmmaTiles, WGMMA_TILES, wgmma_padded_shape, wgmma_launch_geometry, wgmma_block_tile,
-    wgmma_unsupported, wgmma_nvcc_command, _TMA_DTYPE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B,
-    _TMA_INTERLEAVE_NONE, _TMA_OOB_FILL_ZEROS, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-    cuda_driver, driver_check, _wgmma_module, _wgmma_kernel, tensor_map, encoded_tensor_map, launch_wgmma,
-    matmul_wgmma_tma, TC_LAUNCHERS,
+    WGMMA_SOURCE, WGMMA_CAPABILITY, WGMMA_FALLBACK, WGMMA_GENCODE, WGMMA_ROW_ALIGN, WgmmaTiles,
+    WGMMA_TILES, wgmma_padded_shape, wgmma_launch_geometry, wgmma_block_tile, wgmma_unsupported,
+    wgmma_nvcc_command, _TMA_DTYPE, _TMA_SWIZZLE_128B, _TMA_L2_PROMOTION_256B, _TMA_INTERLEAVE_NONE,
+    _TMA_OOB_FILL_ZEROS, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cuda_driver, driver_check,
+    _wgmma_module, _wgmma_kernel, tensor_map, encoded_tensor_map, launch_wgmma, matmul_wgmma_tma,
+    TC_LAUNCHERS,
 )
 
 

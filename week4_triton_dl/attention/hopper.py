@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from course import holes, runtime
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
+from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "kernels"

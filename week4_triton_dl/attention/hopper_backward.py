@@ -40,7 +40,7 @@ import torch
 
 from course import runtime  # first: chooses the GPU or simulation
 from course import validate
-from week1_cuda_python.matmul_tensor_cores import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
+from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCE = KERNELS / "attention_hopper_backward.cu"
