@@ -4,7 +4,9 @@ tests/<week>/wrong/<lesson>.py lists `Wrong`s: one bug learners write (a missing
 scale, fp16 accumulation, zeros returned), as an exact text replacement in the solution, inside
 an EXERCISE region. `run_must_fail` runs the lesson's tests on each (the wrong module loaded in
 the solution's place, see classroom/pytest_lesson.py) and requires a failure, not 'not implemented
-yet', whose message contains what the fixture expects.
+yet', whose message contains what the fixture expects. A race the tests may never show on a GPU names a
+CPU protocol model's test too (`model`): the model proves the order necessary, its source-tie test fails
+on a source that breaks the order, and that failure rejects the fixture ('model').
 """
 from __future__ import annotations
 
@@ -45,6 +47,10 @@ class Wrong:
     hang_s: float | None = None  # a barrier bug that may hang the GPU instead of failing: its run is cut after
     #                              hang_s seconds (killed: the driver frees the GPU) and, with no test failed
     #                              by then, counts as rejected ('hung'): the tests never pass on it
+    model: tuple = ()  # a race the GPU's tests may never show: pytest arguments of the CPU protocol model's
+    #                    test that ties the model to the source (a file and its -k), run on the same wrong module;
+    #                    its failure matching `model_expect` rejects the fixture ('model'), on a GPU or not
+    model_expect: str = ""
 
 
 @dataclasses.dataclass
@@ -124,8 +130,9 @@ def wrong_source(fixture: Fixture) -> str:
     return text.replace(fixture.wrong.old, fixture.wrong.new)
 
 
-def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> dict:
-    """Run the lesson's tests on the wrong module; {'ok': required failure seen, 'message', ...}."""
+def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600, gpu: bool = True) -> dict:
+    """Run the lesson's tests on the wrong module (and its protocol model's, where it names one); {'ok':
+    required failure seen, 'message', ...}. gpu=False: a GPU-only fixture runs its model alone."""
     from classroom import pytest_lesson
 
     started = time.time()
@@ -149,25 +156,40 @@ def run_fixture(fixture: Fixture, root: Path = ROOT, timeout: float = 600) -> di
             for cu in (f for f in fixture.solution.parent.iterdir() if f.is_file()):  # its headers too (x_ptx.cuh)
                 (Path(tmp) / "kernels" / cu.name).write_text(source if cu.name == fixture.solution.name
                                                            else cu.read_text())
-        results = Path(tmp) / "results.jsonl"
-        env = {**os.environ, pytest_lesson.OVERRIDE_ENV: f"{fixture.module}={path}",
-               pytest_lesson.RESULTS_ENV: str(results), "COLUMNS": "200"}
+        def run(selection: list, name: str, limit: float):
+            """The selected tests on the wrong module: (records, output, hung)."""
+            results = Path(tmp) / f"{name}.jsonl"
+            env = {**os.environ, pytest_lesson.OVERRIDE_ENV: f"{fixture.module}={path}",
+                   pytest_lesson.RESULTS_ENV: str(results), "COLUMNS": "200"}
+            command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
+                       "classroom.pytest_lesson", "--impl=solutions", *selection]
+            try:
+                proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=limit)
+                output, hung = proc.stdout + proc.stderr, False
+            except subprocess.TimeoutExpired:
+                output, hung = "timed out", True
+            return pytest_lesson.read_results(results), output, hung
+
         stage = fixture_stage(fixture)
-        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
-                   "classroom.pytest_lesson", "--impl=solutions", rel_path(fixture.test, root), *fixture.wrong.tests,
-                   *(["--stage", str(stage)] if stage is not None else [])]
-        try:
-            proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
-                                  timeout=fixture.wrong.hang_s or timeout)
-            output, hung = proc.stdout + proc.stderr, False
-        except subprocess.TimeoutExpired:
-            output, hung = "timed out", True
-        records = pytest_lesson.read_results(results)
+        if gpu or not fixture.wrong.gpu:
+            records, output, hung = run([rel_path(fixture.test, root), *fixture.wrong.tests,
+                                         *(["--stage", str(stage)] if stage is not None else [])],
+                                        "tests", fixture.wrong.hang_s or timeout)
+        else:  # no GPU: only the model can say anything of a race
+            records, output, hung = [], "no GPU: the lesson's tests were not run", False
+        model = run(list(fixture.wrong.model), "model", timeout)[0] if fixture.wrong.model else []
+    model_failed = [r for r in model if r["outcome"] in ("failed", "error")]
     failed = [r for r in records if r["outcome"] in ("failed", "error")]
     passed = [r for r in records if r["outcome"] == "passed"]
     result = {"label": fixture.label, "s": round(time.time() - started, 1), "passed": len(passed),
               "test": failed[0]["nodeid"] if failed else "", "message": failed[0]["message"] if failed else ""}
-    if hung and fixture.wrong.hang_s and not failed:
+    if not failed and model_failed and re.search(fixture.wrong.model_expect, model_failed[0]["message"], re.IGNORECASE):
+        # The race passed the lesson's tests (or they need a GPU), and the protocol model, which the source no
+        # longer follows, rejects it: caught, and the verdict says by what.
+        result.update(ok=True, verdict="model", test=model_failed[0]["nodeid"],
+                      message=(f"the lesson's tests passed ({len(passed)}: a race they did not show); "
+                               if records else "") + "the protocol model: " + model_failed[0]["message"])
+    elif hung and fixture.wrong.hang_s and not failed:
         result.update(ok=True, verdict="hung", message=f"no test ended within {fixture.wrong.hang_s:.0f} s: the "
                       "kernel hung (killed), so the tests never pass on it")
     elif not records:
@@ -190,7 +212,7 @@ def run_must_fail(root: Path = ROOT, only: list[str] | None = None, jobs: int = 
         import torch
         gpu = torch.cuda.is_available()
     fixtures = [f for f in load_fixtures(root) if not only or any(f.matches(o) for o in only)]
-    skipped = [f for f in fixtures if f.wrong.gpu and not gpu]
+    skipped = [f for f in fixtures if f.wrong.gpu and not gpu and not f.wrong.model]
     fixtures = [f for f in fixtures if f not in skipped]
     if only and not fixtures and not skipped:
         print(f"no fixture matches {only}; there are: {', '.join(f.label for f in load_fixtures(root))}")
@@ -200,7 +222,7 @@ def run_must_fail(root: Path = ROOT, only: list[str] | None = None, jobs: int = 
           f"must-fail: {len(fixtures)} known-wrong solutions, each run against its lesson's tests", flush=True)
     bad = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for fixture, result in zip(fixtures, pool.map(lambda f: run_fixture(f, root), fixtures)):
+        for fixture, result in zip(fixtures, pool.map(lambda f: run_fixture(f, root, gpu=gpu), fixtures)):
             bad += not result["ok"]
             message = result["message"].strip().splitlines()[0] if result["message"].strip() else ""
             print(f"{result['verdict']:>12}  {fixture.label:<48} {result['s']:6.1f}s  "

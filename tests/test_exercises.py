@@ -526,3 +526,20 @@ def test_a_triton_compile_error_reads_as_its_message_not_its_first_line():
     # Any other error keeps its first line.
     plain = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=SimpleNamespace(message="ValueError: x must be 2-D\nmore")))
     assert pytest_lesson.reason(plain) == "ValueError: x must be 2-D"
+
+
+def test_a_race_the_gpu_tests_miss_is_rejected_by_its_protocol_model():
+    """The attention forward's slot released before its wgmma wait is a race no H100 run of the tests has
+    shown; its fixture names the protocol model's source-tie test, which the wrong source fails: 'model'
+    (without a GPU too). The same fixture with a model selection that passes is not rejected."""
+    import dataclasses
+
+    fixture = next(f for f in must_fail.load_fixtures(ROOT)
+                   if f.label == "week4/attention_hopper_forward__slot_released_before_wgmma_wait")
+    result = must_fail.run_fixture(fixture, ROOT, gpu=False)
+    assert result["ok"] and result["verdict"] == "model", result
+    assert "the default build's order is not the model's" in result["message"]
+    blind = dataclasses.replace(fixture, wrong=dataclasses.replace(fixture.wrong, model=(
+        "tests/week4/test_attention_hopper_forward_protocol.py", "-k", "catches_a_barrier_left_half_arrived")))
+    result = must_fail.run_fixture(blind, ROOT, gpu=False)
+    assert not result["ok"], result
