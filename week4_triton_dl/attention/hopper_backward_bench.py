@@ -45,7 +45,7 @@ from course.check import random_tensor
 from week4_triton_dl.attention.backward import flash_attention_backward
 from week4_triton_dl.attention.op import flash_attention_forward
 from week4_triton_dl.attention.hopper_backward import attention_hopper_backward, unsupported
-from week4_triton_dl.attention.hopper_bench import SHORT_FLOPS, SHORT_REP_MS, SHORT_ROUNDS
+from week4_triton_dl.attention.hopper_bench import SHORT_FLOPS, SHORT_REP_MS, SHORT_ROUNDS, timed_row
 
 PROG = "python -m week4_triton_dl.attention.hopper_backward_bench"
 NAME = "attention_hopper_backward_week4"
@@ -119,15 +119,8 @@ def measure(size, rounds: int, rep_ms: float) -> list[dict]:
     del sets
     torch.cuda.empty_cache()
     rows = []
-    for label, ms in timed.ms.items():
-        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
-        row = {"size": size_label(size), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
-               "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
-               "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
-               "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
-        if ratio:
-            row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
+    for label in timed.ms:
+        row = timed_row(timed, label, size_label(size), rounds, rep_ms, flops(size))
         ratio = timed.ratio_range("hopper", "hopper_atomics", gpu=True)
         if label == "hopper" and ratio:  # > 1: the reduce-add build is the faster
             row.update(zip(("speedup_vs_atomics", "speedup_vs_atomics_min", "speedup_vs_atomics_max"), ratio))

@@ -143,6 +143,21 @@ def usable(variants: dict, dtype) -> tuple[dict, list[str]]:
     return kept, dropped
 
 
+def timed_row(timed, label: str, size: str, rounds: int, rep_ms: float, flops: float) -> dict:
+    """One variant's row of interleaved rounds, its ratio to cuDNN ("torch") taken round by round of the GPU's
+    times (the graph replay's where the host paced a round): the three Hopper attention benches' rows."""
+    ms = timed.ms[label]
+    gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
+    row = {"size": size, "variant": label, "ms": timed.median(label), "ms_min": min(ms),
+           "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops, "gpu_ms": gpu,
+           "tflops": flops / (gpu * 1e-3) / 1e12 if gpu else None,
+           "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
+    ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
+    if ratio:
+        row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
+    return row
+
+
 def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
     """The rows of one size: every variant timed once per round, in turn (graph-replayed where the host
     paced the loop); ratios within rounds, of the GPU's times."""
@@ -157,15 +172,8 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
     del sets
     torch.cuda.empty_cache()
     rows = []
-    for label, ms in timed.ms.items():
-        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
-        row = {"size": size_label(size, dtype), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
-               "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
-               "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
-               "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
-        if ratio:
-            row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
+    for label in timed.ms:
+        row = timed_row(timed, label, size_label(size, dtype), rounds, rep_ms, flops(size))
         if label == "hopper" and diff is not None:
             row["max_abs_diff_vs_torch"] = diff
         ratio = timed.ratio_range("hopper_overlap", "hopper", gpu=True)

@@ -45,6 +45,7 @@ from week4_triton_dl.attention.hopper_bench import (
     SHORT_FLOPS,
     SHORT_REP_MS,
     SHORT_ROUNDS,
+    timed_row,
     triton_attention,
 )
 
@@ -132,15 +133,8 @@ def measure(size, rounds: int, rep_ms: float, variants: dict | None = None) -> l
     del sets, dq
     torch.cuda.empty_cache()
     rows = []
-    for label, ms in timed.ms.items():
-        gpu = timed.median(label, gpu=True)  # None: host-bound and no graph replay
-        row = {"size": size_label(size), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
-               "ms_rounds": ms, "reps": rounds, "rep_ms": rep_ms, "flops": flops(size), "gpu_ms": gpu,
-               "tflops": flops(size) / (gpu * 1e-3) / 1e12 if gpu else None,
-               "spread_pct": timed.spread_pct(label), **timed.row_fields(label)}
-        ratio = timed.ratio_range(label, "torch", gpu=True)  # > 1: faster than cuDNN that round
-        if ratio:
-            row.update(zip(("speedup_vs_torch", "speedup_min", "speedup_max"), ratio))
+    for label in timed.ms:
+        row = timed_row(timed, label, size_label(size), rounds, rep_ms, flops(size))
         ratio = timed.ratio_range("hopper", "triton", gpu=True)
         if label == "hopper" and ratio:  # > 1: the CUDA C rung is the faster
             row.update(zip(("speedup_vs_triton", "speedup_vs_triton_min", "speedup_vs_triton_max"), ratio))
