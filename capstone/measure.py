@@ -97,6 +97,11 @@ def plan() -> dict:
 
 
 def _free() -> None:
+    # Dynamo's caches and the CUDA-graph trees are per process: a variant compiled after another would find the
+    # earlier one's graphs and pool (an H100 run of 2026-12-07: "Detected 1 tensor(s) in the cudagraph pool not
+    # tracked as outputs" in the next variant's first recording) and its frames counted against the recompile
+    # limit. So every variant starts from a fresh compile state, as in a new process.
+    torch._dynamo.reset()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.synchronize()

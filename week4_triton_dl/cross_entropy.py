@@ -13,7 +13,8 @@ op's dispatch, see course/ops.py), or the bare launches when nothing needs a gra
 torch.compile it goes through the registered op `torch.ops.course.cross_entropy_rows` (+ its
 backward op; the reduction stays torch code, which Inductor fuses), so a model using it compiles
 with no graph break (`custom_ops.py` is the lesson on how). What keeps a call cheap: launch
-settings and the smoothing coefficients are computed once per vocabulary size and cached; the
+settings are computed once per vocabulary size and cached (plain Python: no device tensor is kept
+across calls where a CUDA graph's memory pool could own it, see `smoothing_coefficients`); the
 losses, their sum and the mean's divisor come from one launch (`cross_entropy_fwd_reduce_kernel`:
 the last row program to finish sums the rows and counts the kept ones, on the device), so the
 public entry launches one kernel and never synchronises with the GPU. That has a consequence: a
@@ -66,7 +67,7 @@ NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises
 #   reduction="none")` and `cross_entropy_forward` run); `sum_rows`, `reduce_losses` and the last-program
 #   reduction of `cross_entropy_fwd_reduce_kernel` with `_forward_reduced` ("mean" and "sum" in one launch);
 #   `write_row_grad` with `cross_entropy_bwd_kernel` and `_backward` (then with autograd). Given: launch plans,
-#   cached coefficients, the scratch counter, the checked launchers, the registered ops (custom_ops.py's
+#   the smoothing coefficients, the scratch counter, the checked launchers, the registered ops (custom_ops.py's
 #   lesson; read them as its worked example), the autograd.Function and the public entry, which call your hot
 #   path. The next exercise, the fused linear + loss built on these row helpers, is fused_linear_cross_entropy.py.
 
@@ -76,7 +77,6 @@ NAMESPACE = ops.namespace(__name__)  # "course" (solutions) or "course_exercises
 # Computed once per vocabulary size and kept: the hot path does a dict lookup, not Triton's
 # jitted helpers (triton.next_power_of_2 and triton.cdiv cost ~2 us each from Python).
 _PLANS: dict = {}
-_COEFFICIENTS: dict = {}
 _SCRATCH: dict = {}
 
 
@@ -105,17 +105,20 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def smoothing_coefficients(label_smoothing: float, n_cols: int, acc: torch.dtype, device) -> torch.Tensor:
-    """[1 - eps, eps, eps / V] in the accumulation dtype, made once per (eps, V, dtype, device).
+    """[1 - eps, eps, eps / V] in the accumulation dtype, made on the device for this call.
 
     A tensor, not Python floats: Triton types float arguments as fp32, which would round 0.9 or
-    1/V before an fp64 kernel ever sees them. Cached: built per call, it would cost a
-    host-to-device copy on every call.
+    1/V before an fp64 kernel ever sees them. Filled on the device (`fill_` takes the value as a
+    double kernel argument): no host-to-device copy, so a CUDA graph can capture it. Not cached: a
+    tensor first made while torch.compile's CUDA graphs warm up belongs to their memory pool, and
+    kept past the call it stops the next recording ("Detected 1 tensor(s) in the cudagraph pool not
+    tracked as outputs": the capstone's fast+compile+cudagraphs on an H100, 2026-12-07). Three fill
+    launches per call (the gradient kernel reads 1 - eps even without smoothing); a loop over chunks
+    makes them once (fused_linear_cross_entropy.py).
     """
-    key = (label_smoothing, n_cols, acc, device)
-    coef = _COEFFICIENTS.get(key)
-    if coef is None:
-        eps = label_smoothing
-        coef = _COEFFICIENTS[key] = torch.tensor([1.0 - eps, eps, eps / n_cols], dtype=acc, device=device)
+    coef = torch.empty(3, dtype=acc, device=device)
+    for i, value in enumerate((1.0 - label_smoothing, label_smoothing, label_smoothing / n_cols)):
+        coef[i].fill_(value)
     return coef
 
 

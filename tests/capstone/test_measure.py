@@ -210,6 +210,28 @@ def test_a_training_row_says_whether_the_host_paced_its_timed_steps(monkeypatch,
     assert "* |" not in measure._table(record) and "host-bound" not in measure._table(record)
 
 
+def test_each_training_variant_starts_from_a_fresh_compile_state(monkeypatch):
+    """Dynamo's caches and the CUDA-graph trees are per process. Two compiled variants in one process shared them
+    on an H100 (the second's first graph recording found the first's tensor in the pool and failed), and every
+    compiled variant counts its frames against the recompile limit of the one `forward` they share: so
+    time_training resets the compile state before its trainer is built and after it is gone."""
+    events = []
+    monkeypatch.setattr(measure.torch._dynamo, "reset", lambda: events.append("reset"))
+
+    class Trainer:
+        def __init__(self, *a, **k):
+            events.append("trainer")
+            self.timings = [None]
+
+        def run(self, *a, **k):
+            return [{"ms": 1.0, "loss": 2.0}]
+
+    monkeypatch.setattr(measure, "Trainer", Trainer)
+    monkeypatch.setattr(measure.bench, "timing_fields", lambda timing: {"ms": 1.0})
+    measure.time_training(measure.plan(), None, compile="reduce-overhead")
+    assert events == ["reset", "trainer", "reset"]
+
+
 def test_a_decode_row_is_host_bound_when_any_round_was(monkeypatch, gpu_clock):
     """The decode phase's rows take the flag over their rounds' Timings (bench_timing.rounds_fields)."""
     from week5_integration import inference

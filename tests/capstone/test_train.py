@@ -120,7 +120,10 @@ def test_cuda_graph_step_matches_the_eager_step():
     # so the bound is bf16's: the same kernels, rounding only where Inductor fuses differently.
     eager, eager_params = _run("fast", False, steps=6)
     graphed, graphed_params = _run("fast", "reduce-overhead", steps=6)
-    assert len({r["loss"] for r in graphed}) == 6, "every step must log its own loss"
+    # A shared loss tensor would show the last step's value at every step of a flush group (six steps: one
+    # group). Two honest steps may log the same value, though: the loss is bf16 (1/32 apart near 5) and moves
+    # ~0.1 a step (an H100 run logged 5 distinct of 6), so the check is "not one value", then step by step.
+    assert len({r["loss"] for r in graphed}) > 1, "every step must log its own loss, not the last step's"
     for a, b in zip(eager, graphed):
         assert abs(a["loss"] - b["loss"]) <= 2e-2 * abs(a["loss"]), (a, b)
     assert (graphed_params - eager_params).abs().max() <= 1e-2 * eager_params.abs().max()

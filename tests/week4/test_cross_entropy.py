@@ -458,3 +458,77 @@ def test_compiled_graph_holds_the_op_not_its_kernels():
     calls = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
     assert any("cross_entropy_rows" in c and ce.NAMESPACE in c for c in calls), calls
     assert not any("triton" in c for c in calls), calls  # one opaque node, no raw launch
+
+
+# ------------------------------------------------------------------------------ state kept across calls
+def kept_tensors(*modules) -> dict:
+    """{module.name: tensors} for every module-level dict, list or tensor that holds torch tensors."""
+    found = {}
+    for module in modules:
+        for name, value in vars(module).items():
+            items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+            tensors = [t for item in items for t in (item if isinstance(item, tuple) else (item,))
+                       if isinstance(t, torch.Tensor)]
+            if tensors:
+                found[f"{module.__name__}.{name}"] = len(tensors)
+    return found
+
+
+def test_the_losses_keep_no_tensor_across_calls_but_the_scratch():
+    """A tensor a lesson keeps across calls is born wherever its first call runs: during torch.compile's CUDA-graph
+    warm-up it belongs to the graphs' memory pool, and the next recording fails ("Detected 1 tensor(s) in the
+    cudagraph pool not tracked as outputs": the capstone's fast+compile+cudagraphs on an H100, 2026-12-07, from
+    cached smoothing coefficients). So the loss modules keep none, except the one-launch reduction's scratch,
+    which the compiled path never reaches (it runs the registered rows op) and CUDA graph capture avoids
+    (one_launch)."""
+    flce = runtime.lesson("week4_triton_dl.fused_linear_cross_entropy")
+    n, d, v = 6, 8, 29
+    logits = random_tensor((n, v), torch.float32, DEVICE).requires_grad_()
+    for reduction in ("none", "sum"):
+        ce.cross_entropy(logits, make_targets(n, v), reduction=reduction, label_smoothing=0.1).sum().backward()
+    h = random_tensor((n, d), torch.float32, DEVICE).requires_grad_()
+    w = random_tensor((v, d), torch.float32, DEVICE).requires_grad_()
+    flce.fused_linear_cross_entropy(h, w, make_targets(n, v), reduction="sum", label_smoothing=0.1).backward()
+    kept = kept_tensors(ce, flce)
+    kept.pop(f"{ce.__name__}._SCRATCH", None)
+    assert kept == {}
+
+
+def test_smoothing_coefficients_are_exact_in_each_accumulation_dtype():
+    # fp64 kernels read the double values themselves (a Python float argument would reach Triton as fp32), fp32
+    # ones their fp32 roundings; with no smoothing [1, 0, 0] (the gradient kernel reads 1 - eps either way).
+    for eps, n_cols in ((0.1, 7), (0.0, 7)):
+        want = [1.0 - eps, eps, eps / n_cols]
+        assert ce.smoothing_coefficients(eps, n_cols, torch.float64, DEVICE).tolist() == want
+        assert torch.equal(ce.smoothing_coefficients(eps, n_cols, torch.float32, DEVICE).cpu(),
+                           torch.tensor(want, dtype=torch.float32))
+
+
+@pytest.mark.gpu(reason="torch.compile's CUDA graphs (mode='reduce-overhead') exist only on a GPU")
+@pytest.mark.parametrize("loss", ["cross_entropy", "fused_linear_cross_entropy"])
+def test_losses_under_cuda_graphs_from_a_fresh_compile_state(loss):
+    """The loss compiled with mode="reduce-overhead" in a fresh compile state, so that the loss's first call runs
+    inside the CUDA graphs' warm-up: every step, recorded or replayed, matches the eager loss and gradient."""
+    flce = runtime.lesson("week4_triton_dl.fused_linear_cross_entropy")
+    n, d, v = 64, 32, 101
+    h = random_tensor((n, d), torch.float32, DEVICE)
+    w = random_tensor((v, d), torch.float32, DEVICE, scale=d**-0.5)
+    t = make_targets(n, v)
+
+    def step(h, w, t):
+        if loss == "cross_entropy":
+            return ce.cross_entropy(h @ w.t(), t, label_smoothing=0.1)
+        return flce.fused_linear_cross_entropy(h, w, t, reduction="sum", label_smoothing=0.1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, mode="reduce-overhead")
+    want_h = h.detach().clone().requires_grad_()
+    want = step(want_h, w, t)
+    want.backward()
+    for _ in range(4):  # warm-up, recording, replays
+        got_h = h.detach().clone().requires_grad_()
+        got = compiled(got_h, w, t)
+        got.backward()
+        assert_close(got.detach(), want.detach(), rtol=rtol_for(torch.float32), atol=0)
+        assert_close(got_h.grad, want_h.grad, rtol=0, atol=grad_atol(want_h.grad, torch.float32))
+    torch._dynamo.reset()
