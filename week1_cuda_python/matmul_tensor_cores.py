@@ -77,7 +77,7 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import interop, validate
 from course.check import poisoned, random_tensor
-from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # the PTX wrappers' header: one place
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the PTX wrappers' header: one place
 
 CUDA_SOURCE = Path(__file__).parent / "kernels" / "matmul_tc.cu"
 DTYPES = (torch.float16, torch.bfloat16)

@@ -30,8 +30,9 @@ from course.bench import Benchmark, c_function
 from course.check import random_tensor
 from course.sweep import sweep_main
 
+from week1_cuda_python.hopper_ptx import HOPPER_PTX  # the PTX wrappers' header (one place)
 from week1_cuda_python.matmul_tensor_cores import (
-    CUDA_SOURCE, HOPPER_PTX, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
+    CUDA_SOURCE, RUNGS, TYPE_SUFFIX, WGMMA_SOURCE, TileConfig, WgmmaTiles,
     encoded_tensor_map, launch_wgmma, launch_wmma, tensor_map, wgmma_nvcc_command, wgmma_unsupported)
 from week1_cuda_python.matmul_wgmma_persistent import PERSISTENT_SOURCE, launch_persistent
 

@@ -36,8 +36,9 @@ import torch.nn.functional as F
 
 from course import ops, runtime  # runtime first: chooses the GPU or simulation
 from course import validate
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build (one place)
 from week1_cuda_python.matmul_tensor_cores import (
-    HOPPER_PTX_INCLUDE, TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
     BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES,
     TMA_ALIGN_BYTES, launch_geometry, refuse_open_hole)

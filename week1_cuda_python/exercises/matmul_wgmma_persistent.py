@@ -33,8 +33,9 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import holes, validate
 from course.check import poisoned, random_tensor
+from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build (one place)
 from week1_cuda_python.matmul_tensor_cores import (
-    HOPPER_PTX_INCLUDE, TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 
 # Given, from the solution: where the kernel sources are: the body's is the learner's copy under
 #   --impl=exercises

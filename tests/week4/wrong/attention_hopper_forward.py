@@ -63,6 +63,11 @@ _RESCALE = """\
 # with the one Q slot.
 _Q_EMPTY_WAIT = "                if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);\n"
 
+# The slot-release races: timing decides whether a GPU run shows them, so each also names the CPU protocol model's
+# source-tie test, which rejects the wrong order on any machine (verdict 'model').
+_RACE_MODEL = dict(model=("tests/week4/test_attention_hopper_forward_protocol.py", "-k", "follows_the_source"),
+                   model_expect="order is not the model's")
+
 WRONG = [
     Wrong("slot_released_before_wgmma_wait",
           "the K/V ring slots given back to the producer (empty barriers arrived on) right after the commit, "
@@ -72,8 +77,7 @@ WRONG = [
           expect=r"elements differ|torch\.equal",
           tests=("-k", "((test_matches_float64 and 1000) or test_explicit_scale_and_long_sequence "
                        "or test_same_answer_twice) and not overlap and not persistent"), gpu=True,
-          model=("tests/week4/test_attention_hopper_forward_protocol.py", "-k", "follows_the_source"),
-          model_expect="order is not the model's"),
+          **_RACE_MODEL),
     Wrong("output_not_rescaled",
           "O += P V accumulated under the old running max: alpha = 2^(m_old - m_new) rescales the row sum l "
           "but not the O registers, so every row whose max grows in a later key tile is off",
@@ -94,8 +98,7 @@ WRONG = [
           expect=r"elements differ|torch\.equal",
           tests=("-k", "overlap and not persistent and ((test_matches_float64 and 1000) or test_same_answer_twice "
                        "or test_overlap_same_bits)"), gpu=True,
-          model=("tests/week4/test_attention_hopper_forward_protocol.py", "-k", "follows_the_source"),
-          model_expect="order is not the model's"),
+          **_RACE_MODEL),
     Wrong("persistent_q_overwritten_before_release",
           "the persistent build's producer loads the next work tile's Q without waiting on empty_q: it runs ahead of "
           "the consumers by the K/V ring, so the copy lands in the one Q slot while S = Q K^T of the previous tile "
