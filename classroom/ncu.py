@@ -30,7 +30,9 @@ wrong name is visible, not silently dropped).
 
 The figures are read from the CSV once, into a record ({kernel: {column: number}}, ncu_record);
 the tables are rendered from it, and `--record` keeps it in a week's results/ncu_hopper.json (the
-figures the notes quote), from which `--render` writes the matching ncu_hopper.md.
+figures the notes quote), from which `--render` writes the matching ncu_hopper.md. Beside the two
+tables a group keeps HOPPER_EXTRAS (the SMs' active share, clocks, L2 read requests, each kernel's name):
+what a reading of waves, clocks and L2 traffic needs.
 """
 from __future__ import annotations
 
@@ -109,10 +111,28 @@ HOPPER_COLUMNS = (
     ("TMA load MB", ("l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",), "MB"),
     ("smem wavefronts", ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",), None),
 )
+# What a reading needs beside the Hopper table (a group's record keeps it as "extra", ncu_hopper.md shows
+# it as a third table). The tensor pipe's busy % counts the SMs' *active* cycles, so the SMs left idle by
+# a last, partly empty wave are invisible in it: "SMs active %" shows them. ncu replays each kernel at the
+# clock it finds (--clock-control none), so two kernels' times also differ by their clocks: the SM clock
+# and the elapsed cycles tell. L2 read requests and sectors per request: a TMA box row of 128 bytes is one
+# 4-sector request when it starts on a 128-byte line, two when it straddles two lines. The kernel's own
+# name: a library's says which of its kernels ran (cuBLAS's nvjet_* names carry the tile).
+HOPPER_EXTRAS = (
+    ("kernel name", "Kernel Name", "name"),
+    ("SMs active %", ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"), "pct"),
+    ("SM clock GHz", "sm__cycles_elapsed.avg.per_second", "GHz"),
+    ("elapsed kcycles", "gpc__cycles_elapsed.max", "k"),
+    ("L2 throughput %", "lts__throughput.avg.pct_of_peak_sustained_elapsed", None),
+    ("L2 read requests M", "lts__t_requests_srcunit_tex_op_read.sum", "M"),
+    ("L2 sectors per read request", ("lts__t_sectors_srcunit_tex_op_read.sum",
+                                     "lts__t_requests_srcunit_tex_op_read.sum"), "ratio"),
+)
+EXTRA_KEY = "extra"  # a group's {kernel: {slug: value}} of HOPPER_EXTRAS
 # Metrics worth asking for by name on top of `--set full` (tools/ncu_hopper.sh keeps those this
 # ncu knows): every plain metric name above.
 HOPPER_METRICS = tuple(dict.fromkeys(
-    m for _, spec, convert in HOPPER_COLUMNS if convert != "stalls"
+    m for _, spec, convert in HOPPER_COLUMNS + HOPPER_EXTRAS if convert not in ("stalls", "name")
     for m in (spec if isinstance(spec, tuple) else (spec,))))
 
 _SCALE = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
@@ -148,9 +168,10 @@ def short_kernel_name(name: str) -> str:
 # rendered back from the JSON (`--render`) reads as the one made from the CSV: times, kilobytes,
 # ratios and percentages with one decimal; megabytes, GB/s and counts (instructions, registers,
 # conflicts) with none.
-DECIMALS = {"us": 1, "KB": 1, "ratio": 1, "MB": 0, "GB/s": 0}
+DECIMALS = {"us": 1, "KB": 1, "ratio": 1, "pct": 1, "MB": 0, "GB/s": 0, "GHz": 2, "k": 0, "M": 2}
 STALLS_KEY = "stalls"  # a record's {reason: value} of every stall reason (not a table column)
-_IN_UNIT = {"us": 1e-6, "KB": 1e3, "MB": 1e6, "GB/s": 1e9}  # the column's unit, in ncu's base units
+# the column's unit, in ncu's base units
+_IN_UNIT = {"us": 1e-6, "KB": 1e3, "MB": 1e6, "GB/s": 1e9, "GHz": 1e9, "k": 1e3, "M": 1e6}
 
 
 def column_decimals(header: str, convert: str | None) -> int:
@@ -204,9 +225,9 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
         return ", ".join(f"{reason} {v:.2g}" for reason, v in found[:3]) or None
 
     def number(row, metric, convert) -> float | None:
-        if convert == "ratio":
+        if convert in ("ratio", "pct"):  # a ratio of two metrics; "pct": as a percentage
             top, bottom = (value(row, m) for m in metric)
-            return None if top is None or not bottom else top / bottom
+            return None if top is None or not bottom else top / bottom * (100 if convert == "pct" else 1)
         if isinstance(metric, tuple):
             present = [v for v in (value(row, m) for m in metric) if v is not None]
             if not present:
@@ -233,6 +254,8 @@ def ncu_record(csv_text: str, labels: list[str] | None = None, columns=NCU_COLUM
                 cell = stalls(found)
                 if found:  # every reason as a number too, for the notes' figures: stalls.barrier, ...
                     values[STALLS_KEY] = {reason: float(f"{v:.3g}") for reason, v in found if v}
+            elif convert == "name":
+                cell = short_kernel_name(row[column[metric]]) if column.get(metric, len(row)) < len(row) else None
             else:
                 cell = number(row, metric, convert)
                 if cell is not None:
@@ -289,13 +312,19 @@ def hopper_record(csv_text: str, labels: list[str] | None = None) -> dict:
 # {"gpu": ..., "ncu": ..., "date": ..., "how": ...,
 #  "groups": {GROUP: {"title": "BENCH at SIZE",
 #                     "kernels": {LABEL: {slug: value}},    the Hopper table (notes quote these)
-#                     "profile": {LABEL: {slug: value}}}}}  week 1's profiling table
+#                     "profile": {LABEL: {slug: value}},    week 1's profiling table
+#                     "extra": {LABEL: {slug: value}}}}}    HOPPER_EXTRAS (where the CSV has them)
 # Groups, kernels and columns are kept in the order they were profiled and shown.
 
 def group_record(csv_text: str, labels: list[str] | None, title: str) -> dict:
-    """One profiled group (one ncu run) as its results entry: both tables' figures."""
-    return {"title": title, "kernels": hopper_record(csv_text, labels),
-            "profile": ncu_record(csv_text, labels, NCU_COLUMNS)}
+    """One profiled group (one ncu run) as its results entry: both tables' figures, and HOPPER_EXTRAS'
+    where the CSV has them (a report's raw page from `--set full` does)."""
+    entry = {"title": title, "kernels": hopper_record(csv_text, labels),
+             "profile": ncu_record(csv_text, labels, NCU_COLUMNS)}
+    extra = ncu_record(csv_text, labels, HOPPER_EXTRAS)
+    if any(len(values) > 1 for values in extra.values()):  # more than the kernel's name
+        entry[EXTRA_KEY] = extra
+    return entry
 
 
 def add_to_record(path: Path, group: str, title: str, csv_text: str, labels: list[str] | None, meta: dict) -> dict:
@@ -326,6 +355,9 @@ def render_group(name: str, group: dict, heading: str = "## ") -> str:
     if group.get("profile"):
         text += ("\nLaunch, memory and store/load efficiency (week 1's profiling table):\n\n"
                  + render_table(group["profile"], NCU_COLUMNS))
+    if group.get(EXTRA_KEY):
+        text += ("\nSMs' active share, clocks and L2 read requests (the record's `extra`):\n\n"
+                 + render_table(group[EXTRA_KEY], HOPPER_EXTRAS))
     return text
 
 

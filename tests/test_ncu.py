@@ -174,3 +174,29 @@ def test_committed_group_files_are_rendered_from_their_json():
             md = ncu.group_file(path, group)
             if md.is_file():
                 assert ncu.render_group(group, entry, heading="") == md.read_text(), md
+
+
+def test_a_group_keeps_the_extras_a_reading_needs_and_renders_them():
+    # The tensor pipe's busy % counts active cycles only: the SMs idle in a last wave show in `extra`,
+    # beside each replay's clock and the L2 read requests (a TMA row straddling two lines: two requests).
+    names = ("sm__cycles_active.avg", "sm__cycles_elapsed.avg", "sm__cycles_elapsed.avg.per_second",
+             "gpc__cycles_elapsed.max", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+             "lts__t_requests_srcunit_tex_op_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum")
+    rows = HOPPER_CSV.splitlines()
+    extra_csv = "\n".join([rows[0], rows[1] + "," + ",".join(f'"{n}"' for n in names),
+                           rows[2] + ',"cycle","cycle","hz","cycle","%","request","sector"',
+                           rows[3] + ',"70,000","100,000","1,730,000,000","101,000","76.84","2,000,000","4,000,000"',
+                           rows[4] + ',"95,000","100,000","1,600,000,000","99,500","60","1,000,000","4,000,000"'])
+    entry = ncu.group_record(extra_csv, ["wgmma_tma", "torch"], "matmul")
+    ours, blas = entry["extra"]["wgmma_tma"], entry["extra"]["torch"]
+    assert ours == {"kernel_name": "wgmma_tma_f16_f16", "sms_active_pct": 70.0, "sm_clock_ghz": 1.73,
+                    "elapsed_kcycles": 101.0, "l2_throughput_pct": 76.8, "l2_read_requests_m": 2.0,
+                    "l2_sectors_per_read_request": 2.0}
+    assert blas["kernel_name"].startswith("nvjet_hsh_256x128") and blas["l2_sectors_per_read_request"] == 4.0
+    assert entry["kernels"] == ncu.hopper_record(HOPPER_CSV, ["wgmma_tma", "torch"])  # the tables unchanged
+    text = ncu.render_group("tc_4096", entry)
+    assert "the record's `extra`" in text and "| wgmma_tma | wgmma_tma_f16_f16 | 70.0 | 1.73 | 101 |" in text
+    # an export without them (an older run, a small --metrics list): no extra, no third table
+    bare = ncu.group_record(HOPPER_CSV, ["wgmma_tma", "torch"], "matmul")
+    assert "extra" not in bare and "extra" not in ncu.render_group("tc_4096", bare)
+    assert "sm__cycles_active.avg" in ncu.HOPPER_METRICS and "Kernel Name" not in ncu.HOPPER_METRICS

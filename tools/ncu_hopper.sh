@@ -3,7 +3,8 @@
 # matmuls and FlashAttention forward, each beside the library kernel it is measured against
 # (cuBLAS, cuDNN). For every group: ncu --set full, the raw CSV of every metric, ncu's details
 # text, and two tables (classroom/ncu.py): the Hopper table (tensor-pipe use, issue slots, occupancy,
-# top stall reasons, DRAM, L2, TMA) and week 1's profiling table.
+# top stall reasons, DRAM, L2, TMA) and week 1's profiling table; beside them the SMs' active share (a last
+# wave's idle SMs), each replay's clock and the L2 read requests (classroom/ncu.py's HOPPER_EXTRAS).
 #
 #   OUT=/tmp/x bash tools/ncu_hopper.sh                  every group, in the order below (~4 min)
 #   OUT=/tmp/x bash tools/ncu_hopper.sh tc_4096 fa_4096  some groups
