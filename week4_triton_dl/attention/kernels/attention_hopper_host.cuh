@@ -1,10 +1,16 @@
 // The host side of attention_hopper_forward.cu (included at its end, after the kernel): the TMA tensor maps
-// of q, k, v, the grid (one block per work tile; one per SM in the persistent build), the launch, and the
-// extern "C" entry hopper.py's binding calls. No torch header here: the binding passes raw pointers.
+// of q, k, v, the grid (one block per work tile; one per SM in the persistent build), the dynamic scheduler's
+// counter (its build only), the launch, and the extern "C" entry hopper.py's binding calls. No torch header
+// here: the binding passes raw pointers.
 #pragma once
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
+#if AH_DYNAMIC_TILES
+#include <map>
+#include <mutex>
+#include <utility>
+#endif
 
 static PFN_cuTensorMapEncodeTiled_v12000 ah_encode_fn()
 {
@@ -37,6 +43,31 @@ static int ah_tensor_map(CUtensorMap* map, bool bf16, const void* ptr, int bh_co
     return r == CUDA_SUCCESS ? 0 : -2;
 }
 
+#if AH_DYNAMIC_TILES
+// The dynamic scheduler's counter (the kernel header's "The dynamic scheduler"): one per device and stream, made
+// and zeroed on the stream once, then left at zero by every launch. Launches on one stream never overlap, so each
+// finds it at zero; two streams never share one. Kept for the process (4 bytes per stream).
+static int ah_tile_counter(cudaStream_t stream, int device, int** counter)
+{
+    static std::mutex lock;
+    static std::map<std::pair<int, cudaStream_t>, int*> counters;
+    const std::lock_guard<std::mutex> hold(lock);
+    int*& slot = counters[{device, stream}];
+    if (slot == nullptr) {
+        int* made = nullptr;
+        cudaError_t e = cudaMalloc(&made, sizeof(int));
+        if (e == cudaSuccess) e = cudaMemsetAsync(made, 0, sizeof(int), stream);
+        if (e != cudaSuccess) {
+            if (made != nullptr) cudaFree(made);
+            return (int)e;
+        }
+        slot = made;
+    }
+    *counter = slot;
+    return 0;
+}
+#endif
+
 template <typename T, int D>
 static int ah_launch(bool bf16, const void* q, const void* k, const void* v, void* out, float* lse, int bh_count,
                      int seq_q, int seq_k, float c, int causal, cudaStream_t stream)
@@ -58,9 +89,18 @@ static int ah_launch(bool bf16, const void* q, const void* k, const void* v, voi
     if (blocks > 0x7fffffffLL - 2 * sms) return -3;  // the next round's tile stays an int
     blocks = blocks < sms ? blocks : sms;
 #endif
+#if AH_DYNAMIC_TILES
+    int* tile_counter = nullptr;
+    err = ah_tile_counter(stream, device, &tile_counter);
+    if (err) return err;
+#endif
     if (blocks > 0x7fffffffLL) return -3;
     attention_hopper_fwd<T, D><<<(unsigned)blocks, AH_THREADS, smem, stream>>>(
-        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal);
+        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal
+#if AH_DYNAMIC_TILES
+        , tile_counter
+#endif
+    );
     return (int)cudaGetLastError();
 }
 
