@@ -205,6 +205,7 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     persistent build (`hopper_persistent`); dynamic=True (with persistent) its dynamic scheduler (`hopper_dynamic`)."""
     from torch.utils.cpp_extension import load_inline
 
+    _check_flags(pingpong, overlap, persistent, dynamic)
     # The exercise's stub with a hole open hangs the GPU (a slot never released) or traps and takes the
     # process's CUDA context with it: refused before the toolchain is asked (course/holes.py).
     holes.refuse_open_hole(SOURCE)
