@@ -311,6 +311,16 @@ def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, dynamic, tmp_
     assert "serialized" not in built.stderr, built.stderr
 
 
+@nvcc
+def test_dynamic_host_side_compiles(tmp_path):
+    """-cubin compiles the device side only: the dynamic build's host side (its per-stream counter slots, the launch
+    with the extra argument) is compiled here, with the same flags (warnings as errors), as load_inline will."""
+    command = hp.nvcc_command(tmp_path / "a.o", runtime.nvcc_path(), persistent=True, dynamic=True)
+    command[command.index("-cubin")] = "-c"
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+
+
 def test_overlap_and_persistent_are_flags_of_their_own_builds():
     assert hp.nvcc_flags() == hp.NVCC_FLAGS and "-DAH_INTRA_OVERLAP=1" in hp.nvcc_flags(overlap=True)
     assert "-DAH_PERSISTENT=1" in hp.nvcc_flags(persistent=True) and "-DAH_PERSISTENT=1" not in hp.nvcc_flags()

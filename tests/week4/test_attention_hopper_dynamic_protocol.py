@@ -277,6 +277,7 @@ def test_the_model_follows_the_source():
     _in_order(consumer, ["int round = 0;", "(tile = ah_take(round, &mailbox, &full_q)) < tiles; ++round)",
                          "ah_dyn_work(tile,", "const bool more = true;", "ah_consume<T, D>(", "ring += n_tiles;",
                          "if (AH_PINGPONG && wg == 0 && round > 0) bar_sync(1, 256);"], "the consumers")
+    assert "int* tile_counter = &ah_tile_counters[counter_slot];" in kernel  # this stream's counter
     _in_order(_between(scheduler, "int ah_draw(", "\n}\n"),
               ["const int drawn = atomicAdd(counter, 1);", "if (drawn == tiles - 1) atomicExch(counter, 0);",
                "return (int)gridDim.x + drawn;"], "the draw")

@@ -13,8 +13,10 @@
 // acquires). A draw past the end ends the block: the producer still waits for empty_q, posts the index and
 // arrives on full_q with no bytes; the consumers read an index >= the tile count and leave. Every block draws
 // exactly once past the end, so the launch makes exactly `tiles` draws and the one that returns tiles - 1 is
-// the last: that block sets the counter back to zero for the next launch on the stream (the host keeps one
-// counter per device and stream, zeroed once). A consumer cannot know whether a tile is its block's last
+// the last: that block sets the counter back to zero for the next launch on the stream. The counters are a
+// module variable, zero when the module loads: the host gives each (device, stream) a slot of its own, so no
+// launch allocates or clears anything (CUDA graph capture allows neither an allocation nor a host memset).
+// A consumer cannot know whether a tile is its block's last
 // before the next draw is posted, so warpgroup 2 always hands the turn over after a tile's last phase and
 // warpgroup 1, once told to leave, takes that last turn (bar.sync) so that none is left half-arrived.
 // tests/week4/test_attention_hopper_persistent_protocol.py models it too. Unmeasured on a GPU as yet.
@@ -22,6 +24,11 @@
 #pragma once
 
 #define AH_L2_SECTION_BYTES (32 << 20)  // a section of heads' K and V (causal order): well inside the H100's 50 MB L2
+#define AH_COUNTER_SLOTS 64  // streams per device that may launch this build (attention_hopper_host.cuh hands them out)
+
+__device__ int ah_tile_counters[AH_COUNTER_SLOTS];  // one per stream; each launch leaves its own at zero (ah_draw)
+
+#if AH_HOPPER
 
 // The dynamic order of the work tiles. Not causal: ah_work's (all tiles alike, head-major for L2). Causal: the
 // heads in sections of `heads` (ah_section_heads: their K and V fit in L2 together), sections one after the
@@ -78,3 +85,4 @@ __device__ __forceinline__ int ah_take(int round, const volatile int* mailbox, u
     if (threadIdx.x % 32 == 0) tile = *mailbox;
     return __shfl_sync(0xffffffff, tile, 0);
 }
+#endif

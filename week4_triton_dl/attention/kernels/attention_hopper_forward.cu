@@ -467,9 +467,9 @@ __device__ __forceinline__ int ah_round_tile(int round, int causal)
 {
     return round * (int)gridDim.x + ((causal && (round & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
 }
-#if AH_DYNAMIC_TILES
-#include "attention_hopper_dynamic.cuh"  // the dynamic scheduler: ah_dyn_work, ah_draw, ah_post, ah_take
 #endif
+#if AH_DYNAMIC_TILES
+#include "attention_hopper_dynamic.cuh"  // the dynamic scheduler: its counters, ah_dyn_work, ah_draw, ah_post, ah_take
 #endif
 
 // Block b runs work tile b (ah_work); the persistent build's blocks walk them (ah_round_tile).
@@ -479,7 +479,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
                      const __grid_constant__ CUtensorMap map_v, T* __restrict__ out, float* __restrict__ lse,
                      int bh_count, int seq_q, int seq_k, float c, int causal
 #if AH_DYNAMIC_TILES
-                     , int* __restrict__ tile_counter  // zero at launch, left at zero (ah_draw)
+                     , int counter_slot  // which of ah_tile_counters (one per stream): zero at launch, left at zero
 #endif
                      )
 {
@@ -500,6 +500,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     const int tiles = m_tiles * bh_count;
 #if AH_DYNAMIC_TILES
     __shared__ int mailbox;  // the round's work tile, from the producer to the consumers (ah_post, ah_take)
+    int* tile_counter = &ah_tile_counters[counter_slot];
     const int heads = ah_section_heads(D, seq_k, bh_count);
 #endif
 #else

@@ -44,26 +44,21 @@ static int ah_tensor_map(CUtensorMap* map, bool bf16, const void* ptr, int bh_co
 }
 
 #if AH_DYNAMIC_TILES
-// The dynamic scheduler's counter (the kernel header's "The dynamic scheduler"): one per device and stream, made
-// and zeroed on the stream once, then left at zero by every launch. Launches on one stream never overlap, so each
-// finds it at zero; two streams never share one. Kept for the process (4 bytes per stream).
-static int ah_tile_counter(cudaStream_t stream, int device, int** counter)
+// The dynamic scheduler's counter (attention_hopper_dynamic.cuh): a slot of ah_tile_counters per device and stream,
+// handed out in order of first use and kept for the process. Launches on one stream never overlap, so each finds
+// its counter at zero; two streams never share one. -5 past AH_COUNTER_SLOTS streams on one device.
+static int ah_counter_slot(cudaStream_t stream, int device, int* slot)
 {
     static std::mutex lock;
-    static std::map<std::pair<int, cudaStream_t>, int*> counters;
+    static std::map<std::pair<int, cudaStream_t>, int> slots;
+    static std::map<int, int> used;  // slots handed out per device
     const std::lock_guard<std::mutex> hold(lock);
-    int*& slot = counters[{device, stream}];
-    if (slot == nullptr) {
-        int* made = nullptr;
-        cudaError_t e = cudaMalloc(&made, sizeof(int));
-        if (e == cudaSuccess) e = cudaMemsetAsync(made, 0, sizeof(int), stream);
-        if (e != cudaSuccess) {
-            if (made != nullptr) cudaFree(made);
-            return (int)e;
-        }
-        slot = made;
+    auto found = slots.find({device, stream});
+    if (found == slots.end()) {
+        if (used[device] >= AH_COUNTER_SLOTS) return -5;
+        found = slots.emplace(std::make_pair(device, stream), used[device]++).first;
     }
-    *counter = slot;
+    *slot = found->second;
     return 0;
 }
 #endif
@@ -90,22 +85,23 @@ static int ah_launch(bool bf16, const void* q, const void* k, const void* v, voi
     blocks = blocks < sms ? blocks : sms;
 #endif
 #if AH_DYNAMIC_TILES
-    int* tile_counter = nullptr;
-    err = ah_tile_counter(stream, device, &tile_counter);
+    int counter_slot = 0;
+    err = ah_counter_slot(stream, device, &counter_slot);
     if (err) return err;
 #endif
     if (blocks > 0x7fffffffLL) return -3;
     attention_hopper_fwd<T, D><<<(unsigned)blocks, AH_THREADS, smem, stream>>>(
         map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal
 #if AH_DYNAMIC_TILES
-        , tile_counter
+        , counter_slot
 #endif
     );
     return (int)cudaGetLastError();
 }
 
 // dtype: 0 = fp16, 1 = bf16. Returns 0, a cudaError_t (> 0), or -1 (no cuTensorMapEncodeTiled),
-// -2 (a tensor map was refused), -3 (grid too large), -4 (head dim not 64 or 128).
+// -2 (a tensor map was refused), -3 (grid too large), -4 (head dim not 64 or 128), -5 (the dynamic build: more
+// streams on one device than it has counters).
 extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
                                              float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
                                              int causal, void* stream)
