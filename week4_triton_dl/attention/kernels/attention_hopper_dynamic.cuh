@@ -15,7 +15,9 @@
 // exactly once past the end, so the launch makes exactly `tiles` draws and the one that returns tiles - 1 is
 // the last: that block sets the counter back to zero for the next launch on the stream. The counters are a
 // module variable, zero when the module loads: the host gives each (device, stream) a slot of its own, so no
-// launch allocates or clears anything (CUDA graph capture allows neither an allocation nor a host memset).
+// launch allocates or clears anything (CUDA graph capture allows neither an allocation nor a host memset). A
+// captured launch keeps its capture stream's slot: replaying the graph on another stream while the capture
+// stream runs this build too would share a counter (not done here: the bench replays on the capture stream).
 // A consumer cannot know whether a tile is its block's last
 // before the next draw is posted, so warpgroup 2 always hands the turn over after a tile's last phase and
 // warpgroup 1, once told to leave, takes that last turn (bar.sync) so that none is left half-arrived.
@@ -24,7 +26,9 @@
 #pragma once
 
 #define AH_L2_SECTION_BYTES (32 << 20)  // a section of heads' K and V (causal order): well inside the H100's 50 MB L2
-#define AH_COUNTER_SLOTS 64  // streams per device that may launch this build (attention_hopper_host.cuh hands them out)
+// Streams per device that may launch this build (attention_hopper_host.cuh hands the slots out). torch's streams
+// come from a pool of 32 per priority (torch.cuda.Stream() reuses them round-robin), the bench makes one per graph.
+#define AH_COUNTER_SLOTS 256
 
 __device__ int ah_tile_counters[AH_COUNTER_SLOTS];  // one per stream; each launch leaves its own at zero (ah_draw)
 

@@ -46,7 +46,8 @@ static int ah_tensor_map(CUtensorMap* map, bool bf16, const void* ptr, int bh_co
 #if AH_DYNAMIC_TILES
 // The dynamic scheduler's counter (attention_hopper_dynamic.cuh): a slot of ah_tile_counters per device and stream,
 // handed out in order of first use and kept for the process. Launches on one stream never overlap, so each finds
-// its counter at zero; two streams never share one. -5 past AH_COUNTER_SLOTS streams on one device.
+// its counter at zero; two streams never share one (two torch streams that share a handle from torch's pool
+// are one stream). -5 past AH_COUNTER_SLOTS streams on one device.
 static int ah_counter_slot(cudaStream_t stream, int device, int* slot)
 {
     static std::mutex lock;
