@@ -6,9 +6,10 @@ dtype before P V, the final rounding; the kernel computes exactly that), written
 (NaN) outputs so an element the kernel forgets fails. Lengths 1, 63, 129, 1000 are ragged against
 the kernel's 128-row tiles; B * H = 192 > the 132 SMs of an H100 SXM (several waves). The main checks run on
 four builds: the default, -DAH_INTRA_OVERLAP=1 (overlap=True), -DAH_PERSISTENT=1 (persistent=True: one block
-per SM walking the work tiles) and both, which must also give the default's bits; the persistent ones also
-on the shapes a tile scheduler gets wrong (more work tiles than SMs, fewer, causal tiles of different lengths
-per block, ragged S, B * H = 1).
+per SM walking the work tiles) and both, which must also give the default's bits, and the persistent two with
+-DAH_DYNAMIC_TILES=1 (dynamic: the tiles drawn from a global counter); the persistent ones also on the shapes a
+tile scheduler gets wrong (more work tiles than SMs, fewer, causal tiles of different lengths per block, ragged
+S, B * H = 1), the dynamic ones on launches in a row and on two streams (the counter left at zero, one per stream).
 
 Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a builds
 (nvcc needs no GPU; no wgmma serialised), the SASS where cuobjdump is installed, the fake implementation under
@@ -44,9 +45,12 @@ DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in hp.DTYPES]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
 # The builds, each its own extension: the default, -DAH_INTRA_OVERLAP=1 (overlap: the softmax of key tile j under
 # the warpgroup's own P V wgmma of tile j - 1), -DAH_PERSISTENT=1 (persistent: grid = min(SMs, work tiles), each
-# block walking work tiles, the next tile's loads under this one's epilogue) and the two together.
+# block walking work tiles, the next tile's loads under this one's epilogue) and the two together; both persistent
+# ones with -DAH_DYNAMIC_TILES=1 (dynamic: the blocks draw their tiles from a global counter, causal longest first).
+DYNAMIC_BUILDS = [pytest.param({"persistent": True, "dynamic": True}, id="persistent_dynamic"),
+                  pytest.param({"persistent": True, "overlap": True, "dynamic": True}, id="persistent_dynamic_overlap")]
 PERSISTENT_BUILDS = [pytest.param({"persistent": True}, id="persistent"),
-                     pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap")]
+                     pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap"), *DYNAMIC_BUILDS]
 BUILDS = [pytest.param({}, id="default"), pytest.param({"overlap": True}, id="overlap"), *PERSISTENT_BUILDS]
 
 
@@ -195,6 +199,27 @@ def test_persistent_same_bits(build, head_dim):
 
 @gpu
 @hopper
+@pytest.mark.parametrize("build", DYNAMIC_BUILDS)
+def test_dynamic_counter_left_at_zero_per_stream(build):
+    # Each launch must leave its stream's counter at zero (the launch's last draw resets it): a counter left
+    # past the end makes the next launch skip tiles (NaN left in the poisoned output), one left short runs tiles
+    # twice. Launches alternate between the current stream and a second one, each with its own counter, and
+    # between problems of different tile counts (the reset's `tiles - 1` differs).
+    problems = [qkv(2, 40, 1000, 1000, 128, torch.bfloat16), qkv(1, 3, 700, 700, 64, torch.bfloat16)]
+    want = [hp.attention_hopper_forward(q, k, v, True, overlap=build.get("overlap", False)) for q, k, v in problems]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # q, k, v and the references were made on the current stream
+    for round_ in range(3):
+        for i, (q, k, v) in enumerate(problems):
+            with torch.cuda.stream(side if (round_ + i) % 2 else torch.cuda.current_stream()):
+                out = poisoned(q.shape, q.dtype, DEVICE)
+                got = hp.attention_hopper_forward(q, k, v, True, out=out, **build)
+            torch.cuda.current_stream().wait_stream(side)
+            assert torch.equal(got[0], want[i][0]) and torch.equal(got[1], want[i][1]), (round_, i)
+
+
+@gpu
+@hopper
 @pytest.mark.parametrize("head_dim", hp.HEAD_DIMS)
 def test_without_pingpong_same_bits(head_dim):
     # The turn-taking orders when the two consumers issue, not what they compute: the A/B build
@@ -267,17 +292,18 @@ def test_ptx_has_the_fa3_pieces(ptx):
 
 
 @nvcc
-@pytest.mark.parametrize("pingpong, overlap, persistent", [
-    (True, False, False), (False, False, False), (True, True, False), (True, False, True), (True, True, True),
-    (False, False, True)], ids=["pingpong", "no_pingpong", "overlap", "persistent", "persistent_overlap",
-                                "persistent_no_pingpong"])
-def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, tmp_path):
+@pytest.mark.parametrize("pingpong, overlap, persistent, dynamic", [
+    (True, False, False, False), (False, False, False, False), (True, True, False, False), (True, False, True, False),
+    (True, True, True, False), (False, False, True, False), (True, False, True, True), (True, True, True, True),
+    (False, False, True, True)], ids=["pingpong", "no_pingpong", "overlap", "persistent", "persistent_overlap",
+                                      "persistent_no_pingpong", "dynamic", "dynamic_overlap", "dynamic_no_pingpong"])
+def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, dynamic, tmp_path):
     """No spills, and no wgmma serialised: ptxas reports it (C7514 and kin, 'wgmma.mma_async instructions are
     serialized') as info, not as a warning, when an ordinary instruction touches a register of a wgmma
     before its wait_group, e.g. the overlap's softmax reading S before S's group is waited; it then waits
     after every wgmma, which is correct and slow (-Werror does not catch an info line: this does)."""
     command = hp.nvcc_command(tmp_path / "a.cubin", runtime.nvcc_path(), pingpong, overlap=overlap,
-                              persistent=persistent)
+                              persistent=persistent, dynamic=dynamic)
     built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", built.stderr)
@@ -285,15 +311,39 @@ def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, tmp_path):
     assert "serialized" not in built.stderr, built.stderr
 
 
+@nvcc
+def test_dynamic_host_side_compiles(tmp_path):
+    """-cubin compiles the device side only: the dynamic build's host side (its per-stream counter slots, the launch
+    with the extra argument) is compiled here, with the same flags (warnings as errors), as load_inline will."""
+    command = hp.nvcc_command(tmp_path / "a.o", runtime.nvcc_path(), persistent=True, dynamic=True)
+    command[command.index("-cubin")] = "-c"
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+
+
 def test_overlap_and_persistent_are_flags_of_their_own_builds():
     assert hp.nvcc_flags() == hp.NVCC_FLAGS and "-DAH_INTRA_OVERLAP=1" in hp.nvcc_flags(overlap=True)
     assert "-DAH_PERSISTENT=1" in hp.nvcc_flags(persistent=True) and "-DAH_PERSISTENT=1" not in hp.nvcc_flags()
+    assert "-DAH_DYNAMIC_TILES=1" in hp.nvcc_flags(persistent=True, dynamic=True)
+    assert not any("DYNAMIC" in f for f in hp.nvcc_flags(persistent=True))
     names = {hp.namespace(), hp.namespace(overlap=True), hp.namespace(persistent=True),
-             hp.namespace(overlap=True, persistent=True)}
-    assert len(names) == 4
-    for flag in ("overlap", "persistent"):
+             hp.namespace(overlap=True, persistent=True), hp.namespace(persistent=True, dynamic=True),
+             hp.namespace(overlap=True, persistent=True, dynamic=True)}
+    assert len(names) == 6
+    for flag in ("overlap", "persistent", "dynamic"):
         with pytest.raises(TypeError, match=f"{flag} must be a bool"):
             hp.nvcc_flags(**{flag: "yes"})
+    with pytest.raises(ValueError, match="dynamic=True .* pass persistent=True"):
+        hp.nvcc_flags(dynamic=True)
+
+
+def test_dynamic_without_persistent_is_refused_before_launch(monkeypatch):
+    monkeypatch.setattr(hp, "launch", lambda *args: pytest.fail("launched despite dynamic=True without persistent"))
+    q, k, v = (torch.zeros(1, 2, 8, 64, dtype=torch.float16) for _ in range(3))
+    with pytest.raises(ValueError, match="dynamic=True schedules the persistent build's work tiles"):
+        hp.attention_hopper_forward(q, k, v, dynamic=True)
+    with pytest.raises(ValueError, match="pass persistent=True"):
+        hp.load_extension(dynamic=True)
 
 
 @nvcc
@@ -431,7 +481,7 @@ def bad_inputs():
     yield "scale str", TypeError, "scale must be a float", lambda: (ok(), ok(), ok(), {"scale": "0.1"})
 
 
-@pytest.mark.parametrize("flag", ["pingpong", "overlap", "persistent"])
+@pytest.mark.parametrize("flag", ["pingpong", "overlap", "persistent", "dynamic"])
 def test_rejects_a_build_flag_that_is_not_a_bool(flag, monkeypatch):
     monkeypatch.setattr(hp, "launch", lambda *args: pytest.fail("launched despite a bad flag"))
     q, k, v = (torch.zeros(1, 2, 8, 64, dtype=torch.float16) for _ in range(3))

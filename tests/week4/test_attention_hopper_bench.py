@@ -92,6 +92,19 @@ def test_a_host_paced_size_takes_its_ratios_and_tflops_from_the_graph_replay(for
     assert "graphed_ms" not in rows["hopper"] and rows["hopper"]["gpu_ms"] == 0.065
 
 
+def test_the_dynamic_rows_carry_their_ratio_to_the_static_walk(forward):
+    script, _ = forward
+    script.update(torch=[gpu(0.50)] * 3, hopper=[gpu(0.60)] * 3, hopper_persistent=[gpu(0.80), gpu(0.78), gpu(0.82)],
+                  hopper_dynamic=[gpu(0.52), gpu(0.52), gpu(0.50)], hopper_dynamic_overlap=[gpu(0.51)] * 3)
+    rows = rows_by_variant(fwd_bench.measure(LONG, torch.bfloat16, 3, 25.0, labelled(
+        ["torch", "hopper", "hopper_persistent", "hopper_dynamic", "hopper_dynamic_overlap"])))
+    dynamic = rows["hopper_dynamic"]
+    assert dynamic["speedup_vs_static"] == pytest.approx(0.80 / 0.52)  # round by round, the median
+    assert (dynamic["speedup_vs_static_min"], dynamic["speedup_vs_static_max"]) == pytest.approx((0.78 / 0.52, 0.82 / 0.50))
+    # hopper_persistent_overlap was not timed: no ratio, rather than one against another build
+    assert not any("speedup_vs_static" in rows[v] for v in ("hopper_dynamic_overlap", "hopper_persistent", "hopper"))
+
+
 def test_a_gpu_paced_size_reads_as_before(forward):
     script, _ = forward
     script.update(torch=[gpu(0.50), gpu(0.55), gpu(0.52)], hopper=[gpu(0.55), gpu(0.55), gpu(0.50)])

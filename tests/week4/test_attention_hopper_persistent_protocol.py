@@ -235,7 +235,7 @@ def test_the_model_follows_the_source():
     source = hp.KERNELS.joinpath(hp.SOURCE.name).read_text()
     assert "#define AH_STAGES 2" in source and "mbar_init(&empty_q, 8);" in source
     kernel = _between(source, "attention_hopper_fwd(const __grid_constant__", "\n}\n")
-    producer = _between(kernel, "#if AH_PERSISTENT\n            for (int round = 0, ring = 0, tile;", "#else")
+    producer = _between(kernel, "#elif AH_PERSISTENT\n            for (int round = 0, ring = 0, tile;", "#else")
     steps = ["ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);",
              "if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);", "ah_produce<D>(", "ring += n_tiles;"]
     at = [producer.find(text) for text in steps]

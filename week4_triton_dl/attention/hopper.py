@@ -57,6 +57,7 @@ SOURCE = (EXERCISE_KERNELS if os.environ.get(runtime.IMPL_ENV) == "exercises" el
     / "attention_hopper_forward.cu"
 PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 HOST_HEADER = KERNELS / "attention_hopper_host.cuh"  # the tensor maps, the grid, the launch
+DYNAMIC_HEADER = KERNELS / "attention_hopper_dynamic.cuh"  # the persistent build's dynamic tile scheduler
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 CAPABILITY = (9, 0)                   # wgmma, setmaxnreg, the TMA: sm_90a (H100, H200)
@@ -111,26 +112,32 @@ TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("forward", &forward); }
 """
 
 
-def _check_flags(pingpong, overlap, persistent=False) -> None:
-    for name, value in (("pingpong", pingpong), ("overlap", overlap), ("persistent", persistent)):
+def _check_flags(pingpong, overlap, persistent=False, dynamic=False) -> None:
+    for name, value in (("pingpong", pingpong), ("overlap", overlap), ("persistent", persistent),
+                        ("dynamic", dynamic)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if dynamic and not persistent:
+        raise ValueError("dynamic=True schedules the persistent build's work tiles: pass persistent=True with it "
+                         "(-DAH_DYNAMIC_TILES=1 needs -DAH_PERSISTENT=1)")
 
 
-def nvcc_flags(pingpong: bool = True, overlap: bool = False, persistent: bool = False) -> tuple[str, ...]:
+def nvcc_flags(pingpong: bool = True, overlap: bool = False, persistent: bool = False,
+               dynamic: bool = False) -> tuple[str, ...]:
     """nvcc's flags; pingpong=False builds the A/B variant whose consumers never take turns, overlap=True
     the one whose softmax of tile j runs under the warpgroup's own P V wgmma of tile j - 1 (-DAH_INTRA_OVERLAP=1),
-    persistent=True the one with a block per SM walking the work tiles (-DAH_PERSISTENT=1)."""
-    _check_flags(pingpong, overlap, persistent)
+    persistent=True the one with a block per SM walking the work tiles (-DAH_PERSISTENT=1), and dynamic=True
+    (with persistent) the one whose blocks draw their tiles from a global counter (-DAH_DYNAMIC_TILES=1)."""
+    _check_flags(pingpong, overlap, persistent, dynamic)
     return (*NVCC_FLAGS, *(() if pingpong else ("-DAH_PINGPONG=0",)), *(("-DAH_INTRA_OVERLAP=1",) if overlap else ()),
-            *(("-DAH_PERSISTENT=1",) if persistent else ()))
+            *(("-DAH_PERSISTENT=1",) if persistent else ()), *(("-DAH_DYNAMIC_TILES=1",) if dynamic else ()))
 
 
 def nvcc_command(output: Path, nvcc: str = "nvcc", pingpong: bool = True, source: Path | None = None, *,
-                 overlap: bool = False, persistent: bool = False) -> list[str]:
+                 overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> list[str]:
     """The nvcc command that builds the kernel (`source`: SOURCE, or its exercise stub) alone as an sm_90a
     cubin, with the flags load_inline passes (the CPU tests and tools/gpu_attention_hopper_check.sh run it)."""
-    return [nvcc, "-cubin", *nvcc_flags(pingpong, overlap, persistent), "-Werror", "all-warnings",
+    return [nvcc, "-cubin", *nvcc_flags(pingpong, overlap, persistent, dynamic), "-Werror", "all-warnings",
             "-I", str(KERNELS), *HOPPER_PTX_INCLUDE, "-o",
             str(output), str(source or SOURCE)]
 
@@ -140,10 +147,11 @@ def cache_root() -> Path:
     return base / "gpu-kernels-course" / "torch_extensions" / f"torch-{torch.__version__}"
 
 
-def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False) -> str:
+def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> str:
     """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
     text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), BINDING,
-                      " ".join(nvcc_flags(pingpong, overlap, persistent)), torch.__version__])
+                      " ".join(nvcc_flags(pingpong, overlap, persistent, dynamic)), torch.__version__]
+                     + ([DYNAMIC_HEADER.read_text()] if dynamic else []))
     return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -190,13 +198,14 @@ def _find_cuda_headers() -> None:
 
 @functools.cache
 def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool = False,
-                   persistent: bool = False) -> Extension:
+                   persistent: bool = False, dynamic: bool = False) -> Extension:
     """Compile the kernel and the binding once per source version (cached under cache_root()), load it.
     pingpong=False: the A/B build without the consumers' turn-taking (the benchmark's `hopper_no_pingpong`);
     overlap=True: the intra-warpgroup overlap build (the benchmark's `hopper_overlap`); persistent=True: the
-    persistent build (`hopper_persistent`)."""
+    persistent build (`hopper_persistent`); dynamic=True (with persistent) its dynamic scheduler (`hopper_dynamic`)."""
     from torch.utils.cpp_extension import load_inline
 
+    _check_flags(pingpong, overlap, persistent, dynamic)
     # The exercise's stub with a hole open hangs the GPU (a slot never released) or traps and takes the
     # process's CUDA context with it: refused before the toolchain is asked (course/holes.py).
     holes.refuse_open_hole(SOURCE)
@@ -204,7 +213,7 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     if missing:
         raise RuntimeError(f"cannot build the attention_hopper extension: {missing}")
     _find_cuda_headers()
-    name = namespace(pingpong, overlap, persistent)
+    name = namespace(pingpong, overlap, persistent, dynamic)
     directory = cache_root() / name
     directory.mkdir(parents=True, exist_ok=True)
     cached = any(directory.glob(f"{name}*.so"))
@@ -212,7 +221,7 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     # The kernel's own #include of the PTX header resolves through extra_include_paths; the arch
     # flag in extra_cuda_cflags makes torch add none of its own (it would build for sm_90, not 90a).
     load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
-                extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent)),
+                extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent, dynamic)),
                 extra_include_paths=[str(KERNELS), str(PTX_HEADER.parent)],
                 build_directory=str(directory), with_cuda=True, is_python_module=False,
                 no_implicit_headers=True, verbose=verbose)
@@ -322,7 +331,7 @@ def hopper_unsupported(q, k, v, causal=False, scale=None) -> str | None:
 
 # =============================================================================== the launch
 def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True, overlap: bool = False,
-           persistent: bool = False):
+           persistent: bool = False, dynamic: bool = False):
     """Write o into `out` and lse into `lse` for checked inputs (the op's real implementation)."""
     why = device_refusal(q.device)
     if why is not None:
@@ -335,7 +344,8 @@ def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True,
         out.zero_()
         lse.fill_(-math.inf)
         return out, lse
-    load_extension(pingpong=pingpong, overlap=overlap, persistent=persistent).ops.forward(q, k, v, causal, scale * LOG2E, out, lse)
+    load_extension(pingpong=pingpong, overlap=overlap, persistent=persistent,
+                   dynamic=dynamic).ops.forward(q, k, v, causal, scale * LOG2E, out, lse)
     return out, lse
 
 
@@ -425,17 +435,20 @@ forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 # =============================================================================== the public entries
 def attention_hopper_forward(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None,
-                             pingpong: bool = True, overlap: bool = False, persistent: bool = False):
+                             pingpong: bool = True, overlap: bool = False, persistent: bool = False,
+                             dynamic: bool = False):
     """(o, lse) without autograd, written into `out` / `lse` when given (the tests poison them).
     pingpong=False runs the A/B build whose two consumers issue their wgmmas without taking turns;
     overlap=True the build with the intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1: each warpgroup's
     softmax of key tile j under its own P V wgmma of tile j - 1), same bits, its own cached extension;
     persistent=True the persistent build (-DAH_PERSISTENT=1: one block per SM walking the work tiles, each
-    tile's loads under the previous one's epilogue), same bits too; the two combine."""
+    tile's loads under the previous one's epilogue), same bits too; the two combine. dynamic=True (persistent=True
+    too, else ValueError) has the blocks draw their tiles from a global counter, causal ones longest first
+    (-DAH_DYNAMIC_TILES=1), same bits again."""
     scale = check_inputs(q, k, v, causal, scale)
     out, lse = check_outputs(q, out, lse)
-    _check_flags(pingpong, overlap, persistent)
-    return launch(q, k, v, causal, scale, out, lse, pingpong, overlap, persistent)
+    _check_flags(pingpong, overlap, persistent, dynamic)
+    return launch(q, k, v, causal, scale, out, lse, pingpong, overlap, persistent, dynamic)
 
 
 def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

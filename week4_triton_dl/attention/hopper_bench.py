@@ -14,7 +14,9 @@ Variants, forward only, no autograd, the same q, k, v (B, H, S, D) contiguous:
           consumer's softmax of key tile j under its own P V wgmma of tile j - 1), a row beside hopper;
 * hopper_no_pingpong (with --variants): the same kernel built without the consumers' turn-taking;
 * hopper_persistent, hopper_persistent_overlap (with --variants): the same kernel built persistent
-          (-DAH_PERSISTENT=1: one block per SM walking the work tiles), alone and with the overlap.
+          (-DAH_PERSISTENT=1: one block per SM walking the work tiles), alone and with the overlap;
+* hopper_dynamic, hopper_dynamic_overlap (with --variants): the persistent builds with the dynamic scheduler
+          (-DAH_DYNAMIC_TILES=1: the blocks draw their tiles from a global counter, causal longest first).
 
 Sizes as FlashAttention-3's paper measures them (arXiv:2407.08608, section 4.1): head dim 128,
 hidden 2048 (16 heads), batch chosen so that B * S = 16k tokens, S = 1k .. 16k, causal and not;
@@ -102,6 +104,11 @@ VARIANTS = {
     "hopper_persistent": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, persistent=True)[0],
     "hopper_persistent_overlap": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, overlap=True,
                                                                                   persistent=True)[0],
+    # The A/B of the dynamic scheduler (-DAH_DYNAMIC_TILES=1) against the static walk: only when asked with --variants.
+    "hopper_dynamic": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, persistent=True,
+                                                                       dynamic=True)[0],
+    "hopper_dynamic_overlap": lambda q, k, v, causal: attention_hopper_forward(q, k, v, causal, overlap=True,
+                                                                               persistent=True, dynamic=True)[0],
 }
 DEFAULT_VARIANTS = ("torch", "triton", "hopper", "hopper_overlap")
 
@@ -179,6 +186,10 @@ def measure(size, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dic
         ratio = timed.ratio_range("hopper_overlap", "hopper", gpu=True)
         if label == "hopper_overlap" and ratio:  # > 1: the overlap build is the faster
             row.update(zip(("speedup_vs_hopper", "speedup_vs_hopper_min", "speedup_vs_hopper_max"), ratio))
+        static = label.replace("dynamic", "persistent")  # hopper_dynamic(_overlap)'s static twin
+        static = timed.ratio_range(label, static, gpu=True) if label != static and static in timed.ms else None
+        if static:  # > 1: the dynamic scheduler beats the static walk
+            row.update(zip(("speedup_vs_static", "speedup_vs_static_min", "speedup_vs_static_max"), static))
         rows.append(row)
     return rows
 
@@ -249,7 +260,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(DEFAULT_VARIANTS),
                         help="what to time (torch, the baseline, always; hopper_overlap: the A/B of the intra-warpgroup "
-                             "overlap; hopper_no_pingpong: the A/B of the ping-pong)")
+                             "overlap; hopper_no_pingpong: the A/B of the ping-pong; hopper_dynamic: the dynamic scheduler's, its "
+                             "speedup_vs_static against hopper_persistent when both are timed)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}

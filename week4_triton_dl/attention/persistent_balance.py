@@ -18,22 +18,29 @@ The alternation pairs a head's long tile with a short one only while G and a hea
 up; at S = 16k a head has 128 query tiles and G = 132, so each round shifts the pairing by 4 tiles
 and some blocks draw long tiles round after round (the json's figure). A dynamic scheduler (a global
 counter handing out tiles longest first, FlashAttention-3's choice for causal) does not depend on
-that alignment.
+that alignment. `dynamic_balance` replays it (hopper.py's dynamic=True, `-DAH_DYNAMIC_TILES=1`,
+kernels/attention_hopper_dynamic.cuh): tiles in `dynamic_tile`'s order (sections of heads whose K and V
+fit in L2, longest first within a section), handed out by list scheduling: block b starts with tile b
+and draws the next one when its producer has issued the loads of the current one, STAGES key tiles
+before its consumers finish it. The json records both figures side by side.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import heapq
 from pathlib import Path
 
 PROG = "python -m week4_triton_dl.attention.persistent_balance"
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "attention_hopper_persistent_balance.json"
 BM = BN = 128  # AH_BM, AH_BN: query rows per work tile, keys per key tile
 SMS = 132  # an H100 SXM's SMs (the H200 has as many): the persistent grid's size
+STAGES = 2  # AH_STAGES: how far ahead of its consumers the producer draws its next tile, in key tiles
+L2_SECTION_BYTES = 32 << 20  # AH_L2_SECTION_BYTES: a section's K and V (the dynamic order)
 # The causal problems of the forward's benchmark (hopper_bench.SIZES), as (B * H, S, D)
-CAUSAL = {"B16 H16 S1024": (256, 1024), "B8 H16 S2048": (128, 2048), "B4 H16 S4096": (64, 4096),
-          "B2 H16 S8192": (32, 8192), "B1 H16 S16384": (16, 16384), "B8 H12 S1024 D64": (96, 1024)}
+CAUSAL = {"B16 H16 S1024": (256, 1024, 128), "B8 H16 S2048": (128, 2048, 128), "B4 H16 S4096": (64, 4096, 128),
+          "B2 H16 S8192": (32, 8192, 128), "B1 H16 S16384": (16, 16384, 128), "B8 H12 S1024 D64": (96, 1024, 64)}
 
 
 def round_tile(round_: int, block: int, grid: int, causal: bool) -> int:
@@ -57,11 +64,64 @@ def key_tiles(tile: int, m_tiles: int, seq: int, causal: bool) -> int:
     return last_key // BN + 1
 
 
-def balance(bh: int, seq: int, causal: bool = True, sms: int = SMS) -> dict:
-    """Each block's key tiles under the static walk: the busiest block against the mean."""
-    for name, value in (("bh", bh), ("seq", seq), ("sms", sms)):
+def _check(**values) -> None:
+    for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def section_heads(d: int, seq_k: int, bh: int) -> int:
+    """ah_section_heads: the heads whose K and V (4 d bytes a key) fit in L2_SECTION_BYTES, 1 to bh."""
+    return max(1, min(bh, L2_SECTION_BYTES // (4 * d) // seq_k))
+
+
+def dynamic_tile(tile: int, bh: int, m_tiles: int, heads: int, causal: bool) -> tuple[int, int]:
+    """ah_dyn_work's (batch * head, query tile) of work tile `tile`: ah_work's order when not causal; causal,
+    sections of `heads` heads, a section's query tiles longest first (the last rows), its heads fastest."""
+    if not causal:
+        return tile // m_tiles, tile % m_tiles
+    section, in_section = divmod(tile, heads * m_tiles)
+    here = min(heads, bh - section * heads)
+    order, head = divmod(in_section, here)
+    return section * heads + head, m_tiles - 1 - order
+
+
+def _key_tiles_of(query_tile: int, seq: int, causal: bool) -> int:
+    last_key = min(seq - 1, query_tile * BM + BM - 1) if causal else seq - 1
+    return last_key // BN + 1
+
+
+def list_schedule(costs, grid: int, lookahead: int = STAGES) -> list[int]:
+    """Each block's total cost when G blocks take `costs` in order: block b starts with tile b; a block draws
+    its next tile `lookahead` units before it finishes the current one (at its start if shorter), the earliest
+    draw first (ties: the lower block, an arbitrary choice: on the GPU the atomic decides)."""
+    loads, draws = [0] * grid, []
+    for block in range(min(grid, len(costs))):
+        loads[block] = costs[block]
+        heapq.heappush(draws, (max(0, costs[block] - lookahead), block))
+    for cost in costs[grid:]:
+        _, block = heapq.heappop(draws)
+        start = loads[block]  # the drawn tile starts when the block's current one ends
+        loads[block] += cost
+        heapq.heappush(draws, (start + max(0, cost - lookahead), block))
+    return loads
+
+
+def dynamic_balance(bh: int, seq: int, d: int = 128, causal: bool = True, sms: int = SMS) -> dict:
+    """Each block's key tiles under the dynamic scheduler (list scheduling in dynamic_tile's order)."""
+    _check(bh=bh, seq=seq, d=d, sms=sms)
+    m_tiles = -(-seq // BM)
+    tiles, heads = bh * m_tiles, section_heads(d, seq, bh)
+    costs = [_key_tiles_of(dynamic_tile(t, bh, m_tiles, heads, causal)[1], seq, causal) for t in range(tiles)]
+    loads = list_schedule(costs, min(sms, tiles))
+    mean = sum(loads) / len(loads)
+    return {"grid": len(loads), "section_heads": heads, "busiest_key_tiles": max(loads),
+            "busiest_over_mean": round(max(loads) / mean, 3)}
+
+
+def balance(bh: int, seq: int, causal: bool = True, sms: int = SMS) -> dict:
+    """Each block's key tiles under the static walk: the busiest block against the mean."""
+    _check(bh=bh, seq=seq, sms=sms)
     m_tiles = -(-seq // BM)
     tiles = bh * m_tiles
     grid = min(sms, tiles)
@@ -74,7 +134,8 @@ def balance(bh: int, seq: int, causal: bool = True, sms: int = SMS) -> dict:
 
 def record() -> dict:
     return {"how": PROG, "sms": SMS, "tile": f"{BM} query rows x {BN} keys",
-            "problems": {label: balance(bh, seq) for label, (bh, seq) in CAUSAL.items()}}
+            "problems": {label: {**balance(bh, seq), "d": d, "dynamic": dynamic_balance(bh, seq, d)}
+                         for label, (bh, seq, d) in CAUSAL.items()}}
 
 
 def main(argv=None) -> int:

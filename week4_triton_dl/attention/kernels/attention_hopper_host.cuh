@@ -1,10 +1,16 @@
 // The host side of attention_hopper_forward.cu (included at its end, after the kernel): the TMA tensor maps
-// of q, k, v, the grid (one block per work tile; one per SM in the persistent build), the launch, and the
-// extern "C" entry hopper.py's binding calls. No torch header here: the binding passes raw pointers.
+// of q, k, v, the grid (one block per work tile; one per SM in the persistent build), the dynamic scheduler's
+// counter (its build only), the launch, and the extern "C" entry hopper.py's binding calls. No torch header
+// here: the binding passes raw pointers.
 #pragma once
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
+#if AH_DYNAMIC_TILES
+#include <map>
+#include <mutex>
+#include <utility>
+#endif
 
 static PFN_cuTensorMapEncodeTiled_v12000 ah_encode_fn()
 {
@@ -37,6 +43,27 @@ static int ah_tensor_map(CUtensorMap* map, bool bf16, const void* ptr, int bh_co
     return r == CUDA_SUCCESS ? 0 : -2;
 }
 
+#if AH_DYNAMIC_TILES
+// The dynamic scheduler's counter (attention_hopper_dynamic.cuh): a slot of ah_tile_counters per device and stream,
+// handed out in order of first use and kept for the process. Launches on one stream never overlap, so each finds
+// its counter at zero; two streams never share one (two torch streams that share a handle from torch's pool
+// are one stream). -5 past AH_COUNTER_SLOTS streams on one device.
+static int ah_counter_slot(cudaStream_t stream, int device, int* slot)
+{
+    static std::mutex lock;
+    static std::map<std::pair<int, cudaStream_t>, int> slots;
+    static std::map<int, int> used;  // slots handed out per device
+    const std::lock_guard<std::mutex> hold(lock);
+    auto found = slots.find({device, stream});
+    if (found == slots.end()) {
+        if (used[device] >= AH_COUNTER_SLOTS) return -5;
+        found = slots.emplace(std::make_pair(device, stream), used[device]++).first;
+    }
+    *slot = found->second;
+    return 0;
+}
+#endif
+
 template <typename T, int D>
 static int ah_launch(bool bf16, const void* q, const void* k, const void* v, void* out, float* lse, int bh_count,
                      int seq_q, int seq_k, float c, int causal, cudaStream_t stream)
@@ -58,14 +85,24 @@ static int ah_launch(bool bf16, const void* q, const void* k, const void* v, voi
     if (blocks > 0x7fffffffLL - 2 * sms) return -3;  // the next round's tile stays an int
     blocks = blocks < sms ? blocks : sms;
 #endif
+#if AH_DYNAMIC_TILES
+    int counter_slot = 0;
+    err = ah_counter_slot(stream, device, &counter_slot);
+    if (err) return err;
+#endif
     if (blocks > 0x7fffffffLL) return -3;
     attention_hopper_fwd<T, D><<<(unsigned)blocks, AH_THREADS, smem, stream>>>(
-        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal);
+        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal
+#if AH_DYNAMIC_TILES
+        , counter_slot
+#endif
+    );
     return (int)cudaGetLastError();
 }
 
 // dtype: 0 = fp16, 1 = bf16. Returns 0, a cudaError_t (> 0), or -1 (no cuTensorMapEncodeTiled),
-// -2 (a tensor map was refused), -3 (grid too large), -4 (head dim not 64 or 128).
+// -2 (a tensor map was refused), -3 (grid too large), -4 (head dim not 64 or 128), -5 (the dynamic build: more
+// streams on one device than it has counters).
 extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
                                              float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
                                              int causal, void* stream)

@@ -57,6 +57,12 @@
 #ifndef AH_PERSISTENT
 #define AH_PERSISTENT 0        // -DAH_PERSISTENT=1: one block per SM, each walking work tiles (the header)
 #endif
+#ifndef AH_DYNAMIC_TILES
+#define AH_DYNAMIC_TILES 0     // -DAH_DYNAMIC_TILES=1 (with AH_PERSISTENT=1): tiles from a global counter (the header)
+#endif
+#if AH_DYNAMIC_TILES && !AH_PERSISTENT
+#error "AH_DYNAMIC_TILES=1 schedules the persistent build's tiles: build it with AH_PERSISTENT=1"
+#endif
 
 template <int D>
 struct AhShape {
@@ -298,13 +304,20 @@ __device__ __forceinline__ int ah_round_tile(int round, int causal)
     return round * (int)gridDim.x + ((causal && (round & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x);
 }
 #endif
+#if AH_DYNAMIC_TILES
+#include "attention_hopper_dynamic.cuh"  // the dynamic scheduler: its counters, ah_dyn_work, ah_draw, ah_post, ah_take
+#endif
 
 // Block b runs work tile b (ah_work); the persistent build's blocks walk them (ah_round_tile).
 template <typename T, int D>
 __global__ void __launch_bounds__(AH_THREADS, 1)
 attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                      const __grid_constant__ CUtensorMap map_v, T* __restrict__ out, float* __restrict__ lse,
-                     int bh_count, int seq_q, int seq_k, float c, int causal)
+                     int bh_count, int seq_q, int seq_k, float c, int causal
+#if AH_DYNAMIC_TILES
+                     , int counter_slot  // which of ah_tile_counters (one per stream): zero at launch, left at zero
+#endif
+                     )
 {
 #if AH_HOPPER
     using Shape = AhShape<D>;
@@ -321,6 +334,11 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
 #if AH_PERSISTENT
     __shared__ __align__(8) uint64_t empty_q;  // both consumers have done with Q: the next tile's may come
     const int tiles = m_tiles * bh_count;
+#if AH_DYNAMIC_TILES
+    __shared__ int mailbox;  // the round's work tile, from the producer to the consumers (ah_post, ah_take)
+    int* tile_counter = &ah_tile_counters[counter_slot];
+    const int heads = ah_section_heads(D, seq_k, bh_count);
+#endif
 #else
     ah_work(blockIdx.x, m_tiles, seq_k, causal, bh, m0, n_tiles);
 #endif
@@ -345,13 +363,22 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         // ---- producer ----
         setmaxnreg_dec<AH_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-#if AH_PERSISTENT
+#if AH_DYNAMIC_TILES
+            // Round 0 runs tile blockIdx.x; each later round's tile is drawn once the loads of the last are issued.
+            for (int round = 0, ring = 0, tile = blockIdx.x;; ++round, tile = ah_draw(tile_counter, tiles)) {
+#elif AH_PERSISTENT
             for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
                 ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
+#endif
+#if AH_PERSISTENT
                 // TODO (about 1 line): (the persistent build only: persistent=True) before this work tile's Q
                 //   goes into the one Q slot, wait until both consumers have done with the previous tile's Q
                 #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
                 __trap();  // not implemented yet: the persistent build's producer (the default build is unaffected)
+#if AH_DYNAMIC_TILES
+                if (ah_post(tile, tiles, &mailbox, &full_q)) break;  // past the end: the consumers are told, no Q
+                ah_dyn_work(tile, m_tiles, bh_count, heads, seq_k, causal, bh, m0, n_tiles);
+#endif
                 ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, q_tile, k_slots, v_slots, &full_q,
                               full_k, full_v, empty_k, empty_v);
                 ring += n_tiles;
@@ -366,14 +393,26 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         setmaxnreg_inc<AH_CONSUMER_REGS>();
         const int wg = warpgroup - 1;
         const uint32_t q_base = smem_addr(q_tile) + wg * 64 * 128;  // 64 rows x 128 bytes into each slab
-#if AH_PERSISTENT
+#if AH_DYNAMIC_TILES
+        // The tile comes with Q (ah_take); whether another follows is not known yet: `more` is always true, and
+        // warpgroup 1 takes warpgroup 2's last hand-over once told to leave (round > 0: the block ran a tile).
+        int round = 0;
+        for (int ring = 0, tile; (tile = ah_take(round, &mailbox, &full_q)) < tiles; ++round) {
+            ah_dyn_work(tile, m_tiles, bh_count, heads, seq_k, causal, bh, m0, n_tiles);
+            const bool more = true;
+#elif AH_PERSISTENT
         for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
             ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
             const bool more = ah_round_tile(round + 1, causal) < tiles;
+#endif
+#if AH_PERSISTENT
             ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, ring, round, more, seq_q, seq_k, causal, c, out,
                              lse, q_base, k_slots, v_slots, &full_q, &empty_q, full_k, full_v, empty_k, empty_v);
             ring += n_tiles;
         }
+#if AH_DYNAMIC_TILES
+        if (AH_PINGPONG && wg == 0 && round > 0) bar_sync(1, 256);  // warpgroup 2's last hand-over (the .cuh)
+#endif
 #else
         ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, 0, 0, false, seq_q, seq_k, causal, c, out, lse,
                          q_base, k_slots, v_slots, &full_q, nullptr, full_k, full_v, empty_k, empty_v);
