@@ -7,6 +7,7 @@ overlap, persistent, persistent+overlap; each checked first) where it runs, besi
 becomes the op's rung (and tile, or build) for that key in results/dispatch_attention.json only when it
 beats flash_blocked by dispatch.MARGIN (run-to-run noise is about 2 %): `table_row` decides, from the
 timings alone (the CPU tests give it fake ones); attention/dispatch.py reads the table.
+`--prebuild` builds the four extensions first, side by side (a cold sweep would build them one by one).
 """
 from __future__ import annotations
 
@@ -154,6 +155,22 @@ def _as_row(row: dict) -> Row:
     return Row(tuple(row["key"]), row["rung"], row["tile"], row["measured"], row.get("build"))
 
 
+def prebuild() -> None:
+    """Build the Hopper forward's extensions, one process per build side by side (~1 min each cold, cached on
+    disk per source and flags): the sweep then only loads them. SystemExit naming a build that failed."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    code = "from week4_triton_dl.attention import hopper as hp; e = hp.load_extension(**{!r}); print(e.namespace)"
+    with ThreadPoolExecutor(len(HOPPER_BUILDS)) as pool:
+        done = pool.map(lambda build: (build, subprocess.run([sys.executable, "-c", code.format(build)],
+                                                             capture_output=True, text=True)), HOPPER_BUILDS.values())
+        for build, result in done:
+            print(f"{hopper.build_label(build)}: {result.stdout.strip() or result.stderr[-2000:]}", flush=True)
+            if result.returncode:
+                raise SystemExit(f"the Hopper build {build} failed to build")
+
+
 def sweep_forward(head_dims=(64, 128), bands=tuple(BAND_SEQ), dtype=torch.bfloat16, stream=sys.stdout):
     """Time every candidate per (head dim, causal, band) beside cuDNN (measure_key) and save a row per key to
     results/dispatch_attention.json: the rung the op should run, and its tile or build (table_row)."""
@@ -171,7 +188,12 @@ def sweep_forward(head_dims=(64, 128), bands=tuple(BAND_SEQ), dtype=torch.bfloat
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--prebuild", action="store_true",
+                        help="only build the Hopper forward's four extensions, in parallel (then the sweep loads them)")
     args = parser.parse_args(argv)
+    if args.prebuild:
+        prebuild()
+        return 0
     sweep_forward(dtype=getattr(torch, args.dtype))
     return 0
 
