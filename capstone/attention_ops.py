@@ -148,10 +148,10 @@ def describe(attention, shape: tuple[int, int, int, int], dtype: torch.dtype, de
             return f"SDPA {_sdpa_backend(probe)}"
         if shape[3] not in kernels.FLASH_HEAD_DIMS:
             return "SDPA: fast's fallback (head dim)"
-        rung = dispatch.choose(probe, probe, probe, True).rung
+        choice = dispatch.choose(probe, probe, probe, True)
     except (RuntimeError, TypeError, ValueError) as error:  # a label never stops a measurement
         return f"{getattr(attention, '__name__', 'attention')} (choice not read: {type(error).__name__})"
-    if rung == "flash_hopper":
-        return "CUDA C flash_hopper fwd, Triton bwd: dispatch rule"
-    return f"Triton {rung}: dispatch rule"
+    if choice.rung == dispatch.HOPPER:  # the build the table names, where not the default: "flash_hopper (overlap)"
+        return f"CUDA C {dispatch.label(choice)} fwd, Triton bwd: dispatch rule"
+    return f"Triton {choice.rung}: dispatch rule"
 

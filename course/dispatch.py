@@ -34,11 +34,14 @@ class Choice(NamedTuple):
 
 
 class Row(NamedTuple):
-    """One row of a dispatch table: the sweep's choice for `key`."""
+    """One row of a dispatch table: the sweep's choice for `key`. `build`: which build of a rung with
+    several (compile-time variants of one kernel, e.g. week 4's Hopper attention), None where the
+    rung has one or the row predates builds: the op's dispatch says what it holds."""
     key: tuple
     rung: str
     tile: dict | None
     measured: dict
+    build: dict | None = None
 
 
 def check_rung(op: str, rung, rungs) -> str:
@@ -75,7 +78,8 @@ class Table:
             record = self.record() if runtime.on_gpu() else None
             same_gpu = (record is not None and not record.get("simulated")
                         and record.get("machine", {}).get("gpu") == runtime.describe().get("gpu"))
-            self._rows = {tuple(r["key"]): Row(tuple(r["key"]), r["rung"], r.get("tile"), r.get("measured", {}))
+            self._rows = {tuple(r["key"]): Row(tuple(r["key"]), r["rung"], r.get("tile"), r.get("measured", {}),
+                                             r.get("build"))
                           for r in record["rows"]} if same_gpu else {}
         return self._rows
 

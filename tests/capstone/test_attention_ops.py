@@ -238,3 +238,7 @@ def test_describe_names_the_attention_each_model_runs(monkeypatch):
     # fast's label is the dispatch's own answer: were the table to name the Hopper forward, the label says so
     monkeypatch.setattr(dispatch, "choose", lambda *a, **k: dispatch.Choice("flash_hopper"))
     assert ao.describe(kernels.course_attention, shape, dtype) == "CUDA C flash_hopper fwd, Triton bwd: dispatch rule"
+    overlap = {"overlap": True, "persistent": False}  # a table row naming a build: the label names it
+    monkeypatch.setattr(dispatch, "choose", lambda *a, **k: dispatch.Choice("flash_hopper", overlap))
+    assert ao.describe(kernels.course_attention, shape, dtype) == \
+        "CUDA C flash_hopper (overlap) fwd, Triton bwd: dispatch rule"

@@ -226,30 +226,38 @@ def test_the_op_runs_flash_tma_by_name_forward_and_backward(monkeypatch):
 
 
 def test_the_dispatch_rule():
-    # The rule (attention/dispatch.py) on this machine, asked without launching anything: flash_tma with
-    # the sweep's tile where the committed table (measured on this GPU) names it and the problem is
-    # large enough; flash_blocked below MIN_TMA_SCORES, for fp32, in the interpreter, on another GPU.
-    from week4_triton_dl.attention import dispatch
+    # The rule (attention/dispatch.py) on this machine, asked without launching anything: the committed
+    # table's rung with its tile (flash_tma) or build (flash_hopper) where the table was measured on this
+    # GPU and the problem is large enough; flash_blocked below MIN_TMA_SCORES, for fp32, in the interpreter,
+    # on another GPU. Rows keyed (head dim, causal, band) or, written before the bands, (head dim, causal).
+    from week4_triton_dl.attention import dispatch, hopper
 
     record = dispatch.TABLE.record()
     assert record is not None, "results/dispatch_attention.json: the sweep's table is committed"
     for row in record["rows"]:  # the table names rungs by what they are, and a flash_tma row its tile
         assert row["rung"] in dispatch.RUNGS, row
-        measured = row["measured"]  # the fastest forward, where it beats flash_blocked by the margin
-        times = {"flash_tma": measured["flash_tma_ms"],
-                 **({"flash_hopper": measured["flash_hopper_ms"]} if "flash_hopper_ms" in measured else {})}
+        measured = row["measured"]  # the fastest forward (a Hopper build too), where it beats flash_blocked by the margin
+        builds = measured.get("flash_hopper_builds") or (
+            {"default": {"ms": measured["flash_hopper_ms"]}} if "flash_hopper_ms" in measured else {})
+        times = {("flash_tma", None): measured["flash_tma_ms"],
+                 **{("flash_hopper", label): build["ms"] for label, build in builds.items()}}
         fastest = min(times, key=times.get)
-        assert row["rung"] == (fastest if measured["flash_blocked_ms"] / times[fastest] >= dispatch.MARGIN
-                               else "flash_blocked"), row
+        named = (row["rung"], hopper.build_label(row.get("build")) if row["rung"] == "flash_hopper" else None)
+        assert named == (fastest if measured["flash_blocked_ms"] / times[fastest] >= dispatch.MARGIN
+                         else ("flash_blocked", None)), row
         assert (row["tile"] is not None) == (row["rung"] == "flash_tma"), row
+        assert "build" not in row or row["rung"] == "flash_hopper", row
     measured_here = runtime.on_gpu() and record["machine"]["gpu"] == runtime.describe()["gpu"]
-    for head_dim in (64, 128):
-        for causal in (False, True):
-            big = qkv(1, 4, 1024, 1024, head_dim, torch.bfloat16)  # 2^22 scores: MIN_TMA_SCORES
-            row = next(r for r in record["rows"] if r["key"] == [head_dim, causal])
+    seqs = {dispatch.seq_band(1024): 1024, dispatch.seq_band(16384): 16384}
+    for row in record["rows"]:
+        head_dim, causal, *band = row["key"]
+        for seq in ([seqs[band[0]]] if band else seqs.values()):  # a row without a band applies at every S
+            big = qkv(1, max(1, 4096 // seq), seq, seq, head_dim, torch.bfloat16)  # >= 2^22 scores: MIN_TMA_SCORES
             eligible = dispatch.FORWARDS[row["rung"]].eligible(*big)
-            want = (row["rung"], row["tile"]) if measured_here and eligible else ("flash_blocked", None)
-            assert dispatch.choose(*big, causal) == want, (head_dim, causal)
+            setting = row["tile"] if row["rung"] != "flash_hopper" or "build" not in row else \
+                {**dict.fromkeys(hopper.BUILD_FLAGS, False), **row["build"]}
+            want = (row["rung"], setting) if measured_here and eligible else ("flash_blocked", None)
+            assert dispatch.choose(*big, causal) == want, (row["key"], seq)
             small = qkv(1, 4, 512, 1024, head_dim, torch.bfloat16)  # host-paced: under MIN_TMA_SCORES
             assert dispatch.choose(*small, causal) == ("flash_blocked", None)
     assert dispatch.choose(*qkv(1, 4, 1024, 1024, 128, torch.float32), False) == ("flash_blocked", None)

@@ -368,15 +368,45 @@ def require(q, k, v, out=None, caller: str = "attention_hopper") -> None:
         raise error(f"{caller}: {why}")
 
 
-def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None):
+# The builds week 4's op may run (its sweep times each; a table row names one): launch's flags that give the same
+# bits at another speed. pingpong is not one: its A/B build (pingpong=False) is only ever slower.
+BUILD_FLAGS = ("overlap", "persistent", "dynamic")
+
+
+def check_build(build) -> dict[str, bool]:
+    """{"overlap": bool, "persistent": bool, "dynamic": bool} of `build` (None: the default build; a missing flag
+    is False); ValueError naming the argument for anything else, dynamic without persistent included (a dispatch
+    table's row is checked with it)."""
+    if build is None:
+        return dict.fromkeys(BUILD_FLAGS, False)
+    if (not isinstance(build, dict) or not set(build) <= set(BUILD_FLAGS)
+            or not all(isinstance(value, bool) for value in build.values())):
+        raise ValueError(f"build must be None (the default build) or a dict of {', '.join(map(repr, BUILD_FLAGS))} "
+                         f"to bools (-DAH_INTRA_OVERLAP=1, -DAH_PERSISTENT=1, -DAH_DYNAMIC_TILES=1), got {build!r}")
+    if build.get("dynamic") and not build.get("persistent"):
+        raise ValueError(f"build: dynamic schedules the persistent build's work tiles, so it needs "
+                         f"persistent=True too, got {build!r}")
+    return {flag: build.get(flag, False) for flag in BUILD_FLAGS}
+
+
+def build_label(build) -> str:
+    """The build's short name: 'default', 'overlap', 'persistent', 'persistent+overlap', 'persistent+dynamic' or
+    'persistent+dynamic+overlap' (ValueError for a bad build, check_build's)."""
+    flags = check_build(build)
+    return "+".join(flag for flag in ("persistent", "dynamic", "overlap") if flags[flag]) or "default"
+
+
+def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None, build=None):
     """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch). No tile to
-    choose (the kernel has one), and no padding keys: the rule sends padded calls to flash_blocked."""
+    choose (the kernel has one), and no padding keys: the rule sends padded calls to flash_blocked.
+    `build`: which build runs (check_build: None, or {"overlap": bool, "persistent": bool}), checked first."""
+    flags = check_build(build)
     if key_lengths is not None:
         raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
     if tile is not None:
         raise ValueError(f"flash_hopper has one tile (128 query rows, 128 keys); got tile={tile!r}")
     out, lse = check_outputs(q, out, None)
-    return launch(q, k, v, bool(causal), float(scale), out, lse)
+    return launch(q, k, v, bool(causal), float(scale), out, lse, **flags)
 
 
 # =============================================================================== the ops
