@@ -24,7 +24,7 @@ from week4_triton_dl.attention.op import flash_attention, flash_attention_op
 
 GPU = "NVIDIA H100 80GB HBM3 (the table's, stood in)"
 SHORT, LONG = dispatch.seq_band(4096), dispatch.seq_band(16384)
-DEFAULT = {"overlap": False, "persistent": False}
+DEFAULT = {"overlap": False, "persistent": False, "dynamic": False}  # hp.check_build(None)
 TILE = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
@@ -60,8 +60,8 @@ def launched(monkeypatch):
     hopper_stand_ins.install(monkeypatch)
     flags = []
 
-    def launch(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False):
-        flags.append({"overlap": overlap, "persistent": persistent})
+    def launch(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False):
+        flags.append({"overlap": overlap, "persistent": persistent, "dynamic": dynamic})
         return hopper_stand_ins.forward_stand_in(q, k, v, causal, scale, out, lse)
     monkeypatch.setattr(hp, "launch", launch)
     return flags
@@ -72,7 +72,7 @@ def empty(Sq, D=128):  # shapes only: the rule never reads the data
 
 
 @pytest.mark.parametrize("build", [{"overlap": True, "persistent": False}, {"overlap": False, "persistent": True},
-                                   {"overlap": True, "persistent": True}])
+                                   {"overlap": True, "persistent": True}, {"persistent": True, "dynamic": True}])
 def test_the_op_launches_the_build_the_table_names(build, table, launched):
     table([hopper_row((128, True, SHORT), build), {"key": [128, True, LONG], "rung": "flash_tma", "tile": TILE,
                                                     "measured": {}}])
@@ -80,8 +80,8 @@ def test_the_op_launches_the_build_the_table_names(build, table, launched):
     want = an.attention_reference(q, k, v, True).to(q.dtype)
     assert torch.equal(flash_attention(q, k, v, True), want)  # eager
     assert torch.equal(flash_attention_op(q, k, v, True, 128 ** -0.5, None)[0], want)  # the registered op
-    assert launched == [build, build]
-    assert dispatch.choose(q, k, v, True) == ("flash_hopper", build)
+    assert launched == [hp.check_build(build)] * 2
+    assert dispatch.choose(q, k, v, True) == ("flash_hopper", hp.check_build(build))
     assert dispatch.choose(*empty(16384), True) == ("flash_tma", TILE)  # the other band's row
 
 
@@ -93,7 +93,7 @@ def test_the_compiled_op_launches_the_build_the_table_names(table, launched):
     compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, False) * 2, fullgraph=True, backend="eager")
     q, k, v = qkv(1, 2, 80, 80, 128, torch.bfloat16)
     assert torch.equal(compiled(q, k, v), an.attention_reference(q, k, v, False).to(q.dtype) * 2)
-    assert launched == [build]
+    assert launched == [hp.check_build(build)]
     torch._dynamo.reset()
 
 
@@ -112,13 +112,14 @@ def test_a_row_from_before_the_builds_and_bands_still_works(table, launched):
 def test_the_band_row_comes_before_a_row_without_a_band(table):
     persistent = {"overlap": False, "persistent": True}
     table([hopper_row((128, True)), hopper_row((128, True, SHORT), persistent)])
-    assert dispatch.choose(*empty(8192), True) == ("flash_hopper", persistent)
+    assert dispatch.choose(*empty(8192), True) == ("flash_hopper", hp.check_build(persistent))
     assert dispatch.choose(*empty(8193), True) == ("flash_hopper", None)  # no long row: the one without a band
 
 
 @pytest.mark.parametrize("row, message", [
     (hopper_row((128, True, SHORT), {"overlap": "yes"}), "build must be None .* got {'overlap': 'yes'}"),
-    (hopper_row((128, True, SHORT), {"dynamic": True}), "build must be None .* got {'dynamic': True}"),
+    (hopper_row((128, True, SHORT), {"pingpong": False}), "build must be None .* got {'pingpong': False}"),
+    (hopper_row((128, True, SHORT), {"dynamic": True}), "dynamic schedules the persistent build's work tiles"),
     (hopper_row((128, True, SHORT), ["overlap"]), r"build must be None .* got \['overlap'\]"),
     ({"key": [128, True, SHORT], "rung": "flash_tma", "tile": TILE, "measured": {}, "build": DEFAULT},
      "names rung 'flash_tma' with a build"),
@@ -138,9 +139,12 @@ def test_the_launcher_checks_its_build_argument(monkeypatch):
     for bad in ({"overlap": 1}, {"pingpong": False}, "persistent", True):
         with pytest.raises(ValueError, match="build must be None"):
             hp.launch_forward_hopper(q, k, v, True, 0.125, build=bad)
+    with pytest.raises(ValueError, match="build: dynamic .* needs persistent=True"):
+        hp.launch_forward_hopper(q, k, v, True, 0.125, build={"dynamic": True, "overlap": True})
     assert hp.check_build(None) == DEFAULT and hp.check_build({"persistent": True}) == {**DEFAULT, "persistent": True}
     assert [hp.build_label(b) for b in sweep_forward.HOPPER_BUILDS.values()] == list(sweep_forward.HOPPER_BUILDS)
-    assert list(sweep_forward.HOPPER_BUILDS) == ["default", "overlap", "persistent", "persistent+overlap"]
+    assert list(sweep_forward.HOPPER_BUILDS) == ["default", "overlap", "persistent", "persistent+overlap",
+                                                 "persistent+dynamic", "persistent+dynamic+overlap"]
 
 
 def test_a_caller_cannot_pass_the_hopper_rung_a_tile():
@@ -177,7 +181,7 @@ def test_the_sweep_names_the_fastest_build_past_the_margin(table):
     assert (measured["flash_hopper_ms"], measured["flash_hopper_vs_cudnn"]) == (0.97, round(1 / 0.97, 3))
     # written and read back as the op reads it: the same choice
     table([row])
-    assert dispatch.choose(*empty(4096), True) == ("flash_hopper", {"overlap": False, "persistent": True})
+    assert dispatch.choose(*empty(4096), True) == ("flash_hopper", hp.check_build({"persistent": True}))
 
 
 def test_the_fastest_stays_off_the_op_inside_the_margin():
