@@ -13,7 +13,7 @@ from week4_triton_dl.attention import hopper_backward as hb
 from week4_triton_dl.attention import naive as an
 
 
-def forward_stand_in(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False):
+def forward_stand_in(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False):
     """hopper.launch without the GPU: the kernel's layout (dense q, k, v, out), then o and lse in float64
     (naive.attention_reference: top-left causal mask, Sq != Sk allowed), written into out and lse."""
     assert all(t.is_contiguous() for t in (q, k, v, out)), "the TMA reads dense (B, H, S, D) blocks"
