@@ -1,6 +1,7 @@
 """An mbarrier as the CPU protocol models of the Hopper kernels see it (tests/week1/
 test_matmul_wgmma_persistent_protocol.py, tests/week4/test_attention_hopper_forward_protocol.py and
-test_attention_hopper_backward_protocol.py), and the loop that runs the Hopper attention models' agents.
+test_attention_hopper_backward_protocol.py), the loop that runs the Hopper attention models' agents, and the
+shared-memory slots and wgmma groups of the attention forward's persistent and dynamic models.
 
 A phase completes when its expected arrivals have all arrived and its transaction bytes (expect_tx,
 added by an arrival) have all been completed by the copies; the phase counter then advances and a
@@ -74,3 +75,55 @@ def run_agents(agents, events, rng, state=None):
             stalled = 0
         if stalled > 200 * (len(agents) + 1):
             raise RuntimeError("no progress: the agents wait for phases that never complete (a hang on the GPU)")
+
+
+class SmemSlots:
+    """One block's Q slot and K/V ring as its wgmmas see them: what each slot holds (whatever its last TMA copy
+    put there) and how many committed, unfinished wgmma groups read it. A copy lands later, as an event of
+    run_agents; it must not land under a reader. `where` names the block in the messages."""
+
+    def __init__(self, stages: int, events: list, where: str = ""):
+        self.content = {"Q": [None], "K": [None] * stages, "V": [None] * stages}
+        self.reading = {"Q": [0], "K": [0] * stages, "V": [0] * stages}
+        self.events, self.where = events, where
+
+    def load(self, kind, s, what, barrier):
+        barrier.arrive(tx=1)  # expect_tx, then the copy, which lands later
+
+        def land():
+            assert self.reading[kind][s] == 0, f"{kind} slot {s}{self.where} refilled while a wgmma reads it"
+            self.content[kind][s] = what
+            barrier.complete_tx(1)
+        self.events.append(land)
+
+
+class WgmmaGroups:
+    """One warpgroup's wgmmas on SmemSlots: reads gather into a group (checked: the slot holds what the wgmma
+    wants), commit() closes it, and committed groups finish in order, each an event of run_agents, holding their
+    slots until then (wgmma.wait_group: `yield from wait(n)`)."""
+
+    def __init__(self, slots: SmemSlots):
+        self.slots, self.pending, self.group = slots, [], []
+
+    def read(self, kind, s, what):
+        got = self.slots.content[kind][s]
+        if kind == "Q":
+            assert got == what, f"S of tile {what} read Q of tile {got}{self.slots.where}"
+        else:
+            assert got == what, f"{kind} slot {s}{self.slots.where} read before tile {what} landed (it holds {got})"
+        self.slots.reading[kind][s] += 1
+        self.group.append((kind, s, what))
+
+    def commit(self):
+        self.pending.append(self.group)
+        self.group = []
+        self.slots.events.append(self.finish_oldest)
+
+    def finish_oldest(self):  # groups of one warpgroup complete in order
+        for kind, s, what in self.pending.pop(0):
+            assert self.slots.content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
+            self.slots.reading[kind][s] -= 1
+
+    def wait(self, n):
+        while len(self.pending) > n:
+            yield

@@ -26,7 +26,7 @@ import re
 
 import pytest
 
-from tests.mbarrier_model import Barrier, NamedBarrier, run_agents
+from tests.mbarrier_model import Barrier, NamedBarrier, SmemSlots, WgmmaGroups, run_agents
 from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention.persistent_balance import dynamic_tile, list_schedule, section_heads
 
@@ -63,19 +63,11 @@ def launch(costs, grid, seed, order="default", counter=None):
         full_q, empty_q = Barrier(1), Barrier(2 * WARPS)
         full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
         empty = {kind: [Barrier(2 * WARPS) for _ in range(STAGES)] for kind in "KV"}
-        content = {"Q": [None], "K": [None] * STAGES, "V": [None] * STAGES}
-        reading = {"Q": [0], "K": [0] * STAGES, "V": [0] * STAGES}
         turns, mailbox = [NamedBarrier(), NamedBarrier()], [None]
         ran[b] = {"producer": [], 0: [], 1: []}
 
-        def load(kind, s, what, barrier):
-            barrier.arrive(tx=1)
-
-            def land():
-                assert reading[kind][s] == 0, f"{kind} slot {s} of block {b} refilled while a wgmma reads it"
-                content[kind][s] = what
-                barrier.complete_tx(1)
-            events.append(land)
+        slots = SmemSlots(STAGES, events, where=f" of block {b}")  # Q holds its work tile, K and V (tile, key tile)
+        load = slots.load
 
         def draw():  # atomicAdd, then (the launch's last draw) atomicExch(counter, 0): ah_draw
             drawn = counter[0]
@@ -117,27 +109,8 @@ def launch(costs, grid, seed, order="default", counter=None):
                 yield
 
         def consumer(wg):
-            pending, group = [], []
-
-            def read(kind, s, what):
-                got = content[kind][s]
-                if kind == "Q":
-                    assert got == what, f"S of tile {what} read Q of tile {got} (block {b})"
-                else:
-                    assert got == what, f"{kind} slot {s} read before tile {what} landed (it holds {got})"
-                reading[kind][s] += 1
-                group.append((kind, s, what))
-
-            def commit():
-                nonlocal group
-                pending.append(group)
-                group = []
-                events.append(finish_oldest)
-
-            def finish_oldest():
-                for kind, s, what in pending.pop(0):
-                    assert content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
-                    reading[kind][s] -= 1
+            wgmma = WgmmaGroups(slots)
+            read, commit = wgmma.read, wgmma.commit
 
             def release(barrier):
                 for _ in range(WARPS):
@@ -176,8 +149,7 @@ def launch(costs, grid, seed, order="default", counter=None):
                     if has_s or wg == 0 or not last:  # `more` is always true in the dynamic build
                         turns[1 - wg].arrive()
                     yield
-                    while pending:
-                        yield
+                    yield from wgmma.wait(0)
                     if has_s:
                         release(empty["K"][r % STAGES])
                     if has_pv:

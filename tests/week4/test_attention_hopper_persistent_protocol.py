@@ -27,7 +27,7 @@ import random
 
 import pytest
 
-from tests.mbarrier_model import Barrier, NamedBarrier, run_agents
+from tests.mbarrier_model import Barrier, NamedBarrier, SmemSlots, WgmmaGroups, run_agents
 from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention.persistent_balance import balance, key_tiles, walk
 
@@ -58,19 +58,10 @@ def simulate(work, seed, order="default", overlap=False):
     full_q, empty_q = Barrier(1), Barrier(WARPGROUPS * WARPS)
     full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
     empty = {kind: [Barrier(WARPGROUPS * WARPS) for _ in range(STAGES)] for kind in "KV"}
-    content = {"Q": [None], "K": [None] * STAGES, "V": [None] * STAGES}  # (work tile, key tile) each slot holds
-    reading = {"Q": [0], "K": [0] * STAGES, "V": [0] * STAGES}           # pending wgmma groups reading each slot
     turns = [NamedBarrier(), NamedBarrier()]
     events = []
-
-    def load(kind, s, what, barrier):
-        barrier.arrive(tx=1)  # expect_tx, then the copy, which lands later
-
-        def land():
-            assert reading[kind][s] == 0, f"{kind} slot {s} refilled while a wgmma reads it"
-            content[kind][s] = what
-            barrier.complete_tx(1)
-        events.append(land)
+    slots = SmemSlots(STAGES, events)  # Q holds its work tile's round, K and V (round, key tile)
+    load = slots.load
 
     def producer():
         ring = 0
@@ -78,7 +69,7 @@ def simulate(work, seed, order="default", overlap=False):
             if round_ > 0 and order != "no_q_empty_wait":
                 while not empty_q.ready((round_ - 1) & 1):
                     yield
-            load("Q", 0, (round_, None), full_q)
+            load("Q", 0, round_, full_q)
             yield
             for it in range(n):
                 r = ring + it
@@ -92,31 +83,8 @@ def simulate(work, seed, order="default", overlap=False):
             ring += n
 
     def consumer(wg):
-        pending, group = [], []
-
-        def read(kind, s, what):
-            got = content[kind][s]
-            if kind == "Q":
-                assert got == what, f"S of tile {what[0]} read Q of tile {got and got[0]}"
-            else:
-                assert got == what, f"{kind} slot {s} read before tile {what} landed (it holds {got}): reads tile {got}"
-            reading[kind][s] += 1
-            group.append((kind, s, what))
-
-        def commit():
-            nonlocal group
-            pending.append(group)
-            group = []
-            events.append(finish_oldest)
-
-        def finish_oldest():  # groups of one warpgroup complete in order
-            for kind, s, what in pending.pop(0):
-                assert content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
-                reading[kind][s] -= 1
-
-        def wait_group(n):
-            while len(pending) > n:
-                yield
+        wgmma = WgmmaGroups(slots)
+        read, commit, wait_group = wgmma.read, wgmma.commit, wgmma.wait
 
         def release(barrier):
             for _ in range(WARPS):  # lane 0 of each warp
@@ -140,7 +108,7 @@ def simulate(work, seed, order="default", overlap=False):
                         yield
                 yield from turns[wg].sync()
                 if has_s:
-                    read("Q", 0, (round_, None))
+                    read("Q", 0, round_)
                     read("K", r % STAGES, (round_, it))
                 if has_s and has_pv and overlap:
                     commit()  # S in a group of its own
