@@ -56,11 +56,16 @@ class Table:
 
         TABLE = dispatch.Table(__file__, "attention")
         row = TABLE.get((head_dim, causal))        # a Row, or None: then the default rule
+
+    `check_row(row) -> Row`, where an op's rows hold more than a rung and a tile (week 4's attention: a
+    build), checks each row once, when the file is read, and may return it normalized: the hot path then
+    trusts what it looks up. A ValueError from it names the file and the row's key, before any launch.
     """
 
-    def __init__(self, module_file: str, op: str):
+    def __init__(self, module_file: str, op: str, check_row: Callable[[Row], Row] | None = None):
         self.results = tuning.results_folder(module_file)
         self.op = op
+        self.check_row = check_row
         self._rows: dict[tuple, Row] | None = None
 
     @property
@@ -78,10 +83,18 @@ class Table:
             record = self.record() if runtime.on_gpu() else None
             same_gpu = (record is not None and not record.get("simulated")
                         and record.get("machine", {}).get("gpu") == runtime.describe().get("gpu"))
-            self._rows = {tuple(r["key"]): Row(tuple(r["key"]), r["rung"], r.get("tile"), r.get("measured", {}),
-                                             r.get("build"))
-                          for r in record["rows"]} if same_gpu else {}
+            rows = [Row(tuple(r["key"]), r["rung"], r.get("tile"), r.get("measured", {}), r.get("build"))
+                    for r in record["rows"]] if same_gpu else []
+            self._rows = {row.key: self._checked(row) for row in rows}
         return self._rows
+
+    def _checked(self, row: Row) -> Row:
+        if self.check_row is None:
+            return row
+        try:
+            return self.check_row(row)
+        except ValueError as error:
+            raise ValueError(f"{self.path}: the row for {list(row.key)}: {error}") from None
 
     def get(self, key) -> Row | None:
         """The row for `key` (any sequence) measured on this GPU, or None."""
@@ -115,10 +128,3 @@ def save(results: Path, op: str, rows: list[dict], how: str) -> Path:
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
-
-def pick(table: Table, key, rungs, default: Callable[[tuple], Choice]) -> Choice:
-    """The table's row for `key` when it names one of `rungs`, else `default(key)`."""
-    row = table.get(key)
-    if row is not None and row.rung in rungs:
-        return Choice(row.rung, row.tile)
-    return default(tuple(key))

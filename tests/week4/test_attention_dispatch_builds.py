@@ -43,7 +43,7 @@ def table(tmp_path, monkeypatch):
     monkeypatch.setattr(dispatch, "MIN_TMA_SCORES", 1)
     monkeypatch.setitem(dispatch.FORWARDS, "flash_hopper",
                         dispatch.FORWARDS["flash_hopper"]._replace(eligible=lambda *args: True))
-    table = cd.Table(dispatch.__file__, "attention")
+    table = cd.Table(dispatch.__file__, "attention", check_row=dispatch.check_row)  # as dispatch.TABLE reads
     table.results = tmp_path
     monkeypatch.setattr(dispatch, "TABLE", table)
 
@@ -123,14 +123,17 @@ def test_the_band_row_comes_before_a_row_without_a_band(table):
     (hopper_row((128, True, SHORT), ["overlap"]), r"build must be None .* got \['overlap'\]"),
     ({"key": [128, True, SHORT], "rung": "flash_tma", "tile": TILE, "measured": {}, "build": DEFAULT},
      "names rung 'flash_tma' with a build"),
+    # a good row beside a bad one: the file is refused whole, whichever key the call looks up
+    ([hopper_row((128, True, SHORT), {"persistent": True}), hopper_row((64, True, SHORT), {"dynamic": True})],
+     "the row for \\[64, True, 'S<=8192'\\]: build: dynamic schedules"),
 ])
 def test_a_bad_build_in_the_table_is_refused_before_any_launch(row, message, table, monkeypatch):
-    path = table([row]).path
+    path = table(row if isinstance(row, list) else [row]).path
     monkeypatch.setattr(hp, "launch", lambda *a, **k: pytest.fail("launched despite a bad table row"))
     q, k, v = qkv(1, 2, 80, 80, 128, torch.bfloat16)
     with pytest.raises(ValueError, match=message) as error:
         flash_attention(q, k, v, True)
-    assert str(path) in str(error.value) and "[128, True, 'S<=8192']" in str(error.value)
+    assert str(path) in str(error.value) and "True, 'S<=8192']" in str(error.value)
 
 
 def test_the_launcher_checks_its_build_argument(monkeypatch):

@@ -9,8 +9,9 @@ The op `flash_attention` (attention/op.py) calls `forward` here, which runs one 
 * flash_hopper: attention/hopper.py, CUDA C for sm_90a (FlashAttention-3's structure: a TMA
   producer, two ping-ponging wgmma consumers); contiguous fp16/bf16, D = 64 or 128, no padding
   keys (a call with key_lengths goes to flash_blocked). Named only by the sweep's table, which also
-  names its build (hopper.BUILD_FLAGS: overlap, persistent; same bits, other speeds), carried to the
-  launcher in the Choice's tile field: the kernel has one tile, and its build is its launch setting.
+  names its build (hopper.BUILD_FLAGS: overlap, persistent, dynamic; same bits, other speeds), carried to
+  the launcher in the Choice's tile field: the kernel has one tile, and its build is its launch setting.
+  The table's rows are checked once, when the file is read (`check_row`), so a call trusts its Choice.
 
 (`python -m course rung attention` numbers them 3 and 4 in the ladder; that is the only place
 the numbers live.) `resolve` answers for one call (`choose` for what the caller leaves open), in this order:
@@ -58,7 +59,6 @@ MIN_TMA_SCORES = 1 << 22  # B * H * Sq * Sk below which the host, not the GPU, s
 MARGIN = 1.03  # the sweep names a rung only where it beats flash_blocked by 3% (run-to-run noise ~2%)
 SEQ_SPLIT = 8192  # the sequence bands' border: Sq <= SEQ_SPLIT, and above (the docstring says why)
 HOPPER = "flash_hopper"  # the rung whose row may name a build (hopper.check_build)
-TABLE = dispatch.Table(__file__, "attention")  # results/dispatch_attention.json
 BLOCKED = Choice("flash_blocked")  # the default rule: the pointer kernel, its autotuner's tile
 
 
@@ -76,8 +76,10 @@ def _anywhere(q, k, v, out=None, caller=None) -> bool:  # flash_blocked: any GPU
 
 
 def _launch_hopper(q, k, v, causal, scale, key_lengths, build, out):
-    """flash_hopper as a Rung: the Choice's tile field carries its build (None: the default build)."""
-    return hopper.launch_forward_hopper(q, k, v, causal, scale, key_lengths, None, out, build=build)
+    """flash_hopper as a Rung: the Choice's tile field carries its build, checked when the table was read
+    (`check_row`; None: the caller named the rung, the default build)."""
+    return hopper.launch_build(q, k, v, causal, scale, key_lengths, out,
+                               hopper.DEFAULT_BUILD if build is None else build)
 
 
 def rungs_of(blocked, tma_rung) -> dict[str, Rung]:
@@ -99,18 +101,24 @@ def seq_band(seq_q: int) -> str:
     return f"S<={SEQ_SPLIT}" if seq_q <= SEQ_SPLIT else f"S>{SEQ_SPLIT}"
 
 
-def row_choice(row) -> Choice:
-    """The Choice a table row names: its rung and tile, or for flash_hopper its build (checked: a bad one
-    is a ValueError naming the table, the row and the field, before any launch)."""
+def check_row(row: dispatch.Row) -> dispatch.Row:
+    """A table row as the rule will use it, checked once when the file is read (course/dispatch.Table): a
+    flash_hopper row's build made whole (hopper.check_build); a bad build, or a build on another rung, is a
+    ValueError (the Table adds the file and the row's key), before any launch."""
     if row.build is None:  # a row of another rung, or a flash_hopper row from before the builds: the default one
-        return Choice(row.rung, row.tile)
+        return row
     if row.rung != HOPPER:
-        raise ValueError(f"{TABLE.path}: the row for {list(row.key)} names rung {row.rung!r} with a build "
-                         f"({row.build!r}); only {HOPPER} has builds: re-run the sweep")
-    try:
-        return Choice(HOPPER, hopper.check_build(row.build))
-    except ValueError as error:
-        raise ValueError(f"{TABLE.path}: the row for {list(row.key)}: {error}") from None
+        raise ValueError(f"it names rung {row.rung!r} with a build ({row.build!r}); only {HOPPER} has builds: "
+                         f"re-run the sweep")
+    return row._replace(build=hopper.check_build(row.build))
+
+
+TABLE = dispatch.Table(__file__, "attention", check_row=check_row)  # results/dispatch_attention.json
+
+
+def row_choice(row: dispatch.Row) -> Choice:
+    """The Choice a checked table row names: its rung and tile, or for flash_hopper its build."""
+    return Choice(row.rung, row.tile if row.build is None else row.build)
 
 
 def label(choice: Choice) -> str:

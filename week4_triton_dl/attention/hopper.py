@@ -39,6 +39,7 @@ import math
 import os
 import shutil
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -371,6 +372,7 @@ def require(q, k, v, out=None, caller: str = "attention_hopper") -> None:
 # The builds week 4's op may run (its sweep times each; a table row names one): launch's flags that give the same
 # bits at another speed. pingpong is not one: its A/B build (pingpong=False) is only ever slower.
 BUILD_FLAGS = ("overlap", "persistent", "dynamic")
+DEFAULT_BUILD = types.MappingProxyType(dict.fromkeys(BUILD_FLAGS, False))  # check_build(None), read-only
 
 
 def check_build(build) -> dict[str, bool]:
@@ -399,12 +401,18 @@ def build_label(build) -> str:
 def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None, build=None):
     """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch). No tile to
     choose (the kernel has one), and no padding keys: the rule sends padded calls to flash_blocked.
-    `build`: which build runs (check_build: None, or {"overlap": bool, "persistent": bool}), checked first."""
+    `build`: which build runs (check_build: None, or a dict of BUILD_FLAGS to bools), checked first."""
     flags = check_build(build)
-    if key_lengths is not None:
-        raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
     if tile is not None:
         raise ValueError(f"flash_hopper has one tile (128 query rows, 128 keys); got tile={tile!r}")
+    return launch_build(q, k, v, causal, scale, key_lengths, out, flags)
+
+
+def launch_build(q, k, v, causal, scale, key_lengths, out, flags):
+    """launch_forward_hopper for `flags` already checked (check_build's whole dict): the dispatch checks its
+    table's rows once, when it reads them, and a call then launches what its row names."""
+    if key_lengths is not None:
+        raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
     out, lse = check_outputs(q, out, None)
     return launch(q, k, v, bool(causal), float(scale), out, lse, **flags)
 

@@ -148,7 +148,7 @@ def measure_key(head_dim: int, causal: bool, band: str, dtype, say) -> dict:
                 hopper_ms[label] = ms
     row = table_row((head_dim, causal, band), cudnn, blocked_ms, tma, hopper_ms, seq, batch, flops)
     say(f"  flash_blocked (autotuned): {blocked_ms:.4f} ms {cudnn / blocked_ms:.2f}x cuDNN: "
-        f"{dispatch.label(dispatch.row_choice(_as_row(row)))} for the op")
+        f"{dispatch.label(dispatch.row_choice(dispatch.check_row(_as_row(row))))} for the op")
     del q, k, v, ref
     torch.cuda.empty_cache()
     return row
