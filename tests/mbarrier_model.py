@@ -100,10 +100,14 @@ class SmemSlots:
 class WgmmaGroups:
     """One warpgroup's wgmmas on SmemSlots: reads gather into a group (checked: the slot holds what the wgmma
     wants), commit() closes it, and committed groups finish in order, each an event of run_agents, holding their
-    slots until then (wgmma.wait_group: `yield from wait(n)`)."""
+    slots until then (wgmma.wait_group: `yield from wait(n)`). Registers too, where a model tracks them: an
+    `operand` of the open group reads or writes a register, its effect (what the wgmma wrote) lands when the group
+    finishes, and `touch` (an ordinary instruction) on a register a pending group reads or writes is a race: the
+    PTX ISA leaves it undefined. `who` names the warpgroup in the messages."""
 
-    def __init__(self, slots: SmemSlots):
-        self.slots, self.pending, self.group = slots, [], []
+    def __init__(self, slots: SmemSlots, who: str = "the warpgroup"):
+        self.slots, self.who, self.pending, self.group = slots, who, [], []
+        self.busy = {}  # register -> how each pending group that uses it does ("reads" / "writes")
 
     def read(self, kind, s, what):
         got = self.slots.content[kind][s]
@@ -112,17 +116,34 @@ class WgmmaGroups:
         else:
             assert got == what, f"{kind} slot {s}{self.slots.where} read before tile {what} landed (it holds {got})"
         self.slots.reading[kind][s] += 1
-        self.group.append((kind, s, what))
+        self.group.append(("slot", (kind, s, what), None))
+
+    def operand(self, register, how, effect=None):
+        """`register` read or written ("reads" / "writes") by the open group; `effect()` when the group finishes."""
+        self.group.append((register, how, effect))
+
+    def touch(self, register):  # an ordinary instruction on a register
+        uses = self.busy.get(register)
+        assert not uses, f"{register} of {self.who} touched while a wgmma group that {uses[0]} it is pending"
 
     def commit(self):
+        for register, how, _ in self.group:
+            if register != "slot":
+                self.busy.setdefault(register, []).append(how)
         self.pending.append(self.group)
         self.group = []
         self.slots.events.append(self.finish_oldest)
 
     def finish_oldest(self):  # groups of one warpgroup complete in order
-        for kind, s, what in self.pending.pop(0):
-            assert self.slots.content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
-            self.slots.reading[kind][s] -= 1
+        for register, how, effect in self.pending.pop(0):
+            if register == "slot":
+                kind, s, what = how
+                assert self.slots.content[kind][s] == what, f"{kind} slot {s} changed under its wgmma"
+                self.slots.reading[kind][s] -= 1
+            else:
+                self.busy[register].remove(how)
+                if effect:
+                    effect()
 
     def wait(self, n):
         while len(self.pending) > n:

@@ -26,7 +26,7 @@ import re
 
 import pytest
 
-from tests.mbarrier_model import Barrier, NamedBarrier, run_agents
+from tests.mbarrier_model import Barrier, NamedBarrier, SmemSlots, WgmmaGroups, run_agents
 from week4_triton_dl.attention import hopper as hp
 
 STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AH_STAGES; consumer warpgroups; warps per warpgroup
@@ -62,10 +62,9 @@ def simulate(n_tiles, seed, order="overlap", pingpong=True, last_handover=False)
     overlap = order not in ("default", *DEFAULT_WRONG)
     full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
     empty = {kind: [Barrier(WARPGROUPS * WARPS) for _ in range(STAGES)] for kind in "KV"}
-    content = {kind: [None] * STAGES for kind in "KV"}   # which tile each slot holds
-    reading = {kind: [0] * STAGES for kind in "KV"}      # pending wgmma groups reading each slot
     turns = [NamedBarrier(), NamedBarrier()]             # named barriers 1 and 2: "warpgroup 1 / 2 may issue"
     events = []
+    slots = SmemSlots(STAGES, events)                    # which tile each K/V slot holds, and who reads it
 
     def producer():
         for it in range(n_tiles):
@@ -74,65 +73,26 @@ def simulate(n_tiles, seed, order="overlap", pingpong=True, last_handover=False)
                 if it >= STAGES:
                     while not empty[kind][s].ready(((it // STAGES) - 1) & 1):
                         yield
-                full[kind][s].arrive(tx=1)  # expect_tx, then the copy, which lands later
-
-                def land(kind=kind, s=s, it=it):
-                    assert reading[kind][s] == 0, f"{kind} slot {s} refilled while a wgmma reads it"
-                    content[kind][s] = it
-                    full[kind][s].complete_tx(1)
-                events.append(land)
+                slots.load(kind, s, it, full[kind][s])  # expect_tx, then the copy, which lands later
                 yield
 
     def consumer(wg):
         regs = {"s": None, "p": None, "o": (-1, -1)}  # o: (last tile accumulated, last tile's alpha applied)
-        busy = {"s": [], "p": [], "o": []}           # the pending groups that read or write each register
-        pending = []
-
-        def touch(name):  # an ordinary instruction on a register
-            assert not busy[name], (f"{name} of warpgroup {wg} touched while a wgmma group that "
-                                    f"{busy[name][0]} it is pending")
+        wgmma = WgmmaGroups(slots, who=f"warpgroup {wg}")
+        touch, commit = wgmma.touch, wgmma.commit
 
         def issue_s(it):
             touch("s")  # wgmma.fence orders the earlier ordinary writes; nothing touches s until the wait
-            s = it % STAGES
-            assert content["K"][s] == it, f"K slot {s} read before tile {it} landed"
-            reading["K"][s] += 1
-            group.append(("s", "writes", lambda: regs.update(s=("S", it))))
-            group.append((None, ("K", s, it), None))
+            wgmma.operand("s", "writes", lambda: regs.update(s=("S", it)))
+            wgmma.read("K", it % STAGES, it)
 
         def issue_pv(t):
             assert regs["p"] == ("P", t) and regs["o"] == (t - 1, t), f"P V of tile {t} issued on stale P or O"
-            s = t % STAGES
-            assert content["V"][s] == t, f"V slot {s} read before tile {t} landed"
-            reading["V"][s] += 1
-            group.append(("p", "reads", None))
-            group.append(("o", "writes", lambda: regs.update(o=(t, t))))
-            group.append((None, ("V", s, t), None))
+            wgmma.operand("p", "reads")
+            wgmma.operand("o", "writes", lambda: regs.update(o=(t, t)))
+            wgmma.read("V", t % STAGES, t)
 
-        def commit():
-            nonlocal group
-            for name, how, _ in group:
-                if name:
-                    busy[name].append(how)
-            pending.append(group)
-            group = []
-            events.append(finish_oldest)
-
-        def finish_oldest():  # groups of one warpgroup complete in order
-            done = pending.pop(0)
-            for name, how, effect in done:
-                if name:
-                    busy[name].remove(how)
-                    if effect:
-                        effect()
-                else:
-                    kind, s, t = how
-                    assert content[kind][s] == t, f"{kind} slot {s} changed under its wgmma"
-                    reading[kind][s] -= 1
-
-        def wait_group(n):
-            while len(pending) > n:
-                yield
+        wait_group = wgmma.wait
 
         def release(kind, t):
             for _ in range(WARPS):  # lane 0 of each warp
@@ -156,7 +116,6 @@ def simulate(n_tiles, seed, order="overlap", pingpong=True, last_handover=False)
             assert regs["s"] == ("P", it)
             regs["p"] = ("P", it)
 
-        group = []
         if pingpong and wg == 1:
             turns[0].arrive()  # warpgroup 1 takes the first turn
         for it in range(n_tiles + 1):
