@@ -41,8 +41,9 @@ DYNAMIC=${AH_DYNAMIC:-0}  # 1: the persistent builds with the dynamic scheduler 
 CHECK_DEVWHEELS=1 CHECK_HANG_HINT="a barrier phase / expect-tx / ping-pong mismatch"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_check_steps.sh"  # setup, budget, step (why: there)
 export COURSE_FAILURE_LOG="$OUT/logs/failures.log"
-# The extension's build cache in $OUT: its log shows a cold build, and steps 2-5 reuse it.
-export XDG_CACHE_HOME="$OUT/cache"
+# The extension's build cache in $OUT: its log shows a cold build, and steps 2-5 reuse it. AH_CACHE=DIR keeps it
+# elsewhere, e.g. /tmp/ah-cache on the lent machine, so the next call of the same lease builds nothing.
+export XDG_CACHE_HOME="${AH_CACHE:-$OUT/cache}"
 
 BUILD_LIMIT=240; { [ "$PERSISTENT" = 1 ] || [ "$DYNAMIC" = 1 ]; } && BUILD_LIMIT=360
 step 01_build $BUILD_LIMIT 1 "python - <<'PY'

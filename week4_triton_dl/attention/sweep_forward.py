@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--prebuild", action="store_true",
-                        help="only build the Hopper forward's four extensions, in parallel (then the sweep loads them)")
+                        help="only build the Hopper forward's six extensions (HOPPER_BUILDS), in parallel (then the sweep loads them)")
     args = parser.parse_args(argv)
     if args.prebuild:
         prebuild()
