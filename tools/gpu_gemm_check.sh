@@ -18,7 +18,8 @@
 # stops the run: the turn barriers are new); 3p. the tests selected by -k pingpong in both test files;
 # 4p. compute-sanitizer on its bf16 cases; 5p. the bench at the capstone's small shapes (--small, its own record
 # results/matmul_wgmma_schedules_week1.{json,md}:
-# cooperative vs ping-pong vs cuBLAS), then the fused bench (--quick: wgmma_fused vs wgmma_fused_pp);
+# cooperative vs ping-pong vs cuBLAS, each at every tile width), then the fused bench (--quick: wgmma_fused vs
+# wgmma_fused_pp, and both at the other widths);
 # with MUST_FAIL=1, 7p. the known-wrong kernel without the turn barriers, which those tests must reject;
 # with WITH_NCU=1, 8p. ncu on cuBLAS and both schedules at 5000 x 3000 x 4000 and 4096^3 (SKIP= the others).
 # EXERCISES=1 runs, after step 1, the wgmma rungs' exercises instead of steps 2-6: 2e. the untouched stubs'
@@ -130,8 +131,9 @@ PY"
     step 04p_sanitizer_pingpong 50 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
         --only wgmma_pingpong_bf16 wgmma_linear_pingpong_residual_bf16 wgmma_linear_pingpong_swiglu_bf16 \
         --tools memcheck racecheck synccheck --timeout 45 --budget 48 && cat '$OUT/sanitizer/sanitizer.md'"
+    # --small times both schedules at every tile width (its default variants): the schedule rule's record
     step 05p_bench_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_persistent_bench --small --rounds 5 \
-        --rep-ms 20 --variants wgmma_persistent wgmma_pingpong --out $OUT/results"
+        --rep-ms 20 --out $OUT/results"
     step 06p_bench_fused_pingpong 90 0 "python -m week1_cuda_python.matmul_wgmma_fused_bench --quick --rounds 3 \
         --rep-ms 20 --out $OUT/results"
     # MUST_FAIL=1: the known-wrong kernel without the turn barriers must be rejected by the -k pingpong tests

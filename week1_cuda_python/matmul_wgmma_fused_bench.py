@@ -15,6 +15,10 @@ bench says why rounds: cuBLAS moves ~10% from run to run):
   wgmma_fused    matmul_wgmma_fused.launch_fused: one kernel, the epilogue in registers
   wgmma_gemm_pp, wgmma_fused_pp   the same two with schedule="pingpong" (each consumer warpgroup on
                  its own 64 x 256 tiles, one's epilogue beside the other's wgmmas)
+  ..._bn192, ..._bn128   those four at the other tile widths (launch_fused's `width`, the kernel's
+                 -DWP_BN builds; `--widths` picks which; SwiGLU's fused variants at 128 only, its
+                 halves need whole 64-column slabs): the schedule rule's table compares them all
+                 with wgmma_gemm / wgmma_fused (matmul_wgmma_schedule.py)
 Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds.
 
 Shapes (M x N x K, M = 8 x 1024 tokens, capstone GPT: d = 768, SwiGLU hidden 2048, vocab 50304):
@@ -33,7 +37,8 @@ import torch
 
 from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
-from week1_cuda_python.matmul_wgmma_fused import launch_fused, reference, unsupported
+from week1_cuda_python.matmul_wgmma_fused import SWIGLU_WIDTHS, WIDTHS, launch_fused, reference, unsupported
+from week1_cuda_python.matmul_wgmma_schedule import variant
 
 PROG = "python -m week1_cuda_python.matmul_wgmma_fused_bench"
 NAME = "matmul_wgmma_fused_week1"
@@ -53,9 +58,10 @@ def _compiled():
     return torch.compile(reference, dynamic=False)
 
 
-def variants(epilogue: str) -> dict:
+def variants(epilogue: str, widths=WIDTHS[1:]) -> dict:
+    """The variants of one epilogue's cases; `widths`: the tile widths besides 256 to time."""
     compiled = _compiled()
-    return {
+    fns = {
         "torch": lambda x, w, extra, out: reference(x, w, epilogue, extra),
         "torch.compile": lambda x, w, extra, out: compiled(x, w, epilogue, extra),
         "gemm_only": lambda x, w, extra, out: torch.matmul(x, w.t()),
@@ -65,6 +71,15 @@ def variants(epilogue: str) -> dict:
         "wgmma_gemm_pp": lambda x, w, extra, out: launch_fused(x, w, "none", schedule="pingpong"),
         "wgmma_fused_pp": lambda x, w, extra, out: launch_fused(x, w, epilogue, extra, out, schedule="pingpong"),
     }
+    for width in widths:  # the same four at the other widths (the fused ones where the epilogue runs at it)
+        for schedule, suffix in (("cooperative", ""), ("pingpong", "_pp")):
+            fns[variant(f"wgmma_gemm{suffix}", width)] = (
+                lambda x, w, extra, out, s=schedule, wd=width: launch_fused(x, w, "none", schedule=s, width=wd))
+            if epilogue != "swiglu" or width in SWIGLU_WIDTHS:
+                fns[variant(f"wgmma_fused{suffix}", width)] = (
+                    lambda x, w, extra, out, s=schedule, wd=width: launch_fused(x, w, epilogue, extra, out,
+                                                                                schedule=s, width=wd))
+    return fns
 
 
 def label(epilogue, shape, dtype) -> str:
@@ -115,14 +130,14 @@ def markdown(result: dict) -> str:
             + bench_timing.footnote(result["rows"]))
 
 
-def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
+def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES, widths=WIDTHS[1:]) -> dict:
     why = unsupported(runtime.capability())
     if not runtime.on_gpu() or why:
         raise RuntimeError(why or "this benchmark times sm_90a kernels: it needs an H100/H200")
     copy_gbps = bench.copy_bandwidth_gbps()
     rows = []
     for epilogue in dict.fromkeys(e for e, _ in cases):
-        fns = variants(epilogue)
+        fns = variants(epilogue, widths)
         for fn in fns.values():  # build the cubin and compile the graphs before anything is timed
             fn(*make_inputs((epilogue, (256, 512, 64), torch.bfloat16)))
         for e, shape in cases:
@@ -136,7 +151,8 @@ def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES) -> dict:
         "title": "Fused wgmma GEMM epilogues vs cuBLAS + torch op, eager and torch.compile (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K of the GEMM; {rounds} rounds, each timing torch (x @ w.T then the op), "
                   "torch.compile of that sequence, gemm_only (x @ w.T alone), wgmma_gemm (this kernel, no "
-                  "epilogue), wgmma_fused, and both with the ping-pong schedule (_pp) once in turn (CUDA "
+                  f"epilogue), wgmma_fused, and both with the ping-pong schedule (_pp), each also at widths "
+                  f"{', '.join(map(str, widths)) or 'none'} besides 256 (_bn<width>), once in turn (CUDA "
                   f"events, median of ~{rep_ms:.0f} ms of launches); ms = median over rounds; ratios = median over "
                   "rounds of (baseline ms / variant ms) in the same round, min - max beside it"),
         "clock": "events",
@@ -155,10 +171,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
+    parser.add_argument("--widths", nargs="*", type=int, choices=list(WIDTHS[1:]), default=list(WIDTHS[1:]),
+                        help="tile widths to time besides 256 (default: all; none: `--widths` alone)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
     result = run(QUICK_CASES if args.quick else CASES, rounds, args.rep_ms,
-                 dtypes=(torch.bfloat16,) if args.quick else DTYPES)
+                 dtypes=(torch.bfloat16,) if args.quick else DTYPES, widths=tuple(args.widths))
     text = markdown(result)
     print(text)
     for path in bench.write_record(result, args.out, text):

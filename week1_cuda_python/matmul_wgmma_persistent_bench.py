@@ -16,6 +16,13 @@ the capstone's GEMMs at its batch of 8 x 1024 tokens: x @ W for qkv (N = 2304), 
 projection (768), the MLP's fc (3072) and fc2 (K = 3072, N = 768), and the LM head (50304).
 Each in bf16 and fp16. C in the inputs' type for every variant.
 
+Tile widths. `wgmma_persistent_bn192`, `wgmma_pingpong_bn128`, ... are the same schedules built at the
+other widths (launch_persistent's `width`; kernels/matmul_wgmma_persistent.cu's -DWP_BN), timed in the
+same rounds. `--small` times both schedules at every width by default: its record is what the
+schedule rule derives its table from (matmul_wgmma_schedule.py: a build other than cooperative at
+256 only where it won every round by the margin); the full run times the 256-wide rungs unless
+`--variants` names others.
+
 Writes results/matmul_wgmma_persistent_week1.json and .md (a benchmark record as course.bench
 writes them, rows with size, variant, ms, tflops, speedup_vs_torch, plus the rounds' spread).
 
@@ -37,7 +44,8 @@ from course import bench, bench_timing, runtime  # runtime first: chooses the GP
 from course.bench import Benchmark
 from course.check import random_tensor
 from week1_cuda_python.matmul_tensor_cores import launch_wgmma, wgmma_unsupported
-from week1_cuda_python.matmul_wgmma_persistent import launch_persistent, unsupported
+from week1_cuda_python.matmul_wgmma_persistent import WIDTHS, launch_persistent, unsupported
+from week1_cuda_python.matmul_wgmma_schedule import variant
 
 PROG = "python -m week1_cuda_python.matmul_wgmma_persistent_bench"
 
@@ -58,7 +66,16 @@ VARIANTS = {
     "wgmma_cluster": lambda a, b, out: launch_persistent(a, b, out, cluster=2),
     # each consumer warpgroup on its own 64 x 256 tiles, alternately (kernels/matmul_wgmma_pingpong.cu)
     "wgmma_pingpong": lambda a, b, out: launch_persistent(a, b, out, schedule="pingpong"),
+} | {  # both schedules at the other tile widths (the -DWP_BN builds): wgmma_persistent_bn192, ...
+    variant(base, width): (lambda a, b, out, schedule=schedule, width=width:
+                           launch_persistent(a, b, out, schedule=schedule, width=width))
+    for width in WIDTHS[1:] for base, schedule in (("wgmma_persistent", "cooperative"), ("wgmma_pingpong", "pingpong"))
 }
+# What a run times unless --variants says otherwise: the 256-wide rungs; with --small (the schedule rule's
+# record) both schedules at every width.
+FULL_VARIANTS = ("torch", "wgmma_tma", "wgmma_persistent", "wgmma_cluster", "wgmma_pingpong")
+SMALL_VARIANTS = ("torch", *(variant(base, width) for width in WIDTHS
+                              for base in ("wgmma_persistent", "wgmma_pingpong")))
 
 
 def size_label(shape, dtype) -> str:
@@ -175,11 +192,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7; 3 with --quick)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="timing budget per variant per round, ms")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the results files")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
-                        help="what to time (torch, the baseline, always)")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None,
+                        help="what to time (torch, the baseline, always; default: the 256-wide rungs, with "
+                             "--small both schedules at every width)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)
-    variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in args.variants}
+    wanted = args.variants or (SMALL_VARIANTS if args.small else FULL_VARIANTS)
+    variants = {label: VARIANTS[label] for label in VARIANTS if label == "torch" or label in wanted}
     shapes = (SMALL_SHAPES + QUICK_SHAPES[:2]) if args.small else QUICK_SHAPES if args.quick else SHAPES
     result = run(shapes, rounds, args.rep_ms, variants=variants, name=NAME_SMALL if args.small else NAME)
     text = markdown(result)

@@ -14,6 +14,12 @@ alone, before any measurement:
 Their product (`ceiling_pct`) is the share of the SMs' tensor time, with every tile taking the same
 time, that does the problem's work: what waves and edges allow at best, not a prediction.
 
+Per build: both schedules at each tile width (matmul_wgmma_schedule.BUILD_TILES: "cooperative",
+"pingpong" at 256, "cooperative_bn192", ...), and per shape `fullest_width`: for each schedule the
+width whose grid leaves the most of the SMs' time used (the fullest last wave; a tie goes to the
+wider tile, which reads more FLOPs per byte of L2). At N = 768 a 256-wide tile makes 3 column tiles
+and a 192-wide one 4: the arithmetic the width builds exist for (kernels/matmul_wgmma_persistent.cu).
+
     python -m week1_cuda_python.matmul_wgmma_waves            (on the CPU: writes results/matmul_wgmma_waves.json)
     python -m week1_cuda_python.matmul_wgmma_waves --check    (exit 1 if the committed file is not what this gives)
 
@@ -26,7 +32,7 @@ import json
 import sys
 from pathlib import Path
 
-from week1_cuda_python.matmul_wgmma_schedule import TILE_SHAPES, TileShape
+from week1_cuda_python.matmul_wgmma_schedule import BUILD_TILES, TILE_SHAPES, WIDTHS, TileShape, build_label
 
 PROG = "python -m week1_cuda_python.matmul_wgmma_waves"
 RESULTS = Path(__file__).parent / "results" / "matmul_wgmma_waves.json"
@@ -66,13 +72,21 @@ def waves(m: int, n: int, k: int, tile: TileShape, sms: int = SMS) -> dict:
     }
 
 
+def fullest_width(builds: dict) -> dict:
+    """{schedule: the width whose grid uses the most of the SMs' time} from one shape's `waves` per build
+    label; a tie goes to the wider tile (WIDTHS is widest first)."""
+    return {schedule: max(WIDTHS, key=lambda w: (builds[build_label(schedule, w)]["sm_time_used_pct"], w))
+            for schedule in TILE_SHAPES}
+
+
 def record(sms: int = SMS) -> dict:
-    """Every shape of SHAPES in both schedules' tiles: what results/matmul_wgmma_waves.json holds."""
+    """Every shape of SHAPES in every build's tiles: what results/matmul_wgmma_waves.json holds."""
+    shapes = {}
+    for name, mnk in SHAPES.items():
+        builds = {label: waves(*mnk, tile, sms) for label, tile in BUILD_TILES.items()}
+        shapes[name] = {"mnk": list(mnk), **builds, "fullest_width": fullest_width(builds)}
     return {"how": f"{PROG} (arithmetic from the shapes and the tiles, no GPU)", "sms": sms,
-            "tiles": {name: f"{t.bm}x{t.bn}x{t.bk}" for name, t in TILE_SHAPES.items()},
-            "shapes": {name: {"mnk": list(mnk), **{schedule: waves(*mnk, tile, sms)
-                                                   for schedule, tile in TILE_SHAPES.items()}}
-                       for name, mnk in SHAPES.items()}}
+            "tiles": {name: f"{t.bm}x{t.bn}x{t.bk}" for name, t in BUILD_TILES.items()}, "shapes": shapes}
 
 
 def text(result: dict) -> str:

@@ -10,7 +10,9 @@ factor 4: truncating additions inside the tensor cores, and room for the sqrt(K)
 together by twice that. Then C is rounded once to fp16 (rtol 2^-11, plus half the smallest
 subnormal) or bf16 (2^-8). At K = 4096 with unit normal inputs atol is ~0.08 on outputs of size
 ~64; a dropped k step (~16) or a wrong tile is orders of magnitude past it, and an unwritten
-element stays NaN (every output is poisoned first).
+element stays NaN (every output is poisoned first). The tile width builds (width=192, 128) are checked
+against float64 (products and sums exact): the same bound then holds with room, as it allows two
+accumulation errors and only the kernel's is left.
 """
 import math
 import re
@@ -46,26 +48,26 @@ RUNGS = [pytest.param({"cluster": c, "schedule": "cooperative"}, id=name) for c,
     pytest.param({"schedule": "pingpong"}, id="wgmma_pingpong")]
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """torch.matmul in float32 with TF32 off: every product exact, fp32 sums."""
+def reference(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """torch.matmul in float32 with TF32 off (every product exact, fp32 sums), or in float64."""
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        return a.float() @ b.float()
+        return a.to(dtype) @ b.to(dtype)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """C against the float32 reference with the module docstring's bounds. The comparison runs on
-    the GPU (an 8192 x 50304 C is 412 M elements: comparing on the CPU in float64 takes tens of
+def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, reference_dtype: torch.dtype = torch.float32) -> None:
+    """C against the float32 (or float64) reference with the module docstring's bounds. The comparison
+    runs on the GPU (an 8192 x 50304 C is 412 M elements: comparing on the CPU in float64 takes tens of
     seconds); where it finds a wrong element, assert_close reports the rows that hold one."""
-    want = reference(a, b)
+    want = reference(a, b, reference_dtype)
     k = a.shape[1]
     products = (a.float().abs() @ b.float().abs()).max().item()
     rtol = ROUNDING[c.dtype]
     atol = 2 * 4 * U32 * math.sqrt(k) * products * (1 + rtol) + SUBNORMAL[c.dtype]
-    ok = (c.float() - want).abs() <= atol + rtol * want.abs()  # False where c is NaN (poison)
+    ok = (c.to(want.dtype) - want).abs() <= atol + rtol * want.abs()  # False where c is NaN (poison)
     if bool(ok.all()):
         return
     rows = (~ok).any(dim=1).nonzero().flatten()[:64]
@@ -73,14 +75,14 @@ def check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     raise AssertionError(f"{int((~ok).sum())} elements of C are out of bounds")  # (assert_close found them)
 
 
-def run(shape, dtype, **kwargs):  # kwargs: launch_persistent's blocks, cluster and schedule
-    m, n, k = shape
+def run(shape, dtype, reference_dtype=torch.float32, **kwargs):  # kwargs: launch_persistent's blocks, cluster,
+    m, n, k = shape                                                  # schedule and width
     # B scaled by 1/sqrt(K) keeps C ~ N(0, 1) at any K: no fp16 overflow at the capstone's sizes.
     a = random_tensor((m, k), dtype, DEVICE)
     b = random_tensor((k, n), dtype, DEVICE, scale=k**-0.5)
     out = poisoned((m, n), dtype, DEVICE)
     assert wp.launch_persistent(a, b, out, **kwargs) is out
-    check(out, a, b)
+    check(out, a, b, reference_dtype)
 
 
 # --- on the GPU (H100/H200) ----------------------------------------------------------------------
@@ -118,10 +120,40 @@ def test_one_block_walks_many_tiles(cluster, blocks, schedule):
     run((800, 1000, 328), torch.bfloat16, blocks=blocks, cluster=cluster, schedule=schedule)
 
 
+# The tile width builds (-DWP_BN): odd shapes (partial tiles in M, N and K; N one or two tiles of each width
+# and a few columns more) and the capstone's N = 768 GEMMs they exist for (768 = 4 x 192 = 6 x 128), each
+# rung (the cluster rung builds with the same width), against float64.
+WIDTH_SHAPES = [(1, 8, 8), (129, 200, 72), (300, 392, 1000), (7, 520, 4104), (TOKENS, 768, 768), (TOKENS, 768, 3072)]
+WIDTHS = [pytest.param(w, id=f"bn{w}") for w in wp.WIDTHS[1:]]
+
+
 @gpu
 @hopper
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", WIDTH_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("rung", RUNGS)
-def test_stores_stay_inside_c(rung):
+@pytest.mark.parametrize("width", WIDTHS)
+def test_width_builds_match_float64_reference(width, rung, shape, dtype):
+    run(shape, dtype, torch.float64, width=width, **rung)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("cluster, blocks, schedule", [(1, 1, "cooperative"), (1, 3, "cooperative"),
+                                                       (2, 2, "cooperative"), (1, 3, "pingpong")])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_width_builds_walk_many_tiles(width, cluster, blocks, schedule):
+    """test_one_block_walks_many_tiles at each width: 1000 columns are 6 tiles of 192 (the last 40 wide)
+    or 8 of 128 (the last 104), so the ring and the store buffers run on across many tiles."""
+    run((800, 1000, 328), torch.bfloat16, torch.float64, blocks=blocks, cluster=cluster, schedule=schedule,
+        width=width)
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("width", wp.WIDTHS)
+@pytest.mark.parametrize("rung", RUNGS)
+def test_stores_stay_inside_c(rung, width):
     """C is a view into a poisoned buffer, 16 bytes in: the TMA store must clip at M and N, so the
     elements before and after C stay NaN (rows of tiles past M would land right after C)."""
     m, n, k = 200, 328, 72
@@ -129,7 +161,7 @@ def test_stores_stay_inside_c(rung):
     b = random_tensor((k, n), torch.float16, DEVICE)
     buffer = poisoned(8 + m * n + 64 * n, torch.float16, DEVICE)
     out = buffer[8:8 + m * n].view(m, n)
-    wp.launch_persistent(a, b, out, **rung)
+    wp.launch_persistent(a, b, out, width=width, **rung)
     check(out, a, b)
     assert torch.isnan(buffer[:8]).all() and torch.isnan(buffer[8 + m * n:]).all(), "a store landed outside C"
 
@@ -219,6 +251,10 @@ def bad_inputs():
     yield "schedule", ValueError, "schedule must be one of", lambda: (ok(8, 8), ok(8, 8), None, None, 1, "ping")
     yield "pingpong cluster 2", ValueError, "cluster must be 1", \
         lambda: (ok(8, 8), ok(8, 8), None, None, 2, "pingpong")
+    # the tile width: one of the builds (-DWP_BN), an int
+    for width in (512, 64, 192.0, True, "192"):
+        yield f"width {width!r}", ValueError, r"width must be one of \(256, 192, 128\)", \
+            lambda width=width: (ok(8, 8), ok(8, 8), None, None, 1, "cooperative", width)
 
 
 @pytest.mark.parametrize("case, error, message, make", [pytest.param(*c, id=c[0]) for c in bad_inputs()])
@@ -226,8 +262,9 @@ def test_rejects_bad_input_before_launch(case, error, message, make):
     a, b, out, *rest = make()
     blocks, cluster = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else 1)
     schedule = rest[2] if len(rest) > 2 else "cooperative"
+    width = rest[3] if len(rest) > 3 else None
     with pytest.raises(error, match=message):
-        wp.launch_persistent(a, b, out, blocks=blocks, cluster=cluster, schedule=schedule)
+        wp.launch_persistent(a, b, out, blocks=blocks, cluster=cluster, schedule=schedule, width=width)
 
 
 @pytest.mark.parametrize("launcher", ["matmul_wgmma_persistent", "matmul_wgmma_cluster", "matmul_wgmma_pingpong"])
@@ -275,7 +312,22 @@ def test_tiles_match_the_cuda_source():
         assert int(found.group(1)) == getattr(t, name), f"WP_{name.upper()} differs"
     assert t.threads == 384 and t.shared_bytes == 4 * 48 * 1024 + 2 * 2 * 8 * 1024 + 1024
     assert t.shared_bytes + 64 <= 227 * 1024  # + the barriers: the H100's limit per block
+    assert re.search(r"#ifndef WP_BN\n#define WP_BN (\d+)", source).group(1) == str(t.bn)  # -DWP_BN overrides it
+    assert "static_assert(WP_BN == 256 || WP_BN == 192 || WP_BN == 128" in source and t.bn == wp.WIDTHS[0]
 
+
+@pytest.mark.parametrize("width", wp.WIDTHS)
+@pytest.mark.parametrize("schedule", wp.SCHEDULES)
+def test_width_builds_tiles_and_defines(schedule, width):
+    """A build's tiles: the schedule's rows, the width's columns; a ring stage of A's rows + width / 64 slabs
+    of B (cooperative 192: 16 + 24 KB), the same epilogue buffers, within the H100's 227 KB; -DWP_BN only
+    where the width is not the source's (the default build is the source as it is)."""
+    t = wp.schedule_tiles(schedule, width, group_m=8)
+    assert (t.bm, t.bn, t.group_m) == (64 if schedule == "pingpong" else 128, width, 8)
+    stage = (t.bm * 64 + 64 * width) * 2
+    assert t.shared_bytes == 4 * stage + 2 * 2 * 8 * 1024 + 1024 and t.shared_bytes + 64 <= 227 * 1024
+    assert t.defines() == ("-DWP_GROUP_M=8",) + (() if width == 256 else (f"-DWP_BN={width}",))
+    assert wp.schedule_tiles(schedule, 256).defines() == ()
 
 @pytest.mark.parametrize("shape, sms, cluster, blocks", [
     ((4096, 4096), 132, 1, 132), ((128, 256), 132, 1, 1), ((129, 257), 132, 1, 4), ((8192, 50304), 132, 1, 132),
@@ -290,24 +342,28 @@ def test_launch_geometry_is_persistent(shape, sms, cluster, blocks):
 
 @nvcc
 @pytest.mark.nvcc
-def test_source_compiles_for_sm_90a(tmp_path):
-    """The launcher's own nvcc command (warnings as errors) builds both kernels without spills, and
-    the PTX holds what the rung is about: wgmma, TMA loads and stores, the proxy fence, setmaxnreg."""
+@pytest.mark.parametrize("width", wp.WIDTHS)
+def test_source_compiles_for_sm_90a(width, tmp_path):
+    """The launcher's own nvcc command (warnings as errors) builds both kernels without spills at every
+    tile width (its -DWP_BN), and the PTX holds what the rung is about: the width's wgmma, TMA loads and
+    stores, the proxy fence, setmaxnreg."""
     wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     cubin = tmp_path / "wp.cubin"
-    built = subprocess.run(wp.nvcc_command(cubin, runtime.nvcc_path()) + ["-Xptxas", "-v"],
+    defines = wp.schedule_tiles("cooperative", width).defines()
+    built = subprocess.run(wp.nvcc_command(cubin, runtime.nvcc_path(), defines) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 4, built.stderr
     ptx = tmp_path / "wp.ptx"
-    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *HOPPER_PTX_INCLUDE, "-o", str(ptx),
+    subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *defines, *HOPPER_PTX_INCLUDE, "-o", str(ptx),
                     str(wp.PERSISTENT_SOURCE)],
                    check=True, capture_output=True)
     text = ptx.read_text()
     names = {f"{rung}_{d}" for rung in wp.CLUSTERS.values() for d in ("f16", "bf16")}
     assert names <= set(re.findall(r"\.entry (\w+)\(", text))
-    for instruction in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
-                        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", text)) == {str(width)}
+    for instruction in (f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16",
+                        f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.bf16.bf16",
                         "cp.async.bulk.tensor.2d.shared::cluster.global", "cp.async.bulk.tensor.2d.global.shared::cta",
                         "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta", "mbarrier.try_wait.parity",
                         "setmaxnreg.inc", "setmaxnreg.dec", ".multicast::cluster", "mapa.shared::cluster",
@@ -315,9 +371,19 @@ def test_source_compiles_for_sm_90a(tmp_path):
         assert instruction in text, f"{instruction} is missing from the PTX"
     if shutil.which("cuobjdump"):  # the SASS: HGMMA (wgmma), UTMALDG / UTMASTG (TMA load / store)
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-        for opcode in ("HGMMA.64x256x16.F32.BF16", "HGMMA.64x256x16.F32 ", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG",
-                       "UTMALDG.2D.MULTICAST"):
+        for opcode in (f"HGMMA.64x{width}x16.F32.BF16", f"HGMMA.64x{width}x16.F32 ", "UTMALDG.2D", "UTMASTG.2D",
+                       "USETMAXREG", "UTMALDG.2D.MULTICAST"):
             assert opcode in sass, f"{opcode} is missing from the SASS"
+
+
+@nvcc
+@pytest.mark.nvcc
+def test_a_width_without_a_build_does_not_compile(tmp_path):
+    """-DWP_BN=160 (a legal wgmma N, but not one of the course's builds): the source's static_assert
+    stops it, naming the widths, before any cubin exists."""
+    built = subprocess.run(wp.nvcc_command(tmp_path / "x.cubin", runtime.nvcc_path(), ("-DWP_BN=160",)),
+                           capture_output=True, text=True)
+    assert built.returncode != 0 and "WP_BN: 256, 192 or 128" in built.stderr, built.stderr
 
 
 @nvcc

@@ -288,23 +288,54 @@ def test_epilogue_writes_every_element_of_a_chunk_where_the_tma_store_reads_it()
     assert seen == set(range(0, 64 * 128, 4)), "some 4-byte pair of the chunk is written twice or never"
 
 
-SWIGLU_LINE = "v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);"
+# The epilogue's store buffers: which one a chunk takes, and the wait that frees it.
+STORE_TURN_LINES = ("const int turn_q = CHUNKS % WP_C_BUFFERS == 0 ? q : (int)((chunks_done + q) % WP_C_BUFFERS);",
+                    "unsigned char* buf = my_bufs + (turn_q % WP_C_BUFFERS) * WP_C_BYTES;",
+                    "if (tid == 0) bulk_wait_read<WP_C_BUFFERS - 1>();", "chunks_done += CHUNKS;")
 
 
-def test_swiglu_partner_registers_hold_the_matching_up_column():
-    """With gate rows in slabs 0-1 and up rows in slabs 2-3 of the B stage, accumulator column t < 128
-    is gate column f0 + t and column t + 128 its up partner: registers 4 j + 2 h + e and 4 (j + 16) + 2 h + e
-    of the same thread (the layout repeats every 8 columns, so j + 16 is 128 columns further)."""
+@pytest.mark.parametrize("width, swiglu", [(256, False), (256, True), (192, False), (128, False), (128, True)])
+def test_store_buffers_take_turns_across_tiles(width, swiglu):
+    """Before writing a chunk into a buffer, a consumer waits until at most one of its stores still reads
+    shared memory (bulk_wait_read<WP_C_BUFFERS - 1>): the buffer is free only if the chunk just before used
+    the other one, across tile boundaries too. With 3 chunks a tile (width 192) or 1 (SwiGLU at 128),
+    restarting the turn at each tile would give a tile's first chunk the buffer the last one is still
+    stored from; the kernel's turn runs on (`chunks_done`), and for an even count is q's parity (the
+    256-wide build's code unchanged)."""
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
+    code = kernel_code()
+    assert all(line in code for line in STORE_TURN_LINES), "the store buffers' turn changed: update this test"
+    buffers, chunks = wp.PERSISTENT_TILES.c_buffers, (width // 2 if swiglu else width) // 64
+    used, chunks_done = [], 0
+    for _tile in range(5):
+        for q in range(chunks):
+            turn_q = q if chunks % buffers == 0 else (chunks_done + q) % buffers
+            used.append(turn_q % buffers)
+        chunks_done += chunks
+    assert all(a != b for a, b in zip(used, used[1:])), used
+
+
+SWIGLU_LINE = "v0 = wp_swiglu(v0, d[4 * (j + TILE_OUT / 8) + 2 * h]);"
+
+
+@pytest.mark.parametrize("width", [256, 128])  # the widths SwiGLU builds at (matmul_wgmma_fused.SWIGLU_WIDTHS)
+def test_swiglu_partner_registers_hold_the_matching_up_column(width):
+    """With gate rows in the first half of the B stage's slabs and up rows in the second, accumulator
+    column t < TILE_OUT (= width / 2) is gate column f0 + t and column t + TILE_OUT its up partner:
+    registers 4 j + 2 h + e and 4 (j + TILE_OUT / 8) + 2 h + e of the same thread (the layout repeats
+    every 8 columns, so j + TILE_OUT / 8 is TILE_OUT columns further: 16 and 128 at 256, 8 and 64 at 128)."""
     wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     assert SWIGLU_LINE in kernel_code()
+    tile_out = width // 2
     column = lambda reg, lane: 8 * (reg // 4) + 2 * (lane % 4) + reg % 2  # noqa: E731
     row = lambda reg, lane, warp: warp * 16 + lane // 4 + 8 * ((reg // 2) % 2)  # noqa: E731
     for lane in range(32):
-        for j in range(16):
+        for j in range(tile_out // 8):
             for h in range(2):
                 for e in range(2):
-                    gate, up = 4 * j + 2 * h + e, 4 * (j + 16) + 2 * h + e
-                    assert column(up, lane) == column(gate, lane) + 128 and row(up, lane, 0) == row(gate, lane, 0)
+                    gate, up = 4 * j + 2 * h + e, 4 * (j + tile_out // 8) + 2 * h + e
+                    assert up < width // 2  # inside the thread's accumulators (width / 2 of them)
+                    assert column(up, lane) == column(gate, lane) + tile_out and row(up, lane, 0) == row(gate, lane, 0)
 
 
 # The tile order's lines (test_matmul_wgmma_persistent.py checks them against persistent_tile).

@@ -49,25 +49,31 @@ def test_launch_geometry_counts_64_row_tiles(shape, sms, blocks):
 
 @nvcc
 @pytest.mark.nvcc
-def test_source_compiles_for_sm_90a_without_spills(tmp_path):
-    """Both launchers' nvcc commands (the same flags) build all 10 entry points, no spills; the SASS
-    has the m64n256k16 wgmma, TMA loads and stores, setmaxnreg; the PTX the turn barriers' waits."""
+@pytest.mark.parametrize("width", wp.WIDTHS)
+def test_source_compiles_for_sm_90a_without_spills(width, tmp_path):
+    """Both launchers' nvcc commands (the same flags) build all 10 entry points at every tile width (8 at
+    192: no SwiGLU), no spills; the SASS has the width's m64nNk16 wgmma, TMA loads and stores,
+    setmaxnreg; the PTX the turn barriers' waits."""
     wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
     cubin = tmp_path / "pp.cubin"
-    command = wp.nvcc_command(cubin, runtime.nvcc_path(), source=wp.PINGPONG_SOURCE)
-    assert command[:-3] == wf.nvcc_command(cubin, runtime.nvcc_path(), wf.PINGPONG_SOURCE)[:-3]
+    defines = wp.schedule_tiles("pingpong", width).defines()
+    assert bool(defines) == (width != 256)  # the default width builds the source as it is
+    command = wp.nvcc_command(cubin, runtime.nvcc_path(), defines, source=wp.PINGPONG_SOURCE)
+    assert command[:-3] == wf.nvcc_command(cubin, runtime.nvcc_path(), wf.PINGPONG_SOURCE, defines)[:-3]
+    entries = {e for e in ENTRIES if "swiglu" not in e or width in wf.SWIGLU_WIDTHS}
     built = subprocess.run(command + ["-Xptxas", "-v"], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    for name in ENTRIES:
+    for name in entries:
         assert f"Compiling entry function '{name}' for 'sm_90a'" in built.stderr, name
-    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == len(ENTRIES), built.stderr
+    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == len(entries), built.stderr
     tool = epi.cuobjdump()
     assert tool, "no cuobjdump (CUDA toolkit or Triton's copy): the SASS cannot be checked"
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     functions = re.split(r"\n\s*Function : ", sass)[1:]
-    assert {text.split()[0] for text in functions} == ENTRIES
+    assert {text.split()[0] for text in functions} == entries
     for text in functions:
-        for opcode in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG", "SYNCS"):
+        assert re.findall(r"HGMMA\.64x(\d+)x16", text) and set(re.findall(r"HGMMA\.64x(\d+)x16", text)) == {str(width)}
+        for opcode in (f"HGMMA.64x{width}x16.F32", "UTMALDG.2D", "UTMASTG.2D", "USETMAXREG", "SYNCS"):
             assert opcode in text, f"{opcode} is missing from the SASS of {text.split()[0]}"
         assert "MULTICAST" not in text, "ping-pong has no clusters"
 
@@ -154,7 +160,7 @@ def test_fused_launch_asks_for_the_pingpong_kernel(recorded, epilogue):
     extra = epi.extra_operand(epilogue, m, n, lambda shape: torch.zeros(shape, dtype=torch.float16, device=runtime.DEVICE))
     wf.launch_fused(x, w, epilogue, extra, blocks=2, schedule="pingpong")
     assert recorded["maps"][0] == ((m, k), 64, 64)
-    assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong")
+    assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16, "pingpong"), "pingpong", 256)
     assert recorded["launches"][0]["grid"] == (2, 1, 1)
     assert recorded["launches"][0]["shared"] == wp.PINGPONG_TILES.shared_bytes
 
@@ -187,15 +193,19 @@ def test_the_turnless_fixture_is_there():
 
 @pytest.fixture
 def rule_says(monkeypatch):
-    """The schedule rule answering from a fake table (no GPU measured it here), and the questions asked."""
+    """The schedule rule answering from a fake table (no GPU measured it here), and the questions asked:
+    ping-pong at 8192 x 768 x 3072 and for SwiGLU at 8192 x 4096 x 768 (256 wide, the tile a table from
+    before the widths implies), cooperative 192 wide at 8192 x 768 x 768 (a width row)."""
     from course import dispatch
     from week1_cuda_python import matmul_wgmma_schedule as rule
 
     asked = []
     rows = {key: dispatch.Row(key, "pingpong", None, {}) for key in
             [(8192, 768, 3072, "bfloat16", "gemm"), (8192, 4096, 768, "bfloat16", "swiglu")]}
-    choose = rule.choose
-    monkeypatch.setattr(rule, "choose", lambda *args: asked.append(args) or choose(*args, rows=rows))
+    rows[(8192, 768, 768, "bfloat16", "gemm")] = dispatch.Row((8192, 768, 768, "bfloat16", "gemm"), "cooperative",
+                                                              {"bn": 192}, {})
+    choose_build = rule.choose_build
+    monkeypatch.setattr(rule, "choose_build", lambda *args: asked.append(args) or choose_build(*args, rows=rows))
     return asked
 
 
@@ -226,6 +236,66 @@ def test_the_torch_ops_ask_the_rule(recorded, rule_says):
     wf.linear_swiglu(torch.zeros(8, 1024, 768, dtype=torch.bfloat16, device=runtime.DEVICE), torch.zeros(4096, 768, dtype=torch.bfloat16, device=runtime.DEVICE))
     assert rule_says == [(8192, 4096, 768, torch.bfloat16, "swiglu")]
     assert recorded["kernels"][0][0] == "wgmma_linear_pingpong_swiglu_bf16"
+
+
+# --- the tile width builds (launch_persistent's and launch_fused's `width`: -DWP_BN) -----------------
+
+def _zeros(*shape, dtype=None):
+    import torch
+    return torch.zeros(*shape, dtype=dtype or torch.bfloat16, device=runtime.DEVICE)
+
+
+@pytest.mark.parametrize("width", [192, 128])
+@pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
+def test_a_width_launch_asks_for_its_build(recorded, schedule, width):
+    """The width's build (-DWP_BN), its shared memory (B's stage: width / 64 slabs), a grid of its tiles
+    (300 x 520: 3 row tiles of 128 or 5 of 64, times 3 column tiles at 192 or 5 at 128); the tensor maps'
+    boxes are the same at every width: 64-column slabs of B and 64 x 64 chunks of C, width / 64 of each."""
+    wp.launch_persistent(_zeros(300, 328), _zeros(328, 520), schedule=schedule, width=width)
+    tiles = wp.schedule_tiles(schedule, width)
+    assert (tiles.bm, tiles.bn) == (64 if schedule == "pingpong" else 128, width)
+    name, shared, defines, source = recorded["kernels"][0]
+    assert name == ("wgmma_pingpong_bf16" if schedule == "pingpong" else "wgmma_persistent_bf16")
+    assert (shared, defines) == (tiles.shared_bytes, (f"-DWP_BN={width}",))
+    assert source == (wp.PINGPONG_SOURCE if schedule == "pingpong" else None)
+    assert recorded["maps"] == [((300, 328), tiles.bm, 64), ((328, 520), 64, 64), ((300, 520), 64, 64)]
+    tile_count = {("cooperative", 192): 3 * 3, ("cooperative", 128): 3 * 5, ("pingpong", 192): 5 * 3,
+                  ("pingpong", 128): 5 * 5}[schedule, width]
+    assert recorded["launches"][0] == {"kernel": name, "grid": (tile_count, 1, 1), "block": (384, 1, 1),
+                                       "shared": tiles.shared_bytes}
+
+
+@pytest.mark.parametrize("epilogue, width", [(e, w) for e in wf.EPILOGUES for w in (192, 128)
+                                             if e != "swiglu" or w in wf.SWIGLU_WIDTHS])
+def test_a_fused_width_launch_asks_for_its_build(recorded, epilogue, width):
+    """The fused launcher at a width: the epilogue's entry point from that width's build, its shared memory,
+    a grid of its tiles: 528 columns of x @ w.T are 3 tiles at 192, 5 at 128 (SwiGLU's F = 264: 5 of 64)."""
+    import torch
+
+    m, n, k = 300, 528, 328
+    x, w = _zeros(m, k, dtype=torch.float16), _zeros(n, k, dtype=torch.float16)
+    extra = epi.extra_operand(epilogue, m, n, lambda shape: _zeros(*shape, dtype=torch.float16))
+    wf.launch_fused(x, w, epilogue, extra, width=width)
+    assert recorded["kernels"][0] == (wf.kernel_name(epilogue, torch.float16), "cooperative", width)
+    assert recorded["maps"] == [((m, k), 128, 64), ((n, k), 64, 64), ((m, epi.out_columns(epilogue, n)), 64, 64)]
+    assert recorded["launches"][0]["grid"] == (3 * (3 if width == 192 else 5), 1, 1)
+    assert recorded["launches"][0]["shared"] == wp.schedule_tiles("cooperative", width).shared_bytes
+
+
+def test_the_rules_width_reaches_the_launch(recorded, rule_says):
+    """schedule=None and width=None: the rule's build, width included (8192 x 768 x 768: cooperative, 192
+    wide), for the plain GEMM and for a fused epilogue without a row of its own (its shape's plain GEMM
+    row); SwiGLU passes that row over (192 does not split into halves of whole slabs): the default build.
+    A named schedule alone: width 256, the rule not asked."""
+    wp.launch_persistent(_zeros(8192, 768), _zeros(768, 768))
+    assert recorded["kernels"][0][0] == "wgmma_persistent_bf16" and recorded["kernels"][0][2] == ("-DWP_BN=192",)
+    wp.launch_persistent(_zeros(8192, 768), _zeros(768, 768), schedule="cooperative")
+    assert recorded["kernels"][1][2] == () and len(rule_says) == 1
+    wf.launch_fused(_zeros(8192, 768), _zeros(768, 768), "residual", _zeros(8192, 768))
+    wf.launch_fused(_zeros(8192, 768), _zeros(768, 768), "swiglu")
+    assert recorded["kernels"][2:] == [("wgmma_linear_residual_bf16", "cooperative", 192),
+                                       ("wgmma_linear_swiglu_bf16", "cooperative", 256)]
+    assert [a[4] for a in rule_says[1:]] == ["residual", "swiglu"]
 
 
 def test_a_hang_of_the_turnless_kernel_is_cut_and_counts_as_rejected(monkeypatch):

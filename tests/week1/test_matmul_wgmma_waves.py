@@ -1,7 +1,8 @@
 """week1_cuda_python.matmul_wgmma_waves: the wave arithmetic the notes cite, on the CPU: against tiles
-dealt one by one to SMs and MACs counted over padded tiles, against the schedule rule's own
-arithmetic and the launcher's grid, worked by hand at 5000 x 3000 x 4000, and the committed file
-equal to what the module gives.
+dealt one by one to SMs and MACs counted over padded tiles, for every build (schedule and tile width),
+against the schedule rule's own arithmetic and the launcher's grid, worked by hand at 5000 x 3000 x
+4000 and at the capstone's N = 768 (which width fills the last wave), and the committed file equal to
+what the module gives.
 """
 import itertools
 
@@ -9,16 +10,16 @@ import pytest
 
 from week1_cuda_python import matmul_wgmma_schedule as rule
 from week1_cuda_python import matmul_wgmma_waves as w
-from week1_cuda_python.matmul_wgmma_persistent import launch_geometry
+from week1_cuda_python.matmul_wgmma_persistent import launch_geometry, schedule_tiles
 
 CASES = [(5000, 3000, 4000), (4096, 4096, 4096), (8192, 768, 3072), (8192, 50304, 768), (8192, 768, 50304),
          (1, 1, 1), (129, 257, 65), (128 * 132, 256, 64)]
 
 
-@pytest.mark.parametrize("mnk,schedule,sms", list(itertools.product(CASES, ("cooperative", "pingpong"), (132, 7))))
+@pytest.mark.parametrize("mnk,schedule,sms", list(itertools.product(CASES, rule.BUILD_TILES, (132, 7))))
 def test_against_tiles_dealt_one_by_one(mnk, schedule, sms):
     m, n, k = mnk
-    tile = rule.TILE_SHAPES[schedule]
+    tile = rule.BUILD_TILES[schedule]
     got = w.waves(m, n, k, tile, sms)
     counts = [0] * sms
     tiles = 0
@@ -41,7 +42,7 @@ def test_against_tiles_dealt_one_by_one(mnk, schedule, sms):
 def test_agrees_with_the_schedule_rule_and_the_launchers_grid(mnk):
     m, n, k = mnk
     theirs = rule.explain(m, n, k, 132)
-    for schedule, tile in rule.TILE_SHAPES.items():
+    for schedule, tile in rule.BUILD_TILES.items():
         mine = w.waves(m, n, k, tile, 132)
         assert (mine["tiles"], mine["busiest"], mine["sm_time_used_pct"]) == (
             theirs[schedule]["tiles"], theirs[schedule]["busiest"], theirs[schedule]["used_pct"])
@@ -49,6 +50,36 @@ def test_agrees_with_the_schedule_rule_and_the_launchers_grid(mnk):
     # one block per SM, never more blocks than tiles: what the dealing above assumes
     grid, _ = launch_geometry(m, n, 132)
     assert grid[0] == min(132, w.waves(m, n, k, rule.TILE_SHAPES["cooperative"])["tiles"])
+    for build in rule.BUILDS:  # and each build's own grid
+        grid, _ = launch_geometry(m, n, 132, schedule_tiles(*build))
+        assert grid[0] == min(132, w.waves(m, n, k, rule.BUILD_TILES[rule.build_label(*build)])["tiles"]), build
+
+
+def test_the_capstones_n_768_by_hand():
+    """fc2 (8192 x 768 x 3072): 768 columns are 3 tiles of 256, 4 of 192, 6 of 128. Cooperative: 64 row
+    tiles, so 192, 256 or 384 tiles on 132 SMs: the second wave 45% full at 256 wide; at 192 two waves
+    of 132 less 8; at 128 three less 12. 192 and 128 use the same share of the SMs' time (97.0%), and the
+    tie goes to the wider tile."""
+    shape = w.record()["shapes"]["fc2"]
+    coop, coop192, coop128 = shape["cooperative"], shape["cooperative_bn192"], shape["cooperative_bn128"]
+    assert (coop["tiles_n"], coop192["tiles_n"], coop128["tiles_n"]) == (3, 4, 6)
+    assert (coop["tiles"], coop192["tiles"], coop128["tiles"]) == (192, 256, 384)
+    assert (coop["busiest"], coop["last_wave_tiles"], coop["last_wave_fill_pct"]) == (2, 60, 45.5)
+    assert (coop192["busiest"], coop192["last_wave_tiles"]) == (2, 124)
+    assert (coop128["busiest"], coop128["last_wave_tiles"]) == (3, 120)
+    assert coop192["sm_time_used_pct"] == coop128["sm_time_used_pct"] == 97.0 > coop["sm_time_used_pct"]
+    assert shape["fullest_width"]["cooperative"] == 192
+    # ping-pong's 64-row tiles already fill it at 256 (384 tiles): the tie keeps 256
+    assert shape["pingpong"]["sm_time_used_pct"] == 97.0 and shape["fullest_width"]["pingpong"] == 256
+
+
+@pytest.mark.parametrize("name", list(w.SHAPES))
+def test_fullest_width_is_the_most_used_sm_time(name):
+    shape = w.record()["shapes"][name]
+    for schedule, width in shape["fullest_width"].items():
+        used = {wd: shape[rule.build_label(schedule, wd)]["sm_time_used_pct"] for wd in rule.WIDTHS}
+        assert used[width] == max(used.values())
+        assert width == max(wd for wd in rule.WIDTHS if used[wd] == used[width])  # ties: the wider
 
 
 def test_5000x3000x4000_by_hand():

@@ -33,8 +33,8 @@ from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every H
 from week1_cuda_python.matmul_tensor_cores import (
     TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
-    BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, PINGPONG_TILES, SCHEDULES,
-    TMA_ALIGN_BYTES, launch_geometry, refuse_open_hole)
+    BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, SCHEDULES, TMA_ALIGN_BYTES, WIDTHS,
+    check_width, launch_geometry, refuse_open_hole, schedule_tiles)
 
 # Given, from the solution: the kernel source is the solution's (the stub has no copy of the .cu file)
 from week1_cuda_python.matmul_wgmma_fused import (  # noqa: E402, F401
@@ -42,6 +42,9 @@ from week1_cuda_python.matmul_wgmma_fused import (  # noqa: E402, F401
 )
 DTYPES = (torch.float16, torch.bfloat16)
 EPILOGUES = ("none", "bias", "residual", "swiglu")  # -> kernel wgmma_linear[_<epilogue>]_<dtype>
+# The widths SwiGLU runs at: a tile's gate and up halves must be whole 64-column slabs of w and store chunks of
+# C, so 256 and 128; at 192 each half would be 96 columns (kernels/matmul_wgmma_fused.cu, "SwiGLU without ...").
+SWIGLU_WIDTHS = tuple(w for w in WIDTHS if w // 2 % 64 == 0)
 # Off Hopper: week 3's Triton matmul (it takes a bias; the residual add and SwiGLU then in torch).
 TRITON_FALLBACK = "week3_triton_kernels.matmul.matmul (Triton, with bias=; the residual add or SwiGLU in torch)"
 NAMESPACE = ops.namespace(__name__)
@@ -63,15 +66,17 @@ def unsupported(capability: tuple[int, int] | None) -> str | None:
             f"use {TRITON_FALLBACK}")
 
 
-def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None) -> list[str]:
+def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None,
+                 defines: tuple[str, ...] = ()) -> list[str]:
     """The nvcc command that builds every fused variant for sm_90a (the CPU test runs the same one);
-    `source`: PINGPONG_SOURCE for the ping-pong schedule's entry points."""
-    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *BODY_DEFINES,
+    `source`: PINGPONG_SOURCE for the ping-pong schedule's entry points; `defines`: the width build's
+    (PersistentTiles.defines)."""
+    return [nvcc, "-cubin", WGMMA_GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *defines, *BODY_DEFINES,
             *HOPPER_PTX_INCLUDE, "-o", str(output), str(source or FUSED_SOURCE)]
 
 
 @functools.cache
-def _module(source: Path | None = None):
+def _module(source: Path | None = None, defines: tuple[str, ...] = ()):
     refuse_open_hole()  # the body's exercise stub with a hole open: it could hang the GPU
     nvcc = runtime.nvcc_path()
     source = source or FUSED_SOURCE
@@ -79,7 +84,7 @@ def _module(source: Path | None = None):
         raise RuntimeError("nvcc is not on PATH: the fused wgmma GEMMs are compiled for sm_90a at first use")
     with tempfile.TemporaryDirectory(prefix="matmul_wgmma_fused_") as tmp:
         cubin = Path(tmp) / f"{source.stem}.sm_90a.cubin"
-        built = subprocess.run(nvcc_command(cubin, nvcc, source), capture_output=True, text=True)
+        built = subprocess.run(nvcc_command(cubin, nvcc, source, defines), capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
@@ -90,12 +95,14 @@ def _module(source: Path | None = None):
 
 
 @functools.cache
-def _kernel(name: str, schedule: str = "cooperative"):
+def _kernel(name: str, schedule: str = "cooperative", width: int = PERSISTENT_TILES.bn):
     pingpong = schedule == "pingpong"
+    tiles = schedule_tiles(schedule, width)
     kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(PINGPONG_SOURCE if pingpong else None),
-                                                   name.encode()), f"cuModuleGetFunction({name})")
-    shared = (PINGPONG_TILES if pingpong else PERSISTENT_TILES).shared_bytes
+    module = _module(PINGPONG_SOURCE if pingpong else None, tiles.defines())
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), module, name.encode()),
+                 f"cuModuleGetFunction({name})")
+    shared = tiles.shared_bytes
     driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                  "cuFuncSetAttribute")
     return kernel
@@ -160,25 +167,38 @@ def _checked(x, w, epilogue, extra, out):
 def choose_schedule(x, w, epilogue: str = "none") -> str:
     """The schedule the measured rule picks for epilogue(x @ w.T), x (M x K), w (N x K), from the shapes
     alone: nothing is launched (the CPU tests ask it)."""
+    return choose_build(x, w, epilogue).schedule
+
+
+def choose_build(x, w, epilogue: str = "none"):
+    """The build (schedule and tile width: matmul_wgmma_schedule.Build) the measured rule picks for
+    epilogue(x @ w.T), from the shapes alone."""
     from week1_cuda_python import matmul_wgmma_schedule
     (m, k), n = x.shape, w.shape[0]
-    return matmul_wgmma_schedule.choose(m, n, k, x.dtype, epilogue)
+    return matmul_wgmma_schedule.choose_build(m, n, k, x.dtype, epilogue)
 
 
 def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int | None = None,
-                 schedule: str | None = None) -> torch.Tensor:
+                 schedule: str | None = None, width: int | None = None) -> torch.Tensor:
     """C = epilogue(x @ w.T) with the fused kernel: 2-D x (M x K), w (N x K). `extra` is the bias or
     the residual; `blocks` caps the persistent grid (the tests make one block walk many tiles);
     `schedule` "pingpong": each consumer warpgroup on its own 64 x 256 tiles, alternately, one's
-    epilogue beside the other's wgmmas (kernels/matmul_wgmma_pingpong.cu); None (what the torch ops, and so
-    the capstone's wgmma_gemms model, pass): the measured rule's choice for this shape and epilogue
-    (matmul_wgmma_schedule.py)."""
+    epilogue beside the other's wgmmas (kernels/matmul_wgmma_pingpong.cu); `width`: the tile's columns
+    of x @ w.T, one of WIDTHS (SWIGLU_WIDTHS for SwiGLU). Both None (what the torch ops, and so the
+    capstone's wgmma_gemms model, pass): the measured rule's build for this shape and epilogue
+    (matmul_wgmma_schedule.py); otherwise a schedule left open is cooperative and a width 256."""
     if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), got {blocks!r}")
     if schedule is not None and schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES} or None (the measured rule), got {schedule!r}")
+    check_width(width)
+    if epilogue == "swiglu" and width is not None and width not in SWIGLU_WIDTHS:
+        raise ValueError(f"width={width} cannot run the swiglu epilogue: a tile's gate and up halves would be "
+                         f"{width // 2} columns, not whole 64-column slabs; use width in {SWIGLU_WIDTHS}")
     out, m, n, k, n_out = _checked(x, w, epilogue, extra, out)
-    schedule = schedule or choose_schedule(x, w, epilogue)
+    if schedule is None and width is None:
+        schedule, width = choose_build(x, w, epilogue)
+    schedule, width = schedule or "cooperative", width or PERSISTENT_TILES.bn
     why = unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)
@@ -186,19 +206,20 @@ def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int
         return out
     if k == 0:  # empty dot products are 0; then the epilogue of 0 (silu(0) * 0 = 0)
         return out.copy_(extra.expand(m, n_out)) if extra is not None else out.zero_()
-    tiles = PINGPONG_TILES if schedule == "pingpong" else PERSISTENT_TILES
+    tiles = schedule_tiles(schedule, width)
     map_a = tensor_map(x, tiles.bm, tiles.bk)                            # 128 rows (ping-pong: 64) x 64 k
     map_w = tensor_map(w, tiles.b_slab, tiles.bk)                        # 64 rows of w x 64 k
     map_c = tensor_map(out, 64, tiles.c_chunk)                           # one consumer's 64 x 64 chunk
     sms = runtime.sm_count()
-    grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles)  # a tile computes 256 columns of x @ w.T
+    grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles)  # a tile computes `width` columns of x @ w.T
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_w, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
             ctypes.c_uint64(extra.data_ptr() if extra is not None else 0), ctypes.c_int(n_out)]
     params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
     stream = ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
-    driver_check(cuda_driver().cuLaunchKernel(_kernel(kernel_name(epilogue, x.dtype, schedule), schedule), *grid,
-                                              *block, tiles.shared_bytes, stream, params, None), "cuLaunchKernel")
+    kernel = _kernel(kernel_name(epilogue, x.dtype, schedule), schedule, width)
+    driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, tiles.shared_bytes, stream, params, None),
+                 "cuLaunchKernel")
     return out
 
 
@@ -352,21 +373,27 @@ def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor) -> torch.Tensor:
 
 # --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_fused) ---
 
-def _sanitizer_case(epilogue: str, dtype: torch.dtype, schedule: str = "cooperative") -> None:
+def _sanitizer_case(epilogue: str, dtype: torch.dtype, schedule: str = "cooperative", width: int = 256) -> None:
     # 300 rows (2 x 128 + 44), K = 328 (5 stages + a partial one), N = 336 (one store chunk partly
     # outside C, two wholly outside; SwiGLU: F = 168, two tiles, the second's gate slab running into
-    # the up rows); 2 blocks, so each walks several tiles and the ring wraps across them.
+    # the up rows); 2 blocks, so each walks several tiles and the ring wraps across them. Width 192: 336 =
+    # 192 + 144 (the last chunk 16 columns wide); 128: SwiGLU's F = 168 is 3 tiles of 64, the third's gate
+    # slab again running into the up rows.
     from course.check import poisoned, random_tensor
     m, n, k = 300, 336, 328
     x, w = random_tensor((m, k), dtype, runtime.DEVICE), random_tensor((n, k), dtype, runtime.DEVICE)
     extra = {"bias": (n,), "residual": (m, n)}.get(epilogue)
     extra = random_tensor(extra, dtype, runtime.DEVICE) if extra else None
     out = poisoned((m, n // 2 if epilogue == "swiglu" else n), dtype, runtime.DEVICE)
-    launch_fused(x, w, epilogue, extra, out, blocks=2, schedule=schedule)
+    launch_fused(x, w, epilogue, extra, out, blocks=2, schedule=schedule, width=width)
     torch.cuda.synchronize()
 
 
 SANITIZER_CASES = {
     kernel_name(e, torch.bfloat16, s): functools.partial(_sanitizer_case, e, torch.bfloat16, s)
     for s in SCHEDULES for e in EPILOGUES
+} | {  # the width builds: the residual (global loads in the epilogue) and SwiGLU where the width runs it
+    f"{kernel_name(e, torch.bfloat16, s)}_bn{width}": functools.partial(_sanitizer_case, e, torch.bfloat16, s, width)
+    for width in WIDTHS[1:] for s in SCHEDULES for e in ("residual", "swiglu")
+    if e != "swiglu" or width in SWIGLU_WIDTHS
 } if unsupported(runtime.capability()) is None else {}

@@ -50,6 +50,9 @@ CLUSTERS = {1: "wgmma_persistent", 2: "wgmma_cluster"}  # blocks per cluster -> 
 # Consumer schedules (kernels/matmul_wgmma_pingpong.cu says why the second): both warpgroups on one
 # 128 x 256 tile, or each on its own 64 x 256 tiles, alternately, one's epilogue beside the other's wgmmas.
 SCHEDULES = ("cooperative", "pingpong")
+# Tile widths (columns of C per tile), each a build of the same source (-DWP_BN; the kernel's header says why):
+# 256, the source's default, first. matmul_wgmma_schedule.WIDTHS must match (its test holds them equal).
+WIDTHS = (256, 192, 128)
 INT32_MAX = 2**31 - 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
@@ -79,12 +82,28 @@ class PersistentTiles:
         return self.stages * stage + epilogue + 1024
 
     def defines(self) -> tuple[str, ...]:
-        """nvcc -D flags for what may differ from the source's defaults: only the tile order."""
-        return () if self.group_m == PersistentTiles.group_m else (f"-DWP_GROUP_M={self.group_m}",)
+        """nvcc -D flags for what may differ from the source's defaults: the tile order and the tile width
+        (bm follows the schedule, which is an entry point, not a build)."""
+        flags = () if self.group_m == PersistentTiles.group_m else (f"-DWP_GROUP_M={self.group_m}",)
+        return flags + (() if self.bn == PersistentTiles.bn else (f"-DWP_BN={self.bn}",))
 
 
 PERSISTENT_TILES = PersistentTiles()
 PINGPONG_TILES = PersistentTiles(bm=64)  # a tile per consumer warpgroup: 64 rows; the ring's stage 40 KB
+
+
+def check_width(width) -> int | None:
+    """`width` when it is one of WIDTHS (or None: the measured rule's); else ValueError naming it."""
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width not in WIDTHS):
+        raise ValueError(f"width must be one of {WIDTHS} (columns of C per tile: the kernel's -DWP_BN builds) or "
+                         f"None (the measured rule), got {width!r}")
+    return width
+
+
+def schedule_tiles(schedule: str, width: int, group_m: int = PERSISTENT_TILES.group_m) -> PersistentTiles:
+    """The tiles of one build: 128 rows (cooperative) or 64 (ping-pong), `width` columns, the tile order's group_m."""
+    return PersistentTiles(bm=PINGPONG_TILES.bm if schedule == "pingpong" else PERSISTENT_TILES.bm, bn=width,
+                           group_m=group_m)
 
 
 def persistent_tile(tile: int, tiles_m: int, tiles_n: int, group_m: int = PERSISTENT_TILES.group_m) -> tuple[int, int]:
@@ -177,18 +196,20 @@ class _LaunchConfig(ctypes.Structure):
 
 
 @functools.cache
-def resident_clusters(kernel_name: str, shared_bytes: int, cluster: int) -> int | None:
+def resident_clusters(kernel_name: str, shared_bytes: int, cluster: int, defines: tuple[str, ...] = ()) -> int | None:
     """How many clusters of this kernel the GPU runs at once (cuOccupancyMaxActiveClusters), or None
     if the driver cannot say. A cluster's blocks must sit on SMs of one GPC: with one 225 KB block
     per SM, a GPC with an odd number of free SMs leaves one idle, so this can be below SMs / 2. A
     persistent grid of more clusters than that would run the extra ones after the others finish,
-    doubling the time of their tiles: the launcher keeps the grid within it."""
+    doubling the time of their tiles: the launcher keeps the grid within it. `defines`: the build's
+    (PersistentTiles.defines: the width)."""
     config = _LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(PERSISTENT_TILES.threads, 1, 1),
                            shared_bytes, None, None, 0)
     count = ctypes.c_int()
     query = cuda_driver().cuOccupancyMaxActiveClusters
     query.argtypes, query.restype = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)], ctypes.c_int
-    if query(ctypes.byref(count), _kernel(kernel_name, shared_bytes), ctypes.byref(config)) != 0 or count.value < 1:
+    if query(ctypes.byref(count), _kernel(kernel_name, shared_bytes, defines), ctypes.byref(config)) != 0 \
+            or count.value < 1:
         return None
     return count.value
 
@@ -227,35 +248,46 @@ def _checked(a, b, out):
 def choose_schedule(a, b, epilogue: str | None = None) -> str:
     """The schedule the measured rule picks for A (M x K) @ B (K x N) (`epilogue`: see the rule), read
     from the shapes alone: nothing is launched (the CPU tests ask it)."""
+    return choose_build(a, b, epilogue).schedule
+
+
+def choose_build(a, b, epilogue: str | None = None):
+    """The build (schedule and tile width) the measured rule picks for A (M x K) @ B (K x N): a
+    matmul_wgmma_schedule.Build, from the shapes alone."""
     # imported here, not at the top: the rule module reads this module's tiles
     from week1_cuda_python import matmul_wgmma_schedule
     (m, k), n = a.shape, b.shape[1]
-    return matmul_wgmma_schedule.choose(m, n, k, a.dtype, epilogue)
+    return matmul_wgmma_schedule.choose_build(m, n, k, a.dtype, epilogue)
 
 
 def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES, blocks: int | None = None,
-                      cluster: int = 1, schedule: str | None = None) -> torch.Tensor:
-    """C = A @ B with the kernel built with `tiles` (its tile order): what the public launchers call.
-    `blocks` caps the grid below the SM count: the tests make one block walk many tiles with it.
+                      cluster: int = 1, schedule: str | None = None, width: int | None = None) -> torch.Tensor:
+    """C = A @ B with the kernel built with `tiles`' tile order (group_m; its rows follow the schedule,
+    its columns `width`): what the public launchers call. `blocks` caps the grid below the SM count:
+    the tests make one block walk many tiles with it.
     `cluster`: 1 is the wgmma_persistent rung, 2 the wgmma_cluster rung (pairs sharing B's loads).
     `schedule`: "cooperative" (both consumers on one 128 x 256 tile), or "pingpong" (each consumer on
-    its own 64 x 256 tiles, alternately: kernels/matmul_wgmma_pingpong.cu; cluster 1 only), or None: the
-    measured rule's choice for this shape (matmul_wgmma_schedule.py; cooperative for the cluster rung)."""
+    its own 64 x 256 tiles, alternately: kernels/matmul_wgmma_pingpong.cu; cluster 1 only).
+    `width`: the tile's columns, one of WIDTHS (256, the source's; 192 and 128 are -DWP_BN builds).
+    Both None: the measured rule's build for this shape (matmul_wgmma_schedule.py; its schedule and
+    width were measured together, so it is asked only when both are left open); otherwise a schedule
+    left open is cooperative and a width 256. The cluster rung never asks the rule."""
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
     if schedule is not None and schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES} or None (the measured rule), got {schedule!r}")
+    check_width(width)
     if schedule == "pingpong" and cluster != 1:
         raise ValueError(f"schedule='pingpong' runs without clusters: cluster must be 1, got {cluster!r}")
     if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
                          f"{cluster}, got {blocks!r}")
     out, m, n, k = _checked(a, b, out)
-    if schedule is None:
-        schedule = choose_schedule(a, b) if cluster == 1 else "cooperative"
+    if schedule is None and width is None and cluster == 1:
+        schedule, width = choose_build(a, b)
+    schedule, width = schedule or "cooperative", width or PERSISTENT_TILES.bn
     pingpong = schedule == "pingpong"
-    if pingpong:  # 64-row tiles, the same tile order
-        tiles = PersistentTiles(bm=PINGPONG_TILES.bm, group_m=tiles.group_m)
+    tiles = schedule_tiles(schedule, width, tiles.group_m)  # ping-pong: 64-row tiles; the same tile order
     why = unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)
@@ -270,7 +302,7 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     name = f"{'wgmma_pingpong' if pingpong else CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
     sms = runtime.sm_count()
     if cluster > 1:  # as many blocks as whole clusters can be resident at once (resident_clusters)
-        sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster) or sms // cluster)
+        sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster, tiles.defines()) or sms // cluster)
     grid, block = launch_geometry(m, n, min(sms, blocks or sms), tiles, cluster)
     kernel = _kernel(name, tiles.shared_bytes, tiles.defines(), PINGPONG_SOURCE if pingpong else None)
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
@@ -309,14 +341,16 @@ def matmul_wgmma_pingpong(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | 
 
 # --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_persistent) ---
 
-def _sanitizer_case(dtype: torch.dtype, cluster: int = 1, schedule: str = "cooperative") -> None:
+def _sanitizer_case(dtype: torch.dtype, cluster: int = 1, schedule: str = "cooperative", width: int = 256) -> None:
     # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store
     # chunk of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
     # partial one; 6 tiles on 2 blocks, so each block walks several and the ring wraps across them.
     # For the cluster rung: 3 rows of tiles, so the pair's second block has no tile in the last row.
+    # Width 192: 328 = 192 + 136 (the last chunk 8 columns wide); 128: 2 x 128 + 72.
     a = random_tensor((300, 328), dtype, runtime.DEVICE)
     b = random_tensor((328, 328), dtype, runtime.DEVICE)
-    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster, schedule=schedule)
+    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster, schedule=schedule,
+                      width=width)
     torch.cuda.synchronize()
 
 
@@ -326,4 +360,8 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = {
     for cluster, name in CLUSTERS.items() for dtype in DTYPES
 } | {  # ping-pong: 5 row tiles of 64 x 2 column tiles on 2 blocks: 5 tiles each, 3 and 2 per consumer
     f"wgmma_pingpong_{TYPE_SUFFIX[dtype]}": functools.partial(_sanitizer_case, dtype, 1, "pingpong") for dtype in DTYPES
+} | {  # the width builds, both schedules, bf16
+    f"{'wgmma_pingpong' if schedule == 'pingpong' else CLUSTERS[1]}_bf16_bn{width}":
+        functools.partial(_sanitizer_case, torch.bfloat16, 1, schedule, width)
+    for width in WIDTHS[1:] for schedule in SCHEDULES
 } if unsupported(runtime.capability()) is None else {}

@@ -251,12 +251,16 @@ __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
 #define HP_D16(i) HP_D4(i), HP_D4((i) + 4), HP_D4((i) + 8), HP_D4((i) + 12)
 #define HP_D32 HP_D16(0), HP_D16(16)
 #define HP_D64 HP_D32, HP_D16(32), HP_D16(48)
+#define HP_D96 HP_D64, HP_D16(64), HP_D16(80)
 #define HP_D128 HP_D64, HP_D16(64), HP_D16(80), HP_D16(96), HP_D16(112)
 #define HP_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n" \
                   " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define HP_REGS64 HP_REGS32 ",\n" \
                   " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n" \
                   " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define HP_REGS96 HP_REGS64 ",\n" \
+                  " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n" \
+                  " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define HP_REGS128 HP_REGS64 ",\n" \
                   " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n" \
                   " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n" \
@@ -269,6 +273,11 @@ __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
 // The scale-d predicate (accumulate = 0) starts a tile from zero without N / 2 register moves. After the
 // accumulators: %A A's descriptor, %A+1 B's, %A+2 accumulate, %A+3 TRANS_B; the immediates between are
 // scale A by 1, scale B by 1, A not transposed.
+// N: the PTX ISA's wgmma.mma_async takes, for .f16 and .bf16 inputs, every .m64nNk16 with N a multiple of 8
+// from 8 to 256 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma.mma_async, .shape;
+// the list as the ptx-90-parser crate quotes it, docs.rs/ptx-90-parser/0.2.2, wgmma_mma_async.rs). The course
+// wraps the ones its kernels use: 64 and 128 (attention), 128, 192 and 256 (the persistent GEMM's tile widths,
+// matmul_wgmma_persistent.cu's WP_BN).
 #define HP_WGMMA_SS(N, TYPE, REGS, A, B, P, TB, ...)                                                  \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                   \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE "\n" REGS "},\n"    \
@@ -278,7 +287,8 @@ __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
 template <int N, typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
-    static_assert(N == 64 || N == 128 || N == 256, "the course's wgmma shapes: m64n64k16, m64n128k16, m64n256k16");
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256,
+                  "the course's wgmma shapes: m64n64k16, m64n128k16, m64n192k16, m64n256k16");
     static_assert(TRANS_B == WGMMA_B_K_MAJOR || TRANS_B == WGMMA_B_MN_MAJOR, "TRANS_B: WGMMA_B_K_MAJOR or _MN_MAJOR");
     constexpr bool half = std::is_same<T, __half>::value;
     static_assert(half || std::is_same<T, __nv_bfloat16>::value, "T: __half or __nv_bfloat16");
@@ -288,6 +298,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
     } else if constexpr (N == 128) {
         if constexpr (half) HP_WGMMA_SS(128, "f16", HP_REGS64, 64, 65, 66, 67, HP_D64);
         else HP_WGMMA_SS(128, "bf16", HP_REGS64, 64, 65, 66, 67, HP_D64);
+    } else if constexpr (N == 192) {
+        if constexpr (half) HP_WGMMA_SS(192, "f16", HP_REGS96, 96, 97, 98, 99, HP_D96);
+        else HP_WGMMA_SS(192, "bf16", HP_REGS96, 96, 97, 98, 99, HP_D96);
     } else {
         if constexpr (half) HP_WGMMA_SS(256, "f16", HP_REGS128, 128, 129, 130, 131, HP_D128);
         else HP_WGMMA_SS(256, "bf16", HP_REGS128, 128, 129, 130, 131, HP_D128);

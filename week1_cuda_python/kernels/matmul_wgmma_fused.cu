@@ -22,6 +22,10 @@
 // right half; accumulator column t (< 128) is gate column f0 + t and t + 128 its up partner, held by
 // the same thread (the wgmma layout repeats every 8 columns), so silu(g) * u needs no shuffle.
 // [Wg; Wu] is the capstone's up-projection weight as it is (model.py: one GEMM, `[gate | up]`).
+// That is the 256-wide tile; the width builds (-DWP_BN, matmul_wgmma_persistent.cu's header) halve
+// it the same way at 128 (64 gate columns, 64 up), but not at 192: each half would be 96 columns,
+// one and a half of the 64-column slabs B is loaded in and C stored in, so that build has no
+// SwiGLU entry points and the launcher refuses width=192 for it.
 //
 // Costs of the epilogue loads: the bias is N values read by every row tile (from L2); R is read
 // with 4-byte loads, 16 bytes per row per warp instruction, and the eight instructions of a chunk
@@ -51,5 +55,7 @@ WF_ENTRY(wgmma_linear_bias_f16, __half, WP_EPI_BIAS)
 WF_ENTRY(wgmma_linear_bias_bf16, __nv_bfloat16, WP_EPI_BIAS)
 WF_ENTRY(wgmma_linear_residual_f16, __half, WP_EPI_RESIDUAL)
 WF_ENTRY(wgmma_linear_residual_bf16, __nv_bfloat16, WP_EPI_RESIDUAL)
+#if WP_SWIGLU_BUILDS  // not in the WP_BN = 192 build (the header's "SwiGLU without an interleaved weight")
 WF_ENTRY(wgmma_linear_swiglu_f16, __half, WP_EPI_SWIGLU)
 WF_ENTRY(wgmma_linear_swiglu_bf16, __nv_bfloat16, WP_EPI_SWIGLU)
+#endif

@@ -37,6 +37,16 @@
 // against 64 FLOP per byte). The cost: 128 fp32 accumulators per consumer thread, which setmaxnreg pays for (232
 // registers), and fewer tiles (a ragged last wave at small sizes).
 //
+// Tile width builds (-DWP_BN=192 or 128; 256 when not defined). The ragged last wave is the price at the capstone's
+// N = 768: 768 / 256 = 3 column tiles, 64 x 3 = 192 tiles of 128 x 256 at 8192 rows, 1.45 waves on 132 SMs, the
+// second wave 45% full. With WP_BN = 192 (wgmma m64n192k16) the same C is 4 column tiles, 256 tiles, 1.94 waves;
+// with 128, 384 tiles, 2.9 waves. The width is a compile-time constant (the accumulators are registers, so their
+// count must be), one cubin per width; everything below follows it: B's stage is WP_BN / 64 slabs, the epilogue
+// WP_BN / 64 chunks, a consumer thread WP_BN / 2 accumulators. matmul_wgmma_waves.py gives the arithmetic per
+// width and shape, and the schedule rule (matmul_wgmma_schedule.py) picks a width per shape from measurements.
+// SwiGLU splits a tile into a gate half and an up half of whole 64-column slabs and store chunks: 256 and 128
+// only (WP_SWIGLU_BUILDS; a 192-wide tile's halves would be 96 columns).
+//
 // Shared memory (227 KB per block at most on the H100): 4 stages x 48 KB = 192 KB for the ring, + 2 consumers x 2
 // buffers x 8 KB = 32 KB for the epilogue (a 128 x 256 tile of C staged whole would need 64 KB, which with 4 stages
 // does not fit; 3 stages would), + 1 KB to align to 1024.
@@ -58,7 +68,9 @@
 
 // Tiles (matmul_wgmma_persistent.py's PERSISTENT_TILES must match).
 #define WP_BM 128         // rows of C per tile: 2 consumer warpgroups x wgmma's M = 64
-#define WP_BN 256         // columns per tile: wgmma's largest N
+#ifndef WP_BN
+#define WP_BN 256         // columns per tile: wgmma's largest N (-DWP_BN=192 or 128: the header's width builds)
+#endif
 #define WP_BK 64          // k per stage: 64 halves = 128 bytes, one swizzle row
 #define WP_STAGES 4       // the ring: 4 x 48 KB
 #define WP_CONSUMERS 2    // consumer warpgroups; warpgroup 0 is the producer
@@ -75,6 +87,11 @@
 #define WP_C_BUFFERS 2                                    // per consumer warpgroup
 #define WP_SMEM_BYTES (WP_STAGES * WP_STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024)
 
+// SwiGLU's halves of a tile (WP_BN / 2 columns each) are whole slabs and store chunks: the fused entry points
+// build it only where this is 1 (WP_BN = 256 or 128).
+#define WP_SWIGLU_BUILDS (WP_BN / 2 % WP_C_CHUNK == 0)
+
+static_assert(WP_BN == 256 || WP_BN == 192 || WP_BN == 128, "WP_BN: 256, 192 or 128 (matmul_wgmma_persistent.WIDTHS)");
 static_assert(WP_BK * 2 == 128 && WP_B_SLAB * 2 == 128 && WP_C_CHUNK * 2 == 128, "128-byte swizzle rows");
 static_assert(WP_BM == 64 * WP_CONSUMERS && WP_BN % WP_C_CHUNK == 0, "tile shape");
 static_assert(WP_STAGE_BYTES % 1024 == 0 && WP_C_BYTES % 1024 == 0, "every buffer starts 1024-aligned");
@@ -145,7 +162,7 @@ __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f 
 // CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent loop then walks
 // "units" of CLUSTER vertically adjacent tiles, one per block of the cluster. B_NK = false: B is K x N row-major
 // (this rung); true: B is N x K row-major (nn.Linear's weight), loaded as 64-row boxes of 64 k (128 bytes) each, the
-// same K-major swizzled layout as A: the four boxes of a stage sit back to back, 256 rows of 128 bytes, and one
+// same K-major swizzled layout as A: the WP_BN / 64 boxes of a stage sit back to back, WP_BN rows of 128 bytes, and one
 // descriptor with SBO = 1024 (8 rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's
 // columns: N, or N / 2 for SwiGLU) are the fused variants'. PINGPONG = false: both consumer warpgroups work on one
 // 128 x 256 tile ("cooperative"), so while they run the epilogue nobody issues wgmmas. true
@@ -160,8 +177,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 #if WP_HOPPER
     static_assert(EPI == WP_EPI_NONE || (CLUSTER == 1 && B_NK), "the fused epilogues: B_NK, no cluster");
     static_assert(!PINGPONG || CLUSTER == 1, "ping-pong: no cluster");
-    // A tile's rows, and a ring stage: 128 rows of A + 256 columns of B (48 KB), or with ping-pong
-    // one warpgroup's 64 rows of A + the same B (40 KB).
+    static_assert(EPI != WP_EPI_SWIGLU || WP_SWIGLU_BUILDS, "SwiGLU: WP_BN 256 or 128 (halves of whole slabs)");
+    // A tile's rows, and a ring stage: 128 rows of A + WP_BN columns of B (48 KB at 256), or with ping-pong
+    // one warpgroup's 64 rows of A + the same B (40 KB at 256).
     constexpr int TILE_M = PINGPONG ? 64 : WP_BM;
     constexpr int A_BYTES = TILE_M * WP_BK * 2;
     constexpr int STAGE_BYTES = A_BYTES + WP_BN / WP_B_SLAB * WP_B_SLAB_BYTES;
@@ -178,9 +196,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     [[maybe_unused]] unsigned char* stages = base;                 // the ring (maybe_unused: the stub's holes)
     unsigned char* c_bufs = base + WP_STAGES * STAGE_BYTES;        // the epilogue's chunks
 
-    // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them, and writes 128
-    // columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage come from gate rows f0 .. f0 +
-    // 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
+    // SwiGLU: a tile computes WP_BN / 2 gate columns (128 at 256) and the up columns that match them, and writes
+    // WP_BN / 2 columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): at 256, slabs 0, 1 of a stage come from gate
+    // rows f0 .. f0 + 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
     constexpr bool SWIGLU = EPI == WP_EPI_SWIGLU;
     constexpr int TILE_OUT = SWIGLU ? WP_BN / 2 : WP_BN;           // columns of C per tile
     const int c_cols = SWIGLU ? n_out : N;                         // columns of C
@@ -267,11 +285,12 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         const int c = warpgroup - 1;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
-        [[maybe_unused]] float d[128];
+        [[maybe_unused]] float d[WP_BN / 2];  // the warpgroup's 64 x WP_BN fp32 accumulators
         // Ping-pong: this consumer's first tile is the block's tile c, whose k steps start at ring
         // position c * k_tiles; after each tile it skips the other consumer's k_tiles positions.
         uint32_t it = PINGPONG ? c * k_tiles : 0;  // the same ring position as the producer's
         int mine = 0;                               // ping-pong: this consumer's tiles so far
+        [[maybe_unused]] uint32_t chunks_done = 0;  // store chunks of this consumer's earlier tiles (below)
         for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;
              unit += (PINGPONG ? 2 : 1) * unit_stride) {
             int unit_m, tile_n;
@@ -290,7 +309,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             // HINT: consumer c's tile `mine` waits for the other's arrival mine - 1 + c on turn[c]: `if (PINGPONG &&
             //   mine + c > 0) mbar_wait(&turn[c], (mine - 1 + c) & 1);`; after the loop thread 0 arrives on turn[c
             //   ^ 1].
-            // HINT: `wgmma_ss<256, T, B_TRANS>(d, smem_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);`
+            // HINT: `wgmma_ss<WP_BN, T, B_TRANS>(d, smem_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);`
             // STUB: #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
             // Ping-pong: the other consumer has waited on every stage of the block's previous tile (pingpong.cu says
             // why). Consumer 0's tile `mine` waits for the other's arrival `mine`, consumer 1's for `mine + 1`.
@@ -308,7 +327,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     // B (K x N): MN-major, 16 k = 16 rows of 128 bytes, LBO = one 64-column slab.
                     const uint64_t desc_b = B_NK ? smem_desc(b_base + kk * 32, 16, 1024)
                                                  : smem_desc(b_base + kk * 16 * 128, WP_B_SLAB_BYTES, 1024);
-                    wgmma_ss<256, T, B_TRANS>(d, smem_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);
+                    wgmma_ss<WP_BN, T, B_TRANS>(d, smem_desc(a_base + kk * 32, 16, 1024), desc_b, kt > 0 || kk > 0);
                 }
                 wgmma_commit();
                 // This k tile's wgmmas keep running; the previous one's are done: free its stage
@@ -330,13 +349,19 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 
             // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8} and columns 8j +
-            // 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in d[4j + 2h + {0, 1}] (h: the +8 row).
-            // Chunk q of C is j = 8q .. 8q+7; with SwiGLU the matching up columns are j + 16, in the same thread's
-            // registers.
+            // 2*(lane%4) + {0, 1} of the warpgroup's 64 x WP_BN, j = 0 .. WP_BN / 8 - 1, in d[4j + 2h + {0, 1}] (h: the
+            // +8 row). Chunk q of C is j = 8q .. 8q+7; with SwiGLU the matching up columns are TILE_OUT further, j +
+            // TILE_OUT / 8 (16 at 256), in the same thread's registers.
             [[maybe_unused]] const int row0 = warp * 16 + lane / 4;
+            constexpr int CHUNKS = TILE_OUT / WP_C_CHUNK;  // store chunks per tile
 #pragma unroll
-            for (int q = 0; q < TILE_OUT / WP_C_CHUNK; ++q) {
-                unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
+            for (int q = 0; q < CHUNKS; ++q) {
+                // The buffers take turns chunk after chunk, across tiles too. With an even number of chunks a
+                // tile that is q's parity; with an odd number (WP_BN = 192: 3; SwiGLU at 128: 1) a tile's first
+                // chunk would take the buffer the tile before's last chunk may still be stored from, which the
+                // wait below allows: the turn then runs on from the chunks already done.
+                const int turn_q = CHUNKS % WP_C_BUFFERS == 0 ? q : (int)((chunks_done + q) % WP_C_BUFFERS);
+                unsigned char* buf = my_bufs + (turn_q % WP_C_BUFFERS) * WP_C_BYTES;
                 // The store that last read this buffer was committed two groups ago (every chunk
                 // commits one group, stored or not): once at most one is still reading, it is free.
                 if (tid == 0) bulk_wait_read<WP_C_BUFFERS - 1>();
@@ -346,9 +371,10 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     // BEGIN EXERCISE: this thread's pairs of chunk column group jj (j = 8q + jj; rows row0 and row0 +
                     //   8): the fused epilogue on the fp32 pair (EPI: SwiGLU with the up partner's registers, + bias,
                     //   + residual), then the pair packed to C's type at its 128-byte-swizzled place in `buf`
-                    // HINT: the pair is d[4j + 2h], d[4j + 2h + 1]; SwiGLU's up partner, 128 columns on, is the same
-                    //   thread's 4(j + 16) + 2h (+1). The TMA store reads the buffer 128-byte swizzled: 16-byte chunk
-                    //   jj of row r sits at chunk jj ^ (r % 8), which also spreads a warp's 8 rows over all 32 banks.
+                    // HINT: the pair is d[4j + 2h], d[4j + 2h + 1]; SwiGLU's up partner, TILE_OUT columns on, is the
+                    //   same thread's 4(j + TILE_OUT / 8) + 2h (+1). The TMA store reads the buffer 128-byte swizzled:
+                    //   16-byte chunk jj of row r sits at chunk jj ^ (r % 8), which also spreads a warp's 8 rows over
+                    //   all 32 banks.
                     // HINT: if constexpr on EPI: wp_swiglu(v, up); += wp_load_pair(extra + col) (bias, col < c_cols)
                     //   or at row * c_cols + col (residual, row < M); then the pack: pack2(v0, v1, T()) at buf +
                     //   offset.
@@ -364,8 +390,8 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                             // and row of C of this pair.
                             const int col = n0 + 8 * j + 2 * (lane % 4), row = row_base + r;
                             if constexpr (EPI == WP_EPI_SWIGLU) {
-                                v0 = wp_swiglu(v0, d[4 * (j + 16) + 2 * h]);
-                                v1 = wp_swiglu(v1, d[4 * (j + 16) + 2 * h + 1]);
+                                v0 = wp_swiglu(v0, d[4 * (j + TILE_OUT / 8) + 2 * h]);
+                                v1 = wp_swiglu(v1, d[4 * (j + TILE_OUT / 8) + 2 * h + 1]);
                             } else if constexpr (EPI == WP_EPI_BIAS) {
                                 if (col < c_cols) { const float2 b = wp_load_pair(extra + col); v0 += b.x; v1 += b.y; }
                             } else if constexpr (EPI == WP_EPI_RESIDUAL) {
@@ -396,6 +422,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     bulk_commit();
                 }
             }
+            chunks_done += CHUNKS;
             if (PINGPONG) { it += k_tiles; ++mine; }  // the other consumer's tile: its positions, not ours
         }
         if (tid == 0) bulk_wait<0>();  // shared memory must outlive the stores reading it

@@ -37,6 +37,7 @@
 //
 // Build: sm_90a only, like the file it includes (-gencode=arch=compute_90a,code=sm_90a);
 // elsewhere the bodies trap and the launchers refuse non-sm_90 GPUs before anything is compiled.
+// -DWP_BN=192 or 128: the tile width builds (64 x WP_BN tiles; matmul_wgmma_persistent.cu's header).
 #define WP_BODY_ONLY
 #ifdef WP_BODY  // -DWP_BODY='"path"': the body's exercise stub, which the launchers name under --impl=exercises
 #include WP_BODY
@@ -71,5 +72,7 @@ WPP_FUSED_ENTRY(wgmma_linear_pingpong_bias_f16, __half, WP_EPI_BIAS)
 WPP_FUSED_ENTRY(wgmma_linear_pingpong_bias_bf16, __nv_bfloat16, WP_EPI_BIAS)
 WPP_FUSED_ENTRY(wgmma_linear_pingpong_residual_f16, __half, WP_EPI_RESIDUAL)
 WPP_FUSED_ENTRY(wgmma_linear_pingpong_residual_bf16, __nv_bfloat16, WP_EPI_RESIDUAL)
+#if WP_SWIGLU_BUILDS  // not in the WP_BN = 192 build: SwiGLU's halves must be whole 64-column slabs
 WPP_FUSED_ENTRY(wgmma_linear_pingpong_swiglu_f16, __half, WP_EPI_SWIGLU)
 WPP_FUSED_ENTRY(wgmma_linear_pingpong_swiglu_bf16, __nv_bfloat16, WP_EPI_SWIGLU)
+#endif

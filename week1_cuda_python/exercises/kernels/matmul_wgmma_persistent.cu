@@ -41,7 +41,9 @@
 
 // Tiles (matmul_wgmma_persistent.py's PERSISTENT_TILES must match).
 #define WP_BM 128         // rows of C per tile: 2 consumer warpgroups x wgmma's M = 64
-#define WP_BN 256         // columns per tile: wgmma's largest N
+#ifndef WP_BN
+#define WP_BN 256         // columns per tile: wgmma's largest N (-DWP_BN=192 or 128: the header's width builds)
+#endif
 #define WP_BK 64          // k per stage: 64 halves = 128 bytes, one swizzle row
 #define WP_STAGES 4       // the ring: 4 x 48 KB
 #define WP_CONSUMERS 2    // consumer warpgroups; warpgroup 0 is the producer
@@ -58,6 +60,11 @@
 #define WP_C_BUFFERS 2                                    // per consumer warpgroup
 #define WP_SMEM_BYTES (WP_STAGES * WP_STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024)
 
+// SwiGLU's halves of a tile (WP_BN / 2 columns each) are whole slabs and store chunks: the fused entry points
+// build it only where this is 1 (WP_BN = 256 or 128).
+#define WP_SWIGLU_BUILDS (WP_BN / 2 % WP_C_CHUNK == 0)
+
+static_assert(WP_BN == 256 || WP_BN == 192 || WP_BN == 128, "WP_BN: 256, 192 or 128 (matmul_wgmma_persistent.WIDTHS)");
 static_assert(WP_BK * 2 == 128 && WP_B_SLAB * 2 == 128 && WP_C_CHUNK * 2 == 128, "128-byte swizzle rows");
 static_assert(WP_BM == 64 * WP_CONSUMERS && WP_BN % WP_C_CHUNK == 0, "tile shape");
 static_assert(WP_STAGE_BYTES % 1024 == 0 && WP_C_BYTES % 1024 == 0, "every buffer starts 1024-aligned");
@@ -117,7 +124,7 @@ __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f 
 // CLUSTER = 1: the wgmma_persistent rung. CLUSTER = 2: the wgmma_cluster rung (above); the persistent loop then walks
 // "units" of CLUSTER vertically adjacent tiles, one per block of the cluster. B_NK = false: B is K x N row-major
 // (this rung); true: B is N x K row-major (nn.Linear's weight), loaded as 64-row boxes of 64 k (128 bytes) each, the
-// same K-major swizzled layout as A: the four boxes of a stage sit back to back, 256 rows of 128 bytes, and one
+// same K-major swizzled layout as A: the WP_BN / 64 boxes of a stage sit back to back, WP_BN rows of 128 bytes, and one
 // descriptor with SBO = 1024 (8 rows) covers them. EPI, `extra` (the bias or the residual, or null) and `n_out` (C's
 // columns: N, or N / 2 for SwiGLU) are the fused variants'. PINGPONG = false: both consumer warpgroups work on one
 // 128 x 256 tile ("cooperative"), so while they run the epilogue nobody issues wgmmas. true
@@ -132,8 +139,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 #if WP_HOPPER
     static_assert(EPI == WP_EPI_NONE || (CLUSTER == 1 && B_NK), "the fused epilogues: B_NK, no cluster");
     static_assert(!PINGPONG || CLUSTER == 1, "ping-pong: no cluster");
-    // A tile's rows, and a ring stage: 128 rows of A + 256 columns of B (48 KB), or with ping-pong
-    // one warpgroup's 64 rows of A + the same B (40 KB).
+    static_assert(EPI != WP_EPI_SWIGLU || WP_SWIGLU_BUILDS, "SwiGLU: WP_BN 256 or 128 (halves of whole slabs)");
+    // A tile's rows, and a ring stage: 128 rows of A + WP_BN columns of B (48 KB at 256), or with ping-pong
+    // one warpgroup's 64 rows of A + the same B (40 KB at 256).
     constexpr int TILE_M = PINGPONG ? 64 : WP_BM;
     constexpr int A_BYTES = TILE_M * WP_BK * 2;
     constexpr int STAGE_BYTES = A_BYTES + WP_BN / WP_B_SLAB * WP_B_SLAB_BYTES;
@@ -150,9 +158,9 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     [[maybe_unused]] unsigned char* stages = base;                 // the ring (maybe_unused: the stub's holes)
     unsigned char* c_bufs = base + WP_STAGES * STAGE_BYTES;        // the epilogue's chunks
 
-    // SwiGLU: a tile computes WP_BN / 2 = 128 gate columns and the 128 up columns that match them, and writes 128
-    // columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): slabs 0, 1 of a stage come from gate rows f0 .. f0 +
-    // 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
+    // SwiGLU: a tile computes WP_BN / 2 gate columns (128 at 256) and the up columns that match them, and writes
+    // WP_BN / 2 columns of C. B is [W_gate; W_up] (N = 2 * n_out rows): at 256, slabs 0, 1 of a stage come from gate
+    // rows f0 .. f0 + 127, slabs 2, 3 from up rows n_out + f0 .. (f0 = 128 tile_n).
     constexpr bool SWIGLU = EPI == WP_EPI_SWIGLU;
     constexpr int TILE_OUT = SWIGLU ? WP_BN / 2 : WP_BN;           // columns of C per tile
     const int c_cols = SWIGLU ? n_out : N;                         // columns of C
@@ -213,11 +221,12 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         const int c = warpgroup - 1;
         const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
         unsigned char* my_bufs = c_bufs + c * WP_C_BUFFERS * WP_C_BYTES;
-        [[maybe_unused]] float d[128];
+        [[maybe_unused]] float d[WP_BN / 2];  // the warpgroup's 64 x WP_BN fp32 accumulators
         // Ping-pong: this consumer's first tile is the block's tile c, whose k steps start at ring
         // position c * k_tiles; after each tile it skips the other consumer's k_tiles positions.
         uint32_t it = PINGPONG ? c * k_tiles : 0;  // the same ring position as the producer's
         int mine = 0;                               // ping-pong: this consumer's tiles so far
+        [[maybe_unused]] uint32_t chunks_done = 0;  // store chunks of this consumer's earlier tiles (below)
         for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;
              unit += (PINGPONG ? 2 : 1) * unit_stride) {
             int unit_m, tile_n;
@@ -234,13 +243,19 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
 
             // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8} and columns 8j +
-            // 2*(lane%4) + {0, 1} of the warpgroup's 64 x 256, j = 0 .. 31, in d[4j + 2h + {0, 1}] (h: the +8 row).
-            // Chunk q of C is j = 8q .. 8q+7; with SwiGLU the matching up columns are j + 16, in the same thread's
-            // registers.
+            // 2*(lane%4) + {0, 1} of the warpgroup's 64 x WP_BN, j = 0 .. WP_BN / 8 - 1, in d[4j + 2h + {0, 1}] (h: the
+            // +8 row). Chunk q of C is j = 8q .. 8q+7; with SwiGLU the matching up columns are TILE_OUT further, j +
+            // TILE_OUT / 8 (16 at 256), in the same thread's registers.
             [[maybe_unused]] const int row0 = warp * 16 + lane / 4;
+            constexpr int CHUNKS = TILE_OUT / WP_C_CHUNK;  // store chunks per tile
 #pragma unroll
-            for (int q = 0; q < TILE_OUT / WP_C_CHUNK; ++q) {
-                unsigned char* buf = my_bufs + (q % WP_C_BUFFERS) * WP_C_BYTES;
+            for (int q = 0; q < CHUNKS; ++q) {
+                // The buffers take turns chunk after chunk, across tiles too. With an even number of chunks a
+                // tile that is q's parity; with an odd number (WP_BN = 192: 3; SwiGLU at 128: 1) a tile's first
+                // chunk would take the buffer the tile before's last chunk may still be stored from, which the
+                // wait below allows: the turn then runs on from the chunks already done.
+                const int turn_q = CHUNKS % WP_C_BUFFERS == 0 ? q : (int)((chunks_done + q) % WP_C_BUFFERS);
+                unsigned char* buf = my_bufs + (turn_q % WP_C_BUFFERS) * WP_C_BYTES;
                 // The store that last read this buffer was committed two groups ago (every chunk
                 // commits one group, stored or not): once at most one is still reading, it is free.
                 if (tid == 0) bulk_wait_read<WP_C_BUFFERS - 1>();
@@ -264,6 +279,7 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     bulk_commit();
                 }
             }
+            chunks_done += CHUNKS;
             if (PINGPONG) { it += k_tiles; ++mine; }  // the other consumer's tile: its positions, not ours
         }
         if (tid == 0) bulk_wait<0>();  // shared memory must outlive the stores reading it
