@@ -370,6 +370,16 @@ def metadata(model: m.GPT, *, max_batch: int, max_len: int) -> dict[str, str]:
             "course.device": model.tok.weight.device.type, "course.weights": "float"}
 
 
+# The package's wrapper .so linked to the process's shared libstdc++ by file name (ld's -l:FILE, ahead of the
+# driver's own -lstdc++). Without it, on the lent H100's image ld took libstdc++.a from a toolchain folder that
+# holds only the archive (the probe's -Wl,--trace: results/aot_loader_probe.json, "wrappers"), so the wrapper
+# carried its own copy of libstdc++ into a process where torch had loaded the shared one, and the model's
+# constructor died in std::regex (notes/aot_package.md, "Where it does not load"). Linked this way the same
+# packages load and run there (the probe's H3, H4, H6); where the link already took the shared one, it changes
+# nothing.
+LINK_OPTIONS = {"aot_inductor.custom_op_libs": [":libstdc++.so.6"]}
+
+
 def package(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = None,
             extra_metadata: dict[str, str] | None = None) -> Path:
     """Export, AOT-compile and package `model` (prefill + decode) into the .pt2 file `path`.
@@ -381,7 +391,7 @@ def package(model: m.GPT, path, *, max_batch: int = 8, max_len: int | None = Non
         raise ValueError(f"path must end in .pt2 (what the loaders expect), got {str(path)!r}")
     max_len = model.cfg.max_seq_len if max_len is None and isinstance(model, m.GPT) else max_len
     programs = export_programs(model, max_batch=max_batch, max_len=max_len)
-    options = {"aot_inductor.package": True,
+    options = {"aot_inductor.package": True, **LINK_OPTIONS,
                "aot_inductor.metadata": {**metadata(model, max_batch=max_batch, max_len=max_len), **(extra_metadata or {})}}
     files = {}
     for name, program in programs.items():

@@ -105,14 +105,19 @@ def course_package(root: Path, kind: str, dtype, *, max_batch: int, max_len: int
 
 
 def one_linear(root: Path, device, dtype) -> dict:
-    """The smallest CUDA package there is (one nn.Linear, exported and AOT-compiled), its record."""
+    """The smallest CUDA package there is (one nn.Linear, exported and AOT-compiled with the course's link
+    options, aot_package.LINK_OPTIONS), its record: a crash of it too is torch's or the machine's, not the
+    course package's (with other options a skip could hide a package that the course's link breaks)."""
+    from week5_integration import aot_package as ap
 
     def build(path):
         linear = torch.nn.Linear(64, 64).to(device, dtype)
         program = torch.export.export(linear, (torch.randn(4, 64, device=device, dtype=dtype),))
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                 inductor_configs=dict(ap.LINK_OPTIONS))
 
-    return build_once(root, {"kind": "one nn.Linear", "device": str(device), "dtype": str(dtype)}, build)
+    return build_once(root, {"kind": "one nn.Linear", "device": str(device), "dtype": str(dtype),
+                             "link": ap.LINK_OPTIONS}, build)
 
 
 def require_loadable(record: dict, root: Path, device, dtype) -> Path:
@@ -124,7 +129,8 @@ def require_loadable(record: dict, root: Path, device, dtype) -> Path:
     probe = one_linear(root, device, dtype)["load_signal"]
     if probe is not None:
         pytest.skip(f"torch {torch.__version__}'s AOTInductor loader dies of signal {crash} loading any CUDA "
-                    f"package on this machine, a one-Linear model's too (signal {probe}): a fault of torch or the "
+                    f"package on this machine, a one-Linear model's too, linked the same way (signal {probe}): a fault of "
+                    "torch or the "
                     "driver here, not of this package (notes/aot_package.md, 'Where it does not load'; "
                     "tools/gpu_aot_loader_probe.sh tests the hypotheses)")
     pytest.fail(f"loading the package kills a fresh process with signal {crash}, while a one-Linear package loads")

@@ -274,6 +274,27 @@ def test_package_kernels_say_whose_code_runs(built):
         assert found["course"] == [], found
 
 
+@PACKAGE_SLOW
+def test_package_wrappers_link_the_shared_libstdcxx(built, tmp_path):
+    # aot_package.LINK_OPTIONS: a wrapper with its own copy of libstdc++ dies in std::regex once torch has loaded
+    # the shared one (the lent H100, notes/aot_package.md); each wrapper of the package must NEED the shared one.
+    import shutil
+    import zipfile
+
+    readelf = shutil.which("readelf")
+    assert readelf, "readelf (binutils, installed with the C++ compiler AOTInductor needs) is not on PATH"
+    _, path = built
+    with zipfile.ZipFile(path) as archive:
+        wrappers = [name for name in archive.namelist() if name.endswith(".so")]
+        assert wrappers, f"no shared library in {path.name}: {archive.namelist()[:20]}"
+        for name in wrappers:
+            target = tmp_path / Path(name).name
+            target.write_bytes(archive.read(name))
+            dynamic = subprocess.run([readelf, "-d", str(target)], capture_output=True, text=True, check=True).stdout
+            needed = [line.split("[")[-1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+            assert "libstdc++.so.6" in needed, f"{name} does not need the shared libstdc++: NEEDED {needed}"
+
+
 @pytest.mark.slow  # g++ over torch's headers: minutes on a small CPU machine
 def test_cpp_runner_generates_the_same_tokens(packaged, tmp_path):
     # No Python at all: aot_runner.cpp (AOTIModelPackageLoader) built against the installed torch.
