@@ -78,8 +78,7 @@ def _anywhere(q, k, v, out=None, caller=None) -> bool:  # flash_blocked: any GPU
 def _launch_hopper(q, k, v, causal, scale, key_lengths, build, out):
     """flash_hopper as a Rung: the Choice's tile field carries its build, checked when the table was read
     (`check_row`; None: the caller named the rung, the default build)."""
-    return hopper.launch_build(q, k, v, causal, scale, key_lengths, out,
-                               hopper.DEFAULT_BUILD if build is None else build)
+    return hopper.launch_build(q, k, v, causal, scale, key_lengths, out, build or hopper.check_build(None))
 
 
 def rungs_of(blocked, tma_rung) -> dict[str, Rung]:

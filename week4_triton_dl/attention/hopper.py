@@ -39,7 +39,6 @@ import math
 import os
 import shutil
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -372,13 +371,11 @@ def require(q, k, v, out=None, caller: str = "attention_hopper") -> None:
 # The builds week 4's op may run (its sweep times each; a table row names one): launch's flags that give the same
 # bits at another speed. pingpong is not one: its A/B build (pingpong=False) is only ever slower.
 BUILD_FLAGS = ("overlap", "persistent", "dynamic")
-DEFAULT_BUILD = types.MappingProxyType(dict.fromkeys(BUILD_FLAGS, False))  # check_build(None), read-only
 
 
 def check_build(build) -> dict[str, bool]:
-    """{"overlap": bool, "persistent": bool, "dynamic": bool} of `build` (None: the default build; a missing flag
-    is False); ValueError naming the argument for anything else, dynamic without persistent included (a dispatch
-    table's row is checked with it)."""
+    """{flag: bool for BUILD_FLAGS} of `build` (None: the default build; a missing flag is False); ValueError naming
+    the argument for anything else, dynamic without persistent included (the dispatch checks its table with it)."""
     if build is None:
         return dict.fromkeys(BUILD_FLAGS, False)
     if (not isinstance(build, dict) or not set(build) <= set(BUILD_FLAGS)
@@ -392,25 +389,21 @@ def check_build(build) -> dict[str, bool]:
 
 
 def build_label(build) -> str:
-    """The build's short name: 'default', 'overlap', 'persistent', 'persistent+overlap', 'persistent+dynamic' or
-    'persistent+dynamic+overlap' (ValueError for a bad build, check_build's)."""
+    """The build's short name: 'default', or its flags joined by '+' ('persistent+dynamic+overlap'); check_build's errors."""
     flags = check_build(build)
     return "+".join(flag for flag in ("persistent", "dynamic", "overlap") if flags[flag]) or "default"
 
 
 def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None, build=None):
-    """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch). No tile to
-    choose (the kernel has one), and no padding keys: the rule sends padded calls to flash_blocked.
-    `build`: which build runs (check_build: None, or a dict of BUILD_FLAGS to bools), checked first."""
-    flags = check_build(build)
+    """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch): one tile, no padding keys
+    (the rule sends padded calls to flash_blocked); `build` checked first (check_build: None, or BUILD_FLAGS)."""
     if tile is not None:
         raise ValueError(f"flash_hopper has one tile (128 query rows, 128 keys); got tile={tile!r}")
-    return launch_build(q, k, v, causal, scale, key_lengths, out, flags)
+    return launch_build(q, k, v, causal, scale, key_lengths, out, check_build(build))
 
 
 def launch_build(q, k, v, causal, scale, key_lengths, out, flags):
-    """launch_forward_hopper for `flags` already checked (check_build's whole dict): the dispatch checks its
-    table's rows once, when it reads them, and a call then launches what its row names."""
+    """launch_forward_hopper with `flags` checked already (check_build's dict: the dispatch checks its table once)."""
     if key_lengths is not None:
         raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
     out, lse = check_outputs(q, out, None)
