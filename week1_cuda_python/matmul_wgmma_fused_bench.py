@@ -19,7 +19,9 @@ bench says why rounds: cuBLAS moves ~10% from run to run):
                  -DWP_BN builds; `--widths` picks which; SwiGLU's fused variants at 128 only, its
                  halves need whole 64-column slabs): the schedule rule's table compares them all
                  with wgmma_gemm / wgmma_fused (matmul_wgmma_schedule.py)
-Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds.
+Ratios are per round (torch ms / variant ms; > 1 is faster), the median and the min - max over rounds,
+of the GPU's times: where the host paced a round (short calls), the calls replayed from a CUDA graph
+(time_gpu(graph=True); the persistent rung's bench says why graphs), the events' elsewhere.
 
 Shapes (M x N x K, M = 8 x 1024 tokens, capstone GPT: d = 768, SwiGLU hidden 2048, vocab 50304):
 qkv (N = 2304) and LM head (50304) without epilogue; attention projection (768 x 768) and MLP down
@@ -38,6 +40,7 @@ import torch
 from course import bench, bench_timing, runtime  # runtime first: chooses the GPU or simulation
 from course.check import random_tensor
 from week1_cuda_python.matmul_wgmma_fused import SWIGLU_WIDTHS, WIDTHS, launch_fused, reference, unsupported
+from week1_cuda_python.matmul_wgmma_persistent_bench import gpu_fields
 from week1_cuda_python.matmul_wgmma_schedule import variant
 
 PROG = "python -m week1_cuda_python.matmul_wgmma_fused_bench"
@@ -100,18 +103,18 @@ def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> li
     m, n, k = shape
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (epilogue, shape, dtype))
-    timed = bench.interleaved_rounds(fns, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
+    timed = bench.interleaved_rounds(fns, rounds, lambda fn, sets=sets: bench.time_gpu(
+        fn, sets, warmup_ms=5, rep_ms=rep_ms, graph=True))  # Timings: host-bound? and the GPU's time if so
     del sets
     torch.cuda.empty_cache()
     rows = []
     for name, ms in timed.ms.items():
-        vs_torch = timed.ratio_range(name, "torch")
-        vs_compiled = timed.ratio_range(name, "torch.compile")
-        median = timed.median(name)
-        rows.append({"size": label(epilogue, shape, dtype), "epilogue": epilogue, "variant": name, "ms": median,
-                     "ms_min": min(ms), "ms_rounds": ms, "reps": rounds, "flops": flops,
-                     "tflops": flops / (median * 1e-3) / 1e12,
+        # of the GPU's times, round by round; None where no round knows both
+        vs_torch = timed.ratio_range(name, "torch", gpu=True) or (None, None, None)
+        vs_compiled = timed.ratio_range(name, "torch.compile", gpu=True) or (None, None, None)
+        rows.append({"size": label(epilogue, shape, dtype), "epilogue": epilogue, "variant": name,
+                     "ms": timed.median(name), "ms_min": min(ms), "ms_rounds": ms, "reps": rounds, "flops": flops,
+                     **gpu_fields(timed, name, flops),
                      "speedup_vs_torch": vs_torch[0], "speedup_min": vs_torch[1],
                      "speedup_max": vs_torch[2], "speedup_vs_compile": vs_compiled[0],
                      "vs_compile_min": vs_compiled[1], "vs_compile_max": vs_compiled[2],
@@ -120,11 +123,15 @@ def measure(epilogue, shape, dtype, rounds: int, rep_ms: float, fns: dict) -> li
 
 
 def markdown(result: dict) -> str:
-    head = ("| size | variant | ms (median) | TFLOP/s | vs torch eager (min - max) | vs torch.compile (min - max) "
-            "| ms spread |\n|---|---|---|---|---|---|---|\n")
-    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} "
-             f"| {r['speedup_vs_torch']:.3f}x ({r['speedup_min']:.3f} - {r['speedup_max']:.3f}) "
-             f"| {r['speedup_vs_compile']:.3f}x ({r['vs_compile_min']:.3f} - {r['vs_compile_max']:.3f}) "
+    head = ("| size | variant | ms (median) | GPU ms (graph) | TFLOP/s | vs torch eager (min - max) "
+            "| vs torch.compile (min - max) | ms spread |\n|---|---|---|---|---|---|---|---|\n")
+
+    def ratio(r, key, low, high):  # "-" where no round knew both GPU times
+        return "-" if r.get(key) is None else f"{r[key]:.3f}x ({r[low]:.3f} - {r[high]:.3f})"
+    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} "
+             f"| {bench.fmt(r.get('graphed_ms'), '.4f')} | {bench.fmt(r.get('tflops'), '.0f')} "
+             f"| {ratio(r, 'speedup_vs_torch', 'speedup_min', 'speedup_max')} "
+             f"| {ratio(r, 'speedup_vs_compile', 'vs_compile_min', 'vs_compile_max')} "
              f"| {r['spread_pct']:.1f}% |" for r in result["rows"]]
     return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
             + bench_timing.footnote(result["rows"]))
@@ -153,8 +160,11 @@ def run(cases, rounds: int, rep_ms: float, dtypes=DTYPES, widths=WIDTHS[1:]) -> 
                   "torch.compile of that sequence, gemm_only (x @ w.T alone), wgmma_gemm (this kernel, no "
                   f"epilogue), wgmma_fused, and both with the ping-pong schedule (_pp), each also at widths "
                   f"{', '.join(map(str, widths)) or 'none'} besides 256 (_bn<width>), once in turn (CUDA "
-                  f"events, median of ~{rep_ms:.0f} ms of launches); ms = median over rounds; ratios = median over "
-                  "rounds of (baseline ms / variant ms) in the same round, min - max beside it"),
+                  f"events, median of ~{rep_ms:.0f} ms of launches); ms = the events' median over rounds (* where the "
+                  "host paced a round: the host's time); GPU ms (graph) = the host-paced rounds' calls replayed from "
+                  "a CUDA graph, the GPU's time alone; TFLOP/s and ratios use each round's GPU time (the graph "
+                  "replay's where the host paced the round, the events' where the GPU did): ratios = median over "
+                  "rounds of (baseline GPU ms / variant GPU ms) in the same round, min - max beside it"),
         "clock": "events",
         "headline": ["wgmma_fused", "wgmma_fused_pp"],
         "simulated": False,

@@ -11,6 +11,13 @@ a short budget), one after another at the same size, and the ratio is taken with
 drift lands on all three alike. The row's ms is the median over rounds; its ratio the median of
 the rounds' ratios, with their min and max (the spread) beside it.
 
+Why graphs. At the capstone's small shapes a call is 20-60 us of GPU work behind about as much Python,
+so the host paces the loop and the events time Python (bench_timing). time_gpu(graph=True) then replays
+the calls from a CUDA graph (the launchers launch on torch's current stream, so they capture), and the
+TFLOP/s and every ratio use each round's GPU time: the graph's where the host paced the round, the
+events' elsewhere (`gpu_ms_rounds` in the row; a capture that fails leaves None and its `graph_error`).
+The capstone runs these GEMMs inside CUDA graphs, so the GPU's time is the one that matters there.
+
 Sizes (M x N x K): 4096^3 and 8192^3; 5000 x 3000 x 4000 (no dimension a multiple of the tile);
 the capstone's GEMMs at its batch of 8 x 1024 tokens: x @ W for qkv (N = 2304), the attention
 projection (768), the MLP's fc (3072) and fc2 (K = 3072, N = 768), and the LM head (50304).
@@ -24,7 +31,7 @@ schedule rule derives its table from (matmul_wgmma_schedule.py: a build other th
 `--variants` names others.
 
 Writes results/matmul_wgmma_persistent_week1.json and .md (a benchmark record as course.bench
-writes them, rows with size, variant, ms, tflops, speedup_vs_torch, plus the rounds' spread).
+writes them, rows with size, variant, ms, gpu_ms, tflops, speedup_vs_torch, plus the rounds' spread).
 
 `BENCHMARKS` registers the same variants at the shapes tools/ncu_hopper.sh profiles (`ws_*` groups:
 `python -m course ncu --launch matmul_wgmma_shapes_week1 ...` calls each once), so ncu and the
@@ -126,31 +133,49 @@ BENCHMARKS = [
 ]
 
 
+def gpu_fields(timed, label: str, flops: float) -> dict:
+    """A row's GPU times: each round's (bench_timing.gpu_ms: the CUDA-graph replay's where the host paced the round,
+    None where it could not be replayed), their median, and the TFLOP/s of that median (None where no round knows it).
+    `gpu_ms_rounds` is what the schedule rule compares builds on, round by round (matmul_wgmma_schedule.derive)."""
+    gpu = timed.median(label, gpu=True)
+    return {"gpu_ms": gpu, "gpu_ms_rounds": timed.per_round(label, gpu=True),
+            "tflops": flops / (gpu * 1e-3) / 1e12 if gpu else None}
+
+
 def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
-    """The rows of one size: every variant timed once per round, in turn."""
+    """The rows of one size: every variant timed once per round, in turn (graph-replayed where the host paced the
+    loop: the capstone's small GEMMs are 20-60 us, as short as their Python); ratios within rounds, of GPU times."""
     m, n, k = shape
     flops = 2 * m * n * k
     sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
-    timed = bench.interleaved_rounds(variants, rounds,
-                                     lambda fn: bench.time_gpu(fn, sets, warmup_ms=5, rep_ms=rep_ms))  # Timings: host-bound?
+    timed = bench.interleaved_rounds(variants, rounds, lambda fn, sets=sets: bench.time_gpu(
+        fn, sets, warmup_ms=5, rep_ms=rep_ms, graph=True))  # Timings: host-bound? and the GPU's time if so
     del sets
     torch.cuda.empty_cache()
     rows = []
     for label, ms in timed.ms.items():
-        ratio, low, high = timed.ratio_range(label)  # per round: > 1 is faster than cuBLAS
-        median = timed.median(label)
-        rows.append({"size": size_label(shape, dtype), "variant": label, "ms": median, "ms_min": min(ms),
-                     "ms_rounds": ms, "reps": rounds, "flops": flops, "tflops": flops / (median * 1e-3) / 1e12,
+        # per round, of the GPU's times: > 1 is faster than cuBLAS; None where no round knows both GPU times
+        ratio, low, high = timed.ratio_range(label, gpu=True) or (None, None, None)
+        rows.append({"size": size_label(shape, dtype), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
+                     "ms_rounds": ms, "reps": rounds, "flops": flops, **gpu_fields(timed, label, flops),
                      "speedup_vs_torch": ratio, "speedup_min": low,
                      "speedup_max": high, "spread_pct": timed.spread_pct(label), **timed.row_fields(label)})
     return rows
 
 
+def ratio_cells(row: dict, key: str = "speedup_vs_torch", low: str = "speedup_min", high: str = "speedup_max") -> tuple:
+    """(median, "min - max") of a row's ratio as table cells; "-" where no round knew both GPU times."""
+    if row.get(key) is None:
+        return "-", "-"
+    return f"{row[key]:.3f}x", f"{row[low]:.3f}x - {row[high]:.3f}x"
+
+
 def markdown(result: dict) -> str:
-    head = ("| size | variant | ms (median) | TFLOP/s | vs cuBLAS (median of rounds) | min - max over rounds "
-            "| ms spread |\n|---|---|---|---|---|---|---|\n")
-    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} | {r['tflops']:.0f} | {r['speedup_vs_torch']:.3f}x "
-             f"| {r['speedup_min']:.3f}x - {r['speedup_max']:.3f}x | {r['spread_pct']:.1f}% |" for r in result["rows"]]
+    head = ("| size | variant | ms (median) | GPU ms (graph) | TFLOP/s | vs cuBLAS (median of rounds) "
+            "| min - max over rounds | ms spread |\n|---|---|---|---|---|---|---|---|\n")
+    lines = [f"| {r['size']} | {r['variant']} | {bench_timing.mark(format(r['ms'], '.4f'), r)} "
+             f"| {bench.fmt(r.get('graphed_ms'), '.4f')} | {bench.fmt(r.get('tflops'), '.0f')} "
+             f"| {' | '.join(ratio_cells(r))} | {r['spread_pct']:.1f}% |" for r in result["rows"]]
     return (f"**{result['title']}**: {bench.measured_on(result)}.\n\n{head}" + "\n".join(lines) + f"\n\n{result['notes']}\n"
             + bench_timing.footnote(result["rows"]))
 
@@ -171,9 +196,12 @@ def run(shapes, rounds: int, rep_ms: float, dtypes=DTYPES, variants: dict = VARI
         "benchmark": name,
         "title": "Persistent and cluster wgmma + TMA GEMMs vs the wgmma_tma rung vs cuBLAS (interleaved rounds)",
         "notes": (f"FLOPs = 2 M N K; {rounds} rounds, each timing {', '.join(variants)} once in turn "
-                  f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = median "
-                  "over rounds; vs cuBLAS = median over rounds of (cuBLAS ms / variant ms) in the same round; "
-                  "C in the inputs' dtype"),
+                  f"(torch = torch.matmul, cuBLAS; CUDA events, median of ~{rep_ms:.0f} ms of launches); ms = the "
+                  "events' median over rounds (* where the host paced a round: the host's time); GPU ms (graph) = "
+                  "the host-paced rounds' calls replayed from a CUDA graph, the GPU's time alone; TFLOP/s and "
+                  "vs cuBLAS use each round's GPU time (the graph replay's where the host paced the round, the "
+                  "events' where the GPU did): vs cuBLAS = median over rounds of (cuBLAS GPU ms / variant GPU ms) "
+                  "in the same round; C in the inputs' dtype"),
         "clock": "events",
         "headline": [v for v in ("wgmma_persistent", "wgmma_cluster", "wgmma_pingpong") if v in variants],
         "simulated": False,

@@ -146,6 +146,29 @@ def test_width_builds_match_float64_reference(width, rung, shape, dtype):
 
 @gpu
 @hopper
+@pytest.mark.parametrize("width", wp.WIDTHS)
+@pytest.mark.parametrize("rung", RUNGS)
+def test_a_launch_captured_in_a_cuda_graph_computes_c_on_replay(rung, width):
+    """The benches replay host-paced rounds from a CUDA graph (bench_timing.graph_replay_ms) and the capstone runs
+    these GEMMs in graphs: the launch goes on torch's current stream, so a capture records it, and each replay
+    computes C again, into a C poisoned after the capture."""
+    a = random_tensor((TOKENS, 768), torch.bfloat16, DEVICE)
+    b = random_tensor((768, 768), torch.bfloat16, DEVICE, scale=768**-0.5)
+    out = poisoned((TOKENS, 768), torch.bfloat16, DEVICE)
+    wp.launch_persistent(a, b, out, width=width, **rung)  # the build loaded before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wp.launch_persistent(a, b, out, width=width, **rung)
+    for _ in range(2):
+        out.copy_(poisoned(out.shape, out.dtype, DEVICE))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, a, b)
+
+
+@gpu
+@hopper
 @pytest.mark.parametrize("cluster, blocks, schedule", [(1, 1, "cooperative"), (1, 3, "cooperative"),
                                                        (2, 2, "cooperative"), (1, 3, "pingpong")])
 @pytest.mark.parametrize("width", WIDTHS)

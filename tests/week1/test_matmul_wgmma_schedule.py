@@ -139,6 +139,50 @@ def test_swiglu_passes_over_a_width_it_cannot_split(width_results):
     assert rule.choose(8192, 2304, 768, "torch.bfloat16", rows=rows) == "pingpong"  # the schedule alone, as before
 
 
+def _derive_host_paced(tmp_path, gpu_rounds: dict | None) -> dict:
+    """derive on one host-paced size: the events' ms (Python's, which here happen to favour 192 by 10%: trusted,
+    they would name it) and, where given, each round's GPU time as the bench writes it (`gpu_ms_rounds`)."""
+    rows = _rows({"wgmma_persistent": [1.10, 1.11, 1.09], "wgmma_persistent_bn192": [1.00, 0.99, 1.01],
+                  "wgmma_pingpong": [1.02, 1.00, 1.00]}, "8192x768x3072 bfloat16",
+                 host_bound=("wgmma_persistent", "wgmma_persistent_bn192", "wgmma_pingpong"))
+    for row in rows:
+        if gpu_rounds is not None:
+            row["gpu_ms_rounds"] = gpu_rounds[row["variant"]]
+    (tmp_path / "matmul_wgmma_schedules_week1.json").write_text(json.dumps(_record("s", rows)))
+    (record,) = rule.derive(tmp_path)["rows"]
+    return record
+
+
+# The GPU's times of the three builds, round by round: 192 faster than cooperative by 4.5% or more in every round.
+GPU_ROUNDS = {"wgmma_persistent": [0.0460, 0.0470, 0.0455], "wgmma_persistent_bn192": [0.0440, 0.0443, 0.0435],
+              "wgmma_pingpong": [0.0452, 0.0480, 0.0450]}
+
+
+def test_host_paced_rounds_decide_on_their_gpu_times(tmp_path):
+    """The events were host-paced (Python's ~1 ms), but the graph replay timed every round's GPU work: the rounds
+    are compared on it, and the width that clears the margin in every round is named."""
+    row = _derive_host_paced(tmp_path, GPU_ROUNDS)
+    assert (row["rung"], row["tile"]) == ("cooperative", {"bn": 192})
+    wide = row["measured"]["builds"]["cooperative_bn192"]
+    assert wide["on_gpu_ms"] and wide["host_bound"]  # the events were host-paced: said, but the GPU's times decided
+    assert wide["worst_round"] == round(min(c / w for c, w in zip(GPU_ROUNDS["wgmma_persistent"],
+                                                                    GPU_ROUNDS["wgmma_persistent_bn192"])), 3)
+    assert row["measured"]["builds"]["pingpong"]["worst_round"] == round(0.0470 / 0.0480, 3)  # slower in one round
+
+
+def test_host_paced_rounds_without_gpu_times_decide_nothing(tmp_path):
+    """The same rounds without GPU times (records from before them), or with a round whose capture failed (None):
+    the events are Python's, so the default build stays."""
+    row = _derive_host_paced(tmp_path, None)
+    assert (row["rung"], row["tile"]) == ("cooperative", {"bn": 256})
+    assert not any("on_gpu_ms" in b for b in row["measured"]["builds"].values())
+    lost = {**GPU_ROUNDS, "wgmma_persistent_bn192": [0.0440, None, 0.0435]}
+    row = _derive_host_paced(tmp_path, lost)
+    assert (row["rung"], row["tile"]) == ("cooperative", {"bn": 256})
+    assert "on_gpu_ms" not in row["measured"]["builds"]["cooperative_bn192"]
+    assert row["measured"]["builds"]["pingpong"]["on_gpu_ms"]  # its rounds all known: compared on them, under margin
+
+
 def _row(rung="cooperative", tile=None, kernel="gemm"):
     return dispatch.Row((8192, 768, 768, "bfloat16", kernel), rung, tile, {})
 
