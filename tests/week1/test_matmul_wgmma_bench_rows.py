@@ -10,7 +10,8 @@ from the GPU's time; a host-paced round that could not be replayed gives no rati
 import pytest
 import torch
 
-from course import bench, bench_timing, runtime
+from course import bench_timing, runtime
+from tests.fake_rounds import LOST, gpu, host, labelled, play
 from week1_cuda_python import matmul_wgmma_fused_bench as fb
 from week1_cuda_python import matmul_wgmma_persistent_bench as pb
 
@@ -18,44 +19,10 @@ SHAPE = (8192, 768, 3072)
 FLOPS = 2 * 8192 * 768 * 3072
 
 
-def gpu(ms):
-    """A round the GPU paced: the events' median is the kernel's time."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms / 3, host_bound=False, drain_ms=40 * ms)
-
-
-def host(ms, graphed_ms):
-    """A round the host paced: the events measured the host (ms); the graph replay, the GPU."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms * 1.1, host_bound=True, drain_ms=0.0, graphed_ms=graphed_ms)
-
-
-LOST = bench.Timing(0.09, 0.09, 100, [], host_ms=0.1, host_bound=True, drain_ms=0.0,
-                    graph_error="capture failed: RuntimeError: x")
-
-
 @pytest.fixture
 def script(monkeypatch):
     """Plays `script[label]` (one Timing per round) to the benches' time_gpu; every call must ask for graph=True."""
-    plays = {}
-
-    def time_gpu(fn, sets, *, warmup_ms=25, rep_ms=200, graph=False):
-        assert graph, "host-paced rounds need the graph replay"
-        return plays[fn.label].pop(0)
-
-    monkeypatch.setattr(bench, "time_gpu", time_gpu)
-    monkeypatch.setattr(bench, "input_sets", lambda make, size: [()])
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    return plays
-
-
-def labelled(*labels):
-    """The variants as callables that say who they are (the fake timer plays by label)."""
-    out = {}
-    for label in labels:
-        def fn(*args):
-            raise AssertionError("the fake timer never calls a variant")
-        fn.label = label
-        out[label] = fn
-    return out
+    return play(monkeypatch, input_sets=lambda make, size: [()], require_graph=True)[0]
 
 
 def by_variant(rows):
@@ -71,7 +38,7 @@ def test_persistent_rows_take_tflops_and_ratios_from_the_gpu_time(script):
                   wgmma_persistent=[host(0.100, 0.050), host(0.101, 0.049), host(0.100, 0.050)],
                   wgmma_persistent_bn192=[host(0.110, 0.046), host(0.109, 0.047), host(0.108, 0.046)],
                   wgmma_pingpong=[LOST, host(0.100, 0.050), host(0.100, 0.050)])
-    rows = by_variant(pb.measure(SHAPE, torch.bfloat16, 3, 20.0, labelled(*script)))
+    rows = by_variant(pb.measure(SHAPE, torch.bfloat16, 3, 20.0, labelled(script)))
     wide, coop = rows["wgmma_persistent_bn192"], rows["wgmma_persistent"]
     assert wide["ms"] == 0.109 and wide["host_bound"] is True and wide["graphed_ms"] == 0.046  # the events' median
     assert wide["gpu_ms_rounds"] == [0.046, 0.047, 0.046] and wide["gpu_ms"] == 0.046
@@ -93,7 +60,7 @@ def test_a_variant_whose_gpu_time_no_round_knows_gives_no_ratio(script):
     """Every round host-paced and the capture failed (time_gpu records why): the row has no GPU time, no TFLOP/s
     and no ratio, its table cells "-", and the bench does not crash."""
     script.update(torch=[gpu(0.05)] * 3, wgmma_persistent=[LOST] * 3)
-    rows = by_variant(pb.measure(SHAPE, torch.bfloat16, 3, 20.0, labelled(*script)))
+    rows = by_variant(pb.measure(SHAPE, torch.bfloat16, 3, 20.0, labelled(script)))
     lost = rows["wgmma_persistent"]
     assert lost["gpu_ms"] is None and lost["tflops"] is None and lost["speedup_vs_torch"] is None
     assert lost["gpu_ms_rounds"] == [None] * 3 and lost["graph_error"].startswith("capture failed")
@@ -104,7 +71,7 @@ def test_a_variant_whose_gpu_time_no_round_knows_gives_no_ratio(script):
 def test_fused_rows_take_both_ratios_from_the_gpu_time(script):
     script.update(**{"torch": [host(0.120, 0.080)] * 3, "torch.compile": [host(0.110, 0.060)] * 3,
                      "wgmma_fused": [host(0.100, 0.050)] * 3, "wgmma_fused_pp": [LOST] * 3})
-    rows = by_variant(fb.measure("residual", (8192, 768, 768), torch.bfloat16, 3, 20.0, labelled(*script)))
+    rows = by_variant(fb.measure("residual", (8192, 768, 768), torch.bfloat16, 3, 20.0, labelled(script)))
     fused = rows["wgmma_fused"]
     assert fused["ms"] == 0.100 and fused["gpu_ms"] == 0.050 and fused["gpu_ms_rounds"] == [0.050] * 3
     assert fused["speedup_vs_torch"] == pytest.approx(0.080 / 0.050)

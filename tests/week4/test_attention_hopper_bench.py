@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from course import bench, bench_timing
+from tests.fake_rounds import LOST, gpu, host, labelled, play
 from week4_triton_dl.attention import hopper_backward_bench as bwd_bench
 from week4_triton_dl.attention import hopper_bench as fwd_bench
 
@@ -18,45 +19,10 @@ CAPSTONE = (8, 12, 1024, 64, True)
 LONG = (4, 16, 4096, 128, True)
 
 
-def gpu(ms):
-    """A round the GPU paced: the events' median is the kernel's time."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms / 3, host_bound=False, drain_ms=40 * ms)
-
-
-def host(ms, graphed_ms):
-    """A round the host paced: the events measured the host (ms); the graph replay, the GPU."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms * 1.1, host_bound=True, drain_ms=0.0, graphed_ms=graphed_ms)
-
-
-LOST = bench.Timing(0.09, 0.09, 100, [], host_ms=0.1, host_bound=True, drain_ms=0.0,
-                    graph_error="capture failed: RuntimeError: x")
-
-
 @pytest.fixture
 def fake_rounds(monkeypatch):
     """Plays `script[label]` (one Timing per round) to the bench's time_gpu; records what it was asked."""
-    asked, script = [], {}
-
-    def time_gpu(fn, sets, *, warmup_ms=25, rep_ms=200, graph=False):
-        label = fn.label
-        asked.append({"label": label, "rep_ms": rep_ms, "graph": graph})
-        return script[label].pop(0)
-
-    monkeypatch.setattr(bench, "time_gpu", time_gpu)
-    monkeypatch.setattr(bench, "input_sets", lambda make, size: [make(size)])
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    return script, asked
-
-
-def labelled(variants):
-    """The variants as callables that say who they are (the fake timer plays by label)."""
-    out = {}
-    for label in variants:
-        def fn(*args):
-            raise AssertionError("the fake timer never calls a variant")
-        fn.label = label
-        out[label] = fn
-    return out
+    return play(monkeypatch)
 
 
 @pytest.fixture

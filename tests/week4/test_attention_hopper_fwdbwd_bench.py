@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course import bench, weeks
+from course import weeks
+from tests.fake_rounds import gpu, host, play
 from tests.week4 import hopper_stand_ins
 from tests.week4.attention_helpers import assert_within, qkv
 from week4_triton_dl.attention import bench as week_bench
@@ -24,30 +25,12 @@ LONG = (4, 16, 4096, 128, True)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def gpu(ms):
-    """A round the GPU paced: the events' median is the kernel's time."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms / 3, host_bound=False, drain_ms=40 * ms)
-
-
-def host(ms, graphed_ms):
-    """A round the host paced: the events measured the host (ms); the graph replay, the GPU."""
-    return bench.Timing(ms, ms, 100, [], host_ms=ms * 1.1, host_bound=True, drain_ms=0.0, graphed_ms=graphed_ms)
-
-
 @pytest.fixture
 def fake_rounds(monkeypatch):
     """Plays `script[label]` (one Timing per round) to the bench's time_gpu; records what it was asked."""
-    asked, script = [], {}
-
-    def time_gpu(fn, sets, *, warmup_ms=25, rep_ms=200, graph=False):
-        asked.append({"label": fn.label, "rep_ms": rep_ms, "graph": graph})
-        return script[fn.label].pop(0)
-
-    monkeypatch.setattr(bench, "time_gpu", time_gpu)
-    monkeypatch.setattr(bench, "input_sets", lambda make, size: [make(size)])
+    played = play(monkeypatch)
     monkeypatch.setattr(fb, "make_inputs", lambda size: (None,) * 4 + (size[4],))
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    return script, asked
+    return played
 
 
 def fake(label, dq=0.0, refuse=None):
