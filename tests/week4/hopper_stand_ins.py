@@ -13,11 +13,12 @@ from week4_triton_dl.attention import hopper_backward as hb
 from week4_triton_dl.attention import naive as an
 
 
-def forward_stand_in(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False):
+def forward_stand_in(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False,
+                     key_lengths=None):
     """hopper.launch without the GPU: the kernel's layout (dense q, k, v, out), then o and lse in float64
-    (naive.attention_reference: top-left causal mask, Sq != Sk allowed), written into out and lse."""
+    (naive.attention_reference: top-left causal mask, Sq != Sk allowed, padding keys), written into out and lse."""
     assert all(t.is_contiguous() for t in (q, k, v, out)), "the TMA reads dense (B, H, S, D) blocks"
-    o, lse_ = an.attention_reference(q, k, v, causal, scale, return_lse=True)
+    o, lse_ = an.attention_reference(q, k, v, causal, scale, key_lengths=key_lengths, return_lse=True)
     return out.copy_(o), lse.copy_(lse_)
 
 
@@ -28,16 +29,15 @@ class BackwardStandIn:
     def __init__(self):
         self.calls = 0
 
-    def __call__(self, q, k, v, o, do, lse, causal, scale, **options):
-        hb.check_inputs(q, k, v, o, do, lse, causal, scale)
+    def __call__(self, q, k, v, o, do, lse, causal, scale, key_lengths=None, **options):
+        hb.check_inputs(q, k, v, o, do, lse, causal, scale, key_lengths)
         assert all(t.is_contiguous() for t in (q, k, v, o, do)), "the TMA reads dense (B, H, S, D) blocks"
         self.calls += 1
         # The gradients written out (a custom op's body runs below autograd: no torch.autograd.grad here).
         qd, kd, vd, dod = (t.double() for t in (q, k, v, do))
-        s = (qd @ kd.transpose(-1, -2)) * scale
-        if causal:
-            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-        p = torch.softmax(s, dim=-1)
+        keep = an.allowed_keys(q.shape[2], k.shape[2], causal, key_lengths, batch=q.shape[0], device=q.device)
+        s = ((qd @ kd.transpose(-1, -2)) * scale).masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s, dim=-1).where(keep.any(-1, keepdim=True), 0)  # a row with no key: zeros
         dp = dod @ vd.transpose(-1, -2)
         ds = p * (dp - (dp * p).sum(-1, keepdim=True))
         grads = (ds @ kd) * scale, (ds.transpose(-1, -2) @ qd) * scale, p.transpose(-1, -2) @ dod

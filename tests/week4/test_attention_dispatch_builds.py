@@ -60,9 +60,10 @@ def launched(monkeypatch):
     hopper_stand_ins.install(monkeypatch)
     flags = []
 
-    def launch(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False):
+    def launch(q, k, v, causal, scale, out, lse, pingpong=True, overlap=False, persistent=False, dynamic=False,
+               key_lengths=None):
         flags.append({"overlap": overlap, "persistent": persistent, "dynamic": dynamic})
-        return hopper_stand_ins.forward_stand_in(q, k, v, causal, scale, out, lse)
+        return hopper_stand_ins.forward_stand_in(q, k, v, causal, scale, out, lse, key_lengths=key_lengths)
     monkeypatch.setattr(hp, "launch", launch)
     return flags
 

@@ -419,27 +419,29 @@ def test_fake_on_meta_tensors():
 
 
 def test_backward_calls_the_backward_module(monkeypatch):
-    """The autograd formula hands (q, k, v, o, do, lse, causal, scale) through the backward op to
+    """The autograd formula hands (q, k, v, o, do, lse, causal, scale, key_lengths) through the backward op to
     hopper_backward (imported only then) and returns its (dq, dk, dv). The kernel is replaced by the
     float64 reference here."""
     calls = []
 
-    def fake_launch(q, k, v, causal, scale, out, lse):
-        o, l = an.attention_reference(q, k, v, causal, scale, return_lse=True)
+    def fake_launch(q, k, v, causal, scale, out, lse, key_lengths=None):
+        o, l = an.attention_reference(q, k, v, causal, scale, key_lengths=key_lengths, return_lse=True)
         return out.copy_(o), lse.copy_(l)
 
-    def fake_backward(q, k, v, o, do, lse, causal, scale):
-        calls.append((q, k, v, o, do, lse, causal, scale))
+    def fake_backward(q, k, v, o, do, lse, causal, scale, key_lengths=None):
+        calls.append((q, k, v, o, do, lse, causal, scale, key_lengths))
         return torch.full_like(q, 1.0), torch.full_like(k, 2.0), torch.full_like(v, 3.0)
 
     monkeypatch.setattr(hp, "launch", fake_launch)
     monkeypatch.setitem(sys.modules, "week4_triton_dl.attention.hopper_backward",
                         types.SimpleNamespace(attention_hopper_backward=fake_backward))
-    q, k, v = qkv(1, 2, 9, 11, 64, torch.float16, requires_grad=True)
-    o, lse = hp.forward_op(q, k, v, True, 0.3)
+    q, k, v = qkv(2, 2, 9, 11, 64, torch.float16, requires_grad=True)
+    lengths = torch.tensor([11, 4])
+    o, lse = hp.forward_op(q, k, v, True, 0.3, lengths)
     o.sum().backward()
-    (cq, ck, cv, co, cdo, clse, causal, scale), = calls
+    (cq, ck, cv, co, cdo, clse, causal, scale, clengths), = calls
     assert cq is not None and torch.equal(co, o.detach()) and torch.equal(clse, lse) and (causal, scale) == (True, 0.3)
+    assert torch.equal(clengths, lengths), "the backward must mask the forward's padding keys"
     assert cdo.shape == o.shape and bool((cdo == 1).all())
     assert bool((q.grad == 1).all()) and bool((k.grad == 2).all()) and bool((v.grad == 3).all())
 

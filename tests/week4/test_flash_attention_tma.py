@@ -263,20 +263,21 @@ def test_the_dispatch_rule():
     assert dispatch.choose(*qkv(1, 4, 1024, 1024, 128, torch.float32), False) == ("flash_blocked", None)
 
 
-def test_a_padded_call_never_goes_to_a_forward_that_cannot_mask_padding_keys(monkeypatch):
-    # flash_hopper (CUDA C) takes no key_lengths: where the rule names it, a call with padding keys
-    # runs flash_blocked instead, and one without runs it.
+def test_a_padded_call_runs_the_rules_choice_with_its_key_lengths(monkeypatch):
+    # Every rung masks padding keys (flash_hopper too, in its kernel): where the rule names flash_hopper, a call
+    # with key_lengths runs it as one without does, and the lengths reach its launcher.
     from course.dispatch import Choice
     from week4_triton_dl.attention import dispatch
 
     ran = []
     everywhere = lambda *args, **kwargs: True  # noqa: E731
-    forwards = {"flash_blocked": dispatch.Rung(lambda *args: ran.append("flash_blocked"), everywhere, everywhere),
-                "flash_hopper": dispatch.Rung(lambda *args: ran.append("flash_hopper"), everywhere, everywhere,
-                                              key_lengths=False)}
+    forwards = {"flash_blocked": dispatch.Rung(lambda *args: ran.append(("flash_blocked", args[5])), everywhere,
+                                               everywhere),
+                "flash_hopper": dispatch.Rung(lambda *args: ran.append(("flash_hopper", args[5])), everywhere,
+                                              everywhere)}
     monkeypatch.setattr(dispatch, "choose", lambda *args, **kwargs: Choice("flash_hopper"))
     q, k, v = qkv(2, 1, 8, 8, 64, torch.float16)
-    dispatch.forward(q, k, v, False, 0.125, torch.tensor([8, 5]), forwards=forwards)
+    lengths = torch.tensor([8, 5])
+    dispatch.forward(q, k, v, False, 0.125, lengths, forwards=forwards)
     dispatch.forward(q, k, v, False, 0.125, None, forwards=forwards)
-    assert ran == ["flash_blocked", "flash_hopper"]
-    assert dispatch.FORWARDS["flash_hopper"].key_lengths is False
+    assert ran == [("flash_hopper", lengths), ("flash_hopper", None)]

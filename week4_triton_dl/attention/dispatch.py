@@ -7,8 +7,8 @@ The op `flash_attention` (attention/op.py) calls `forward` here, which runs one 
 * flash_tma: attention/tma.py's kernel, every tile moved by the Hopper TMA copy engine; sm_90
   and later, fp16 and bf16, strides TMA can walk, one tile per (head dim, causal).
 * flash_hopper: attention/hopper.py, CUDA C for sm_90a (FlashAttention-3's structure: a TMA
-  producer, two ping-ponging wgmma consumers); contiguous fp16/bf16, D = 64 or 128, no padding
-  keys (a call with key_lengths goes to flash_blocked). Named only by the sweep's table, which also
+  producer, two ping-ponging wgmma consumers); contiguous fp16/bf16, D = 64 or 128, padding keys
+  (key_lengths) masked in the kernel. Named only by the sweep's table, which also
   names its build (hopper.BUILD_FLAGS: overlap, persistent, dynamic; same bits, other speeds), carried to
   the launcher in the Choice's tile field: the kernel has one tile, and its build is its launch setting.
   The table's rows are checked once, when the file is read (`check_row`), so a call trusts its Choice.
@@ -68,7 +68,7 @@ class Rung(NamedTuple):
     #                     lse (B, H, Sq): each row's natural log-sum-exp, what the backward reads
     eligible: Callable  # (q, k, v, out) -> bool: this GPU, dtype and layout can run it (the rule asks)
     require: Callable   # (q, k, v, out, caller) -> None, or raise why not and which rung can (rung= asks)
-    key_lengths: bool = True  # it masks padding keys (key_lengths=); the rule never sends a padded call elsewhere
+    #                     Every rung masks padding keys (key_lengths=): a padded call follows the same rule.
 
 
 def _anywhere(q, k, v, out=None, caller=None) -> bool:  # flash_blocked: any GPU, dtype and strides
@@ -88,7 +88,7 @@ def rungs_of(blocked, tma_rung) -> dict[str, Rung]:
     names it only where the sweep measured it faster on this GPU."""
     return {"flash_blocked": Rung(blocked.launch_forward, _anywhere, _anywhere),
             "flash_tma": Rung(tma_rung.launch_forward_tma, tma_rung.tma_eligible, tma_rung.require_tma),
-            HOPPER: Rung(_launch_hopper, hopper.eligible, hopper.require, key_lengths=False)}
+            HOPPER: Rung(_launch_hopper, hopper.eligible, hopper.require)}
 
 
 FORWARDS = rungs_of(flash, tma)
@@ -168,6 +168,4 @@ def forward(q, k, v, causal, scale, key_lengths, rung=None, tile=None, out=None,
     runtime.require_bf16_tensor_cores(q.dtype, "Triton attention (tl.dot)")
     if rung is None:
         rung, tile = choose(q, k, v, causal, out, forwards) if tile is None else (BLOCKED.rung, tile)
-        if key_lengths is not None and not forwards[rung].key_lengths:  # padded keys: a rung that masks them
-            rung, tile = BLOCKED.rung, None
     return forwards[rung].launch(q, k, v, causal, scale, key_lengths, tile, out)

@@ -13,19 +13,21 @@ notes/attention_hopper.md builds it up step by step. This module is its host sid
 * the checks, all before any launch: TypeError / ValueError naming the argument; then the refusal
   of anything that is not an sm_90 GPU (runtime.NotOnThisGpu, naming the fallback, Triton's
   `week4_triton_dl.attention.flash_attention`, which runs everywhere);
-* the ops `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale) -> (o, lse)` and
-  `torch.ops.course_attention_hopper.backward(do, q, k, v, o, lse, causal, scale) -> (dq, dk, dv)`, each
+* the ops `torch.ops.course_attention_hopper.forward(q, k, v, causal, scale, key_lengths) -> (o, lse)` and
+  `torch.ops.course_attention_hopper.backward(do, q, k, v, o, lse, causal, scale, key_lengths) -> (dq, dk, dv)`, each
   with a fake implementation (torch.compile traces them without a GPU), joined by the forward's autograd
   formula (it saves o and lse); the backward op runs
   `week4_triton_dl.attention.hopper_backward.attention_hopper_backward` (imported when first needed);
-* `attention_hopper(q, k, v, causal=False, scale=None) -> o`, the public entry, and
+* `attention_hopper(q, k, v, causal=False, scale=None, *, key_lengths=None) -> o`, the public entry, and
   `hopper_unsupported(q, k, v) -> str | None`, the reason it cannot run on these inputs here (for
   week 4's dispatch: None means it can).
 
 Contract: q, k, v contiguous (B, H, S, D), the layout of week 4's ops (a (B, S, H, D) tensor must be
 transposed and made contiguous first), fp16 or bf16, D = 64 or 128, any B, H, Sq, Sk; causal masks
-are top-left aligned (key j visible to query i when j <= i), as torch's is_causal. lse is float32
-(B, H, Sq), natural log, -inf for a row with no key (Sk = 0, where o is zeros, as SDPA).
+are top-left aligned (key j visible to query i when j <= i), as torch's is_causal. Padding keys: key_lengths
+(B,) int32 or int64 on q's device, keys j >= key_lengths[b] hidden from every query of batch b (clamped to
+[0, Sk]; whatever they hold, NaN included, reaches no output: the kernel's header says how). lse is float32
+(B, H, Sq), natural log, -inf for a row with no key (Sk = 0 or key_lengths[b] = 0, where o is zeros, as SDPA).
 
 Cost model per (batch, head), S = Sq = Sk: 4 S^2 D FLOPs (halved for causal), HBM traffic 4 S D
 bytes x itemsize + 4 S (lse): compute-bound from S of a few hundred on (flash.py's docstring);
@@ -73,43 +75,9 @@ NVCC_FLAGS = (GENCODE, "-O3", "-lineinfo")
 
 
 # =============================================================================== the build
-# The C++ side: checks again (cheap, and a caller of the raw op gets a C++ error, not a crash),
-# the stream, the call. NAMESPACE is replaced by a name unique to the source version.
-BINDING = r"""
-#include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-
-extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
-                                             float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
-                                             int causal, void* stream);
-
-namespace {
-void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double c,
-             const at::Tensor& out, const at::Tensor& lse) {
-    TORCH_CHECK(q.is_cuda() && q.dim() == 4 && q.is_contiguous(), "q must be a contiguous CUDA (B, H, S, D) tensor");
-    TORCH_CHECK(k.sizes() == v.sizes() && k.is_contiguous() && v.is_contiguous(), "k and v: contiguous, one shape");
-    TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "q, k, v: one dtype");
-    TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, "fp16 or bf16 only");
-    TORCH_CHECK(out.sizes() == q.sizes() && out.is_contiguous() && out.scalar_type() == q.scalar_type(), "out");
-    TORCH_CHECK(lse.dim() == 3 && lse.is_contiguous() && lse.scalar_type() == at::kFloat, "lse: float32 (B, H, Sq)");
-    const c10::cuda::CUDAGuard guard(q.device());
-    const int64_t bh = q.size(0) * q.size(1);
-    const int err = attention_hopper_forward_cuda(
-        q.scalar_type() == at::kBFloat16, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-        lse.data_ptr<float>(), (int)bh, (int)q.size(2), (int)k.size(2), (int)q.size(3), (float)c, causal,
-        c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
-    TORCH_CHECK(err == 0, "attention_hopper launch failed with code ", err,
-                " (> 0: a cudaError_t; -1: no cuTensorMapEncodeTiled in this driver; -2: a tensor map was refused)");
-}
-}  // namespace
-
-TORCH_LIBRARY(NAMESPACE, m) {
-    m.def("forward(Tensor q, Tensor k, Tensor v, bool causal, float c, Tensor(a!) out, Tensor(b!) lse) -> ()");
-}
-TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("forward", &forward); }
-"""
+# The C++ side (kernels/attention_hopper_binding.cpp): the op's schema, the checks again, the stream, the call.
+BINDING_SOURCE = KERNELS / "attention_hopper_binding.cpp"
+KEYS_HEADER = KERNELS / "attention_hopper_keys.cuh"  # AhKeys: the keys of a (batch, head), key_lengths or Sk
 
 
 def _check_flags(pingpong, overlap, persistent=False, dynamic=False) -> None:
@@ -149,7 +117,8 @@ def cache_root() -> Path:
 
 def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> str:
     """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
-    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), BINDING,
+    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), KEYS_HEADER.read_text(),
+                      BINDING_SOURCE.read_text(),
                       " ".join(nvcc_flags(pingpong, overlap, persistent, dynamic)), torch.__version__]
                      + ([DYNAMIC_HEADER.read_text()] if dynamic else []))
     return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -220,7 +189,7 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     start = time.perf_counter()
     # The kernel's own #include of the PTX header resolves through extra_include_paths; the arch
     # flag in extra_cuda_cflags makes torch add none of its own (it would build for sm_90, not 90a).
-    load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
+    load_inline(name, cpp_sources=[BINDING_SOURCE.read_text().replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
                 extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent, dynamic)),
                 extra_include_paths=[str(KERNELS), str(PTX_HEADER.parent)],
                 build_directory=str(directory), with_cuda=True, is_python_module=False,
@@ -233,9 +202,10 @@ def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_inputs(q, k, v, causal, scale) -> float:
+def check_inputs(q, k, v, causal, scale, key_lengths=None) -> float:
     """TypeError / ValueError naming the argument, for anything the kernel cannot take; the scale to use.
     Shapes, dtypes and flags only (no data pointer): torch.compile runs this on fake tensors."""
+    _check_key_lengths(q, key_lengths)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -276,6 +246,25 @@ def check_inputs(q, k, v, causal, scale) -> float:
         raise ValueError(f"B * H = {B * H} blocks of {BLOCK_M} query rows each (Sq = {Sq}) and the lengths must "
                          "fit the kernel's 32-bit grid and indices: split the batch")
     return float(scale)
+
+
+def _check_key_lengths(q, key_lengths) -> None:
+    if key_lengths is None:
+        return
+    if not isinstance(key_lengths, torch.Tensor):
+        raise TypeError(f"key_lengths must be a torch.Tensor (B,) of int32 or int64, or None; got "
+                        f"{type(key_lengths).__name__}")
+    if key_lengths.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"key_lengths has dtype {_name(key_lengths.dtype)}; expected int32 or int64 (the keys of "
+                        "each batch element)")
+    if not isinstance(q, torch.Tensor):
+        return  # q's own check names it
+    if key_lengths.dim() != 1 or key_lengths.shape[0] != q.shape[0]:
+        raise ValueError(f"key_lengths must have shape (B,) = ({q.shape[0]},), one entry per batch element; got "
+                         f"{tuple(key_lengths.shape)}")
+    if key_lengths.device != q.device or not key_lengths.is_contiguous():
+        raise ValueError(f"key_lengths must be a contiguous tensor on q's device {q.device} (the kernel reads it); "
+                         f"got one on {key_lengths.device}" + ("" if key_lengths.is_contiguous() else ", strided"))
 
 
 def check_outputs(q, out, lse):
@@ -331,7 +320,7 @@ def hopper_unsupported(q, k, v, causal=False, scale=None) -> str | None:
 
 # =============================================================================== the launch
 def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True, overlap: bool = False,
-           persistent: bool = False, dynamic: bool = False):
+           persistent: bool = False, dynamic: bool = False, key_lengths=None):
     """Write o into `out` and lse into `lse` for checked inputs (the op's real implementation)."""
     why = device_refusal(q.device)
     if why is not None:
@@ -345,7 +334,7 @@ def launch(q, k, v, causal: bool, scale: float, out, lse, pingpong: bool = True,
         lse.fill_(-math.inf)
         return out, lse
     load_extension(pingpong=pingpong, overlap=overlap, persistent=persistent,
-                   dynamic=dynamic).ops.forward(q, k, v, causal, scale * LOG2E, out, lse)
+                   dynamic=dynamic).ops.forward(q, k, v, causal, scale * LOG2E, key_lengths, out, lse)
     return out, lse
 
 
@@ -395,8 +384,8 @@ def build_label(build) -> str:
 
 
 def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, out=None, build=None):
-    """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch): one tile, no padding keys
-    (the rule sends padded calls to flash_blocked); `build` checked first (check_build: None, or BUILD_FLAGS)."""
+    """(out, lse) as week 4's op calls its forwards (attention/dispatch.py's Rung.launch): one tile, padding keys
+    by key_lengths; `build` checked first (check_build: None, or BUILD_FLAGS)."""
     if tile is not None:
         raise ValueError(f"flash_hopper has one tile (128 query rows, 128 keys); got tile={tile!r}")
     return launch_build(q, k, v, causal, scale, key_lengths, out, check_build(build))
@@ -404,10 +393,8 @@ def launch_forward_hopper(q, k, v, causal, scale, key_lengths=None, tile=None, o
 
 def launch_build(q, k, v, causal, scale, key_lengths, out, flags):
     """launch_forward_hopper with `flags` checked already (check_build's dict: the dispatch checks its table once)."""
-    if key_lengths is not None:
-        raise ValueError("flash_hopper does not take key_lengths (padding keys): use rung='flash_blocked'")
     out, lse = check_outputs(q, out, None)
-    return launch(q, k, v, bool(causal), float(scale), out, lse, **flags)
+    return launch(q, k, v, bool(causal), float(scale), out, lse, **flags, key_lengths=key_lengths)
 
 
 # =============================================================================== the ops
@@ -416,49 +403,50 @@ def launch_build(q, k, v, causal, scale, key_lengths, out, flags):
 # its Python encodes the TMA tensor maps from data pointers, which AOTAutograd's fake tensors do not have
 # ("Cannot access data pointer of Tensor") were the formula to call it directly.
 @torch.library.custom_op(OP, mutates_args=())
-def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-               scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+               key_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of contiguous q, k, v: fresh tensors. Checked here too (before the launch's device
     refusal): a caller of the raw op gets the course's TypeError / ValueError, not a C++ check."""
-    check_inputs(q, k, v, causal, scale)
+    check_inputs(q, k, v, causal, scale, key_lengths)
     out, lse = check_outputs(q, None, None)
-    return launch(q, k, v, causal, scale, out, lse)
+    return launch(q, k, v, causal, scale, out, lse, key_lengths=key_lengths)
 
 
 @forward_op.register_fake
-def _forward_fake(q, k, v, causal, scale):
+def _forward_fake(q, k, v, causal, scale, key_lengths=None):
     B, H, Sq, D = q.shape
     return q.new_empty((B, H, Sq, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
 
 
 @torch.library.custom_op(BACKWARD_OP, mutates_args=())
 def backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                lse: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                lse: torch.Tensor, causal: bool, scale: float,
+                key_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), fresh contiguous tensors, by hopper_backward.attention_hopper_backward (its checks, then
     its refusal of anything but an sm_90 GPU naming the Triton backward). dO of any strides is made dense
     here: the kernels read it through a TMA map. Imported at call time: the forward's module must not need
     the backward's (and the tests stand in for it)."""
     from week4_triton_dl.attention.hopper_backward import attention_hopper_backward
 
-    return attention_hopper_backward(q, k, v, o, do.contiguous(), lse, causal, scale)
+    return attention_hopper_backward(q, k, v, o, do.contiguous(), lse, causal, scale, key_lengths=key_lengths)
 
 
 @backward_op.register_fake
-def _backward_fake(do, q, k, v, o, lse, causal, scale):
+def _backward_fake(do, q, k, v, o, lse, causal, scale, key_lengths=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
-    ctx.save_for_backward(q, k, v, output[0], output[1])  # o and lse: the backward's statistics
+    q, k, v, causal, scale, key_lengths = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], key_lengths)  # o and lse: the backward's statistics
     ctx.causal, ctx.scale = causal, scale
     ctx.mark_non_differentiable(output[1])  # lse: a statistic for the backward, not a result
 
 
 def _backward(ctx, do, _dlse):
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+    q, k, v, o, lse, key_lengths = ctx.saved_tensors
+    dq, dk, dv = backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale, key_lengths)
+    return dq, dk, dv, None, None, None
 
 
 forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -467,8 +455,9 @@ forward_op.register_autograd(_backward, setup_context=_setup_context)
 # =============================================================================== the public entries
 def attention_hopper_forward(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None,
                              pingpong: bool = True, overlap: bool = False, persistent: bool = False,
-                             dynamic: bool = False):
-    """(o, lse) without autograd, written into `out` / `lse` when given (the tests poison them).
+                             dynamic: bool = False, key_lengths=None):
+    """(o, lse) without autograd, written into `out` / `lse` when given (the tests poison them); key_lengths:
+    padding keys, as attention_hopper's.
     pingpong=False runs the A/B build whose two consumers issue their wgmmas without taking turns;
     overlap=True the build with the intra-warpgroup overlap (-DAH_INTRA_OVERLAP=1: each warpgroup's
     softmax of key tile j under its own P V wgmma of tile j - 1), same bits, its own cached extension;
@@ -476,25 +465,26 @@ def attention_hopper_forward(q, k, v, causal: bool = False, scale: float | None 
     tile's loads under the previous one's epilogue), same bits too; the two combine. dynamic=True (persistent=True
     too, else ValueError) has the blocks draw their tiles from a global counter, causal ones longest first
     (-DAH_DYNAMIC_TILES=1), same bits again."""
-    scale = check_inputs(q, k, v, causal, scale)
+    scale = check_inputs(q, k, v, causal, scale, key_lengths)
     out, lse = check_outputs(q, out, lse)
     _check_flags(pingpong, overlap, persistent, dynamic)
-    return launch(q, k, v, causal, scale, out, lse, pingpong, overlap, persistent, dynamic)
+    return launch(q, k, v, causal, scale, out, lse, pingpong, overlap, persistent, dynamic, key_lengths)
 
 
 def attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                     scale: float | None = None) -> torch.Tensor:
+                     scale: float | None = None, *, key_lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Like F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), on an H100/H200.
 
-    q (B, H, Sq, D), k and v (B, H, Sk, D): contiguous fp16 or bf16, D = 64 or 128. Differentiable
+    q (B, H, Sq, D), k and v (B, H, Sk, D): contiguous fp16 or bf16, D = 64 or 128; key_lengths (B,) int32/int64
+    on q's device, or None: keys j >= key_lengths[b] are padding, seen by no query of batch b. Differentiable
     (the backward: week4_triton_dl.attention.hopper_backward). Bad input raises TypeError / ValueError
     before anything runs; another GPU, or the CPU, raises runtime.NotOnThisGpu naming
     week4_triton_dl.attention.flash_attention, the rung that runs there.
     """
-    scale = check_inputs(q, k, v, causal, scale)
+    scale = check_inputs(q, k, v, causal, scale, key_lengths)
     if not torch.compiler.is_compiling():  # traced: the device is the op's concern at run time
         why = device_refusal(q.device)
         if why is not None:
             raise runtime.NotOnThisGpu(why)
-    return forward_op(q, k, v, causal, scale)[0]
+    return forward_op(q, k, v, causal, scale, key_lengths)[0]
 

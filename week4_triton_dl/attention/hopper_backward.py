@@ -44,6 +44,7 @@ from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCE = KERNELS / "attention_hopper_backward.cu"
+KEYS_HEADER = KERNELS / "attention_hopper_keys.cuh"  # AhKeys: the keys of a (batch, head), key_lengths or S
 PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
@@ -67,13 +68,15 @@ BINDING = r"""
 
 int attention_hopper_bwd_cuda(int dtype, int head_dim, int causal, const unsigned char* maps, const void* o,
                               const void* dout, const float* lse, float* lse2, float* delta, float* dq_acc,
-                              void* dq, void* dk, void* dv, int BH, int S, float scale, void* stream);
+                              void* dq, void* dk, void* dv, int BH, int S, float scale, const void* key_lengths,
+                              int lengths_wide, int heads, void* stream);
 const char* attention_hopper_bwd_error_string(int code);
 
 namespace {
 void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout, const at::Tensor& lse,
               const at::Tensor& lse2, const at::Tensor& delta, const at::Tensor& dq_acc, const at::Tensor& dq,
-              const at::Tensor& dk, const at::Tensor& dv, bool causal, double scale) {
+              const at::Tensor& dk, const at::Tensor& dv, bool causal, double scale,
+              const c10::optional<at::Tensor>& key_lengths) {
     TORCH_CHECK(maps.size() == 80, "maps must be 5 tensor maps of 128 bytes (80 int64s)");
     TORCH_CHECK(o.dim() == 4 && o.is_contiguous(), "o must be a contiguous (B, H, S, D) tensor");
     const int64_t BH = o.size(0) * o.size(1), S = o.size(2), D = o.size(3);
@@ -87,6 +90,16 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
     TORCH_CHECK(lse.numel() == BH * S && lse.scalar_type() == at::kFloat && lse.is_contiguous(), "lse: (B, H, S) float32");
     TORCH_CHECK(lse2.numel() == BH * S_pad && delta.numel() == BH * S_pad && lse2.scalar_type() == at::kFloat &&
                 delta.scalar_type() == at::kFloat, "lse2 and delta: B * H * S_pad float32");
+    const void* lengths = nullptr;
+    int wide = 0;
+    if (key_lengths.has_value()) {
+        const at::Tensor& kl = *key_lengths;
+        TORCH_CHECK(kl.dim() == 1 && kl.size(0) == o.size(0) && kl.is_contiguous() && kl.device() == o.device() &&
+                    (kl.scalar_type() == at::kInt || kl.scalar_type() == at::kLong),
+                    "key_lengths: a contiguous int32 or int64 (B,) tensor on o's device");
+        lengths = kl.data_ptr();
+        wide = kl.scalar_type() == at::kLong;
+    }
     if (BH == 0 || S == 0) return;
     unsigned char bytes[640];
     for (int i = 0; i < 80; ++i) { int64_t v = maps[i]; std::memcpy(bytes + 8 * i, &v, 8); }
@@ -94,7 +107,7 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
     const int err = attention_hopper_bwd_cuda(
         o.scalar_type() == at::kHalf ? 0 : 1, (int)D, causal ? 1 : 0, bytes, o.data_ptr(), dout.data_ptr(),
         lse.data_ptr<float>(), lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_acc.data_ptr<float>(),
-        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), (int)BH, (int)S, (float)scale,
+        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), (int)BH, (int)S, (float)scale, lengths, wide, (int)o.size(1),
         c10::cuda::getCurrentCUDAStream(o.device().index()).stream());
     TORCH_CHECK(err == 0, "attention_hopper_backward launch failed: ", attention_hopper_bwd_error_string(err));
 }
@@ -102,7 +115,8 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
 
 TORCH_LIBRARY(NAMESPACE, m) {
     m.def("backward(int[] maps, Tensor o, Tensor dout, Tensor lse, Tensor(a!) lse2, Tensor(b!) delta, "
-          "Tensor(c!) dq_acc, Tensor(d!) dq, Tensor(e!) dk, Tensor(f!) dv, bool causal, float scale) -> ()");
+          "Tensor(c!) dq_acc, Tensor(d!) dq, Tensor(e!) dk, Tensor(f!) dv, bool causal, float scale, "
+          "Tensor? key_lengths) -> ()");
 }
 TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("backward", &backward); }
 """
@@ -146,7 +160,7 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", dq_tma: bool = True) -> list[
     conversions). dq_tma=False: the atomics build."""
     return [nvcc, "-cubin", GENCODE, "-O3", "-lineinfo", "-Werror", "all-warnings", *variant_flags(dq_tma),
             "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
-            "-D__CUDA_NO_HALF2_OPERATORS__", *HOPPER_PTX_INCLUDE, "-o", str(output), str(SOURCE)]
+            "-D__CUDA_NO_HALF2_OPERATORS__", "-I", str(KERNELS), *HOPPER_PTX_INCLUDE, "-o", str(output), str(SOURCE)]
 
 
 # --- the build ------------------------------------------------------------------------------------------
@@ -158,7 +172,8 @@ def cache_root() -> Path:
 
 def extension_name(dq_tma: bool = True) -> str:
     """attention_hopper_bwd_<hash of the sources, the binding, the -D flags and torch's version>."""
-    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), BINDING, " ".join(variant_flags(dq_tma)),
+    text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), KEYS_HEADER.read_text(), BINDING,
+                      " ".join(variant_flags(dq_tma)),
                       torch.__version__])
     return f"attention_hopper_bwd_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
@@ -186,7 +201,7 @@ def load_extension(dq_tma: bool = True):
     # the "a", which has no wgmma).
     cpp_extension.load_inline(name, cpp_sources=[BINDING.replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
                               extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo", GENCODE, *variant_flags(dq_tma)],
-                              extra_include_paths=[str(PTX_HEADER.parent)], build_directory=str(directory),
+                              extra_include_paths=[str(KERNELS), str(PTX_HEADER.parent)], build_directory=str(directory),
                               is_python_module=False, no_implicit_headers=True, with_cuda=True)
     return getattr(torch.ops, name)
 
@@ -223,7 +238,7 @@ def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int = SLAB) -> bytes:
 
 # --- the launcher -------------------------------------------------------------------------------------------
 
-def check_inputs(q, k, v, o, do, lse, causal, scale) -> tuple[int, int, int, int]:
+def check_inputs(q, k, v, o, do, lse, causal, scale, key_lengths=None) -> tuple[int, int, int, int]:
     """(B, H, S, D) of valid inputs; TypeError / ValueError naming the argument otherwise."""
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
         validate.tensor(t, name, dtypes=DTYPES, ndim=4)
@@ -244,6 +259,11 @@ def check_inputs(q, k, v, o, do, lse, causal, scale) -> tuple[int, int, int, int
         raise TypeError(f"scale must be a float (softmax scale, usually 1 / sqrt(D)), got {type(scale).__name__}")
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    if key_lengths is not None:
+        validate.tensor(key_lengths, "key_lengths", dtypes=(torch.int32, torch.int64), ndim=1)
+        if key_lengths.shape[0] != B or key_lengths.device != q.device or not key_lengths.is_contiguous():
+            raise ValueError(f"key_lengths must be a contiguous (B,) = ({B},) tensor on {q.device}, one entry per "
+                             f"batch element; got shape {tuple(key_lengths.shape)} on {key_lengths.device}")
     if B * H * S * D >= 2**31 or B * H >= 2**16:
         raise ValueError(f"q has {B * H} heads of {S} x {D}: the kernels index with 32-bit sizes "
                          f"(B * H * S * D < 2^31, B * H < 65536)")
@@ -258,17 +278,18 @@ def _checked_out(t, like, name):
 
 
 def attention_hopper_backward(q, k, v, o, do, lse, causal: bool, scale: float, *, grads=None, dq_accum=None,
-                              dq_tma: bool = True):
+                              dq_tma: bool = True, key_lengths=None):
     """(dq, dk, dv) of softmax(scale q k^T [causal mask]) v, from the forward's o and lse.
 
     q, k, v, o, do: contiguous [B, H, S, D], one dtype (float16 or bfloat16), D 64 or 128, any B, H, S;
     lse: float32 [B, H, S], natural-log log-sum-exp of the scaled scores per query row. `grads` = (dq, dk,
     dv) to write into; `dq_accum` = the float32 [B, H, S, D] workspace dQ is accumulated in (the kernels
     zero it first): given by the tests, to poison it. `dq_tma=False`: the A/B build that adds dQ with
-    per-element atomics instead of TMA reduce-adds of shared-memory tiles. Runs on an H100/H200 only: elsewhere (another GPU,
+    per-element atomics instead of TMA reduce-adds of shared-memory tiles. `key_lengths` (B,) int32/int64 or None:
+    keys j >= key_lengths[b] are padding (the forward's); their dk and dv are zero, they add nothing to dq. Runs on an H100/H200 only: elsewhere (another GPU,
     the CPU) runtime.NotOnThisGpu names the fallback, week 4's Triton backward.
     """
-    B, H, S, D = check_inputs(q, k, v, o, do, lse, causal, scale)
+    B, H, S, D = check_inputs(q, k, v, o, do, lse, causal, scale, key_lengths)
     _check_dq_tma(dq_tma)
     if grads is not None:
         if not isinstance(grads, (tuple, list)) or len(grads) != 3:
@@ -290,23 +311,29 @@ def attention_hopper_backward(q, k, v, o, do, lse, causal: bool, scale: float, *
                      tensor_map(acc, BLOCK_M, DQ_BOX_COLS)))
     ops = load_extension(dq_tma)
     with torch.cuda.device(q.device):
-        ops.backward(list(struct.unpack("<80q", maps)), o, do, lse, lse2, delta, acc, dq, dk, dv, causal, float(scale))
+        ops.backward(list(struct.unpack("<80q", maps)), o, do, lse, lse2, delta, acc, dq, dk, dv, causal, float(scale),
+                     key_lengths)
     return dq, dk, dv
 
 
 # --- references (the tests' and the GPU check's) ------------------------------------------------------------
 
-def reference_forward(q, k, v, causal: bool, scale: float):
+def reference_forward(q, k, v, causal: bool, scale: float, key_lengths=None):
     """(o in q's dtype, lse float32) by float64 torch: the inputs the backward is tested on, independent of
-    any forward kernel."""
+    any forward kernel. key_lengths: keys j >= key_lengths[b] hidden (never read: NaN there stays out); a row
+    with no key gives o = 0 and lse = -inf, as the forward does."""
     qd, kd, vd = q.double(), k.double(), v.double()
-    s = (qd @ kd.transpose(-1, -2)) * scale
+    S = q.shape[2]
+    keep = torch.ones(q.shape[0], 1, S, k.shape[2], dtype=torch.bool, device=q.device)
     if causal:
-        S = q.shape[2]
-        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1), -math.inf)
+        keep &= torch.ones(S, S, dtype=torch.bool, device=q.device).tril()
+    if key_lengths is not None:
+        keep &= (torch.arange(k.shape[2], device=q.device) < key_lengths.to(q.device)[:, None])[:, None, None, :]
+    kd, vd = kd.where(keep.any(-2)[..., None], 0), vd.where(keep.any(-2)[..., None], 0)  # hidden keys never read
+    s = ((qd @ kd.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
     lse = torch.logsumexp(s, dim=-1)
-    o = torch.exp(s - lse[..., None]) @ vd
-    return o.to(q.dtype), lse.float()
+    p = torch.exp(s - lse[..., None]).where(keep.any(-1, keepdim=True), 0)  # no key: exp(-inf - -inf) -> 0
+    return (p @ vd).to(q.dtype), lse.float()
 
 
 # --- compute-sanitizer case -----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ _DS_BLOCK = """\
                         float p = ex2(st[i] * c2 - lj);
                         if (masked) {
                             const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
-                            if (key >= S || (CAUSAL && key > query)) p = 0.0f;
+                            if (key >= kv || (CAUSAL && key > query)) p = 0.0f;
                         }
                         st[i] = p;
                         dpt[i] = p * (dpt[i] - dj);

@@ -66,6 +66,12 @@
 // its keys: skipped (the loop starts at query block n0 / 64); the blocks that straddle the diagonal
 // (m0 < n0 + 128) get P = 0 where key > query. Queries past S: lse2 = +inf gives P = 0, Delta = 0 and
 // dO = 0 give dS = 0, and their dQ rows are not written.
+// Padding keys (key_lengths, attention_hopper_keys.cuh: batch b has keys 0 .. n - 1). A CTA whose 128 keys are
+// all padding (n0 >= n) writes dK = dV = 0 for them and adds nothing to dQ: it leaves before any barrier. In the
+// CTA that holds the border, keys >= n get P = 0 as keys past S do; and because they are real memory (NaN or
+// anything), each consumer warpgroup first zeroes its own K and V rows from n on in shared memory (a fence for
+// the async proxy, then its warpgroup barrier, before the first wgmma): a zero row makes S^T and dP^T finite
+// there, so dS = 0 exactly, and 0 x NaN never reaches dQ = dS K. Their dK and dV are then exact zeros.
 //
 // dQ. Every key block adds to every query row's dQ, and the key blocks are different CTAs. Options: fp32
 // additions into a [B, H, S, D] accumulator (this kernel: 5 matmuls per tile pair, no recomputation), or a
@@ -100,6 +106,7 @@
 // that runs past S reads zeros, never the next head), wgmma with A in registers and the fragment identity that
 // feeds it (pack_a_fragment), and the TMA's bulk reduce-add of an fp32 tile with its bulk groups (dQ, above).
 #include "hopper_ptx.cuh"
+#include "attention_hopper_keys.cuh"  // AhKeys: the keys a (batch, head) has (S, or its key_lengths entry)
 
 #define AHB_HOPPER HOPPER_SM90A  // 1 only where the instructions exist: elsewhere the kernels trap
 
@@ -193,12 +200,27 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
          const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
          const __grid_constant__ CUtensorMap map_dq,  // dQ_accum, fp32, boxes [64][32]: AHB_DQ_TMA only
          const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_acc,
-         T* __restrict__ dk_out, T* __restrict__ dv_out, int S, int S_pad, float scale)
+         T* __restrict__ dk_out, T* __restrict__ dv_out, int S, int S_pad, float scale, AhKeys key_count)
 {
 #if AHB_HOPPER
     using L = AhbLayout<D>;
+    const int keys = key_count.of(blockIdx.y);  // this head's keys (padding keys: the header)
+    if ((int)blockIdx.x * AHB_BN >= keys) {
+        // Every key of this block is padding: its dK and dV are zero, it adds nothing to dQ. All 384 threads
+        // leave here, before any barrier is initialised or waited on.
+        const size_t first = ((size_t)blockIdx.y * S + blockIdx.x * AHB_BN) * D;
+        const size_t count = (size_t)min(AHB_BN, S - (int)blockIdx.x * AHB_BN) * D / 2;  // 32-bit pairs
+        for (size_t i = threadIdx.x; i < count; i += AHB_THREADS) {
+            reinterpret_cast<uint32_t*>(dk_out + first)[i] = 0u;
+            reinterpret_cast<uint32_t*>(dv_out + first)[i] = 0u;
+        }
+        return;
+    }
     extern __shared__ unsigned char ahb_raw[];
     __shared__ __align__(8) uint64_t kv_full, full[AHB_STAGES], empty[AHB_STAGES];
+    // The head's key count, read from here where the masks need it: kept in a register through the loop it
+    // costs D = 128 a spill.
+    __shared__ int keys_here;
     unsigned char* base = ahb_raw + ((1024 - (smem_addr(ahb_raw) & 1023)) & 1023);
 
     const int warpgroup = threadIdx.x / 128;
@@ -210,6 +232,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
     const int iters = q_blocks - first;
 
     if (threadIdx.x == 0) {
+        keys_here = keys;
         mbar_init(&kv_full, 1);
         for (int s = 0; s < AHB_STAGES; ++s) {
             mbar_init(&full[s], 1);  // the producer's arrive (+ the bytes)
@@ -261,6 +284,19 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
         for (int i = 0; i < D / 2; ++i) { dk[i] = 0.0f; dv[i] = 0.0f; }
 
         mbar_wait(&kv_full, 0);
+        // Padding keys inside S (the header): rows [pad_from, pad_to) of this warpgroup's 64 K and V rows.
+        const int pad_from = max(keys - (n0 + 64 * c), 0), pad_to = min(64, S - (n0 + 64 * c));
+        if (pad_from < pad_to) {
+            for (int i = pad_from * 8 + tid; i < pad_to * 8; i += 128)  // 16-byte chunks: 8 a 128-byte row
+#pragma unroll
+                for (int j = 0; j < D / AHB_SLAB; ++j) {
+                    const int at = j * L::kv_slab + my_rows + 16 * i;
+                    *reinterpret_cast<uint4*>(base + L::k_off + at) = make_uint4(0u, 0u, 0u, 0u);
+                    *reinterpret_cast<uint4*>(base + L::v_off + at) = make_uint4(0u, 0u, 0u, 0u);
+                }
+            fence_async_smem();      // the stores, visible to the async proxy the wgmmas read through
+            warpgroup_sync(1 + c);   // every thread's stores and fence before anyone's first wgmma
+        }
         for (int it = 0; it < iters; ++it) {
             const int s = it % AHB_STAGES, m0 = (first + it) * AHB_BM;
             const uint32_t q_tile = smem_addr(base + L::ring_off + s * L::stage_bytes);
@@ -291,7 +327,8 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
 
             // P^T and dS^T in place: st <- P^T, dpt <- dS^T. Element 4j + 2h + e is key
             // n0 + 64c + row + 8h, query m0 + 8j + col + e.
-            const bool masked = (n0 + AHB_BN > S) || (CAUSAL && m0 < n0 + AHB_BN);
+            const int kv = *static_cast<volatile int*>(&keys_here);
+            const bool masked = (n0 + AHB_BN > kv) || (CAUSAL && m0 < n0 + AHB_BN);
             const float* lse_row = lse2 + (size_t)bh * S_pad + m0 + col;  // S_pad rows: never out of range
             const float* delta_row = delta + (size_t)bh * S_pad + m0 + col;
 #pragma unroll
@@ -307,7 +344,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
                         float p = ex2(st[i] * c2 - lj);
                         if (masked) {
                             const int key = n0 + 64 * c + row + 8 * h, query = m0 + 8 * j + col + e;
-                            if (key >= S || (CAUSAL && key > query)) p = 0.0f;
+                            if (key >= kv || (CAUSAL && key > query)) p = 0.0f;
                         }
                         st[i] = p;
                         dpt[i] = p * (dpt[i] - dj);
@@ -454,7 +491,7 @@ ahb_main(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUte
 template <typename T, int D, bool CAUSAL>
 static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, const void* dout, const float* lse,
                                     float* lse2, float* delta, float* dq_acc, void* dq, void* dk, void* dv,
-                                    int BH, int S, float scale, cudaStream_t stream)
+                                    int BH, int S, float scale, AhKeys key_count, cudaStream_t stream)
 {
     const int S_pad = (S + AHB_BM - 1) / AHB_BM * AHB_BM;
     ahb_preprocess<T, D><<<dim3((S_pad + 7) / 8, BH), 256, 0, stream>>>(
@@ -469,7 +506,8 @@ static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, co
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     kernel<<<dim3((S + AHB_BN - 1) / AHB_BN, BH), AHB_THREADS, smem, stream>>>(
-        m[0], m[1], m[2], m[3], m[4], lse2, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv), S, S_pad, scale);
+        m[0], m[1], m[2], m[3], m[4], lse2, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv), S, S_pad, scale,
+        key_count);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
 
@@ -479,15 +517,19 @@ static cudaError_t ahb_launch_typed(const unsigned char* maps, const void* o, co
     return cudaGetLastError();
 }
 
-// dtype 0: float16, 1: bfloat16. Returns a cudaError_t (0: launched).
+// dtype 0: float16, 1: bfloat16. key_lengths: null, or (B,) entries, int64 (lengths_wide = 1) or int32, batch
+// bh / heads. Returns a cudaError_t (0: launched).
 int attention_hopper_bwd_cuda(int dtype, int head_dim, int causal, const unsigned char* maps, const void* o,
                               const void* dout, const float* lse, float* lse2, float* delta, float* dq_acc,
-                              void* dq, void* dk, void* dv, int BH, int S, float scale, void* stream)
+                              void* dq, void* dk, void* dv, int BH, int S, float scale, const void* key_lengths,
+                              int lengths_wide, int heads, void* stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const AhKeys keys{key_lengths, lengths_wide, heads, S};
 #define AHB_CASE(DT, T, HD, C)                                                                               \
     if (dtype == DT && head_dim == HD && (causal != 0) == C)                                                 \
-        return (int)ahb_launch_typed<T, HD, C>(maps, o, dout, lse, lse2, delta, dq_acc, dq, dk, dv, BH, S, scale, st);
+        return (int)ahb_launch_typed<T, HD, C>(maps, o, dout, lse, lse2, delta, dq_acc, dq, dk, dv, BH, S, scale, \
+                                               keys, st);
     AHB_CASE(0, __half, 64, false) AHB_CASE(0, __half, 64, true) AHB_CASE(0, __half, 128, false)
     AHB_CASE(0, __half, 128, true) AHB_CASE(1, __nv_bfloat16, 64, false) AHB_CASE(1, __nv_bfloat16, 64, true)
     AHB_CASE(1, __nv_bfloat16, 128, false) AHB_CASE(1, __nv_bfloat16, 128, true)

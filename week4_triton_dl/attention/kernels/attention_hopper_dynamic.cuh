@@ -38,11 +38,12 @@ __device__ int ah_tile_counters[AH_COUNTER_SLOTS];  // one per stream; each laun
 // heads in sections of `heads` (ah_section_heads: their K and V fit in L2 together), sections one after the
 // other; within a section the query tiles by length, longest first, the section's heads varying fastest, so
 // the counter hands out the long tiles first and the short ones fill the tail (list scheduling, longest first).
-__device__ __forceinline__ void ah_dyn_work(int tile, int m_tiles, int bh_count, int heads, int seq_k, int causal,
-                                            int& bh, int& m0, int& n_tiles)
+// With padding keys (key_lengths) a head's tiles may be shorter than their order says: the order stays the same.
+__device__ __forceinline__ void ah_dyn_work(int tile, int m_tiles, int bh_count, int heads, const AhKeys& key_count,
+                                            int causal, int& bh, int& m0, int& n_tiles, int& keys)
 {
     if (!causal) {
-        ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
+        ah_work(tile, m_tiles, key_count, causal, bh, m0, n_tiles, keys);
         return;
     }
     const int section = tile / (heads * m_tiles), in_section = tile % (heads * m_tiles);
@@ -50,7 +51,8 @@ __device__ __forceinline__ void ah_dyn_work(int tile, int m_tiles, int bh_count,
     const int order = in_section / here;                        // 0: the longest query tile (the last rows)
     bh = section * heads + in_section % here;
     m0 = (m_tiles - 1 - order) * AH_BM;
-    n_tiles = min(seq_k - 1, m0 + AH_BM - 1) / AH_BN + 1;
+    keys = key_count.of(bh);
+    ah_key_tiles(m0, keys, causal, n_tiles);
 }
 
 // Heads per section: as many as have their K and V (4 D bytes per key) in AH_L2_SECTION_BYTES, 1 to bh_count

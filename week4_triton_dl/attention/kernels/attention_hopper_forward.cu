@@ -74,6 +74,15 @@
 // tile's ragged end) are masked too. The TMA reads q, k, v as 3-D tensors [B*H, S, D] (S its own
 // dimension), so a box running past S reads ZEROS, not the next head's rows: 0 * NaN would leak a
 // NaN of another head through P V.
+// Padding keys (key_lengths (B,), hopper.py's key_lengths=): batch b has keys 0 .. n - 1, n = key_lengths[b]
+// clamped to [0, Sk] (attention_hopper_keys.cuh). Everything above reads n where it read Sk: the key tiles a
+// work tile visits stop at n (so padding costs no tensor-core work past its last tile) and the mask hides
+// keys >= n. One thing is new: keys n .. Sk - 1 are real memory, NaN or anything, and P = 0 there does not
+// make 0 x NaN vanish in P V. So the producer lands the last key tile's V through a barrier of its own
+// (`staged`), zeroes those rows in shared memory, fences them for the async proxy the wgmmas read through,
+// and only then arrives on full_v: the consumers wait on full_v as for any tile and never see the garbage
+// (a K row needs no zeroing: its NaN score is replaced by -inf by the mask's select). A row with no key at all
+// (n = 0) visits one tile, all masked, and stores zeros and lse = -inf, as SDPA (and Sk = 0) do.
 //
 // ---- The persistent build (-DAH_PERSISTENT=1, hopper.py's persistent=True; off by default) ------------
 // As FA3 and cuDNN: grid = min(SMs, work tiles), each block walks work tiles (ah_round_tile: a static
@@ -101,6 +110,7 @@
 // TMA clips each head at S), named barriers with a count (the ping-pong), wgmma with A from registers (P never
 // goes to shared memory) and ex2 / lg2 (the exponential in base 2, log2(e) folded into the score scale).
 #include "hopper_ptx.cuh"
+#include "attention_hopper_keys.cuh"  // AhKeys: the keys a (batch, head) has (Sk, or its key_lengths entry)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 
@@ -360,26 +370,51 @@ __device__ __forceinline__ void ah_phase(int it, int n_tiles, int wg, int lane, 
 // which stay in L2 (a head's K and V at S = 1k, D = 128 are 512 KB) and are read from DRAM about once (the
 // head fastest read them once per query tile: memory-bound at S = 1k on an H100). Within a head, causal
 // tiles run longest first (the last query tiles), so the short ones fill the tail.
-__device__ __forceinline__ void ah_work(unsigned tile, int m_tiles, int seq_k, int causal, int& bh, int& m0, int& n_tiles)
+// `keys`: the keys of the tile's head (AhKeys: Sk, or its batch's key_lengths entry).
+__device__ __forceinline__ void ah_key_tiles(int m0, int keys, int causal, int& n_tiles)
+{
+    // Key tiles to visit: up to the last key, or (causal) up to the one holding the tile's last row's key; one
+    // (all masked) for a head with no key, so that every phase of the protocol still runs once.
+    const int last_key = causal ? min(keys - 1, m0 + AH_BM - 1) : keys - 1;
+    n_tiles = max(last_key, 0) / AH_BN + 1;
+}
+__device__ __forceinline__ void ah_work(unsigned tile, int m_tiles, const AhKeys& key_count, int causal, int& bh,
+                                        int& m0, int& n_tiles, int& keys)
 {
     bh = tile / m_tiles;
     const int order = tile % m_tiles;
     m0 = (causal ? m_tiles - 1 - order : order) * AH_BM;
-    // Key tiles to visit: all of them, or (causal) up to the one holding the tile's last row's key.
-    const int last_key = causal ? min(seq_k - 1, m0 + AH_BM - 1) : seq_k - 1;
-    n_tiles = last_key / AH_BN + 1;
+    keys = key_count.of(bh);
+    ah_key_tiles(m0, keys, causal, n_tiles);
+}
+
+// Rows [from, to) of a K or V slot set to zero, by this thread alone: whole 128-byte rows of each slab, so the
+// swizzle (which permutes 16-byte chunks inside a row) does not matter.
+template <int D>
+__device__ __forceinline__ void ah_zero_rows(unsigned char* slot, int from, int to)
+{
+#pragma unroll
+    for (int sl = 0; sl < AhShape<D>::SLABS; ++sl) {
+        uint4* rows = reinterpret_cast<uint4*>(slot + sl * AH_SLAB_BYTES);
+        for (int i = from * 8; i < to * 8; ++i) rows[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
 }
 
 // The producer's copies for one work tile (one thread): Q, then its key tiles through the ring. Slot and
-// phase follow `ring`, the key tiles this block sent through the ring before (never reset).
+// phase follow `ring`, the key tiles this block sent through the ring before (never reset). `keys`: the head's
+// keys (padding keys: the header); `staged`: the last tiles this block landed through `staging` (its parity).
 template <int D>
 __device__ __forceinline__ void ah_produce(const CUtensorMap* map_q, const CUtensorMap* map_k,
                                            const CUtensorMap* map_v, int bh, int m0, int n_tiles, int ring,
-                                           unsigned char* q_tile, unsigned char* k_slots, unsigned char* v_slots,
-                                           uint64_t* full_q, uint64_t* full_k, uint64_t* full_v, uint64_t* empty_k,
-                                           uint64_t* empty_v)
+                                           int keys, int seq_k, int& staged, unsigned char* q_tile,
+                                           unsigned char* k_slots, unsigned char* v_slots, uint64_t* full_q,
+                                           uint64_t* full_k, uint64_t* full_v, uint64_t* empty_k, uint64_t* empty_v,
+                                           uint64_t* staging)
 {
     using Shape = AhShape<D>;
+    // The last key tile's V rows that are padding inside Sk: [zero_from, zero_to) (past Sk the TMA wrote zeros).
+    const int n_last = (n_tiles - 1) * AH_BN;
+    const int zero_from = max(keys - n_last, 0), zero_to = min(AH_BN, seq_k - n_last);
     mbar_arrive_expect_tx(full_q, Shape::TILE_BYTES);
 #pragma unroll
     for (int sl = 0; sl < Shape::SLABS; ++sl)
@@ -398,16 +433,28 @@ __device__ __forceinline__ void ah_produce(const CUtensorMap* map_q, const CUten
             tma_load_3d(k_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_k, &full_k[s],
                         sl * AH_SLAB_COLS, it * AH_BN, bh);
         if (r >= AH_STAGES) mbar_wait(&empty_v[s], reuse_parity);
-        mbar_arrive_expect_tx(&full_v[s], Shape::TILE_BYTES);
+        // A last tile with padding keys inside Sk lands on `staging`, which only this thread waits for.
+        const bool stage = it == n_tiles - 1 && zero_from < zero_to;
+        uint64_t* landed = stage ? staging : &full_v[s];
+        mbar_arrive_expect_tx(landed, Shape::TILE_BYTES);
 #pragma unroll
         for (int sl = 0; sl < Shape::SLABS; ++sl)
-            tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, &full_v[s],
+            tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, landed,
                         sl * AH_SLAB_COLS, it * AH_BN, bh);
+        if (stage) {
+            // Zero the padding rows once the copy has landed, fence the stores for the async proxy (the
+            // wgmmas read V through it), then say "V landed" on full_v: a plain arrive, the bytes were staging's.
+            mbar_wait(staging, staged & 1);
+            ++staged;
+            ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to);
+            fence_async_smem();
+            mbar_arrive(&full_v[s]);
+        }
     }
 }
 
 // One work tile of a consumer warpgroup wg (0 or 1: query rows m0 + 64 wg .. + 63): its GEMM phases, then
-// the epilogue. `round`: work tiles before this one (full_q's parity); empty_q (persistent only, else
+// the epilogue. `seq_k`: the keys of this tile's head (Sk, or its key_lengths entry: the mask's bound). `round`: work tiles before this one (full_q's parity); empty_q (persistent only, else
 // null): where the warpgroup says it has done with Q; `more`: another work tile follows.
 template <typename T, int D>
 __device__ __forceinline__ void ah_consume(int wg, int tid, int bh, int m0, int n_tiles, int ring, int round, bool more,
@@ -450,8 +497,9 @@ __device__ __forceinline__ void ah_consume(int wg, int tid, int bh, int m0, int 
         sum += __shfl_xor_sync(0xffffffff, sum, 2);
         const int row = row0 + 8 * h;
         if (row >= seq_q) continue;
-        // Every row sees key 0 (Sk >= 1, top-left causal), so sum > 0 unless NaN got in.
-        const float inv = 1.0f / sum;
+        // A head with keys sees key 0 in every row (top-left causal), so sum > 0 unless NaN got in; a head with
+        // none (key_lengths 0) has o = 0 and sum = 0: zeros, and lse = log2(0) = -inf, as SDPA.
+        const float inv = seq_k > 0 ? 1.0f / sum : 0.0f;
         T* dst = out + ((size_t)bh * seq_q + row) * D + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < D / 8; ++j)
@@ -477,7 +525,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(AH_THREADS, 1)
 attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                      const __grid_constant__ CUtensorMap map_v, T* __restrict__ out, float* __restrict__ lse,
-                     int bh_count, int seq_q, int seq_k, float c, int causal
+                     int bh_count, int seq_q, int seq_k, float c, int causal, AhKeys key_count
 #if AH_DYNAMIC_TILES
                      , int counter_slot  // which of ah_tile_counters (one per stream): zero at launch, left at zero
 #endif
@@ -489,12 +537,13 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     __shared__ __align__(8) uint64_t full_q;
     __shared__ __align__(8) uint64_t full_k[AH_STAGES], full_v[AH_STAGES];
     __shared__ __align__(8) uint64_t empty_k[AH_STAGES], empty_v[AH_STAGES];
+    __shared__ __align__(8) uint64_t staging;  // a last V tile with padding keys: the producer zeroes it first
     unsigned char* base = ah_raw + ((1024 - (smem_addr(ah_raw) & 1023)) & 1023);
     unsigned char* q_tile = base;
     unsigned char* k_slots = base + Shape::TILE_BYTES;
     unsigned char* v_slots = k_slots + AH_STAGES * Shape::TILE_BYTES;
     const int m_tiles = (seq_q + AH_BM - 1) / AH_BM;
-    int bh, m0, n_tiles;
+    int bh, m0, n_tiles, keys;
 #if AH_PERSISTENT
     __shared__ __align__(8) uint64_t empty_q;  // both consumers have done with Q: the next tile's may come
     const int tiles = m_tiles * bh_count;
@@ -504,11 +553,12 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     const int heads = ah_section_heads(D, seq_k, bh_count);
 #endif
 #else
-    ah_work(blockIdx.x, m_tiles, seq_k, causal, bh, m0, n_tiles);
+    ah_work(blockIdx.x, m_tiles, key_count, causal, bh, m0, n_tiles, keys);
 #endif
 
     if (threadIdx.x == 0) {
         mbar_init(&full_q, 1);
+        mbar_init(&staging, 1);  // the producer's arrive.expect_tx (+ the bytes)
         for (int s = 0; s < AH_STAGES; ++s) {
             mbar_init(&full_k[s], 1);   // the producer's arrive.expect_tx (+ the bytes)
             mbar_init(&full_v[s], 1);
@@ -527,12 +577,13 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         // ---- producer ----
         setmaxnreg_dec<AH_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
+            int staged = 0;  // V tiles landed through `staging` so far (its phase parity)
 #if AH_DYNAMIC_TILES
             // Round 0 runs tile blockIdx.x; each later round's tile is drawn once the loads of the last are issued.
             for (int round = 0, ring = 0, tile = blockIdx.x;; ++round, tile = ah_draw(tile_counter, tiles)) {
 #elif AH_PERSISTENT
             for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
-                ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
+                ah_work(tile, m_tiles, key_count, causal, bh, m0, n_tiles, keys);
 #endif
 #if AH_PERSISTENT
                 // BEGIN EXERCISE: (the persistent build only: persistent=True) before this work tile's Q goes into
@@ -548,15 +599,15 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
                 // END EXERCISE
 #if AH_DYNAMIC_TILES
                 if (ah_post(tile, tiles, &mailbox, &full_q)) break;  // past the end: the consumers are told, no Q
-                ah_dyn_work(tile, m_tiles, bh_count, heads, seq_k, causal, bh, m0, n_tiles);
+                ah_dyn_work(tile, m_tiles, bh_count, heads, key_count, causal, bh, m0, n_tiles, keys);
 #endif
-                ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, q_tile, k_slots, v_slots, &full_q,
-                              full_k, full_v, empty_k, empty_v);
+                ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, keys, seq_k, staged, q_tile, k_slots,
+                              v_slots, &full_q, full_k, full_v, empty_k, empty_v, &staging);
                 ring += n_tiles;
             }
 #else
-            ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, 0, q_tile, k_slots, v_slots, &full_q, full_k,
-                          full_v, empty_k, empty_v);
+            ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, 0, keys, seq_k, staged, q_tile, k_slots, v_slots,
+                          &full_q, full_k, full_v, empty_k, empty_v, &staging);
 #endif
         }
     } else {
@@ -569,15 +620,15 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         // warpgroup 1 takes warpgroup 2's last hand-over once told to leave (round > 0: the block ran a tile).
         int round = 0;
         for (int ring = 0, tile; (tile = ah_take(round, &mailbox, &full_q)) < tiles; ++round) {
-            ah_dyn_work(tile, m_tiles, bh_count, heads, seq_k, causal, bh, m0, n_tiles);
+            ah_dyn_work(tile, m_tiles, bh_count, heads, key_count, causal, bh, m0, n_tiles, keys);
             const bool more = true;
 #elif AH_PERSISTENT
         for (int round = 0, ring = 0, tile; (tile = ah_round_tile(round, causal)) < tiles; ++round) {
-            ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);
+            ah_work(tile, m_tiles, key_count, causal, bh, m0, n_tiles, keys);
             const bool more = ah_round_tile(round + 1, causal) < tiles;
 #endif
 #if AH_PERSISTENT
-            ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, ring, round, more, seq_q, seq_k, causal, c, out,
+            ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, ring, round, more, seq_q, keys, causal, c, out,
                              lse, q_base, k_slots, v_slots, &full_q, &empty_q, full_k, full_v, empty_k, empty_v);
             ring += n_tiles;
         }
@@ -585,7 +636,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
         if (AH_PINGPONG && wg == 0 && round > 0) bar_sync(1, 256);  // warpgroup 2's last hand-over (the .cuh)
 #endif
 #else
-        ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, 0, 0, false, seq_q, seq_k, causal, c, out, lse,
+        ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, 0, 0, false, seq_q, keys, causal, c, out, lse,
                          q_base, k_slots, v_slots, &full_q, nullptr, full_k, full_v, empty_k, empty_v);
 #endif
     }

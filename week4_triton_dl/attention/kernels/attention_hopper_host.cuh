@@ -66,7 +66,7 @@ static int ah_counter_slot(cudaStream_t stream, int device, int* slot)
 
 template <typename T, int D>
 static int ah_launch(bool bf16, const void* q, const void* k, const void* v, void* out, float* lse, int bh_count,
-                     int seq_q, int seq_k, float c, int causal, cudaStream_t stream)
+                     int seq_q, int seq_k, float c, int causal, AhKeys key_count, cudaStream_t stream)
 {
     CUtensorMap map_q, map_k, map_v;
     int err = ah_tensor_map(&map_q, bf16, q, bh_count, seq_q, D);
@@ -92,7 +92,7 @@ static int ah_launch(bool bf16, const void* q, const void* k, const void* v, voi
 #endif
     if (blocks > 0x7fffffffLL) return -3;
     attention_hopper_fwd<T, D><<<(unsigned)blocks, AH_THREADS, smem, stream>>>(
-        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal
+        map_q, map_k, map_v, static_cast<T*>(out), lse, bh_count, seq_q, seq_k, c, causal, key_count
 #if AH_DYNAMIC_TILES
         , counter_slot
 #endif
@@ -100,19 +100,22 @@ static int ah_launch(bool bf16, const void* q, const void* k, const void* v, voi
     return (int)cudaGetLastError();
 }
 
-// dtype: 0 = fp16, 1 = bf16. Returns 0, a cudaError_t (> 0), or -1 (no cuTensorMapEncodeTiled),
+// dtype: 0 = fp16, 1 = bf16. key_lengths: null, or (B,) entries, int64 (lengths_wide = 1) or int32, batch
+// bh / heads (attention_hopper_keys.cuh). Returns 0, a cudaError_t (> 0), or -1 (no cuTensorMapEncodeTiled),
 // -2 (a tensor map was refused), -3 (grid too large), -4 (head dim not 64 or 128), -5 (the dynamic build: more
 // streams on one device than it has counters).
 extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
                                              float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
-                                             int causal, void* stream)
+                                             int causal, const void* key_lengths, int lengths_wide, int heads,
+                                             void* stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const AhKeys keys{key_lengths, lengths_wide, heads, seq_k};
     if (d == 64)
-        return dtype ? ah_launch<__nv_bfloat16, 64>(true, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, st)
-                     : ah_launch<__half, 64>(false, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, st);
+        return dtype ? ah_launch<__nv_bfloat16, 64>(true, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, keys, st)
+                     : ah_launch<__half, 64>(false, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, keys, st);
     if (d == 128)
-        return dtype ? ah_launch<__nv_bfloat16, 128>(true, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, st)
-                     : ah_launch<__half, 128>(false, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, st);
+        return dtype ? ah_launch<__nv_bfloat16, 128>(true, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, keys, st)
+                     : ah_launch<__half, 128>(false, q, k, v, out, lse, bh_count, seq_q, seq_k, c, causal, keys, st);
     return -4;
 }
