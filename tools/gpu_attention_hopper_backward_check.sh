@@ -91,6 +91,10 @@ step 03b_smoke 60 1 "$SMOKE"
 
 step 04_tests 240 0 "python -m pytest tests/week4/test_attention_hopper_backward.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=60 --durations=8"
+# 4k. padding keys (key_lengths): the backward's tests of tests/week4/test_attention_hopper_padding.py, and the op's
+#     autograd, opcheck and compiled call with key_lengths (they run the forward's default build too)
+step 04k_padding_tests 180 0 "python -m pytest tests/week4/test_attention_hopper_padding.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=60 --durations=5 -k 'not forward'"
 
 BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 20"
 # The whole benchmark: 11 sizes, the Triton backward autotuning at each, 7 rounds at GPT-2's shape: 300 s.

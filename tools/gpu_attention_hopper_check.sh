@@ -20,10 +20,12 @@
 #      fails, the same smoke without the ping-pong (-DAH_PINGPONG=0) says which half to look at;
 #      then (2o) the same smoke of the overlap build, in its own process: if it fails or hangs, the
 #      default's steps still run and the overlap's tests and bench row are left out;
-#   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack; both builds);
+#   3. the tests (pytest, one timeout, faulthandler dumps a hung test's stack; both builds), then (3k) the
+#      padding keys' forward tests (tests/week4/test_attention_hopper_padding.py);
 #   4. the benchmark (quick mode unless FULL=1): hopper and hopper_overlap beside SDPA cuDNN and the Triton op
 #      (host-paced rounds replayed from a CUDA graph: their ratios are the GPU's times);
-#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16), each build;
+#   5. compute-sanitizer memcheck, racecheck, synccheck on one small case (S = 200, causal, bf16, one batch
+#      element padded to 77 keys), each build;
 #   6. with MUST_FAIL=1, the known-wrong kernels, each required to fail its tests.
 # Logs and results go to $OUT (logs/NN_name.log; results/attention_hopper.{json,md} with FULL=1, the quick
 # run's results/attention_hopper_quick.{json,md}); copy
@@ -160,6 +162,10 @@ TESTS_LIMIT=150; { [ "$PERSISTENT" = 1 ] || [ "$DYNAMIC" = 1 ]; } && TESTS_LIMIT
 
 step 03_tests $TESTS_LIMIT 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=8 $TESTS_K"
+# 3k. padding keys (key_lengths): the forward's tests of tests/week4/test_attention_hopper_padding.py, same builds
+PAD_K="forward"; [ ${#NOT[@]} -gt 0 ] && PAD_K="forward and $(IFS='&'; echo "${NOT[*]}" | sed 's/&/ and /g')"
+step 03k_padding_tests 120 0 "python -m pytest tests/week4/test_attention_hopper_padding.py -q -x -p no:cacheprovider \
+    -o faulthandler_timeout=40 --durations=5 -k '$PAD_K'"
 
 BENCH_ARGS="--out $OUT/results --rounds 3 --rep-ms 25 $BENCH_VARIANTS"
 # The full sweep: 11 sizes, the Triton op autotuning at each, 7 rounds at the capstone's shape: give it 300 s.
@@ -174,11 +180,13 @@ from course.check import poisoned, random_tensor
 from week4_triton_dl.attention import hopper as hp
 dynamic = os.environ.get('AH_SMOKE_DYNAMIC') == '1'
 persistent = dynamic or os.environ.get('AH_SMOKE_PERSISTENT') == '1'
-H = 70 if persistent else 2  # persistent: 140 work tiles, so that some blocks run two (132 SMs)
-q, k, v = (random_tensor((1, H, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
-out = poisoned((1, H, 200, 64), torch.bfloat16, 'cuda')
+H = 35 if persistent else 1  # persistent: 140 work tiles, so that some blocks run two (132 SMs)
+q, k, v = (random_tensor((2, H, 200, 64), torch.bfloat16, 'cuda') for _ in range(3))
+out = poisoned((2, H, 200, 64), torch.bfloat16, 'cuda')
+# Batch 1 has 77 keys of 200: its work tiles stage their last V tile and zero its padding rows (key_lengths).
+lengths = torch.tensor([200, 77], device='cuda')
 hp.attention_hopper_forward(q, k, v, True, out=out, overlap=os.environ.get('AH_SMOKE_OVERLAP') == '1',
-                            persistent=persistent, dynamic=dynamic)
+                            persistent=persistent, dynamic=dynamic, key_lengths=lengths)
 torch.cuda.synchronize()
 print('NaN left', int(out.isnan().sum()))
 PY

@@ -74,6 +74,18 @@ def test_opcheck_backward(head_dim, causal, dense_do, stand_ins):
     assert stand_ins.calls > 0
 
 
+@pytest.mark.parametrize("causal", MASKS)
+def test_opcheck_with_padding_keys(causal, stand_ins):
+    """key_lengths (Tensor?) through both ops: schemas, fakes, autograd registration, AOT dispatch with the
+    lengths saved for the backward (a batch element with no key included: zeros, zero gradients)."""
+    q, k, v = qkv(3, 2, 37, 37, 64, torch.bfloat16, requires_grad=True)
+    lengths = torch.tensor([37, 0, 20], device=DEVICE)
+    torch.library.opcheck(FORWARD, (q, k, v, causal, 0.125, lengths))
+    assert stand_ins.calls > 0, "opcheck's AOT dispatch test must have run the backward"
+    do, q, k, v, o, lse, _, _ = backward_args(3, 2, 33, 64, torch.float16, causal, 0.2)
+    torch.library.opcheck(BACKWARD, (do, q, k, v, o, lse, causal, 0.2, lengths))
+
+
 def test_backward_fake_on_meta_tensors():
     do, q, k, v, o = (torch.empty(1, 2, 130, 128, dtype=torch.float16, device="meta") for _ in range(5))
     lse = torch.empty(1, 2, 130, dtype=torch.float32, device="meta")

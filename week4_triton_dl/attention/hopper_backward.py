@@ -339,10 +339,12 @@ def reference_forward(q, k, v, causal: bool, scale: float, key_lengths=None):
 # --- compute-sanitizer case -----------------------------------------------------------------------------------
 
 def sanitizer_case(dtype=torch.bfloat16, causal=True, S=129, D=64, dq_tma=True) -> None:
-    """One small synchronized call: ragged S (two key blocks, the second nearly empty; three query blocks)."""
+    """One small synchronized call: ragged S (two key blocks, the second nearly empty; three query blocks), and a
+    second batch element padded to S // 2 keys (key_lengths: its border block zeroes K/V rows, its last leaves)."""
     from course.check import random_tensor
 
-    q, k, v, do = (random_tensor((1, 2, S, D), dtype, "cuda") for _ in range(4))
-    o, lse = reference_forward(q, k, v, causal, D**-0.5)
-    attention_hopper_backward(q, k, v, o, do, lse, causal, D**-0.5, dq_tma=dq_tma)
+    q, k, v, do = (random_tensor((2, 2, S, D), dtype, "cuda") for _ in range(4))
+    lengths = torch.tensor([S, S // 2], device="cuda")
+    o, lse = reference_forward(q, k, v, causal, D**-0.5, lengths)
+    attention_hopper_backward(q, k, v, o, do, lse, causal, D**-0.5, dq_tma=dq_tma, key_lengths=lengths)
     torch.cuda.synchronize()
