@@ -1,7 +1,8 @@
 """An mbarrier as the CPU protocol models of the Hopper kernels see it (tests/week1/
 test_matmul_wgmma_persistent_protocol.py, tests/week4/test_attention_hopper_forward_protocol.py and
 test_attention_hopper_backward_protocol.py), the loop that runs the Hopper attention models' agents, and the
-shared-memory slots and wgmma groups of the attention forward's persistent and dynamic models.
+shared-memory slots and wgmma groups of the attention forward's persistent and dynamic models (with the producer's
+staged V tile of a head with padding keys).
 
 A phase completes when its expected arrivals have all arrived and its transaction bytes (expect_tx,
 added by an arrival) have all been completed by the copies; the phase counter then advances and a
@@ -95,6 +96,24 @@ class SmemSlots:
             self.content[kind][s] = what
             barrier.complete_tx(1)
         self.events.append(land)
+
+    def write(self, kind, s, what):
+        """An ordinary store into a slot (the forward's producer zeroing padding rows): no wgmma may read it."""
+        assert self.reading[kind][s] == 0, f"{kind} slot {s}{self.where} written while a wgmma reads it"
+        self.content[kind][s] = what
+
+    def staged_v(self, s, what, staging, parity, full_v):
+        """The forward's last V tile with padding keys (ah_produce's `stage`), as the producer runs it: the copy
+        lands on `staging`, which only the producer waits on (`parity`: the tiles it staged before, & 1), then it
+        zeroes the padding rows (the slot then holds (*what, "zeroed")), fences them for the async proxy and
+        arrives on full_v with no bytes. A generator: `yield from` it."""
+        self.load("V", s, what, staging)
+        yield
+        while not staging.ready(parity):
+            yield
+        self.write("V", s, (*what, "zeroed"))
+        yield  # fence.proxy.async
+        full_v.arrive()
 
 
 class WgmmaGroups:

@@ -20,6 +20,13 @@ proxy. Per step: issuer waits bulk_group.read 0 -> bar.sync -> stores -> fence.p
 issue + commit; at the end the issuer waits for the group before the CTA exits. The model drops each edge in
 turn and finds the race it guards against.
 
+Padding keys (key_lengths, the kernel's header): `border=True` is the CTA that holds a head's last key. The
+producer's K / V copy lands on kv_full; after waiting for it, each consumer warpgroup zeroes its own K and V rows
+from the key count on (the kernel spreads the 16-byte chunks over its 128 threads: here each warp zeroes a part),
+fences the stores for the async proxy and meets its warpgroup barrier before its first wgmma, which must see
+every part of its rows zeroed and fenced. A CTA whose keys are all padding leaves before any barrier: it has
+no protocol to model, the source test checks that it leaves first.
+
 `lse_in_ring=True` is the kernel racecheck flagged (lse2 and Delta copied into the stage by a 1-D bulk copy,
 read by every thread with ordinary loads before the warpgroup's bar.sync): the model finds no race there
 either, which is the protocol half of the verdict (the note's racecheck paragraph has the other half: which
@@ -38,13 +45,16 @@ STAGES, WARPGROUPS, WARPS = 2, 2, 4  # AHB_STAGES; consumer warpgroups; warps pe
 
 
 def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_parity=-1, consumer_parity=0,
-             expect_all=True):
+             expect_all=True, border=False, pad="kernel"):
     """Run the model to the end; AssertionError on a race, RuntimeError on a hang.
 
     release: where lane 0 arrives on empty[s]: "after_wait" (the kernel: after wgmma.wait_group 0),
     "before_wait" (right after committing the dV / dK wgmmas), "before_reads" (right after the full wait),
-    "never". expect_all=False: expect_tx covers Q and dO but not lse2 / Delta (only with lse_in_ring)."""
+    "never". expect_all=False: expect_tx covers Q and dO but not lse2 / Delta (only with lse_in_ring).
+    border: the CTA zeroes its padding K / V rows; pad: "kernel", or one of PAD_MISTAKES."""
     rng = random.Random(seed)
+    kv_full = Barrier(1)
+    kv = [[None] * WARPS for _ in range(WARPGROUPS)]  # each warp's part of its warpgroup's K / V rows
     full = [Barrier(1) for _ in range(STAGES)]
     empty = [Barrier(WARPGROUPS * WARPS) for _ in range(STAGES)]
     parts = ("q", "do", "lse", "delta") if lse_in_ring else ("q", "do")
@@ -52,7 +62,15 @@ def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_pari
     reading = [0] * STAGES  # wgmma groups issued on a stage and not yet complete
     events = []             # pending completions: copies landing, wgmma groups finishing
 
+    def land_kv():
+        for part in kv:
+            part[:] = ["copied"] * WARPS  # in a border CTA: padding rows of garbage
+        kv_full.complete_tx(1)
+
     def producer():
+        kv_full.arrive(tx=1)  # K and V once, on kv_full
+        events.append(land_kv)
+        yield
         for it in range(iters):
             s = it % STAGES
             if it >= STAGES:
@@ -68,13 +86,30 @@ def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_pari
                 events.append(land)
             yield
 
-    def warp(sync):
+    def zero_padding(g, w, sync):  # this warp's chunks of the padding rows, its fence, the warpgroup barrier
+        kv[g][w] = "zeroed"
+        yield
+        if pad != "no_fence":
+            kv[g][w] = "fenced"  # fence.proxy.async.shared::cta
+            yield
+        if pad != "no_sync":
+            yield from sync("pad")
+
+    def warp(g, w, sync):
+        if border and pad == "before_kv_wait":
+            yield from zero_padding(g, w, sync)
+        while not kv_full.ready(0):
+            yield
+        if border and pad != "before_kv_wait":
+            yield from zero_padding(g, w, sync)
         for it in range(iters):
             s = it % STAGES
             while not full[s].ready(((it // STAGES) + consumer_parity) & 1):
                 yield
             if release == "before_reads":
                 empty[s].arrive()
+            ready = "fenced" if border else "copied"  # what the wgmmas' K / V rows (warpgroup-wide) must hold
+            assert all(part == ready for part in kv[g]), f"K / V rows of warpgroup {g} read while they hold {kv[g]}"
             yield from wgmma(s, it)  # S^T = K Q^T, dP^T = V dO^T; wgmma.wait_group 0 before the softmax
             if lse_in_ring:  # the flagged kernel's ordinary loads of lse2 and Delta (cuda.cu:247)
                 for part in ("lse", "delta"):
@@ -114,19 +149,34 @@ def simulate(iters, seed, lse_in_ring=False, release="after_wait", producer_pari
         return sync
 
     agents = [producer()]
-    for _group in range(WARPGROUPS):
+    for group in range(WARPGROUPS):
         sync = bar_sync({})
-        agents += [warp(sync) for _ in range(WARPS)]
+        agents += [warp(group, w, sync) for w in range(WARPS)]
     run_agents(agents, events, rng)
 
 
+# A border CTA's zeroing, each time without one of its edges: the warpgroup barrier (a warp's wgmma reads rows
+# another warp has not zeroed yet), the fence (stores the async proxy need not see), the kv_full wait (the copy
+# lands over the zeros).
+PAD_MISTAKES = ("no_sync", "no_fence", "before_kv_wait")
+
+
+@pytest.mark.parametrize("border", [False, True], ids=["inner", "border"])
 @pytest.mark.parametrize("lse_in_ring", [False, True], ids=["today", "lse_in_ring"])
 @pytest.mark.parametrize("iters", [1, 2, 3, 5, 8])
-def test_no_hang_and_no_stage_reused_too_early(iters, lse_in_ring):
+def test_no_hang_and_no_stage_reused_too_early(iters, lse_in_ring, border):
     """Every use of a stage lands before it is read, is not overwritten while read, and everything finishes,
-    over many interleavings: today's kernel, and the one racecheck flagged (lse2 / Delta in the ring)."""
+    over many interleavings: today's kernel, and the one racecheck flagged (lse2 / Delta in the ring); in a
+    border CTA (padding keys) the first wgmma sees its K / V rows landed, zeroed and fenced."""
     for seed in range(25):
-        simulate(iters, seed, lse_in_ring=lse_in_ring)
+        simulate(iters, seed, lse_in_ring=lse_in_ring, border=border)
+
+
+@pytest.mark.parametrize("pad", PAD_MISTAKES)
+def test_the_model_sees_each_dropped_edge_of_the_border_zeroing(pad):
+    with pytest.raises(AssertionError, match="K / V rows of warpgroup . read while"):
+        for seed in range(300):
+            simulate(3, seed, border=True, pad=pad)
 
 
 @pytest.mark.parametrize("release", ["before_wait", "before_reads"])
@@ -146,11 +196,22 @@ def test_the_model_sees_wrong_parities_a_short_expect_tx_and_a_missing_release()
     with pytest.raises(AssertionError, match="read before"):
         for seed in range(300):  # the consumers waiting for the phase before the one due
             simulate(5, seed, consumer_parity=1)
-    with pytest.raises(AssertionError, match="read while not|read before|overrun"):
-        for seed in range(300):  # expect_tx without lse2 / Delta's bytes: the phase completes without them
+    # expect_tx without lse2 / Delta's bytes: the phase completes without them (the bytes left over then count
+    # against a later phase, which may never complete: a hang is the other way it shows)
+    with pytest.raises((AssertionError, RuntimeError), match="read while not|read before|overrun|no progress"):
+        for seed in range(300):
             simulate(5, seed, lse_in_ring=True, expect_all=False)
     with pytest.raises(RuntimeError, match="no progress"):
         simulate(5, 0, release="never")
+
+
+def _in_order(text, steps, what):
+    """Each step found in `text` after the one before (a step that also occurs earlier does not count there)."""
+    at = 0
+    for step in steps:
+        found = text.find(step, at)
+        assert found != -1, f"{what}: the kernel no longer has `{step}` where the model has it: update the model"
+        at = found + len(step)
 
 
 def test_the_model_follows_the_source():
@@ -169,12 +230,30 @@ def test_the_model_follows_the_source():
         "stage + j * L::q_slab, &map_q, &full[s], j * AHB_SLAB, m0, bh",
         "stage + L::q_bytes + j * L::q_slab, &map_do, &full[s], j * AHB_SLAB, m0, bh"]
     assert "for (int j = 0; j < D / AHB_SLAB; ++j)" in producer
-    # The consumer's order: full wait, the dV / dK wgmmas, bar.sync, wait_group 0, then lane 0's arrive.
-    order = ["mbar_wait(&full[s], (it / AHB_STAGES) & 1);", "wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(dk, dsa[kk], d_q)",
-             "warpgroup_sync(1 + c);", "wgmma_wait<0>();  // dV, dK done", "if (lane == 0) mbar_arrive(&empty[s]);"]
-    at = [source.index(text) for text in order]
-    assert at == sorted(at), "the consumer's release no longer follows its last read of the stage"
+    consumer = source[source.index("// ---- consumers:"):]
+    # A border CTA (padding keys): the kv_full wait, each warpgroup's zeroing of its own rows (a condition the
+    # same for all its threads: no tid in it, so all 128 meet the barrier), the fence, the warpgroup barrier,
+    # then the loop's first wgmma, which reads K.
+    _in_order(consumer, ["mbar_wait(&kv_full, 0);",
+                         "const int pad_from = max(keys - (n0 + 64 * c), 0), pad_to = min(64, S - (n0 + 64 * c));",
+                         "if (pad_from < pad_to) {", "const int at = j * L::kv_slab + my_rows + 16 * i;",
+                         "*reinterpret_cast<uint4*>(base + L::k_off + at) = make_uint4(0u, 0u, 0u, 0u);",
+                         "*reinterpret_cast<uint4*>(base + L::v_off + at) = make_uint4(0u, 0u, 0u, 0u);",
+                         "fence_async_smem();", "warpgroup_sync(1 + c);", "for (int it = 0; it < iters; ++it) {",
+                         "wgmma_ss<64, T, WGMMA_B_K_MAJOR>(st, smem_desc(k_tile + k_step"], "the border zeroing")
+    # The consumer's order in the loop: full wait, the dV / dK wgmmas, bar.sync, wait_group 0, lane 0's arrive.
+    _in_order(consumer, ["for (int it = 0; it < iters; ++it) {", "mbar_wait(&full[s], (it / AHB_STAGES) & 1);",
+                         "wgmma_rs<D, T, WGMMA_B_MN_MAJOR>(dk, dsa[kk], d_q)", "warpgroup_sync(1 + c);",
+                         "wgmma_wait<0>();  // dV, dK done", "if (lane == 0) mbar_arrive(&empty[s]);"],
+              "the consumer's release (after its last read of the stage)")
     assert source.count("mbar_arrive(&empty[s])") == 1
+    # A CTA whose keys are all padding leaves before any barrier is initialised, waited on or met.
+    kernel = source[source.index("ahb_main(const __grid_constant__"):]
+    early = kernel[:kernel.index("return;\n    }") + len("return;")]
+    assert "if ((int)blockIdx.x * AHB_BN >= keys) {" in early and "const int keys = key_count.of(blockIdx.y);" in early
+    assert not re.search(r"mbar_|__syncthreads|warpgroup_sync|bar_sync|fence", early), "a barrier before the exit"
+    _in_order(kernel, ["return;\n    }", "keys_here = keys;", "mbar_init(&kv_full, 1);", "__syncthreads();"],
+              "the early exit")
     assert "bulk_load" not in source and not re.search(r"__shared__[^;]*\bfloat\b", source), \
         "an ordinary load of TMA-written shared memory is back: racecheck cannot see its ordering (see the note)"
 

@@ -18,8 +18,10 @@ hold for every interleaving:
 
 The model: blocks of one producer and two consumer agents (the slots as in
 test_attention_hopper_persistent_protocol.py, which models one block's ring, Q slot and ping-pong in detail), a
-shared counter whose atomicAdd is one step, run together by tests/mbarrier_model.run_agents. Each planted mistake
-(WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the kernel's lines.
+shared counter whose atomicAdd is one step, run together by tests/mbarrier_model.run_agents. Padding keys: the
+last V tile of a `padded` work tile goes through the block's `staging` mbarrier and is zeroed by the producer
+before full_v (SmemSlots.staged_v); `staged`, its parity, counts across the tiles the block draws. Each planted
+mistake (WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the kernel's lines.
 """
 import random
 import re
@@ -48,11 +50,14 @@ WRONG = {
     "static_more": "no progress|half-arrived",
     # past the end the producer stops without arriving on full_q: the consumers wait forever
     "no_end_post": "no progress",
+    # the producer's staging parity restarts at 0 with every tile it draws (with padded tiles only)
+    "staging_parity_reset": "read before tile .* landed|refilled while a wgmma reads it|no progress",
 }
 
 
-def launch(costs, grid, seed, order="default", counter=None):
-    """One launch of `grid` blocks over work tiles of `costs` key tiles each (the dynamic order's), to the end.
+def launch(costs, grid, seed, order="default", counter=None, padded=()):
+    """One launch of `grid` blocks over work tiles of `costs` key tiles each (the dynamic order's), to the end;
+    `padded`: the work tiles whose last V tile is staged and zeroed (padding keys inside Sk).
     Returns {block: tiles it ran}. AssertionError on a race or a broken rule, RuntimeError on a hang."""
     rng = random.Random(seed)
     tiles = len(costs)
@@ -63,7 +68,7 @@ def launch(costs, grid, seed, order="default", counter=None):
         full_q, empty_q = Barrier(1), Barrier(2 * WARPS)
         full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
         empty = {kind: [Barrier(2 * WARPS) for _ in range(STAGES)] for kind in "KV"}
-        turns, mailbox = [NamedBarrier(), NamedBarrier()], [None]
+        turns, mailbox, staging = [NamedBarrier(), NamedBarrier()], [None], Barrier(1)
         ran[b] = {"producer": [], 0: [], 1: []}
 
         slots = SmemSlots(STAGES, events, where=f" of block {b}")  # Q holds its work tile, K and V (tile, key tile)
@@ -80,7 +85,7 @@ def launch(costs, grid, seed, order="default", counter=None):
             return grid + drawn
 
         def producer():
-            ring, tile, round_ = 0, b, 0
+            ring, tile, round_, staged = 0, b, 0, 0  # staged: V tiles landed through `staging`, never reset
             while True:
                 if order == "post_before_empty_wait":
                     mailbox[0] = tile
@@ -101,7 +106,12 @@ def launch(costs, grid, seed, order="default", counter=None):
                         if r >= STAGES:
                             while not empty[kind][r % STAGES].ready(((r // STAGES) - 1) & 1):
                                 yield
-                        load(kind, r % STAGES, (tile, it), full[kind][r % STAGES])
+                        if kind == "V" and it == costs[tile] - 1 and tile in padded:
+                            parity = 0 if order == "staging_parity_reset" else staged & 1
+                            yield from slots.staged_v(r % STAGES, (tile, it), staging, parity, full["V"][r % STAGES])
+                            staged += 1
+                        else:
+                            load(kind, r % STAGES, (tile, it), full[kind][r % STAGES])
                         yield
                 ring += costs[tile]
                 tile = draw()
@@ -143,8 +153,9 @@ def launch(costs, grid, seed, order="default", counter=None):
                     if has_s:
                         read("Q", 0, tile)
                         read("K", r % STAGES, (tile, it))
-                    if has_pv:
-                        read("V", (r - 1) % STAGES, (tile, it - 1))
+                    if has_pv:  # a padded tile's last V: what the producer zeroed
+                        zeroed = ("zeroed",) if it == n and tile in padded else ()
+                        read("V", (r - 1) % STAGES, (tile, it - 1, *zeroed))
                     commit()
                     if has_s or wg == 0 or not last:  # `more` is always true in the dynamic build
                         turns[1 - wg].arrive()
@@ -162,14 +173,15 @@ def launch(costs, grid, seed, order="default", counter=None):
                 yield from turns[0].sync()  # warpgroup 2's last hand-over
 
         agents.extend([producer(), consumer(0), consumer(1)])
-        checks_at_exit.append(lambda: turns)
+        checks_at_exit.append(lambda: (turns, staging))
 
     checks_at_exit = []
     for b in range(grid):
         block(b)
     run_agents(agents, events, rng)
-    for turns in (get() for get in checks_at_exit):
+    for turns, staging in (get() for get in checks_at_exit):
         assert all(t.arrived == 0 for t in turns), "a named barrier is left half-arrived at exit"
+        assert staging.pending == 1 and staging.tx == 0, "a staged V copy is still in flight at exit"
     for b, got in ran.items():
         assert got["producer"] == got[0] == got[1], f"block {b}: the producer and the consumers do not agree: {got}"
     every = sorted(t for got in ran.values() for t in got["producer"])
@@ -207,12 +219,21 @@ def test_launches_in_a_row_share_the_counter():
         launch([1] * 5, 2, seed, counter=counter)
 
 
+def test_padded_tiles_are_staged_across_the_tiles_a_block_draws():
+    """Padding keys: every other work tile's last V tile staged and zeroed (a block draws padded and unpadded
+    tiles in any order; its staging parity runs on across them), as the kernel's `staged` does."""
+    for costs, grid in ((causal_costs(3, 512), 4), ([2] * 6, 2), ([1] * 5, 2)):
+        for seed in range(25):
+            launch(costs, grid, seed, padded=set(range(0, len(costs), 2)))
+
+
 @pytest.mark.parametrize("order, message", list(WRONG.items()), ids=list(WRONG))
 def test_the_model_catches_each_planted_mistake(order, message):
     with pytest.raises((AssertionError, RuntimeError), match=message):
         for seed in range(200):
-            for costs, grid in ((causal_costs(3, 512), 4), ([2] * 6, 3), ([3, 1], 4)):
-                launch(costs, grid, seed, order)
+            for costs, grid, padded in ((causal_costs(3, 512), 4, ()), ([2] * 6, 3, ()), ([3, 1], 4, ()),
+                                        ([1] * 6, 2, set(range(6)))):
+                launch(costs, grid, seed, order, padded=padded)
 
 
 def test_the_causal_order_is_longest_first_within_a_section():
@@ -243,11 +264,18 @@ def test_the_model_follows_the_source():
     _in_order(producer, ["for (int round = 0, ring = 0, tile = blockIdx.x;; ++round, tile = ah_draw(tile_counter, tiles))",
                          "if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);",
                          "if (ah_post(tile, tiles, &mailbox, &full_q)) break;",
-                         "ah_dyn_work(tile, m_tiles, bh_count, heads, seq_k, causal, bh, m0, n_tiles);",
-                         "ah_produce<D>(", "ring += n_tiles;"], "the producer")
+                         "ah_dyn_work(tile, m_tiles, bh_count, heads, key_count, causal, bh, m0, n_tiles, keys);",
+                         "ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, keys, seq_k, staged,",
+                         "ring += n_tiles;"], "the producer")
+    # `staged` (staging's parity) is the block's, set before the rounds (the staged path itself, ah_produce, is
+    # tied to the persistent model's source test)
+    assert kernel.count("int staged = 0;") == 1 and kernel.index("int staged = 0;") < kernel.index(producer)
     consumer = _between(kernel, "#if AH_DYNAMIC_TILES\n        // The tile comes with Q", "#else")
     _in_order(consumer, ["int round = 0;", "(tile = ah_take(round, &mailbox, &full_q)) < tiles; ++round)",
-                         "ah_dyn_work(tile,", "const bool more = true;", "ah_consume<T, D>(", "ring += n_tiles;",
+                         "ah_dyn_work(tile, m_tiles, bh_count, heads, key_count, causal, bh, m0, n_tiles, keys);",
+                         "const bool more = true;",
+                         "ah_consume<T, D>(wg, threadIdx.x % 128, bh, m0, n_tiles, ring, round, more, seq_q, keys,",
+                         "ring += n_tiles;",
                          "if (AH_PINGPONG && wg == 0 && round > 0) bar_sync(1, 256);"], "the consumers")
     assert "int* tile_counter = &ah_tile_counters[counter_slot];" in kernel  # this stream's counter
     _in_order(_between(scheduler, "int ah_draw(", "\n}\n"),

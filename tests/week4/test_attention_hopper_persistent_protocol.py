@@ -3,7 +3,7 @@ runs several work tiles in a row, modelled under many random interleavings.
 
 Why: the persistent build (kernels/attention_hopper_forward.cu, its header's "The persistent build") keeps one
 Q slot for every work tile of a block and lets the producer load the next tile's Q, K and V while the consumers
-still run the last P V and the epilogue of the previous one. Three things must hold across work tiles, and a GPU
+still run the last P V and the epilogue of the previous one. Four things must hold across work tiles, and a GPU
 shows a mistake in any of them as a hang or as wrong numbers now and then:
 * Q: the producer's copy of the next Q must not land while an S = Q K^T of the previous tile still reads the
   slot. The consumers arrive on the `empty_q` mbarrier (4 arrivals per warpgroup) once their last S of a tile
@@ -12,6 +12,10 @@ shows a mistake in any of them as a hang or as wrong numbers now and then:
   producer and in both consumers alike, also when the tiles have different numbers of key tiles (causal).
 * the ping-pong: warpgroup 2 gives warpgroup 1 the first turn once per block, and hands the turn over after its
   last phase of every tile but the block's last, so every bar.sync meets one bar.arrive, none is left half-arrived.
+* padding keys (key_lengths, the header's "Padding keys"): a tile whose last key tile holds padding keys inside
+  Sk has that V copy land on `staging`, an mbarrier only the producer waits on, zeroes the padding rows and only
+  then arrives on full_v (no bytes): the consumers wait on full_v as always and must never see the garbage.
+  `staged`, staging's phase count, runs on across the block's tiles as the ring does.
 
 The model (tests/week4/test_attention_hopper_forward_protocol.py models one tile's registers and wgmma groups
 in detail; this one models the slots): per work tile of n key tiles, the phases it = 0 .. n of each consumer
@@ -20,8 +24,11 @@ P V (reads a V slot) as wgmma groups that complete at a random later step, hand 
 (wait_group 0; the overlap build: wait_group 1 for S, release K, then wait_group 0, release V), release the
 slots; after the tile's last phase with S, the Q release; then its last P V and the epilogue. A slot refilled
 under its reader, a tile read before it landed (or the wrong tile read), a barrier arrived on too often or left
-half-arrived is an AssertionError; no progress is a RuntimeError (a hang on the GPU). Each planted mistake
-(WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the source.
+half-arrived is an AssertionError; no progress is a RuntimeError (a hang on the GPU). `padded` (the rounds
+whose last V tile is staged): the producer's copy lands on `staging`, it waits for its own parity, zeroes the
+slot (a store under a reading wgmma is an AssertionError) and arrives on full_v; that tile's P V must read the
+zeroed slot (tests/mbarrier_model.SmemSlots.staged_v). Each planted mistake (WRONG) must be caught;
+`test_the_model_follows_the_source` ties the model to the source.
 """
 import random
 
@@ -44,6 +51,12 @@ WRONG = {
     # warpgroup 2 gives the first turn on every tile as well as handing over between tiles: two arrivals of
     # its own complete a generation of barrier 1 that warpgroup 1 never syncs on
     "first_turn_every_tile": "overrun|half-arrived|no progress",
+    # padding keys: the producer lands the last V tile on full_v with its bytes, as any tile, and zeroes the
+    # padding rows once that phase completes: the consumers may read the garbage, or the zeroing lands under them
+    "v_arrive_before_zeroing": "read before tile .* landed|written while a wgmma reads it",
+    # the producer waits on `staging` with parity 0 every time (its count restarting per tile): on the second
+    # padded tile the wait passes at once and the zeroing goes in before the copy, which lands over the zeros
+    "staging_parity_reset": "read before tile .* landed|refilled while a wgmma reads it|no progress",
 }
 
 
@@ -51,20 +64,33 @@ WRONG = {
 
 
 
-def simulate(work, seed, order="default", overlap=False):
-    """One block running the work tiles `work` (their numbers of key tiles, in the block's order) to the end.
+def simulate(work, seed, order="default", overlap=False, padded=()):
+    """One block running the work tiles `work` (their numbers of key tiles, in the block's order) to the end;
+    `padded`: the rounds whose last V tile is staged and zeroed (padding keys inside Sk).
     order: "default" or a key of WRONG. AssertionError on a race, RuntimeError on a hang."""
     rng = random.Random(seed)
     full_q, empty_q = Barrier(1), Barrier(WARPGROUPS * WARPS)
     full = {kind: [Barrier(1) for _ in range(STAGES)] for kind in "KV"}
     empty = {kind: [Barrier(WARPGROUPS * WARPS) for _ in range(STAGES)] for kind in "KV"}
     turns = [NamedBarrier(), NamedBarrier()]
+    staging = Barrier(1)  # the producer's arrive.expect_tx (+ the bytes)
     events = []
     slots = SmemSlots(STAGES, events)  # Q holds its work tile's round, K and V (round, key tile)
     load = slots.load
 
+    def staged_v(s, r, tile, staged):
+        if order == "v_arrive_before_zeroing":
+            load("V", s, tile, full["V"][s])
+            yield
+            while not full["V"][s].ready((r // STAGES) & 1):  # the copy has landed: zero it
+                yield
+            slots.write("V", s, (*tile, "zeroed"))
+            return
+        parity = 0 if order == "staging_parity_reset" else staged & 1
+        yield from slots.staged_v(s, tile, staging, parity, full["V"][s])
+
     def producer():
-        ring = 0
+        ring, staged = 0, 0  # staged: the V tiles landed through `staging` so far, never reset
         for round_, n in enumerate(work):
             if round_ > 0 and order != "no_q_empty_wait":
                 while not empty_q.ready((round_ - 1) & 1):
@@ -78,7 +104,11 @@ def simulate(work, seed, order="default", overlap=False):
                     if r >= STAGES:
                         while not empty[kind][s].ready(((r // STAGES) - 1) & 1):
                             yield
-                    load(kind, s, (round_, it), full[kind][s])
+                    if kind == "V" and it == n - 1 and round_ in padded:
+                        yield from staged_v(s, r, (round_, it), staged)
+                        staged += 1
+                    else:
+                        load(kind, s, (round_, it), full[kind][s])
                     yield
             ring += n
 
@@ -112,8 +142,9 @@ def simulate(work, seed, order="default", overlap=False):
                     read("K", r % STAGES, (round_, it))
                 if has_s and has_pv and overlap:
                     commit()  # S in a group of its own
-                if has_pv:
-                    read("V", (r - 1) % STAGES, (round_, it - 1))
+                if has_pv:  # a padded tile's last V: what the producer zeroed
+                    zeroed = ("zeroed",) if it == n and round_ in padded else ()
+                    read("V", (r - 1) % STAGES, (round_, it - 1, *zeroed))
                 commit()
                 if has_s and it == n - 1 and order == "q_released_before_s_wait":
                     release(empty_q)
@@ -136,34 +167,72 @@ def simulate(work, seed, order="default", overlap=False):
     agents = [producer()] + [consumer(wg) for wg in range(WARPGROUPS)]
     run_agents(agents, events, rng)
     assert all(t.arrived == 0 for t in turns), "a named barrier is left half-arrived at exit"
+    assert staging.pending == 1 and staging.tx == 0, "a staged V copy is still in flight at exit"
 
 
 # Work tiles per block: one tile (the non-persistent case), equal tiles, and causal-like tiles of different
 # lengths (longest first, or a short one before a long one: a block's walk alternates direction).
 WORKS = [[1], [3], [1, 1], [2, 2, 2], [4, 1], [1, 4], [3, 1, 2, 5], [2, 1, 1, 3, 1]]
+# Padding keys (the rounds whose last V tile is staged): one tile (the non-persistent kernel), every round, some
+# rounds (a padded tile next to unpadded ones), one-key-tile rounds (the staged tile is also the first: its K and
+# V go in back to back), and ring positions of both parities for the staged slot.
+PADDED = [([1], {0}), ([3], {0}), ([1, 1], {0, 1}), ([2, 2, 2], {0, 2}), ([4, 1], {1}), ([1, 4], {0, 1}),
+          ([3, 1, 2, 5], {0, 1, 3}), ([2, 1, 1, 3, 1], {1, 2, 4})]
+
+
+def _ids(case):
+    if isinstance(case, list):
+        return "-".join(map(str, case))
+    return "padded" + "".join(map(str, sorted(case))) if case else "unpadded"
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["default", "overlap"])
-@pytest.mark.parametrize("work", WORKS, ids=lambda w: "-".join(map(str, w)))
-def test_no_hang_no_race_across_work_tiles(work, overlap):
+@pytest.mark.parametrize("work, padded", [(w, set()) for w in WORKS] + PADDED, ids=_ids)
+def test_no_hang_no_race_across_work_tiles(work, padded, overlap):
     """Every Q, K and V lands before it is read and is not refilled under its reader, each wgmma reads its
-    own work tile's data, and the block finishes with no named barrier half-arrived."""
+    own work tile's data (a padded tile's last V zeroed), and the block finishes with no named barrier
+    half-arrived and no staged copy in flight."""
     for seed in range(40):
-        simulate(work, seed, overlap=overlap)
+        simulate(work, seed, overlap=overlap, padded=padded)
 
 
 @pytest.mark.parametrize("order, message", list(WRONG.items()), ids=list(WRONG))
 def test_the_model_catches_each_planted_mistake(order, message):
     with pytest.raises((AssertionError, RuntimeError), match=message):
         for seed in range(300):
-            for work in ([2, 3], [3, 1, 2], [1, 1, 1]):
-                simulate(work, seed, order)
+            for work, padded in (([2, 3], ()), ([3, 1, 2], {0, 2}), ([1, 1, 1], {0, 1, 2})):
+                simulate(work, seed, order, padded=padded)
 
 
 def test_without_the_q_empty_wait_one_tile_is_still_fine():
     """The planted bug needs a second work tile to show: the non-persistent kernel has no Q to protect."""
     for seed in range(50):
         simulate([3], seed, "no_q_empty_wait")
+
+
+def test_a_staging_parity_reset_needs_a_second_padded_tile_to_show():
+    """Parity 0 is right for the block's first staged tile: the non-persistent kernel (one tile, `staged` = 0)
+    cannot show the bug, nor a block with one padded tile; the persistent one, with a second, does (above)."""
+    for seed in range(50):
+        simulate([3], seed, "staging_parity_reset", padded={0})
+        simulate([2, 3, 1], seed, "staging_parity_reset", padded={1})
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_only_a_work_tiles_last_key_tile_holds_padding_keys(causal):
+    """Why the model stages one V tile per work tile, and only when ah_produce's rows [zero_from, zero_to) are
+    not empty: ah_key_tiles' key tiles (mirrored) end at the head's last key, so every padding key inside Sk that
+    a visited tile holds lies in the last one, in those rows (keys past Sk: the TMA's zeros)."""
+    for seq_k in (1, 100, 128, 129, 300, 512):
+        for keys in range(seq_k + 1):
+            for m0 in range(0, seq_k + BM, BM) if causal else (0,):
+                last_key = min(keys - 1, m0 + BM - 1) if causal else keys - 1
+                n_tiles = max(last_key, 0) // BM + 1
+                n_last = (n_tiles - 1) * BM
+                zero_from, zero_to = max(keys - n_last, 0), min(BM, seq_k - n_last)
+                padding = [k for k in range(min(n_tiles * BM, seq_k)) if k >= keys]
+                assert all(k >= n_last for k in padding), (seq_k, keys, m0)  # never in an earlier tile
+                assert padding == [n_last + row for row in range(zero_from, zero_to)], (seq_k, keys, m0)
 
 
 # --- the static scheduler: ah_round_tile and ah_work, mirrored ------------------------------------------------
@@ -204,10 +273,14 @@ def test_the_model_follows_the_source():
     assert "#define AH_STAGES 2" in source and "mbar_init(&empty_q, 8);" in source
     kernel = _between(source, "attention_hopper_fwd(const __grid_constant__", "\n}\n")
     producer = _between(kernel, "#elif AH_PERSISTENT\n            for (int round = 0, ring = 0, tile;", "#else")
-    steps = ["ah_work(tile, m_tiles, seq_k, causal, bh, m0, n_tiles);",
-             "if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);", "ah_produce<D>(", "ring += n_tiles;"]
+    steps = ["ah_work(tile, m_tiles, key_count, causal, bh, m0, n_tiles, keys);",
+             "if (round > 0) mbar_wait(&empty_q, (round - 1) & 1);",
+             "ah_produce<D>(&map_q, &map_k, &map_v, bh, m0, n_tiles, ring, keys, seq_k, staged,", "ring += n_tiles;"]
     at = [producer.find(text) for text in steps]
     assert -1 not in at and at == sorted(at), "the persistent producer's order is not the model's"
+    # `staged` (staging's parity) is the block's: set once, before the rounds, and passed by reference
+    assert kernel.count("int staged = 0;") == 1 and kernel.index("int staged = 0;") < kernel.index(producer)
+    assert "mbar_init(&staging, 1);" in kernel and "int& staged" in source
     assert "(tile = ah_round_tile(round, causal)) < tiles" in kernel
     assert "return round * (int)gridDim.x + ((causal && (round & 1)) ? (int)(gridDim.x - 1 - blockIdx.x)" in source
     consumer = _between(source, "__device__ __forceinline__ void ah_consume(", "\n}\n")
@@ -221,6 +294,20 @@ def test_the_model_follows_the_source():
     assert "if (AH_PINGPONG && (HAS_S || wg == 0 || more)) bar_arrive(their_turn, 256);" in phase
     produce = _between(source, "__device__ __forceinline__ void ah_produce(", "\n}\n")
     assert "const int r = ring + it;" in produce and "((r / AH_STAGES) - 1) & 1" in produce
+    # the staged V tile: its copy on `staging`, the producer's wait, the zeroing, the fence, then full_v
+    steps = ["const int zero_from = max(keys - n_last, 0), zero_to = min(AH_BN, seq_k - n_last);",
+             "if (r >= AH_STAGES) mbar_wait(&empty_v[s], reuse_parity);",
+             "const bool stage = it == n_tiles - 1 && zero_from < zero_to;",
+             "uint64_t* landed = stage ? staging : &full_v[s];", "mbar_arrive_expect_tx(landed, Shape::TILE_BYTES);",
+             "map_v, landed,", "if (stage) {", "mbar_wait(staging, staged & 1);", "++staged;",
+             "ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to);", "fence_async_smem();",
+             "mbar_arrive(&full_v[s]);"]
+    at = [produce.find(text) for text in steps]
+    assert -1 not in at and at == sorted(at), f"the staged V tile's order is not the model's: {list(zip(steps, at))}"
+    assert "const int n_last = (n_tiles - 1) * AH_BN;" in produce
+    keys = _between(source, "void ah_key_tiles(", "\n}\n")  # mirrored by the test of the last key tile
+    assert "const int last_key = causal ? min(keys - 1, m0 + AH_BM - 1) : keys - 1;" in keys
+    assert "n_tiles = max(last_key, 0) / AH_BN + 1;" in keys
     more = "const bool more = ah_round_tile(round + 1, causal) < tiles;"
     assert more in kernel, "the consumers' `more` is not the scheduler's next round"
 
