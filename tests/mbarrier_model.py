@@ -97,23 +97,16 @@ class SmemSlots:
             barrier.complete_tx(1)
         self.events.append(land)
 
-    def write(self, kind, s, what):
-        """An ordinary store into a slot (the forward's producer zeroing padding rows): no wgmma may read it."""
-        assert self.reading[kind][s] == 0, f"{kind} slot {s}{self.where} written while a wgmma reads it"
-        self.content[kind][s] = what
-
     def staged_v(self, s, what, staging, parity, full_v):
         """The forward's last V tile with padding keys (ah_produce's `stage`), as the producer runs it: the copy
-        lands on `staging`, which only the producer waits on (`parity`: the tiles it staged before, & 1), then it
-        zeroes the padding rows (the slot then holds (*what, "zeroed")), fences them for the async proxy and
-        arrives on full_v with no bytes. A generator: `yield from` it."""
+        lands on `staging`, which only the producer waits on (`parity`: the tiles it staged before, & 1); then the
+        copy engine writes zeros over the padding rows (the slot then holds (*what, "zeroed")), counted on full_v.
+        A generator: `yield from` it."""
         self.load("V", s, what, staging)
         yield
         while not staging.ready(parity):
             yield
-        self.write("V", s, (*what, "zeroed"))
-        yield  # fence.proxy.async
-        full_v.arrive()
+        self.load("V", s, (*what, "zeroed"), full_v)
 
 
 class WgmmaGroups:

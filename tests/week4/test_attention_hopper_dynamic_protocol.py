@@ -19,7 +19,7 @@ hold for every interleaving:
 The model: blocks of one producer and two consumer agents (the slots as in
 test_attention_hopper_persistent_protocol.py, which models one block's ring, Q slot and ping-pong in detail), a
 shared counter whose atomicAdd is one step, run together by tests/mbarrier_model.run_agents. Padding keys: the
-last V tile of a `padded` work tile goes through the block's `staging` mbarrier and is zeroed by the producer
+last V tile of a `padded` work tile goes through the block's `staging` mbarrier and is zeroed by the copy engine
 before full_v (SmemSlots.staged_v); `staged`, its parity, counts across the tiles the block draws. Each planted
 mistake (WRONG) must be caught; `test_the_model_follows_the_source` ties the model to the kernel's lines.
 """

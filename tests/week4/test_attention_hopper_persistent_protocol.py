@@ -13,8 +13,9 @@ shows a mistake in any of them as a hang or as wrong numbers now and then:
 * the ping-pong: warpgroup 2 gives warpgroup 1 the first turn once per block, and hands the turn over after its
   last phase of every tile but the block's last, so every bar.sync meets one bar.arrive, none is left half-arrived.
 * padding keys (key_lengths, the header's "Padding keys"): a tile whose last key tile holds padding keys inside
-  Sk has that V copy land on `staging`, an mbarrier only the producer waits on, zeroes the padding rows and only
-  then arrives on full_v (no bytes): the consumers wait on full_v as always and must never see the garbage.
+  Sk has that V copy land on `staging`, an mbarrier only the producer waits on, then has the copy engine write
+  zeros over the padding rows, counted on full_v: the consumers wait on full_v as always and must never see the
+  garbage.
   `staged`, staging's phase count, runs on across the block's tiles as the ring does.
 
 The model (tests/week4/test_attention_hopper_forward_protocol.py models one tile's registers and wgmma groups
@@ -25,9 +26,9 @@ P V (reads a V slot) as wgmma groups that complete at a random later step, hand 
 slots; after the tile's last phase with S, the Q release; then its last P V and the epilogue. A slot refilled
 under its reader, a tile read before it landed (or the wrong tile read), a barrier arrived on too often or left
 half-arrived is an AssertionError; no progress is a RuntimeError (a hang on the GPU). `padded` (the rounds
-whose last V tile is staged): the producer's copy lands on `staging`, it waits for its own parity, zeroes the
-slot (a store under a reading wgmma is an AssertionError) and arrives on full_v; that tile's P V must read the
-zeroed slot (tests/mbarrier_model.SmemSlots.staged_v). Each planted mistake (WRONG) must be caught;
+whose last V tile is staged): the producer's copy lands on `staging`, it waits for its own parity, then the
+zeros' copy lands on full_v (a copy landing under a reading wgmma is an AssertionError); that tile's P V must
+read the zeroed slot (tests/mbarrier_model.SmemSlots.staged_v). Each planted mistake (WRONG) must be caught;
 `test_the_model_follows_the_source` ties the model to the source.
 """
 import random
@@ -51,11 +52,14 @@ WRONG = {
     # warpgroup 2 gives the first turn on every tile as well as handing over between tiles: two arrivals of
     # its own complete a generation of barrier 1 that warpgroup 1 never syncs on
     "first_turn_every_tile": "overrun|half-arrived|no progress",
-    # padding keys: the producer lands the last V tile on full_v with its bytes, as any tile, and zeroes the
-    # padding rows once that phase completes: the consumers may read the garbage, or the zeroing lands under them
-    "v_arrive_before_zeroing": "read before tile .* landed|written while a wgmma reads it",
+    # padding keys: the producer lands the last V tile on full_v with its bytes, as any tile, and copies the zeros
+    # once that phase completes: the consumers may read the garbage, or the zeros land under them
+    "v_arrive_before_zeroing": "read before tile .* landed|refilled while a wgmma reads it",
+    # the zeros' copy issued right after the tile's, without the wait on `staging`: two copies into one slot in
+    # flight at once, and the tile may land over the zeros
+    "zeros_before_the_tile_landed": "read before tile .* landed|refilled while a wgmma reads it|no progress",
     # the producer waits on `staging` with parity 0 every time (its count restarting per tile): on the second
-    # padded tile the wait passes at once and the zeroing goes in before the copy, which lands over the zeros
+    # padded tile the wait passes at once and the zeros go in before the copy, which may land over them
     "staging_parity_reset": "read before tile .* landed|refilled while a wgmma reads it|no progress",
 }
 
@@ -82,9 +86,13 @@ def simulate(work, seed, order="default", overlap=False, padded=()):
         if order == "v_arrive_before_zeroing":
             load("V", s, tile, full["V"][s])
             yield
-            while not full["V"][s].ready((r // STAGES) & 1):  # the copy has landed: zero it
+            while not full["V"][s].ready((r // STAGES) & 1):  # the copy has landed: now the zeros
                 yield
-            slots.write("V", s, (*tile, "zeroed"))
+            load("V", s, (*tile, "zeroed"), staging)  # counted where nobody waits: full_v's phase is over
+            return
+        if order == "zeros_before_the_tile_landed":
+            load("V", s, tile, staging)
+            load("V", s, (*tile, "zeroed"), full["V"][s])
             return
         parity = 0 if order == "staging_parity_reset" else staged & 1
         yield from slots.staged_v(s, tile, staging, parity, full["V"][s])
@@ -294,17 +302,18 @@ def test_the_model_follows_the_source():
     assert "if (AH_PINGPONG && (HAS_S || wg == 0 || more)) bar_arrive(their_turn, 256);" in phase
     produce = _between(source, "__device__ __forceinline__ void ah_produce(", "\n}\n")
     assert "const int r = ring + it;" in produce and "((r / AH_STAGES) - 1) & 1" in produce
-    # the staged V tile: its copy on `staging`, the producer's wait, the zeroing, the fence, then full_v
+    # the staged V tile: its copy on `staging`, the producer's wait, then the zeros' copy counted on full_v
     steps = ["const int zero_from = max(keys - n_last, 0), zero_to = min(AH_BN, seq_k - n_last);",
              "if (r >= AH_STAGES) mbar_wait(&empty_v[s], reuse_parity);",
              "const bool stage = it == n_tiles - 1 && zero_from < zero_to;",
              "uint64_t* landed = stage ? staging : &full_v[s];", "mbar_arrive_expect_tx(landed, Shape::TILE_BYTES);",
              "map_v, landed,", "if (stage) {", "mbar_wait(staging, staged & 1);", "++staged;",
-             "ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to);", "fence_async_smem();",
-             "mbar_arrive(&full_v[s]);"]
+             "ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to, &full_v[s]);"]
     at = [produce.find(text) for text in steps]
     assert -1 not in at and at == sorted(at), f"the staged V tile's order is not the model's: {list(zip(steps, at))}"
     assert "const int n_last = (n_tiles - 1) * AH_BN;" in produce
+    zeros = _between(source, "__device__ __forceinline__ void ah_zero_rows(", "\n}\n")  # the zeros' bytes, on bar
+    assert "mbar_arrive_expect_tx(bar, AhShape<D>::SLABS * bytes);" in zeros and "ah_zeros, bytes, bar);" in zeros
     keys = _between(source, "void ah_key_tiles(", "\n}\n")  # mirrored by the test of the last key tile
     assert "const int last_key = causal ? min(keys - 1, m0 + AH_BM - 1) : keys - 1;" in keys
     assert "n_tiles = max(last_key, 0) / AH_BN + 1;" in keys

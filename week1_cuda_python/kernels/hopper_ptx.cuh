@@ -144,6 +144,15 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
                     "r"(smem_addr(bar))
                  : "memory");
 }
+// A plain 1-D bulk copy (no tensor map): `bytes` contiguous bytes from global memory at `src` into shared memory
+// at `dst` (both 16-byte aligned, bytes a multiple of 16), counting towards `bar`'s transaction count. Attention
+// copies zeros this way over a staged V tile's padding rows: the copy engine writes them, as it wrote the tile.
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
 // The box of `map` whose first element is (x = column, y = row), from shared memory at `src`; elements
 // outside the tensor are not written. It joins this thread's open bulk group (bulk_commit below).
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int x, int y)

@@ -79,10 +79,12 @@
 // work tile visits stop at n (so padding costs no tensor-core work past its last tile) and the mask hides
 // keys >= n. One thing is new: keys n .. Sk - 1 are real memory, NaN or anything, and P = 0 there does not
 // make 0 x NaN vanish in P V. So the producer lands the last key tile's V through a barrier of its own
-// (`staged`), zeroes those rows in shared memory, fences them for the async proxy the wgmmas read through,
-// and only then arrives on full_v: the consumers wait on full_v as for any tile and never see the garbage
-// (a K row needs no zeroing: its NaN score is replaced by -inf by the mask's select). A row with no key at all
-// (n = 0) visits one tile, all masked, and stores zeros and lse = -inf, as SDPA (and Sk = 0) do.
+// (`staging`), then has the copy engine write zeros over those rows (1-D bulk copies from ah_zeros, a zero
+// buffer in global memory) counted on full_v: the consumers wait on full_v as for any tile and never see the
+// garbage, and no thread stores into a slot the TMA writes (both writers are the copy engine, in order: the
+// zeros are issued once the tile has landed). A K row needs no zeroing: the mask's select turns its NaN score
+// into -inf. A row with no key at all (n = 0) visits one tile, all masked, and stores zeros and lse = -inf, as
+// SDPA (and Sk = 0) do.
 //
 // ---- The persistent build (-DAH_PERSISTENT=1, hopper.py's persistent=True; off by default) ------------
 // As FA3 and cuDNN: grid = min(SMs, work tiles), each block walks work tiles (ah_round_tile: a static
@@ -388,16 +390,20 @@ __device__ __forceinline__ void ah_work(unsigned tile, int m_tiles, const AhKeys
     ah_key_tiles(m0, keys, causal, n_tiles);
 }
 
-// Rows [from, to) of a K or V slot set to zero, by this thread alone: whole 128-byte rows of each slab, so the
-// swizzle (which permutes 16-byte chunks inside a row) does not matter.
+// Zeros in global memory, a slab's worth (a module variable: zero when the module loads, never written): what the
+// copy engine copies over a staged V tile's padding rows.
+__device__ __align__(128) unsigned char ah_zeros[AH_SLAB_BYTES];
+
+// Rows [from, to) of a staged V slot overwritten with zeros by the copy engine, counted on `bar`: whole 128-byte
+// rows of each slab, one contiguous run per slab (the swizzle permutes 16-byte chunks inside a row only).
 template <int D>
-__device__ __forceinline__ void ah_zero_rows(unsigned char* slot, int from, int to)
+__device__ __forceinline__ void ah_zero_rows(unsigned char* slot, int from, int to, uint64_t* bar)
 {
+    const uint32_t bytes = (uint32_t)(to - from) * 128;
+    mbar_arrive_expect_tx(bar, AhShape<D>::SLABS * bytes);
 #pragma unroll
-    for (int sl = 0; sl < AhShape<D>::SLABS; ++sl) {
-        uint4* rows = reinterpret_cast<uint4*>(slot + sl * AH_SLAB_BYTES);
-        for (int i = from * 8; i < to * 8; ++i) rows[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int sl = 0; sl < AhShape<D>::SLABS; ++sl)
+        bulk_load_1d(slot + sl * AH_SLAB_BYTES + from * 128, ah_zeros, bytes, bar);
 }
 
 // The producer's copies for one work tile (one thread): Q, then its key tiles through the ring. Slot and
@@ -442,13 +448,11 @@ __device__ __forceinline__ void ah_produce(const CUtensorMap* map_q, const CUten
             tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, landed,
                         sl * AH_SLAB_COLS, it * AH_BN, bh);
         if (stage) {
-            // Zero the padding rows once the copy has landed, fence the stores for the async proxy (the
-            // wgmmas read V through it), then say "V landed" on full_v: a plain arrive, the bytes were staging's.
+            // Once the tile has landed, zeros over its padding rows, counted on full_v: the consumers' wait on
+            // full_v then covers the zeros (issued after the tile landed, so they land after it too).
             mbar_wait(staging, staged & 1);
             ++staged;
-            ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to);
-            fence_async_smem();
-            mbar_arrive(&full_v[s]);
+            ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to, &full_v[s]);
         }
     }
 }
@@ -537,7 +541,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     __shared__ __align__(8) uint64_t full_q;
     __shared__ __align__(8) uint64_t full_k[AH_STAGES], full_v[AH_STAGES];
     __shared__ __align__(8) uint64_t empty_k[AH_STAGES], empty_v[AH_STAGES];
-    __shared__ __align__(8) uint64_t staging;  // a last V tile with padding keys: the producer zeroes it first
+    __shared__ __align__(8) uint64_t staging;  // a last V tile with padding keys lands here before its zeros
     unsigned char* base = ah_raw + ((1024 - (smem_addr(ah_raw) & 1023)) & 1023);
     unsigned char* q_tile = base;
     unsigned char* k_slots = base + Shape::TILE_BYTES;

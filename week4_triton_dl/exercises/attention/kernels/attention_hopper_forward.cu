@@ -215,16 +215,20 @@ __device__ __forceinline__ void ah_work(unsigned tile, int m_tiles, const AhKeys
     ah_key_tiles(m0, keys, causal, n_tiles);
 }
 
-// Rows [from, to) of a K or V slot set to zero, by this thread alone: whole 128-byte rows of each slab, so the
-// swizzle (which permutes 16-byte chunks inside a row) does not matter.
+// Zeros in global memory, a slab's worth (a module variable: zero when the module loads, never written): what the
+// copy engine copies over a staged V tile's padding rows.
+__device__ __align__(128) unsigned char ah_zeros[AH_SLAB_BYTES];
+
+// Rows [from, to) of a staged V slot overwritten with zeros by the copy engine, counted on `bar`: whole 128-byte
+// rows of each slab, one contiguous run per slab (the swizzle permutes 16-byte chunks inside a row only).
 template <int D>
-__device__ __forceinline__ void ah_zero_rows(unsigned char* slot, int from, int to)
+__device__ __forceinline__ void ah_zero_rows(unsigned char* slot, int from, int to, uint64_t* bar)
 {
+    const uint32_t bytes = (uint32_t)(to - from) * 128;
+    mbar_arrive_expect_tx(bar, AhShape<D>::SLABS * bytes);
 #pragma unroll
-    for (int sl = 0; sl < AhShape<D>::SLABS; ++sl) {
-        uint4* rows = reinterpret_cast<uint4*>(slot + sl * AH_SLAB_BYTES);
-        for (int i = from * 8; i < to * 8; ++i) rows[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int sl = 0; sl < AhShape<D>::SLABS; ++sl)
+        bulk_load_1d(slot + sl * AH_SLAB_BYTES + from * 128, ah_zeros, bytes, bar);
 }
 
 // The producer's copies for one work tile (one thread): Q, then its key tiles through the ring. Slot and
@@ -269,13 +273,11 @@ __device__ __forceinline__ void ah_produce(const CUtensorMap* map_q, const CUten
             tma_load_3d(v_slots + s * Shape::TILE_BYTES + sl * AH_SLAB_BYTES, map_v, landed,
                         sl * AH_SLAB_COLS, it * AH_BN, bh);
         if (stage) {
-            // Zero the padding rows once the copy has landed, fence the stores for the async proxy (the
-            // wgmmas read V through it), then say "V landed" on full_v: a plain arrive, the bytes were staging's.
+            // Once the tile has landed, zeros over its padding rows, counted on full_v: the consumers' wait on
+            // full_v then covers the zeros (issued after the tile landed, so they land after it too).
             mbar_wait(staging, staged & 1);
             ++staged;
-            ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to);
-            fence_async_smem();
-            mbar_arrive(&full_v[s]);
+            ah_zero_rows<D>(v_slots + s * Shape::TILE_BYTES, zero_from, zero_to, &full_v[s]);
         }
     }
 }
@@ -364,7 +366,7 @@ attention_hopper_fwd(const __grid_constant__ CUtensorMap map_q, const __grid_con
     __shared__ __align__(8) uint64_t full_q;
     __shared__ __align__(8) uint64_t full_k[AH_STAGES], full_v[AH_STAGES];
     __shared__ __align__(8) uint64_t empty_k[AH_STAGES], empty_v[AH_STAGES];
-    __shared__ __align__(8) uint64_t staging;  // a last V tile with padding keys: the producer zeroes it first
+    __shared__ __align__(8) uint64_t staging;  // a last V tile with padding keys lands here before its zeros
     unsigned char* base = ah_raw + ((1024 - (smem_addr(ah_raw) & 1023)) & 1023);
     unsigned char* q_tile = base;
     unsigned char* k_slots = base + Shape::TILE_BYTES;
