@@ -312,10 +312,13 @@ def test_sm90a_build_does_not_spill(pingpong, overlap, persistent, dynamic, tmp_
 
 
 @nvcc
-def test_dynamic_host_side_compiles(tmp_path):
-    """-cubin compiles the device side only: the dynamic build's host side (its per-stream counter slots, the launch
-    with the extra argument) is compiled here, with the same flags (warnings as errors), as load_inline will."""
-    command = hp.nvcc_command(tmp_path / "a.o", runtime.nvcc_path(), persistent=True, dynamic=True)
+@pytest.mark.parametrize("build", [pytest.param({}, id="default"),
+                                   pytest.param({"persistent": True, "dynamic": True}, id="persistent_dynamic")])
+def test_host_side_compiles(build, tmp_path):
+    """-cubin compiles the device side only: the host side (the launch, the module variables it registers: the zero
+    buffer of padding keys, the dynamic build's counters and per-stream slots) is compiled here, with the same flags
+    (warnings as errors), as load_inline will."""
+    command = hp.nvcc_command(tmp_path / "a.o", runtime.nvcc_path(), **build)
     command[command.index("-cubin")] = "-c"
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr

@@ -74,6 +74,11 @@ struct AhShape {
 static_assert(AhShape<128>::SMEM_BYTES <= 227 * 1024, "the H100 gives a block at most 227 KB of shared memory");
 static_assert(AH_BM == 128 && AH_BN == 128, "the wgmma shapes below are m64n128 (S) and the row split 2 x 64");
 
+// Zeros in global memory, a slab's worth (a module variable: zero when the module loads, never written): what the
+// copy engine copies over a staged V tile's padding rows (ah_zero_rows). Outside `#if AH_HOPPER`: the host pass
+// registers every module variable, so it must see the declaration too.
+__device__ __align__(128) unsigned char ah_zeros[AH_SLAB_BYTES];
+
 #if AH_HOPPER
 // One tile's online-softmax step for this thread's 2 rows (h = 0, 1): mask (MASK), running max m,
 // P = 2^(S c - m) packed into the A registers of P V, alpha rescales l and O.
@@ -214,10 +219,6 @@ __device__ __forceinline__ void ah_work(unsigned tile, int m_tiles, const AhKeys
     keys = key_count.of(bh);
     ah_key_tiles(m0, keys, causal, n_tiles);
 }
-
-// Zeros in global memory, a slab's worth (a module variable: zero when the module loads, never written): what the
-// copy engine copies over a staged V tile's padding rows.
-__device__ __align__(128) unsigned char ah_zeros[AH_SLAB_BYTES];
 
 // Rows [from, to) of a staged V slot overwritten with zeros by the copy engine, counted on `bar`: whole 128-byte
 // rows of each slab, one contiguous run per slab (the swizzle permutes 16-byte chunks inside a row only).
