@@ -60,6 +60,7 @@ SOURCE = (EXERCISE_KERNELS if os.environ.get(runtime.IMPL_ENV) == "exercises" el
 PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 HOST_HEADER = KERNELS / "attention_hopper_host.cuh"  # the tensor maps, the grid, the launch
 DYNAMIC_HEADER = KERNELS / "attention_hopper_dynamic.cuh"  # the persistent build's dynamic tile scheduler
+PRODUCER_HEADER = KERNELS / "attention_hopper_producer.cuh"  # the producer thread's copies (ah_produce)
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 CAPABILITY = (9, 0)                   # wgmma, setmaxnreg, the TMA: sm_90a (H100, H200)
@@ -118,6 +119,7 @@ def cache_root() -> Path:
 def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> str:
     """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
     text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), KEYS_HEADER.read_text(),
+                      PRODUCER_HEADER.read_text(),
                       BINDING_SOURCE.read_text(),
                       " ".join(nvcc_flags(pingpong, overlap, persistent, dynamic)), torch.__version__]
                      + ([DYNAMIC_HEADER.read_text()] if dynamic else []))
