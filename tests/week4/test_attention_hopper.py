@@ -439,7 +439,7 @@ def test_backward_calls_the_backward_module(monkeypatch):
     monkeypatch.setitem(sys.modules, "week4_triton_dl.attention.hopper_backward",
                         types.SimpleNamespace(attention_hopper_backward=fake_backward))
     q, k, v = qkv(2, 2, 9, 11, 64, torch.float16, requires_grad=True)
-    lengths = torch.tensor([11, 4])
+    lengths = torch.tensor([11, 4], device=q.device)  # on q's device: the kernel reads it
     o, lse = hp.forward_op(q, k, v, True, 0.3, lengths)
     o.sum().backward()
     (cq, ck, cv, co, cdo, clse, causal, scale, clengths), = calls

@@ -199,12 +199,12 @@ def test_bad_key_lengths_refused_before_launch(lengths, error, message, monkeypa
 
 
 def test_backward_refuses_bad_key_lengths_before_launch():
-    q = torch.zeros(2, 2, 8, 64, dtype=torch.float16)
-    lse = torch.zeros(2, 2, 8)
+    q = torch.zeros(2, 2, 8, 64, dtype=torch.float16, device=DEVICE)
+    lse = torch.zeros(2, 2, 8, device=DEVICE)
     with pytest.raises(ValueError, match=r"key_lengths must be a contiguous \(B,\) = \(2,\) tensor"):
-        hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1, 2, 3]))
+        hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1, 2, 3], device=DEVICE))
     with pytest.raises(TypeError, match="key_lengths"):
-        hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1.0, 2.0]))
+        hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1.0, 2.0], device=DEVICE))
 
 
 def test_reference_forward_hides_padding_keys():
