@@ -156,14 +156,15 @@ if [ "$PERSISTENT" = 1 ] && [ "$PERSISTENT_OVERLAP" = 0 ]; then NOT+=("not persi
 if [ "$DYNAMIC" = 0 ]; then NOT+=("not dynamic"); else BENCH_VARIANTS="$BENCH_VARIANTS hopper_dynamic"; fi
 if [ "$DYNAMIC" = 1 ] && [ "$DYNAMIC_OVERLAP" = 0 ]; then NOT+=("not dynamic_overlap"); fi
 [ "$DYNAMIC_OVERLAP" = 1 ] && BENCH_VARIANTS="$BENCH_VARIANTS hopper_dynamic_overlap"
-TESTS_K=""; [ ${#NOT[@]} -gt 0 ] && TESTS_K="-k '$(IFS='&'; echo "${NOT[*]}" | sed 's/&/ and /g')'"
+NOT_K=""; [ ${#NOT[@]} -gt 0 ] && NOT_K="$(IFS='&'; echo "${NOT[*]}" | sed 's/&/ and /g')"  # the builds left out
+TESTS_K=""; [ -n "$NOT_K" ] && TESTS_K="-k '$NOT_K'"
 TESTS_LIMIT=150; { [ "$PERSISTENT" = 1 ] || [ "$DYNAMIC" = 1 ]; } && TESTS_LIMIT=240
 [ "$PERSISTENT" = 1 ] && [ "$DYNAMIC" = 1 ] && TESTS_LIMIT=300
 
 step 03_tests $TESTS_LIMIT 0 "python -m pytest tests/week4/test_attention_hopper.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=8 $TESTS_K"
 # 3k. padding keys (key_lengths): the forward's tests of tests/week4/test_attention_hopper_padding.py, same builds
-PAD_K="forward"; [ ${#NOT[@]} -gt 0 ] && PAD_K="forward and $(IFS='&'; echo "${NOT[*]}" | sed 's/&/ and /g')"
+PAD_K="forward"; [ -n "$NOT_K" ] && PAD_K="forward and $NOT_K"
 step 03k_padding_tests 120 0 "python -m pytest tests/week4/test_attention_hopper_padding.py -q -x -p no:cacheprovider \
     -o faulthandler_timeout=40 --durations=5 -k '$PAD_K'"
 

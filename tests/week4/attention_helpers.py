@@ -1,10 +1,21 @@
 """Helpers shared by the attention tests (test_flash_attention*.py): the op over the rungs `--impl`
 names, fresh random q, k, v, and the element-wise check against an error bound that
-attention_naive.attention_error_bounds derives."""
+attention_naive.attention_error_bounds derives; the Hopper CUDA rung's builds as test parameters."""
+import pytest
+
 from course import runtime
 from course.check import assert_close, random_tensor
 
 DEVICE = runtime.DEVICE
+# The Hopper forward's builds (week4_triton_dl/attention/hopper.py), each its own extension: the default, -DAH_INTRA_OVERLAP=1 (overlap: the softmax of key tile j under
+# the warpgroup's own P V wgmma of tile j - 1), -DAH_PERSISTENT=1 (persistent: grid = min(SMs, work tiles), each
+# block walking work tiles, the next tile's loads under this one's epilogue) and the two together; both persistent
+# ones with -DAH_DYNAMIC_TILES=1 (dynamic: the blocks draw their tiles from a global counter, causal longest first).
+DYNAMIC_BUILDS = [pytest.param({"persistent": True, "dynamic": True}, id="persistent_dynamic"),
+                  pytest.param({"persistent": True, "overlap": True, "dynamic": True}, id="persistent_dynamic_overlap")]
+PERSISTENT_BUILDS = [pytest.param({"persistent": True}, id="persistent"),
+                     pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap"), *DYNAMIC_BUILDS]
+BUILDS = [pytest.param({}, id="default"), pytest.param({"overlap": True}, id="overlap"), *PERSISTENT_BUILDS]
 
 
 def qkv(B, H, Sq, Sk, D, dtype, requires_grad=False):

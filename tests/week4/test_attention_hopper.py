@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from course import holes, runtime
 from course.check import poisoned
-from tests.week4.attention_helpers import assert_within, qkv
+from tests.week4.attention_helpers import BUILDS, DYNAMIC_BUILDS, PERSISTENT_BUILDS, assert_within, qkv
 
 # Plain imports, not runtime.lesson(): the exercise is the kernel, not this module; under --impl=exercises
 # hopper.py builds the kernel's stub (hopper.SOURCE), and the reference and its error model stay the solution's.
@@ -43,15 +43,6 @@ hopper = pytest.mark.skipif(not HOPPER, reason="the attention_hopper rung needs 
 nvcc = pytest.mark.skipif(runtime.nvcc_path() is None, reason="nvcc (CUDA toolkit) is not installed here")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in hp.DTYPES]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
-# The builds, each its own extension: the default, -DAH_INTRA_OVERLAP=1 (overlap: the softmax of key tile j under
-# the warpgroup's own P V wgmma of tile j - 1), -DAH_PERSISTENT=1 (persistent: grid = min(SMs, work tiles), each
-# block walking work tiles, the next tile's loads under this one's epilogue) and the two together; both persistent
-# ones with -DAH_DYNAMIC_TILES=1 (dynamic: the blocks draw their tiles from a global counter, causal longest first).
-DYNAMIC_BUILDS = [pytest.param({"persistent": True, "dynamic": True}, id="persistent_dynamic"),
-                  pytest.param({"persistent": True, "overlap": True, "dynamic": True}, id="persistent_dynamic_overlap")]
-PERSISTENT_BUILDS = [pytest.param({"persistent": True}, id="persistent"),
-                     pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap"), *DYNAMIC_BUILDS]
-BUILDS = [pytest.param({}, id="default"), pytest.param({"overlap": True}, id="overlap"), *PERSISTENT_BUILDS]
 
 
 def check(B, H, Sq, Sk, D, dtype, causal, scale=None, build=None):

@@ -18,7 +18,7 @@ import torch
 
 from course import runtime
 from course.check import poisoned, random_tensor
-from tests.week4.attention_helpers import assert_within
+from tests.week4.attention_helpers import BUILDS, PERSISTENT_BUILDS, assert_within
 from week4_triton_dl.attention import hopper as hp
 from week4_triton_dl.attention import hopper_backward as hb
 from week4_triton_dl.attention import naive as an
@@ -29,11 +29,6 @@ gpu = pytest.mark.gpu(reason="launches the sm_90a kernels")
 hopper = pytest.mark.skipif(not HOPPER, reason="the attention_hopper rung needs an sm_90 GPU (H100/H200, sm_90a)")
 DTYPES = [pytest.param(d, id=str(d).replace("torch.", "")) for d in hp.DTYPES]
 MASKS = [pytest.param(False, id="full"), pytest.param(True, id="causal")]
-BUILDS = [pytest.param({}, id="default"), pytest.param({"overlap": True}, id="overlap"),
-          pytest.param({"persistent": True}, id="persistent"),
-          pytest.param({"persistent": True, "overlap": True}, id="persistent_overlap"),
-          pytest.param({"persistent": True, "dynamic": True}, id="persistent_dynamic"),
-          pytest.param({"persistent": True, "overlap": True, "dynamic": True}, id="persistent_dynamic_overlap")]
 LENGTHS_300 = [0, 1, 127, 128, 129, 299, 300, 1000, -3]  # Sk = 300: three key tiles (128, 128, 44)
 
 
@@ -98,7 +93,7 @@ def test_forward_padding_across_many_work_tiles(build, causal):
 
 @gpu
 @hopper
-@pytest.mark.parametrize("build", BUILDS[2:])
+@pytest.mark.parametrize("build", PERSISTENT_BUILDS)
 def test_forward_padding_same_bits_in_every_build(build):
     # The builds differ in schedule only: the padded call gives the default build's bits.
     lengths = torch.tensor([5, 300, 130, 0], device=DEVICE)

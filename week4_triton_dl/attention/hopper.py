@@ -119,8 +119,7 @@ def cache_root() -> Path:
 def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> str:
     """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
     text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), KEYS_HEADER.read_text(),
-                      PRODUCER_HEADER.read_text(),
-                      BINDING_SOURCE.read_text(),
+                      PRODUCER_HEADER.read_text(), BINDING_SOURCE.read_text(),
                       " ".join(nvcc_flags(pingpong, overlap, persistent, dynamic)), torch.__version__]
                      + ([DYNAMIC_HEADER.read_text()] if dynamic else []))
     return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -191,7 +190,8 @@ def load_extension(verbose: bool = False, pingpong: bool = True, overlap: bool =
     start = time.perf_counter()
     # The kernel's own #include of the PTX header resolves through extra_include_paths; the arch
     # flag in extra_cuda_cflags makes torch add none of its own (it would build for sm_90, not 90a).
-    load_inline(name, cpp_sources=[BINDING_SOURCE.read_text().replace("NAMESPACE", name)], cuda_sources=[SOURCE.read_text()],
+    load_inline(name, cpp_sources=[BINDING_SOURCE.read_text().replace("NAMESPACE", name)],
+                cuda_sources=[SOURCE.read_text()],
                 extra_cflags=["-O3"], extra_cuda_cflags=list(nvcc_flags(pingpong, overlap, persistent, dynamic)),
                 extra_include_paths=[str(KERNELS), str(PTX_HEADER.parent)],
                 build_directory=str(directory), with_cuda=True, is_python_module=False,

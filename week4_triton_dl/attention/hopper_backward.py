@@ -322,13 +322,10 @@ def reference_forward(q, k, v, causal: bool, scale: float, key_lengths=None):
     """(o in q's dtype, lse float32) by float64 torch: the inputs the backward is tested on, independent of
     any forward kernel. key_lengths: keys j >= key_lengths[b] hidden (never read: NaN there stays out); a row
     with no key gives o = 0 and lse = -inf, as the forward does."""
+    from week4_triton_dl.attention.naive import allowed_keys  # the mask every attention test uses
+
     qd, kd, vd = q.double(), k.double(), v.double()
-    S = q.shape[2]
-    keep = torch.ones(q.shape[0], 1, S, k.shape[2], dtype=torch.bool, device=q.device)
-    if causal:
-        keep &= torch.ones(S, S, dtype=torch.bool, device=q.device).tril()
-    if key_lengths is not None:
-        keep &= (torch.arange(k.shape[2], device=q.device) < key_lengths.to(q.device)[:, None])[:, None, None, :]
+    keep = allowed_keys(q.shape[2], k.shape[2], causal, key_lengths, batch=q.shape[0], device=q.device)
     kd, vd = kd.where(keep.any(-2)[..., None], 0), vd.where(keep.any(-2)[..., None], 0)  # hidden keys never read
     s = ((qd @ kd.transpose(-1, -2)) * scale).masked_fill(~keep, -math.inf)
     lse = torch.logsumexp(s, dim=-1)
