@@ -13,10 +13,12 @@ S, B * H = 1), the dynamic ones on launches in a row and on two streams (the cou
 
 Anywhere (these run in CI on a CPU): the PTX and the register/spill report of the sm_90a builds
 (nvcc needs no GPU; no wgmma serialised), the SASS where cuobjdump is installed, the fake implementation under
-torch.compile(fullgraph=True) and on meta tensors, the autograd plumbing to the backward module,
+torch.compile(fullgraph=True) and on meta tensors, the autograd plumbing to the backward module, the C++
+bindings compiled (g++, torch's headers) and their one key_lengths header hashed into both extensions' names,
 the refusals (CPU, other GPUs) naming the fallback, and bad input refused before any launch.
 """
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -314,6 +316,69 @@ def test_host_side_compiles(build, tmp_path):
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
 
+
+def binding_sources() -> dict:
+    """{op: the C++ binding's text as load_inline gets it}: the forward's .cpp (hopper.py) and the backward's
+    BINDING (hopper_backward.py), NAMESPACE replaced as their builds replace it."""
+    from week4_triton_dl.attention import hopper_backward as hb
+
+    return {"forward": hp.BINDING_SOURCE.read_text().replace("NAMESPACE", "course_attention_hopper_check"),
+            "backward": hb.BINDING.replace("NAMESPACE", "attention_hopper_bwd_check")}
+
+
+def load_inline_std() -> str:
+    """The C++ standard torch's extension build passes (-std=c++17 up to torch 2.11, -std=c++20 in 2.15: its headers
+    need it), read from the installed torch.utils.cpp_extension, so the binding builds as load_inline will."""
+    from pathlib import Path
+    import torch.utils.cpp_extension as ext
+    found = re.findall(r"common_cflags \+= \['(-std=c\+\+\d+)'", Path(ext.__file__).read_text())
+    assert found, "torch.utils.cpp_extension no longer says which -std its builds use: update load_inline_std"
+    return found[0]
+
+
+@nvcc
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_binding_compiles(op, tmp_path):
+    """The C++ binding (torch's headers, the key_lengths header both include) compiled as load_inline's ninja file
+    compiles it (torch's -std, -DTORCH_EXTENSION_NAME, -I the kernels, -isystem torch's and CUDA's headers), warnings
+    as errors: a few seconds each, no GPU, so a broken binding fails here and not at an H100's first call."""
+    import sysconfig
+    from pathlib import Path
+    from torch.utils.cpp_extension import include_paths
+
+    # The toolkit's headers where the builds find them: nvcc's real folder (nvcc may be a wrapper script
+    # elsewhere: hopper.py's load_extension says so), else /usr/local/cuda.
+    toolkits = (Path(os.path.realpath(runtime.nvcc_path())).parent.parent, Path("/usr/local/cuda"))
+    cuda_include = next((t / "include" for t in toolkits if (t / "include" / "cuda_runtime.h").exists()), None)
+    torch_headers = include_paths()
+    if cuda_include is None or not (Path(torch_headers[0]) / "c10" / "cuda" / "CUDAGuard.h").exists():
+        pytest.skip("no CUDA toolkit headers beside nvcc, or a torch without c10/cuda headers: the binding needs both")
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    source = tmp_path / "main.cpp"
+    source.write_text(binding_sources()[op])
+    command = [compiler, "-DTORCH_EXTENSION_NAME=check", "-DTORCH_API_INCLUDE_EXTENSION_H", "-I", str(hp.KERNELS),
+               *(f for path in (*torch_headers, str(cuda_include), sysconfig.get_path("include"))
+                 for f in ("-isystem", path)),
+               "-fPIC", load_inline_std(), "-O3", "-Wall", "-Werror", "-c", str(source), "-o", str(tmp_path / "main.o")]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+
+
+def test_bindings_check_key_lengths_in_one_header(monkeypatch, tmp_path):
+    """Both bindings take key_lengths through kernels/attention_hopper_key_lengths.h (no check of their own), and
+    the header is hashed into both extensions' names: a changed check rebuilds them, never a stale library."""
+    from week4_triton_dl.attention import hopper_backward as hb
+
+    assert hp.KEY_LENGTHS_HEADER == hb.KEY_LENGTHS_HEADER and hp.KEY_LENGTHS_HEADER.is_file()
+    for text in binding_sources().values():
+        assert f'#include "{hp.KEY_LENGTHS_HEADER.name}"' in text and "ah_key_lengths(key_lengths," in text
+        assert "kl.scalar_type()" not in text and "kLong" not in text
+    names = (hp.namespace(), hb.extension_name())
+    changed = tmp_path / hp.KEY_LENGTHS_HEADER.name
+    changed.write_text(hp.KEY_LENGTHS_HEADER.read_text() + "// another version\n")
+    monkeypatch.setattr(hp, "KEY_LENGTHS_HEADER", changed)
+    monkeypatch.setattr(hb, "KEY_LENGTHS_HEADER", changed)
+    assert hp.namespace() != names[0] and hb.extension_name() != names[1]
 
 def test_overlap_and_persistent_are_flags_of_their_own_builds():
     assert hp.nvcc_flags() == hp.NVCC_FLAGS and "-DAH_INTRA_OVERLAP=1" in hp.nvcc_flags(overlap=True)

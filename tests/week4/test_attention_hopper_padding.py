@@ -9,7 +9,8 @@ tile, a whole tile, one past it, Sk - 1, Sk, and past Sk / negative (clamped), a
 On an H100/H200: the forward in every build (the default, overlap, persistent and dynamic: a staged V tile per
 padded work tile, across the work tiles of a persistent block), Sq != Sk, more work tiles than SMs; the backward in
 both dQ builds (all-padding key blocks leave early; border blocks zero their K/V rows), dk and dv exactly zero past
-the lengths; the op's autograd and opcheck with key_lengths. Anywhere: bad key_lengths refused before any launch.
+the lengths; the op's autograd and opcheck with key_lengths. Anywhere: bad key_lengths refused before any launch, with one
+message on every path (the Hopper forward and backward, the Triton rungs: attention/padding_keys.py's one check).
 """
 import math
 
@@ -196,10 +197,64 @@ def test_bad_key_lengths_refused_before_launch(lengths, error, message, monkeypa
 def test_backward_refuses_bad_key_lengths_before_launch():
     q = torch.zeros(2, 2, 8, 64, dtype=torch.float16, device=DEVICE)
     lse = torch.zeros(2, 2, 8, device=DEVICE)
-    with pytest.raises(ValueError, match=r"key_lengths must be a contiguous \(B,\) = \(2,\) tensor"):
+    with pytest.raises(ValueError, match=r"key_lengths must have shape \(B,\) = \(2,\)"):
         hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1, 2, 3], device=DEVICE))
     with pytest.raises(TypeError, match="key_lengths"):
         hb.check_inputs(q, q, q, q, q, lse, False, 0.125, torch.tensor([1.0, 2.0], device=DEVICE))
+
+
+def bad_key_lengths():
+    """(id, key_lengths, error) of every fault padding_keys.check_key_lengths names, for B = 2 on DEVICE."""
+    yield "list", [3, 4], TypeError
+    yield "float32", torch.tensor([3.0, 4.0], device=DEVICE), TypeError
+    yield "three_entries", torch.tensor([3, 4, 5], device=DEVICE), ValueError
+    yield "2d", torch.tensor([[3, 4]], device=DEVICE), ValueError
+    yield "another_device", torch.zeros(2, dtype=torch.int32, device="meta"), ValueError
+    yield "strided", torch.tensor([3, 0, 4, 0], dtype=torch.int32, device=DEVICE)[::2], ValueError
+
+
+def refusals(lengths, monkeypatch):
+    """{path: the exception} of each entry that takes key_lengths (fp16, D = 64: inputs every path takes), the
+    launches stood in for by failures: the Hopper forward and backward, the Triton rungs (week 4's op on its quick
+    check and on its full one, the Triton backward, the naive attention)."""
+    from week4_triton_dl.attention import backward as fab
+    from week4_triton_dl.attention import op as op_module
+
+    def no_launch(*args, **kwargs):
+        pytest.fail("launched despite bad key_lengths")
+
+    monkeypatch.setattr(hp, "launch", no_launch)
+    monkeypatch.setattr(hb, "load_extension", no_launch)
+    monkeypatch.setattr(op_module.dispatch, "forward", no_launch)
+    monkeypatch.setattr(fab, "launch_backward", no_launch)
+    q = torch.zeros(2, 2, 8, 64, dtype=torch.float16, device=DEVICE)
+    lse = torch.zeros(2, 2, 8, device=DEVICE)
+    calls = {
+        "hopper forward": lambda: hp.attention_hopper_forward(q, q, q, key_lengths=lengths),
+        "hopper op entry": lambda: hp.attention_hopper(q, q, q, key_lengths=lengths),
+        "hopper backward": lambda: hb.attention_hopper_backward(q, q, q, q, q, lse, False, 0.125, key_lengths=lengths),
+        "triton op (quick check)": lambda: op_module.flash_attention(q, q, q, key_lengths=lengths),
+        "triton forward (full check)": lambda: op_module.flash_attention_forward(q, q, q, key_lengths=lengths),
+        "triton backward": lambda: fab.flash_attention_backward(q, q, q, q, q, lse, key_lengths=lengths),
+        "naive": lambda: an.attention_naive(q, q, q, key_lengths=lengths),
+    }
+    caught = {}
+    for path, call in calls.items():
+        with pytest.raises((TypeError, ValueError)) as refused:
+            call()
+        caught[path] = refused.value
+    return caught
+
+
+@pytest.mark.parametrize("lengths, error", [pytest.param(*case[1:], id=case[0]) for case in bad_key_lengths()])
+def test_every_path_refuses_bad_key_lengths_with_one_message(lengths, error, monkeypatch):
+    """One check (attention/padding_keys.py) on every path: the Hopper forward, the Hopper backward and the Triton
+    rungs refuse the same bad key_lengths with the same error and message, naming key_lengths, before any launch."""
+    caught = refusals(lengths, monkeypatch)
+    messages = {path: f"{type(e).__name__}: {e}" for path, e in caught.items()}
+    assert len(set(messages.values())) == 1, messages
+    assert all(type(e) is error for e in caught.values()), messages
+    assert str(caught["naive"]).startswith("key_lengths "), messages
 
 
 def test_reference_forward_hides_padding_keys():

@@ -351,7 +351,7 @@ def bad_inputs():
     yield "scale nan", ValueError, "sm_scale", lambda: (ok(), ok(), ok(), {"sm_scale": math.nan})
     yield "causal str", TypeError, "causal", lambda: (ok(), ok(), ok(), {"causal": "yes"})
     lengths_2d = torch.ones(1, 1, dtype=torch.int32, device=DEVICE)
-    yield "lengths 2-D", ValueError, "1 dimension", lambda: (ok(), ok(), ok(), {"key_lengths": lengths_2d})
+    yield "lengths 2-D", ValueError, r"key_lengths must have shape \(B,\)", lambda: (ok(), ok(), ok(), {"key_lengths": lengths_2d})
     yield "strategy", ValueError, "strategy", lambda: (ok(), ok(), ok(), {"strategy": "fast"})
 
 

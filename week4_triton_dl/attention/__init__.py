@@ -8,6 +8,7 @@
     tma.py       the flash_tma forward: the same kernel with tiles moved by the Hopper TMA engine
     backward.py  the backward (dK/dV and dQ kernels, split or atomic)
     plans.py     what the fused kernels share: inputs, key ranges, tiles, launch plans (named tuples)
+    padding_keys.py  the one check of key_lengths (padding keys), for every rung: Triton's and the Hopper CUDA C
     bench.py     benchmarks, the ladder (`python -m course rung attention`), the sweeps
     warm.py      warm_cache: compile every tile config in parallel processes before a run
 

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 
 from course import holes, runtime
+from week4_triton_dl.attention.padding_keys import check_key_lengths  # torch alone: no Triton import here
 from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
 
 HERE = Path(__file__).resolve().parent
@@ -78,6 +79,7 @@ NVCC_FLAGS = (GENCODE, "-O3", "-lineinfo")
 # =============================================================================== the build
 # The C++ side (kernels/attention_hopper_binding.cpp): the op's schema, the checks again, the stream, the call.
 BINDING_SOURCE = KERNELS / "attention_hopper_binding.cpp"
+KEY_LENGTHS_HEADER = KERNELS / "attention_hopper_key_lengths.h"  # the bindings' key_lengths check (the backward's too)
 KEYS_HEADER = KERNELS / "attention_hopper_keys.cuh"  # AhKeys: the keys of a (batch, head), key_lengths or Sk
 
 
@@ -119,7 +121,7 @@ def cache_root() -> Path:
 def namespace(pingpong: bool = True, overlap: bool = False, persistent: bool = False, dynamic: bool = False) -> str:
     """The extension's name: one per version of the sources and flags (a changed kernel is rebuilt, never stale)."""
     text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), HOST_HEADER.read_text(), KEYS_HEADER.read_text(),
-                      PRODUCER_HEADER.read_text(), BINDING_SOURCE.read_text(),
+                      PRODUCER_HEADER.read_text(), BINDING_SOURCE.read_text(), KEY_LENGTHS_HEADER.read_text(),
                       " ".join(nvcc_flags(pingpong, overlap, persistent, dynamic)), torch.__version__]
                      + ([DYNAMIC_HEADER.read_text()] if dynamic else []))
     return "course_attention_hopper_" + hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -207,7 +209,6 @@ def _name(dtype) -> str:
 def check_inputs(q, k, v, causal, scale, key_lengths=None) -> float:
     """TypeError / ValueError naming the argument, for anything the kernel cannot take; the scale to use.
     Shapes, dtypes and flags only (no data pointer): torch.compile runs this on fake tensors."""
-    _check_key_lengths(q, key_lengths)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -234,6 +235,7 @@ def check_inputs(q, k, v, causal, scale, key_lengths=None) -> float:
                              ".transpose(1, 2).contiguous())")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device: q {q.device}, k {k.device}, v {v.device}")
+    check_key_lengths(key_lengths, q)  # padding_keys: the one check every rung's launcher calls
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if scale is None:
@@ -248,25 +250,6 @@ def check_inputs(q, k, v, causal, scale, key_lengths=None) -> float:
         raise ValueError(f"B * H = {B * H} blocks of {BLOCK_M} query rows each (Sq = {Sq}) and the lengths must "
                          "fit the kernel's 32-bit grid and indices: split the batch")
     return float(scale)
-
-
-def _check_key_lengths(q, key_lengths) -> None:
-    if key_lengths is None:
-        return
-    if not isinstance(key_lengths, torch.Tensor):
-        raise TypeError(f"key_lengths must be a torch.Tensor (B,) of int32 or int64, or None; got "
-                        f"{type(key_lengths).__name__}")
-    if key_lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"key_lengths has dtype {_name(key_lengths.dtype)}; expected int32 or int64 (the keys of "
-                        "each batch element)")
-    if not isinstance(q, torch.Tensor):
-        return  # q's own check names it
-    if key_lengths.dim() != 1 or key_lengths.shape[0] != q.shape[0]:
-        raise ValueError(f"key_lengths must have shape (B,) = ({q.shape[0]},), one entry per batch element; got "
-                         f"{tuple(key_lengths.shape)}")
-    if key_lengths.device != q.device or not key_lengths.is_contiguous():
-        raise ValueError(f"key_lengths must be a contiguous tensor on q's device {q.device} (the kernel reads it); "
-                         f"got one on {key_lengths.device}" + ("" if key_lengths.is_contiguous() else ", strided"))
 
 
 def check_outputs(q, out, lse):

@@ -41,10 +41,12 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import validate
 from week1_cuda_python.hopper_ptx import HOPPER_PTX, HOPPER_PTX_INCLUDE  # week 1 wraps the PTX
+from week4_triton_dl.attention.padding_keys import check_key_lengths  # torch alone, as hopper.py's
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCE = KERNELS / "attention_hopper_backward.cu"
 KEYS_HEADER = KERNELS / "attention_hopper_keys.cuh"  # AhKeys: the keys of a (batch, head), key_lengths or S
+KEY_LENGTHS_HEADER = KERNELS / "attention_hopper_key_lengths.h"  # BINDING's key_lengths check (the forward's too)
 PTX_HEADER = HOPPER_PTX  # the Hopper PTX wrappers: week 1's kernels/hopper_ptx.cuh, the one copy
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
@@ -65,6 +67,8 @@ BINDING = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cstring>
+
+#include "attention_hopper_key_lengths.h"  // ah_key_lengths: key_lengths checked, as a pointer and a width
 
 int attention_hopper_bwd_cuda(int dtype, int head_dim, int causal, const unsigned char* maps, const void* o,
                               const void* dout, const float* lse, float* lse2, float* delta, float* dq_acc,
@@ -90,16 +94,7 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
     TORCH_CHECK(lse.numel() == BH * S && lse.scalar_type() == at::kFloat && lse.is_contiguous(), "lse: (B, H, S) float32");
     TORCH_CHECK(lse2.numel() == BH * S_pad && delta.numel() == BH * S_pad && lse2.scalar_type() == at::kFloat &&
                 delta.scalar_type() == at::kFloat, "lse2 and delta: B * H * S_pad float32");
-    const void* lengths = nullptr;
-    int wide = 0;
-    if (key_lengths.has_value()) {
-        const at::Tensor& kl = *key_lengths;
-        TORCH_CHECK(kl.dim() == 1 && kl.size(0) == o.size(0) && kl.is_contiguous() && kl.device() == o.device() &&
-                    (kl.scalar_type() == at::kInt || kl.scalar_type() == at::kLong),
-                    "key_lengths: a contiguous int32 or int64 (B,) tensor on o's device");
-        lengths = kl.data_ptr();
-        wide = kl.scalar_type() == at::kLong;
-    }
+    const AhKeyLengths padding = ah_key_lengths(key_lengths, o);
     if (BH == 0 || S == 0) return;
     unsigned char bytes[640];
     for (int i = 0; i < 80; ++i) { int64_t v = maps[i]; std::memcpy(bytes + 8 * i, &v, 8); }
@@ -107,7 +102,8 @@ void backward(c10::IntArrayRef maps, const at::Tensor& o, const at::Tensor& dout
     const int err = attention_hopper_bwd_cuda(
         o.scalar_type() == at::kHalf ? 0 : 1, (int)D, causal ? 1 : 0, bytes, o.data_ptr(), dout.data_ptr(),
         lse.data_ptr<float>(), lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_acc.data_ptr<float>(),
-        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), (int)BH, (int)S, (float)scale, lengths, wide, (int)o.size(1),
+        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), (int)BH, (int)S, (float)scale, padding.lengths, padding.wide,
+        (int)o.size(1),
         c10::cuda::getCurrentCUDAStream(o.device().index()).stream());
     TORCH_CHECK(err == 0, "attention_hopper_backward launch failed: ", attention_hopper_bwd_error_string(err));
 }
@@ -173,6 +169,7 @@ def cache_root() -> Path:
 def extension_name(dq_tma: bool = True) -> str:
     """attention_hopper_bwd_<hash of the sources, the binding, the -D flags and torch's version>."""
     text = "\0".join([SOURCE.read_text(), PTX_HEADER.read_text(), KEYS_HEADER.read_text(), BINDING,
+                      KEY_LENGTHS_HEADER.read_text(),
                       " ".join(variant_flags(dq_tma)),
                       torch.__version__])
     return f"attention_hopper_bwd_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
@@ -259,11 +256,7 @@ def check_inputs(q, k, v, o, do, lse, causal, scale, key_lengths=None) -> tuple[
         raise TypeError(f"scale must be a float (softmax scale, usually 1 / sqrt(D)), got {type(scale).__name__}")
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    if key_lengths is not None:
-        validate.tensor(key_lengths, "key_lengths", dtypes=(torch.int32, torch.int64), ndim=1)
-        if key_lengths.shape[0] != B or key_lengths.device != q.device or not key_lengths.is_contiguous():
-            raise ValueError(f"key_lengths must be a contiguous (B,) = ({B},) tensor on {q.device}, one entry per "
-                             f"batch element; got shape {tuple(key_lengths.shape)} on {key_lengths.device}")
+    check_key_lengths(key_lengths, q)  # padding_keys: the one check, the forward's too
     if B * H * S * D >= 2**31 or B * H >= 2**16:
         raise ValueError(f"q has {B * H} heads of {S} x {D}: the kernels index with 32-bit sizes "
                          f"(B * H * S * D < 2^31, B * H < 65536)")

@@ -36,6 +36,7 @@ from course import validate
 from course.gpu import triton, tl
 
 from week3_triton_kernels.softmax import softmax  # week 3's kernel, reused as step 2
+from week4_triton_dl.attention.padding_keys import check_key_lengths
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs a power of two >= 16; 128 keeps a Q tile in registers
@@ -199,11 +200,7 @@ def check_attention_inputs(q, k, v, causal, sm_scale, key_lengths, *, dtypes=DTY
                          "dimension: split the batch")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_span(t, name)
-    if key_lengths is not None:
-        validate.tensor(key_lengths, "key_lengths", dtypes=(torch.int32, torch.int64), ndim=1)
-        if key_lengths.shape[0] != q.shape[0]:
-            raise ValueError(f"key_lengths must have one entry per batch element (B = {q.shape[0]}), "
-                             f"got shape {tuple(key_lengths.shape)}")
+    check_key_lengths(key_lengths, q)  # padding_keys: the one check, the Hopper rung's too
     return resolve_scale(sm_scale, head_dim)
 
 
@@ -255,11 +252,7 @@ def _check_probs_values(p, v, key_lengths, out):
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension D = {D} is not supported; expected one of {list(HEAD_DIMS)}")
     _check_span(v, "v")
-    if key_lengths is not None:
-        validate.tensor(key_lengths, "key_lengths", dtypes=(torch.int32, torch.int64), ndim=1)
-        if key_lengths.shape[0] != B:
-            raise ValueError(f"key_lengths must have one entry per batch element (B = {B}), "
-                             f"got shape {tuple(key_lengths.shape)}")
+    check_key_lengths(key_lengths, p, "p")
     return check_out(out, (B, H, Sq, D), v.dtype)
 
 

@@ -33,6 +33,7 @@ from course import ops, runtime
 from week4_triton_dl.attention import dispatch  # which forward runs, and the call that runs it
 from week4_triton_dl.attention.backward import BWD_STRATEGIES, DEFAULT_BWD_STRATEGY, check_strategy, launch_backward
 from week4_triton_dl.attention.naive import INT32_MAX, MAX_GRID_Y, check_out, resolve_scale
+from week4_triton_dl.attention.padding_keys import check_key_lengths
 from week4_triton_dl.attention.plans import DTYPES, HEAD_DIMS, check_inputs, stats_dtype
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
@@ -57,10 +58,10 @@ def _check_call(q, k, v, causal, sm_scale, key_lengths, strategy) -> float:
         if (dtype in DTYPES and k.dtype == dtype and v.dtype == dtype and _on_device(q) and _on_device(k)
                 and _on_device(v) and len(qs) == 4 and len(ks) == 4 and ks == v.shape and qs[0] == ks[0]
                 and qs[1] == ks[1] and qs[3] == ks[3] and qs[3] in HEAD_DIMS and qs[0] * qs[1] <= MAX_GRID_Y
-                and _span(q, qs) and _span(k, ks) and _span(v, ks)
-                and (key_lengths is None or (isinstance(key_lengths, torch.Tensor) and _on_device(key_lengths)
-                                             and key_lengths.dtype in (torch.int32, torch.int64)
-                                             and key_lengths.shape == qs[:1]))):
+                and _span(q, qs) and _span(k, ks) and _span(v, ks)):
+            # q, k, v as check_inputs wants them: its next check is key_lengths', the one check (padding_keys),
+            # which raises its own message (a microsecond, and only with padding keys)
+            check_key_lengths(key_lengths, q)
             return 1.0 / math.sqrt(qs[3]) if sm_scale is None else resolve_scale(sm_scale, qs[3])
     check_strategy(strategy)
     return check_inputs(q, k, v, causal, sm_scale, key_lengths)

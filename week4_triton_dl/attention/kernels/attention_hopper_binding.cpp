@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "attention_hopper_key_lengths.h"  // ah_key_lengths: key_lengths checked, as a pointer and a width
+
 extern "C" int attention_hopper_forward_cuda(int dtype, const void* q, const void* k, const void* v, void* out,
                                              float* lse, int bh_count, int seq_q, int seq_k, int d, float c,
                                              int causal, const void* key_lengths, int lengths_wide, int heads,
@@ -20,22 +22,13 @@ void forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool
     TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, "fp16 or bf16 only");
     TORCH_CHECK(out.sizes() == q.sizes() && out.is_contiguous() && out.scalar_type() == q.scalar_type(), "out");
     TORCH_CHECK(lse.dim() == 3 && lse.is_contiguous() && lse.scalar_type() == at::kFloat, "lse: float32 (B, H, Sq)");
-    const void* lengths = nullptr;
-    int wide = 0;
-    if (key_lengths.has_value()) {
-        const at::Tensor& kl = *key_lengths;
-        TORCH_CHECK(kl.dim() == 1 && kl.size(0) == q.size(0) && kl.is_contiguous() && kl.device() == q.device() &&
-                    (kl.scalar_type() == at::kInt || kl.scalar_type() == at::kLong),
-                    "key_lengths: a contiguous int32 or int64 (B,) tensor on q's device");
-        lengths = kl.data_ptr();
-        wide = kl.scalar_type() == at::kLong;
-    }
+    const AhKeyLengths padding = ah_key_lengths(key_lengths, q);
     const c10::cuda::CUDAGuard guard(q.device());
     const int64_t bh = q.size(0) * q.size(1);
     const int err = attention_hopper_forward_cuda(
         q.scalar_type() == at::kBFloat16, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
         lse.data_ptr<float>(), (int)bh, (int)q.size(2), (int)k.size(2), (int)q.size(3), (float)c, causal,
-        lengths, wide, (int)q.size(1), c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+        padding.lengths, padding.wide, (int)q.size(1), c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
     TORCH_CHECK(err == 0, "attention_hopper launch failed with code ", err,
                 " (> 0: a cudaError_t; -1: no cuTensorMapEncodeTiled in this driver; -2: a tensor map was refused)");
 }
