@@ -427,7 +427,8 @@ def wgmma_nvcc_command(output: Path, nvcc: str = "nvcc", defines: tuple[str, ...
 
 
 # cuda.h's enums, for the calls below.
-_TMA_DTYPE = {torch.float16: 6, torch.bfloat16: 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16
+# CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16, _FLOAT32 (the split-K rung's fp32 workspace)
+_TMA_DTYPE = {torch.float16: 6, torch.bfloat16: 9, torch.float32: 7}
 _TMA_SWIZZLE_128B = 3
 _TMA_L2_PROMOTION_256B = 3
 _TMA_INTERLEAVE_NONE = _TMA_OOB_FILL_ZEROS = 0
@@ -493,8 +494,8 @@ def _wgmma_kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = ()):
 
 
 def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int) -> bytes:
-    """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 tensor, copied in boxes of box_rows x box_cols
-    elements, 128-byte swizzled, zeros read outside the tensor.
+    """The 128-byte TMA descriptor of a row-major 2-D fp16/bf16 (or fp32) tensor, copied in boxes of box_rows x
+    box_cols elements (box_cols x the element size at most 128 bytes), 128-byte swizzled, zeros read outside it.
 
     Encoded once per distinct (address, dtype, rows, cols, row stride, box) and then served from a cache
     (`encoded_tensor_map`): the benchmark calls the launcher thousands of times on the same tensors, and at

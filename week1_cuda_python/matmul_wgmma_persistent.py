@@ -12,6 +12,10 @@ TMA tensor maps encoded by the driver, a launch through the CUDA driver API), pl
 * no padded copies: where the TMA cannot read an operand as it is (row strides not multiples of
   16 bytes, i.e. K or N not a multiple of 8, or a base address not 16-byte aligned) the launcher
   refuses with a ValueError that names the rung that pads, `matmul_wgmma_tma`;
+* A row-major or column-major, read from its strides: `a` may be the transpose of a row-major K x M
+  matrix (`dy.t()`), as a weight gradient dW = dY^T X has it, and the launcher runs the
+  `wgmma_persistent_a_col_*` entry, which loads A as K x M boxes and lets wgmma transpose them
+  (imm-trans-a): no transposed copy of dY is made (the cooperative schedule, no cluster);
 * tile width builds: `width=` 256 (the source's WP_BN), 192 or 128, each its own cubin (-DWP_BN);
   narrower tiles fill the last wave of a small-N GEMM better (the kernel's header, and
   matmul_wgmma_waves.py for the arithmetic). The boxes of the tensor maps do not change with it:
@@ -186,8 +190,9 @@ def refuse_open_hole() -> None:
 
 
 @functools.cache
-def _module(defines: tuple[str, ...] = (), source: Path | None = None):
-    """The kernel compiled for sm_90a and loaded into torch's (primary) context."""
+def cubin_module(defines: tuple[str, ...] = (), source: Path | None = None):
+    """`source` (PERSISTENT_SOURCE, or a file that includes its body: the ping-pong and split-K entries) compiled
+    for sm_90a with `defines` and loaded into torch's (primary) context."""
     refuse_open_hole()
     nvcc = runtime.nvcc_path()
     source = source or PERSISTENT_SOURCE
@@ -208,7 +213,7 @@ def _module(defines: tuple[str, ...] = (), source: Path | None = None):
 @functools.cache
 def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = (), source: Path | None = None):
     kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), _module(defines, source), name.encode()),
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), cubin_module(defines, source), name.encode()),
                  f"cuModuleGetFunction({name})")
     driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                   shared_bytes), "cuFuncSetAttribute")
@@ -240,10 +245,35 @@ def resident_clusters(kernel_name: str, shared_bytes: int, cluster: int, defines
     return count.value
 
 
-def _checked(a, b, out):
-    """Validate A (M x K), B (K x N), `out`; return (out, M, N, K). Nothing is launched before this."""
-    validate.tensor(a, "a", dtypes=DTYPES, ndim=2)
+def column_major(a: torch.Tensor) -> bool:
+    """True when A (M x K) is the transpose of a row-major K x M tensor (`dy.t()`) and not row-major itself (a
+    tensor with one row or column is both: it takes the row-major entry)."""
+    return not a.is_contiguous() and a.t().is_contiguous()
+
+
+def dense_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` with the row stride its shape implies. torch calls a one-row tensor contiguous whatever its stride(0) (a
+    transposed column, `x[:, :1].t()`, has stride(0) = 1), but the TMA's tensor map takes that stride as given."""
+    if t.dim() == 2 and t.shape[0] == 1 and t.is_contiguous() and t.stride(0) != t.shape[1]:
+        return t.as_strided(t.shape, (t.shape[1], 1))
+    return t
+
+
+def a_tensor_map(a: torch.Tensor, tiles: PersistentTiles) -> bytes:
+    """A's tensor map: 128 rows (ping-pong: 64) x 64 k of a row-major A; for a column-major A (column_major), the
+    K x M matrix a.t() in boxes of 64 k x 64 m (TILE_M / 64 a tile: the kernel's A_KM)."""
+    return tensor_map(a.t(), tiles.bk, 64) if column_major(a) else tensor_map(a, tiles.bm, tiles.bk)
+
+
+def checked_operands(a, b, out):
+    """Validate A (M x K, row-major or column-major), B (K x N), `out`; return (a, out, M, N, K), a and out with
+    dense_rows' strides. Nothing is launched before this."""
+    validate.tensor(a, "a", dtypes=DTYPES, ndim=2, contiguous=False)
+    if not (a.is_contiguous() or column_major(a)):
+        raise ValueError(f"a must be row-major (contiguous) or column-major (a.t() contiguous, as dy.t() in a weight "
+                         f"gradient), got strides {a.stride()} for shape {tuple(a.shape)}: pass a.contiguous()")
     validate.tensor(b, "b", dtypes=DTYPES, ndim=2)
+    a = dense_rows(a)
     validate.same_dtype(a=a, b=b)
     if a.device != b.device:
         raise ValueError(f"a is on {a.device} but b is on {b.device}: put both on the same GPU")
@@ -260,15 +290,18 @@ def _checked(a, b, out):
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {(m, n)}")
         if out.device != a.device:
             raise ValueError(f"out is on {out.device} but a is on {a.device}")
+        out = dense_rows(out)
     for name, size in (("M", m), ("N", n), ("K", k)):
         if size > INT32_MAX - 256:
             raise ValueError(f"{name} = {size} is too large: the kernel takes sizes as 32-bit ints")
     if m and n and k:
-        for problem in (stride_problem("a", a, "K a multiple of 8"), stride_problem("b", b, "N a multiple of 8"),
+        a_rows = (stride_problem("a.t()", a.t(), "M a multiple of 8, a being column-major") if column_major(a)
+                  else stride_problem("a", a, "K a multiple of 8"))
+        for problem in (a_rows, stride_problem("b", b, "N a multiple of 8"),
                         stride_problem("out", out, "N a multiple of 8")):
             if problem:
                 raise ValueError(problem)
-    return out, m, n, k
+    return a, out, m, n, k
 
 
 def choose_schedule(a, b, epilogue: str | None = None) -> str:
@@ -297,7 +330,9 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     `width`: the tile's columns, one of WIDTHS (256, the source's; 192 and 128 are -DWP_BN builds).
     Both None: the measured rule's build for this shape (matmul_wgmma_schedule.py; its schedule and
     width were measured together, so it is asked only when both are left open); otherwise a schedule
-    left open is cooperative and a width 256. The cluster rung never asks the rule."""
+    left open is cooperative and a width 256. The cluster rung never asks the rule.
+    A column-major `a` (`dy.t()`: column_major) runs the wgmma_persistent_a_col entry: cooperative, cluster 1, at
+    `width` (256 when left open: the rule measured row-major A only)."""
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster must be one of {sorted(CLUSTERS)} (blocks per cluster), got {cluster!r}")
     if schedule is not None and schedule not in SCHEDULES:
@@ -308,8 +343,14 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     if blocks is not None and (not isinstance(blocks, int) or blocks < cluster):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), at least the cluster's "
                          f"{cluster}, got {blocks!r}")
-    out, m, n, k = _checked(a, b, out)
-    if schedule is None and width is None and cluster == 1:
+    given = out  # returned as given: checked_operands may hand back a view of it with dense rows
+    a, out, m, n, k = checked_operands(a, b, out)
+    result = out if given is None else given
+    a_col = column_major(a)
+    if a_col and (cluster != 1 or schedule == "pingpong"):
+        raise ValueError(f"a column-major a (a.t() contiguous) runs the cooperative schedule without clusters: got "
+                         f"cluster={cluster!r}, schedule={schedule!r}; pass a.contiguous() for those")
+    if schedule is None and width is None and cluster == 1 and not a_col:
         schedule, width = choose_build(a, b)
     schedule, width = schedule or "cooperative", width or PERSISTENT_TILES.bn
     pingpong = schedule == "pingpong"
@@ -318,14 +359,15 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     if why is not None:
         raise RuntimeError(why)
     if m == 0 or n == 0:
-        return out
+        return result
     if k == 0:
-        return out.zero_()  # every dot product is empty: C = 0, as torch gives
+        out.zero_()  # every dot product is empty: C = 0, as torch gives
+        return result
     # Encoded once per (address, shape, stride, dtype, box) and cached (matmul_tensor_cores.tensor_map).
-    map_a = tensor_map(a, tiles.bm, tiles.bk)          # A: 128 rows (ping-pong: 64) x 64 k
+    map_a = a_tensor_map(a, tiles)                     # A: 128 rows x 64 k, or (column-major) 64 k x 64 m
     map_b = tensor_map(b, tiles.bk, tiles.b_slab)      # B: 64 k x 64 columns
     map_c = tensor_map(out, 64, tiles.c_chunk)         # C: 64 rows x 64 columns, one consumer's chunk
-    name = f"{'wgmma_pingpong' if pingpong else CLUSTERS[cluster]}_{TYPE_SUFFIX[a.dtype]}"
+    name = f"{'wgmma_pingpong' if pingpong else CLUSTERS[cluster]}{'_a_col' if a_col else ''}_{TYPE_SUFFIX[a.dtype]}"
     sms = runtime.sm_count()
     if cluster > 1:  # as many blocks as whole clusters can be resident at once (resident_clusters)
         sms = cluster * (resident_clusters(name, tiles.shared_bytes, cluster, tiles.defines()) or sms // cluster)
@@ -337,16 +379,18 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
     driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, tiles.shared_bytes, stream, params, None),
                  "cuLaunchKernel")
-    return out
+    return result
 
 
 def matmul_wgmma_persistent(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """C = A @ B with the persistent wgmma + TMA kernel (`wgmma_persistent_*`).
 
-    a (M x K), b (K x N): fp16 or bf16, same dtype, row-major (contiguous), on an H100/H200
+    a (M x K), b (K x N): fp16 or bf16, same dtype, b row-major (contiguous), a row-major or
+    column-major (a.t() contiguous: a weight gradient's dy.t(), no copy made), on an H100/H200
     (compute capability 9.0; elsewhere RuntimeError naming matmul_wmma_cp_async). C in the inputs'
-    dtype, written into `out` if given. K and N must be multiples of 8 and the tensors 16-byte
-    aligned (the TMA's rule); otherwise ValueError naming matmul_wgmma_tma, which pads.
+    dtype, written into `out` if given. The TMA's rule: rows of a multiple of 16 bytes (K, or M for
+    a column-major a, and N multiples of 8) and 16-byte aligned tensors; otherwise ValueError naming
+    matmul_wgmma_tma, which pads.
     """
     return launch_persistent(a, b, out, schedule="cooperative")
 
@@ -367,15 +411,18 @@ def matmul_wgmma_pingpong(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | 
 
 # --- compute-sanitizer cases (python -m course sanitize week1 --only matmul_wgmma_persistent) ---
 
-def _sanitizer_case(dtype: torch.dtype, cluster: int = 1, schedule: str = "cooperative", width: int = 256) -> None:
+def _sanitizer_case(dtype: torch.dtype, cluster: int = 1, schedule: str = "cooperative", width: int = 256,
+                    a_col: bool = False) -> None:
     # 300 x 328 @ K = 328: partial tiles in M (300 = 2 x 128 + 44) and N (328 = 256 + 72: one store
     # chunk of the last column of tiles partly outside C, two wholly outside), K = 5 full stages and a
     # partial one; 6 tiles on 2 blocks, so each block walks several and the ring wraps across them.
     # For the cluster rung: 3 rows of tiles, so the pair's second block has no tile in the last row.
     # Width 192: 328 = 192 + 136 (the last chunk 8 columns wide); 128: 2 x 128 + 72.
-    a = random_tensor((300, 328), dtype, runtime.DEVICE)
-    b = random_tensor((328, 328), dtype, runtime.DEVICE)
-    launch_persistent(a, b, poisoned((300, 328), dtype, runtime.DEVICE), blocks=2, cluster=cluster, schedule=schedule,
+    # a_col: A column-major, the 328 x 300 tensor's transpose, read as 64 x 64 boxes (300 = 4 x 64 + 44).
+    device = runtime.DEVICE
+    a = random_tensor((328, 300), dtype, device).t() if a_col else random_tensor((300, 328), dtype, device)
+    b = random_tensor((328, 328), dtype, device)
+    launch_persistent(a, b, poisoned((300, 328), dtype, device), blocks=2, cluster=cluster, schedule=schedule,
                       width=width)
     torch.cuda.synchronize()
 
@@ -390,4 +437,8 @@ SANITIZER_CASES: dict[str, Callable[[], None]] = {
     f"{'wgmma_pingpong' if schedule == 'pingpong' else CLUSTERS[1]}_bf16_bn{width}":
         functools.partial(_sanitizer_case, torch.bfloat16, 1, schedule, width)
     for width in WIDTHS[1:] for schedule in SCHEDULES
+} | {  # A column-major (dW = dY^T X's layout), at 256 and 192
+    f"wgmma_persistent_a_col_{TYPE_SUFFIX[dtype]}{'' if width == 256 else f'_bn{width}'}":
+        functools.partial(_sanitizer_case, dtype, 1, "cooperative", width, True)
+    for dtype, width in ((torch.bfloat16, 256), (torch.float16, 256), (torch.bfloat16, 192))
 } if unsupported(runtime.capability()) is None else {}

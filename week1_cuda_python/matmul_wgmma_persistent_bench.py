@@ -142,21 +142,25 @@ def gpu_fields(timed, label: str, flops: float) -> dict:
             "tflops": flops / (gpu * 1e-3) / 1e12 if gpu else None}
 
 
-def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict) -> list[dict]:
+def measure(shape, dtype, rounds: int, rep_ms: float, variants: dict, make=None,
+            size_name: str | None = None) -> list[dict]:
     """The rows of one size: every variant timed once per round, in turn (graph-replayed where the host paced the
-    loop: the capstone's small GEMMs are 20-60 us, as short as their Python); ratios within rounds, of GPU times."""
+    loop: the capstone's small GEMMs are 20-60 us, as short as their Python); ratios within rounds, of GPU times.
+    `make`: the inputs' maker (make_inputs; the backward bench's lays A out column-major); `size_name`: the rows'
+    size (size_label's by default)."""
     m, n, k = shape
     flops = 2 * m * n * k
-    sets = bench.input_sets(make_inputs, (shape, dtype))  # enough sets to overflow the L2
+    sets = bench.input_sets(make or make_inputs, (shape, dtype))  # enough sets to overflow the L2
     timed = bench.interleaved_rounds(variants, rounds, lambda fn, sets=sets: bench.time_gpu(
         fn, sets, warmup_ms=5, rep_ms=rep_ms, graph=True))  # Timings: host-bound? and the GPU's time if so
     del sets
     torch.cuda.empty_cache()
     rows = []
+    size = size_name or size_label(shape, dtype)
     for label, ms in timed.ms.items():
         # per round, of the GPU's times: > 1 is faster than cuBLAS; None where no round knows both GPU times
         ratio, low, high = timed.ratio_range(label, gpu=True) or (None, None, None)
-        rows.append({"size": size_label(shape, dtype), "variant": label, "ms": timed.median(label), "ms_min": min(ms),
+        rows.append({"size": size, "variant": label, "ms": timed.median(label), "ms_min": min(ms),
                      "ms_rounds": ms, "reps": rounds, "flops": flops, **gpu_fields(timed, label, flops),
                      "speedup_vs_torch": ratio, "speedup_min": low,
                      "speedup_max": high, "spread_pct": timed.spread_pct(label), **timed.row_fields(label)})

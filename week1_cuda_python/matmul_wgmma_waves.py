@@ -45,6 +45,11 @@ SHAPES = {
     "fc2": (TOKENS, 768, 3072), "lm_head": (TOKENS, 50304, 768),
     # the LM head's backward: dX = dY W^T (K = 50304, only 8192 x 768 of C) and dW = X^T dY
     "lm_head_dx": (TOKENS, 768, 50304), "lm_head_dw": (768, 50304, TOKENS),
+    # every Linear's backward (matmul_wgmma_backward_bench.py times them): dX = dY W, tokens x in x out, and the
+    # weight gradient dW = dY^T X, out x in over the 8192 tokens: a small C with a long K, few tiles
+    **{f"{name}_{kind}": shape for name, (out_features, in_features) in
+       {"qkv": (2304, 768), "proj": (768, 768), "fc": (3072, 768), "fc2": (768, 3072)}.items()
+       for kind, shape in (("dx", (TOKENS, in_features, out_features)), ("dw", (out_features, in_features, TOKENS)))},
 }
 
 

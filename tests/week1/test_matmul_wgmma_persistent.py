@@ -265,7 +265,10 @@ def bad_inputs():
     yield "dtypes differ", TypeError, "dtypes must match", lambda: (ok(8, 8), ok(8, 8).bfloat16(), None)
     yield "b 1-D", ValueError, "b must have 2 dimension", lambda: (ok(8, 8), ok(8), None)
     yield "inner dims", ValueError, "inner dimensions must match", lambda: (ok(8, 16), ok(8, 8), None)
-    yield "a transposed", ValueError, "a is not contiguous", lambda: (ok(16, 8).t(), ok(16, 8), None)
+    # A row-major or column-major (a.t() contiguous: test_matmul_wgmma_a_col.py); any other strides refused
+    yield "a strided", ValueError, "a must be row-major .* or column-major", lambda: (ok(8, 16)[:, ::2], ok(8, 8), None)
+    yield "a column-major, M = 12", ValueError, r"a.t\(\) has rows of 24 bytes.*matmul_wgmma_tma", \
+        lambda: (ok(8, 12).t(), ok(8, 8), None)
     yield "wrong device", ValueError, "kernels run on", \
         lambda: (torch.ones(8, 8, device="meta", dtype=torch.float16), ok(8, 8), None)
     yield "out float32", TypeError, "out has dtype float32", lambda: (ok(8, 8), ok(8, 8), ok(8, 8).float())
@@ -383,13 +386,13 @@ def test_source_compiles_for_sm_90a(width, tmp_path):
     built = subprocess.run(wp.nvcc_command(cubin, runtime.nvcc_path(), defines) + ["-Xptxas", "-v"],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 4, built.stderr
+    assert built.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 6, built.stderr  # 4 + 2 a_col
     ptx = tmp_path / "wp.ptx"
     subprocess.run([runtime.nvcc_path(), "-ptx", "-arch=compute_90a", *defines, *HOPPER_PTX_INCLUDE, "-o", str(ptx),
                     str(wp.PERSISTENT_SOURCE)],
                    check=True, capture_output=True)
     text = ptx.read_text()
-    names = {f"{rung}_{d}" for rung in wp.CLUSTERS.values() for d in ("f16", "bf16")}
+    names = {f"{rung}_{d}" for rung in (*wp.CLUSTERS.values(), "wgmma_persistent_a_col") for d in ("f16", "bf16")}
     assert names <= set(re.findall(r"\.entry (\w+)\(", text))
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", text)) == {str(width)}
     for instruction in (f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16",
@@ -432,12 +435,12 @@ def test_a_body_with_a_hole_open_is_refused_before_nvcc(schedule, monkeypatch):
     """The body's exercise stub, holes open (a `#define HOLE_OPEN` line each): its builds (alone, and under
     the ping-pong entry points, which include it by -DWP_BODY) are refused, naming the body and the hole,
     before nvcc is asked (course/holes.py): its barriers could hang the GPU."""
-    host = sys.modules[wp._module.__module__]  # the stub imports the sources: patch them where _module reads
+    host = sys.modules[wp.cubin_module.__module__]  # the stub imports the sources: patch them where cubin_module reads
     stub = Path(__file__).resolve().parents[2] / "week1_cuda_python/exercises/kernels/matmul_wgmma_persistent.cu"
     monkeypatch.setattr(host, "PERSISTENT_SOURCE", stub)
     monkeypatch.setattr(runtime, "nvcc_path", lambda: pytest.fail("nvcc was asked"))
     with pytest.raises(NotImplementedError, match=r"not implemented yet: .*matmul_wgmma_persistent.cu line \d+ has a hole open"):
-        host._module.__wrapped__((), host.PINGPONG_SOURCE if schedule == "pingpong" else None)
+        host.cubin_module.__wrapped__((), host.PINGPONG_SOURCE if schedule == "pingpong" else None)
 
 
 def _kernel_fixtures():

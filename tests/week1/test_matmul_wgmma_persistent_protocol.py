@@ -43,11 +43,14 @@ CONSUMERS, WARPS = wp.PERSISTENT_TILES.consumers, 4
 
 def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity=-1, tile_end_release=True,
              pingpong=False, turns=True, empty_count=None, races=None):
-    """Run the model to the end; AssertionError on a race, RuntimeError on a hang. `pingpong`: the
+    """Run the model to the end; AssertionError on a race, RuntimeError on a hang. `k_tiles`: k steps per unit, or
+    (split-K: kernels/matmul_wgmma_split_k.cu) a tuple of them, one per unit in the persistent loop's order. `pingpong`: the
     ping-pong schedule (cluster 1); `turns=False`: without its turn barriers (the wrong variant);
     `empty_count`: the empty barriers' arrival count, if not the kernel's; `races`: a list to which each
     race is appended instead of raised (the run goes on, to see whether it also hangs)."""
     assert not pingpong or cluster == 1, "the kernel has no ping-pong with clusters"
+    counts = list(k_tiles) if isinstance(k_tiles, tuple) else [k_tiles] * units  # k steps of each unit
+    assert len(counts) == units and not (pingpong and isinstance(k_tiles, tuple)), "split-K: cooperative only"
     rng = random.Random(seed)
 
     def check(ok, message):
@@ -65,7 +68,7 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
     content = [[[None] * cluster for _ in range(STAGES)] for _ in blocks]
     reading = [[0] * STAGES for _ in blocks]  # wgmma groups issued on a stage and not yet finished
     events = []  # pending asynchronous completions: the TMA copies landing, the wgmma groups finishing
-    positions = k_tiles * units
+    positions = sum(counts)
 
     def state():
         return [(bar.phase, bar.pending, bar.tx) for row in full + empty for bar in row]
@@ -90,11 +93,11 @@ def simulate(k_tiles, units, cluster, seed, release_early=False, producer_parity
         groups = []  # this warpgroup's committed, unfinished wgmma groups: (stage, position)
         it = c * k_tiles if pingpong else 0  # ping-pong: the block's tile c is this one's first
         mine = 0  # ping-pong: this consumer's tiles so far
-        for _unit in (range(c, units, 2) if pingpong else range(units)):
+        for unit in (range(c, units, 2) if pingpong else range(units)):
             if pingpong and turns and mine + c > 0:  # the other consumer's arrival number mine + c
                 while not turn[b][c].ready((mine - 1 + c) & 1):
                     yield
-            for kt in range(k_tiles):
+            for kt in range(counts[unit]):  # kt: the unit's k steps from its first (the kernel's kt - kt_begin)
                 s = it % STAGES
                 while not full[b][s].ready((it // STAGES) & 1):
                     yield
@@ -157,11 +160,24 @@ RING_LINES = ("if (it >= WP_STAGES) mbar_wait(&empty[s], ((it / WP_STAGES) - 1) 
               "mbar_arrive_expect_tx(&full[s], bytes);",
               "mbar_init(&full[s], 1);",
               "mbar_init(&empty[s], 4 * WP_CONSUMERS * CLUSTER / (PINGPONG ? 2 : 1));",
-              "wgmma_wait<1>();\n                if (kt > 0 && lane == 0) {\n"
+              "wgmma_wait<1>();\n                if (kt > kt_begin && lane == 0) {\n"
               "                    mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
               "                    if (CLUSTER > 1) mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);",
               "wgmma_wait<0>();\n            if (lane == 0) {  // the tile's last stage\n"
               "                mbar_arrive(&empty[(it - 1) % WP_STAGES]);")
+
+
+# Split-K's units: 2 x 2 tiles in ranges of 6, 6 and 4 k steps (16 k tiles, 3 ranges; unit = range * tiles +
+# tile), and 18 tiles in 2 ranges of 19 and 18; on 1, 3 and 5 blocks' worth of units walked by one block here.
+SPLIT_K_UNITS = [(6,) * 4 + (6,) * 4 + (4,) * 4, (19,) * 6 + (18,) * 6, (1, 1, 1, 2, 2, 2)]
+
+
+@pytest.mark.parametrize("counts", SPLIT_K_UNITS, ids=lambda c: f"{len(c)}units")
+def test_split_k_units_of_uneven_ranges(counts):
+    """Units whose k steps differ (the last range shorter): the ring position runs on over them, so every stage
+    is waited on at the right parity and released once, with no hang, over many interleavings."""
+    for seed in range(12):
+        simulate(counts, len(counts), 1, seed)
 
 
 @pytest.mark.parametrize("cluster", [1, 2])
@@ -179,8 +195,11 @@ def test_the_model_follows_the_source():
     source = kernel_code()
     for line in RING_LINES:
         assert line in source, f"the kernel no longer has `{line[:60]}...`: update the model"
-    # One ring position per k step, counted across the block's tiles, in both roles.
-    assert len(re.findall(r"for \(int kt = 0; kt < k_tiles; \+\+kt, \+\+it\)", source)) == 2
+    # One ring position per k step, counted across the block's units, in both roles; a unit's k steps are its
+    # range's (split-K) or all of K, the same in both roles.
+    assert len(re.findall(r"for \(int kt = kt_begin; kt < kt_end; \+\+kt, \+\+it\)", source)) == 2
+    assert source.count("const int kt_begin = SPLIT_K ? unit / tile_units * per_split : 0;") == 2
+    assert source.count("const int kt_end = SPLIT_K ? min(kt_begin + per_split, k_tiles) : k_tiles;") == 2
 
 
 @pytest.mark.parametrize("cluster", [1, 2])
@@ -338,6 +357,22 @@ def test_swiglu_partner_registers_hold_the_matching_up_column(width):
                     assert column(up, lane) == column(gate, lane) + tile_out and row(up, lane, 0) == row(gate, lane, 0)
 
 
+# A unit's first wgmma starts its sums from zero (scale-d 0) at the unit's first k step, kt_begin: with split-K a unit
+# of range r > 0 starts at kt = r * per_split, and an `accumulate = kt > 0` would add its sums to the registers the
+# previous unit left (the known-wrong kernel split_k_range_adds_the_previous_units_sums).
+ACCUMULATE_LINE = "wgmma_ss<WP_BN, T, B_TRANS, A_TRANS>(d, desc_a, desc_b, kt > kt_begin || kk > 0);"
+
+
+def test_a_units_first_wgmma_starts_from_zero():
+    """The consumer's accumulate flag is relative to the unit's first k step, the same kt_begin its k loop starts
+    at: the model's units (kt counted from each unit's first) are the kernel's."""
+    wp.refuse_open_hole()  # the stub (--impl=exercises) with a hole open: 'not implemented yet'
+    code = kernel_code()
+    assert code.count(ACCUMULATE_LINE) == 1
+    assert code.index("for (int kt = kt_begin; kt < kt_end; ++kt, ++it) {\n                const uint32_t s = it % "
+                      "WP_STAGES;\n                mbar_wait(&full[s]") < code.index(ACCUMULATE_LINE)
+
+
 # The tile order's lines (test_matmul_wgmma_persistent.py checks them against persistent_tile).
 TILE_ORDER_LINES = ("const int rows = min(tiles_m - first_m, group_m);", "tile_m = first_m + in_group % rows;",
                     "tile_n = in_group / rows;")
@@ -354,5 +389,5 @@ def test_known_wrong_kernels_break_a_line_the_cpu_tests_check(fixture):
     loses one of the lines the model and the layout tests above copy, so a CPU run already points at it."""
     from classroom.must_fail import wrong_source
     code = kernel_code(wrong_source(fixture))
-    lines = (*RING_LINES, *PINGPONG_LINES, SWIZZLE_LINE, SWIGLU_LINE, *TILE_ORDER_LINES)
+    lines = (*RING_LINES, *PINGPONG_LINES, SWIZZLE_LINE, SWIGLU_LINE, *TILE_ORDER_LINES, ACCUMULATE_LINE)
     assert any(line not in code for line in lines), f"{fixture.wrong.name}: no CPU check sees it"

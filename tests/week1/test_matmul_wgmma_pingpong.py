@@ -89,47 +89,6 @@ def test_source_compiles_as_a_stub_elsewhere(arch, tmp_path):
     assert built.returncode == 0, built.stderr
 
 
-class _Driver:
-    """Stands in for the CUDA driver: records what cuLaunchKernel is given."""
-    def __init__(self):
-        self.launches = []
-
-    def cuLaunchKernel(self, kernel, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.launches.append({"kernel": kernel, "grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared})
-        return 0
-
-
-@pytest.fixture
-def recorded(monkeypatch):
-    """The launchers' host side run to cuLaunchKernel (tensors on the run's device, CPU or GPU), with the driver, the tensor maps and
-    the cubin replaced by recorders: which kernel, boxes, shared memory and grid each schedule asks for."""
-    import torch
-
-    calls = {"maps": [], "kernels": []}
-    driver = _Driver()
-
-    class _Stream:
-        cuda_stream = 0
-
-    def fake_map(t, rows, cols):
-        calls["maps"].append((tuple(t.shape), rows, cols))
-        return bytes(128)
-
-    def fake_kernel(*args):
-        calls["kernels"].append(args)
-        return args[0]
-
-    for module in (wp, wf):
-        monkeypatch.setattr(module, "tensor_map", fake_map)
-        monkeypatch.setattr(module, "_kernel", fake_kernel)
-        monkeypatch.setattr(module, "cuda_driver", lambda: driver)
-    monkeypatch.setattr(runtime, "capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(runtime, "sm_count", lambda: 132)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
-    calls["launches"] = driver.launches
-    return calls
-
-
 def test_plain_launch_asks_for_the_pingpong_kernel(recorded):
     """8192 x 768: 64-row boxes of A, the ping-pong entry point from its own source, its shared memory,
     a grid of 132 for 384 tiles; the default schedule still asks for the cooperative kernel."""

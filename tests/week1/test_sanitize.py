@@ -28,7 +28,7 @@ NO_KERNELS = {"transfers",  # host <-> device copies and torch.add only
               "matmul_wgmma_waves",  # the schedules' wave arithmetic: shapes and tiles, no kernel
               "hopper_ptx"}  # where the PTX wrappers' header is: two path constants, no kernel
 # sm_90a-only kernels: cases on an H100/H200 (and in simulation, where nothing launches), none elsewhere.
-HOPPER_ONLY = {"matmul_wgmma_persistent", "matmul_wgmma_fused"}
+HOPPER_ONLY = {"matmul_wgmma_persistent", "matmul_wgmma_fused", "matmul_wgmma_split_k"}
 if runtime.capability() in (None, (9, 0)):
     EXPECTED_MODULES |= HOPPER_ONLY
 else:

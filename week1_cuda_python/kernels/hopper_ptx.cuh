@@ -254,6 +254,12 @@ __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
 // K x N matrix, attention's V), which wgmma transposes as it reads.
 #define WGMMA_B_K_MAJOR 0
 #define WGMMA_B_MN_MAJOR 1
+// A's layout in shared memory, the instruction's imm-trans-a, for A read through a descriptor: K-major (a
+// row-major M x K matrix, every GEMM's usual A) or MN-major (the m index contiguous: A given column-major,
+// e.g. dY^T in a weight gradient dW = dY^T X, where dY is stored tokens x N). Same rule as B's: only the
+// 16-bit types may be transposed (PTX ISA, wgmma.mma_async, imm-trans-a).
+#define WGMMA_A_K_MAJOR 0
+#define WGMMA_A_MN_MAJOR 1
 
 // The accumulator operands of a 64 x N fp32 tile: N / 2 registers a thread, "{%0, ..., %(N/2 - 1)}".
 #define HP_D4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
@@ -277,42 +283,43 @@ __device__ __forceinline__ void fence_a(uint32_t (&a)[4][4])
                   " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122,\n" \
                   " %123, %124, %125, %126, %127"
 
-// "SS": d (64 x N fp32) = (accumulate ? d : 0) + A (64 x 16, shared memory, K-major) @ B (16 x N, shared
-// memory, TRANS_B: WGMMA_B_K_MAJOR or WGMMA_B_MN_MAJOR), both through descriptors; in `T`, fp16 or bf16.
-// The scale-d predicate (accumulate = 0) starts a tile from zero without N / 2 register moves. After the
-// accumulators: %A A's descriptor, %A+1 B's, %A+2 accumulate, %A+3 TRANS_B; the immediates between are
-// scale A by 1, scale B by 1, A not transposed.
+// "SS": d (64 x N fp32) = (accumulate ? d : 0) + A (64 x 16, shared memory, TRANS_A: WGMMA_A_K_MAJOR, the
+// default, or WGMMA_A_MN_MAJOR) @ B (16 x N, shared memory, TRANS_B: WGMMA_B_K_MAJOR or WGMMA_B_MN_MAJOR),
+// both through descriptors; in `T`, fp16 or bf16. The scale-d predicate (accumulate = 0) starts a tile from
+// zero without N / 2 register moves. After the accumulators: %A A's descriptor, %A+1 B's, %A+2 accumulate,
+// %A+3 TRANS_B, %A+4 TRANS_A; the immediates between are scale A by 1, scale B by 1.
 // N: the PTX ISA's wgmma.mma_async takes, for .f16 and .bf16 inputs, every .m64nNk16 with N a multiple of 8
 // from 8 to 256 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": wgmma.mma_async, .shape;
 // the list as the ptx-90-parser crate quotes it, docs.rs/ptx-90-parser/0.2.2, wgmma_mma_async.rs). The course
 // wraps the ones its kernels use: 64 and 128 (attention), 128, 192 and 256 (the persistent GEMM's tile widths,
 // matmul_wgmma_persistent.cu's WP_BN).
-#define HP_WGMMA_SS(N, TYPE, REGS, A, B, P, TB, ...)                                                  \
+#define HP_WGMMA_SS(N, TYPE, REGS, A, B, P, TB, TA, ...)                                                  \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                   \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE "\n" REGS "},\n"    \
-                 " %" #A ", %" #B ", p, 1, 1, 0, %" #TB ";\n}\n"                                     \
+                 " %" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                              \
                  : __VA_ARGS__                                                                       \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B))
-template <int N, typename T, int TRANS_B>
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B), "n"(TRANS_A))
+template <int N, typename T, int TRANS_B, int TRANS_A = WGMMA_A_K_MAJOR>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {
     static_assert(N == 64 || N == 128 || N == 192 || N == 256,
                   "the course's wgmma shapes: m64n64k16, m64n128k16, m64n192k16, m64n256k16");
     static_assert(TRANS_B == WGMMA_B_K_MAJOR || TRANS_B == WGMMA_B_MN_MAJOR, "TRANS_B: WGMMA_B_K_MAJOR or _MN_MAJOR");
+    static_assert(TRANS_A == WGMMA_A_K_MAJOR || TRANS_A == WGMMA_A_MN_MAJOR, "TRANS_A: WGMMA_A_K_MAJOR or _MN_MAJOR");
     constexpr bool half = std::is_same<T, __half>::value;
     static_assert(half || std::is_same<T, __nv_bfloat16>::value, "T: __half or __nv_bfloat16");
     if constexpr (N == 64) {
-        if constexpr (half) HP_WGMMA_SS(64, "f16", HP_REGS32, 32, 33, 34, 35, HP_D32);
-        else HP_WGMMA_SS(64, "bf16", HP_REGS32, 32, 33, 34, 35, HP_D32);
+        if constexpr (half) HP_WGMMA_SS(64, "f16", HP_REGS32, 32, 33, 34, 35, 36, HP_D32);
+        else HP_WGMMA_SS(64, "bf16", HP_REGS32, 32, 33, 34, 35, 36, HP_D32);
     } else if constexpr (N == 128) {
-        if constexpr (half) HP_WGMMA_SS(128, "f16", HP_REGS64, 64, 65, 66, 67, HP_D64);
-        else HP_WGMMA_SS(128, "bf16", HP_REGS64, 64, 65, 66, 67, HP_D64);
+        if constexpr (half) HP_WGMMA_SS(128, "f16", HP_REGS64, 64, 65, 66, 67, 68, HP_D64);
+        else HP_WGMMA_SS(128, "bf16", HP_REGS64, 64, 65, 66, 67, 68, HP_D64);
     } else if constexpr (N == 192) {
-        if constexpr (half) HP_WGMMA_SS(192, "f16", HP_REGS96, 96, 97, 98, 99, HP_D96);
-        else HP_WGMMA_SS(192, "bf16", HP_REGS96, 96, 97, 98, 99, HP_D96);
+        if constexpr (half) HP_WGMMA_SS(192, "f16", HP_REGS96, 96, 97, 98, 99, 100, HP_D96);
+        else HP_WGMMA_SS(192, "bf16", HP_REGS96, 96, 97, 98, 99, 100, HP_D96);
     } else {
-        if constexpr (half) HP_WGMMA_SS(256, "f16", HP_REGS128, 128, 129, 130, 131, HP_D128);
-        else HP_WGMMA_SS(256, "bf16", HP_REGS128, 128, 129, 130, 131, HP_D128);
+        if constexpr (half) HP_WGMMA_SS(256, "f16", HP_REGS128, 128, 129, 130, 131, 132, HP_D128);
+        else HP_WGMMA_SS(256, "bf16", HP_REGS128, 128, 129, 130, 131, 132, HP_D128);
     }
 }
 

@@ -50,7 +50,7 @@ WRONG += [
           "still read it. A race: whether a run shows it depends on timing; the larger shapes make the "
           "queue of unwaited wgmmas deep enough that it does",
           old=("                wgmma_wait<1>();\n"
-               "                if (kt > 0 && lane == 0) {\n"
+               "                if (kt > kt_begin && lane == 0) {\n"
                "                    mbar_arrive(&empty[(it - 1) % WP_STAGES]);\n"
                "                    if (CLUSTER > 1) mbar_arrive_remote(&empty[(it - 1) % WP_STAGES], rank ^ 1);\n"
                "                }\n"
@@ -92,4 +92,17 @@ WRONG += [
           lesson=_CU, gpu=True, expect="out of bounds|differ|assert|same_answer", hang_s=150,
           tests=("-k", "pingpong and (test_matches_float32_reference and (8192x768x768 or 8192x2304x768 "
                        "or 8192x50304x768) or test_same_answer_twice or test_one_block_walks)")),
+]
+# Split-K (kernels/matmul_wgmma_split_k.cu builds the same body with SPLIT_K): a unit's first wgmma must start its
+# sums from zero at the unit's first k step, not at k = 0.
+WRONG += [
+    Wrong("split_k_range_adds_the_previous_units_sums",
+          "the consumer starts its accumulators from zero only at kt == 0 (accumulate = kt > 0 || kk > 0), not at "
+          "the unit's first k step: every range but the first adds its partial sums to whatever the previous "
+          "unit left in the registers, so the split-K sums come out too large (the plain kernel, one range from "
+          "k = 0, is unaffected)",
+          old="                    wgmma_ss<WP_BN, T, B_TRANS, A_TRANS>(d, desc_a, desc_b, kt > kt_begin || kk > 0);\n",
+          new="                    wgmma_ss<WP_BN, T, B_TRANS, A_TRANS>(d, desc_a, desc_b, kt > 0 || kk > 0);\n",
+          lesson=_CU, gpu=True, expect="out of bounds|differ|assert",
+          tests=("tests/week1/test_matmul_wgmma_split_k.py", "-k", "200x328x1000-s3 or 128x256x128-s2")),
 ]

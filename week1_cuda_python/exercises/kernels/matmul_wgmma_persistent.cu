@@ -8,19 +8,19 @@
 // Check your work with `pytest tests/week1/test_matmul_wgmma_persistent.py --impl=exercises`; `python
 // -m course progress` shows where every exercise stands.
 //
-// You write (about 71 lines in 4 holes, each a TODO below):
+// You write (about 79 lines in 4 holes, each a TODO below):
 // * `wp_tile`: the grouped tile order: which group of `group_m` rows of tiles `id` falls in, that
 //   group's first row tile and its number of rows (the last group may be short), then down the group's
 //   column first: tile_m, tile_n (matmul_wgmma.cu's grouped_tile; your persistent_tile, in CUDA C)
 //   (about 6 lines)
-// * `wgmma_persistent_body`: the producer's k loop over this tile (kt), counting ring positions `it`
-//   across the block's tiles: wait for the stage's previous use to be released (empty), arm full[s]
-//   with `bytes`, one TMA copy of A's box, one per copied slab of B (multicast with a cluster) (about
-//   17 lines)
+// * `wgmma_persistent_body`: the producer's k loop over this unit (kt_begin <= kt < kt_end), counting
+//   ring positions `it` across the block's units: wait for the stage's previous use to be released
+//   (empty), arm full[s] with `bytes`, one TMA copy of A's box (A_KM: one per 64-m slab), one per
+//   copied slab of B (multicast with a cluster) (about 23 lines)
 // * `wgmma_persistent_body`: the consumer's mainloop, ring position `it`: (ping-pong: wait for this
 //   consumer's turn) per k step wait full[s], 4 wgmmas, commit, wait_group 1, release the previous
 //   stage (cluster: in both blocks); then (ping-pong: pass the turn) wait_group 0 and release the
-//   tile's last stage (about 26 lines)
+//   tile's last stage (about 28 lines)
 // * `wgmma_persistent_body`: this thread's pairs of chunk column group jj (j = 8q + jj; rows row0 and
 //   row0 + 8): the fused epilogue on the fp32 pair (EPI: SwiGLU with the up partner's registers, +
 //   bias, + residual), then the pair packed to C's type at its 128-byte-swizzled place in `buf` (about
@@ -118,6 +118,46 @@ __device__ __forceinline__ float2 wp_load_pair(const __nv_bfloat16* p)
 // silu(g) * u = g * sigmoid(g) * u, in fp32. g -> -inf: exp overflows to inf and g / inf = -0,
 // which is silu's limit; no NaN unless g or u is one.
 __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// Split-K's epilogue: one warpgroup's 64 x COLS fp32 partial sums, unrounded, into the workspace at row `ws_row`
+// (fp32, so a 64-column chunk is 256 bytes a row: two boxes of 64 rows x 32 columns, 128 bytes a row, the swizzle
+// span), one box per store buffer of this warpgroup: each chunk waits until the previous chunk's two stores have
+// read both buffers. Pair (row r, columns 2(lane % 4) + {0, 1} of 8-column group jj) lands in 16-byte unit
+// 2 (jj % 4) + (lane % 4) / 2 of box jj / 4, 8 bytes in for odd lane % 4; the unit is swizzled as the 16-bit
+// epilogue's (unit ^ (r % 8)). The 8 rows and 4 pairs a warp writes at once cover the 32 banks twice, the least
+// 256 bytes can take.
+template <int COLS>
+__device__ __forceinline__ void wp_store_partials(const float (&d)[COLS / 2], unsigned char* bufs,
+                                                  const CUtensorMap* map, int n0, int ws_row, int c_cols,
+                                                  bool rows_inside, int c)
+{
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, row0 = warp * 16 + lane / 4;
+#pragma unroll
+    for (int q = 0; q < COLS / WP_C_CHUNK; ++q) {
+        if (tid == 0) bulk_wait_read<0>();
+        warpgroup_sync(1 + c);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            unsigned char* buf = bufs + (jj / 4) * WP_C_BYTES;
+            const int j = 8 * q + jj, unit = 2 * (jj % 4) + (lane % 4) / 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = row0 + 8 * h;
+                const uint32_t offset = r * 128 + ((unit ^ (r & 7)) << 4) + 8 * (lane % 2);
+                *reinterpret_cast<float2*>(buf + offset) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            }
+        }
+        fence_async_smem();
+        warpgroup_sync(1 + c);
+        if (tid == 0) {
+            for (int half = 0; half < 2; ++half) {
+                const int col = n0 + q * WP_C_CHUNK + 32 * half;
+                if (col < c_cols && rows_inside) tma_store_2d(map, bufs + half * WP_C_BYTES, col, ws_row);
+            }
+            bulk_commit();
+        }
+    }
+}
 #endif
 
 // ---- the kernel body -----------------------------------------------------------------------------
@@ -131,12 +171,23 @@ __device__ __forceinline__ float wp_swiglu(float g, float u) { return g / (1.0f 
 // (kernels/matmul_wgmma_pingpong.cu, which says why): each consumer owns whole 64 x 256 tiles, the block's tiles 0,
 // 2, 4, ... for consumer 0 and 1, 3, 5, ... for consumer 1, and one's epilogue runs while the other's wgmmas do; the
 // two take turns at the mainloop (the `turn` barriers below), which also keeps the ring's parities right.
-template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false, bool PINGPONG = false>
+// A_KM = false: A is M x K row-major (K-major, a 128-row box of 64 k). true: A is stored K x M row-major (A
+// column-major, MN-major for wgmma), loaded as TILE_M / 64 boxes of 64 k rows x 64 m (128 bytes), each a slab laid
+// out as B's MN-major slabs are; a consumer warpgroup's 64 rows of the tile are exactly one slab, 8 KB, the same
+// offset as its 64 K-major rows, and wgmma transposes it as it reads (imm-trans-a).
+// SPLIT_K = true: the persistent loop walks (range of K, tile) units, `k_per_split` k tiles of 64 a range (the last
+// may be shorter); map_c is then the fp32 workspace, `splits` blocks of tiles_m * TILE_M rows (the rows past M are
+// written, never read), and the epilogue is wp_store_partials. The units of one range come one after another, so
+// the tiles in flight together read the same K panels of A and B, from L2.
+template <typename T, int CLUSTER, int EPI = WP_EPI_NONE, bool B_NK = false, bool PINGPONG = false,
+          bool A_KM = false, bool SPLIT_K = false>
 __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                       const CUtensorMap& map_c, int M, int N, int K,
-                                                      const T* __restrict__ extra = nullptr, int n_out = 0)
+                                                      const T* __restrict__ extra = nullptr, int n_out = 0,
+                                                      int k_per_split = 0)
 {
 #if WP_HOPPER
+    static_assert(!SPLIT_K || (CLUSTER == 1 && EPI == WP_EPI_NONE && !PINGPONG), "split-K: cooperative, no epilogue");
     static_assert(EPI == WP_EPI_NONE || (CLUSTER == 1 && B_NK), "the fused epilogues: B_NK, no cluster");
     static_assert(!PINGPONG || CLUSTER == 1, "ping-pong: no cluster");
     static_assert(EPI != WP_EPI_SWIGLU || WP_SWIGLU_BUILDS, "SwiGLU: WP_BN 256 or 128 (halves of whole slabs)");
@@ -149,6 +200,8 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     // wgmma's B layout: B stored K x N row-major (this rung's B) is MN-major; stored N x K (nn.Linear's weight, the
     // fused epilogues' B) it is K-major, read exactly as A is.
     [[maybe_unused]] constexpr int B_TRANS = B_NK ? WGMMA_B_K_MAJOR : WGMMA_B_MN_MAJOR;  // (unused in the stub)
+    [[maybe_unused]] constexpr int A_TRANS = A_KM ? WGMMA_A_MN_MAJOR : WGMMA_A_K_MAJOR;
+    constexpr int A_SLAB_BYTES = 64 * WP_BK * 2;  // A_KM: one 64 k x 64 m box, 8 KB
     static_assert(WP_STAGES * STAGE_BYTES + WP_CONSUMERS * WP_C_BUFFERS * WP_C_BYTES + 1024 <= 227 * 1024, "smem");
     extern __shared__ unsigned char wp_smem_raw[];
     __shared__ __align__(8) uint64_t full[WP_STAGES];
@@ -167,8 +220,11 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
     const int warpgroup = threadIdx.x / 128;
     const int tiles_m = (M + TILE_M - 1) / TILE_M, tiles_n = (c_cols + TILE_OUT - 1) / TILE_OUT;
     const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;  // CLUSTER = 1: units are tiles
-    const int units = units_m * tiles_n;
+    const int tile_units = units_m * tiles_n;
     const int k_tiles = (K + WP_BK - 1) / WP_BK;
+    // Split-K: k tiles per range and ranges (the launcher picks k_per_split so that none is empty).
+    const int per_split = SPLIT_K ? k_per_split : k_tiles, splits = SPLIT_K ? (k_tiles + per_split - 1) / per_split : 1;
+    const int units = tile_units * splits;
     const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
     const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
 
@@ -191,7 +247,10 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
             [[maybe_unused]] uint32_t it = 0;  // k tiles issued by this block so far: the ring position
             for (int unit = first_unit; unit < units; unit += unit_stride) {
                 int unit_m, tile_n;
-                wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+                wp_tile(SPLIT_K ? unit % tile_units : unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+                // The unit's k tiles: all of them, or (split-K) its range's.
+                const int kt_begin = SPLIT_K ? unit / tile_units * per_split : 0;
+                const int kt_end = SPLIT_K ? min(kt_begin + per_split, k_tiles) : k_tiles;
                 // A block whose tile is below the last row of tiles (tiles_m odd) still takes part: it loads a valid
                 // A box (the last tile's) so that its copies and barriers run as the peer's do, and stores nothing.
                 const int m0 = min(unit_m * CLUSTER + (int)rank, tiles_m - 1) * TILE_M, n0 = tile_n * TILE_OUT;
@@ -208,10 +267,10 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
                     slab_row[j] = SWIGLU && j >= half ? n_out + col : col;
                     if (col < c_cols) { copied |= 1u << j; bytes += WP_B_SLAB_BYTES; }
                 }
-                // TODO (about 17 lines): the producer's k loop over this tile (kt), counting ring positions
-                //   `it` across the block's tiles: wait for the stage's previous use to be released (empty),
-                //   arm full[s] with `bytes`, one TMA copy of A's box, one per copied slab of B (multicast
-                //   with a cluster)
+                // TODO (about 23 lines): the producer's k loop over this unit (kt_begin <= kt < kt_end),
+                //   counting ring positions `it` across the block's units: wait for the stage's previous use
+                //   to be released (empty), arm full[s] with `bytes`, one TMA copy of A's box (A_KM: one per
+                //   64-m slab), one per copied slab of B (multicast with a cluster)
                 #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
             }
         }
@@ -230,17 +289,24 @@ __device__ __forceinline__ void wgmma_persistent_body(const CUtensorMap& map_a, 
         for (int unit = first_unit + (PINGPONG ? c * unit_stride : 0); unit < units;
              unit += (PINGPONG ? 2 : 1) * unit_stride) {
             int unit_m, tile_n;
-            wp_tile(unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+            wp_tile(SPLIT_K ? unit % tile_units : unit, units_m, tiles_n, WP_GROUP_M / CLUSTER, unit_m, tile_n);
+            const int kt_begin = SPLIT_K ? unit / tile_units * per_split : 0;  // as the producer's
+            const int kt_end = SPLIT_K ? min(kt_begin + per_split, k_tiles) : k_tiles;
             const int tile_m = unit_m * CLUSTER + (int)rank;
             const int m0 = tile_m * TILE_M, n0 = tile_n * TILE_OUT;
             const int row_base = m0 + (PINGPONG ? 0 : 64 * c);  // this warpgroup's first row of C
 
-            // TODO (about 26 lines): the consumer's mainloop, ring position `it`: (ping-pong: wait for this
+            // TODO (about 28 lines): the consumer's mainloop, ring position `it`: (ping-pong: wait for this
             //   consumer's turn) per k step wait full[s], 4 wgmmas, commit, wait_group 1, release the
             //   previous stage (cluster: in both blocks); then (ping-pong: pass the turn) wait_group 0 and
             //   release the tile's last stage
             #define HOLE_OPEN 1  // delete once this hole is filled: nothing is built while one is left (course/holes.py)
 
+            if constexpr (SPLIT_K) {  // fp32 partial sums to the workspace, whose range r starts at row r tiles_m TILE_M
+                wp_store_partials<WP_BN>(d, my_bufs, &map_c, n0, kt_begin / per_split * tiles_m * TILE_M + row_base,
+                                         c_cols, row_base < M, c);
+                continue;
+            }
             // ---- epilogue: chunks of 64 x 64, registers -> swizzled shared memory -> TMA store ----
             // Accumulator layout (matmul_wgmma.cu): this thread holds rows warp*16 + lane/4 + {0, 8} and columns 8j +
             // 2*(lane%4) + {0, 1} of the warpgroup's 64 x WP_BN, j = 0 .. WP_BN / 8 - 1, in d[4j + 2h + {0, 1}] (h: the
@@ -316,4 +382,15 @@ WP_ENTRY(wgmma_persistent_f16, __half, 1, )
 WP_ENTRY(wgmma_persistent_bf16, __nv_bfloat16, 1, )
 WP_ENTRY(wgmma_cluster_f16, __half, 2, WP_PAIR)
 WP_ENTRY(wgmma_cluster_bf16, __nv_bfloat16, 2, WP_PAIR)
+// A column-major (given as the K x M row-major matrix it is the transpose of): dW = dY^T X without a transpose
+// copy. Cooperative, no cluster, no epilogue: the backward's weight gradient is all it is for.
+#define WP_A_COL_ENTRY(name, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(WP_THREADS, 1)                                        \
+    name(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,         \
+         const __grid_constant__ CUtensorMap map_c, int M, int N, int K)                               \
+    {                                                                                                  \
+        wgmma_persistent_body<T, 1, WP_EPI_NONE, false, false, true>(map_a, map_b, map_c, M, N, K);    \
+    }
+WP_A_COL_ENTRY(wgmma_persistent_a_col_f16, __half)
+WP_A_COL_ENTRY(wgmma_persistent_a_col_bf16, __nv_bfloat16)
 #endif  // WP_BODY_ONLY
