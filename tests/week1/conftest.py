@@ -1,5 +1,7 @@
 """Week 1's shared test fixtures: the Hopper GEMM launchers' host side (persistent, fused, split-K) run without a GPU
 (`recorded`)."""
+import sys
+
 import pytest
 
 from course import runtime
@@ -43,7 +45,9 @@ def recorded(monkeypatch):
     for module in map(runtime.lesson, LESSONS):
         monkeypatch.setattr(module, "tensor_map", fake_map)
         monkeypatch.setattr(module, "_kernel", fake_kernel)
-        monkeypatch.setattr(module, "cuda_driver", lambda: driver)
+        # Each launches through the persistent rung's launch_kernel, which asks its own module's cuda_driver: the
+        # solution's where an exercise stub imports it from there (--impl=exercises), the stub's own otherwise.
+        monkeypatch.setattr(sys.modules[module.launch_kernel.__module__], "cuda_driver", lambda: driver)
     monkeypatch.setattr(runtime, "capability", lambda device=None: (9, 0))
     monkeypatch.setattr(runtime, "sm_count", lambda: 132)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,10 +29,10 @@ from course import ops, runtime  # runtime first: chooses the GPU or simulation
 from course import validate
 from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build (one place)
 from week1_cuda_python.matmul_tensor_cores import (
-    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, cuda_driver, driver_check, tensor_map)
+    TYPE_SUFFIX, WGMMA_CAPABILITY, WGMMA_GENCODE, tensor_map)
 from week1_cuda_python.matmul_wgmma_persistent import (
-    BODY_DEFINES, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_TILES, SCHEDULES, TMA_ALIGN_BYTES, WIDTHS,
-    check_width, launch_geometry, refuse_open_hole, schedule_tiles)
+    BODY_DEFINES, PERSISTENT_TILES, SCHEDULES, TMA_ALIGN_BYTES, WIDTHS, check_width, kernel_function, launch_geometry,
+    launch_kernel, load_cubin, refuse_open_hole, schedule_tiles)
 
 # Given, from the solution: the kernel source is the solution's (the stub has no copy of the .cu file)
 from week1_cuda_python.matmul_wgmma_fused import (  # noqa: E402, F401
@@ -78,34 +76,15 @@ def nvcc_command(output: Path, nvcc: str = "nvcc", source: Path | None = None,
 @functools.cache
 def _module(source: Path | None = None, defines: tuple[str, ...] = ()):
     refuse_open_hole()  # the body's exercise stub with a hole open: it could hang the GPU
-    nvcc = runtime.nvcc_path()
     source = source or FUSED_SOURCE
-    if nvcc is None:
-        raise RuntimeError("nvcc is not on PATH: the fused wgmma GEMMs are compiled for sm_90a at first use")
-    with tempfile.TemporaryDirectory(prefix="matmul_wgmma_fused_") as tmp:
-        cubin = Path(tmp) / f"{source.stem}.sm_90a.cubin"
-        built = subprocess.run(nvcc_command(cubin, nvcc, source, defines), capture_output=True, text=True)
-        if built.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
-        image = cubin.read_bytes()
-    runtime.pycuda_driver()  # makes the primary context, torch's, current in this thread
-    module = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
-    return module
+    return load_cubin(source, lambda cubin, nvcc: nvcc_command(cubin, nvcc, source, defines), "the fused wgmma GEMMs")
 
 
 @functools.cache
 def _kernel(name: str, schedule: str = "cooperative", width: int = PERSISTENT_TILES.bn):
-    pingpong = schedule == "pingpong"
     tiles = schedule_tiles(schedule, width)
-    kernel = ctypes.c_void_p()
-    module = _module(PINGPONG_SOURCE if pingpong else None, tiles.defines())
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), module, name.encode()),
-                 f"cuModuleGetFunction({name})")
-    shared = tiles.shared_bytes
-    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-                 "cuFuncSetAttribute")
-    return kernel
+    module = _module(PINGPONG_SOURCE if schedule == "pingpong" else None, tiles.defines())
+    return kernel_function(module, name, tiles.shared_bytes)
 
 
 def _tma_problem(name: str, t: torch.Tensor, fix: str) -> str | None:
@@ -215,11 +194,8 @@ def launch_fused(x, w, epilogue: str = "none", extra=None, out=None, blocks: int
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_w, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
             ctypes.c_uint64(extra.data_ptr() if extra is not None else 0), ctypes.c_int(n_out)]
-    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
-    stream = ctypes.c_void_p(torch.cuda.current_stream(x.device).cuda_stream)
     kernel = _kernel(kernel_name(epilogue, x.dtype, schedule), schedule, width)
-    driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, tiles.shared_bytes, stream, params, None),
-                 "cuLaunchKernel")
+    launch_kernel(kernel, grid, block, tiles.shared_bytes, args, x.device)
     return out
 
 

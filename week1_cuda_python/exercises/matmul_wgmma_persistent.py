@@ -164,13 +164,20 @@ def cubin_module(defines: tuple[str, ...] = (), source: Path | None = None):
     """`source` (PERSISTENT_SOURCE, or a file that includes its body: the ping-pong and split-K entries) compiled
     for sm_90a with `defines` and loaded into torch's (primary) context."""
     refuse_open_hole()
-    nvcc = runtime.nvcc_path()
     source = source or PERSISTENT_SOURCE
+    return load_cubin(source, lambda cubin, nvcc: nvcc_command(cubin, nvcc, defines, source), "the wgmma_persistent rung")
+
+
+def load_cubin(source: Path, command: Callable[[Path, str], list[str]], rung: str):
+    """`command(cubin, nvcc)`, an nvcc command line that compiles `source` into the file `cubin`, run in a temporary
+    folder, and the cubin loaded into torch's (primary) context: how each of week 1's Hopper GEMM modules is built
+    at first use (this rung's, the fused entries', the split-K entries')."""
+    nvcc = runtime.nvcc_path()
     if nvcc is None:
-        raise RuntimeError("nvcc is not on PATH: the wgmma_persistent rung is compiled for sm_90a at first use")
-    with tempfile.TemporaryDirectory(prefix="matmul_wgmma_persistent_") as tmp:
+        raise RuntimeError(f"nvcc is not on PATH: {rung} is compiled for sm_90a at first use")
+    with tempfile.TemporaryDirectory(prefix=f"{source.stem}_") as tmp:
         cubin = Path(tmp) / f"{source.stem}.sm_90a.cubin"
-        built = subprocess.run(nvcc_command(cubin, nvcc, defines, source), capture_output=True, text=True)
+        built = subprocess.run(command(cubin, nvcc), capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source.name}:\n{built.stderr}")
         image = cubin.read_bytes()
@@ -180,14 +187,31 @@ def cubin_module(defines: tuple[str, ...] = (), source: Path | None = None):
     return module
 
 
+def kernel_function(module, name: str, shared_bytes: int = 0):
+    """The kernel `name` of a loaded module, allowed `shared_bytes` of dynamic shared memory: a launch asking for
+    more than 48 KB fails unless the function is told first, and the rings take about 200 KB."""
+    kernel = ctypes.c_void_p()
+    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), module, name.encode()),
+                 f"cuModuleGetFunction({name})")
+    if shared_bytes:
+        driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      shared_bytes), "cuFuncSetAttribute")
+    return kernel
+
+
 @functools.cache
 def _kernel(name: str, shared_bytes: int, defines: tuple[str, ...] = (), source: Path | None = None):
-    kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), cubin_module(defines, source), name.encode()),
-                 f"cuModuleGetFunction({name})")
-    driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  shared_bytes), "cuFuncSetAttribute")
-    return kernel
+    return kernel_function(cubin_module(defines, source), name, shared_bytes)
+
+
+def launch_kernel(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int, args: list,
+                  device) -> None:
+    """cuLaunchKernel on torch's current stream of `device` (so the launch orders with torch's work and a CUDA graph
+    captures it). `args` are ctypes objects, one per kernel parameter; the driver copies their bytes at the call."""
+    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
+    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+    driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, shared_bytes, stream, params, None),
+                 "cuLaunchKernel")
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -345,10 +369,7 @@ def launch_persistent(a, b, out=None, tiles: PersistentTiles = PERSISTENT_TILES,
     kernel = _kernel(name, tiles.shared_bytes, tiles.defines(), PINGPONG_SOURCE if pingpong else None)
     args = [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
             ctypes.create_string_buffer(map_c, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
-    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
-    stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
-    driver_check(cuda_driver().cuLaunchKernel(kernel, *grid, *block, tiles.shared_bytes, stream, params, None),
-                 "cuLaunchKernel")
+    launch_kernel(kernel, grid, block, tiles.shared_bytes, args, a.device)
     return result
 
 

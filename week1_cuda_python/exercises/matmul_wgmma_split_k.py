@@ -28,10 +28,10 @@ import torch
 from course import runtime  # first: chooses the GPU or simulation
 from course import holes
 from course.check import poisoned, random_tensor
-from week1_cuda_python.matmul_tensor_cores import TYPE_SUFFIX, cuda_driver, driver_check, tensor_map
+from week1_cuda_python.matmul_tensor_cores import TYPE_SUFFIX, tensor_map
 from week1_cuda_python.matmul_wgmma_persistent import (
-    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, PERSISTENT_SOURCE, PERSISTENT_TILES, a_tensor_map, check_width,
-    checked_operands, column_major, cubin_module, launch_persistent, nvcc_command, schedule_tiles, unsupported)
+    PERSISTENT_SOURCE, PERSISTENT_TILES, a_tensor_map, check_width, checked_operands, column_major, cubin_module,
+    kernel_function, launch_kernel, launch_persistent, nvcc_command, schedule_tiles, unsupported)
 
 # Given, from the solution: where the kernel source is: the learner's copy under --impl=exercises (it has a
 #   hole: the sum),
@@ -110,20 +110,8 @@ def _kernel(name: str, width: int = PERSISTENT_TILES.bn):
     tiles = schedule_tiles("cooperative", width)
     holes.refuse_open_hole(SPLIT_K_SOURCE)  # the sum's hole (cubin_module refuses the body's)
     module = cubin_module((*tiles.defines(), body_define()), SPLIT_K_SOURCE)  # nvcc_split_k_command's build
-    kernel = ctypes.c_void_p()
-    driver_check(cuda_driver().cuModuleGetFunction(ctypes.byref(kernel), module, name.encode()),
-                 f"cuModuleGetFunction({name})")
-    if name.startswith("wgmma_persistent"):  # the GEMM's ring; the sum needs no shared memory
-        driver_check(cuda_driver().cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                      tiles.shared_bytes), "cuFuncSetAttribute")
-    return kernel
-
-
-def _launch(kernel, grid: int, block: int, shared: int, args: list, device) -> None:
-    params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(arg) for arg in args))
-    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-    driver_check(cuda_driver().cuLaunchKernel(kernel, grid, 1, 1, block, 1, 1, shared, stream, params, None),
-                 "cuLaunchKernel")
+    # The GEMM's ring takes ~200 KB of dynamic shared memory; the sum none.
+    return kernel_function(module, name, tiles.shared_bytes if name.startswith("wgmma_persistent") else 0)
 
 
 def launch_split_k(a, b, out=None, splits: int | None = None, width: int | None = None,
@@ -163,15 +151,15 @@ def launch_split_k(a, b, out=None, splits: int | None = None, width: int | None 
     gemm = f"wgmma_persistent{'_a_col' if a_col else ''}_split_k_{TYPE_SUFFIX[a.dtype]}"
     units = -(-m // tiles.bm) * -(-n // tiles.bn) * ranges
     grid = max(1, min(runtime.sm_count(), blocks or units, units))
-    _launch(_kernel(gemm, width), grid, tiles.threads, tiles.shared_bytes,
-            [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
-             ctypes.create_string_buffer(map_w, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-             ctypes.c_int(per)], a.device)
+    launch_kernel(_kernel(gemm, width), (grid, 1, 1), (tiles.threads, 1, 1), tiles.shared_bytes,
+                  [ctypes.create_string_buffer(map_a, 128), ctypes.create_string_buffer(map_b, 128),
+                   ctypes.create_string_buffer(map_w, 128), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                   ctypes.c_int(per)], a.device)
     quads = m * n // 4
-    _launch(_kernel(f"wgmma_split_k_sum_{TYPE_SUFFIX[a.dtype]}", width),
-            max(1, min(4 * runtime.sm_count(), -(-quads // SUM_THREADS))), SUM_THREADS, 0,
-            [ctypes.c_void_p(workspace.data_ptr()), ctypes.c_void_p(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n),
-             ctypes.c_int(m_rows), ctypes.c_int(ranges)], a.device)
+    launch_kernel(_kernel(f"wgmma_split_k_sum_{TYPE_SUFFIX[a.dtype]}", width),
+                  (max(1, min(4 * runtime.sm_count(), -(-quads // SUM_THREADS))), 1, 1), (SUM_THREADS, 1, 1), 0,
+                  [ctypes.c_void_p(workspace.data_ptr()), ctypes.c_void_p(out.data_ptr()), ctypes.c_int(m),
+                   ctypes.c_int(n), ctypes.c_int(m_rows), ctypes.c_int(ranges)], a.device)
     return result
 
 
