@@ -321,3 +321,20 @@ def past_int32_marks():
     from course import runtime
 
     return [pytest.mark.slow] if runtime.on_gpu() else []
+
+
+def check_graph_replays(launch, out: torch.Tensor, check, *, replays: int = 2) -> None:
+    """A launch captured in a CUDA graph computes `out` again on every replay: `launch()` runs once first (its build
+    loaded, its allocations made, outside the capture), is captured, and each replay writes into an `out` poisoned
+    after the capture, then `check()` reads it. The capstone and the benches run kernels in graphs: a launch on
+    another stream than torch's current one, or one whose result the capture froze, fails here."""
+    launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    for _ in range(replays):
+        out.copy_(poisoned(out.shape, out.dtype, out.device))
+        graph.replay()
+        torch.cuda.synchronize()
+        check()

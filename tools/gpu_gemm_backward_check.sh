@@ -6,7 +6,8 @@
 #   1. smoke launches of the new entries in their own process under a 60 s timeout (fp16 and bf16, one tile, 3 x 3
 #      tiles on 2 blocks, a second slab wholly outside A; split-K in 2 and 3 ranges, A both ways): a wrong box count
 #      or range hangs on a barrier, and shows here;
-#   2. their tests (test_matmul_wgmma_a_col.py, test_matmul_wgmma_split_k.py; the sanitizer cases run as tests);
+#   2. their tests (test_matmul_wgmma_a_col.py, test_matmul_wgmma_split_k.py; the sanitizer cases run as tests), and
+#      every wgmma launch captured in a CUDA graph (course.check.check_graph_replays; the benches' graphed rows);
 #   3. compute-sanitizer (memcheck, racecheck, synccheck) on the a_col and split-K cases;
 #   4. the backward bench: dX and dW of every capstone Linear, cuBLAS beside the rung in interleaved rounds;
 #   5. with MUST_FAIL=1, the known-wrong split-K body (tests/week1/wrong/matmul_wgmma_persistent.py), which the
@@ -49,8 +50,9 @@ for (m, n, k), splits in (((128, 256, 128), 2), ((200, 328, 1000), 3)):
         assert err <= 1, 'wrong result'
 PY"
 step 02_tests 180 0 "python -m pytest tests/week1/test_matmul_wgmma_a_col.py tests/week1/test_matmul_wgmma_split_k.py \
-    tests/week1/test_matmul_wgmma_persistent.py tests/week1/test_matmul_wgmma_backward_bench.py -q -rs \
-    -p no:cacheprovider -o faulthandler_timeout=60 --durations=8 -k 'a_col or split_k or sanitizer or backward'"
+    tests/week1/test_matmul_wgmma_persistent.py tests/week1/test_matmul_wgmma_backward_bench.py \
+    tests/week1/test_matmul_wgmma_bench_rows.py -q -rs -p no:cacheprovider -o faulthandler_timeout=60 --durations=8 \
+    -k 'a_col or split_k or sanitizer or backward or cuda_graph'"
 step 03_sanitizer 90 0 "python -m course sanitize week1 --no-warmup --out '$OUT/sanitizer' \
     --only wgmma_persistent_a_col_bf16 wgmma_persistent_a_col_bf16_bn192 wgmma_split_k_bf16 wgmma_split_k_a_col_bf16 \
     --tools memcheck racecheck synccheck --timeout 45 --budget 85 && cat '$OUT/sanitizer/sanitizer.md'"

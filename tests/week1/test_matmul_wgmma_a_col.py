@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import poisoned, random_tensor
+from course.check import check_graph_replays, poisoned, random_tensor
 from tests.week1 import wgmma_epilogues as epi
 from tests.week1.test_matmul_wgmma_persistent import HOPPER, TOKENS, check
 from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE
@@ -107,16 +107,7 @@ def test_a_launch_captured_in_a_cuda_graph_computes_c_on_replay():
     a, b = column_major(768, TOKENS, torch.bfloat16), random_tensor((TOKENS, 768), torch.bfloat16, DEVICE,
                                                                     scale=TOKENS**-0.5)
     out = poisoned((768, 768), torch.bfloat16, DEVICE)
-    wp.launch_persistent(a, b, out)  # built and loaded before the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wp.launch_persistent(a, b, out)
-    for _ in range(2):
-        out.copy_(poisoned(out.shape, out.dtype, DEVICE))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(out, a, b)
+    check_graph_replays(lambda: wp.launch_persistent(a, b, out), out, lambda: check(out, a, b))
 
 
 @gpu

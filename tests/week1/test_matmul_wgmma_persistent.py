@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import assert_close, poisoned, random_tensor
+from course.check import assert_close, check_graph_replays, poisoned, random_tensor
 from week1_cuda_python.hopper_ptx import HOPPER_PTX_INCLUDE  # the -I of every Hopper build
 
 wp = runtime.lesson("week1_cuda_python.matmul_wgmma_persistent")
@@ -155,16 +155,7 @@ def test_a_launch_captured_in_a_cuda_graph_computes_c_on_replay(rung, width):
     a = random_tensor((TOKENS, 768), torch.bfloat16, DEVICE)
     b = random_tensor((768, 768), torch.bfloat16, DEVICE, scale=768**-0.5)
     out = poisoned((TOKENS, 768), torch.bfloat16, DEVICE)
-    wp.launch_persistent(a, b, out, width=width, **rung)  # the build loaded before the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wp.launch_persistent(a, b, out, width=width, **rung)
-    for _ in range(2):
-        out.copy_(poisoned(out.shape, out.dtype, DEVICE))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(out, a, b)
+    check_graph_replays(lambda: wp.launch_persistent(a, b, out, width=width, **rung), out, lambda: check(out, a, b))
 
 
 @gpu

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course import runtime
-from course.check import poisoned, random_tensor
+from course.check import check_graph_replays, poisoned, random_tensor
 from tests.week1 import wgmma_epilogues as epi
 from tests.week1.test_matmul_wgmma_persistent import HOPPER, TOKENS, check
 
@@ -112,16 +112,7 @@ def test_a_launch_captured_in_a_cuda_graph_computes_c_on_replay():
     """Both kernels and the workspace (from the graph's pool) are captured; each replay recomputes C."""
     a, b = operands(768, 768, TOKENS, torch.bfloat16, True)
     out = poisoned((768, 768), torch.bfloat16, DEVICE)
-    wk.launch_split_k(a, b, out)  # built and loaded before the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wk.launch_split_k(a, b, out)
-    for _ in range(2):
-        out.copy_(poisoned(out.shape, out.dtype, DEVICE))
-        graph.replay()
-        torch.cuda.synchronize()
-        check(out, a, b)
+    check_graph_replays(lambda: wk.launch_split_k(a, b, out), out, lambda: check(out, a, b))
 
 
 @gpu
