@@ -31,10 +31,10 @@ def test_off_the_gpu_each_call_is_timed_by_the_host_and_the_flag_stays_unknown()
 
 
 def test_a_host_paced_loop_is_flagged_with_the_hosts_time_per_call(gpu_clock):
-    """Events that follow the host (a GPU with nothing to do but wait): the rule says host-bound."""
+    """Events that follow the host (a GPU busy half the host's time, waiting on it): the rule says host-bound."""
     timing = drive(gpu_clock()(4), 4, work_s=0.002, between_s=0.001)
     assert timing.host_bound is True and timing.reps == 4
-    assert timing.median_ms >= 2.0
+    assert timing.median_ms >= 1.0  # half of each 2 ms call: conftest.GPU_SHARE_OF_HOST
     assert timing.host_ms * timing.reps >= sum(timing.samples) * (1 - 1e-9)  # the loop's span holds every call
     assert timing.drain_ms >= 0
     assert bench_timing.row_fields(timing) == {"host_bound": True, "host_ms": timing.host_ms}
