@@ -33,7 +33,7 @@ from course.check import random_tensor
 from week1_cuda_python.matmul_wgmma_persistent import WIDTHS, launch_persistent, schedule_tiles, unsupported
 from week1_cuda_python.matmul_wgmma_persistent_bench import RESULTS, TOKENS, markdown, measure
 from week1_cuda_python.matmul_wgmma_schedule import variant
-from week1_cuda_python.matmul_wgmma_split_k import launch_split_k, plan_splits
+from week1_cuda_python.matmul_wgmma_split_k import launch_split_k, plan_build, plan_splits
 
 PROG = "python -m week1_cuda_python.matmul_wgmma_backward_bench"
 NAME = "matmul_wgmma_backward_week1"
@@ -80,15 +80,23 @@ def variants(kind: str) -> dict:
                 lambda a, b, out, width=width: launch_persistent(a, b, out, width=width))
     for width in (256, 128):
         timed[variant("wgmma_split_k", width)] = lambda a, b, out, width=width: launch_split_k(a, b, out, width=width)
+    timed["wgmma_split_k_planned"] = lambda a, b, out: launch_split_k(a, b, out)  # plan_build: width and ranges
     return timed
 
 
 def split_count(shape, label: str) -> int:
-    """The ranges of K a variant runs `shape` in: plan_splits' for the split-K rows, 1 for the others."""
+    """The ranges of K a variant runs `shape` in: its plan's for the split-K rows, 1 for the others."""
     if not label.startswith("wgmma_split_k"):
         return 1
+    if label == "wgmma_split_k_planned":
+        return plan_build(*shape, runtime.sm_count())[1].splits
     width = 128 if label.endswith("bn128") else 256
     return plan_splits(*shape, runtime.sm_count(), schedule_tiles("cooperative", width)).splits
+
+
+def planned_width(shape, label: str) -> int | None:
+    """The tile width plan_build chose for the planned split-K row (None for the others: their names say it)."""
+    return plan_build(*shape, runtime.sm_count())[0] if label == "wgmma_split_k_planned" else None
 
 
 def run(linears, rounds: int, rep_ms: float) -> dict:
@@ -103,10 +111,13 @@ def run(linears, rounds: int, rep_ms: float) -> dict:
             timed = variants(kind)
             for fn in timed.values():  # build every cubin before anything is timed
                 fn(*make_inputs(((256, 256, 64, kind), torch.bfloat16)))
+            for width in WIDTHS:  # the planned row may run any width's split-K build
+                launch_split_k(*make_inputs(((256, 256, 256, kind), torch.bfloat16)), splits=2, width=width)
             for dtype in DTYPES:
                 name = f"{linear} {kind} {'x'.join(map(str, shape))} {str(dtype)[6:]}"
                 print(f"[bench] {name}", file=sys.stderr, flush=True)
-                rows += [{**row, "linear": linear, "kind": kind, "splits": split_count(shape, row["variant"])}
+                rows += [{**row, "linear": linear, "kind": kind, "splits": split_count(shape, row["variant"]),
+                          **({"width": w} if (w := planned_width(shape, row["variant"])) else {})}
                          for row in measure(shape, dtype, rounds, rep_ms, timed, make=inputs_for(kind), size_name=name)]
     return {
         "benchmark": NAME,
@@ -116,7 +127,8 @@ def run(linears, rounds: int, rep_ms: float) -> dict:
                   "of the same views, cuBLAS); TFLOP/s and vs cuBLAS from each round's GPU time (CUDA-graph "
                   "replays where the host paced the round), vs cuBLAS = median over rounds; dX: wgmma_rule = the "
                   "schedule rule's build; dW: A = dY^T column-major, the wgmma_persistent_a_col entry per width; "
-                  "wgmma_split_k: matmul_wgmma_split_k at plan_splits' ranges (in the row's `splits`)"),
+                  "wgmma_split_k: matmul_wgmma_split_k at plan_splits' ranges (in the row's `splits`); "
+                  "wgmma_split_k_planned: at plan_build's width and ranges (the row's `width` and `splits`)"),
         "clock": "events",
         "headline": ["wgmma_rule", "wgmma_persistent", "wgmma_split_k"],
         "simulated": False,

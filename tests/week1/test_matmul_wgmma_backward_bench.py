@@ -32,8 +32,8 @@ def test_inputs_have_the_backwards_layouts():
 
 def test_variants_per_kind():
     """cuBLAS beside the rung: for dX the rule's build and both schedules; for dW the a_col entry at every width (the
-    ping-pong schedule refuses a column-major A); split-K at two widths for both."""
-    split_k = ["wgmma_split_k", "wgmma_split_k_bn128"]
+    ping-pong schedule refuses a column-major A); split-K at two widths and at the plan's width, for both."""
+    split_k = ["wgmma_split_k", "wgmma_split_k_bn128", "wgmma_split_k_planned"]
     assert list(bb.variants("dx")) == ["torch", "wgmma_rule", "wgmma_persistent", "wgmma_pingpong", *split_k]
     assert list(bb.variants("dw")) == ["torch", "wgmma_persistent", "wgmma_persistent_bn192", "wgmma_persistent_bn128",
                                        *split_k]

@@ -155,6 +155,36 @@ def test_the_plan_splits_small_c_long_k_and_nothing_else():
     assert wk.plan_splits(768, 768, TOKENS, 132, workspace_gbps=1e6).splits >= proj.splits
 
 
+@pytest.mark.parametrize("shape, width, splits", [
+    ((2304, 768, TOKENS), 128, 1),   # qkv's dW: 108 tiles of 128 x 128 fill the SMs whole
+    ((768, 768, TOKENS), 128, 3),    # the projection's: 36 tiles, x 3 ranges in one wave
+    ((3072, 768, TOKENS), 192, 1),   # fc's: 96 tiles at 192 beat 72 at 256 in 3 ranges
+    ((768, 3072, TOKENS), 192, 1),   # fc2's
+    ((4096, 4096, 4096), 256, 1),    # a big square GEMM: the widest tile, whole
+])
+def test_the_plan_weighs_the_width_with_the_ranges(shape, width, splits):
+    """plan_build keeps the width and ranges of least modelled time, the wider tile on a tie. On the capstone's weight
+    gradients it picks what the H100 timed fastest of the rung's builds (results/matmul_wgmma_backward_week1.*):
+    for the MLP's dW the whole 192-wide tile, not the 256-wide one plan_splits alone would split."""
+    got_width, plan = wk.plan_build(*shape, 132)
+    assert (got_width, plan.splits) == (width, splits)
+    assert all(plan.model_us <= wk.plan_splits(*shape, 132, wp.schedule_tiles("cooperative", w)).model_us
+               for w in wp.WIDTHS)
+
+
+def test_a_launch_with_neither_width_nor_ranges_runs_the_plans_build(recorded):
+    """The projection's dW with no width and no ranges: plan_build's 128-wide build in 3 ranges (A's boxes 64 k x 64 m,
+    the workspace's 3 x 768 rows), where the same call at width 256 asks plan_splits for its own ranges."""
+    dy, x = _zeros(TOKENS, 768), _zeros(TOKENS, 768)
+    wk.launch_split_k(dy.t(), x)
+    assert [k[:2] for k in recorded["kernels"]] == [("wgmma_persistent_a_col_split_k_bf16", 128),
+                                                    ("wgmma_split_k_sum_bf16", 128)]
+    assert recorded["maps"][2] == ((3 * 768, 768), 64, 32)
+    wk.launch_split_k(dy.t(), x, width=256)
+    assert recorded["kernels"][2][1] == 256
+    assert recorded["maps"][5] == ((wk.plan_splits(768, 768, TOKENS, 132).splits * 768, 768), 64, 32)
+
+
 @pytest.mark.parametrize("arg, value", [("m", 0), ("n", -1), ("k", 1.5), ("sms", True)])
 def test_the_plan_refuses_bad_sizes(arg, value):
     sizes = {"m": 8, "n": 8, "k": 8, "sms": 132} | {arg: value}

@@ -30,8 +30,8 @@ from course import holes
 from course.check import poisoned, random_tensor
 from week1_cuda_python.matmul_tensor_cores import TYPE_SUFFIX, tensor_map
 from week1_cuda_python.matmul_wgmma_persistent import (
-    PERSISTENT_SOURCE, PERSISTENT_TILES, a_tensor_map, check_width, checked_operands, column_major, cubin_module,
-    kernel_function, launch_kernel, launch_persistent, nvcc_command, schedule_tiles, unsupported)
+    PERSISTENT_SOURCE, PERSISTENT_TILES, WIDTHS, a_tensor_map, check_width, checked_operands, column_major,
+    cubin_module, kernel_function, launch_kernel, launch_persistent, nvcc_command, schedule_tiles, unsupported)
 
 # Given, from the solution: where the kernel source is: the learner's copy under --impl=exercises (it has a
 #   hole: the sum),
@@ -114,28 +114,48 @@ def _kernel(name: str, width: int = PERSISTENT_TILES.bn):
     return kernel_function(module, name, tiles.shared_bytes if name.startswith("wgmma_persistent") else 0)
 
 
+@functools.lru_cache(maxsize=256)
+def plan_build(m: int, n: int, k: int, sms: int) -> tuple[int, SplitPlan]:
+    """(width, plan): the tile width (one of WIDTHS) and its plan_splits ranges whose modelled time is least, the
+    wider tile on a tie. Weighing the width with the ranges matters where a narrower tile fills the SMs without a
+    workspace: the MLP's dW (3072 x 768 over 8192) is 72 tiles at 256 wide, which plan_splits cuts into 3 ranges,
+    but 96 whole tiles at 192; the benchmark (results/matmul_wgmma_backward_week1.*) timed the 192-wide build
+    faster than either 256-wide one, as this model says."""
+    best = None
+    for width in WIDTHS:
+        plan = plan_splits(m, n, k, sms, schedule_tiles("cooperative", width))
+        if best is None or plan.model_us < best[1].model_us:
+            best = (width, plan)
+    return best
+
+
 def launch_split_k(a, b, out=None, splits: int | None = None, width: int | None = None,
                    blocks: int | None = None) -> torch.Tensor:
-    """C = A @ B in `splits` ranges of K (None: plan_splits' choice; 1: the plain persistent kernel), `width` the
-    tile's columns (one of WIDTHS; None: 256), `blocks` a cap on the GEMM's grid (the tests walk many units with it).
+    """C = A @ B in `splits` ranges of K (None: the plan's choice; 1: the plain persistent kernel), `width` the
+    tile's columns (one of WIDTHS), `blocks` a cap on the GEMM's grid (the tests walk many units with it). Both None:
+    plan_build's width and ranges; a width alone: plan_splits' ranges at it; ranges alone: 256 wide.
     A row-major or column-major (`dy.t()`), B row-major, as launch_persistent takes them."""
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
-        raise ValueError(f"splits must be a positive int (ranges of K) or None (plan_splits' choice), got {splits!r}")
+        raise ValueError(f"splits must be a positive int (ranges of K) or None (the plan's choice), got {splits!r}")
     if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1):
         raise ValueError(f"blocks must be a positive int (the most blocks to launch), got {blocks!r}")
-    width = check_width(width) or PERSISTENT_TILES.bn
+    width = check_width(width)
     given = out
     a, out, m, n, k = checked_operands(a, b, out)
     result = out if given is None else given
     why = unsupported(runtime.capability())
     if why is not None:
         raise RuntimeError(why)
+    if m == 0 or n == 0 or k == 0:  # nothing to split
+        return launch_persistent(a, b, result, schedule="cooperative", width=width or PERSISTENT_TILES.bn)
+    if splits is None and width is None:
+        width, plan = plan_build(m, n, k, runtime.sm_count())
+    elif splits is None:
+        plan = plan_splits(m, n, k, runtime.sm_count(), schedule_tiles("cooperative", width))
+    width = width or PERSISTENT_TILES.bn
     tiles = schedule_tiles("cooperative", width)
-    if m == 0 or n == 0 or k == 0:
-        return launch_persistent(a, b, result, schedule="cooperative", width=width)  # nothing to split
     k_tiles = -(-k // tiles.bk)
     if splits is None:
-        plan = plan_splits(m, n, k, runtime.sm_count(), tiles)
         ranges, per = plan.splits, plan.k_per_split
     else:
         ranges, per = split(k_tiles, splits)
@@ -168,8 +188,8 @@ def matmul_wgmma_split_k(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
     """C = A @ B with split-K (`wgmma_persistent[_a_col]_split_k_*` then `wgmma_split_k_sum_*`).
 
     a (M x K) row-major or column-major (a.t() contiguous: a weight gradient's dy.t()), b (K x N) row-major: fp16 or
-    bf16, on an H100/H200 (elsewhere RuntimeError naming matmul_wmma_cp_async). `splits`: ranges of K, or None for
-    plan_splits' choice. The TMA's rules as matmul_wgmma_persistent's (ValueError naming matmul_wgmma_tma)."""
+    bf16, on an H100/H200 (elsewhere RuntimeError naming matmul_wmma_cp_async). `splits`: ranges of K (256 wide), or
+    None for plan_build's tile width and ranges. The TMA's rules as matmul_wgmma_persistent's (ValueError naming matmul_wgmma_tma)."""
     return launch_split_k(a, b, out, splits)
 
 
