@@ -149,16 +149,14 @@ def launch_split_k(a, b, out=None, splits: int | None = None, width: int | None 
     if m == 0 or n == 0 or k == 0:  # nothing to split
         return launch_persistent(a, b, result, schedule="cooperative", width=width or PERSISTENT_TILES.bn)
     if splits is None and width is None:
-        width, plan = plan_build(m, n, k, runtime.sm_count())
-    elif splits is None:
-        plan = plan_splits(m, n, k, runtime.sm_count(), schedule_tiles("cooperative", width))
+        width = plan_build(m, n, k, runtime.sm_count())[0]  # its plan is plan_splits' at that width (cached)
     width = width or PERSISTENT_TILES.bn
     tiles = schedule_tiles("cooperative", width)
-    k_tiles = -(-k // tiles.bk)
     if splits is None:
+        plan = plan_splits(m, n, k, runtime.sm_count(), tiles)
         ranges, per = plan.splits, plan.k_per_split
     else:
-        ranges, per = split(k_tiles, splits)
+        ranges, per = split(-(-k // tiles.bk), splits)
     if ranges == 1:
         return launch_persistent(a, b, result, blocks=blocks, schedule="cooperative", width=width)
     a_col = column_major(a)
